@@ -1,0 +1,23 @@
+"""Error types. Each message names the file, field or value at fault."""
+
+from __future__ import annotations
+
+
+class DatasetError(ValueError):
+  """A dataset directory disagrees with its manifest, or a shard is unreadable.
+
+  The message always names the dataset directory or shard file and the
+  problem, for example ``web-00003.array_record: 1200 records in the file,
+  1250 in manifest.json``.
+  """
+
+
+class InputFormatError(ValueError):
+  """An input document for `jaxdata convert` is malformed.
+
+  The message names the file and line (or row) and what is wrong with it.
+  """
+
+
+class ConfigError(ValueError):
+  """An option or config field has an invalid value; the message names it."""

@@ -1,0 +1,336 @@
+"""`TokenDataset`: a validated dataset directory with batched random reads.
+
+A read takes many (shard, record) positions at once::
+
+    positions (request order)   (2,7) (0,3) (2,1) (0,9)
+        group by shard           shard 0: [3, 9]      shard 2: [1, 7]
+        one multi-index read     reader0.read([3,9])  reader2.read([1,7])   (thread pool)
+        back to request order    b"".join(...) -> one np.frombuffer -> RaggedTokens
+
+so the per-record cost is the ArrayRecord decode itself; there is no Python
+loop over documents, and records are raw little-endian ids (never pickle).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import operator
+import os
+import threading
+from typing import Sequence
+
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordReader
+
+from jaxdata.errors import DatasetError
+from jaxdata.fileutil import file_sha256
+from jaxdata.sources.index import record_byte_lengths
+from jaxdata.sources.manifest import Manifest, ShardInfo
+
+__all__ = ["RaggedTokens", "ReadOptions", "TokenDataset"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+  """How `TokenDataset.read` reads.
+
+  Attributes:
+    num_threads: shards read concurrently within one `read` call; 1 reads in
+      the calling thread.
+    reader_options: ArrayRecord reader options; the default tunes for random
+      access (no read-ahead).
+  """
+
+  num_threads: int = 4
+  reader_options: str = "readahead_buffer_size:0,max_parallelism:0"
+
+  def __post_init__(self) -> None:
+    if not isinstance(self.num_threads, int) or self.num_threads < 1:
+      raise ValueError(f"num_threads: must be an int >= 1, got {self.num_threads!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RaggedTokens:
+  """Documents as one flat id array and offsets: document i is
+  ``tokens[offsets[i]:offsets[i + 1]]``.
+
+  >>> r = RaggedTokens(np.arange(5), np.array([0, 2, 5]))
+  >>> len(r), r[1].tolist(), r.lengths.tolist()
+  (2, [2, 3, 4], [2, 3])
+  """
+
+  tokens: np.ndarray
+  offsets: np.ndarray
+
+  def __len__(self) -> int:
+    return self.offsets.size - 1
+
+  def __getitem__(self, i: int) -> np.ndarray:
+    return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+  @property
+  def lengths(self) -> np.ndarray:
+    return np.diff(self.offsets)
+
+  def to_list(self) -> list[np.ndarray]:
+    return np.split(self.tokens, self.offsets[1:-1])
+
+
+class TokenDataset:
+  """A dataset directory, checked against its manifest when opened.
+
+  Opening checks, for every shard: the file exists and has the listed size;
+  its lengths index exists, has one entry per record and sums to the listed
+  tokens; the ArrayRecord footer opens and counts the listed records. Reads
+  check every record's byte length against the lengths index and the dtype.
+  Each failure is a `DatasetError` naming the shard file.
+  """
+
+  def __init__(self, path: str, read_options: ReadOptions = ReadOptions()) -> None:
+    self.path = os.fspath(path)
+    self.read_options = read_options
+    self.manifest = Manifest.load(self.path)
+    self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
+    self._readers: list[ArrayRecordReader] = []
+    self._locks: list[threading.Lock] = []
+    lengths = []
+    for shard in self.manifest.shards:
+      lengths.append(self._check_shard_files(shard))
+      self._readers.append(self._open_reader(shard))
+      self._locks.append(threading.Lock())
+    self.shard_num_records = np.array(
+        [s.num_records for s in self.manifest.shards], dtype=np.int64
+    )
+    # record_starts[s] = global index of shard s's first record.
+    self.record_starts = np.concatenate([[0], np.cumsum(self.shard_num_records)])
+    self.lengths = (
+        np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
+    )
+    self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+  @property
+  def name(self) -> str:
+    return self.manifest.name
+
+  @property
+  def num_shards(self) -> int:
+    return len(self.manifest.shards)
+
+  @property
+  def num_records(self) -> int:
+    return int(self.record_starts[-1])
+
+  @property
+  def num_tokens(self) -> int:
+    return self.manifest.num_tokens
+
+  def shard_path(self, shard: int) -> str:
+    return os.path.join(self.path, self.manifest.shards[shard].path)
+
+  def global_index(self, shard_ids: np.ndarray, record_ids: np.ndarray) -> np.ndarray:
+    return self.record_starts[np.asarray(shard_ids)] + np.asarray(record_ids)
+
+  def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Global record indices -> (shard ids, record ids within the shard)."""
+    indices = np.asarray(indices, dtype=np.int64)
+    self._check_range(indices, self.num_records, "record index", self.path)
+    shard_ids = np.searchsorted(self.record_starts, indices, side="right") - 1
+    return shard_ids, indices - self.record_starts[shard_ids]
+
+  def read_global(self, indices: Sequence[int] | np.ndarray) -> RaggedTokens:
+    """Reads records by global index (shards concatenated in manifest order)."""
+    return self.read(*self.locate(np.asarray(indices, dtype=np.int64).ravel()))
+
+  def read(
+      self,
+      shard_ids: Sequence[int] | np.ndarray,
+      record_ids: Sequence[int] | np.ndarray,
+  ) -> RaggedTokens:
+    """Reads the records at (shard_ids[i], record_ids[i]), in that order.
+
+    Records are grouped per shard into one multi-index ArrayRecord read each;
+    shards run on a thread pool. The returned tokens are read-only.
+    """
+    shard_ids = np.asarray(shard_ids, dtype=np.int64).ravel()
+    record_ids = np.asarray(record_ids, dtype=np.int64).ravel()
+    if shard_ids.shape != record_ids.shape:
+      raise ValueError(
+          f"read: {shard_ids.size} shard ids but {record_ids.size} record ids"
+      )
+    count = shard_ids.size
+    if count == 0:
+      return RaggedTokens(np.zeros(0, self.dtype), np.zeros(1, np.int64))
+    self._check_range(shard_ids, self.num_shards, "shard id", self.path)
+    for_shard = self.shard_num_records[shard_ids]
+    bad = np.flatnonzero((record_ids < 0) | (record_ids >= for_shard))
+    if bad.size:
+      i = bad[0]
+      raise IndexError(
+          f"{self.shard_path(shard_ids[i])}: record {record_ids[i]} out of "
+          f"range [0, {for_shard[i]})"
+      )
+    order = np.lexsort((record_ids, shard_ids))
+    sorted_shards = shard_ids[order]
+    cuts = np.flatnonzero(np.diff(sorted_shards)) + 1
+    groups = np.split(order, cuts)
+    jobs = [(int(shard_ids[g[0]]), record_ids[g].tolist()) for g in groups]
+    if len(jobs) == 1 or self.read_options.num_threads == 1:
+      parts = [self._read_shard(shard, records) for shard, records in jobs]
+    else:
+      parts = list(self._thread_pool().map(lambda job: self._read_shard(*job), jobs))
+    sorted_blobs = [blob for part in parts for blob in part]
+    # position_in_sorted[i] = where request i landed in the sorted reads.
+    position_in_sorted = np.empty(count, np.int64)
+    position_in_sorted[order] = np.arange(count)
+    if count == 1:
+      blobs = sorted_blobs
+    else:
+      blobs = operator.itemgetter(*position_in_sorted.tolist())(sorted_blobs)
+    byte_lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=count)
+    token_lengths = self.lengths[self.global_index(shard_ids, record_ids)]
+    self._check_byte_lengths(byte_lengths, token_lengths, shard_ids, record_ids)
+    tokens = np.frombuffer(b"".join(blobs), dtype=self.dtype)
+    offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(token_lengths, out=offsets[1:])
+    return RaggedTokens(tokens, offsets)
+
+  def verify(self) -> None:
+    """Deep check that reads everything: every shard's sha256 against the
+    manifest and every record's byte length against the lengths index."""
+    for shard_id, shard in enumerate(self.manifest.shards):
+      path = self.shard_path(shard_id)
+      digest = file_sha256(path)
+      if digest != shard.sha256:
+        raise DatasetError(
+            f"{path}: sha256 {digest[:12]}... differs from manifest.json "
+            f"({shard.sha256[:12]}...); the shard changed after it was written"
+        )
+      byte_lengths = record_byte_lengths(path)
+      records = np.arange(shard.num_records)
+      self._check_byte_lengths(
+          byte_lengths,
+          self.lengths[self.record_starts[shard_id] + records],
+          np.full(shard.num_records, shard_id),
+          records,
+      )
+
+  def close(self) -> None:
+    if self._pool is not None:
+      self._pool.shutdown(wait=True)
+      self._pool = None
+    for reader in self._readers:
+      reader.close()
+    self._readers = []
+
+  def __enter__(self) -> "TokenDataset":
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    self.close()
+
+  def __repr__(self) -> str:
+    return (
+        f"TokenDataset({self.name!r}, shards={self.num_shards}, "
+        f"records={self.num_records}, tokens={self.num_tokens}, dtype={self.dtype.name})"
+    )
+
+  def _thread_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+    if self._pool is None:
+      self._pool = concurrent.futures.ThreadPoolExecutor(
+          self.read_options.num_threads, thread_name_prefix=f"jaxdata-read-{self.name}"
+      )
+    return self._pool
+
+  def _read_shard(self, shard: int, records: list[int]) -> list[bytes]:
+    with self._locks[shard]:
+      try:
+        return self._readers[shard].read(records)
+      except RuntimeError as e:
+        raise DatasetError(f"{self.shard_path(shard)}: read failed: {e}") from e
+
+  def _check_shard_files(self, shard: ShardInfo) -> np.ndarray:
+    """Checks a shard's files against the manifest; returns its lengths index."""
+    shard_file = os.path.join(self.path, shard.path)
+    if not os.path.isfile(shard_file):
+      raise DatasetError(f"{shard_file}: shard file is missing (listed in manifest.json)")
+    size = os.path.getsize(shard_file)
+    if size != shard.num_bytes:
+      raise DatasetError(
+          f"{shard_file}: {size} bytes on disk, manifest.json lists "
+          f"{shard.num_bytes} (truncated or replaced?)"
+      )
+    lengths_file = os.path.join(self.path, shard.lengths_path)
+    if not os.path.isfile(lengths_file):
+      raise DatasetError(
+          f"{lengths_file}: lengths index of shard {shard.path} is missing; "
+          "rebuild it with `jaxdata index`"
+      )
+    try:
+      lengths = np.load(lengths_file, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:
+      raise DatasetError(f"{lengths_file}: not a readable .npy array ({e})") from e
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+      raise DatasetError(
+          f"{lengths_file}: lengths index should be a 1-D integer array, "
+          f"got shape {lengths.shape} dtype {lengths.dtype}"
+      )
+    if lengths.size != shard.num_records:
+      raise DatasetError(
+          f"{lengths_file}: lengths index has {lengths.size} entries, shard "
+          f"{shard.path} has {shard.num_records} records in manifest.json"
+      )
+    total = int(np.sum(lengths, dtype=np.int64))
+    if total != shard.num_tokens:
+      raise DatasetError(
+          f"{lengths_file}: lengths sum to {total} tokens, manifest.json lists "
+          f"{shard.num_tokens} for {shard.path}"
+      )
+    return lengths
+
+  def _open_reader(self, shard: ShardInfo) -> ArrayRecordReader:
+    shard_file = os.path.join(self.path, shard.path)
+    reader = ArrayRecordReader(shard_file, self.read_options.reader_options)
+    if not reader.ok():
+      try:
+        reader.read([0])  # surfaces the reader's own description of the fault
+        detail = "reader is not ok"
+      except RuntimeError as e:
+        detail = str(e)
+      raise DatasetError(f"{shard_file}: not a readable ArrayRecord file ({detail})")
+    found = reader.num_records()
+    if found != shard.num_records:
+      reader.close()
+      raise DatasetError(
+          f"{shard_file}: {found} records in the file, manifest.json lists "
+          f"{shard.num_records}"
+      )
+    return reader
+
+  def _check_byte_lengths(
+      self,
+      byte_lengths: np.ndarray,
+      token_lengths: np.ndarray,
+      shard_ids: np.ndarray,
+      record_ids: np.ndarray,
+  ) -> None:
+    bad = np.flatnonzero(byte_lengths != token_lengths * self.dtype.itemsize)
+    if not bad.size:
+      return
+    i = bad[0]
+    where = f"{self.shard_path(shard_ids[i])}: record {record_ids[i]}"
+    if byte_lengths[i] % self.dtype.itemsize:
+      raise DatasetError(
+          f"{where} has {byte_lengths[i]} bytes, not a whole number of "
+          f"{self.dtype.name} tokens (wrong dtype in manifest.json?)"
+      )
+    raise DatasetError(
+        f"{where} has {byte_lengths[i] // self.dtype.itemsize} tokens, the "
+        f"lengths index says {token_lengths[i]}"
+    )
+
+  @staticmethod
+  def _check_range(values: np.ndarray, upper: int, what: str, where: str) -> None:
+    bad = np.flatnonzero((values < 0) | (values >= upper))
+    if bad.size:
+      raise IndexError(f"{where}: {what} {values[bad[0]]} out of range [0, {upper})")

@@ -1,0 +1,181 @@
+"""The dataset manifest: ``manifest.json`` beside the shards it describes.
+
+::
+
+    data/web/
+      manifest.json                  shards, counts, dtype, tokenizer, fingerprint
+      web-00000.array_record         one record = one document, raw little-endian ids
+      web-00000.lengths.npy          uint32 token count of every record
+      web-00001.array_record
+      web-00001.lengths.npy
+
+Paths inside the manifest are relative to its directory, so a dataset
+directory can be moved or copied as a whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any
+
+from jaxdata.errors import DatasetError
+
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Manifest", "ShardInfo"]
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+TOKEN_DTYPES = ("uint16", "uint32")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+  """One ArrayRecord shard and its lengths index, as listed in the manifest."""
+
+  path: str
+  lengths_path: str
+  num_records: int
+  num_tokens: int
+  num_bytes: int
+  sha256: str
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+  """What a dataset directory holds; validated on load, written last on save."""
+
+  name: str
+  dtype: str
+  tokenizer: dict[str, Any]
+  shards: tuple[ShardInfo, ...]
+  stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+  format_version: int = FORMAT_VERSION
+
+  def __post_init__(self) -> None:
+    if not self.name:
+      raise ValueError("name: a dataset needs a non-empty name")
+    if self.dtype not in TOKEN_DTYPES:
+      raise ValueError(f"dtype: {self.dtype!r} is not one of {TOKEN_DTYPES}")
+
+  @property
+  def num_records(self) -> int:
+    return sum(s.num_records for s in self.shards)
+
+  @property
+  def num_tokens(self) -> int:
+    return sum(s.num_tokens for s in self.shards)
+
+  @property
+  def fingerprint(self) -> str:
+    """sha256 over dtype, tokenizer and every shard's name, counts and hash.
+
+    Two datasets with the same fingerprint hold the same documents in the
+    same shards; the checkpoint fingerprint builds on it.
+    """
+    content = {
+        "dtype": self.dtype,
+        "tokenizer": self.tokenizer,
+        "shards": [
+            [s.path, s.num_records, s.num_tokens, s.sha256] for s in self.shards
+        ],
+    }
+    blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+  def to_json(self) -> dict[str, Any]:
+    return {
+        "format_version": self.format_version,
+        "name": self.name,
+        "dtype": self.dtype,
+        "tokenizer": self.tokenizer,
+        "num_records": self.num_records,
+        "num_tokens": self.num_tokens,
+        "fingerprint": self.fingerprint,
+        "shards": [s.to_json() for s in self.shards],
+        "stats": self.stats,
+    }
+
+  def save(self, directory: str) -> str:
+    """Writes ``manifest.json`` atomically (temp file + rename); returns its path."""
+    path = os.path.join(directory, MANIFEST_NAME)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump(self.to_json(), f, indent=1, sort_keys=True)
+      f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+  @classmethod
+  def load(cls, directory: str) -> "Manifest":
+    """Reads and checks ``DIRECTORY/manifest.json``; errors name the field."""
+    path = os.path.join(directory, MANIFEST_NAME)
+    if not os.path.isfile(path):
+      raise DatasetError(f"{path}: no manifest (is {directory} a jaxdata dataset?)")
+    try:
+      with open(path) as f:
+        raw = json.load(f)
+    except json.JSONDecodeError as e:
+      raise DatasetError(f"{path}: not valid JSON ({e})") from e
+    return cls.from_json(raw, source=path)
+
+  @classmethod
+  def from_json(cls, raw: Any, source: str = MANIFEST_NAME) -> "Manifest":
+    if not isinstance(raw, dict):
+      raise DatasetError(f"{source}: expected a JSON object")
+    version = _field(raw, "format_version", int, source)
+    if version > FORMAT_VERSION:
+      raise DatasetError(
+          f"{source}: format_version {version} is newer than this jaxdata "
+          f"reads ({FORMAT_VERSION}); upgrade jaxdata"
+      )
+    shards_raw = _field(raw, "shards", list, source)
+    shards = []
+    for i, entry in enumerate(shards_raw):
+      where = f"{source}: shards[{i}]"
+      if not isinstance(entry, dict):
+        raise DatasetError(f"{where}: expected an object")
+      shards.append(
+          ShardInfo(
+              path=_field(entry, "path", str, where),
+              lengths_path=_field(entry, "lengths_path", str, where),
+              num_records=_field(entry, "num_records", int, where),
+              num_tokens=_field(entry, "num_tokens", int, where),
+              num_bytes=_field(entry, "num_bytes", int, where),
+              sha256=_field(entry, "sha256", str, where),
+          )
+      )
+    try:
+      manifest = cls(
+          name=_field(raw, "name", str, source),
+          dtype=_field(raw, "dtype", str, source),
+          tokenizer=_field(raw, "tokenizer", dict, source),
+          shards=tuple(shards),
+          stats=raw.get("stats", {}),
+          format_version=version,
+      )
+    except ValueError as e:
+      raise DatasetError(f"{source}: {e}") from e
+    stored = raw.get("fingerprint")
+    if stored is not None and stored != manifest.fingerprint:
+      raise DatasetError(
+          f"{source}: fingerprint {stored[:12]}... does not match the listed "
+          f"shards ({manifest.fingerprint[:12]}...); the manifest was edited"
+      )
+    return manifest
+
+
+def _field(raw: dict[str, Any], key: str, kind: type, where: str) -> Any:
+  if key not in raw:
+    raise DatasetError(f"{where}: missing field {key!r}")
+  value = raw[key]
+  # bool is an int subclass; a count of `true` is a typo, not a number.
+  if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+    raise DatasetError(
+        f"{where}: field {key!r} should be {kind.__name__}, got {value!r}"
+    )
+  return value

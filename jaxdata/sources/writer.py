@@ -1,0 +1,159 @@
+"""`DatasetWriter`: token documents in, a validated dataset directory out.
+
+Both `jaxdata convert` and `jaxdata index` (and the benchmark corpus) write
+through this class, so every dataset on disk has the same layout::
+
+    write_documents(flat, lengths)     any number of calls, in document order
+      -> web-00000.array_record        group_size:1, one document per record
+      -> web-00000.lengths.npy         a shard is closed once it would exceed
+      -> web-00001.array_record ...    `shard_bytes`
+    finish(stats) -> manifest.json     written last: no manifest, no dataset
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordWriter
+
+from jaxdata.fileutil import file_sha256
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
+
+__all__ = ["DatasetWriter", "WRITER_OPTIONS", "shard_file_names"]
+
+# group_size:1 makes every record its own chunk: a random read decodes one record.
+WRITER_OPTIONS = "group_size:1"
+LENGTHS_DTYPE = np.dtype("<u4")
+
+
+def shard_file_names(name: str, index: int) -> tuple[str, str]:
+  """(shard file, lengths file) names of shard `index` of dataset `name`."""
+  stem = f"{name}-{index:05d}"
+  return f"{stem}.array_record", f"{stem}.lengths.npy"
+
+
+class DatasetWriter:
+  """Writes documents into size-bounded ArrayRecord shards plus lengths indices.
+
+  Output is a pure function of the documents and options (no timestamps, no
+  worker ids), so a second run writes byte-identical files.
+
+  >>> import tempfile
+  >>> out = tempfile.mkdtemp()
+  >>> w = DatasetWriter(out, "tiny", np.dtype("<u2"), {"kind": "byte"})
+  >>> w.write_documents(np.arange(5), np.array([2, 3]))
+  >>> w.finish().num_records, sorted(os.listdir(out))[0]
+  (2, 'manifest.json')
+  """
+
+  def __init__(
+      self,
+      out_dir: str,
+      name: str,
+      dtype: np.dtype,
+      tokenizer: dict[str, Any],
+      shard_bytes: int = 256 << 20,
+  ) -> None:
+    if shard_bytes <= 0:
+      raise ValueError(f"shard_bytes: must be positive, got {shard_bytes}")
+    self._dtype = np.dtype(dtype).newbyteorder("<")
+    if self._dtype.name not in ("uint16", "uint32"):
+      raise ValueError(f"dtype: {self._dtype} is not uint16 or uint32")
+    if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
+      raise FileExistsError(
+          f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); "
+          "choose another directory or remove it"
+      )
+    os.makedirs(out_dir, exist_ok=True)
+    self._out_dir = out_dir
+    self._name = name
+    self._tokenizer = tokenizer
+    self._shard_bytes = shard_bytes
+    self._max_id = np.iinfo(self._dtype).max
+    self._shards: list[ShardInfo] = []
+    self._writer: ArrayRecordWriter | None = None
+    self._lengths: list[np.ndarray] = []
+    self._open_bytes = 0
+
+  def write_documents(self, flat_tokens: np.ndarray, lengths: np.ndarray) -> None:
+    """Appends documents given as one flat id array and their lengths."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    flat_tokens = np.asarray(flat_tokens)
+    if int(lengths.sum()) != flat_tokens.size:
+      raise ValueError(
+          f"lengths: sum {int(lengths.sum())} != {flat_tokens.size} tokens given"
+      )
+    if (lengths < 0).any() or (lengths > np.iinfo(LENGTHS_DTYPE).max).any():
+      raise ValueError("lengths: every document needs 0 <= length < 2**32")
+    if flat_tokens.size and (flat_tokens.min() < 0 or flat_tokens.max() > self._max_id):
+      raise ValueError(
+          f"tokens: ids must lie in [0, {self._max_id}] for {self._dtype.name}; "
+          f"got [{flat_tokens.min()}, {flat_tokens.max()}]"
+      )
+    payload = flat_tokens.astype(self._dtype, copy=False).tobytes()
+    byte_ends = np.cumsum(lengths) * self._dtype.itemsize
+    byte_starts = byte_ends - lengths * self._dtype.itemsize
+    start = 0
+    while start < lengths.size:
+      if self._writer is None:
+        self._open_shard()
+      # Fill the open shard up to shard_bytes (at least one document per shard).
+      room = self._shard_bytes - self._open_bytes + byte_starts[start]
+      stop = int(np.searchsorted(byte_ends, room, side="right"))
+      stop = max(stop, start + 1) if self._open_bytes == 0 else stop
+      stop = min(stop, lengths.size)
+      if stop == start:
+        self._close_shard()
+        continue
+      for s, e in zip(byte_starts[start:stop].tolist(), byte_ends[start:stop].tolist()):
+        self._writer.write(payload[s:e])
+      self._lengths.append(lengths[start:stop])
+      self._open_bytes += int(byte_ends[stop - 1] - byte_starts[start])
+      start = stop
+      if self._open_bytes >= self._shard_bytes:
+        self._close_shard()
+
+  def finish(self, stats: dict[str, Any] | None = None) -> Manifest:
+    """Closes the last shard and writes the manifest; returns it."""
+    if self._writer is not None:
+      self._close_shard()
+    manifest = Manifest(
+        name=self._name,
+        dtype=self._dtype.name,
+        tokenizer=self._tokenizer,
+        shards=tuple(self._shards),
+        stats=stats or {},
+    )
+    manifest.save(self._out_dir)
+    return manifest
+
+  def _open_shard(self) -> None:
+    shard_name, _ = shard_file_names(self._name, len(self._shards))
+    self._writer = ArrayRecordWriter(
+        os.path.join(self._out_dir, shard_name), WRITER_OPTIONS
+    )
+    self._lengths = []
+    self._open_bytes = 0
+
+  def _close_shard(self) -> None:
+    assert self._writer is not None
+    self._writer.close()
+    self._writer = None
+    shard_name, lengths_name = shard_file_names(self._name, len(self._shards))
+    lengths = (
+        np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+    ).astype(LENGTHS_DTYPE)
+    np.save(os.path.join(self._out_dir, lengths_name), lengths)
+    shard_path = os.path.join(self._out_dir, shard_name)
+    self._shards.append(
+        ShardInfo(
+            path=shard_name,
+            lengths_path=lengths_name,
+            num_records=int(lengths.size),
+            num_tokens=int(lengths.sum(dtype=np.int64)),
+            num_bytes=os.path.getsize(shard_path),
+            sha256=file_sha256(shard_path),
+        )
+    )
