@@ -1,0 +1,88 @@
+"""The benchmark workload: 4 datasets with lognormal document lengths, ~100M tokens.
+
+Later benchmarks (mixture, packing, pipeline, checkpoint) reuse this corpus.
+Documents are random token ids written through `jaxdata.DatasetWriter`, the
+same writer path `jaxdata convert` uses.
+
+    python benchmarks/make_corpus.py --out /tmp/jaxdata-bench [--scale 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+
+import numpy as np
+
+from jaxdata import DatasetWriter, TokenDataset
+
+VOCAB_SIZE = 50_257
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusSpec:
+  """One benchmark dataset: mean document length, cap, and token budget."""
+
+  name: str
+  mean_length: float
+  max_length: int
+  tokens: int
+  sigma: float = 1.0
+
+
+SPECS = (
+    CorpusSpec("web", 600, 65_536, 40_000_000),
+    CorpusSpec("code", 1_500, 65_536, 25_000_000),
+    CorpusSpec("books", 8_400, 65_536, 25_000_000),
+    CorpusSpec("curated", 400, 65_536, 10_000_000),
+)
+
+
+def lognormal_lengths(spec: CorpusSpec, tokens: int, rng: np.random.Generator) -> np.ndarray:
+  """Lengths with the given mean (before the cap) summing to about `tokens`."""
+  mu = np.log(spec.mean_length) - spec.sigma**2 / 2
+  count = max(1, int(tokens / spec.mean_length * 1.1))
+  lengths = np.clip(rng.lognormal(mu, spec.sigma, count).astype(np.int64), 1, spec.max_length)
+  stop = int(np.searchsorted(np.cumsum(lengths), tokens)) + 1
+  return lengths[:stop]
+
+
+def make_corpus(
+    out_dir: str, scale: float = 1.0, seed: int = 0, shard_bytes: int = 8 << 20
+) -> dict[str, str]:
+  """Writes (or reuses) the corpus; returns {dataset name: directory}."""
+  dirs = {}
+  for i, spec in enumerate(SPECS):
+    directory = os.path.join(out_dir, spec.name)
+    dirs[spec.name] = directory
+    if os.path.exists(os.path.join(directory, "manifest.json")):
+      TokenDataset(directory).close()  # validates a reused corpus
+      continue
+    rng = np.random.default_rng([seed, i])
+    lengths = lognormal_lengths(spec, int(spec.tokens * scale), rng)
+    writer = DatasetWriter(directory, spec.name, np.dtype("<u2"), {"kind": "synthetic",
+                           "vocab_size": VOCAB_SIZE}, shard_bytes)
+    for chunk in np.array_split(lengths, max(1, lengths.size // 8192)):
+      writer.write_documents(rng.integers(0, VOCAB_SIZE, int(chunk.sum()), dtype=np.uint16), chunk)
+    writer.finish({"generator": "benchmarks/make_corpus.py", "seed": seed, "scale": scale})
+  return dirs
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--out", default="/tmp/jaxdata-bench")
+  parser.add_argument("--scale", type=float, default=1.0, help="fraction of ~100M tokens")
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args()
+  started = time.perf_counter()
+  for name, directory in make_corpus(args.out, args.scale, args.seed).items():
+    with TokenDataset(directory) as ds:
+      print(f"{name:8s} {ds.num_shards:3d} shards {ds.num_records:9,d} docs "
+            f"{ds.num_tokens:13,d} tokens  mean {ds.lengths.mean():7.0f}  {directory}")
+  print(f"done in {time.perf_counter() - started:.1f}s")
+
+
+if __name__ == "__main__":
+  main()
