@@ -5,8 +5,20 @@ each piece means.
 """
 
 from jaxdata import sources
+from jaxdata.config import (
+    BatchConfig,
+    DatasetConfig,
+    MixtureConfig,
+    PackingConfig,
+    Phase,
+    PipelineConfig,
+    load_config,
+)
 from jaxdata.convert import ConvertOptions, convert
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError
+from jaxdata.mixture import DatasetMeta, DocBatch, DocRef, DocumentStream
+from jaxdata.order import DatasetOrder, ShuffleOptions
+from jaxdata.schedule import Schedule
 from jaxdata.sources import (
     DatasetWriter,
     Manifest,
@@ -27,22 +39,36 @@ from jaxdata.tokenizers import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchConfig",
     "ByteTokenizer",
     "ConfigError",
     "ConvertOptions",
+    "DatasetConfig",
     "DatasetError",
+    "DatasetMeta",
+    "DatasetOrder",
     "DatasetWriter",
+    "DocBatch",
+    "DocRef",
+    "DocumentStream",
     "HuggingFaceTokenizer",
     "InputFormatError",
     "Manifest",
+    "MixtureConfig",
+    "PackingConfig",
+    "Phase",
+    "PipelineConfig",
     "RaggedTokens",
     "ReadOptions",
+    "Schedule",
     "SentencePieceTokenizer",
     "ShardInfo",
+    "ShuffleOptions",
     "TokenDataset",
     "TokenizerSpec",
     "build_index",
     "convert",
+    "load_config",
     "load_tokenizer",
     "sources",
 ]
