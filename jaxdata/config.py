@@ -303,7 +303,7 @@ class PipelineConfig:
          self.stop_after_passes),
     ]
     kind, max_passes, target = "passes", None, 1  # nothing set: one pass of everything
-    for i, (scope, policy, max_repeats, passes) in enumerate(levels):
+    for scope, policy, max_repeats, passes in levels:
       if policy == "stop" and max_repeats is not None:
         raise ConfigError(f"{scope}: max_repeats has no meaning with exhausted_policy 'stop'")
       if passes is not None and (policy == "stop" or max_repeats is not None):

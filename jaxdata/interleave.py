@@ -124,10 +124,9 @@ class LoopResult:
   ended: bool
 
 
-def _keys(segment: Segment, i: int, a_i: int, units: int, margin: int) -> tuple[float, float]:
-  """(due, release) of dataset i's next document of `units` units, in units since start."""
-  numerator = WEIGHT_SCALE * a_i - segment.deficits[i]
-  weight = segment.weights[i]
+def _keys(units: int, numerator: int, weight: int, margin: int) -> tuple[float, float]:
+  """(due, release) of a dataset's next document of `units` units, in units
+  since the segment start. The pick loop inlines the same expressions."""
   due = ((WEIGHT_SCALE - margin) * units + numerator) / weight
   release = (margin * units + numerator) / weight - units
   return due, release
@@ -139,8 +138,8 @@ def pick(
     draw: tuple[int, np.ndarray, list[int]] | None,
     counter: int,
     eligible: list[int],
-    taken: list[int],
     units: int,
+    taken: list[int],
     lengths: list[list[int] | None],
     cursor: list[int],
     watch: list[int],
@@ -151,82 +150,144 @@ def pick(
 ) -> LoopResult:
   """Picks documents until a limit, the end of a dataset, or the last pass.
 
-  Exactly one of `segment` (exact interleave) and `draw` ((key, cumulative
-  probabilities, eligible datasets) for the random interleave) is given.
-  `taken`, `cursor` and `watch` are updated in place. `watch[i]` counts the
-  pass completions dataset i still needs; `remaining` how many datasets still
-  need some (-1: no stop_after_passes dataset, that end never comes).
+  Exactly one of `segment` (exact interleave; `units` emitted so far and
+  `taken` from each dataset) and
+  `draw` ((key, cumulative probabilities, eligible datasets) for the random
+  interleave; `counter` = documents emitted so far) is given. `cursor` and
+  `watch` are updated in place. `watch[i]` counts the pass completions
+  dataset i still needs; `remaining` how many datasets still need some (-1:
+  no stop_after_passes dataset, that end never comes).
   """
-  exact = segment is not None
-  margin = 0
-  scale = WEIGHT_SCALE
-  if exact:
-    weights, start_taken, start_deficits = segment.weights, segment.taken, segment.deficits
+  marks = _Marks(watch, remaining)
+  if segment is not None:
+    return _pick_exact(
+        segment, eligible, units, taken, lengths, cursor, marks, tokens_unit, doc_limit, token_limit
+    )
+  return _pick_random(draw, counter, lengths, cursor, marks, doc_limit, token_limit)
+
+
+class _Marks:
+  """The rare path of the pick loops: a negative (marked) length."""
+
+  def __init__(self, watch: list[int], remaining: int) -> None:
+    self.watch = watch
+    self.remaining = remaining
+
+  def read(self, dataset: int, encoded: int) -> tuple[int, bool, bool]:
+    """(length, ends the stream before this document, ends it after)."""
+    if encoded == END_OF_DATASET:
+      return 0, True, False  # the picked dataset cannot supply a next document
+    if encoded == END_OF_BUFFER:
+      raise RuntimeError("look-ahead buffer ran dry inside a pick loop")  # ensure() prevents it
+    self.watch[dataset] -= 1  # the document completes a pass
+    if self.watch[dataset] == 0:
+      self.remaining -= 1
+      return ~encoded, False, self.remaining == 0  # every stop_after_passes dataset is done
+    return ~encoded, False, False
+
+
+def _pick_exact(
+    segment: Segment,
+    eligible: list[int],
+    units: int,
+    taken: list[int],
+    lengths: list[list[int] | None],
+    cursor: list[int],
+    marks: _Marks,
+    tokens_unit: bool,
+    doc_limit: int,
+    token_limit: int,
+) -> LoopResult:
+  weights = segment.weights
+  positive = sum(1 for i in eligible if weights[i] > 0)
+  margin = WEIGHT_SCALE // (2 * positive - 2) if positive > 1 else 0
+  due_scale = WEIGHT_SCALE - margin
+  # numerator[i] = WEIGHT_SCALE * (units taken from i in the segment) - its deficit at the start
+  numerator = [
+      WEIGHT_SCALE * (c - c0) - d0 for c, c0, d0 in zip(taken, segment.taken, segment.deficits)
+  ]
   due = [math.inf] * len(lengths)
   release = [math.inf] * len(lengths)
-  if exact:
-    positive = sum(1 for i in eligible if segment.weights[i] > 0)
-    margin = WEIGHT_SCALE // (2 * positive - 2) if positive > 1 else 0
-    due_scale = WEIGHT_SCALE - margin
-    for i in eligible:
-      due[i], release[i] = _keys(
-          segment, i, taken[i] - segment.taken[i], _units_of(lengths[i][cursor[i]], tokens_unit), margin
-      )
+  for i in eligible:
+    due[i], release[i] = _keys(_units_of(lengths[i][cursor[i]], tokens_unit), numerator[i], weights[i], margin)
   order = tuple(eligible)
-  draws: list[int] = []
   choices: list[int] = []
   append = choices.append
   count = tokens = 0
-  t = float(units - segment.start) if exact else 0.0  # units since the segment start (exact)
+  t = float(units - segment.start)  # units since the segment start, exact below 2**53
   while True:
-    if exact:
-      best, best_due = -1, math.inf
+    best, best_due = -1, math.inf
+    for i in order:
+      if t > release[i] and due[i] < best_due:
+        best, best_due = i, due[i]
+    if best < 0:  # nothing released: the one due first
       for i in order:
-        if t > release[i] and due[i] < best_due:
+        if due[i] < best_due:
           best, best_due = i, due[i]
-      if best < 0:  # nothing released: the one due first
-        for i in order:
-          if due[i] < best_due:
-            best, best_due = i, due[i]
-    else:
-      if count == len(draws):
-        key, cumulative, among = draw
-        counters = np.arange(counter + count, counter + count + _DRAW_CHUNK)
-        slots = np.searchsorted(cumulative, uniform(key, counters), side="right")
-        draws.extend(np.asarray(among)[np.minimum(slots, len(among) - 1)].tolist())
-      best = draws[count]
     at = cursor[best]
     length = lengths[best][at]
-    stop = False
+    last = False
     if length < 0:
-      if length == END_OF_DATASET:
-        return LoopResult(choices, True)  # the picked dataset cannot supply a next document
-      if length == END_OF_BUFFER:
-        raise RuntimeError("look-ahead buffer ran dry inside a pick loop")  # ensure() prevents it
-      length = ~length  # completes a pass
-      watch[best] -= 1
-      if watch[best] == 0:
-        remaining -= 1
-        stop = remaining == 0  # every stop_after_passes dataset is done
+      length, ended, last = marks.read(best, length)
+      if ended:
+        return LoopResult(choices, True)
     cursor[best] = at + 1
     step_units = length if tokens_unit else 1
-    taken[best] += step_units
     t += step_units
     tokens += length
     append(best)
     count += 1
-    if stop:
+    if last:
       return LoopResult(choices, True)
     if count >= doc_limit or tokens >= token_limit:
       return LoopResult(choices, False)
-    if exact:  # the keys of best's next document (inlined _keys: the hot path)
-      n = lengths[best][at + 1] if tokens_unit else 1
-      if n < 0:
-        n = 1 if n <= END_OF_BUFFER else ~n
-      numerator = scale * (taken[best] - start_taken[best]) - start_deficits[best]
-      weight = weights[best]
-      due[best] = (due_scale * n + numerator) / weight
-      release[best] = (margin * n + numerator) / weight - n
+    # The keys of best's next document (_keys inlined: this is the hot path).
+    n = lengths[best][at + 1] if tokens_unit else 1
+    if n < 0:
+      n = 1 if n <= END_OF_BUFFER else ~n
+    numerator[best] += WEIGHT_SCALE * step_units
+    weight = weights[best]
+    due[best] = (due_scale * n + numerator[best]) / weight
+    release[best] = (margin * n + numerator[best]) / weight - n
+
+
+# The two loops repeat their few lines of bookkeeping on purpose: a shared
+# per-document helper call would cost the exact loop a fifth of its speed.
+def _pick_random(
+    draw: tuple[int, np.ndarray, list[int]],
+    counter: int,
+    lengths: list[list[int] | None],
+    cursor: list[int],
+    marks: _Marks,
+    doc_limit: int,
+    token_limit: int,
+) -> LoopResult:
+  key, cumulative, among = draw
+  draws: list[int] = []
+  choices: list[int] = []
+  append = choices.append
+  count = tokens = 0
+  while True:
+    if count == len(draws):
+      counters = np.arange(counter + count, counter + count + _DRAW_CHUNK)
+      slots = np.searchsorted(cumulative, uniform(key, counters), side="right")
+      draws.extend(np.asarray(among)[np.minimum(slots, len(among) - 1)].tolist())
+    best = draws[count]
+    at = cursor[best]
+    length = lengths[best][at]
+    last = False
+    if length < 0:
+      length, ended, last = marks.read(best, length)
+      if ended:
+        return LoopResult(choices, True)
+    cursor[best] = at + 1
+    tokens += length
+    append(best)
+    count += 1
+    if last:
+      return LoopResult(choices, True)
+    if count >= doc_limit or tokens >= token_limit:
+      return LoopResult(choices, False)
 
 
 def _units_of(encoded: int, tokens_unit: bool) -> int:

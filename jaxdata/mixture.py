@@ -20,6 +20,7 @@ counts and lengths), and the state is a few integers per dataset::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -107,6 +108,11 @@ class DatasetMeta:
     if counts.sum() != lengths.size:
       raise ValueError(f"shard_counts sum to {counts.sum()}, but {lengths.size} lengths given")
     return cls(counts, lengths)
+
+
+@functools.lru_cache(maxsize=64)
+def _scaled(weights: tuple[float, ...]) -> tuple[int, ...]:
+  return tuple(scale_weights(weights))
 
 
 def resolve_block_size(
@@ -263,7 +269,7 @@ class DocumentStream:
       return DocBatch.concatenate(self.names, [])
     weights = self.schedule.weights_at(step)
     self._check_can_end(step, weights)
-    if self.exact and scale_weights(weights) != self._segment.weights:
+    if self.exact and list(_scaled(weights)) != self._segment.weights:
       self._segment = self._new_segment(step, weights)
     eligible = [i for i, w in enumerate(weights) if w > 0]
     doc_limit = max_docs if max_docs is not None else _UNLIMITED
