@@ -18,6 +18,7 @@ from jaxdata.convert import ConvertOptions, convert
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError
 from jaxdata.mixture import DatasetMeta, DocBatch, DocRef, DocumentStream
 from jaxdata.order import DatasetOrder, ShuffleOptions
+from jaxdata.pipeline import Pipeline, pieces_for_hosts
 from jaxdata.schedule import Schedule
 from jaxdata.sources import (
     DatasetWriter,
@@ -57,6 +58,7 @@ __all__ = [
     "MixtureConfig",
     "PackingConfig",
     "Phase",
+    "Pipeline",
     "PipelineConfig",
     "RaggedTokens",
     "ReadOptions",
@@ -70,5 +72,6 @@ __all__ = [
     "convert",
     "load_config",
     "load_tokenizer",
+    "pieces_for_hosts",
     "sources",
 ]

@@ -44,6 +44,7 @@ __all__ = [
     "MixtureConfig",
     "PackingConfig",
     "Phase",
+    "WarmupPhase",
     "PipelineConfig",
     "load_config",
 ]
@@ -155,8 +156,21 @@ class MixtureConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class WarmupPhase:
+  """Sequence-length warmup: rows of `seq_len` until `until_step`."""
+
+  until_step: int
+  seq_len: int
+
+
+@dataclasses.dataclass(frozen=True)
 class PackingConfig:
-  """Packing of documents into rows (DESIGN §7)."""
+  """Packing of documents into rows (DESIGN §7).
+
+  `warmup` lists shorter sequence lengths for the first steps; the global
+  batch then has global_batch_size x seq_len / warmup seq_len rows, so the
+  tokens per step stay constant.
+  """
 
   mode: str = "first_fit"
   seq_len: int = 2048
@@ -166,6 +180,7 @@ class PackingConfig:
   add_eos: bool = False
   eos_id: int = 0
   pad_id: int = 0
+  warmup: tuple[WarmupPhase, ...] = ()
 
   def __post_init__(self) -> None:
     _check_choice(self.mode, PACKING_MODES, "packing.mode")
@@ -175,6 +190,25 @@ class PackingConfig:
       _check_bool(getattr(self, field), f"packing.{field}")
     for field in ("bos_id", "eos_id", "pad_id"):
       _check_int(getattr(self, field), f"packing.{field}", 0)
+    phases = tuple(
+        p if isinstance(p, WarmupPhase) else WarmupPhase(**_mapping(p, "packing.warmup[]"))
+        for p in self.warmup
+    )
+    object.__setattr__(self, "warmup", phases)
+    previous = 0
+    for i, phase in enumerate(phases):
+      where = f"packing.warmup[{i}]"
+      _check_int(phase.until_step, f"{where}.until_step", previous + 1)
+      _check_int(phase.seq_len, f"{where}.seq_len", 2)
+      if self.seq_len % phase.seq_len:
+        raise ConfigError(f"{where}.seq_len: {phase.seq_len} must divide packing.seq_len {self.seq_len}")
+      previous = phase.until_step
+
+  def seq_len_at(self, step: int) -> int:
+    for phase in self.warmup:
+      if step < phase.until_step:
+        return phase.seq_len
+    return self.seq_len
 
 
 @dataclasses.dataclass(frozen=True)

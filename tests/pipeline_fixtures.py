@@ -1,0 +1,54 @@
+"""Small real datasets whose token ids say where they come from.
+
+Token k of record r of dataset d is ``code(d, r, k) = (1 + d * 4096 + r) * 512 + k``
+(uint32, always >= FIRST_CODE, above any BOS / EOS / pad id the tests use), so a
+test can decode any batch position back to its document and offset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jaxdata import DatasetWriter, PipelineConfig
+
+
+FIRST_CODE = 512
+
+
+def code(d: np.ndarray | int, r: np.ndarray | int, k: np.ndarray | int) -> np.ndarray:
+  return (1 + np.asarray(d) * 4096 + np.asarray(r)) * 512 + np.asarray(k)
+
+
+def decode(token: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  body = np.asarray(token, dtype=np.int64) // 512 - 1
+  return body // 4096, body % 4096, np.asarray(token, dtype=np.int64) % 512
+
+
+def write_coded_dataset(directory: str, d: int, lengths: list[int], shard_bytes: int = 400) -> None:
+  lengths_arr = np.asarray(lengths, dtype=np.int64)
+  record = np.repeat(np.arange(len(lengths)), lengths_arr)
+  k = np.arange(int(lengths_arr.sum())) - np.repeat(np.cumsum(lengths_arr) - lengths_arr, lengths_arr)
+  writer = DatasetWriter(directory, f"d{d}", np.dtype("<u4"), {"kind": "coded"}, shard_bytes)
+  writer.write_documents(code(d, record, k), lengths_arr)
+  writer.finish()
+
+
+def coded_config(tmp_path: Any, lengths: list[list[int]], **overrides: Any) -> PipelineConfig:
+  """Datasets d0, d1, ... with the given document lengths, equal weights."""
+  names = [f"d{i}" for i in range(len(lengths))]
+  for i, doc_lengths in enumerate(lengths):
+    write_coded_dataset(str(tmp_path / names[i]), i, doc_lengths)
+  raw = {
+      "datasets": [{"name": n, "path": str(tmp_path / n)} for n in names],
+      "mixture": {"weights": {n: 1 for n in names}},
+      "packing": {"mode": "first_fit", "seq_len": 16},
+      "batch": {"global_batch_size": 4},
+  }
+  for key, value in overrides.items():
+    if isinstance(value, dict) and isinstance(raw.get(key), dict):
+      raw[key] = {**raw[key], **value}
+    else:
+      raw[key] = value
+  return PipelineConfig.from_dict(raw)

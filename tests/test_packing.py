@@ -1,0 +1,280 @@
+"""Packing and global batches: exact placement, efficiency, mesh layouts, end of stream."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from jax.sharding import Mesh
+
+from checkpoint_property import assert_restores_exactly
+from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
+from jaxdata.transforms.packing import Packer
+from pipeline_fixtures import FIRST_CODE, code, coded_config, decode
+
+FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
+
+
+def all_batches(pipe: Pipeline) -> list[dict[str, np.ndarray]]:
+  return [{k: np.asarray(v) for k, v in b.items()} for b in pipe]
+
+
+def check_batch_invariants(batch: dict[str, np.ndarray], cfg: PipelineConfig) -> None:
+  """DESIGN §7 meanings, checked position by position from the token codes."""
+  packing = cfg.packing
+  tokens, targets, seg, pos, mask, src = (batch[k] for k in FEATURES)
+  pad = seg == 0
+  assert (src[pad] == -1).all() and (mask[pad] == 0).all() and (pos[pad] == 0).all()
+  for row in range(tokens.shape[0]):
+    ids = seg[row][seg[row] > 0]
+    # Segments are 1..k, each one contiguous, in column order; padding only at the end.
+    if ids.size:
+      assert ids.tolist() == sorted(ids.tolist()) and ids[0] == 1
+      assert set(np.diff(ids).tolist()) <= {0, 1}
+      assert (seg[row][: ids.size] > 0).all()
+    for s in np.unique(ids):
+      cols = np.flatnonzero(seg[row] == s)
+      assert pos[row, cols].tolist() == list(range(cols.size))  # positions restart per segment
+      assert np.unique(src[row, cols]).size == 1
+  real = (~pad) & (tokens >= FIRST_CODE)  # document tokens (BOS / EOS ids are small)
+  d, r, k = decode(tokens[real])
+  assert (d == src[real]).all()
+  # Targets: the next token of the same document; loss 1 exactly where it exists.
+  has_next = mask[real] == 1
+  expected = code(d, r, k + 1)
+  ok = targets[real] == expected
+  if packing.add_eos:
+    ok |= targets[real] == packing.eos_id
+  assert ok[has_next].all()
+  assert (targets[~pad][mask[~pad] == 0] == packing.pad_id).all()
+
+
+def covered(batches: list[dict[str, np.ndarray]]) -> dict[tuple[int, int], list[int]]:
+  """(dataset, record) -> sorted token offsets seen (pass 0 only: one pass configured)."""
+  seen: dict[tuple[int, int], list[int]] = {}
+  for b in batches:
+    keep = (b["segment_ids"] > 0) & (b["tokens"] >= FIRST_CODE)
+    for d, r, k in zip(*decode(b["tokens"][keep])):
+      seen.setdefault((int(d), int(r)), []).append(int(k))
+  return {key: sorted(v) for key, v in seen.items()}
+
+
+doc_lengths = st.lists(st.integers(0, 40), min_size=1, max_size=25).filter(lambda x: sum(x) > 0)
+
+
+@settings(max_examples=25)
+@given(
+    lengths=st.lists(doc_lengths, min_size=1, max_size=3),
+    mode=st.sampled_from(["first_fit", "best_fit", "concat"]),
+    bos=st.booleans(),
+    eos=st.booleans(),
+)
+def test_every_token_of_every_document_appears_exactly_once(tmp_path_factory, lengths, mode, bos, eos):
+  tmp_path = tmp_path_factory.mktemp("coded")
+  cfg = coded_config(tmp_path, lengths, packing={"mode": mode, "add_bos": bos, "add_eos": eos},
+                     batch={"global_batch_size": 4, "drop_remainder": False},
+                     exhausted_policy="stop", mixture={"weights": {f"d{i}": 1 for i in range(len(lengths))},
+                                                       "unit": "documents"})
+  with Pipeline(cfg, prefetch=0) as pipe:
+    batches = all_batches(pipe)
+    for b in batches:
+      check_batch_invariants(b, cfg)
+      assert b["tokens"].shape == (4, 16)
+  seen = covered(batches)
+  stream_docs = DocumentStream(cfg).take(0, max_docs=10_000)
+  expected = {(int(d), int(r)): list(range(n)) for d, r, n in zip(stream_docs.dataset, stream_docs.record, stream_docs.length) if n}
+  assert seen == expected  # with "stop", the stream's documents are exactly those packed
+
+
+def test_long_documents_split_or_truncate_never_raise(tmp_path):
+  cfg = coded_config(tmp_path, [[50, 3, 70, 16, 17]], packing={"long_docs": "truncate"},
+                     batch={"global_batch_size": 4, "drop_remainder": False})
+  stats_path = tmp_path / "stats.jsonl"
+  with Pipeline(cfg, prefetch=0, stats_path=str(stats_path)) as pipe:
+    batches = all_batches(pipe)
+  seen = covered(batches)
+  assert seen[(0, 0)] == list(range(16)) and seen[(0, 2)] == list(range(16))  # cut to seq_len
+  assert seen[(0, 4)] == list(range(16)) and seen[(0, 1)] == [0, 1, 2]
+  lines = [json.loads(line) for line in stats_path.read_text().splitlines()]
+  assert sum(line["truncated_tokens"] for line in lines) == (50 - 16) + (70 - 16) + (17 - 16)
+  split_cfg = coded_config(tmp_path / "s", [[50, 3, 70, 16, 17]], batch={"global_batch_size": 4, "drop_remainder": False})
+  with Pipeline(split_cfg, prefetch=0) as pipe:
+    seen = covered(all_batches(pipe))
+  assert seen[(0, 2)] == list(range(70)) and seen[(0, 0)] == list(range(50))
+
+
+def test_none_mode_is_one_document_per_row(tmp_path):
+  cfg = coded_config(tmp_path, [[5, 20, 7, 9, 1]], packing={"mode": "none"},
+                     batch={"global_batch_size": 4, "drop_remainder": False})
+  with Pipeline(cfg, prefetch=0) as pipe:
+    batches = all_batches(pipe)
+  for b in batches:
+    assert (b["segment_ids"].max(axis=1) <= 1).all()
+  lengths_seen = sorted(int((b["segment_ids"][r] > 0).sum()) for b in batches for r in range(4) if b["segment_ids"][r].any())
+  assert lengths_seen == [1, 5, 7, 9, 16]
+
+
+# ---------------------------------------------------------------- efficiency
+
+
+def lognormal_stream_cfg(mode: str, rows: int) -> tuple[PipelineConfig, dict[str, DatasetMeta]]:
+  rng = np.random.default_rng(0)
+  means = {"web": 600, "code": 1500, "books": 8400, "curated": 400}
+  metas = {n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m) - 0.5, 1.0, 4000), 1, 65536).astype(int))
+           for n, m in means.items()}
+  cfg = PipelineConfig.from_dict({
+      "datasets": [{"name": n} for n in means],
+      "mixture": {"weights": {"web": .62, "code": .18, "books": .12, "curated": .08}},
+      "exhausted_policy": "repeat",
+      "packing": {"mode": mode, "seq_len": 2048},
+      "batch": {"global_batch_size": rows},
+  })
+  return cfg, metas
+
+
+@pytest.mark.parametrize("mode", ["first_fit", "best_fit"])
+@pytest.mark.parametrize("rows", [32, 128])
+def test_fit_modes_reach_the_efficiency_goal_and_bound_the_carry(mode, rows):
+  cfg, metas = lognormal_stream_cfg(mode, rows)
+  packer = Packer(cfg.packing, cfg.batch, DocumentStream(cfg, metas))
+  capacity = rows * 2048
+  fractions = []
+  for _ in range(60):
+    plan = packer.plan()
+    fractions.append(1 - plan.padding_fraction)
+    # The carry is bounded: under one step's capacity plus one row.
+    assert int(packer.carry.length.sum()) < capacity + 2048
+    # Rows are never over-full.
+    fill = np.bincount(plan.row, weights=plan.pieces.length, minlength=rows)
+    assert fill.max() <= 2048
+  assert np.mean(fractions) >= 0.985
+
+
+def test_concat_mode_has_no_padding():
+  cfg, metas = lognormal_stream_cfg("concat", 32)
+  packer = Packer(cfg.packing, cfg.batch, DocumentStream(cfg, metas))
+  for _ in range(20):
+    assert packer.plan().padding_fraction == 0.0
+
+
+def test_sequence_length_warmup_keeps_tokens_per_step(tmp_path):
+  cfg = coded_config(tmp_path, [[30] * 40, [12] * 60], exhausted_policy="repeat",
+                     packing={"seq_len": 16, "warmup": [{"until_step": 2, "seq_len": 4}, {"until_step": 3, "seq_len": 8}]},
+                     batch={"global_batch_size": 2})
+  with Pipeline(cfg, prefetch=0) as pipe:
+    shapes = [next(pipe)["tokens"].shape for _ in range(5)]
+  assert shapes == [(8, 4), (8, 4), (4, 8), (2, 16), (2, 16)]
+
+
+# ------------------------------------------------------- determinism, state
+
+
+def digest(batch: dict) -> tuple:
+  return tuple(np.asarray(batch[k]).tobytes() for k in FEATURES)
+
+
+@pytest.fixture(scope="module")
+def mixed_cfg(tmp_path_factory) -> PipelineConfig:
+  rng = np.random.default_rng(3)
+  tmp = tmp_path_factory.mktemp("mixed")
+  lengths = [rng.integers(1, 60, 120).tolist(), rng.integers(1, 200, 50).tolist(), rng.integers(1, 9, 300).tolist()]
+  return coded_config(tmp, lengths, exhausted_policy="repeat", shuffle_block_size="global",
+                      mixture={"weights": {"d0": 5, "d1": 3, "d2": 1}},
+                      packing={"seq_len": 32, "add_eos": True, "eos_id": 3}, batch={"global_batch_size": 8})
+
+
+@pytest.mark.parametrize("options", [dict(prefetch=0, read_threads=1, read_ahead=1),
+                                     dict(prefetch=1, read_threads=4, read_ahead=3),
+                                     dict(prefetch=8, read_threads=1, read_ahead=8)])
+def test_same_batches_for_any_threads_prefetch_and_read_ahead(mixed_cfg, options):
+  with Pipeline(mixed_cfg, prefetch=0, read_ahead=1) as reference:
+    expected = [digest(next(reference)) for _ in range(12)]
+  with Pipeline(mixed_cfg, **options) as pipe:
+    assert [digest(next(pipe)) for _ in range(12)] == expected
+    batch = next(pipe)
+  check_batch_invariants({k: np.asarray(v) for k, v in batch.items()}, mixed_cfg)
+
+
+def test_pipeline_state_restores_the_remaining_batches(mixed_cfg):
+  def make():
+    return Pipeline(mixed_cfg, prefetch=2, read_ahead=3)
+
+  def advance(pipe, n):
+    return [digest(next(pipe)) for _ in range(n)]
+
+  assert_restores_exactly(make, advance, total=10, stops=[0, 1, 4, 9])
+
+
+def test_stats_describe_the_last_batch(mixed_cfg, tmp_path):
+  path = tmp_path / "stats.jsonl"
+  with Pipeline(mixed_cfg, prefetch=1, stats_path=str(path)) as pipe:
+    batch = next(pipe)
+    batch = next(pipe)
+    stats = pipe.stats()
+  real = np.asarray(batch["segment_ids"]) > 0
+  assert sum(stats["tokens_per_source"].values()) == real.sum()
+  assert stats["padding_fraction"] == pytest.approx(1 - real.mean())
+  assert stats["step"] == 1 and set(stats["target_share"]) == {"d0", "d1", "d2"}
+  assert sum(stats["share_cumulative"].values()) == pytest.approx(1.0)
+  assert set(stats["time_s"]) == {"plan", "read", "assemble", "wait"}
+  assert len(path.read_text().splitlines()) == 2
+
+
+def test_end_of_stream_drops_or_pads_the_final_partial_batch(tmp_path):
+  lengths = [[16] * 9]  # 9 full rows: two full steps of 4 rows, then 1 row left
+  dropped = coded_config(tmp_path / "a", lengths, batch={"global_batch_size": 4, "drop_remainder": True})
+  with Pipeline(dropped, prefetch=0) as pipe:
+    assert len(all_batches(pipe)) == 2
+  padded = coded_config(tmp_path / "b", lengths, batch={"global_batch_size": 4, "drop_remainder": False})
+  with Pipeline(padded, prefetch=2) as pipe:
+    batches = all_batches(pipe)
+    assert pipe.stats()["final"]
+  assert len(batches) == 3
+  last = batches[-1]
+  assert (last["segment_ids"][1:] == 0).all() and (last["loss_mask"][1:] == 0).all()
+  assert last["segment_ids"][0].all()
+
+
+# ---------------------------------------------------------------- meshes
+
+
+@pytest.mark.parametrize("layout", [((8,), ("data",), ("data",)), ((4, 2), ("data", "model"), ("data",)),
+                                    ((2, 2, 2), ("data", "fsdp", "model"), ("data", "fsdp"))])
+def test_global_array_on_an_emulated_mesh_equals_the_numpy_batch(mixed_cfg, layout):
+  shape, names, data_axes = layout
+  mesh = Mesh(np.array(jax.devices()[:8]).reshape(shape), names)
+  with Pipeline(mixed_cfg, prefetch=0) as reference, Pipeline(mixed_cfg, mesh=mesh, data_axes=data_axes) as pipe:
+    for _ in range(3):
+      expected, got = next(reference), next(pipe)
+      for key in FEATURES:
+        assert got[key].shape == expected[key].shape
+        assert np.array_equal(np.asarray(got[key]), expected[key])
+      # Replicas along the model axis hold identical rows.
+      by_rows: dict = {}
+      for shard in got["tokens"].addressable_shards:
+        by_rows.setdefault(shard.index[0].indices(8), []).append(np.asarray(shard.data))
+      for copies in by_rows.values():
+        assert all(np.array_equal(c, copies[0]) for c in copies)
+      assert len(by_rows) == int(np.prod([mesh.shape[a] for a in data_axes]))
+
+
+def test_batch_must_divide_over_the_data_shards(mixed_cfg):
+  mesh = Mesh(np.array(jax.devices()[:6]), ("data",))
+  with pytest.raises(ValueError, match=r"batch.global_batch_size: 8 rows .* do not divide over the 6 data-parallel shards"):
+    Pipeline(mixed_cfg, mesh=mesh)
+
+
+def test_pieces_for_hosts_partition_each_step(mixed_cfg):
+  with Pipeline(mixed_cfg, prefetch=0) as pipe:
+    batches = [next(pipe) for _ in range(3)]
+  for hosts in (1, 2, 4):
+    parts = pieces_for_hosts(mixed_cfg, 2, hosts)
+    assert len(parts) == hosts
+    assert sum(int(p.length.sum()) for p in parts) == int((batches[2]["segment_ids"] > 0).sum())
+  two = pieces_for_hosts(mixed_cfg, 2, 2)
+  rows0 = set(zip(two[0].dataset.tolist(), two[0].record.tolist(), two[0].offset.tolist()))
+  rows1 = set(zip(two[1].dataset.tolist(), two[1].record.tolist(), two[1].offset.tolist()))
+  assert not rows0 & rows1
