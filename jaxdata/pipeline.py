@@ -32,7 +32,7 @@ from jaxdata.config import PipelineConfig
 from jaxdata.mixture import DatasetMeta, DocumentStream
 from jaxdata.sharding import batch_sharding, data_parallel_size, host_row_blocks, local_rows
 from jaxdata.sources.dataset import ReadOptions, TokenDataset
-from jaxdata.transforms.assemble import FEATURES, assemble_rows
+from jaxdata.transforms.assemble import FEATURES, assemble_rows, pad_tokens
 from jaxdata.transforms.packing import Packer, StepPlan
 from jaxdata.transforms.pieces import Pieces
 
@@ -68,7 +68,8 @@ class Pipeline:
       dataset (larger calls read faster); output never depends on it.
     read_threads: threads reading shards of one dataset concurrently.
     stats_path: append one JSON line of `stats()` per step handed out.
-    read_log: if a list, (step, dataset, records) of every read is appended.
+    read_log: if a list, (steps, dataset, records) of every read is appended:
+      the steps (a range) whose documents one batched read fetched.
   """
 
   def __init__(
@@ -81,7 +82,7 @@ class Pipeline:
       read_ahead: int = 8,
       read_threads: int = 2,
       stats_path: str | None = None,
-      read_log: list[tuple[int, str, np.ndarray]] | None = None,
+      read_log: list[tuple[range, str, np.ndarray]] | None = None,
   ) -> None:
     if prefetch < 0:
       raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
@@ -219,7 +220,9 @@ class Pipeline:
       steps.append((plan, rows_here, index, self._snapshot(), stats))
     planned = time.perf_counter()
     pieces = Pieces.concatenate([plan.pieces.take(index) for plan, _, index, _, _ in steps])
-    doc_tokens, doc_start = self._read(steps[0][0].step if steps else 0, pieces)
+    covered = range(steps[0][0].step, steps[-1][0].step + 1) if steps else range(0)
+    doc_tokens, doc_start = self._read(covered, pieces)
+    doc_tokens = pad_tokens(doc_tokens)
     read = time.perf_counter()
     first = 0
     for plan, rows_here, index, state, stats in steps:
@@ -247,7 +250,7 @@ class Pipeline:
       return np.arange(plan.rows)
     return local_rows(self.sharding, (plan.rows, plan.seq_len))
 
-  def _read(self, step: int, pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
+  def _read(self, steps: range, pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
     """Tokens of the pieces' documents, read once each; (flat tokens, start per piece)."""
     parts, doc_start, base = [], np.zeros(len(pieces), np.int64), 0
     for d, dataset in enumerate(self.datasets):
@@ -256,7 +259,7 @@ class Pipeline:
         continue
       records, inverse = np.unique(pieces.record[mine], return_inverse=True)
       if self.read_log is not None:
-        self.read_log.append((step, self.names[d], records))
+        self.read_log.append((steps, self.names[d], records))
       ragged = dataset.read(*dataset.locate(records))
       parts.append(ragged.tokens)
       doc_start[mine] = base + ragged.offsets[:-1][inverse]

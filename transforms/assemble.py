@@ -22,9 +22,23 @@ import numpy as np
 from jaxdata.config import PackingConfig
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["FEATURES", "assemble_rows"]
+__all__ = ["FEATURES", "assemble_rows", "pad_tokens"]
 
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
+
+
+def _rows_are_prefixes(starts: np.ndarray, lengths: np.ndarray, seq_len: int) -> bool:
+  """Sorted pieces tile each row from column 0: every piece starts where the
+  previous one in its row ended."""
+  row = starts // seq_len
+  expected = np.where(np.r_[True, row[1:] != row[:-1]], row * seq_len, np.r_[0, starts[:-1] + lengths[:-1]])
+  return bool((starts == expected).all())
+
+
+def pad_tokens(doc_tokens: np.ndarray) -> np.ndarray:
+  """int32 copy of `doc_tokens` plus two slots that BOS / EOS reads may touch
+  (they are overwritten); do this once for all the steps sharing a read."""
+  return np.append(doc_tokens, [0, 0]).astype(np.int32)
 
 
 def assemble_rows(
@@ -42,7 +56,8 @@ def assemble_rows(
   Args:
     pieces: the pieces in these rows.
     local_row, column: where each piece goes (local_row in [0, num_rows)).
-    doc_tokens: flat token ids of the pieces' documents (raw, no BOS/EOS).
+    doc_tokens: flat int32 token ids of the pieces' documents (raw, no
+      BOS/EOS), followed by two padding slots (see `pad_tokens`).
     doc_start: for each piece, where its document starts in `doc_tokens`.
   """
   shape = (num_rows, seq_len)
@@ -57,32 +72,40 @@ def assemble_rows(
   count = len(pieces)
   if not count:
     return out
-  lengths = pieces.length
-  total = int(lengths.sum())
-  first = np.cumsum(lengths) - lengths  # each piece's first slot in the run of all its tokens
-  owner = np.repeat(np.arange(count, dtype=np.int32), lengths)
-  within = np.arange(total, dtype=np.int64) - first[owner]  # position inside the piece
+  # Rows fill from column 0 without gaps (every packing mode places pieces so),
+  # so the real slots in row-major order are exactly the pieces' tokens sorted
+  # by (row, column): values are gathered in that order and written through
+  # one boolean mask per feature, no scatter.
   piece_dst = local_row * seq_len + column
-  dst = piece_dst[owner] + within  # destination slot in the [rows * seq_len] output
-  # Source index into doc_tokens; the BOS slot (-1 for the first document) and
-  # the EOS slot read the appended 0 or a neighbour and are overwritten below.
+  order = np.argsort(piece_dst, kind="stable")
+  lengths = pieces.length[order]
+  fill = np.bincount(local_row, weights=pieces.length, minlength=num_rows).astype(np.int64)
+  if fill.max(initial=0) > seq_len:
+    raise ValueError(f"assemble: a row holds {fill.max()} tokens, more than seq_len {seq_len}")
+  real = np.arange(seq_len)[None, :] < fill[:, None]
+  if int(real.sum()) != int(lengths.sum()) or not _rows_are_prefixes(piece_dst[order], lengths, seq_len):
+    raise ValueError("assemble: pieces must fill each row from column 0 without gaps or overlaps")
+  total = int(lengths.sum())
+  first = np.cumsum(lengths) - lengths
+  owner = np.repeat(order.astype(np.int32), lengths)  # piece of every real slot, row-major
+  within = np.arange(total, dtype=np.int64) - np.repeat(first, lengths)  # position inside its piece
   src = (doc_start + pieces.offset - int(packing.add_bos))[owner] + within
-  padded = np.append(doc_tokens, [0, 0]).astype(np.int32)  # room for EOS slots and their targets
-  tokens = out["tokens"].ravel()
-  targets = out["targets"].ravel()
-  tokens[dst] = padded[src]
-  targets[dst] = padded[src + 1]
-  out["loss_mask"].ravel()[dst] = 1
-  out["positions"].ravel()[dst] = within
-  out["source_ids"].ravel()[dst] = pieces.dataset.astype(np.int32)[owner]
-  # Segment ids: 1 + rank of the piece among its row's pieces, by column.
-  order = np.lexsort((column, local_row))
+  padded = doc_tokens
+  mask = real.ravel()
+  out["tokens"].ravel()[mask] = padded[src]  # the BOS / EOS slots are overwritten below
+  out["targets"].ravel()[mask] = padded[src + 1]
+  out["loss_mask"].ravel()[mask] = 1
+  out["positions"].ravel()[mask] = within
+  out["source_ids"].ravel()[mask] = pieces.dataset.astype(np.int32)[owner]
+  # Segment ids: 1 + rank of the piece among its row's pieces (pieces sorted by row, column).
   sorted_rows = local_row[order]
   segment = np.empty(count, np.int32)
   segment[order] = np.arange(count) - np.searchsorted(sorted_rows, sorted_rows, side="left") + 1
-  out["segment_ids"].ravel()[dst] = segment[owner]
+  out["segment_ids"].ravel()[mask] = segment[owner]
+  tokens = out["tokens"].ravel()
+  targets = out["targets"].ravel()
   # Per-piece fix-ups, at most three slots per piece (all vectorised over pieces).
-  end = pieces.offset + lengths  # effective index just past the piece
+  end = pieces.offset + pieces.length  # effective index just past the piece
   last = pieces.doc_length - 1  # effective index of the document's last token
   has_last = end > last
   last_slot = piece_dst[has_last] + last[has_last] - pieces.offset[has_last]

@@ -1,0 +1,51 @@
+"""One process of a multi-host pipeline run (started by test_multihost.py).
+
+    python multihost_worker.py PORT NUM_PROCESSES PROCESS_ID CONFIG OUT_DIR STEPS
+
+Initialises jax.distributed on localhost with 4 CPU devices, builds a
+("data",) mesh over all processes' devices, iterates the pipeline, and saves
+for every step the addressable row blocks and the documents it read.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+  port, count, index, config, out_dir, steps = sys.argv[1:]
+  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  import jax  # noqa: PLC0415 -- must follow the XLA_FLAGS set above
+  import numpy as np  # noqa: PLC0415
+
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(f"localhost:{port}", int(count), int(index))
+  import jaxdata  # noqa: PLC0415
+
+  cfg = jaxdata.load_config(config)
+  devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
+  mesh = jax.sharding.Mesh(devices, ("data",))
+  log: list = []
+  with jaxdata.Pipeline(cfg, mesh=mesh, prefetch=2, read_ahead=2, read_log=log) as pipe:
+    for step in range(int(steps)):
+      batch = next(pipe)
+      arrays = {}
+      for name, value in batch.items():
+        for shard in value.addressable_shards:
+          start = shard.index[0].start or 0
+          arrays[f"{name}/{start}"] = np.asarray(shard.data)
+      np.savez(os.path.join(out_dir, f"p{index}_step{step}.npz"), **arrays)
+    state = pipe.get_state()
+  reads = {f"{steps.start}-{steps.stop}/{name}": records for steps, name, records in log}
+  np.savez(os.path.join(out_dir, f"p{index}_reads.npz"), **reads)
+  with open(os.path.join(out_dir, f"p{index}_state.json"), "w") as f:
+    import json  # noqa: PLC0415
+
+    json.dump(state, f)
+  jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+  main()
