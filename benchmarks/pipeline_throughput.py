@@ -118,18 +118,21 @@ def run_grain(corpus: str, steps: int, workers: int) -> dict[str, Any]:
 
 
 def run_ceiling(corpus: str, steps: int) -> dict[str, Any]:
-  """Raw batched reads of random records, 4,096 per call, datasets in turn."""
+  """Raw batched reads of random records in the workload's proportions: each
+  round reads 4,096 records, split over the datasets by their document share
+  (token share / mean length), one call per dataset; no planning or packing."""
   import jaxdata  # noqa: PLC0415
 
   datasets = [jaxdata.TokenDataset(os.path.join(corpus, n)) for n in TOKEN_SHARES]
+  rates = np.array([TOKEN_SHARES[d.name] / d.lengths.mean() for d in datasets])
+  per_round = np.maximum(1, np.round(4096 * rates / rates.sum()).astype(int))
   rng = np.random.default_rng(0)
   target = steps * ROWS * SEQ_LEN
-  tokens, started, call = 0, time.perf_counter(), 0
+  tokens, started = 0, time.perf_counter()
   while tokens < target:
-    dataset = datasets[call % len(datasets)]
-    picks = rng.choice(dataset.num_records, min(4096, dataset.num_records), replace=False)
-    tokens += dataset.read_global(picks).tokens.size
-    call += 1
+    for dataset, count in zip(datasets, per_round):
+      picks = rng.choice(dataset.num_records, min(int(count), dataset.num_records), replace=False)
+      tokens += dataset.read_global(picks).tokens.size
   return {"tokens_per_s": tokens / (time.perf_counter() - started), "peak_rss_mb": peak_rss_mb()}
 
 

@@ -16,6 +16,7 @@ from jaxdata.config import (
 )
 from jaxdata.convert import ConvertOptions, convert
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError
+from jaxdata.grain_adapter import PipelineDataset
 from jaxdata.mixture import DatasetMeta, DocBatch, DocRef, DocumentStream
 from jaxdata.order import DatasetOrder, ShuffleOptions
 from jaxdata.pipeline import Pipeline, pieces_for_hosts
@@ -60,6 +61,7 @@ __all__ = [
     "Phase",
     "Pipeline",
     "PipelineConfig",
+    "PipelineDataset",
     "RaggedTokens",
     "ReadOptions",
     "Schedule",

@@ -1,12 +1,11 @@
 """Use a `Pipeline` where Grain expects an `IterDataset` / `DatasetIterator`.
 
 Grain transforms chain on it, and Grain's own Orbax checkpoint handler saves
-and restores it (the iterator state is the pipeline's JSON state):
+and restores it (the iterator state is the pipeline's JSON state)::
 
->>> # doctest: +SKIP
->>> dataset = PipelineDataset(cfg, mesh=mesh).map(lambda batch: batch["tokens"])
->>> iterator = iter(dataset)
->>> manager.save(step, args=ocp.args.Composite(data=grain.checkpoint.CheckpointSave(iterator)))
+    dataset = PipelineDataset(cfg, mesh=mesh).map(lambda batch: batch["tokens"])
+    iterator = iter(dataset)
+    manager.save(step, args=ocp.args.Composite(data=grain.checkpoint.CheckpointSave(iterator)))
 """
 
 from __future__ import annotations

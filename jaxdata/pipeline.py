@@ -9,9 +9,10 @@ Every process runs the same plan and reads only its own rows::
     a background thread runs this `prefetch` steps ahead; get_state() is the
     state after the last batch handed out, never the prefetcher's.
 
->>> # doctest: +SKIP
->>> pipe = Pipeline(jaxdata.load_config("pipeline.yaml"), mesh=mesh, data_axes=("data",))
->>> batch = next(pipe)              # {"tokens": jax.Array [rows, seq_len], ...}
+Usage::
+
+    pipe = Pipeline(jaxdata.load_config("pipeline.yaml"), mesh=mesh, data_axes=("data",))
+    batch = next(pipe)              # {"tokens": jax.Array [rows, seq_len], ...}
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = ["Pipeline", "pieces_for_hosts"]
 
 STATE_VERSION = 1
 _TIMERS = ("plan", "read", "assemble", "wait")
+_MAX_WINDOW_STEPS = 64
 
 
 @dataclasses.dataclass
@@ -55,6 +57,19 @@ class _End:
   """Queue marker: the stream is exhausted."""
 
 
+@dataclasses.dataclass
+class _Planned:
+  """One step planned and read, not yet assembled (shares its window's tokens)."""
+
+  plan: StepPlan
+  rows_here: np.ndarray
+  index: np.ndarray  # the plan's pieces in this host's rows
+  doc_tokens: np.ndarray  # padded int32 tokens of the whole read window
+  doc_start: np.ndarray  # per piece in `index`
+  state: dict[str, Any]
+  stats: dict[str, Any]
+
+
 class Pipeline:
   """Iterates dicts of global batch arrays for a `PipelineConfig`.
 
@@ -64,9 +79,11 @@ class Pipeline:
     data_axes: mesh axes the rows are sharded over (others replicate).
     prefetch: steps planned and read ahead by a background thread; 0 reads
       in the calling thread. Output never depends on it.
-    read_ahead: steps whose documents are read in one batched call per
-      dataset (larger calls read faster); output never depends on it.
-    read_threads: threads reading shards of one dataset concurrently.
+    read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
+      read their documents in one batched call per dataset: larger calls read
+      faster (at least one step, at most 64). Output never depends on it.
+    read_threads: threads reading the shards of one dataset concurrently
+      (the ArrayRecord reader holds the GIL, so more help only on slow storage).
     stats_path: append one JSON line of `stats()` per step handed out.
     read_log: if a list, (steps, dataset, records) of every read is appended:
       the steps (a range) whose documents one batched read fetched.
@@ -79,15 +96,15 @@ class Pipeline:
       data_axes: Sequence[str] = ("data",),
       *,
       prefetch: int = 2,
-      read_ahead: int = 8,
-      read_threads: int = 2,
+      read_ahead_tokens: int = 1 << 21,
+      read_threads: int = 1,
       stats_path: str | None = None,
       read_log: list[tuple[range, str, np.ndarray]] | None = None,
   ) -> None:
     if prefetch < 0:
       raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
-    if read_ahead < 1:
-      raise ValueError(f"read_ahead: must be >= 1, got {read_ahead}")
+    if read_ahead_tokens < 1:
+      raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
     self.cfg = cfg
     self.names = cfg.names
     self.datasets = [TokenDataset(d.path, ReadOptions(num_threads=read_threads)) for d in cfg.datasets]
@@ -107,8 +124,8 @@ class Pipeline:
               f"the {shards} data-parallel shards of mesh axes {tuple(data_axes)}"
           )
     self.prefetch = prefetch
-    self.read_ahead = read_ahead
-    self._window: collections.deque[_Prepared | _End] = collections.deque()
+    self.read_ahead_tokens = read_ahead_tokens
+    self._window: collections.deque[_Planned | _End] = collections.deque()
     self.stats_path = stats_path
     self.read_log = read_log
     self._cumulative = [0] * len(self.names)
@@ -203,21 +220,33 @@ class Pipeline:
   def _produce(self) -> _Prepared | _End:
     if not self._window:
       self._fill_window()
-    return self._window.popleft()
+    item = self._window.popleft()
+    if isinstance(item, _End):
+      return item
+    started = time.perf_counter()
+    plan, index = item.plan, item.index
+    arrays = assemble_rows(
+        plan.pieces.take(index), np.searchsorted(item.rows_here, plan.row[index]), plan.column[index],
+        item.rows_here.size, plan.seq_len, item.doc_tokens, item.doc_start, self.cfg.packing,
+    )
+    batch = self._to_global(arrays, plan, item.rows_here)
+    item.stats["time_s"]["assemble"] = time.perf_counter() - started
+    self._timers["assemble"] += item.stats["time_s"]["assemble"]
+    return _Prepared(batch, item.state, item.stats)
 
   def _fill_window(self) -> None:
-    """Plans up to `read_ahead` steps, reads all their local documents at once,
-    and assembles each step; the state is snapshot after every planned step."""
+    """Plans steps until `read_ahead_tokens` of this host's tokens (1 to 64
+    steps), reads all their documents at once; the state is snapshot after
+    every planned step. Assembly waits until a step is handed out."""
     started = time.perf_counter()
-    steps = []
-    for _ in range(self.read_ahead):
+    steps, local_tokens = [], 0
+    while local_tokens < self.read_ahead_tokens and len(steps) < _MAX_WINDOW_STEPS:
       plan = self.packer.plan()
       if plan is None:
         break
       rows_here = self._rows_here(plan)
-      index = plan.in_rows(rows_here)
-      stats = self._step_stats(plan)
-      steps.append((plan, rows_here, index, self._snapshot(), stats))
+      steps.append((plan, rows_here, plan.in_rows(rows_here), self._snapshot(), self._step_stats(plan)))
+      local_tokens += rows_here.size * plan.seq_len
     planned = time.perf_counter()
     pieces = Pieces.concatenate([plan.pieces.take(index) for plan, _, index, _, _ in steps])
     covered = range(steps[0][0].step, steps[-1][0].step + 1) if steps else range(0)
@@ -226,23 +255,14 @@ class Pipeline:
     read = time.perf_counter()
     first = 0
     for plan, rows_here, index, state, stats in steps:
-      assembled_at = time.perf_counter()
-      arrays = assemble_rows(
-          plan.pieces.take(index), np.searchsorted(rows_here, plan.row[index]), plan.column[index],
-          rows_here.size, plan.seq_len, doc_tokens, doc_start[first : first + index.size],
-          self.cfg.packing,
-      )
-      first += index.size
-      batch = self._to_global(arrays, plan, rows_here)
-      stats["time_s"] = {
-          "plan": (planned - started) / len(steps),
-          "read": (read - planned) / len(steps),
-          "assemble": time.perf_counter() - assembled_at,
-      }
+      stats["time_s"] = {"plan": (planned - started) / len(steps), "read": (read - planned) / len(steps)}
       for key, value in stats["time_s"].items():
         self._timers[key] += value
-      self._window.append(_Prepared(batch, state, stats))
-    if len(steps) < self.read_ahead:
+      self._window.append(_Planned(
+          plan, rows_here, index, doc_tokens, doc_start[first : first + index.size], state, stats
+      ))
+      first += index.size
+    if not steps or self.packer.done:
       self._window.append(_End())
 
   def _rows_here(self, plan: StepPlan) -> np.ndarray:

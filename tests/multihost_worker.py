@@ -28,7 +28,7 @@ def main() -> None:
   devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
   mesh = jax.sharding.Mesh(devices, ("data",))
   log: list = []
-  with jaxdata.Pipeline(cfg, mesh=mesh, prefetch=2, read_ahead=2, read_log=log) as pipe:
+  with jaxdata.Pipeline(cfg, mesh=mesh, prefetch=2, read_ahead_tokens=2 * 8 * 32, read_log=log) as pipe:
     for step in range(int(steps)):
       batch = next(pipe)
       arrays = {}

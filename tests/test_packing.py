@@ -186,11 +186,11 @@ def mixed_cfg(tmp_path_factory) -> PipelineConfig:
                       packing={"seq_len": 32, "add_eos": True, "eos_id": 3}, batch={"global_batch_size": 8})
 
 
-@pytest.mark.parametrize("options", [dict(prefetch=0, read_threads=1, read_ahead=1),
-                                     dict(prefetch=1, read_threads=4, read_ahead=3),
-                                     dict(prefetch=8, read_threads=1, read_ahead=8)])
+@pytest.mark.parametrize("options", [dict(prefetch=0, read_threads=1, read_ahead_tokens=1),
+                                     dict(prefetch=1, read_threads=4, read_ahead_tokens=600),
+                                     dict(prefetch=8, read_threads=1, read_ahead_tokens=10_000)])
 def test_same_batches_for_any_threads_prefetch_and_read_ahead(mixed_cfg, options):
-  with Pipeline(mixed_cfg, prefetch=0, read_ahead=1) as reference:
+  with Pipeline(mixed_cfg, prefetch=0, read_ahead_tokens=1) as reference:
     expected = [digest(next(reference)) for _ in range(12)]
   with Pipeline(mixed_cfg, **options) as pipe:
     assert [digest(next(pipe)) for _ in range(12)] == expected
@@ -200,7 +200,7 @@ def test_same_batches_for_any_threads_prefetch_and_read_ahead(mixed_cfg, options
 
 def test_pipeline_state_restores_the_remaining_batches(mixed_cfg):
   def make():
-    return Pipeline(mixed_cfg, prefetch=2, read_ahead=3)
+    return Pipeline(mixed_cfg, prefetch=2, read_ahead_tokens=700)
 
   def advance(pipe, n):
     return [digest(next(pipe)) for _ in range(n)]
