@@ -38,10 +38,11 @@ def peak_rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_jaxdata(corpus: str, steps: int) -> dict[str, Any]:
+def jaxdata_config(corpus: str) -> Any:
+  """The benchmark workload as a jaxdata PipelineConfig."""
   import jaxdata  # noqa: PLC0415 -- imported in the measuring subprocess only
 
-  cfg = jaxdata.PipelineConfig.from_dict({
+  return jaxdata.PipelineConfig.from_dict({
       "datasets": [{"name": n, "path": os.path.join(corpus, n)} for n in TOKEN_SHARES],
       "mixture": {"weights": TOKEN_SHARES, "unit": "tokens"},
       "shuffle_block_size": "global",
@@ -49,6 +50,12 @@ def run_jaxdata(corpus: str, steps: int) -> dict[str, Any]:
       "packing": {"mode": "first_fit", "seq_len": SEQ_LEN},
       "batch": {"global_batch_size": ROWS},
   })
+
+
+def run_jaxdata(corpus: str, steps: int) -> dict[str, Any]:
+  import jaxdata  # noqa: PLC0415 -- imported in the measuring subprocess only
+
+  cfg = jaxdata_config(corpus)
   started = time.perf_counter()
   pipe = jaxdata.Pipeline(cfg, prefetch=2)
   next(pipe)
@@ -73,7 +80,8 @@ class _SplitDocument:
     return [{"tokens": tokens[i : i + SEQ_LEN]} for i in range(0, max(len(tokens), 1), SEQ_LEN)]
 
 
-def run_grain(corpus: str, steps: int, workers: int) -> dict[str, Any]:
+def grain_dataset(corpus: str, workers: int) -> Any:
+  """The benchmark workload as a Grain IterDataset (see the module docstring)."""
   import grain  # noqa: PLC0415
   from absl import flags  # noqa: PLC0415
 
@@ -104,6 +112,11 @@ def run_grain(corpus: str, steps: int, workers: int) -> dict[str, Any]:
   ).batch(ROWS)
   if workers:
     packed = packed.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+  return packed
+
+
+def run_grain(corpus: str, steps: int, workers: int) -> dict[str, Any]:
+  packed = grain_dataset(corpus, workers)
   started = time.perf_counter()
   iterator = iter(packed)
   next(iterator)

@@ -4,7 +4,7 @@ The public API is the explicit list in ``__all__``; see DESIGN.md for what
 each piece means.
 """
 
-from jaxdata import sources
+from jaxdata import checkpoint, sources
 from jaxdata.config import (
     BatchConfig,
     DatasetConfig,
@@ -15,7 +15,7 @@ from jaxdata.config import (
     load_config,
 )
 from jaxdata.convert import ConvertOptions, convert
-from jaxdata.errors import ConfigError, DatasetError, InputFormatError
+from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError
 from jaxdata.grain_adapter import PipelineDataset
 from jaxdata.mixture import DatasetMeta, DocBatch, DocRef, DocumentStream
 from jaxdata.order import DatasetOrder, ShuffleOptions
@@ -43,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchConfig",
     "ByteTokenizer",
+    "CheckpointError",
     "ConfigError",
     "ConvertOptions",
     "DatasetConfig",
@@ -71,6 +72,7 @@ __all__ = [
     "TokenDataset",
     "TokenizerSpec",
     "build_index",
+    "checkpoint",
     "convert",
     "load_config",
     "load_tokenizer",

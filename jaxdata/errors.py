@@ -21,3 +21,9 @@ class InputFormatError(ValueError):
 
 class ConfigError(ValueError):
   """An option or config field has an invalid value; the message names it."""
+
+
+class CheckpointError(ValueError):
+  """A saved pipeline state cannot be restored: missing, corrupt, newer
+  format, or taken with a config / data that orders batches differently.
+  The message names the checkpoint path or what changed."""

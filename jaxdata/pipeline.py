@@ -30,6 +30,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxdata.config import PipelineConfig
+from jaxdata.errors import CheckpointError
+from jaxdata.fingerprint import describe_changes, order_fingerprint
 from jaxdata.mixture import DatasetMeta, DocumentStream
 from jaxdata.sharding import batch_sharding, data_parallel_size, host_row_blocks, local_rows
 from jaxdata.sources.dataset import ReadOptions, TokenDataset
@@ -111,6 +113,9 @@ class Pipeline:
     metas = {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, self.datasets)}
     self.stream = DocumentStream(cfg, metas)
     self.packer = Packer(cfg.packing, cfg.batch, self.stream)
+    self.fingerprint = order_fingerprint(
+        cfg, [ds.manifest.fingerprint for ds in self.datasets], [c.order for c in self.stream.cursors]
+    )
     self.mesh = mesh
     self.sharding = batch_sharding(mesh, data_axes) if mesh is not None else None
     if mesh is not None:
@@ -186,18 +191,41 @@ class Pipeline:
     return json.loads(json.dumps(self._state))
 
   def set_state(self, state: Mapping[str, Any]) -> None:
-    """Continues from `state`; the next batches equal the original run's."""
+    """Continues from `state`; the next batches equal the original run's,
+    whatever the mesh, device count or host count of either run.
+
+    Raises `CheckpointError` if anything that determines the order changed
+    (the message lists what), or the state is malformed or newer than this
+    jaxdata. Only mixture weights, schedules and pass policies may change.
+    """
     if not isinstance(state, Mapping) or not isinstance(state.get("version"), int):
-      raise ValueError(f"pipeline state: expected a mapping with a version, got {type(state).__name__}")
+      raise CheckpointError(f"pipeline state: expected a mapping with an int version, got {state!r:.200}")
     if state["version"] > STATE_VERSION:
-      raise ValueError(f"pipeline state: version {state['version']} is newer than this jaxdata reads")
+      raise CheckpointError(
+          f"pipeline state: format version {state['version']} is newer than this jaxdata "
+          f"reads ({STATE_VERSION}); upgrade jaxdata"
+      )
+    missing = [k for k in ("fingerprint", "stream", "packer", "tokens_per_source") if k not in state]
+    if missing:
+      raise CheckpointError(f"pipeline state: missing {', '.join(missing)}")
+    changes = describe_changes(state["fingerprint"], self.fingerprint)
+    if changes:
+      raise CheckpointError(
+          "pipeline state: the config or data changed in what determines the order: "
+          + "; ".join(changes)
+      )
     cumulative = state.get("tokens_per_source")
     if not isinstance(cumulative, Mapping) or set(cumulative) != set(self.names):
-      raise ValueError(f"pipeline state: tokens_per_source must name {list(self.names)}")
+      raise CheckpointError(f"pipeline state: tokens_per_source must name {list(self.names)}")
     self._stop_thread()
     self._window.clear()
-    self.stream.set_state(state["stream"])
-    self.packer.set_state(state["packer"])
+    try:
+      self.stream.set_state(state["stream"])
+      self.packer.set_state(state["packer"])
+    except ValueError as e:
+      self.stream.set_state(self._state["stream"])  # leave the pipeline as it was
+      self.packer.set_state(self._state["packer"])
+      raise CheckpointError(f"pipeline state: {e}") from e
     self._cumulative = [int(cumulative[n]) for n in self.names]
     self._state = self._snapshot()
     self._exhausted = False
@@ -212,6 +240,7 @@ class Pipeline:
     return {
         "version": STATE_VERSION,
         "step": self.packer.step,
+        "fingerprint": self.fingerprint,
         "stream": self.stream.get_state(),
         "packer": self.packer.get_state(),
         "tokens_per_source": dict(zip(self.names, self._cumulative)),

@@ -153,10 +153,24 @@ class Packer:
     step = state.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
       raise ValueError(f"packer state: step must be an int >= 0, got {step!r}")
-    carry = Pieces.from_json(state.get("carry"))
-    if len(carry) and (carry.dataset.max() >= len(self.stream.names)):
-      raise ValueError(f"packer state: carry names dataset {carry.dataset.max()}, the config has {len(self.stream.names)}")
+    carry = Pieces.from_json(state.get("carry"), self._doc_length)
+    if len(carry) and ((carry.offset + carry.length) > carry.doc_length).any():
+      raise ValueError("packer state: a carried piece lies past the end of its document")
     self.step, self.carry, self.done = step, carry, bool(state.get("done"))
+
+  def _doc_length(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:
+    """Effective document lengths (with BOS / EOS) from the lengths index."""
+    cursors = self.stream.cursors
+    if dataset.size and dataset.max() >= len(cursors):
+      raise ValueError(f"packer state: carry names dataset {dataset.max()}, the config has {len(cursors)}")
+    out = np.empty(dataset.size, np.int64)
+    for d in np.unique(dataset).tolist():
+      mine = dataset == d
+      if record[mine].max() >= cursors[d].num_records:
+        raise ValueError(f"packer state: carry names record {record[mine].max()} of {self.stream.names[d]}, "
+                         f"which has {cursors[d].num_records}")
+      out[mine] = cursors[d].lengths[record[mine]]
+    return out + int(self.packing.add_bos) + int(self.packing.add_eos)
 
   def plan(self) -> StepPlan | None:
     """The next step's plan, or None once the stream (and carry) is exhausted

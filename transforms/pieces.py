@@ -15,6 +15,7 @@ import numpy as np
 __all__ = ["Pieces"]
 
 _FIELDS = ("dataset", "pass_index", "record", "offset", "length", "doc_length")
+_STORED = _FIELDS[:-1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,19 +46,24 @@ class Pieces:
   def take(self, index: np.ndarray) -> "Pieces":
     return Pieces(*(getattr(self, f)[index] for f in _FIELDS))
 
-  def to_json(self) -> list[list[int]]:
-    """One [dataset, pass, record, offset, length, doc_length] list per piece."""
-    return np.stack([getattr(self, f) for f in _FIELDS], axis=1).tolist() if len(self) else []
+  def to_json(self) -> list[int]:
+    """Flat [dataset, pass, record, offset, length] per piece: small in a
+    checkpoint. doc_length is left out; `from_json` takes it from the lengths."""
+    if not len(self):
+      return []
+    return np.stack([getattr(self, f) for f in _STORED], axis=1).ravel().tolist()
 
   @classmethod
-  def from_json(cls, rows: Any) -> "Pieces":
-    if not isinstance(rows, list) or any(
-        not isinstance(r, list) or len(r) != len(_FIELDS)
-        or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in r)
-        for r in rows
+  def from_json(cls, flat: Any, doc_length_of: Any) -> "Pieces":
+    """Inverse of `to_json`; `doc_length_of(dataset, record)` gives doc lengths (arrays)."""
+    width = len(_STORED)
+    if not isinstance(flat, list) or len(flat) % width or any(
+        isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in flat
     ):
-      raise ValueError(f"packer state: carry must be lists of {len(_FIELDS)} ints >= 0 ({', '.join(_FIELDS)})")
-    if not rows:
+      raise ValueError(f"packer state: carry must be a flat list of ints >= 0, {width} per piece "
+                       f"({', '.join(_STORED)})")
+    if not flat:
       return cls.empty()
-    table = np.asarray(rows, dtype=np.int64)
-    return cls(*(table[:, i] for i in range(len(_FIELDS))))
+    table = np.asarray(flat, dtype=np.int64).reshape(-1, width)
+    dataset, pass_index, record, offset, length = (table[:, i] for i in range(width))
+    return cls(dataset, pass_index, record, offset, length, doc_length_of(dataset, record))

@@ -1,0 +1,117 @@
+"""Checkpoints across processes: SIGKILL mid-run, and resume onto other host counts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from jaxdata import Pipeline, load_config
+from pipeline_fixtures import write_coded_dataset
+
+WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
+SAVE_AT = 3
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def worker_env() -> dict[str, str]:
+  return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+
+
+def launch(count: int, devices: int, config: str, ckpt: str, out: str, mode: str, steps: int) -> None:
+  port = free_port()
+  procs = [
+      subprocess.Popen([sys.executable, WORKER, str(port), str(count), str(i), str(devices), config, ckpt,
+                        out, mode, str(SAVE_AT), str(steps)],
+                       env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for i in range(count)
+  ]
+  outputs = [p.communicate(timeout=300)[0] for p in procs]
+  for p, output in zip(procs, outputs):
+    assert p.returncode == 0, output[-3000:]
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> str:
+  tmp = tmp_path_factory.mktemp("elastic")
+  rng = np.random.default_rng(4)
+  for d, count in enumerate((120, 70)):
+    write_coded_dataset(str(tmp / f"d{d}"), d, rng.integers(1, 50, count).tolist())
+  path = tmp / "pipeline.yaml"
+  path.write_text(yaml.safe_dump({
+      "seed": 3,
+      "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1", "shuffle_within_shard": True}],
+      "mixture": {"schedule": [{"until_step": 5, "weights": {"d0": 1, "d1": 1}}, {"weights": {"d0": 3, "d1": 1}}]},
+      "shuffle_block_size": "auto",
+      "exhausted_policy": "repeat",
+      "packing": {"mode": "first_fit", "seq_len": 32, "add_bos": True, "bos_id": 1},
+      "batch": {"global_batch_size": 16},
+  }))
+  return str(path)
+
+
+def reference_batches(config: str, steps: int) -> list[dict[str, np.ndarray]]:
+  with Pipeline(load_config(config), prefetch=0) as pipe:
+    return [next(pipe) for _ in range(steps)]
+
+
+def test_elastic_resume_from_two_processes_onto_one_and_four(config, tmp_path):
+  ckpt = str(tmp_path / "ckpt")
+  launch(2, 4, config, ckpt, str(tmp_path), "save", 0)
+  expected = reference_batches(config, SAVE_AT + 4)[SAVE_AT:]
+  for count, devices in ((1, 8), (4, 2)):
+    out = tmp_path / f"resume{count}"
+    out.mkdir()
+    launch(count, devices, config, ckpt, str(out), "restore", 4)
+    for step, batch in enumerate(expected):
+      rebuilt = {name: np.full_like(value, -999) for name, value in batch.items()}
+      for process in range(count):
+        saved = np.load(out / f"p{process}_step{step}.npz")
+        for key in saved.files:
+          name, start = key.split("/")
+          rebuilt[name][int(start) : int(start) + saved[key].shape[0]] = saved[key]
+      for name in batch:
+        assert np.array_equal(rebuilt[name], batch[name]), (count, step, name)
+
+
+def test_sigkill_after_a_checkpoint_then_resume_gives_the_uninterrupted_batches(config, tmp_path):
+  total = 12
+  expected = []
+  for batch in reference_batches(config, total):
+    expected.append(hashlib.sha256(b"".join(batch[k].tobytes() for k in sorted(batch))).hexdigest())
+  ckpt, log = str(tmp_path / "ckpt"), tmp_path / "digests.txt"
+  kill_after = SAVE_AT + int(np.random.default_rng().integers(1, 5))  # a random later step
+  proc = subprocess.Popen([sys.executable, WORKER, "0", "1", "0", "8", config, ckpt, str(tmp_path), "run",
+                           str(SAVE_AT), str(10_000)], env=worker_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  deadline = time.time() + 240
+  while time.time() < deadline:
+    lines = log.read_text().splitlines() if log.exists() else []
+    if len(lines) >= kill_after or proc.poll() is not None:
+      break
+    time.sleep(0.01)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL, proc.stdout.read()[-2000:]
+  before = [line.split() for line in log.read_text().splitlines()]
+  assert len(before) >= kill_after
+  log.write_text("")
+  subprocess.run([sys.executable, WORKER, "0", "1", "0", "8", config, ckpt, str(tmp_path), "run",
+                  str(SAVE_AT), str(total)], env=worker_env(), check=True, capture_output=True)
+  after = [line.split() for line in log.read_text().splitlines()]
+  assert [int(s) for s, _ in after] == list(range(SAVE_AT + 1, total + 1))  # resumed at the checkpoint
+  assert [d for _, d in before] == expected[: len(before)]
+  assert [d for _, d in after] == expected[SAVE_AT:]
