@@ -7,6 +7,8 @@ test can decode any batch position back to its document and offset.
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import numpy as np
@@ -52,3 +54,15 @@ def coded_config(tmp_path: Any, lengths: list[list[int]], **overrides: Any) -> P
     else:
       raw[key] = value
   return PipelineConfig.from_dict(raw)
+
+
+def free_port() -> int:
+  """A localhost port nobody listens on, for a jax.distributed coordinator."""
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def worker_env() -> dict[str, str]:
+  """This environment minus the JAX device settings the workers choose themselves."""
+  return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}

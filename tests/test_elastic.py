@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,20 +14,10 @@ import pytest
 import yaml
 
 from jaxdata import Pipeline, load_config
-from pipeline_fixtures import write_coded_dataset
+from pipeline_fixtures import free_port, worker_env, write_coded_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 SAVE_AT = 3
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
-def worker_env() -> dict[str, str]:
-  return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
 
 
 def launch(count: int, devices: int, config: str, ckpt: str, out: str, mode: str, steps: int) -> None:

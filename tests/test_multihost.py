@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,21 +12,15 @@ import yaml
 
 from jaxdata import DocumentStream, Pipeline, load_config
 from jaxdata.transforms.packing import Packer
-from pipeline_fixtures import write_coded_dataset
+from pipeline_fixtures import free_port, worker_env, write_coded_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
 STEPS = 4
 
 
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
 def run_processes(count: int, config: str, out_dir: str) -> None:
   port = free_port()
-  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  env = worker_env()
   procs = [
       subprocess.Popen([sys.executable, WORKER, str(port), str(count), str(i), config, out_dir, str(STEPS)],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
