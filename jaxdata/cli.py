@@ -1,9 +1,11 @@
-"""The ``jaxdata`` command: convert, index, inspect, demo."""
+"""The ``jaxdata`` command: convert, index, inspect, mesh, demo."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import re
 import sys
 from typing import Any, Sequence
@@ -13,7 +15,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jaxdata.convert import ConvertOptions, convert
-from jaxdata.demo import default_cache_dir, run_demo
+from jaxdata.demo import DEVICES as DEMO_DEVICES
+from jaxdata.demo import default_cache_dir, run_demo, xla_flags
+from jaxdata.meshplan import mesh_report
+from jaxdata.slices import load_slice
 from jaxdata.inputs import INPUT_FORMATS, TEXT_MODES
 from jaxdata.inspect import summarize
 from jaxdata.sources.dataset import TokenDataset
@@ -134,18 +139,46 @@ def _cmd_inspect(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
-  result = run_demo(args.cache_dir, log=lambda m: console.print(m, markup=False))
-  summaries = []
-  for directory in result.dataset_dirs.values():
-    with TokenDataset(directory) as dataset:
-      summaries.append(summarize(dataset))
-  _render_summaries(summaries, console)
-  rate = result.records_read / max(result.read_seconds, 1e-9)
+  os.environ["XLA_FLAGS"] = xla_flags()  # before JAX starts its backend
+  result = run_demo(args.cache_dir, args.config, steps=args.steps, checkpoint_at=args.checkpoint_at,
+                    out_dir=args.out, log=lambda m: console.print(m, markup=False))
+  table = Table(title=f"jaxdata demo: {result.steps} steps on {DEMO_DEVICES} emulated devices")
+  for column in ("dataset", "target share", "realised share", "tokens", "passes done"):
+    table.add_column(column, justify="right")
+  for name in result.target_share:
+    table.add_row(name, f"{result.target_share[name]:.3f}", f"{result.realised_share[name]:.3f}",
+                  f"{result.tokens_per_source[name]:,}", str(result.passes[name]))
+  console.print(table)
+  console.print(f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}   packing efficiency "
+                f"{result.efficiency:.4f}   {result.tokens_per_second:,.0f} tokens/s (pipeline + training)")
+  console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)
+  console.print(f"mixture plot: {result.plot_path}", markup=False)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dataclasses.asdict(result), f, indent=1)
+  return 0 if result.resume_ok else 1
+
+
+def _cmd_mesh(args: argparse.Namespace, console: Console) -> int:
+  spec = load_slice(args.tpu)
+  rows = spec.rows_per_host(args.global_batch)  # raises a clear error if it does not divide
+  report = mesh_report(spec, args.global_batch, args.seq_len, args.config, args.steps)
   console.print(
-      f"read all {result.records_read:,} documents ({result.tokens_read:,} tokens) "
-      f"in random batches: {rate:,.0f} documents/s"
+      f"{spec.name}: {spec.chips} chips, {spec.hosts} hosts x {spec.chips_per_host}, topology "
+      f"{spec.topology}, mesh {dict(zip(spec.mesh_axes, spec.mesh_shape))}, rows over {list(spec.data_axes)}"
   )
-  console.print(f"first docs document, decoded: {result.sample!r}", markup=False)
+  table = Table(title=f"per host, global batch {args.global_batch} x seq_len {args.seq_len}")
+  for column in ("host", "rows", "tokens / step", "documents read / step"):
+    table.add_column(column, justify="right")
+  for host in range(spec.hosts):
+    docs = report.documents_per_host[host] if report.documents_per_host else None
+    table.add_row(str(host), str(rows), f"{rows * args.seq_len:,}", "-" if docs is None else f"{docs:.1f}")
+  console.print(table)
+  if report.plan_seconds is None:
+    console.print("pass --config pipeline.yaml to measure planning time and documents per host")
+  else:
+    console.print(f"planning one global step on this machine: {report.plan_seconds * 1e3:.2f} ms "
+                  f"(mean of {args.steps} steps)")
   return 0
 
 
@@ -187,9 +220,22 @@ def _parser() -> argparse.ArgumentParser:
                  help="also re-hash every shard and check every record (reads all data)")
   p.set_defaults(run=_cmd_inspect)
 
-  p = sub.add_parser("demo", help="build the embedded sample corpus and read it")
+  p = sub.add_parser("demo", help="end to end: corpus, pipeline on 8 emulated devices, training, resume")
   p.add_argument("--cache-dir", default=default_cache_dir(), help="where the corpus is kept")
+  p.add_argument("--config", help="your own pipeline YAML (its datasets) instead of the embedded demo")
+  p.add_argument("--steps", type=int, default=40)
+  p.add_argument("--checkpoint-at", type=int, default=20)
+  p.add_argument("--out", help="run directory for checkpoints and the plot (default: CACHE/run)")
+  p.add_argument("--json", help="also write the summary as JSON here")
   p.set_defaults(run=_cmd_demo)
+
+  p = sub.add_parser("mesh", help="rows, tokens and documents per host of a TPU slice")
+  p.add_argument("--tpu", required=True, help="slice name, e.g. v5p-128 (see tpu_configs/)")
+  p.add_argument("--global-batch", type=int, required=True)
+  p.add_argument("--seq-len", type=int, required=True)
+  p.add_argument("--config", help="pipeline YAML: plan real steps for documents and timing")
+  p.add_argument("--steps", type=int, default=5, help="steps to plan with --config")
+  p.set_defaults(run=_cmd_mesh)
   return parser
 
 

@@ -33,6 +33,7 @@ from jaxdata.config import PipelineConfig
 from jaxdata.errors import CheckpointError
 from jaxdata.fingerprint import describe_changes, order_fingerprint
 from jaxdata.mixture import DatasetMeta, DocumentStream
+from jaxdata.slices import load_slice, slice_mesh
 from jaxdata.sharding import batch_sharding, data_parallel_size, host_row_blocks, local_rows
 from jaxdata.sources.dataset import ReadOptions, TokenDataset
 from jaxdata.transforms.assemble import FEATURES, assemble_rows, pad_tokens
@@ -79,6 +80,9 @@ class Pipeline:
     cfg: the pipeline config.
     mesh: a `jax.sharding.Mesh`; None yields NumPy arrays of all rows.
     data_axes: mesh axes the rows are sharded over (others replicate).
+    tpu: instead of mesh / data_axes, a slice config name ("v5e-8",
+      "v5p-128", "cpu-8", ...; see `jaxdata.slices`): its default mesh over
+      jax.devices() and its data axes.
     prefetch: steps planned and read ahead by a background thread; 0 reads
       in the calling thread. Output never depends on it.
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
@@ -97,6 +101,7 @@ class Pipeline:
       mesh: Mesh | None = None,
       data_axes: Sequence[str] = ("data",),
       *,
+      tpu: str | None = None,
       prefetch: int = 2,
       read_ahead_tokens: int = 1 << 21,
       read_threads: int = 1,
@@ -105,6 +110,11 @@ class Pipeline:
   ) -> None:
     if prefetch < 0:
       raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
+    if tpu is not None:
+      if mesh is not None:
+        raise ValueError("tpu: give a slice name or a mesh, not both")
+      spec = load_slice(tpu)
+      mesh, data_axes = slice_mesh(spec), spec.data_axes
     if read_ahead_tokens < 1:
       raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
     self.cfg = cfg
