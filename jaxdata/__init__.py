@@ -4,7 +4,7 @@ The public API is the explicit list in ``__all__``; see DESIGN.md for what
 each piece means.
 """
 
-from jaxdata import checkpoint, sources
+from jaxdata import checkpoint, exposure, mixing, sources
 from jaxdata.config import (
     BatchConfig,
     DatasetConfig,
@@ -74,8 +74,10 @@ __all__ = [
     "build_index",
     "checkpoint",
     "convert",
+    "exposure",
     "load_config",
     "load_tokenizer",
+    "mixing",
     "pieces_for_hosts",
     "sources",
 ]

@@ -1,4 +1,4 @@
-"""The ``jaxdata`` command: convert, index, inspect, mesh, demo."""
+"""The ``jaxdata`` command: convert, index, inspect, plan, audit, report, mesh, demo."""
 
 from __future__ import annotations
 
@@ -14,12 +14,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from jaxdata.audit import audit
+from jaxdata.config import load_config
 from jaxdata.convert import ConvertOptions, convert
 from jaxdata.demo import DEVICES as DEMO_DEVICES
 from jaxdata.demo import default_cache_dir, run_demo, xla_flags
 from jaxdata.meshplan import mesh_report
+from jaxdata.report import plan_plot, write_report
 from jaxdata.slices import load_slice
+from jaxdata.sources.manifest import Manifest
 from jaxdata.inputs import INPUT_FORMATS, TEXT_MODES
+from jaxdata.exposure import parse_tokens, schedule_exposure, weights_by_step
 from jaxdata.inspect import summarize
 from jaxdata.sources.dataset import TokenDataset
 from jaxdata.sources.index import build_index
@@ -182,6 +187,75 @@ def _cmd_mesh(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
+def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
+  cfg = load_config(args.config)
+  supply = {d.name: Manifest.load(d.path).num_tokens for d in cfg.datasets}
+  schedule = cfg.schedule()
+  tokens_per_step = cfg.batch.global_batch_size * cfg.packing.seq_len
+  table = schedule_exposure(supply, schedule, parse_tokens(args.tokens), tokens_per_step, args.max_passes)
+  if args.png:
+    plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
+  if args.json:
+    print(json.dumps(table.to_json(), indent=1))
+    return 0
+  out = Table(title=f"exposure over {table.total_tokens:,} tokens = {table.steps:,} steps of {tokens_per_step:,}")
+  for column in ("dataset", "phase", "unique U_d", "natural", "sampling w_d", "upsampling",
+                 "processed", "passes (run)", "pass completes at step"):
+    out.add_column(column, justify="right")
+  for name, d in table.datasets.items():
+    for i, (start, end) in enumerate(table.phases):
+      first = i == 0
+      out.add_row(
+          name if first else "", f"{start}-{end}", f"{d.unique_tokens:,}" if first else "",
+          f"{d.natural_share:.4f}" if first else "", f"{d.sampling_share[i]:.4f}", f"{d.upsampling[i]:.2f}x",
+          f"{d.processed_tokens[i]:,.0f}", f"{d.passes:.3f}" if first else "",
+          ", ".join(str(s) for s in d.pass_completed_at_step[:6]) + (" ..." if len(d.pass_completed_at_step) > 6 else "")
+          if first else "",
+      )
+  console.print(out)
+  for i, (start, end) in enumerate(table.phases):
+    total = sum(d.sampling_share[i] for d in table.datasets.values())
+    console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
+  for warning in table.warnings:
+    console.print(f"warning: {warning}", style="bold yellow")
+  if args.png:
+    console.print(f"plot: {args.png}", markup=False)
+  return 0
+
+
+def _cmd_audit(args: argparse.Namespace, console: Console) -> int:
+  result = audit(load_config(args.config), args.hosts, args.steps)
+  if args.json:
+    print(json.dumps(result.to_json(), indent=1))
+  else:
+    console.print(f"audited {result.steps} steps for {result.hosts} hosts")
+    console.print(f"pieces on two hosts in one step: {result.piece_overlaps} (must be 0)")
+    console.print(f"documents read by two hosts in one step (split across hosts): {result.document_overlaps}")
+    console.print(f"complete passes checked for exactly-once coverage: {', '.join(result.passes_checked) or 'none'}")
+    if result.share_deviation:
+      worst = max(result.share_deviation.items(), key=lambda kv: abs(kv[1]))
+      console.print(f"largest deviation from target: {worst[0]} {worst[1]:+.1f} (bound {result.share_bound:.0f})")
+    if result.histogram_variance_ratio:
+      ratios = ", ".join(f"{n} {r:.2f}" for n, r in result.histogram_variance_ratio.items())
+      console.print(f"per-step source count variance / multinomial: {ratios}")
+    for failure in result.failures:
+      console.print(f"FAIL {failure}", style="bold red", markup=False)
+    console.print("audit passed" if result.ok else f"audit FAILED ({len(result.failures)} problems)")
+  return 0 if result.ok else 1
+
+
+def _cmd_report(args: argparse.Namespace, console: Console) -> int:
+  series = write_report(args.stats, args.out or os.path.splitext(args.stats)[0] + "_report")
+  ranked = sorted(series["largest_deviation"].items(), key=lambda kv: -abs(kv[1]["deviation"]))
+  console.print(f"{len(series['steps'])} steps; largest deviations of cumulative share from target:")
+  for name, worst in ranked:
+    console.print(f"  {name}: {worst['deviation']:+.4f} at step {worst['step']} "
+                  f"(final {series['final_deviation'][name]:+.4f})")
+  for name, path in series["plots"].items():
+    console.print(f"{name}: {path}", markup=False)
+  return 0
+
+
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="jaxdata", description="JAX/TPU-native input pipeline for language models."
@@ -228,6 +302,26 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--out", help="run directory for checkpoints and the plot (default: CACHE/run)")
   p.add_argument("--json", help="also write the summary as JSON here")
   p.set_defaults(run=_cmd_demo)
+
+  p = sub.add_parser("plan", help="exposure per dataset and phase before a run")
+  p.add_argument("config")
+  p.add_argument("--tokens", required=True, help="tokens to process, e.g. 20e9 or 20B")
+  p.add_argument("--max-passes", type=float, default=4.0, help="warn above this many passes")
+  p.add_argument("--json", action="store_true", help="print the table as JSON")
+  p.add_argument("--png", help="write weights over steps and cumulative passes here")
+  p.set_defaults(run=_cmd_plan)
+
+  p = sub.add_parser("audit", help="plan S steps for H hosts and check them")
+  p.add_argument("config")
+  p.add_argument("--hosts", type=int, required=True)
+  p.add_argument("--steps", type=int, required=True)
+  p.add_argument("--json", action="store_true")
+  p.set_defaults(run=_cmd_audit)
+
+  p = sub.add_parser("report", help="plots and deviations from a run's stats JSONL")
+  p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
+  p.add_argument("--out", help="directory for the plots (default: STATS_report/)")
+  p.set_defaults(run=_cmd_report)
 
   p = sub.add_parser("mesh", help="rows, tokens and documents per host of a TPU slice")
   p.add_argument("--tpu", required=True, help="slice name, e.g. v5p-128 (see tpu_configs/)")

@@ -271,9 +271,12 @@ class PipelineConfig:
   stop_after_passes: int | None = None
   packing: PackingConfig = PackingConfig()
   batch: BatchConfig = BatchConfig()
+  stats_path: str | None = None  # Pipeline appends one JSON line of stats per step here
 
   def __post_init__(self) -> None:
     object.__setattr__(self, "datasets", tuple(self.datasets))
+    if self.stats_path is not None and not isinstance(self.stats_path, str):
+      raise ConfigError(f"stats_path: expected a file path, got {self.stats_path!r}")
     if not self.datasets:
       raise ConfigError("datasets: the config needs at least one dataset")
     names = [d.name for d in self.datasets]
@@ -416,6 +419,8 @@ class PipelineConfig:
         built.append(Phase(**phase))
       mixture["schedule"] = tuple(built)
     kwargs = {k: v for k, v in top.items() if k not in ("datasets", "mixture", "packing", "batch")}
+    if base_dir is not None and isinstance(kwargs.get("stats_path"), str):
+      kwargs["stats_path"] = os.path.join(base_dir, os.path.expanduser(kwargs["stats_path"]))
     for section, kind in (("packing", PackingConfig), ("batch", BatchConfig)):
       if section in top:
         body = _mapping(top[section], section)

@@ -90,7 +90,8 @@ class Pipeline:
       faster (at least one step, at most 64). Output never depends on it.
     read_threads: threads reading the shards of one dataset concurrently
       (the ArrayRecord reader holds the GIL, so more help only on slow storage).
-    stats_path: append one JSON line of `stats()` per step handed out.
+    stats_path: append one JSON line of `stats()` per step handed out
+      (default: the config's `stats_path`).
     read_log: if a list, (steps, dataset, records) of every read is appended:
       the steps (a range) whose documents one batched read fetched.
   """
@@ -141,7 +142,7 @@ class Pipeline:
     self.prefetch = prefetch
     self.read_ahead_tokens = read_ahead_tokens
     self._window: collections.deque[_Planned | _End] = collections.deque()
-    self.stats_path = stats_path
+    self.stats_path = stats_path if stats_path is not None else cfg.stats_path
     self.read_log = read_log
     self._cumulative = [0] * len(self.names)
     self._state = self._snapshot()

@@ -19,7 +19,18 @@ import math
 import numbers
 from typing import Any, Mapping, Sequence
 
-__all__ = ["Schedule", "normalize_weights"]
+__all__ = ["Schedule", "normalize_weights", "require_keys"]
+
+
+def require_keys(given: Any, expected: Sequence[str], where: str, value: str) -> None:
+  """Raises ValueError unless `given` has exactly the keys `expected`, naming
+  the first unknown key or the first missing one ("... has no {value}")."""
+  unknown = [k for k in given if k not in expected]
+  if unknown:
+    raise ValueError(f"{where}: {unknown[0]!r} is not one of {', '.join(map(repr, expected))}")
+  missing = [k for k in expected if k not in given]
+  if missing:
+    raise ValueError(f"{where}: {missing[0]!r} has no {value}")
 
 
 def normalize_weights(
@@ -36,14 +47,7 @@ def normalize_weights(
   """
   if not isinstance(weights, Mapping):
     raise ValueError(f"{where}: expected a mapping of dataset name to weight, got {weights!r}")
-  unknown = [k for k in weights if k not in names]
-  if unknown:
-    raise ValueError(
-        f"{where}: {unknown[0]!r} is not a dataset of this config (datasets: {', '.join(names)})"
-    )
-  missing = [n for n in names if n not in weights]
-  if missing:
-    raise ValueError(f"{where}: dataset {missing[0]!r} has no weight (name every dataset once)")
+  require_keys(weights, names, where, "weight (name every dataset once)")
   values = []
   for name in names:
     value = weights[name]

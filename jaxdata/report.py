@@ -1,0 +1,126 @@
+"""`jaxdata report`: plots and deviations from a run's per-step stats (JSONL).
+
+Reads what `Pipeline(stats_path=...)` (or the config's `stats_path`) wrote,
+one JSON object per step, and writes:
+
+    shares.png    realised cumulative share vs the cumulative target, per dataset
+    sources.png   per-batch share of tokens per source over steps (stacked)
+    padding.png   padding fraction over steps
+    report.json   the series plotted, and the largest deviations
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from jaxdata.errors import InputFormatError
+
+__all__ = ["load_stats", "plan_plot", "report_series", "write_report"]
+
+
+def load_stats(path: str) -> list[dict[str, Any]]:
+  """The step records of a stats JSONL file; errors name the file and line."""
+  records = []
+  with open(path) as f:
+    for number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise InputFormatError(f"{path}:{number}: not a JSON stats record ({e.msg})") from e
+      for key in ("step", "tokens_per_source", "target_share", "share_batch", "padding_fraction"):
+        if key not in record:
+          raise InputFormatError(f"{path}:{number}: stats record has no {key!r}")
+      records.append(record)
+  if not records:
+    raise InputFormatError(f"{path}: no stats records")
+  return records
+
+
+def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
+  """Per-dataset series: batch share, cumulative share, cumulative target; deviations."""
+  names = list(records[0]["tokens_per_source"])
+  tokens = np.array([[r["tokens_per_source"][n] for n in names] for r in records], dtype=float)
+  targets = np.array([[r["target_share"][n] for n in names] for r in records], dtype=float)
+  step_tokens = tokens.sum(axis=1)
+  cumulative = np.cumsum(tokens, axis=0)
+  cumulative_share = cumulative / np.maximum(cumulative.sum(axis=1, keepdims=True), 1)
+  cumulative_target = np.cumsum(targets * step_tokens[:, None], axis=0) / np.maximum(
+      np.cumsum(step_tokens)[:, None], 1)
+  batch_share = tokens / np.maximum(step_tokens[:, None], 1)
+  deviation = cumulative_share - cumulative_target
+  worst = np.abs(deviation).argmax(axis=0)
+  return {
+      "steps": [r["step"] for r in records],
+      "datasets": names,
+      "batch_share": {n: batch_share[:, i].tolist() for i, n in enumerate(names)},
+      "cumulative_share": {n: cumulative_share[:, i].tolist() for i, n in enumerate(names)},
+      "cumulative_target": {n: cumulative_target[:, i].tolist() for i, n in enumerate(names)},
+      "padding_fraction": [r["padding_fraction"] for r in records],
+      "largest_deviation": {
+          n: {"step": records[worst[i]]["step"], "deviation": float(deviation[worst[i], i])}
+          for i, n in enumerate(names)
+      },
+      "final_deviation": {n: float(deviation[-1, i]) for i, n in enumerate(names)},
+  }
+
+
+def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
+  """Writes the plots and report.json; returns the series (with file paths)."""
+  series = report_series(load_stats(stats_path))
+  os.makedirs(out_dir, exist_ok=True)
+  steps = series["steps"]
+  paths = {name: os.path.join(out_dir, f"{name}.png") for name in ("shares", "sources", "padding")}
+
+  fig = Figure(figsize=(8, 4.5))
+  ax = fig.subplots()
+  for i, n in enumerate(series["datasets"]):
+    ax.plot(steps, series["cumulative_share"][n], color=f"C{i}", lw=2, label=f"{n} realised")
+    ax.plot(steps, series["cumulative_target"][n], color=f"C{i}", ls="--", label=f"{n} target")
+  ax.set(xlabel="step", ylabel="cumulative share of tokens", title="realised vs target mixture")
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  fig.savefig(paths["shares"], dpi=100)
+
+  fig = Figure(figsize=(8, 4.5))
+  ax = fig.subplots()
+  ax.stackplot(steps, *[series["batch_share"][n] for n in series["datasets"]], labels=series["datasets"])
+  ax.set(xlabel="step", ylabel="share of the batch's tokens", title="sources per batch", ylim=(0, 1))
+  ax.legend(fontsize=7, loc="upper right")
+  fig.tight_layout()
+  fig.savefig(paths["sources"], dpi=100)
+
+  fig = Figure(figsize=(8, 3))
+  ax = fig.subplots()
+  ax.plot(steps, series["padding_fraction"])
+  ax.set(xlabel="step", ylabel="padding fraction", title="padding per batch")
+  fig.tight_layout()
+  fig.savefig(paths["padding"], dpi=100)
+
+  series["plots"] = paths
+  with open(os.path.join(out_dir, "report.json"), "w") as f:
+    json.dump(series, f, indent=1)
+  return series
+
+
+def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: str) -> None:
+  """Weights over steps and cumulative passes per dataset (for `jaxdata plan`)."""
+  fig = Figure(figsize=(9, 6))
+  top, bottom = fig.subplots(2, 1, sharex=True)
+  steps = np.arange(weights_by_step.shape[0])
+  per_step = np.full(steps.size, float(table.tokens_per_step))
+  for i, name in enumerate(names):
+    top.plot(steps, weights_by_step[:, i], label=name)
+    passes = np.cumsum(weights_by_step[:, i] * per_step) / table.datasets[name].unique_tokens
+    bottom.plot(steps, passes, label=name)
+  top.set(ylabel="sampling share", title=f"jaxdata plan: {table.total_tokens:.3g} tokens")
+  bottom.set(xlabel="step", ylabel="cumulative passes")
+  top.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)

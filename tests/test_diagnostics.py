@@ -1,0 +1,237 @@
+"""Planning and diagnostics: exposure, plan / audit / report commands, mixing helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+
+from jaxdata import Pipeline
+from jaxdata.audit import audit, audit_plans
+from jaxdata.cli import main
+from jaxdata.exposure import exposure, parse_tokens, schedule_exposure
+from jaxdata.mixing import doremi_update, importance_weights, per_source_loss
+from jaxdata.mixture import DocumentStream
+from jaxdata.schedule import Schedule
+from jaxdata.transforms.packing import Packer
+from pipeline_fixtures import coded_config
+
+# ------------------------------------------------------------------ exposure
+
+
+def test_exposure_arithmetic_by_hand():
+  supply = {"small": 50e6, "tiny": 30e6, "rest": 920e6}
+  table = exposure(supply, {"small": 0.025, "tiny": 0.02, "rest": 0.955}, 1e9)
+  assert table.datasets["small"].passes == pytest.approx(0.5)
+  assert table.datasets["tiny"].passes == pytest.approx(2 / 3)
+  assert table.datasets["small"].natural_share == pytest.approx(0.05)
+  assert table.datasets["small"].upsampling == [pytest.approx(0.5)]
+  assert table.datasets["small"].processed_tokens == [pytest.approx(25e6)]
+  longer = exposure(supply, {"small": 0.025, "tiny": 0.02, "rest": 0.955}, parse_tokens("15B"))
+  assert longer.datasets["small"].passes == pytest.approx(7.5)
+  assert any(w.startswith("small: 7.50 passes") for w in longer.warnings)
+  assert not any(w.startswith("rest") for w in exposure(supply, {"small": 1, "tiny": 1, "rest": 98}, 1e9).warnings)
+
+
+def test_exposure_over_phases_and_pass_completion_steps():
+  schedule = Schedule.from_phases(["a", "b"], [({"a": 1, "b": 1}, 10, 0), ({"a": 1, "b": 3}, None, 0)])
+  table = schedule_exposure({"a": 100, "b": 1000}, schedule, total_tokens=300, tokens_per_step=10)
+  a = table.datasets["a"]
+  assert table.steps == 30 and table.phases == [(0, 10), (10, 30)]
+  assert a.sampling_share == [0.5, 0.25] and table.datasets["b"].sampling_share == [0.5, 0.75]
+  assert a.processed_tokens == [50.0, 50.0]  # 10 steps x 10 x 0.5, then 20 x 10 x 0.25
+  assert a.passes == pytest.approx(1.0)
+  # a gets 5 tokens per step for 10 steps (50), then 2.5 per step: 100 at step index 29.
+  assert a.pass_completed_at_step == [29]
+  for phase in range(2):
+    assert sum(d.sampling_share[phase] for d in table.datasets.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: exposure({"a": 1, "z": 1}, {"a": 1}, 10), "'z' is not one of 'a'"),
+        (lambda: exposure({"a": 1}, {"a": 1, "b": 1}, 10), "'b' has no supply"),
+        (lambda: exposure({"a": 0}, {"a": 1}, 10), "dataset 'a' has supply 0"),
+        (lambda: exposure({"a": float("nan")}, {"a": 1}, 10), "dataset 'a' has supply nan"),
+        (lambda: exposure({"a": 1}, {"a": 1}, -5), "total_tokens: must be a positive finite number"),
+        (lambda: exposure({"a": 1}, {"a": 1}, float("inf")), "total_tokens"),
+        (lambda: exposure({"a": 1}, {"a": -1}, 10), "weight of 'a' must be >= 0"),
+        (lambda: parse_tokens("many"), "cannot read 'many'"),
+    ],
+)
+def test_exposure_rejects_bad_input(call, message):
+  with pytest.raises(ValueError, match=message):
+    call()
+
+
+@pytest.fixture
+def pipeline_yaml(tmp_path) -> str:
+  rng = np.random.default_rng(6)
+  cfg = coded_config(tmp_path, [rng.integers(1, 40, 80).tolist(), rng.integers(1, 90, 30).tolist()])
+  path = tmp_path / "pipeline.yaml"
+  path.write_text(yaml.safe_dump({
+      "datasets": [{"name": d.name, "path": d.path} for d in cfg.datasets],
+      "mixture": {"schedule": [{"until_step": 3, "weights": {"d0": 3, "d1": 1}}, {"weights": {"d0": 1, "d1": 1}}]},
+      "stop_after_passes": 2,
+      "packing": {"mode": "best_fit", "seq_len": 32},
+      "batch": {"global_batch_size": 8, "drop_remainder": False},
+      "stats_path": "run/stats.jsonl",
+  }))
+  (tmp_path / "run").mkdir()
+  return str(path)
+
+
+def test_plan_command_json_png_and_warnings(pipeline_yaml, tmp_path, capsys):
+  png = tmp_path / "plan.png"
+  assert main(["plan", pipeline_yaml, "--tokens", "20k", "--json", "--png", str(png), "--max-passes", "3"]) == 0
+  table = json.loads(capsys.readouterr().out)
+  assert table["steps"] == 79 and table["tokens_per_step"] == 256
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+  d0 = table["datasets"]["d0"]
+  assert d0["sampling_share"] == [pytest.approx(0.75), pytest.approx(0.5)]
+  assert main(["plan", pipeline_yaml, "--tokens", "20k", "--max-passes", "3"]) == 0
+  out = capsys.readouterr().out
+  assert "phase 0 (steps 0-3): sampling shares sum to 1.000000" in out
+  assert "warning: d0:" in out  # 20k tokens is many passes of d0's ~1.6k tokens
+
+
+# ------------------------------------------------------------------ audit
+
+
+def test_audit_passes_on_the_real_plan(pipeline_yaml, capsys):
+  assert main(["audit", pipeline_yaml, "--hosts", "2", "--steps", "60", "--json"]) == 0
+  result = json.loads(capsys.readouterr().out)
+  assert result["ok"] and result["piece_overlaps"] == 0
+  assert {"d0 pass 0", "d1 pass 0"} <= set(result["passes_checked"])
+  assert abs(result["share_deviation"]["d0"]) <= result["share_bound"]
+  assert set(result["histogram_variance_ratio"]) == {"d0", "d1"}
+
+
+def planned(config_path: str, steps: int):
+  from jaxdata import load_config  # noqa: PLC0415 -- keeps the fixture-driven import local to the helper
+
+  cfg = load_config(config_path)
+  stream = DocumentStream(cfg)
+  packer = Packer(cfg.packing, cfg.batch, stream)
+  plans = [p for p in (packer.plan() for _ in range(steps)) if p is not None]
+  lengths = {c.settings.name: c.lengths for c in stream.cursors}
+  return cfg, plans, lengths, stream.passes_completed(), packer.carry
+
+
+def test_audit_fails_on_a_broken_plan(pipeline_yaml):
+  cfg, plans, lengths, completed, carry = planned(pipeline_yaml, 60)
+  assert audit_plans(cfg, plans, 2, lengths, completed, carry).ok
+  # A piece duplicated onto the other host's rows of the same step.
+  plan = plans[1]
+  first = plan.pieces.take(np.array([0]))
+  moved_row = (plan.row[0] + plan.rows // 2) % plan.rows
+  duplicated = dataclasses.replace(
+      plan,
+      pieces=type(plan.pieces).concatenate([plan.pieces, first]),
+      row=np.r_[plan.row, moved_row], column=np.r_[plan.column, 0],
+  )
+  broken = audit_plans(cfg, [plans[0], duplicated, *plans[2:]], 2, lengths, completed, carry)
+  assert not broken.ok and broken.piece_overlaps == 1
+  assert any("on hosts [0, 1]" in f for f in broken.failures)
+  # A document dropped from a complete pass.
+  dropped = dataclasses.replace(plans[0], pieces=plans[0].pieces.take(np.arange(1, len(plans[0].pieces))),
+                                row=plans[0].row[1:], column=plans[0].column[1:])
+  missing = audit_plans(cfg, [dropped, *plans[1:]], 2, lengths, completed, carry)
+  gone = f"record {plans[0].pieces.record[0]}"
+  assert not missing.ok
+  assert any(gone in f or "documents missing" in f for f in missing.failures), missing.failures
+
+
+# ------------------------------------------------------------------ report
+
+
+def test_report_plots_and_data_match_the_pipeline_stats(pipeline_yaml, tmp_path, capsys):
+  from jaxdata import load_config  # noqa: PLC0415
+
+  cfg = load_config(pipeline_yaml)
+  with Pipeline(cfg, prefetch=2) as pipe:
+    seen = []
+    for _ in range(12):
+      next(pipe)
+      seen.append(pipe.stats())
+  stats_path = tmp_path / "run" / "stats.jsonl"
+  assert len(stats_path.read_text().splitlines()) == 12
+  assert main(["report", str(stats_path), "--out", str(tmp_path / "report")]) == 0
+  out = capsys.readouterr().out
+  assert "largest deviations of cumulative share from target" in out
+  for name in ("shares", "sources", "padding"):
+    png = tmp_path / "report" / f"{name}.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
+  series = json.loads((tmp_path / "report" / "report.json").read_text())
+  for name in ("d0", "d1"):
+    assert series["cumulative_share"][name] == pytest.approx([s["share_cumulative"][name] for s in seen])
+    assert series["batch_share"][name] == pytest.approx([s["share_batch"][name] for s in seen])
+  assert series["padding_fraction"] == pytest.approx([s["padding_fraction"] for s in seen])
+
+
+def test_report_names_a_bad_stats_line(tmp_path):
+  path = tmp_path / "stats.jsonl"
+  path.write_text('{"step": 0}\n')
+  assert main(["report", str(path)]) == 1
+
+
+# ------------------------------------------------------------------ mixing
+
+
+def test_doremi_clips_per_token_then_averages():
+  # Means are equal (2.0 vs 2.0): the difference of means would give 0 excess.
+  # Clipped per token: mean(max(3-2, 0), max(1-2, 0)) = 0.5 for domain a.
+  w = doremi_update({"a": 0.5, "b": 0.5}, {"a": [3.0, 1.0], "b": [2.0, 2.0]},
+                    {"a": [2.0, 2.0], "b": [2.0, 2.0]}, eta=1.0, smoothing=0.0)
+  assert w["a"] == pytest.approx(np.exp(0.5) / (np.exp(0.5) + 1))
+  assert w["a"] > 0.5
+
+
+def test_doremi_smoothing_and_jnp_inputs():
+  raw = doremi_update({"a": 0.2, "b": 0.8}, {"a": jnp.array([4.0]), "b": jnp.array([1.0])},
+                      {"a": jnp.array([1.0]), "b": jnp.array([1.0])}, eta=0.5, smoothing=0.0)
+  smooth = doremi_update({"a": 0.2, "b": 0.8}, {"a": jnp.array([4.0]), "b": jnp.array([1.0])},
+                         {"a": jnp.array([1.0]), "b": jnp.array([1.0])}, eta=0.5, smoothing=0.1)
+  assert raw["a"] == pytest.approx(0.2 * np.exp(1.5) / (0.2 * np.exp(1.5) + 0.8))
+  for d in "ab":
+    assert smooth[d] == pytest.approx(0.9 * raw[d] + 0.1 / 2)
+  assert sum(smooth.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "weights, proxy, reference, kwargs, message",
+    [
+        ({"a": 1}, {"a": [float("nan")]}, {"a": [1.0]}, {}, "NaN"),
+        ({"a": 1}, {"a": [-1.0]}, {"a": [1.0]}, {}, "must be >= 0"),
+        ({"a": 1}, {"a": [1.0, 2.0]}, {"a": [1.0]}, {}, "shape"),
+        ({"a": 1, "b": 1}, {"a": [1.0]}, {"a": [1.0], "b": [1.0]}, {}, "proxy_loss: 'b' has no losses"),
+        ({"a": 1}, {"a": [1.0], "c": [1.0]}, {"a": [1.0]}, {}, "proxy_loss: 'c' is not one of 'a'"),
+        ({"a": 0, "b": 1}, {"a": [1.0], "b": [1.0]}, {"a": [1.0], "b": [1.0]}, {}, r"weights\['a'\]: prior weights must be finite and > 0"),
+        ({"a": 1, "b": 1}, {"a": [1e308], "b": [1.0]}, {"a": [0.0], "b": [1.0]}, {"eta": 1e10}, "overflowed"),
+    ],
+)
+def test_doremi_rejections(weights, proxy, reference, kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    doremi_update(weights, proxy, reference, **kwargs)
+
+
+def test_importance_weights():
+  assert importance_weights({"a": 0.5, "b": 0.5, "c": 0.0}, {"a": 0.25, "b": 0.75, "c": 0.0}) == {
+      "a": 2.0, "b": pytest.approx(2 / 3), "c": 0.0}
+  with pytest.raises(ValueError, match="'b' is never sampled"):
+    importance_weights({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.0})
+
+
+def test_per_source_loss_is_jittable_and_ignores_padding():
+  loss = jnp.array([[1.0, 3.0, 5.0, 7.0], [2.0, 4.0, 6.0, 100.0]])
+  source = jnp.array([[0, 0, 1, -1], [1, 1, 0, 2]])
+  mask = jnp.array([[1, 1, 1, 0], [1, 0, 1, 0]])
+  mean, count = jax.jit(per_source_loss, static_argnames="num_sources")(loss, source, mask, num_sources=3)
+  assert count.tolist() == [3.0, 2.0, 0.0]
+  assert mean.tolist() == pytest.approx([(1 + 3 + 6) / 3, (5 + 2) / 2, 0.0])
