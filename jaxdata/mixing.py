@@ -71,7 +71,8 @@ def doremi_update(
     if proxy.shape != reference.shape:
       raise ValueError(f"domain {d!r}: proxy_loss shape {proxy.shape} != reference_loss shape {reference.shape}")
     excess.append(float(np.maximum(proxy - reference, 0.0).mean()))  # clip per token, then average
-  logits = np.log([float(weights[d]) for d in domains]) + eta * np.asarray(excess)
+  with np.errstate(over="ignore"):  # overflow is detected and reported just below
+    logits = np.log([float(weights[d]) for d in domains]) + eta * np.asarray(excess)
   if not np.isfinite(logits).all():
     raise ValueError(f"doremi_update: eta * excess loss overflowed ({dict(zip(domains, excess))})")
   logits -= logits.max()  # exponentiate safely
