@@ -346,7 +346,7 @@ class PipelineConfig:
       if passes is not None and (policy == "stop" or max_repeats is not None):
         other = "exhausted_policy 'stop'" if policy == "stop" else "max_repeats"
         raise ConfigError(f"{scope}: stop_after_passes cannot be combined with {other}")
-    for i, (scope, policy, max_repeats, passes) in enumerate(levels):
+    for i, (_, policy, max_repeats, passes) in enumerate(levels):
       if passes is not None:
         kind, max_passes, target = "passes", None, passes
       elif policy == "stop":

@@ -30,7 +30,7 @@ from jaxdata.config import DatasetSettings, PipelineConfig
 from jaxdata.cursor import DatasetCursor
 from jaxdata.errors import ConfigError
 from jaxdata.feistel import derive_key
-from jaxdata.interleave import WEIGHT_SCALE, Segment, pick, scale_weights
+from jaxdata.interleave import Segment, pick, scale_weights
 from jaxdata.order import DatasetOrder, ShuffleOptions
 from jaxdata.schedule import Schedule
 from jaxdata.sources.dataset import TokenDataset

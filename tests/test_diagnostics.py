@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from jaxdata import Pipeline
-from jaxdata.audit import audit, audit_plans
+from jaxdata.audit import audit_plans
 from jaxdata.cli import main
 from jaxdata.exposure import exposure, parse_tokens, schedule_exposure
 from jaxdata.mixing import doremi_update, importance_weights, per_source_loss
