@@ -1,15 +1,18 @@
-"""The ``jaxdata`` command: convert, index, inspect, plan, audit, report, mesh, demo."""
+"""The ``jaxdata`` command: convert, index, inspect, plan, audit, report, bench, mesh, demo."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import re
 import sys
+import time
 from typing import Any, Sequence
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -20,6 +23,7 @@ from jaxdata.convert import ConvertOptions, convert
 from jaxdata.demo import DEVICES as DEMO_DEVICES
 from jaxdata.demo import default_cache_dir, run_demo, xla_flags
 from jaxdata.meshplan import mesh_report
+from jaxdata.pipeline import Pipeline
 from jaxdata.report import plan_plot, write_report
 from jaxdata.slices import load_slice
 from jaxdata.sources.manifest import Manifest
@@ -256,6 +260,28 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
+def _cmd_bench(args: argparse.Namespace, console: Console) -> int:
+  cfg = load_config(args.config)
+  started = time.perf_counter()
+  with Pipeline(cfg, prefetch=args.prefetch) as pipe:
+    next(pipe)
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    real = steps = 0
+    for batch in itertools.islice(pipe, args.steps):
+      real += int((np.asarray(batch["segment_ids"]) > 0).sum())
+      steps += 1
+    seconds = time.perf_counter() - started
+    stats = pipe.stats()
+  capacity = steps * stats["rows"] * stats["seq_len"]
+  console.print(f"{steps} steps of {stats['rows']} x {stats['seq_len']} in {seconds:.2f}s: "
+                f"{real / seconds:,.0f} non-padding tokens/s, efficiency {real / max(capacity, 1):.4f}, "
+                f"first batch {first:.2f}s")
+  totals = stats["time_total_s"]
+  console.print("time per step: " + ", ".join(f"{k} {v / (steps + 1) * 1e3:.2f} ms" for k, v in totals.items()))
+  return 0
+
+
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="jaxdata", description="JAX/TPU-native input pipeline for language models."
@@ -322,6 +348,12 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
   p.add_argument("--out", help="directory for the plots (default: STATS_report/)")
   p.set_defaults(run=_cmd_report)
+
+  p = sub.add_parser("bench", help="throughput of a pipeline config on this machine (one process, NumPy)")
+  p.add_argument("config")
+  p.add_argument("--steps", type=int, default=100)
+  p.add_argument("--prefetch", type=int, default=2)
+  p.set_defaults(run=_cmd_bench)
 
   p = sub.add_parser("mesh", help="rows, tokens and documents per host of a TPU slice")
   p.add_argument("--tpu", required=True, help="slice name, e.g. v5p-128 (see tpu_configs/)")

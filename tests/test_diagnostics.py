@@ -235,3 +235,9 @@ def test_per_source_loss_is_jittable_and_ignores_padding():
   mean, count = jax.jit(per_source_loss, static_argnames="num_sources")(loss, source, mask, num_sources=3)
   assert count.tolist() == [3.0, 2.0, 0.0]
   assert mean.tolist() == pytest.approx([(1 + 3 + 6) / 3, (5 + 2) / 2, 0.0])
+
+
+def test_bench_command_reports_throughput(pipeline_yaml, capsys):
+  assert main(["bench", pipeline_yaml, "--steps", "5"]) == 0
+  out = capsys.readouterr().out
+  assert "5 steps of 8 x 32" in out and "non-padding tokens/s" in out and "time per step: plan" in out

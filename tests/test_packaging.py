@@ -62,5 +62,5 @@ def test_console_script_lists_commands():
   out = subprocess.run(
       ["jaxdata", "--help"], check=True, capture_output=True, text=True
   ).stdout
-  for command in ("convert", "index", "inspect", "demo"):
+  for command in ("convert", "index", "inspect", "plan", "audit", "mesh", "report", "bench", "demo"):
     assert command in out
