@@ -175,10 +175,14 @@ def test_report_plots_and_data_match_the_pipeline_stats(pipeline_yaml, tmp_path,
   assert series["padding_fraction"] == pytest.approx([s["padding_fraction"] for s in seen])
 
 
-def test_report_names_a_bad_stats_line(tmp_path):
+def test_report_names_a_bad_stats_line(tmp_path, capsys):
   path = tmp_path / "stats.jsonl"
   path.write_text('{"step": 0}\n')
   assert main(["report", str(path)]) == 1
+  assert f"{path}:1: stats record has no 'tokens_per_source'" in capsys.readouterr().err
+  path.write_text('{"step": 0, oops\n')
+  assert main(["report", str(path)]) == 1
+  assert f"{path}:1: not a JSON stats record" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ mixing
