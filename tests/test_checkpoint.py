@@ -160,6 +160,11 @@ def test_corrupt_missing_and_newer_checkpoints_name_the_path(cfg, tmp_path):
   state_file.write_text(json.dumps(broken))
   with pytest.raises(CheckpointError, match=rf"{state_file}: pipeline state: stream state: datasets.d0"):
     restore()
+  broken = json.loads(good)
+  broken["packer"]["carry"] = "not base64!"
+  state_file.write_text(json.dumps(broken))
+  with pytest.raises(CheckpointError, match=rf"{state_file}: pipeline state: packer state: carry is not a valid"):
+    restore()
   state_file.unlink()
   with pytest.raises(CheckpointError, match="no jaxdata pipeline state in this checkpoint"):
     restore()

@@ -150,6 +150,9 @@ def test_fit_modes_reach_the_efficiency_goal_and_bound_the_carry(mode, rows):
     # Rows are never over-full.
     fill = np.bincount(plan.row, weights=plan.pieces.length, minlength=rows)
     assert fill.max() <= 2048
+    # Stream + packer state stay small whatever the carry (the pipeline adds ~1 KB of fingerprint).
+    state = {"stream": packer.stream.get_state(), "packer": packer.get_state()}
+    assert len(json.dumps(state)) < 3000
   assert np.mean(fractions) >= 0.985
 
 
