@@ -100,7 +100,8 @@ class Segment:
     ]
 
   def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    return {"step": self.step, "start": self.start, "weights": list(self.weights),
+            "deficits": list(self.deficits), "taken": list(self.taken)}
 
   @classmethod
   def from_json(cls, raw: Mapping[str, Any], size: int) -> "Segment":

@@ -199,7 +199,7 @@ class Pipeline:
 
   def get_state(self) -> dict[str, Any]:
     """State after the last batch handed out (JSON-able, the same on every host)."""
-    return json.loads(json.dumps(self._state))
+    return json.loads(json.dumps(self._materialize(self._state)))
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     """Continues from `state`; the next batches equal the original run's,
@@ -234,8 +234,9 @@ class Pipeline:
       self.stream.set_state(state["stream"])
       self.packer.set_state(state["packer"])
     except ValueError as e:
-      self.stream.set_state(self._state["stream"])  # leave the pipeline as it was
-      self.packer.set_state(self._state["packer"])
+      previous = self._materialize(self._state)  # leave the pipeline as it was
+      self.stream.set_state(previous["stream"])
+      self.packer.set_state(previous["packer"])
       raise CheckpointError(f"pipeline state: {e}") from e
     self._cumulative = [int(cumulative[n]) for n in self.names]
     self._state = self._snapshot()
@@ -248,14 +249,23 @@ class Pipeline:
   # --------------------------------------------------------------- producing
 
   def _snapshot(self) -> dict[str, Any]:
+    """The state right now, cheaply: the carry stays a Pieces object until
+    `get_state` encodes it (snapshots are taken for every planned step)."""
     return {
         "version": STATE_VERSION,
         "step": self.packer.step,
         "fingerprint": self.fingerprint,
         "stream": self.stream.get_state(),
-        "packer": self.packer.get_state(),
+        "packer": self.packer.get_state(encode_carry=False),
         "tokens_per_source": dict(zip(self.names, self._cumulative)),
     }
+
+  @staticmethod
+  def _materialize(snapshot: dict[str, Any]) -> dict[str, Any]:
+    packer = snapshot["packer"]
+    if isinstance(packer.get("carry"), Pieces):
+      packer = {**packer, "carry": packer["carry"].to_json()}
+    return {**snapshot, "packer": packer}
 
   def _produce(self) -> _Prepared | _End:
     if not self._window:

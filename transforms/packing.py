@@ -142,8 +142,10 @@ class Packer:
   def rows_at(self, step: int) -> int:
     return self.tokens_per_step // self.packing.seq_len_at(step)
 
-  def get_state(self) -> dict[str, Any]:
-    return {"version": STATE_VERSION, "step": self.step, "done": self.done, "carry": self.carry.to_json()}
+  def get_state(self, encode_carry: bool = True) -> dict[str, Any]:
+    """JSON-able state; `encode_carry=False` leaves the carry as (immutable) Pieces."""
+    carry = self.carry.to_json() if encode_carry else self.carry
+    return {"version": STATE_VERSION, "step": self.step, "done": self.done, "carry": carry}
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     if not isinstance(state, Mapping) or not isinstance(state.get("version"), int):
