@@ -281,3 +281,18 @@ def test_pieces_for_hosts_partition_each_step(mixed_cfg):
   rows0 = set(zip(two[0].dataset.tolist(), two[0].record.tolist(), two[0].offset.tolist()))
   rows1 = set(zip(two[1].dataset.tolist(), two[1].record.tolist(), two[1].offset.tolist()))
   assert not rows0 & rows1
+
+
+def test_a_shard_corrupted_mid_run_raises_a_named_error_from_the_prefetcher(tmp_path):
+  from jaxdata import DatasetError  # noqa: PLC0415
+
+  cfg = coded_config(tmp_path, [[20] * 200], exhausted_policy="repeat", shuffle_block_size="global")
+  with Pipeline(cfg, prefetch=2, read_ahead_tokens=64) as pipe:
+    next(pipe)
+    for shard in sorted((tmp_path / "d0").glob("*.array_record")):
+      size = shard.stat().st_size
+      with open(shard, "r+b") as f:  # same file, same size, garbage inside
+        f.write(np.random.default_rng(0).bytes(size))
+    with pytest.raises(DatasetError, match=r"d0-\d+\.array_record: read failed"):
+      for _ in range(50):
+        next(pipe)
