@@ -104,7 +104,7 @@ class Pipeline:
       *,
       tpu: str | None = None,
       prefetch: int = 2,
-      read_ahead_tokens: int = 1 << 21,
+      read_ahead_tokens: int = 1 << 22,
       read_threads: int = 1,
       stats_path: str | None = None,
       read_log: list[tuple[range, str, np.ndarray]] | None = None,
