@@ -118,6 +118,17 @@ class Pipeline:
       mesh, data_axes = slice_mesh(spec), spec.data_axes
     if read_ahead_tokens < 1:
       raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
+    self.sharding = batch_sharding(mesh, data_axes) if mesh is not None else None
+    if mesh is not None:  # checked before any file is opened
+      shards = data_parallel_size(mesh, data_axes)
+      tokens_per_step = cfg.batch.global_batch_size * cfg.packing.seq_len
+      for seq_len in sorted({cfg.packing.seq_len, *(p.seq_len for p in cfg.packing.warmup)}):
+        rows = tokens_per_step // seq_len
+        if rows % shards:
+          raise ValueError(
+              f"batch.global_batch_size: {rows} rows (at seq_len {seq_len}) do not divide over "
+              f"the {shards} data-parallel shards of mesh axes {tuple(data_axes)}"
+          )
     self.cfg = cfg
     self.names = cfg.names
     self.datasets = [TokenDataset(d.path, ReadOptions(num_threads=read_threads)) for d in cfg.datasets]
@@ -128,17 +139,6 @@ class Pipeline:
         cfg, [ds.manifest.fingerprint for ds in self.datasets], [c.order for c in self.stream.cursors]
     )
     self.mesh = mesh
-    self.sharding = batch_sharding(mesh, data_axes) if mesh is not None else None
-    if mesh is not None:
-      shards = data_parallel_size(mesh, data_axes)
-      seq_lens = {cfg.packing.seq_len, *(p.seq_len for p in cfg.packing.warmup)}
-      for seq_len in sorted(seq_lens):
-        rows = self.packer.tokens_per_step // seq_len
-        if rows % shards:
-          raise ValueError(
-              f"batch.global_batch_size: {rows} rows (at seq_len {seq_len}) do not divide over "
-              f"the {shards} data-parallel shards of mesh axes {tuple(data_axes)}"
-          )
     self.prefetch = prefetch
     self.read_ahead_tokens = read_ahead_tokens
     self._window: collections.deque[_Planned | _End] = collections.deque()
