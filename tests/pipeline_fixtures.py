@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -66,3 +68,16 @@ def free_port() -> int:
 def worker_env() -> dict[str, str]:
   """This environment minus the JAX device settings the workers choose themselves."""
   return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+
+
+def run_workers(script: str, argvs: list[list[str]], timeout: float = 300) -> None:
+  """Starts `python script *argv` for every argv at once (one per process of a
+  jax.distributed run) and asserts that all of them exit 0."""
+  procs = [
+      subprocess.Popen([sys.executable, script, *argv], env=worker_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for argv in argvs
+  ]
+  outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+  for p, output in zip(procs, outputs):
+    assert p.returncode == 0, output[-3000:]

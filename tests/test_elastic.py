@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from jaxdata import Pipeline, load_config
-from pipeline_fixtures import free_port, worker_env, write_coded_dataset
+from pipeline_fixtures import free_port, run_workers, worker_env, write_coded_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 SAVE_AT = 3
@@ -22,15 +22,8 @@ SAVE_AT = 3
 
 def launch(count: int, devices: int, config: str, ckpt: str, out: str, mode: str, steps: int) -> None:
   port = free_port()
-  procs = [
-      subprocess.Popen([sys.executable, WORKER, str(port), str(count), str(i), str(devices), config, ckpt,
-                        out, mode, str(SAVE_AT), str(steps)],
-                       env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-      for i in range(count)
-  ]
-  outputs = [p.communicate(timeout=300)[0] for p in procs]
-  for p, output in zip(procs, outputs):
-    assert p.returncode == 0, output[-3000:]
+  run_workers(WORKER, [[str(port), str(count), str(i), str(devices), config, ckpt, out, mode, str(SAVE_AT), str(steps)]
+                       for i in range(count)])
 
 
 @pytest.fixture(scope="module")

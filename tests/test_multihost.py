@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import yaml
 
 from jaxdata import DocumentStream, Pipeline, load_config
 from jaxdata.transforms.packing import Packer
-from pipeline_fixtures import free_port, worker_env, write_coded_dataset
+from pipeline_fixtures import free_port, run_workers, write_coded_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
 STEPS = 4
@@ -20,15 +18,7 @@ STEPS = 4
 
 def run_processes(count: int, config: str, out_dir: str) -> None:
   port = free_port()
-  env = worker_env()
-  procs = [
-      subprocess.Popen([sys.executable, WORKER, str(port), str(count), str(i), config, out_dir, str(STEPS)],
-                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-      for i in range(count)
-  ]
-  outputs = [p.communicate(timeout=240)[0] for p in procs]
-  for p, out in zip(procs, outputs):
-    assert p.returncode == 0, out[-3000:]
+  run_workers(WORKER, [[str(port), str(count), str(i), config, out_dir, str(STEPS)] for i in range(count)])
 
 
 def test_two_processes_build_the_single_process_global_batch(tmp_path):
