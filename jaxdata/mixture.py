@@ -171,7 +171,8 @@ class DocumentStream:
     self.emitted = 0  # documents
     self.tokens = 0
     self.ended = False
-    self._segment = self._new_segment(0, self.schedule.weights_at(0))
+    weights = scale_weights(self.schedule.weights_at(0))
+    self._segment = Segment(0, 0, weights, [0] * len(weights), [0] * len(weights))
 
   @property
   def units(self) -> int:
@@ -287,10 +288,7 @@ class DocumentStream:
   def _new_segment(self, step: int, weights: tuple[float, ...]) -> Segment:
     """A new run of exact weights starting now, carrying the current deficits."""
     taken = [c.taken for c in self.cursors]
-    if hasattr(self, "_segment"):
-      deficits = self._segment.deficits_at(self.units, taken)
-    else:
-      deficits = [0] * len(self.cursors)
+    deficits = self._segment.deficits_at(self.units, taken)
     return Segment(step, self.units, scale_weights(weights), deficits, taken)
 
   def _pick_once(
