@@ -40,7 +40,7 @@ from jaxdata.convert import ConvertOptions, convert
 from jaxdata.errors import DatasetError
 from jaxdata.pipeline import Pipeline
 from jaxdata.sources.dataset import TokenDataset
-from jaxdata.sources.manifest import MANIFEST_NAME
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 
 __all__ = ["DemoResult", "build_demo_corpus", "default_cache_dir", "run_demo"]
 
@@ -144,11 +144,8 @@ def _digest(batch: dict[str, Any]) -> str:
 
 
 def _vocab(cfg: PipelineConfig) -> int:
-  sizes = []
-  for d in cfg.datasets:
-    with TokenDataset(d.path) as dataset:
-      sizes.append(int(dataset.manifest.tokenizer.get("vocab_size") or 1 << 16))
-  return max(sizes)
+  """The model's vocabulary: the largest tokenizer of the datasets (manifests only)."""
+  return max(int(Manifest.load(d.path).tokenizer.get("vocab_size") or 1 << 16) for d in cfg.datasets)
 
 
 def _mesh() -> jax.sharding.Mesh:
@@ -160,8 +157,8 @@ def _mesh() -> jax.sharding.Mesh:
 
 def _model_state(cfg: PipelineConfig) -> dict[str, Any]:
   params = demo_model.init_params(jax.random.key(0), _vocab(cfg), cfg.packing.seq_len)
-  zeros = jax.tree.map(jnp.zeros_like, params)
-  return {"params": params, "opt": {"step": jnp.zeros((), jnp.int32), "mu": zeros, "nu": jax.tree.map(jnp.zeros_like, params)}}
+  zeros = jax.tree.map(jnp.zeros_like, params)  # immutable arrays: mu and nu may share them
+  return {"params": params, "opt": {"step": jnp.zeros((), jnp.int32), "mu": zeros, "nu": zeros}}
 
 
 def _plot(history: list[dict[str, Any]], names: tuple[str, ...], path: str) -> None:
