@@ -13,6 +13,7 @@ from jax.sharding import Mesh
 from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
 from jaxdata.transforms.packing import Packer
+from jaxdata.transforms.pieces import Pieces
 from pipeline_fixtures import FIRST_CODE, code, coded_config, decode
 
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
@@ -296,3 +297,30 @@ def test_a_shard_corrupted_mid_run_raises_a_named_error_from_the_prefetcher(tmp_
     with pytest.raises(DatasetError, match=r"d0-\d+\.array_record: read failed"):
       for _ in range(50):
         next(pipe)
+
+
+def test_bad_pipeline_arguments_and_packer_states_are_named(mixed_cfg):
+  mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+  with pytest.raises(ValueError, match="tpu: give a slice name or a mesh, not both"):
+    Pipeline(mixed_cfg, mesh=mesh, tpu="cpu-8")
+  with pytest.raises(ValueError, match="prefetch: must be >= 0, got -1"):
+    Pipeline(mixed_cfg, prefetch=-1)
+  with pytest.raises(ValueError, match="read_ahead_tokens: must be >= 1, got 0"):
+    Pipeline(mixed_cfg, read_ahead_tokens=0)
+  with pytest.raises(ValueError, match="data_axes: 'rows' is not an axis of the mesh"):
+    Pipeline(mixed_cfg, mesh=mesh, data_axes=("rows",))
+  stream = DocumentStream(mixed_cfg)
+  with pytest.raises(ValueError, match="take: give max_docs or max_tokens"):
+    stream.take(0)
+  with pytest.raises(ValueError, match="take: max_tokens must be an int >= 1, got 0"):
+    stream.take(0, max_tokens=0)
+  packer = Packer(mixed_cfg.packing, mixed_cfg.batch, stream)
+  good = packer.get_state()
+  far = Pieces(*(np.array([v]) for v in (0, 0, 10_000, 0, 5, 5))).to_json()
+  with pytest.raises(ValueError, match="packer state: carry names record 10000 of d0, which has 120"):
+    packer.set_state({**good, "carry": far})
+  past_end = Pieces(*(np.array([v]) for v in (0, 0, 3, 500, 5, 5))).to_json()
+  with pytest.raises(ValueError, match="packer state: a carried piece lies past the end of its document"):
+    packer.set_state({**good, "carry": past_end})
+  with pytest.raises(ValueError, match="packer state: step must be an int >= 0"):
+    packer.set_state({**good, "step": -2})
