@@ -1,44 +1,26 @@
 """jaxdata: a JAX/TPU-native input pipeline for language-model training.
 
-The public API is the explicit list in ``__all__``; see DESIGN.md for what
-each piece means.
+The public API is the explicit list in ``__all__``. Names load lazily, so
+``import jaxdata`` pulls in no jax, grain, orbax, pyarrow or matplotlib
+until something needs them. The package follows the data flow, each stage
+importing only the ones before it::
+
+    config/      what the user asked for: dataclasses, YAML, schedules, validators
+    sources/     datasets on disk: manifest, reader, writer, lengths index
+    order/       each dataset's order per pass: keyed permutations, cursors
+    mixture/     the mixture as one stream of documents: interleave strategies
+    transforms/  packing documents into rows, planned from lengths; row assembly
+    checkpoint/  the versioned state, its fingerprint, Orbax args
+    pipeline/    step planning, reading, prefetch, sharding: `Pipeline`
+    tools/, demo/, research/, cli/   built on the stages above
+
+docs/ in the repository describes the configuration, the state, the order
+and its guarantees, and a training loop with save and restore.
 """
 
-from jaxdata import checkpoint, exposure, mixing, sources
-from jaxdata.config import (
-    BatchConfig,
-    DatasetConfig,
-    MixtureConfig,
-    PackingConfig,
-    Phase,
-    PipelineConfig,
-    load_config,
-)
-from jaxdata.convert import ConvertOptions, convert
-from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError
-from jaxdata.grain_adapter import PipelineDataset
-from jaxdata.mixture import DatasetMeta, DocBatch, DocRef, DocumentStream
-from jaxdata.order import DatasetOrder, ShuffleOptions
-from jaxdata.pipeline import Pipeline, pieces_for_hosts
-from jaxdata.schedule import Schedule
-from jaxdata.sources import (
-    DatasetWriter,
-    Manifest,
-    RaggedTokens,
-    ReadOptions,
-    ShardInfo,
-    TokenDataset,
-    build_index,
-)
-from jaxdata.tokenizers import (
-    ByteTokenizer,
-    HuggingFaceTokenizer,
-    SentencePieceTokenizer,
-    TokenizerSpec,
-    load_tokenizer,
-)
+from jaxdata._lazy import lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BatchConfig",
@@ -69,8 +51,10 @@ __all__ = [
     "SentencePieceTokenizer",
     "ShardInfo",
     "ShuffleOptions",
+    "StepPlanner",
     "TokenDataset",
     "TokenizerSpec",
+    "WarmupPhase",
     "build_index",
     "checkpoint",
     "convert",
@@ -81,3 +65,40 @@ __all__ = [
     "pieces_for_hosts",
     "sources",
 ]
+
+_CONFIG = "jaxdata.config"
+_ERRORS = "jaxdata.errors"
+_SOURCES = "jaxdata.sources"
+_TOKENIZERS = "jaxdata.tools.tokenizers"
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(
+            ("BatchConfig", "DatasetConfig", "MixtureConfig", "PackingConfig", "Phase", "PipelineConfig",
+             "Schedule", "WarmupPhase", "load_config"), _CONFIG),
+        **dict.fromkeys(("CheckpointError", "ConfigError", "DatasetError", "InputFormatError"), _ERRORS),
+        **dict.fromkeys(
+            ("DatasetWriter", "Manifest", "RaggedTokens", "ReadOptions", "ShardInfo", "TokenDataset",
+             "build_index"), _SOURCES),
+        **dict.fromkeys(
+            ("ByteTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "TokenizerSpec",
+             "load_tokenizer"), _TOKENIZERS),
+        "ConvertOptions": "jaxdata.tools.convert",
+        "convert": "jaxdata.tools.convert",
+        "DatasetOrder": "jaxdata.order.dataset_order",
+        "ShuffleOptions": "jaxdata.order.dataset_order",
+        **dict.fromkeys(("DatasetMeta", "DocBatch", "DocRef", "DocumentStream"), "jaxdata.mixture.stream"),
+        "Pipeline": "jaxdata.pipeline.pipeline",
+        "PipelineDataset": "jaxdata.pipeline.grain",
+        "StepPlanner": "jaxdata.pipeline.planner",
+        "pieces_for_hosts": "jaxdata.pipeline.planner",
+    },
+    modules={
+        "checkpoint": "jaxdata.checkpoint",
+        "exposure": "jaxdata.tools.exposure",
+        "mixing": "jaxdata.research.mixing",
+        "sources": "jaxdata.sources",
+    },
+    package_globals=globals(),
+)

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from jaxdata import ConfigError, PipelineConfig, load_config
-from jaxdata.schedule import normalize_weights
+from jaxdata.config.schedule import normalize_weights
 
 DESIGN_YAML = """
 seed: 1234

@@ -24,7 +24,7 @@ from jaxdata import (
     load_tokenizer,
 )
 from jaxdata.cli import main
-from jaxdata.tokenizers import dtype_for_vocab_size
+from jaxdata.tools.tokenizers import dtype_for_vocab_size
 
 
 def read_all(directory: str) -> list[list[int]]:
@@ -245,9 +245,9 @@ def test_existing_dataset_is_not_overwritten(tmp_path):
 def test_cli_convert_reports_skips_and_errors(tmp_path, capsys):
   src = write_bad_jsonl(tmp_path / "bad.jsonl")
   out = str(tmp_path / "ds")
-  assert main(["-q", "convert", src, "--out", out, "--name", "b"]) == 1
+  assert main(["convert", "-q", src, "--out", out, "--name", "b"]) == 1
   assert "bad.jsonl:3: malformed JSON" in capsys.readouterr().err
-  assert main(["-q", "convert", src, "--out", out, "--name", "b", "--skip-invalid",
+  assert main(["convert", "-q", src, "--out", out, "--name", "b", "--skip-invalid",
                "--shard-size", "1KiB", "--workers", "1"]) == 0
   printed = capsys.readouterr().out
   assert "skipped 4 invalid records" in printed

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from jaxdata.demo import build_demo_corpus
+from jaxdata.demo.corpus import build_demo_corpus
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 from jaxdata import Pipeline
-from jaxdata.audit import audit_plans
+from jaxdata.tools.audit import audit_plans
 from jaxdata.cli import main
-from jaxdata.exposure import exposure, parse_tokens, schedule_exposure
-from jaxdata.mixing import doremi_update, importance_weights, per_source_loss
-from jaxdata.mixture import DocumentStream
-from jaxdata.schedule import Schedule
-from jaxdata.transforms.packing import Packer
+from jaxdata.tools.exposure import exposure, parse_tokens, schedule_exposure
+from jaxdata.research.mixing import doremi_update, importance_weights, per_source_loss
+from jaxdata.mixture.stream import DocumentStream
+from jaxdata.config.schedule import Schedule
+from jaxdata.pipeline.planner import StepPlanner
 from pipeline_fixtures import coded_config
 
 # ------------------------------------------------------------------ exposure
@@ -117,11 +117,10 @@ def planned(config_path: str, steps: int):
   from jaxdata import load_config  # noqa: PLC0415 -- keeps the fixture-driven import local to the helper
 
   cfg = load_config(config_path)
-  stream = DocumentStream(cfg)
-  packer = Packer(cfg.packing, cfg.batch, stream)
-  plans = [p for p in (packer.plan() for _ in range(steps)) if p is not None]
-  lengths = {c.settings.name: c.lengths for c in stream.cursors}
-  return cfg, plans, lengths, stream.passes_completed(), packer.carry
+  planner = StepPlanner(cfg)
+  plans = list(planner.plans(steps))
+  lengths = {c.settings.name: c.lengths for c in planner.stream.cursors}
+  return cfg, plans, lengths, planner.stream.passes_completed(), planner.packer.carry
 
 
 def test_audit_fails_on_a_broken_plan(pipeline_yaml):

@@ -6,7 +6,7 @@ import grain
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxdata.grain_adapter import PipelineDataset
+from jaxdata.pipeline.grain import PipelineDataset
 from pipeline_fixtures import coded_config
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import yaml
 
 from jaxdata import DocumentStream, Pipeline, load_config
-from jaxdata.transforms.packing import Packer
+from jaxdata.pipeline.planner import StepPlanner
 from pipeline_fixtures import free_port, run_workers, write_coded_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
@@ -43,8 +43,7 @@ def test_two_processes_build_the_single_process_global_batch(tmp_path):
   with Pipeline(cfg, prefetch=0) as reference:
     expected = [next(reference) for _ in range(STEPS)]
     expected_state = reference.get_state()
-  packer = Packer(cfg.packing, cfg.batch, DocumentStream(cfg))
-  plans = [packer.plan() for _ in range(STEPS)]
+  plans = list(StepPlanner(cfg).plans(STEPS))
   host_rows = {}
   for step in range(STEPS):
     rebuilt = {name: np.full_like(value, -999) for name, value in expected[step].items()}

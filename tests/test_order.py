@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from jaxdata import DatasetMeta, DatasetOrder, ShuffleOptions
+from jaxdata import DatasetMeta, DatasetOrder, DocumentStream, PipelineConfig, ShuffleOptions
 from jaxdata.config import DatasetSettings
-from jaxdata.feistel import derive_key, permute
-from jaxdata.mixture import resolve_block_size
+from jaxdata.order.feistel import derive_key, permute
 
 PRIMES = [2, 3, 5, 7, 11, 13, 17, 31, 61, 127]
 shard_counts = st.lists(
@@ -71,9 +70,15 @@ def test_block_shuffle_keeps_every_record_inside_its_block(counts, block, seed, 
 
 def test_auto_block_size_is_eight_largest_shards_capped_at_dataset_size():
   settings = DatasetSettings("a", "", True, False, "auto", True, "passes", None, 1)
-  metas = [DatasetMeta.from_lengths(np.ones(30), [10, 20]), DatasetMeta.from_lengths(np.ones(1000), [7] * 142 + [6])]
-  assert resolve_block_size(settings, metas, num_records=1000) == 8 * 20
-  assert resolve_block_size(settings, metas, num_records=30) == 30  # capped
+  assert settings.resolve_block_size(largest_shard=20, num_records=1000) == 8 * 20
+  assert settings.resolve_block_size(largest_shard=20, num_records=30) == 30  # capped
+  # The stream resolves "auto" with the largest shard of any dataset of the mixture.
+  cfg = PipelineConfig.from_dict({
+      "datasets": [{"name": "a"}, {"name": "b"}], "mixture": {"weights": {"a": 1, "b": 1}},
+      "shuffle_block_size": "auto"})
+  metas = {"a": DatasetMeta.from_lengths(np.ones(30), [10, 20]), "b": DatasetMeta.from_lengths(np.ones(1000), [7] * 142 + [6])}
+  stream = DocumentStream(cfg, metas)
+  assert [c.order.options.block_size for c in stream.cursors] == [30, 8 * 20]
 
 
 @pytest.mark.parametrize("block", [None, 4, "global"])

@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 
 from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
-from jaxdata.transforms.packing import Packer
+from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.transforms.pieces import Pieces
 from pipeline_fixtures import FIRST_CODE, code, coded_config, decode
 
@@ -140,28 +140,26 @@ def lognormal_stream_cfg(mode: str, rows: int) -> tuple[PipelineConfig, dict[str
 @pytest.mark.parametrize("rows", [32, 128])
 def test_fit_modes_reach_the_efficiency_goal_and_bound_the_carry(mode, rows):
   cfg, metas = lognormal_stream_cfg(mode, rows)
-  packer = Packer(cfg.packing, cfg.batch, DocumentStream(cfg, metas))
+  planner = StepPlanner(cfg, metas)
   capacity = rows * 2048
   fractions = []
   for _ in range(60):
-    plan = packer.plan()
+    plan = planner.plan()
     fractions.append(1 - plan.padding_fraction)
     # The carry is bounded: under one step's capacity plus one row.
-    assert int(packer.carry.length.sum()) < capacity + 2048
+    assert int(planner.packer.carry.length.sum()) < capacity + 2048
     # Rows are never over-full.
     fill = np.bincount(plan.row, weights=plan.pieces.length, minlength=rows)
     assert fill.max() <= 2048
     # Stream + packer state stay small whatever the carry (the pipeline adds ~1 KB of fingerprint).
-    state = {"stream": packer.stream.get_state(), "packer": packer.get_state()}
-    assert len(json.dumps(state)) < 3000
+    assert len(json.dumps(planner.get_state())) < 3000
   assert np.mean(fractions) >= 0.985
 
 
 def test_concat_mode_has_no_padding():
   cfg, metas = lognormal_stream_cfg("concat", 32)
-  packer = Packer(cfg.packing, cfg.batch, DocumentStream(cfg, metas))
-  for _ in range(20):
-    assert packer.plan().padding_fraction == 0.0
+  for plan in StepPlanner(cfg, metas).plans(20):
+    assert plan.padding_fraction == 0.0
 
 
 def test_sequence_length_warmup_keeps_tokens_per_step(tmp_path):
@@ -314,13 +312,14 @@ def test_bad_pipeline_arguments_and_packer_states_are_named(mixed_cfg):
     stream.take(0)
   with pytest.raises(ValueError, match="take: max_tokens must be an int >= 1, got 0"):
     stream.take(0, max_tokens=0)
-  packer = Packer(mixed_cfg.packing, mixed_cfg.batch, stream)
-  good = packer.get_state()
+  planner = StepPlanner(mixed_cfg)
+  good = planner.get_state()
   far = Pieces(*(np.array([v]) for v in (0, 0, 10_000, 0, 5, 5))).to_json()
-  with pytest.raises(ValueError, match="packer state: carry names record 10000 of d0, which has 120"):
-    packer.set_state({**good, "carry": far})
+  with pytest.raises(ValueError, match="packer state: the carry names record 10000 of d0, which has 120"):
+    planner.packer.set_state({**good["packer"], "carry": far})
   past_end = Pieces(*(np.array([v]) for v in (0, 0, 3, 500, 5, 5))).to_json()
   with pytest.raises(ValueError, match="packer state: a carried piece lies past the end of its document"):
-    packer.set_state({**good, "carry": past_end})
-  with pytest.raises(ValueError, match="packer state: step must be an int >= 0"):
-    packer.set_state({**good, "step": -2})
+    planner.packer.set_state({**good["packer"], "carry": past_end})
+  with pytest.raises(ValueError, match="step must be an int >= 0"):
+    planner.set_state({**good, "step": -2})
+  assert planner.get_state() == good  # a refused state changes nothing

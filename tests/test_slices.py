@@ -10,7 +10,7 @@ import yaml
 
 from jaxdata import ConfigError, Pipeline
 from jaxdata.cli import main
-from jaxdata.slices import available_slices, load_slice
+from jaxdata.pipeline.slices import available_slices, load_slice
 from pipeline_fixtures import coded_config
 
 REQUIRED = {"v4-8", "v4-32", "v5e-8", "v5e-256", "v5p-8", "v5p-128", "v6e-8", "v6e-256", "cpu-8", "cpu-2x4"}

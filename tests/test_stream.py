@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from checkpoint_property import assert_restores_exactly
 from jaxdata import ConfigError, DatasetMeta, DatasetWriter, DocumentStream, PipelineConfig
-from jaxdata.interleave import WEIGHT_SCALE, scale_weights
+from jaxdata.mixture.interleave import WEIGHT_SCALE, scale_weights
 
 
 def make_cfg(names, weights=None, schedule=None, **top) -> PipelineConfig:

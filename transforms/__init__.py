@@ -1,8 +1,30 @@
-"""Packing and per-document transforms, installed as ``jaxdata.transforms``.
+"""Stage 4 of the data flow: packing documents into rows, planned from lengths.
 
-This directory sits at the repository root and is mapped onto the
-``jaxdata.transforms`` package by ``pyproject.toml``; no top-level
-``transforms`` module is installed. The packers arrive with the packing issue.
+`pieces` (`Pieces`: parts of documents as parallel arrays), `fit` (row
+placement for first / best fit), `packing` (`Packer`, the `PackingStrategy`
+of each mode, `StepPlan`) and `assemble` (a step's NumPy rows from its plan
+and the documents' tokens). Depends on `config` only: documents arrive
+through the `DocumentSource` protocol, so nothing here imports the stream.
+
+This directory sits at the repository root and installs as
+``jaxdata.transforms`` (see ``pyproject.toml``); no top-level
+``transforms`` module is installed.
 """
 
-__all__: list[str] = []
+from jaxdata.transforms.assemble import FEATURES, assemble_rows
+from jaxdata.transforms.fit import best_fit, first_fit
+from jaxdata.transforms.packing import DocumentSource, Packer, PackingStrategy, StepPlan, packing_strategy
+from jaxdata.transforms.pieces import Pieces
+
+__all__ = [
+    "DocumentSource",
+    "FEATURES",
+    "Packer",
+    "PackingStrategy",
+    "Pieces",
+    "StepPlan",
+    "assemble_rows",
+    "best_fit",
+    "first_fit",
+    "packing_strategy",
+]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxdata.config import PackingConfig
+from jaxdata.config.schema import PackingConfig
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["FEATURES", "assemble_rows", "pad_tokens"]

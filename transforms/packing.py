@@ -1,8 +1,8 @@
 """Packing: documents into rows of seq_len, planned from lengths only.
 
 Per step, `Packer.plan` takes the carry of the previous step plus new
-documents from the stream and decides, from lengths alone, which piece of
-which document goes to which (row, column)::
+documents from a `DocumentSource` and decides, from lengths alone, which
+piece of which document goes to which (row, column)::
 
     carry (placed first, in order)  +  new documents (largest first)
         |  long documents: split into seq_len pieces, or truncated
@@ -13,29 +13,61 @@ which document goes to which (row, column)::
     none        one document per row, truncated
         |
         +--> StepPlan(row, column of every piece)     +--> carry: what did not fit
-             (every host computes the same plan)           (< rows x seq_len + seq_len tokens,
-                                                            part of the state)
+             (every host computes the same plan)           (part of the state)
 
 Carried pieces are placed first at the next step, so a piece waits at most
 about one step. Placing new pieces largest first (first-fit decreasing) is
 what gets the non-padding fraction above 0.99 for typical length mixes.
+
+The mode string is read once, by `packing_strategy`; the packer then talks
+to a `PackingStrategy` object.
 """
 
 from __future__ import annotations
 
-import bisect
+import abc
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
-from jaxdata.config import BatchConfig, PackingConfig
-from jaxdata.mixture import DocBatch, DocumentStream
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.schema import PackingConfig
+from jaxdata.transforms.fit import best_fit, first_fit
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["Packer", "StepPlan", "first_fit", "best_fit"]
+__all__ = [
+    "Concat",
+    "DocumentColumns",
+    "DocumentSource",
+    "Fit",
+    "OnePerRow",
+    "Packer",
+    "PackingStrategy",
+    "StepPlan",
+    "packing_strategy",
+]
 
-STATE_VERSION = 1
+
+class DocumentColumns(Protocol):
+  """Consecutive documents as parallel arrays (a `DocBatch` is one)."""
+
+  dataset: np.ndarray
+  pass_index: np.ndarray
+  record: np.ndarray
+  length: np.ndarray
+
+
+class DocumentSource(Protocol):
+  """Where a packer gets documents: the mixture's `DocumentStream` is one."""
+
+  ended: bool
+
+  def take(self, step: int, max_docs: int | None = None, max_tokens: int | None = None) -> DocumentColumns:
+    """The next documents for `step` (empty once the source has ended)."""
+
+  def document_lengths(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:
+    """Token counts of the given documents; ValueError if one does not exist."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,194 +97,190 @@ class StepPlan:
     return np.flatnonzero(np.isin(self.row, rows))
 
 
-def first_fit(lengths: list[int], rows: int, seq_len: int, free: list[int] | None = None) -> list[int]:
-  """Row of each length (-1: no room), lowest row with room first.
+Placement = tuple[Pieces, np.ndarray, np.ndarray, Pieces]  # placed, row, column, carry
+Placer = Callable[[list[int], int, int], list[int]]  # (lengths, rows, seq_len) -> row per piece
 
-  A max segment tree over the rows' free space: O(log rows) per piece.
 
-  >>> first_fit([3, 3, 2, 2], rows=2, seq_len=5)
-  [0, 1, 0, 1]
+class PackingStrategy(abc.ABC):
+  """One packing mode: how documents become pieces and pieces find rows.
+
+  The default fills a step by tokens; `OnePerRow` fills it by documents.
   """
-  size = 1
-  while size < rows:
-    size *= 2
-  tree = [-1] * (2 * size)
-  tree[size : size + rows] = free if free is not None else [seq_len] * rows
-  for node in range(size - 1, 0, -1):
-    left, right = tree[2 * node], tree[2 * node + 1]
-    tree[node] = left if left > right else right
-  out = []
-  for length in lengths:
-    if tree[1] < length:
-      out.append(-1)
-      continue
-    node = 1
-    while node < size:
-      node <<= 1
-      if tree[node] < length:
-        node += 1
-    out.append(node - size)
-    tree[node] -= length
-    node >>= 1
-    while node:
-      left, right = tree[2 * node], tree[2 * node + 1]
-      top = left if left > right else right
-      if tree[node] == top:
-        break
-      tree[node] = top
-      node >>= 1
-  return out
+
+  def __init__(self, packing: PackingConfig) -> None:
+    self.packing = packing
+    self.extra = packing.special_tokens
+
+  def shortfall(self, carry: Pieces, rows: int, seq_len: int) -> int:
+    """How much more the step needs beyond the carry (tokens here)."""
+    return rows * seq_len - int(carry.length.sum())
+
+  def take(self, source: DocumentSource, step: int, need: int) -> DocumentColumns:
+    return source.take(step, max_tokens=max(1, need - self.extra))
+
+  def amount(self, pieces: Pieces) -> int:
+    """What `pieces` contribute towards `shortfall`."""
+    return int(pieces.length.sum())
+
+  def is_full(self, placed: Pieces, rows: int, seq_len: int) -> bool:
+    return int(placed.length.sum()) >= rows * seq_len
+
+  @abc.abstractmethod
+  def to_pieces(self, docs: DocumentColumns, seq_len: int) -> tuple[Pieces, int]:
+    """Documents -> pieces, and the tokens that truncation dropped."""
+
+  @abc.abstractmethod
+  def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
+    """Rows and columns for the carry and the new pieces; what does not fit is the next carry."""
+
+  def _whole(self, docs: DocumentColumns) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """(dataset, pass, record) columns and effective lengths (with BOS / EOS)."""
+    return (docs.dataset.astype(np.int64), docs.pass_index, docs.record), docs.length + self.extra
+
+  def _truncated(self, docs: DocumentColumns, seq_len: int) -> tuple[Pieces, int]:
+    """One piece per document, cut to seq_len."""
+    columns, doc_length = self._whole(docs)
+    kept = np.minimum(doc_length, seq_len)
+    offset = np.zeros(doc_length.size, np.int64)
+    return Pieces(*columns, offset, kept, doc_length), int((doc_length - kept).sum())
 
 
-def best_fit(lengths: list[int], rows: int, seq_len: int, free: list[int] | None = None) -> list[int]:
-  """Row of each length (-1: no room), the row with the least room that fits
-  (ties: lowest row). Keys free << 32 | row kept sorted: O(log rows) search.
+class Concat(PackingStrategy):
+  """One long sequence cut every seq_len tokens; a cut document continues in the next row."""
 
-  >>> best_fit([3, 3, 2, 2], rows=2, seq_len=5)
-  [0, 1, 0, 1]
-  """
-  shift = 32
-  keys = sorted((f << shift) | r for r, f in enumerate(free if free is not None else [seq_len] * rows))
-  mask = (1 << shift) - 1
-  out = []
-  for length in lengths:
-    i = bisect.bisect_left(keys, length << shift)
-    if i == len(keys):
-      out.append(-1)
-      continue
-    key = keys.pop(i)
-    row = key & mask
-    bisect.insort(keys, (((key >> shift) - length) << shift) | row)
-    out.append(row)
-  return out
+  def to_pieces(self, docs: DocumentColumns, seq_len: int) -> tuple[Pieces, int]:
+    columns, doc_length = self._whole(docs)
+    return Pieces(*columns, np.zeros(doc_length.size, np.int64), doc_length, doc_length), 0
+
+  def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
+    return _concat(carry, new, rows, seq_len)
+
+
+class Fit(PackingStrategy):
+  """Whole documents (or seq_len pieces of long ones) into rows: first or best fit."""
+
+  def __init__(self, packing: PackingConfig, placer: Placer) -> None:
+    super().__init__(packing)
+    self.placer = placer
+
+  def to_pieces(self, docs: DocumentColumns, seq_len: int) -> tuple[Pieces, int]:
+    if self.packing.long_docs == "truncate":
+      return self._truncated(docs, seq_len)
+    columns, doc_length = self._whole(docs)
+    per_doc = np.maximum(1, -(-doc_length // seq_len))  # ceil, and one piece for an empty document
+    owner = np.repeat(np.arange(doc_length.size), per_doc)
+    first = np.cumsum(per_doc) - per_doc
+    offset = (np.arange(owner.size) - first[owner]) * seq_len
+    length = np.minimum(seq_len, doc_length[owner] - offset)
+    return Pieces(*(c[owner] for c in columns), offset, length, doc_length[owner]), 0
+
+  def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
+    return _fit(carry, new, rows, seq_len, self.placer)
+
+
+class OnePerRow(PackingStrategy):
+  """Mode none: one document per row, truncated to seq_len and padded."""
+
+  def shortfall(self, carry: Pieces, rows: int, seq_len: int) -> int:
+    return rows - len(carry)
+
+  def take(self, source: DocumentSource, step: int, need: int) -> DocumentColumns:
+    return source.take(step, max_docs=need)
+
+  def amount(self, pieces: Pieces) -> int:
+    return len(pieces)
+
+  def is_full(self, placed: Pieces, rows: int, seq_len: int) -> bool:
+    return len(placed) == rows
+
+  def to_pieces(self, docs: DocumentColumns, seq_len: int) -> tuple[Pieces, int]:
+    return self._truncated(docs, seq_len)
+
+  def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
+    pool = Pieces.concatenate([carry, new])
+    count = min(rows, len(pool))
+    row = np.arange(count)
+    return pool.take(row), row, np.zeros(count, np.int64), pool.take(np.arange(count, len(pool)))
+
+
+def packing_strategy(packing: PackingConfig) -> PackingStrategy:
+  """The strategy `packing.mode` names."""
+  if packing.mode == "concat":
+    return Concat(packing)
+  if packing.mode == "none":
+    return OnePerRow(packing)
+  return Fit(packing, best_fit if packing.mode == "best_fit" else first_fit)
 
 
 class Packer:
-  """Plans steps from a `DocumentStream`; state: the step and the carry."""
+  """Plans steps from a `DocumentSource`; state: the carry and whether it is done.
 
-  def __init__(self, packing: PackingConfig, batch: BatchConfig, stream: DocumentStream) -> None:
-    self.packing = packing
-    self.batch = batch
-    self.stream = stream
-    self.tokens_per_step = batch.global_batch_size * packing.seq_len
-    self.step = 0
+  The caller (`jaxdata.pipeline.StepPlanner`) owns the step counter and
+  asks for steps in order.
+  """
+
+  def __init__(self, cfg: PipelineConfig, source: DocumentSource) -> None:
+    self.cfg = cfg
+    self.source = source
+    self.strategy = packing_strategy(cfg.packing)
     self.carry = Pieces.empty()
     self.done = False
 
-  def rows_at(self, step: int) -> int:
-    return self.tokens_per_step // self.packing.seq_len_at(step)
-
   def get_state(self, encode_carry: bool = True) -> dict[str, Any]:
     """JSON-able state; `encode_carry=False` leaves the carry as (immutable) Pieces."""
-    carry = self.carry.to_json() if encode_carry else self.carry
-    return {"version": STATE_VERSION, "step": self.step, "done": self.done, "carry": carry}
+    return {"done": self.done, "carry": self.carry.to_json() if encode_carry else self.carry}
 
   def set_state(self, state: Mapping[str, Any]) -> None:
-    if not isinstance(state, Mapping) or not isinstance(state.get("version"), int):
-      raise ValueError(f"packer state: expected a mapping with a version, got {state!r}")
-    if state["version"] > STATE_VERSION:
-      raise ValueError(f"packer state: version {state['version']} is newer than this jaxdata reads")
-    step = state.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-      raise ValueError(f"packer state: step must be an int >= 0, got {step!r}")
-    carry = Pieces.from_json(state.get("carry"), self._doc_length)
+    if not isinstance(state, Mapping) or "carry" not in state:
+      raise ValueError(f"packer state: expected a mapping with a carry, got {state!r:.200}")
+    carry = Pieces.from_json(state["carry"], self._effective_lengths)
     if len(carry) and ((carry.offset + carry.length) > carry.doc_length).any():
       raise ValueError("packer state: a carried piece lies past the end of its document")
-    self.step, self.carry, self.done = step, carry, bool(state.get("done"))
+    self.carry, self.done = carry, bool(state.get("done"))
 
-  def _doc_length(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:
-    """Effective document lengths (with BOS / EOS) from the lengths index."""
-    cursors = self.stream.cursors
-    if dataset.size and dataset.max() >= len(cursors):
-      raise ValueError(f"packer state: carry names dataset {dataset.max()}, the config has {len(cursors)}")
-    out = np.empty(dataset.size, np.int64)
-    for d in np.unique(dataset).tolist():
-      mine = dataset == d
-      if record[mine].max() >= cursors[d].num_records:
-        raise ValueError(f"packer state: carry names record {record[mine].max()} of {self.stream.names[d]}, "
-                         f"which has {cursors[d].num_records}")
-      out[mine] = cursors[d].lengths[record[mine]]
-    return out + int(self.packing.add_bos) + int(self.packing.add_eos)
+  def _effective_lengths(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:
+    try:
+      lengths = self.source.document_lengths(dataset, record)
+    except ValueError as e:
+      raise ValueError(f"packer state: the carry names {e}") from e
+    return lengths + self.strategy.extra
 
-  def plan(self) -> StepPlan | None:
-    """The next step's plan, or None once the stream (and carry) is exhausted
+  def plan(self, step: int) -> StepPlan | None:
+    """The plan of `step`, or None once the source (and carry) is exhausted
     or the final partial step is dropped (batch.drop_remainder)."""
     if self.done:
       return None
-    step = self.step
-    seq_len = self.packing.seq_len_at(step)
-    rows = self.rows_at(step)
-    capacity = rows * seq_len
-    mode = self.packing.mode
-    new, truncated = self._pull(step, capacity, rows, seq_len)
-    if mode == "concat":
-      placed, row, column, carry = _concat(self.carry, new, rows, seq_len)
-    elif mode == "none":
-      pool = Pieces.concatenate([self.carry, new])
-      count = min(rows, len(pool))
-      placed, carry = pool.take(np.arange(count)), pool.take(np.arange(count, len(pool)))
-      row, column = np.arange(count), np.zeros(count, np.int64)
-    else:
-      placed, row, column, carry = _fit(self.carry, new, rows, seq_len, best=mode == "best_fit")
-    ended = self.stream.ended and len(carry) == 0
-    full = int(placed.length.sum()) >= capacity if mode != "none" else len(placed) == rows
-    final = ended and not full
-    if ended and not len(placed):
-      self.done = True
-      return None
-    if final and self.batch.drop_remainder:
+    seq_len = self.cfg.packing.seq_len_at(step)
+    rows = self.cfg.rows_at(step)
+    new, truncated = self._pull(step, rows, seq_len)
+    placed, row, column, carry = self.strategy.place(self.carry, new, rows, seq_len)
+    ended = self.source.ended and len(carry) == 0
+    final = ended and not self.strategy.is_full(placed, rows, seq_len)
+    if (ended and not len(placed)) or (final and self.cfg.batch.drop_remainder):
       self.done = True
       return None
     self.carry = carry
-    self.step += 1
     self.done = ended
     split = int(np.count_nonzero(placed.length < placed.doc_length))
     return StepPlan(step, rows, seq_len, placed, row, column, final, truncated, split)
 
-  def _pull(self, step: int, capacity: int, rows: int, seq_len: int) -> tuple[Pieces, int]:
-    """New pieces from the stream, until pool tokens (or, for mode none, pieces)
-    reach the step's capacity. Returns them and the tokens truncation dropped."""
-    extra = int(self.packing.add_bos) + int(self.packing.add_eos)
-    have = int(self.carry.length.sum()) if self.packing.mode != "none" else len(self.carry)
-    need = (capacity if self.packing.mode != "none" else rows) - have
+  def _pull(self, step: int, rows: int, seq_len: int) -> tuple[Pieces, int]:
+    """New pieces from the source until, with the carry, they fill the step.
+    Returns them and the tokens truncation dropped."""
+    need = self.strategy.shortfall(self.carry, rows, seq_len)
     parts, truncated = [], 0
-    while need > 0 and not self.stream.ended:
-      if self.packing.mode == "none":
-        batch = self.stream.take(step, max_docs=need)
-      else:
-        batch = self.stream.take(step, max_tokens=max(1, need - extra))
-      pieces, dropped = self._to_pieces(batch, seq_len, extra)
+    while need > 0 and not self.source.ended:
+      pieces, dropped = self.strategy.to_pieces(self.strategy.take(self.source, step, need), seq_len)
       parts.append(pieces)
       truncated += dropped
-      need -= int(pieces.length.sum()) if self.packing.mode != "none" else len(pieces)
+      need -= self.strategy.amount(pieces)
     return Pieces.concatenate(parts), truncated
 
-  def _to_pieces(self, batch: DocBatch, seq_len: int, extra: int) -> tuple[Pieces, int]:
-    """Documents -> pieces of at most seq_len (split) or one truncated piece."""
-    doc_length = batch.length + extra
-    count = len(batch)
-    columns = (batch.dataset.astype(np.int64), batch.pass_index, batch.record)
-    if self.packing.mode == "concat":
-      return Pieces(*columns, np.zeros(count, np.int64), doc_length, doc_length), 0
-    if self.packing.mode == "none" or self.packing.long_docs == "truncate":
-      kept = np.minimum(doc_length, seq_len)
-      return Pieces(*columns, np.zeros(count, np.int64), kept, doc_length), int((doc_length - kept).sum())
-    per_doc = np.maximum(1, -(-doc_length // seq_len))  # ceil, and one piece for an empty document
-    owner = np.repeat(np.arange(count), per_doc)
-    first = np.cumsum(per_doc) - per_doc
-    index_in_doc = np.arange(owner.size) - first[owner]
-    offset = index_in_doc * seq_len
-    length = np.minimum(seq_len, doc_length[owner] - offset)
-    return Pieces(*(c[owner] for c in columns), offset, length, doc_length[owner]), 0
 
-
-def _fit(
-    carry: Pieces, new: Pieces, rows: int, seq_len: int, best: bool
-) -> tuple[Pieces, np.ndarray, np.ndarray, Pieces]:
+def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer) -> Placement:
   """Carry first (in order), then new pieces largest first (stable)."""
   order = np.argsort(-new.length, kind="stable")
   pool = Pieces.concatenate([carry, new.take(order)])
-  placer = best_fit if best else first_fit
   row_of = np.asarray(placer(pool.length.tolist(), rows, seq_len), dtype=np.int64)
   placed = pool.take(np.flatnonzero(row_of >= 0))
   row = row_of[row_of >= 0]
@@ -267,9 +295,7 @@ def _fit(
   return placed, row, column, pool.take(np.flatnonzero(row_of < 0))
 
 
-def _concat(
-    carry: Pieces, new: Pieces, rows: int, seq_len: int
-) -> tuple[Pieces, np.ndarray, np.ndarray, Pieces]:
+def _concat(carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
   """One sequence cut every seq_len tokens; what passes the capacity is carried."""
   pool = Pieces.concatenate([carry, new])
   capacity = rows * seq_len

@@ -23,7 +23,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.fileutil import file_sha256
+from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.manifest import Manifest, ShardInfo
 

@@ -15,7 +15,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.fileutil import file_sha256
+from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import LENGTHS_DTYPE
 

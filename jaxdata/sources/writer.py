@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
-from jaxdata.fileutil import file_sha256
+from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 
 __all__ = ["DatasetWriter", "WRITER_OPTIONS", "shard_file_names"]

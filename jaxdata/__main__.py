@@ -1,0 +1,7 @@
+"""`python -m jaxdata ...` runs the `jaxdata` command."""
+
+import sys
+
+from jaxdata.cli import main
+
+sys.exit(main())

@@ -1,0 +1,45 @@
+"""Lazy package exports: a name is imported the first time it is used.
+
+`import jaxdata` and the CLI stay light (no jax, grain, orbax, pyarrow or
+matplotlib) until a name that needs them is touched; the import happens
+through `importlib`, never through a function-local import statement.
+
+>>> getattr_, dir_ = lazy_exports("demo", {"sqrt": "math"}, {"jsonmod": "json"})
+>>> getattr_("sqrt")(9.0), getattr_("jsonmod").__name__, dir_()
+(3.0, 'json', ['jsonmod', 'sqrt'])
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Mapping
+
+__all__ = ["lazy_exports"]
+
+
+def lazy_exports(
+    package: str,
+    attributes: Mapping[str, str],
+    modules: Mapping[str, str] | None = None,
+    package_globals: Mapping[str, Any] | None = None,
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+  """Module-level `__getattr__` and `__dir__` for `package`.
+
+  `attributes` maps a public name to the module that defines it (same
+  name); `modules` maps a public name to a module exported whole;
+  `package_globals` (the package's `globals()`) adds its eager names to `dir`.
+  """
+  modules = dict(modules or {})
+  eager = package_globals if package_globals is not None else {}
+
+  def getattr_(name: str) -> Any:
+    if name in attributes:
+      return getattr(importlib.import_module(attributes[name]), name)
+    if name in modules:
+      return importlib.import_module(modules[name])
+    raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+  def dir_() -> list[str]:
+    return sorted({*attributes, *modules, *eager})
+
+  return getattr_, dir_

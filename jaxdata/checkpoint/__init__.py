@@ -1,0 +1,36 @@
+"""Stage 5: the iterator state, its fingerprint, and Orbax checkpointing.
+
+`state` (the versioned pipeline state and its one validator),
+`fingerprint` (what determines the order, compared on restore) and `orbax`
+(`Save` / `Restore` args and the handler, for one `CheckpointManager.save`
+next to the model)::
+
+    manager.save(step, args=ocp.args.Composite(
+        model=ocp.args.StandardSave(params), data=jaxdata.checkpoint.Save(pipe)))
+
+Orbax is imported only when `Save`, `Restore` or the handler is first used.
+"""
+
+from jaxdata._lazy import lazy_exports
+from jaxdata.checkpoint.fingerprint import describe_changes, order_fingerprint
+from jaxdata.checkpoint.state import STATE_VERSION, pipeline_state, read_pipeline_state
+
+__all__ = [
+    "Checkpointable",
+    "PipelineCheckpointHandler",
+    "Restore",
+    "STATE_FILE",
+    "STATE_VERSION",
+    "Save",
+    "describe_changes",
+    "order_fingerprint",
+    "pipeline_state",
+    "read_pipeline_state",
+]
+
+_ORBAX = "jaxdata.checkpoint.orbax"
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {name: _ORBAX for name in ("Checkpointable", "PipelineCheckpointHandler", "Restore", "STATE_FILE", "Save")},
+    package_globals=globals(),
+)

@@ -1,0 +1,64 @@
+"""What determines the order of every batch, as a small readable fingerprint.
+
+A checkpoint stores it; restoring compares it field by field, so a refusal
+says what changed. Mixture weights, schedules and pass policies are left out
+on purpose: changing them on resume is allowed (cursors carry over).
+
+    {"seed": 1234, "datasets": ["web", "code"],
+     "content": {"web": "4f1c09aa2b7e", ...},             manifest fingerprints (shards, counts, hashes)
+     "shuffle": {"web": "shards=1 within=0 block=global reshuffle=1", ...},
+     "mixture": "unit=tokens interleave=exact",
+     "packing": "mode=first_fit seq_len=2048 long_docs=split bos=- eos=0 warmup=-",
+     "global_batch_size": 256}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.order.dataset_order import DatasetOrder
+
+__all__ = ["describe_changes", "order_fingerprint"]
+
+
+def order_fingerprint(
+    cfg: PipelineConfig, manifest_fingerprints: Sequence[str], orders: Sequence[DatasetOrder]
+) -> dict[str, Any]:
+  packing = cfg.packing
+  warmup = ",".join(f"{p.seq_len}<{p.until_step}" for p in packing.warmup) or "-"
+  return {
+      "seed": cfg.seed,
+      "datasets": list(cfg.names),
+      "content": {n: fp[:12] for n, fp in zip(cfg.names, manifest_fingerprints)},
+      "shuffle": {
+          order.name: (
+              f"shards={int(order.options.shuffle_shards)} within={int(order.options.shuffle_within_shard)} "
+              f"block={order.options.block_size or '-'} reshuffle={int(order.options.reshuffle_on_repeat)}"
+          )
+          for order in orders
+      },
+      "mixture": f"unit={cfg.mixture.unit} interleave={cfg.mixture.interleave}",
+      "packing": (
+          f"mode={packing.mode} seq_len={packing.seq_len} long_docs={packing.long_docs} "
+          f"bos={packing.bos_id if packing.add_bos else '-'} eos={packing.eos_id if packing.add_eos else '-'} "
+          f"pad={packing.pad_id} warmup={warmup}"
+      ),
+      "global_batch_size": cfg.batch.global_batch_size,
+  }
+
+
+def describe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+  """Human-readable differences, one per changed field (empty: identical)."""
+  changes = []
+  for key in sorted(set(saved) | set(current)):
+    old, new = saved.get(key), current.get(key)
+    if old == new:
+      continue
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+      for name in sorted(set(old) | set(new)):
+        if old.get(name) != new.get(name):
+          changes.append(f"{key}.{name}: {old.get(name, '(absent)')} -> {new.get(name, '(absent)')}")
+    else:
+      changes.append(f"{key}: {old} -> {new}")
+  return changes

@@ -1,0 +1,145 @@
+"""The ``jaxdata`` command: convert, index, inspect, plan, audit, report, bench, mesh, demo.
+
+The parser is built from this module alone; a command's handler module
+(`jaxdata.cli.data`, `.planning`, `.demo`) is imported only when that
+command runs, so `jaxdata --help` and `jaxdata inspect` never load jax,
+grain, orbax, pyarrow or matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import sys
+from typing import Sequence
+
+from rich.console import Console
+
+from jaxdata import __version__
+from jaxdata.tools.formats import INPUT_FORMATS, TEXT_MODES
+
+__all__ = ["main", "parse_size"]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str) -> int:
+  """'256MB' -> 256_000_000, '64MiB' -> 67_108_864, '4096' -> 4096.
+
+  >>> parse_size("64MiB"), parse_size("1.5k")
+  (67108864, 1500)
+  """
+  match = _SIZE.match(text)
+  if not match:
+    raise argparse.ArgumentTypeError(f"size: cannot read {text!r} (try 256MB or 64MiB)")
+  number, unit = float(match.group(1)), (match.group(2) or "").lower()
+  prefix = unit[:1] if unit[:1] in "kmgt" else ""
+  scale = 1024 ** "_kmgt".index(prefix) if "i" in unit else _UNITS[prefix]
+  return int(number * scale)
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog="jaxdata", description="JAX/TPU-native input pipeline for language models."
+  )
+  parser.add_argument("--version", action="version", version=f"jaxdata {__version__}")
+  sub = parser.add_subparsers(dest="command", required=True)
+
+  p = sub.add_parser("convert", help="tokenize JSONL / Parquet / text into a dataset")
+  p.add_argument("inputs", nargs="+", help="files, directories or globs")
+  p.add_argument("--out", required=True, help="dataset directory to write")
+  p.add_argument("--name", required=True, help="dataset name")
+  p.add_argument("--tokenizer", default="byte", help="byte | hf:FILE.json | sp:FILE.model")
+  p.add_argument("--format", default="auto", choices=("auto", *INPUT_FORMATS))
+  p.add_argument("--field", default="text", help="JSONL field / Parquet column")
+  p.add_argument("--text-mode", default="file", choices=TEXT_MODES,
+                 help="plain text: one document per file, line or paragraph")
+  p.add_argument("--shard-size", type=parse_size, default=256 << 20,
+                 help="target shard size in bytes, e.g. 256MB (default 256MiB)")
+  p.add_argument("--workers", type=int, default=0, help="tokenizer processes (0 = cores)")
+  p.add_argument("--skip-invalid", action="store_true",
+                 help="count and skip malformed records instead of failing")
+  p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+  p.set_defaults(handler="data:convert")
+
+  p = sub.add_parser("index", help="lengths index + manifest for existing token shards")
+  p.add_argument("shards", nargs="+", help="ArrayRecord shard files")
+  p.add_argument("--dtype", required=True, choices=("uint16", "uint32"))
+  p.add_argument("--out", help="manifest directory (default: the shards' directory)")
+  p.add_argument("--name", help="dataset name (default: the directory name)")
+  p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
+  p.add_argument("-q", "--quiet", action="store_true", help="do not list each shard as it is indexed")
+  p.set_defaults(handler="data:index")
+
+  p = sub.add_parser("inspect", help="table of shards, documents, tokens, lengths")
+  p.add_argument("datasets", nargs="+", help="dataset directories")
+  p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+  p.add_argument("--verify", action="store_true",
+                 help="also re-hash every shard and check every record (reads all data)")
+  p.set_defaults(handler="data:inspect")
+
+  p = sub.add_parser("demo", help="end to end: corpus, pipeline on 8 emulated devices, training, resume")
+  p.add_argument("--cache-dir", help="where the corpus is kept (default: ~/.cache/jaxdata/demo)")
+  p.add_argument("--config", help="your own pipeline YAML (its datasets) instead of the embedded demo")
+  p.add_argument("--steps", type=int, default=40)
+  p.add_argument("--checkpoint-at", type=int, default=20)
+  p.add_argument("--out", help="run directory for checkpoints and the plot (default: CACHE/run)")
+  p.add_argument("--json", help="also write the summary as JSON here")
+  p.set_defaults(handler="demo:demo")
+
+  p = sub.add_parser("plan", help="exposure per dataset and phase before a run")
+  p.add_argument("config")
+  p.add_argument("--tokens", required=True, help="tokens to process, e.g. 20e9 or 20B")
+  p.add_argument("--max-passes", type=float, default=4.0, help="warn above this many passes")
+  p.add_argument("--json", action="store_true", help="print the table as JSON")
+  p.add_argument("--png", help="write weights over steps and cumulative passes here")
+  p.set_defaults(handler="planning:plan")
+
+  p = sub.add_parser("audit", help="plan S steps for H hosts and check them")
+  p.add_argument("config")
+  p.add_argument("--hosts", type=int, required=True)
+  p.add_argument("--steps", type=int, required=True)
+  p.add_argument("--json", action="store_true")
+  p.set_defaults(handler="planning:audit")
+
+  p = sub.add_parser("report", help="plots and deviations from a run's stats JSONL")
+  p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
+  p.add_argument("--out", help="directory for the plots (default: STATS_report/)")
+  p.set_defaults(handler="planning:report")
+
+  p = sub.add_parser("bench", help="throughput of a pipeline config on this machine (one process, NumPy)")
+  p.add_argument("config")
+  p.add_argument("--steps", type=int, default=100)
+  p.add_argument("--prefetch", type=int, default=2)
+  p.set_defaults(handler="planning:bench")
+
+  p = sub.add_parser("mesh", help="rows, tokens and documents per host of a TPU slice")
+  p.add_argument("--tpu", required=True, help="slice name, e.g. v5p-128 (see tpu_configs/)")
+  p.add_argument("--global-batch", type=int, required=True)
+  p.add_argument("--seq-len", type=int, required=True)
+  p.add_argument("--config", help="pipeline YAML: plan real steps for documents and timing")
+  p.add_argument("--steps", type=int, default=5, help="steps to plan with --config")
+  p.set_defaults(handler="planning:mesh")
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args = _parser().parse_args(argv)
+  module_name, function = args.handler.split(":")
+  handler = getattr(importlib.import_module(f"jaxdata.cli.{module_name}"), function)
+  console = Console(highlight=False)
+  if not console.is_terminal:
+    console.width = max(console.width, 120)  # logs and pipes: do not squeeze tables
+  try:
+    return handler(args, console)
+  except (ValueError, OSError) as e:
+    # Our errors are ValueError subclasses (DatasetError, InputFormatError) or
+    # OSError (missing / existing files); each message names file and problem.
+    print(f"jaxdata {args.command}: error: {e}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())

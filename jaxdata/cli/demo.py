@@ -1,0 +1,38 @@
+"""Handler of `jaxdata demo` (imported when it runs, after XLA_FLAGS is set)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+
+from rich.console import Console
+from rich.table import Table
+
+from jaxdata.demo import DEVICES, default_cache_dir, xla_flags
+from jaxdata.demo.run import run_demo  # imports jax, whose backend reads XLA_FLAGS only when it starts
+
+__all__ = ["demo"]
+
+
+def demo(args: argparse.Namespace, console: Console) -> int:
+  os.environ["XLA_FLAGS"] = xla_flags()  # before JAX starts its backend
+  cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
+  result = run_demo(cache_dir, args.config, steps=args.steps, checkpoint_at=args.checkpoint_at,
+                    out_dir=args.out, log=lambda m: console.print(m, markup=False))
+  table = Table(title=f"jaxdata demo: {result.steps} steps on {DEVICES} emulated devices")
+  for column in ("dataset", "target share", "realised share", "tokens", "passes done"):
+    table.add_column(column, justify="right")
+  for name in result.target_share:
+    table.add_row(name, f"{result.target_share[name]:.3f}", f"{result.realised_share[name]:.3f}",
+                  f"{result.tokens_per_source[name]:,}", str(result.passes[name]))
+  console.print(table)
+  console.print(f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}   packing efficiency "
+                f"{result.efficiency:.4f}   {result.tokens_per_second:,.0f} tokens/s (pipeline + training)")
+  console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)
+  console.print(f"mixture plot: {result.plot_path}", markup=False)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dataclasses.asdict(result), f, indent=1)
+  return 0 if result.resume_ok else 1

@@ -1,0 +1,122 @@
+"""Handlers of `jaxdata plan`, `audit`, `report`, `mesh` and `bench` (imported when one runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from rich.console import Console
+from rich.table import Table
+
+from jaxdata.config.loading import load_config
+from jaxdata.pipeline.slices import load_slice
+from jaxdata.sources.manifest import Manifest
+from jaxdata.tools.audit import audit as audit_plan
+from jaxdata.tools.bench import bench as bench_config
+from jaxdata.tools.exposure import parse_tokens, schedule_exposure, weights_by_step
+from jaxdata.tools.mesh import mesh_report
+from jaxdata.tools.report import plan_plot, write_report
+
+__all__ = ["audit", "bench", "mesh", "plan", "report"]
+
+
+def plan(args: argparse.Namespace, console: Console) -> int:
+  cfg = load_config(args.config)
+  supply = {d.name: Manifest.load(d.path).num_tokens for d in cfg.datasets}
+  schedule = cfg.schedule()
+  tokens_per_step = cfg.batch.global_batch_size * cfg.packing.seq_len
+  table = schedule_exposure(supply, schedule, parse_tokens(args.tokens), tokens_per_step, args.max_passes)
+  if args.png:
+    plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
+  if args.json:
+    print(json.dumps(table.to_json(), indent=1))
+    return 0
+  out = Table(title=f"exposure over {table.total_tokens:,} tokens = {table.steps:,} steps of {tokens_per_step:,}")
+  for column in ("dataset", "phase", "unique U_d", "natural", "sampling w_d", "upsampling",
+                 "processed", "passes (run)", "pass completes at step"):
+    out.add_column(column, justify="right")
+  for name, d in table.datasets.items():
+    for i, (start, end) in enumerate(table.phases):
+      first = i == 0
+      out.add_row(
+          name if first else "", f"{start}-{end}", f"{d.unique_tokens:,}" if first else "",
+          f"{d.natural_share:.4f}" if first else "", f"{d.sampling_share[i]:.4f}", f"{d.upsampling[i]:.2f}x",
+          f"{d.processed_tokens[i]:,.0f}", f"{d.passes:.3f}" if first else "",
+          ", ".join(str(s) for s in d.pass_completed_at_step[:6]) + (" ..." if len(d.pass_completed_at_step) > 6 else "")
+          if first else "",
+      )
+  console.print(out)
+  for i, (start, end) in enumerate(table.phases):
+    total = sum(d.sampling_share[i] for d in table.datasets.values())
+    console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
+  for warning in table.warnings:
+    console.print(f"warning: {warning}", style="bold yellow")
+  if args.png:
+    console.print(f"plot: {args.png}", markup=False)
+  return 0
+
+
+def audit(args: argparse.Namespace, console: Console) -> int:
+  result = audit_plan(load_config(args.config), args.hosts, args.steps)
+  if args.json:
+    print(json.dumps(result.to_json(), indent=1))
+  else:
+    console.print(f"audited {result.steps} steps for {result.hosts} hosts")
+    console.print(f"pieces on two hosts in one step: {result.piece_overlaps} (must be 0)")
+    console.print(f"documents read by two hosts in one step (split across hosts): {result.document_overlaps}")
+    console.print(f"complete passes checked for exactly-once coverage: {', '.join(result.passes_checked) or 'none'}")
+    if result.share_deviation:
+      worst = max(result.share_deviation.items(), key=lambda kv: abs(kv[1]))
+      console.print(f"largest deviation from target: {worst[0]} {worst[1]:+.1f} (bound {result.share_bound:.0f})")
+    if result.histogram_variance_ratio:
+      ratios = ", ".join(f"{n} {r:.2f}" for n, r in result.histogram_variance_ratio.items())
+      console.print(f"per-step source count variance / multinomial: {ratios}")
+    for failure in result.failures:
+      console.print(f"FAIL {failure}", style="bold red", markup=False)
+    console.print("audit passed" if result.ok else f"audit FAILED ({len(result.failures)} problems)")
+  return 0 if result.ok else 1
+
+
+def report(args: argparse.Namespace, console: Console) -> int:
+  series = write_report(args.stats, args.out or os.path.splitext(args.stats)[0] + "_report")
+  ranked = sorted(series["largest_deviation"].items(), key=lambda kv: -abs(kv[1]["deviation"]))
+  console.print(f"{len(series['steps'])} steps; largest deviations of cumulative share from target:")
+  for name, worst in ranked:
+    console.print(f"  {name}: {worst['deviation']:+.4f} at step {worst['step']} "
+                  f"(final {series['final_deviation'][name]:+.4f})")
+  for name, path in series["plots"].items():
+    console.print(f"{name}: {path}", markup=False)
+  return 0
+
+
+def mesh(args: argparse.Namespace, console: Console) -> int:
+  spec = load_slice(args.tpu)
+  rows = spec.rows_per_host(args.global_batch)  # raises a clear error if it does not divide
+  report = mesh_report(spec, args.global_batch, args.seq_len, args.config, args.steps)
+  console.print(
+      f"{spec.name}: {spec.chips} chips, {spec.hosts} hosts x {spec.chips_per_host}, topology "
+      f"{spec.topology}, mesh {dict(zip(spec.mesh_axes, spec.mesh_shape))}, rows over {list(spec.data_axes)}"
+  )
+  table = Table(title=f"per host, global batch {args.global_batch} x seq_len {args.seq_len}")
+  for column in ("host", "rows", "tokens / step", "documents read / step"):
+    table.add_column(column, justify="right")
+  for host in range(spec.hosts):
+    docs = report.documents_per_host[host] if report.documents_per_host else None
+    table.add_row(str(host), str(rows), f"{rows * args.seq_len:,}", "-" if docs is None else f"{docs:.1f}")
+  console.print(table)
+  if report.plan_seconds is None:
+    console.print("pass --config pipeline.yaml to measure planning time and documents per host")
+  else:
+    console.print(f"planning one global step on this machine: {report.plan_seconds * 1e3:.2f} ms "
+                  f"(mean of {args.steps} steps)")
+  return 0
+
+
+def bench(args: argparse.Namespace, console: Console) -> int:
+  result = bench_config(load_config(args.config), args.steps, args.prefetch)
+  console.print(f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
+                f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "
+                f"first batch {result.first_batch_seconds:.2f}s")
+  console.print("time per step: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in result.time_per_step_s.items()))
+  return 0

@@ -1,0 +1,190 @@
+"""`PipelineConfig`: the whole pipeline in one frozen, validated object.
+
+A YAML config maps one to one onto it (`jaxdata.config.load_config`); every
+key, its type, default and allowed values are in docs/configuration.md.
+
+>>> cfg = PipelineConfig.from_dict({
+...     "datasets": [{"name": "web", "path": "data/web"}, {"name": "code", "path": "data/code",
+...                  "exhausted_policy": "repeat", "max_repeats": 2}],
+...     "mixture": {"weights": {"web": 3, "code": 1}}, "stop_after_passes": 1,
+...     "packing": {"seq_len": 1024}, "batch": {"global_batch_size": 4}})
+>>> [(s.name, s.policy, s.max_passes, s.target_passes) for s in cfg.dataset_settings()]
+[('web', 'passes', None, 1), ('code', 'repeat', 3, None)]
+>>> cfg.tokens_per_step
+4096
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Mapping
+
+from jaxdata.config.resolve import DatasetDefaults, DatasetSettings, resolve_dataset
+from jaxdata.config.schedule import Schedule
+from jaxdata.config.schema import (
+    EXHAUSTED_POLICIES,
+    BatchConfig,
+    DatasetConfig,
+    MixtureConfig,
+    PackingConfig,
+    Phase,
+)
+from jaxdata.config.validate import (
+    check_block_size,
+    check_bool,
+    check_choice,
+    check_int,
+    mapping,
+    no_unknown_keys,
+)
+from jaxdata.errors import ConfigError
+
+__all__ = ["PipelineConfig"]
+
+
+def _field_names(kind: type) -> set[str]:
+  return {f.name for f in dataclasses.fields(kind)}
+
+
+def _build(kind: type, raw: Any, where: str, **overrides: Any) -> Any:
+  """`kind(**raw)` after checking `raw` is a mapping with only `kind`'s keys."""
+  body = mapping(raw, where)
+  no_unknown_keys(body, _field_names(kind), where)
+  try:
+    return kind(**{**body, **overrides})
+  except TypeError as e:  # a required key is missing
+    raise ConfigError(f"{where}: {e}") from e
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+  """The whole pipeline: datasets, mixture, shuffles, pass policy, packing, batch."""
+
+  datasets: tuple[DatasetConfig, ...]
+  mixture: MixtureConfig
+  seed: int = 0
+  shuffle_shards: bool = True
+  shuffle_within_shard: bool = False
+  shuffle_block_size: int | str | None = None
+  reshuffle_on_repeat: bool | Mapping[str, bool] = True
+  exhausted_policy: str | Mapping[str, str] | None = None
+  max_repeats: int | Mapping[str, int] | None = None
+  stop_after_passes: int | None = None
+  packing: PackingConfig = PackingConfig()
+  batch: BatchConfig = BatchConfig()
+  stats_path: str | None = None  # Pipeline appends one JSON line of stats per step here
+
+  def __post_init__(self) -> None:
+    object.__setattr__(self, "datasets", tuple(self.datasets))
+    if self.stats_path is not None and not isinstance(self.stats_path, str):
+      raise ConfigError(f"stats_path: expected a file path, got {self.stats_path!r}")
+    if not self.datasets:
+      raise ConfigError("datasets: the config needs at least one dataset")
+    names = [d.name for d in self.datasets]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+      raise ConfigError(f"datasets: name {duplicates[0]!r} is used more than once")
+    check_int(self.seed, "seed", 0)
+    check_bool(self.shuffle_shards, "shuffle_shards")
+    check_bool(self.shuffle_within_shard, "shuffle_within_shard")
+    check_block_size(self.shuffle_block_size, "shuffle_block_size")
+    self._check_per_dataset("reshuffle_on_repeat", check_bool)
+    self._check_per_dataset(
+        "exhausted_policy", lambda v, w: check_choice(v, EXHAUSTED_POLICIES, w), allow_none=True
+    )
+    self._check_per_dataset("max_repeats", lambda v, w: check_int(v, w, 0), allow_none=True)
+    if self.stop_after_passes is not None:
+      check_int(self.stop_after_passes, "stop_after_passes", 1)
+    schedule = self.schedule()
+    for setting, positive in zip(self.dataset_settings(), schedule.ever_positive()):
+      if setting.policy == "passes" and not positive:
+        raise ConfigError(
+            f"datasets.{setting.name}: weight 0 in every phase under stop_after_passes; "
+            "it would never complete a pass and the stream would never end"
+        )
+
+  def _check_per_dataset(self, field: str, check: Callable[[Any, str], None], allow_none: bool = False) -> None:
+    value = getattr(self, field)
+    if isinstance(value, Mapping):
+      names = set(self.names)
+      for key, item in value.items():
+        if key not in names:
+          raise ConfigError(f"{field}: {key!r} is not a dataset of this config")
+        check(item, f"{field}.{key}")
+    elif value is not None or not allow_none:
+      check(value, field)
+
+  # ------------------------------------------------------- derived quantities
+
+  @property
+  def names(self) -> tuple[str, ...]:
+    return tuple(d.name for d in self.datasets)
+
+  @property
+  def tokens_per_step(self) -> int:
+    """Row slots per global batch: global_batch_size x seq_len, at every step
+    (a warmup phase has more, shorter rows)."""
+    return self.batch.global_batch_size * self.packing.seq_len
+
+  def rows_at(self, step: int) -> int:
+    """Rows of the global batch at `step` (more during a sequence-length warmup)."""
+    return self.tokens_per_step // self.packing.seq_len_at(step)
+
+  def schedule(self) -> Schedule:
+    phases = [(p.weights, p.until_step, p.ramp_steps) for p in self.mixture.phases()]
+    return Schedule.from_phases(self.names, phases)
+
+  def dataset_settings(self) -> tuple[DatasetSettings, ...]:
+    """Every dataset's settings after inheritance and policy resolution."""
+    top = DatasetDefaults(
+        self.shuffle_shards, self.shuffle_within_shard, self.shuffle_block_size,
+        self.reshuffle_on_repeat, self.exhausted_policy, self.max_repeats, self.stop_after_passes,
+    )
+    return tuple(resolve_dataset(d, top) for d in self.datasets)
+
+  # ------------------------------------------------------------------ parsing
+
+  @classmethod
+  def from_dict(cls, raw: Any, base_dir: str | None = None) -> "PipelineConfig":
+    """Builds from parsed YAML / JSON; unknown keys are errors naming the key.
+
+    Relative dataset paths and `stats_path` are taken relative to `base_dir`
+    when given.
+    """
+    top = mapping(raw, "config")
+    no_unknown_keys(top, _field_names(cls), "config")
+    for required in ("datasets", "mixture"):
+      if required not in top:
+        raise ConfigError(f"config: missing {required!r}")
+    entries = top["datasets"]
+    if not isinstance(entries, list):
+      raise ConfigError(f"datasets: expected a list of datasets, got {entries!r}")
+
+    def relative(path: Any) -> Any:
+      if base_dir is None or not isinstance(path, str):
+        return path
+      return os.path.join(base_dir, os.path.expanduser(path))
+
+    datasets = []
+    for i, entry in enumerate(entries):
+      entry = mapping(entry, f"datasets[{i}]")
+      overrides = {"path": relative(entry["path"])} if "path" in entry else {}
+      datasets.append(_build(DatasetConfig, entry, f"datasets[{i}]", **overrides))
+    mixture = mapping(top["mixture"], "mixture")
+    overrides = {}
+    if mixture.get("schedule") is not None:
+      phases = mixture["schedule"]
+      if not isinstance(phases, list):
+        raise ConfigError(f"mixture.schedule: expected a list of phases, got {phases!r}")
+      for i, phase in enumerate(phases):
+        if "weights" not in mapping(phase, f"mixture.schedule[{i}]"):
+          raise ConfigError(f"mixture.schedule[{i}]: missing 'weights'")
+      overrides["schedule"] = tuple(_build(Phase, p, f"mixture.schedule[{i}]") for i, p in enumerate(phases))
+    kwargs = {k: v for k, v in top.items() if k not in ("datasets", "mixture", "packing", "batch")}
+    if "stats_path" in kwargs:
+      kwargs["stats_path"] = relative(kwargs["stats_path"])
+    for section, kind in (("packing", PackingConfig), ("batch", BatchConfig)):
+      if section in top:
+        kwargs[section] = _build(kind, top[section], section)
+    return cls(datasets=tuple(datasets), mixture=_build(MixtureConfig, mixture, "mixture", **overrides), **kwargs)

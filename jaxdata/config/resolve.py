@@ -1,0 +1,137 @@
+"""A dataset's settings after inheritance: `DatasetSettings` and `resolve_dataset`.
+
+Top-level shuffle and pass settings are defaults for every dataset; a
+top-level ``{dataset: value}`` dict (for ``exhausted_policy``,
+``max_repeats`` and ``reshuffle_on_repeat``) overrides them, and a dataset
+entry overrides both. The pass policy comes from the most specific level
+that sets one::
+
+    stop_after_passes: n           repeat to hold the mixture; the stream ends once every
+                                   such dataset has completed n passes (default: n = 1)
+    exhausted_policy: stop         the stream ends when it cannot supply its next document
+    exhausted_policy: repeat       restart on its own, forever
+      + max_repeats: N             ... at most N times; the stream ends when it would exceed N
+
+``stop_after_passes`` together with ``stop`` or ``max_repeats`` at the same
+level is a `ConfigError`.
+
+>>> from jaxdata.config.schema import DatasetConfig
+>>> top = DatasetDefaults(True, False, None, True, None, {"code": 2}, None)
+>>> s = resolve_dataset(DatasetConfig("code", shuffle_block_size="auto", exhausted_policy="repeat"), top)
+>>> s.policy, s.max_passes, s.block_size, s.resolve_block_size(largest_shard=100, num_records=500)
+('repeat', 3, 'auto', 500)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from jaxdata.config.schema import INHERIT, DatasetConfig
+from jaxdata.errors import ConfigError
+
+__all__ = ["DatasetDefaults", "DatasetSettings", "resolve_dataset"]
+
+# "auto" block size: this many times the largest shard of any dataset of the mixture.
+AUTO_BLOCK_SHARDS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetDefaults:
+  """The top-level values a dataset entry inherits (see `PipelineConfig`)."""
+
+  shuffle_shards: bool
+  shuffle_within_shard: bool
+  shuffle_block_size: int | str | None
+  reshuffle_on_repeat: bool | Mapping[str, bool]
+  exhausted_policy: str | Mapping[str, str] | None
+  max_repeats: int | Mapping[str, int] | None
+  stop_after_passes: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSettings:
+  """A dataset's resolved settings: nothing inherited, policy decided.
+
+  Attributes:
+    policy: "passes" (stop_after_passes), "stop" or "repeat".
+    max_passes: the most passes it may start (stop: 1; repeat with
+      max_repeats N: N + 1); None for unlimited.
+    target_passes: for "passes", the passes it must complete before the
+      stream may end; None otherwise.
+    block_size: None, an int, "auto" (see `resolve_block_size`) or "global".
+  """
+
+  name: str
+  path: str
+  shuffle_shards: bool
+  shuffle_within_shard: bool
+  block_size: int | str | None
+  reshuffle_on_repeat: bool
+  policy: str
+  max_passes: int | None
+  target_passes: int | None
+
+  def resolve_block_size(self, largest_shard: int, num_records: int) -> int | str | None:
+    """The block size once record counts are known: "auto" becomes 8 x the
+    largest shard of any dataset of the mixture, capped at this dataset's size."""
+    if self.block_size != "auto":
+      return self.block_size
+    return max(1, min(AUTO_BLOCK_SHARDS * largest_shard, num_records))
+
+
+def _per_dataset(value: Any, name: str) -> Any:
+  return value.get(name) if isinstance(value, Mapping) else None
+
+
+def _scalar(value: Any) -> Any:
+  return None if isinstance(value, Mapping) else value
+
+
+def _pass_policy(levels: list[tuple[str, Any, Any, Any]]) -> tuple[str, int | None, int | None]:
+  """(policy, max_passes, target_passes) from (scope, exhausted_policy,
+  max_repeats, stop_after_passes) levels, most specific first."""
+  for scope, policy, max_repeats, passes in levels:
+    if policy == "stop" and max_repeats is not None:
+      raise ConfigError(f"{scope}: max_repeats has no meaning with exhausted_policy 'stop'")
+    if passes is not None and (policy == "stop" or max_repeats is not None):
+      other = "exhausted_policy 'stop'" if policy == "stop" else "max_repeats"
+      raise ConfigError(f"{scope}: stop_after_passes cannot be combined with {other}")
+  for i, (_, policy, max_repeats, passes) in enumerate(levels):
+    if passes is not None:
+      return "passes", None, passes
+    if policy == "stop":
+      return "stop", 1, None
+    if policy == "repeat" or max_repeats is not None:
+      # A bare "repeat" takes max_repeats from a less specific level, if any.
+      inherited = next((m for _, _, m, _ in levels[i:] if m is not None), None)
+      return "repeat", None if inherited is None else inherited + 1, None
+  return "passes", None, 1  # nothing set: one pass of everything
+
+
+def resolve_dataset(d: DatasetConfig, top: DatasetDefaults) -> DatasetSettings:
+  """`d`'s settings after inheriting from `top` (most specific level wins)."""
+  policy, max_passes, target = _pass_policy([
+      (f"datasets.{d.name}", d.exhausted_policy, d.max_repeats, d.stop_after_passes),
+      (f"top-level entries for {d.name}", _per_dataset(top.exhausted_policy, d.name),
+       _per_dataset(top.max_repeats, d.name), None),
+      ("top level", _scalar(top.exhausted_policy), _scalar(top.max_repeats), top.stop_after_passes),
+  ])
+  reshuffle = next(
+      (v for v in (d.reshuffle_on_repeat, _per_dataset(top.reshuffle_on_repeat, d.name),
+                   _scalar(top.reshuffle_on_repeat)) if v is not None),
+      True,
+  )
+  return DatasetSettings(
+      name=d.name,
+      path=d.path,
+      shuffle_shards=top.shuffle_shards if d.shuffle_shards is None else d.shuffle_shards,
+      shuffle_within_shard=(
+          top.shuffle_within_shard if d.shuffle_within_shard is None else d.shuffle_within_shard
+      ),
+      block_size=top.shuffle_block_size if d.shuffle_block_size is INHERIT else d.shuffle_block_size,
+      reshuffle_on_repeat=reshuffle,
+      policy=policy,
+      max_passes=max_passes,
+      target_passes=target,
+  )

@@ -1,0 +1,202 @@
+"""The sections of a pipeline config: frozen dataclasses that validate themselves.
+
+Each `__post_init__` raises `ConfigError` (a `ValueError`) naming the field,
+for example ``packing.seq_len: expected an int >= 2, got 0``. The whole
+config, `PipelineConfig`, is in `jaxdata.config.pipeline_config`; every key
+is described in docs/configuration.md.
+
+>>> PackingConfig(mode="first_fit", seq_len=8, warmup=({"until_step": 10, "seq_len": 4},)).seq_len_at(3)
+4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from jaxdata.config.validate import (
+    check_block_size,
+    check_bool,
+    check_choice,
+    check_int,
+    mapping,
+)
+from jaxdata.errors import ConfigError
+
+__all__ = [
+    "BatchConfig",
+    "DatasetConfig",
+    "EXHAUSTED_POLICIES",
+    "INHERIT",
+    "INTERLEAVES",
+    "LONG_DOCS",
+    "MixtureConfig",
+    "PACKING_MODES",
+    "PackingConfig",
+    "Phase",
+    "UNITS",
+    "WarmupPhase",
+]
+
+UNITS = ("tokens", "documents")
+INTERLEAVES = ("exact", "random")
+EXHAUSTED_POLICIES = ("stop", "repeat")
+PACKING_MODES = ("concat", "first_fit", "best_fit", "none")
+LONG_DOCS = ("split", "truncate")
+
+
+class _Inherit:
+  """Marks a per-dataset setting that takes the top-level value."""
+
+  def __repr__(self) -> str:
+    return "INHERIT"
+
+
+INHERIT: Any = _Inherit()
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+  """One dataset of the mixture; unset fields inherit the top-level value."""
+
+  name: str
+  path: str = ""
+  shuffle_shards: bool | None = None
+  shuffle_within_shard: bool | None = None
+  shuffle_block_size: int | str | None = INHERIT
+  reshuffle_on_repeat: bool | None = None
+  exhausted_policy: str | None = None
+  max_repeats: int | None = None
+  stop_after_passes: int | None = None
+
+  def __post_init__(self) -> None:
+    where = f"datasets.{self.name}" if isinstance(self.name, str) else "datasets[].name"
+    if not isinstance(self.name, str) or not self.name:
+      raise ConfigError(f"{where}: every dataset needs a non-empty name, got {self.name!r}")
+    if not isinstance(self.path, str):
+      raise ConfigError(f"{where}.path: expected a string, got {self.path!r}")
+    for field in ("shuffle_shards", "shuffle_within_shard", "reshuffle_on_repeat"):
+      if getattr(self, field) is not None:
+        check_bool(getattr(self, field), f"{where}.{field}")
+    if self.shuffle_block_size is not INHERIT:
+      check_block_size(self.shuffle_block_size, f"{where}.shuffle_block_size")
+    if self.exhausted_policy is not None:
+      check_choice(self.exhausted_policy, EXHAUSTED_POLICIES, f"{where}.exhausted_policy")
+    if self.max_repeats is not None:
+      check_int(self.max_repeats, f"{where}.max_repeats", 0)
+    if self.stop_after_passes is not None:
+      check_int(self.stop_after_passes, f"{where}.stop_after_passes", 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """One phase of a schedule: weights until `until_step` (the last has None).
+
+  `ramp_steps` > 0 moves linearly from the previous phase's weights to these
+  over the phase's first `ramp_steps` steps. The weights, steps and ramps
+  are checked when the `PipelineConfig` builds its `Schedule`.
+  """
+
+  weights: Mapping[str, float]
+  until_step: int | None = None
+  ramp_steps: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureConfig:
+  """How datasets are mixed: fixed `weights` or a `schedule` of phases."""
+
+  weights: Mapping[str, float] | None = None
+  schedule: tuple[Phase, ...] | None = None
+  unit: str = "tokens"
+  interleave: str = "exact"
+
+  def __post_init__(self) -> None:
+    if (self.weights is None) == (self.schedule is None):
+      raise ConfigError("mixture: give exactly one of weights or schedule")
+    if self.schedule is not None and not self.schedule:
+      raise ConfigError("mixture.schedule: needs at least one phase")
+    check_choice(self.unit, UNITS, "mixture.unit")
+    check_choice(self.interleave, INTERLEAVES, "mixture.interleave")
+
+  def phases(self) -> tuple[Phase, ...]:
+    return self.schedule if self.schedule is not None else (Phase(self.weights or {}),)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmupPhase:
+  """Sequence-length warmup: rows of `seq_len` until `until_step`."""
+
+  until_step: int
+  seq_len: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PackingConfig:
+  """Packing of documents into rows of `seq_len` tokens.
+
+  `warmup` lists shorter sequence lengths for the first steps; the global
+  batch then has global_batch_size x seq_len / warmup seq_len rows, so the
+  tokens per step stay constant.
+  """
+
+  mode: str = "first_fit"
+  seq_len: int = 2048
+  long_docs: str = "split"
+  add_bos: bool = False
+  bos_id: int = 1
+  add_eos: bool = False
+  eos_id: int = 0
+  pad_id: int = 0
+  warmup: tuple[WarmupPhase, ...] = ()
+
+  def __post_init__(self) -> None:
+    check_choice(self.mode, PACKING_MODES, "packing.mode")
+    check_int(self.seq_len, "packing.seq_len", 2)
+    check_choice(self.long_docs, LONG_DOCS, "packing.long_docs")
+    for field in ("add_bos", "add_eos"):
+      check_bool(getattr(self, field), f"packing.{field}")
+    for field in ("bos_id", "eos_id", "pad_id"):
+      check_int(getattr(self, field), f"packing.{field}", 0)
+    if not isinstance(self.warmup, (list, tuple)):
+      raise ConfigError(f"packing.warmup: expected a list of phases, got {self.warmup!r}")
+    phases = tuple(
+        p if isinstance(p, WarmupPhase) else WarmupPhase(**mapping(p, f"packing.warmup[{i}]"))
+        for i, p in enumerate(self.warmup)
+    )
+    object.__setattr__(self, "warmup", phases)
+    previous = 0
+    for i, phase in enumerate(phases):
+      where = f"packing.warmup[{i}]"
+      check_int(phase.until_step, f"{where}.until_step", previous + 1)
+      check_int(phase.seq_len, f"{where}.seq_len", 2)
+      if self.seq_len % phase.seq_len:
+        raise ConfigError(f"{where}.seq_len: {phase.seq_len} must divide packing.seq_len {self.seq_len}")
+      previous = phase.until_step
+
+  @property
+  def special_tokens(self) -> int:
+    """Tokens added to every document: BOS and / or EOS."""
+    return int(self.add_bos) + int(self.add_eos)
+
+  def seq_len_at(self, step: int) -> int:
+    for phase in self.warmup:
+      if step < phase.until_step:
+        return phase.seq_len
+    return self.seq_len
+
+  def seq_lens(self) -> tuple[int, ...]:
+    """Every row length the run uses, ascending."""
+    return tuple(sorted({self.seq_len, *(p.seq_len for p in self.warmup)}))
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchConfig:
+  """Global batch shape and what happens to the final partial batch."""
+
+  global_batch_size: int = 8
+  drop_remainder: bool = True
+
+  def __post_init__(self) -> None:
+    check_int(self.global_batch_size, "batch.global_batch_size", 1)
+    check_bool(self.drop_remainder, "batch.drop_remainder")

@@ -1,0 +1,109 @@
+"""Shared validators: config values and saved-state headers.
+
+Every check raises `ConfigError` (a `ValueError`) whose message starts with
+`where`, the dotted name of the field at fault, so every config error and
+every state error reads the same way.
+
+>>> is_int(3), is_int(True), is_int(3.0)
+(True, False, False)
+>>> check_int(0, "batch.global_batch_size", 1)
+Traceback (most recent call last):
+...
+jaxdata.errors.ConfigError: batch.global_batch_size: expected an int >= 1, got 0
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Mapping, Sequence
+
+from jaxdata.errors import ConfigError
+
+__all__ = [
+    "BLOCK_SIZE_WORDS",
+    "check_block_size",
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_state_header",
+    "is_int",
+    "mapping",
+    "no_unknown_keys",
+    "require_keys",
+]
+
+BLOCK_SIZE_WORDS = ("auto", "global")
+
+
+def is_int(value: Any) -> bool:
+  """An int that is not a bool (YAML's `true` must not pass as 1)."""
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(value: Any, where: str, minimum: int) -> None:
+  if not is_int(value) or value < minimum:
+    raise ConfigError(f"{where}: expected an int >= {minimum}, got {value!r}")
+
+
+def check_bool(value: Any, where: str) -> None:
+  if not isinstance(value, bool):
+    raise ConfigError(f"{where}: expected true or false, got {value!r}")
+
+
+def check_choice(value: Any, choices: Sequence[str], where: str) -> None:
+  if value not in choices:
+    raise ConfigError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+
+
+def check_block_size(value: Any, where: str) -> None:
+  """None, a positive int, "auto" or "global"."""
+  if value is None or value in BLOCK_SIZE_WORDS:
+    return
+  if not is_int(value) or value < 1:
+    raise ConfigError(f"{where}: expected null, a positive int, 'auto' or 'global', got {value!r}")
+
+
+def mapping(value: Any, where: str) -> Mapping[str, Any]:
+  if not isinstance(value, Mapping):
+    raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+  return value
+
+
+def no_unknown_keys(raw: Mapping[str, Any], allowed: Collection[str], where: str) -> None:
+  unknown = sorted(set(raw) - set(allowed))
+  if unknown:
+    raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+
+
+def require_keys(given: Any, expected: Sequence[str], where: str, value: str) -> None:
+  """Raises unless `given` has exactly the keys `expected`, naming the first
+  unknown key or the first missing one ("... has no {value}")."""
+  unknown = [k for k in given if k not in expected]
+  if unknown:
+    raise ConfigError(f"{where}: {unknown[0]!r} is not one of {', '.join(map(repr, expected))}")
+  missing = [k for k in expected if k not in given]
+  if missing:
+    raise ConfigError(f"{where}: {missing[0]!r} has no {value}")
+
+
+def check_state_header(state: Any, where: str, newest: int, keys: Sequence[str]) -> int:
+  """Checks a saved state's shape: a mapping with an int `version` this
+  jaxdata reads (1 .. `newest`) and every key of `keys`. Returns the version.
+
+  >>> check_state_header({"version": 9}, "stream state", 1, ())
+  Traceback (most recent call last):
+  ...
+  jaxdata.errors.ConfigError: stream state: format version 9 is newer than this jaxdata reads (1); upgrade jaxdata
+  """
+  if not isinstance(state, Mapping) or not is_int(state.get("version")):
+    raise ConfigError(f"{where}: expected a mapping with an int version, got {state!r:.200}")
+  version = state["version"]
+  if version > newest:
+    raise ConfigError(
+        f"{where}: format version {version} is newer than this jaxdata reads ({newest}); upgrade jaxdata"
+    )
+  if version < 1:
+    raise ConfigError(f"{where}: format version {version} is not a version jaxdata ever wrote")
+  missing = [k for k in keys if k not in state]
+  if missing:
+    raise ConfigError(f"{where}: missing {', '.join(missing)}")
+  return version

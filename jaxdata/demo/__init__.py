@@ -1,0 +1,27 @@
+"""`jaxdata demo`: the whole product on this machine (see `jaxdata.demo.run`).
+
+`corpus` builds the demo datasets, `model` is the tiny language model,
+`run` wires corpus, pipeline, training, checkpoint and the restart check.
+This module holds only what the CLI needs before JAX starts.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["DEVICES", "default_cache_dir", "xla_flags"]
+
+DEVICES = 8
+
+
+def default_cache_dir() -> str:
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "jaxdata", "demo")
+
+
+def xla_flags() -> str:
+  """XLA_FLAGS with DEVICES emulated CPU devices (kept if already set)."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "xla_force_host_platform_device_count" not in flags:
+    flags = f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()
+  return flags

@@ -1,0 +1,338 @@
+"""`DocumentStream`: the mixture of datasets as one deterministic stream of documents.
+
+Every document of training is decided here from metadata alone (record
+counts and lengths), and the state is a few integers per dataset::
+
+    per dataset d:  DatasetOrder(pass p) -> records     DatasetCursor (pass, position, taken)
+    per position:   pick d (an `Interleave`: exact or random), with the weights of the step
+                    emit DocRef(d, pass, record, length) and advance d's cursor
+    end:            a picked "stop" / last-pass "repeat" dataset has no next document, or
+                    every stop_after_passes dataset completed its passes
+
+>>> from jaxdata.config import PipelineConfig
+>>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a"}, {"name": "b"}],
+...     "mixture": {"weights": {"a": 1, "b": 1}, "unit": "documents"}, "shuffle_shards": False})
+>>> meta = {"a": DatasetMeta.from_lengths([3, 3, 3]), "b": DatasetMeta.from_lengths([5])}
+>>> [(r.dataset, r.pass_index, r.record) for r in DocumentStream(cfg, meta)]
+[('a', 0, 0), ('b', 0, 0), ('a', 0, 1), ('b', 1, 0), ('a', 0, 2)]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.schedule import Schedule
+from jaxdata.config.validate import check_state_header, is_int
+from jaxdata.errors import ConfigError
+from jaxdata.mixture.interleave import PassMarks, PickLoop, StreamPosition, make_interleave
+from jaxdata.order.cursor import DatasetCursor
+from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
+from jaxdata.sources.dataset import TokenDataset
+
+__all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION"]
+
+STATE_VERSION = 1
+# One pick loop takes at most this many documents / tokens: look-ahead buffers
+# of either size can then never run dry inside it.
+CALL_DOCS = 1 << 16
+CALL_TOKENS = 1 << 26
+_UNLIMITED = 1 << 62
+
+
+@dataclasses.dataclass(frozen=True)
+class DocRef:
+  """One document of the stream: which dataset, pass, record, and its length."""
+
+  dataset: str
+  pass_index: int
+  record: int
+  length: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DocBatch:
+  """Consecutive documents of the stream as arrays (`dataset` indexes `names`)."""
+
+  names: tuple[str, ...]
+  dataset: np.ndarray
+  pass_index: np.ndarray
+  record: np.ndarray
+  length: np.ndarray
+
+  def __len__(self) -> int:
+    return int(self.dataset.size)
+
+  def refs(self) -> list[DocRef]:
+    columns = (self.dataset, self.pass_index, self.record, self.length)
+    return [
+        DocRef(self.names[d], p, r, n) for d, p, r, n in zip(*(c.tolist() for c in columns))
+    ]
+
+  @classmethod
+  def concatenate(cls, names: tuple[str, ...], batches: Sequence["DocBatch"]) -> "DocBatch":
+    if not batches:
+      empty = np.zeros(0, np.int64)
+      return cls(names, empty.astype(np.int32), empty, empty, empty)
+    fields = ("dataset", "pass_index", "record", "length")
+    return cls(names, *(np.concatenate([getattr(b, f) for b in batches]) for f in fields))
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetMeta:
+  """What the stream needs of a dataset: records per shard and every length."""
+
+  shard_counts: np.ndarray
+  lengths: np.ndarray
+
+  @classmethod
+  def from_dataset(cls, dataset: TokenDataset) -> "DatasetMeta":
+    return cls(dataset.shard_num_records.copy(), dataset.lengths)
+
+  @classmethod
+  def load(cls, path: str) -> "DatasetMeta":
+    with TokenDataset(path) as dataset:
+      return cls.from_dataset(dataset)
+
+  @classmethod
+  def from_lengths(
+      cls, lengths: Sequence[int] | np.ndarray, shard_counts: Sequence[int] | None = None
+  ) -> "DatasetMeta":
+    lengths = np.asarray(lengths, dtype=np.int64)
+    counts = np.asarray([lengths.size] if shard_counts is None else shard_counts, dtype=np.int64)
+    if counts.sum() != lengths.size:
+      raise ValueError(f"shard_counts sum to {counts.sum()}, but {lengths.size} lengths given")
+    return cls(counts, lengths)
+
+
+class DocumentStream:
+  """The mixture stream of `DocRef`s for a `PipelineConfig`.
+
+  `take(step, max_docs=..., max_tokens=...)` returns the next documents for
+  the step being built (the packer's call); iterating yields one `DocRef` at
+  a time, with the step = tokens so far // (global_batch_size x seq_len).
+  The output never depends on how it is cut into `take` calls.
+  `get_state()` / `set_state()` round-trip through JSON.
+  """
+
+  def __init__(
+      self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None
+  ) -> None:
+    self.cfg = cfg
+    self.names = cfg.names
+    if metadata is None:
+      metadata = {d.name: DatasetMeta.load(d.path) for d in cfg.datasets}
+    missing = [n for n in self.names if n not in metadata]
+    if missing:
+      raise ConfigError(f"datasets.{missing[0]}: no metadata given for this dataset")
+    metas = [metadata[n] for n in self.names]
+    self.schedule: Schedule = cfg.schedule()
+    self.tokens_unit = cfg.mixture.unit == "tokens"
+    self.tokens_per_step = cfg.tokens_per_step
+    largest_shard = max(int(m.shard_counts.max()) for m in metas)
+    self.cursors: list[DatasetCursor] = []
+    for settings, meta in zip(cfg.dataset_settings(), metas):
+      num_records = int(meta.shard_counts.sum())
+      if num_records == 0:
+        raise ConfigError(f"datasets.{settings.name}: the dataset has no records")
+      if meta.lengths.size != num_records:
+        raise ConfigError(
+            f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records"
+        )
+      options = ShuffleOptions(
+          shuffle_shards=settings.shuffle_shards,
+          shuffle_within_shard=settings.shuffle_within_shard,
+          block_size=settings.resolve_block_size(largest_shard, num_records),
+          reshuffle_on_repeat=settings.reshuffle_on_repeat,
+      )
+      order = DatasetOrder(settings.name, meta.shard_counts, options, cfg.seed)
+      self.cursors.append(DatasetCursor(settings, order, np.asarray(meta.lengths)))
+    self.emitted = 0  # documents
+    self.tokens = 0
+    self.ended = False
+    self.interleave = make_interleave(
+        cfg.mixture.interleave, cfg.seed, self.tokens_unit, self.schedule.weights_at(0),
+        [c.mean_length for c in self.cursors],
+    )
+
+  @property
+  def units(self) -> int:
+    """Units emitted so far: tokens or documents, per the mixture's unit."""
+    return self.tokens if self.tokens_unit else self.emitted
+
+  def passes_completed(self) -> dict[str, int]:
+    return {c.settings.name: c.completed_passes for c in self.cursors}
+
+  def document_lengths(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:
+    """Token counts of documents (dataset index, record) from the lengths
+    index; ValueError naming the first reference that does not exist."""
+    if dataset.size and (dataset.min() < 0 or dataset.max() >= len(self.cursors)):
+      raise ValueError(f"dataset index {int(dataset.max())} is not one of the config's {len(self.cursors)}")
+    out = np.empty(dataset.size, np.int64)
+    for d in np.unique(dataset).tolist():
+      mine = dataset == d
+      cursor = self.cursors[d]
+      if record[mine].max() >= cursor.num_records:
+        raise ValueError(f"record {int(record[mine].max())} of {self.names[d]}, which has {cursor.num_records}")
+      out[mine] = cursor.lengths[record[mine]]
+    return out
+
+  # ----------------------------------------------------------------- state
+
+  def get_state(self) -> dict[str, Any]:
+    """JSON-able state; its size does not grow with dataset size or run length."""
+    return {
+        "version": STATE_VERSION,
+        "unit": self.cfg.mixture.unit,
+        "interleave": self.cfg.mixture.interleave,
+        "emitted": self.emitted,
+        "tokens": self.tokens,
+        "ended": self.ended,
+        "datasets": {
+            c.settings.name: {"pass": c.pass_index, "position": c.position, "taken": c.taken}
+            for c in self.cursors
+        },
+        "segment": self.interleave.get_state(),
+    }
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    """Restores a `get_state()`; the next documents equal the original run's.
+
+    Only the mixture weights / schedule may differ from the run that saved
+    it: cursors carry over, and the config's weights apply from now on.
+    """
+    check_state_header(state, "stream state", STATE_VERSION, ("datasets", "emitted", "tokens"))
+    for key in ("unit", "interleave"):
+      if state.get(key) != getattr(self.cfg.mixture, key):
+        raise ValueError(
+            f"stream state: mixture.{key} was {state.get(key)!r}, the config says "
+            f"{getattr(self.cfg.mixture, key)!r}"
+        )
+    datasets = state.get("datasets")
+    if not isinstance(datasets, Mapping) or set(datasets) != set(self.names):
+      got = sorted(datasets) if isinstance(datasets, Mapping) else datasets
+      raise ValueError(f"stream state: datasets {got} do not match the config's {list(self.names)}")
+    counters = [state.get(k) for k in ("emitted", "tokens")]
+    if any(not is_int(v) or v < 0 for v in counters):
+      raise ValueError(f"stream state: emitted and tokens must be ints >= 0, got {counters}")
+    entries = []
+    for cursor in self.cursors:
+      entry = datasets[cursor.settings.name]
+      where = f"stream state: datasets.{cursor.settings.name}"
+      values = [entry.get(k) if isinstance(entry, Mapping) else None for k in ("pass", "position", "taken")]
+      if any(not is_int(v) or v < 0 for v in values):
+        raise ValueError(f"{where}: expected ints pass, position, taken >= 0; got {entry!r}")
+      if values[1] > cursor.num_records:
+        raise ValueError(f"{where}: position {values[1]} beyond the {cursor.num_records} records")
+      entries.append(values)
+    self.interleave.set_state(state.get("segment"))
+    for cursor, values in zip(self.cursors, entries):
+      cursor.set(*values)
+    self.emitted, self.tokens = counters
+    self.ended = bool(state.get("ended"))
+
+  # -------------------------------------------------------------- iteration
+
+  def __iter__(self) -> Iterator[DocRef]:
+    return self
+
+  def __next__(self) -> DocRef:
+    batch = self.take(self.tokens // self.tokens_per_step, max_docs=1)
+    if not len(batch):
+      raise StopIteration
+    return batch.refs()[0]
+
+  def take(self, step: int, max_docs: int | None = None, max_tokens: int | None = None) -> DocBatch:
+    """The next documents, picked with the weights of `step`.
+
+    Stops after `max_docs` documents, or once the documents reach
+    `max_tokens` tokens (the one that crosses it included), or at the end of
+    the stream (an empty batch from then on).
+    """
+    if max_docs is None and max_tokens is None:
+      raise ValueError("take: give max_docs or max_tokens")
+    for name, bound in (("max_docs", max_docs), ("max_tokens", max_tokens)):
+      if bound is not None and (not is_int(bound) or bound < 1):
+        raise ValueError(f"take: {name} must be an int >= 1, got {bound!r}")
+    if self.ended:
+      return DocBatch.concatenate(self.names, [])
+    weights = self.schedule.weights_at(step)
+    self._check_can_end(step, weights)
+    self.interleave.begin(step, weights, self._position())
+    eligible = [i for i, w in enumerate(weights) if w > 0]
+    doc_limit = max_docs if max_docs is not None else _UNLIMITED
+    token_limit = max_tokens if max_tokens is not None else _UNLIMITED
+    batches = []
+    while not self.ended and doc_limit > 0 and token_limit > 0:
+      batch = self._pick_once(eligible, min(doc_limit, CALL_DOCS), min(token_limit, CALL_TOKENS))
+      batches.append(batch)
+      doc_limit -= len(batch)
+      token_limit -= int(batch.length.sum())
+    return batches[0] if len(batches) == 1 else DocBatch.concatenate(self.names, batches)
+
+  # ---------------------------------------------------------------- picking
+
+  def _position(self) -> StreamPosition:
+    return StreamPosition(self.units, [c.taken for c in self.cursors], self.emitted)
+
+  def _pick_once(self, eligible: list[int], doc_limit: int, token_limit: int) -> DocBatch:
+    for i in eligible:
+      self.cursors[i].ensure(docs=doc_limit, tokens=token_limit)
+    lengths: list[list[int] | None] = [None] * len(self.cursors)
+    cursor = [0] * len(self.cursors)
+    for i in eligible:
+      lengths[i] = self.cursors[i].encoded_lengths()
+      cursor[i] = self.cursors[i].start
+    loop = PickLoop(eligible, lengths, cursor, PassMarks(*self._pass_watch()), doc_limit, token_limit)
+    result = self.interleave.pick(loop, self._position())
+    self.ended = result.ended
+    return self._emit(result.choices)
+
+  def _pass_watch(self) -> tuple[list[int], int]:
+    """Per dataset, pass completions still needed (0 = none / not watched), and
+    how many datasets still need some (-1: no stop_after_passes dataset)."""
+    watch = [
+        max(0, c.settings.target_passes - c.completed_passes) if c.settings.policy == "passes" else 0
+        for c in self.cursors
+    ]
+    if not any(c.settings.policy == "passes" for c in self.cursors):
+      return watch, -1
+    return watch, sum(1 for n in watch if n)
+
+  def _check_can_end(self, step: int, weights: tuple[float, ...]) -> None:
+    """Refuses to run forever: in the final phase, an unfinished stop_after_passes
+    dataset with weight 0 (and nothing else that can end the stream) is an error."""
+    if step < self.schedule.constant_from:
+      return
+    watch, _ = self._pass_watch()
+    starved = [i for i, need in enumerate(watch) if need and weights[i] == 0]
+    can_stop = any(
+        c.settings.max_passes is not None and weights[i] > 0 for i, c in enumerate(self.cursors)
+    )
+    if starved and not can_stop:
+      cursor = self.cursors[starved[0]]
+      raise ConfigError(
+          f"datasets.{cursor.settings.name}: weight 0 from step {self.schedule.constant_from} on, "
+          f"but only {cursor.completed_passes} of its {cursor.settings.target_passes} passes are "
+          "done; the stream could never end"
+      )
+
+  def _emit(self, choices: list[int]) -> DocBatch:
+    picked = np.asarray(choices, dtype=np.int32)
+    count = picked.size
+    out_pass = np.empty(count, np.int64)
+    out_record = np.empty(count, np.int64)
+    out_length = np.empty(count, np.int64)
+    for i in np.unique(picked).tolist():
+      cursor = self.cursors[i]
+      mask = picked == i
+      taken = int(mask.sum())
+      passes, records, lengths = cursor.consume(cursor.start + taken)
+      out_pass[mask], out_record[mask], out_length[mask] = passes, records, lengths
+      cursor.taken += int(lengths.sum()) if self.tokens_unit else taken
+    self.emitted += count
+    self.tokens += int(out_length.sum())
+    return DocBatch(self.names, picked, out_pass, out_record, out_length)

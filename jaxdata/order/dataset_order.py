@@ -1,0 +1,142 @@
+"""Per-dataset order: for pass p, a bijection from position to record.
+
+Four levels, applied in this order (docs/order.md)::
+
+    records of shards 0..S-1 in manifest order
+      1. shuffle_shards        permute the order of the shards          (S values, stored)
+      2. shuffle_within_shard  permute records inside each shard        (keyed bijection per shard)
+         -> base sequence: position j -> record
+      3. block size B          position i reads base[B*(i//B) + f_b(i % B)]   (keyed, per block b)
+         or "global"           position i reads base[g(i)]                    (keyed, whole dataset)
+      4. reshuffle_on_repeat   pass p > 0 uses keys of pass p (on) or of pass 0 (off)
+
+Every key is `derive_key(seed, dataset, pass, level)`. Nothing of dataset
+size is ever built, so `records()` on a dataset of 10**12 records costs
+memory proportional to the positions asked for.
+
+>>> order = DatasetOrder("web", [4, 4, 2], ShuffleOptions(block_size="global"), seed=0)
+>>> sorted(order.records(0, np.arange(10)).tolist()) == list(range(10))
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from jaxdata.config.validate import is_int
+from jaxdata.order.feistel import derive_key, permute
+
+__all__ = ["DatasetOrder", "ShuffleOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleOptions:
+  """Resolved shuffle settings of one dataset (no inheritance, no "auto").
+
+  Attributes:
+    shuffle_shards: permute the shard order.
+    shuffle_within_shard: permute the records inside each shard.
+    block_size: None (no further shuffle), an int B (permute inside
+      consecutive blocks of B positions), or "global" (one permutation).
+    reshuffle_on_repeat: pass p > 0 gets a fresh order; off, every pass
+      repeats pass 0's order.
+  """
+
+  shuffle_shards: bool = True
+  shuffle_within_shard: bool = False
+  block_size: int | str | None = None
+  reshuffle_on_repeat: bool = True
+
+  def __post_init__(self) -> None:
+    block = self.block_size
+    if block is not None and block != "global":
+      if not is_int(block) or block < 1:
+        raise ValueError(
+            f"shuffle_block_size: expected None, a positive int or 'global', got {block!r}"
+        )
+
+
+class DatasetOrder:
+  """Maps (pass, positions) to global record indices of one dataset."""
+
+  def __init__(
+      self,
+      name: str,
+      shard_counts: Sequence[int] | np.ndarray,
+      options: ShuffleOptions,
+      seed: int,
+  ) -> None:
+    counts = np.asarray(shard_counts, dtype=np.int64)
+    if counts.ndim != 1 or counts.size == 0 or (counts < 0).any():
+      raise ValueError(f"{name}: shard record counts must be a non-empty list of counts >= 0")
+    self.name = name
+    self.options = options
+    self.seed = seed
+    self.shard_counts = counts
+    self.shard_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    self.num_records = int(counts.sum())
+    if self.num_records == 0:
+      raise ValueError(f"{name}: the dataset has no records")
+    self._shard_orders: dict[int, np.ndarray] = {}
+
+  def key_pass(self, pass_index: int) -> int:
+    """The pass whose keys pass `pass_index` uses."""
+    return pass_index if self.options.reshuffle_on_repeat else 0
+
+  def records(self, pass_index: int, positions: np.ndarray) -> np.ndarray:
+    """Global record index (shards in manifest order) at each position."""
+    if pass_index < 0:
+      raise ValueError(f"{self.name}: pass_index must be >= 0, got {pass_index}")
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size and (positions.min() < 0 or positions.max() >= self.num_records):
+      raise ValueError(
+          f"{self.name}: positions must lie in [0, {self.num_records}), got "
+          f"{positions.min()}..{positions.max()}"
+      )
+    key_pass = self.key_pass(pass_index)
+    return self._base(key_pass, self._outer(key_pass, positions))
+
+  def _outer(self, key_pass: int, positions: np.ndarray) -> np.ndarray:
+    """Level 3: block or global shuffle of positions (identity when off)."""
+    block = self.options.block_size
+    total = self.num_records
+    if block is None:
+      return positions
+    if block == "global" or block >= total:
+      key = derive_key(self.seed, self.name, key_pass, "global" if block == "global" else "block")
+      return permute(positions, total, key)
+    block_index = positions // block
+    block_start = block_index * block
+    block_len = np.minimum(block, total - block_start)
+    key = derive_key(self.seed, self.name, key_pass, "block")
+    return block_start + permute(positions - block_start, block_len, key, tweak=block_index)
+
+  def _base(self, key_pass: int, positions: np.ndarray) -> np.ndarray:
+    """Levels 1-2: position in the (shuffled) shard sequence -> record."""
+    shard_order = self._shard_order(key_pass)
+    ordered_counts = self.shard_counts[shard_order]
+    ends = np.cumsum(ordered_counts)
+    slot = np.searchsorted(ends, positions, side="right")
+    shard = shard_order[slot]
+    offset = positions - (ends[slot] - ordered_counts[slot])
+    if self.options.shuffle_within_shard:
+      key = derive_key(self.seed, self.name, key_pass, "within")
+      offset = permute(offset, self.shard_counts[shard], key, tweak=shard)
+    return self.shard_starts[shard] + offset
+
+  def _shard_order(self, key_pass: int) -> np.ndarray:
+    """Shard at each slot of the pass's shard sequence (S values, cached)."""
+    if key_pass not in self._shard_orders:
+      count = self.shard_counts.size
+      if not self.options.shuffle_shards or count == 1:
+        order = np.arange(count)
+      else:
+        key = derive_key(self.seed, self.name, key_pass, "shards")
+        order = permute(np.arange(count), count, key)
+      if len(self._shard_orders) >= 2:  # the stream only straddles two passes
+        self._shard_orders.pop(next(iter(self._shard_orders)))
+      self._shard_orders[key_pass] = order
+    return self._shard_orders[key_pass]

@@ -1,0 +1,174 @@
+"""`Pipeline`: packed global batches, sharded over a mesh, from a config.
+
+Every process runs the same plan and reads only its own rows::
+
+    StepPlanner.plan()                        same StepPlan on every host      planner.py
+      -> rows held here (from the sharding)                                    sharding.py
+      -> batched reads of those rows' documents, many steps per call           reader.py, window.py
+      -> assemble_rows (NumPy) -> jax.Array (make_array_from_callback)         window.py
+    a background thread runs this `prefetch` steps ahead (prefetch.py);
+    get_state() is the state after the last batch handed out, never the prefetcher's.
+
+Usage::
+
+    pipe = Pipeline(jaxdata.load_config("pipeline.yaml"), mesh=mesh, data_axes=("data",))
+    batch = next(pipe)              # {"tokens": jax.Array [rows, seq_len], ...}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterator, Mapping, Sequence
+
+from jax.sharding import Mesh
+
+from jaxdata.checkpoint.fingerprint import order_fingerprint
+from jaxdata.checkpoint.state import pipeline_state, read_pipeline_state
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.errors import CheckpointError
+from jaxdata.mixture.stream import DatasetMeta
+from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.prefetch import Prefetcher
+from jaxdata.pipeline.reader import DocumentReader, ReadLog
+from jaxdata.pipeline.sharding import batch_sharding, check_rows_divide
+from jaxdata.pipeline.slices import load_slice, slice_mesh
+from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.window import END, Prepared, StepProducer
+from jaxdata.sources.dataset import ReadOptions, TokenDataset
+from jaxdata.transforms.pieces import Pieces
+
+__all__ = ["Pipeline"]
+
+
+class Pipeline:
+  """Iterates dicts of global batch arrays for a `PipelineConfig`.
+
+  Args:
+    cfg: the pipeline config.
+    mesh: a `jax.sharding.Mesh`; None yields NumPy arrays of all rows.
+    data_axes: mesh axes the rows are sharded over (others replicate).
+    tpu: instead of mesh / data_axes, a slice config name ("v5e-8",
+      "v5p-128", "cpu-8", ...; see `jaxdata.pipeline.slices`): its default
+      mesh over jax.devices() and its data axes.
+    prefetch: steps planned and read ahead by a background thread; 0 reads
+      in the calling thread. Output never depends on it.
+    read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
+      read their documents in one batched call per dataset: larger calls read
+      faster (at least one step, at most 64). Output never depends on it.
+    read_threads: threads reading the shards of one dataset concurrently
+      (the ArrayRecord reader holds the GIL, so more help only on slow storage).
+    stats_path: append one JSON line of `stats()` per step handed out
+      (default: the config's `stats_path`).
+    read_log: if a list, (steps, dataset, records) of every read is appended.
+  """
+
+  def __init__(
+      self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
+      tpu: str | None = None, prefetch: int = 2, read_ahead_tokens: int = 1 << 22, read_threads: int = 1,
+      stats_path: str | None = None, read_log: ReadLog | None = None,
+  ) -> None:
+    if prefetch < 0:
+      raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
+    if read_ahead_tokens < 1:
+      raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
+    if tpu is not None:
+      if mesh is not None:
+        raise ValueError("tpu: give a slice name or a mesh, not both")
+      spec = load_slice(tpu)
+      mesh, data_axes = slice_mesh(spec), spec.data_axes
+    sharding = None
+    if mesh is not None:  # checked before any file is opened
+      sharding = batch_sharding(mesh, data_axes)
+      check_rows_divide(cfg, mesh, data_axes)
+    self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
+    datasets = [TokenDataset(d.path, ReadOptions(num_threads=read_threads)) for d in cfg.datasets]
+    self.planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
+    self.fingerprint = order_fingerprint(
+        cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in self.planner.stream.cursors]
+    )
+    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, self.planner.stream.schedule,
+                                  stats_path if stats_path is not None else cfg.stats_path)
+    self.reader = DocumentReader(datasets, cfg.names, read_log)
+    self.producer = StepProducer(cfg, self.planner, self.reader, self.recorder, sharding,
+                                 read_ahead_tokens, self._snapshot)
+    self._prefetcher: Prefetcher | None = None
+    self._state = self._snapshot()
+    self._exhausted = False
+
+  def __iter__(self) -> Iterator[dict[str, Any]]:
+    return self
+
+  def __next__(self) -> dict[str, Any]:
+    if self._exhausted:
+      raise StopIteration
+    started = time.perf_counter()
+    if self.prefetch == 0:
+      item = self.producer.produce()
+    else:
+      if self._prefetcher is None:
+        self._prefetcher = Prefetcher(self.producer.produce, self.prefetch, lambda item: item is END)
+      item = self._prefetcher.get()
+    if isinstance(item, BaseException):
+      self._exhausted = True
+      raise item
+    if item is END:
+      self._exhausted = True
+      raise StopIteration
+    assert isinstance(item, Prepared)
+    self.recorder.time(item.stats, "wait", time.perf_counter() - started)
+    self._state = item.state
+    self.recorder.handed_out(item.stats)
+    return item.batch
+
+  def close(self) -> None:
+    self._stop_prefetch()
+    self.reader.close()
+
+  def __enter__(self) -> "Pipeline":
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    self.close()
+
+  def get_state(self) -> dict[str, Any]:
+    """State after the last batch handed out (JSON-able, the same on every host)."""
+    carry = self._state["packer"]["carry"]
+    packer = {**self._state["packer"], "carry": carry.to_json() if isinstance(carry, Pieces) else carry}
+    return json.loads(json.dumps({**self._state, "packer": packer}))
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    """Continues from `state`; the next batches equal the original run's,
+    whatever the mesh, device count or host count of either run.
+
+    Raises `CheckpointError` if anything that determines the order changed
+    (the message lists what), or the state is malformed or newer than this
+    jaxdata; the pipeline is then left as it was. Only mixture weights,
+    schedules and pass policies may change.
+    """
+    state = read_pipeline_state(state, self.fingerprint, self.cfg.names)
+    self._stop_prefetch()
+    self.producer.clear()
+    try:
+      self.planner.set_state(state)
+    except ValueError as e:
+      self.planner.set_state(self.get_state())  # back to just after the last batch handed out
+      raise CheckpointError(f"pipeline state: {e}") from e
+    self.recorder.restore(state["tokens_per_source"])
+    self._state = self._snapshot()
+    self._exhausted = False
+
+  def stats(self) -> dict[str, Any]:
+    """The last batch's statistics plus cumulative timings."""
+    return self.recorder.stats()
+
+  def _snapshot(self) -> dict[str, Any]:
+    """The state right now, cheaply: the carry stays a Pieces object until
+    `get_state` encodes it (snapshots are taken for every planned step)."""
+    return pipeline_state(self.planner.step, self.fingerprint, self.planner.get_state(encode_carry=False),
+                          self.recorder.tokens_per_source())
+
+  def _stop_prefetch(self) -> None:
+    if self._prefetcher is not None:
+      self._prefetcher.stop()
+      self._prefetcher = None

@@ -1,0 +1,119 @@
+"""`StepPlanner`: the plan of every step, from metadata alone, in order.
+
+The one place where steps are planned: the stream of documents, the packer
+and the step counter, with their state. `Pipeline`, `pieces_for_hosts`,
+`jaxdata audit` and `jaxdata mesh` all plan through it::
+
+    DocumentStream --take(step)--> Packer.plan(step) --> StepPlan     (the same on every host)
+    state = {"step", "stream", "packer"}                              (restores the same next plans)
+
+>>> from jaxdata.config import PipelineConfig
+>>> from jaxdata.mixture import DatasetMeta
+>>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a"}], "mixture": {"weights": {"a": 1}},
+...     "packing": {"seq_len": 4}, "batch": {"global_batch_size": 2, "drop_remainder": False}})
+>>> planner = StepPlanner(cfg, {"a": DatasetMeta.from_lengths([3, 5, 2, 4])})
+>>> [(plan.step, plan.tokens) for plan in planner.plans()]
+[(0, 8), (1, 6)]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.validate import is_int
+from jaxdata.mixture.stream import DatasetMeta, DocumentStream
+from jaxdata.transforms.packing import Packer, StepPlan
+from jaxdata.transforms.pieces import Pieces
+
+__all__ = ["StepPlanner", "host_row_blocks", "pieces_for_hosts"]
+
+
+class StepPlanner:
+  """Plans steps 0, 1, 2, ... of a config from dataset metadata.
+
+  Args:
+    cfg: the pipeline config.
+    metadata: per dataset name, its `DatasetMeta`; None loads it from the
+      datasets' directories (manifests and lengths indices only).
+  """
+
+  def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None) -> None:
+    self.cfg = cfg
+    self.stream = DocumentStream(cfg, metadata)
+    self.packer = Packer(cfg, self.stream)
+    self.step = 0  # the next step to plan
+
+  @property
+  def done(self) -> bool:
+    return self.packer.done
+
+  def plan(self) -> StepPlan | None:
+    """The next step's plan, or None once the stream has ended."""
+    plan = self.packer.plan(self.step)
+    if plan is not None:
+      self.step += 1
+    return plan
+
+  def plans(self, limit: int | None = None) -> Iterator[StepPlan]:
+    """The next plans, at most `limit` of them, until the stream ends."""
+    count = 0
+    while limit is None or count < limit:
+      plan = self.plan()
+      if plan is None:
+        return
+      count += 1
+      yield plan
+
+  def plan_at(self, step: int) -> StepPlan:
+    """The plan of `step` (>= the next step), planning every step before it."""
+    if step < self.step:
+      raise ValueError(f"step: {step} is already planned (the next step is {self.step})")
+    for plan in self.plans():
+      if plan.step == step:
+        return plan
+    raise ValueError(f"step: the stream ends before step {step}")
+
+  def get_state(self, encode_carry: bool = True) -> dict[str, Any]:
+    """{"step", "stream", "packer"}; `encode_carry=False` is cheap (see `Packer.get_state`)."""
+    return {"step": self.step, "stream": self.stream.get_state(), "packer": self.packer.get_state(encode_carry)}
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    """Restores `get_state()`; on a ValueError the planner is left as it was."""
+    step = state.get("step")
+    if not is_int(step) or step < 0:
+      raise ValueError(f"step must be an int >= 0, got {step!r}")
+    previous = self.get_state()
+    try:
+      self.stream.set_state(state["stream"])
+      self.packer.set_state(state["packer"])
+    except ValueError:
+      self.stream.set_state(previous["stream"])
+      self.packer.set_state(previous["packer"])
+      raise
+    self.step = step
+
+
+def pieces_for_hosts(
+    cfg: PipelineConfig,
+    step: int,
+    num_hosts: int,
+    metadata: Mapping[str, DatasetMeta] | None = None,
+) -> list[Pieces]:
+  """The document pieces each of `num_hosts` hosts reads at `step`.
+
+  Hosts split the rows evenly and in order (`host_row_blocks`). The plan is
+  replayed from step 0 from metadata alone: no tokens are read.
+  """
+  plan = StepPlanner(cfg, metadata).plan_at(step)
+  return [plan.pieces.take(plan.in_rows(rows)) for rows in host_row_blocks(plan.rows, num_hosts)]
+
+
+def host_row_blocks(rows: int, num_hosts: int) -> list[np.ndarray]:
+  """Rows per host when `num_hosts` hosts split the data axis evenly, in order
+  (the usual layout; used to plan and audit for a host count without a mesh)."""
+  if num_hosts < 1 or rows % num_hosts:
+    raise ValueError(f"num_hosts: {num_hosts} must be >= 1 and divide the {rows} rows")
+  return list(np.arange(rows).reshape(num_hosts, rows // num_hosts))

@@ -1,0 +1,53 @@
+"""`Prefetcher`: runs a producer on a background thread, `depth` items ahead.
+
+An exception in the producer is handed to the consumer as an item (and
+ends the thread), so it surfaces in `next()` in the training loop::
+
+    producer thread:  produce() -> queue (maxsize depth) -> get() in the caller
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable
+
+__all__ = ["Prefetcher"]
+
+
+class Prefetcher:
+  """Calls `produce` on a thread until it returns an item for which `last(item)`
+  is true or raises; `get()` returns the items (or the exception) in order."""
+
+  def __init__(self, produce: Callable[[], Any], depth: int, last: Callable[[Any], bool]) -> None:
+    if depth < 1:
+      raise ValueError(f"prefetch: depth must be >= 1, got {depth}")
+    self.produce = produce
+    self.last = last
+    self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    self.stopping = threading.Event()
+    self.thread = threading.Thread(target=self._run, name="jaxdata-prefetch", daemon=True)
+    self.thread.start()
+
+  def get(self) -> Any:
+    return self.queue.get()
+
+  def stop(self) -> None:
+    """Stops the thread and waits for it; items not yet taken are dropped."""
+    self.stopping.set()
+    self.thread.join()
+
+  def _run(self) -> None:
+    while not self.stopping.is_set():
+      try:
+        item: Any = self.produce()
+      except Exception as error:  # noqa: BLE001 -- handed to the consumer, which re-raises it
+        item = error
+      while not self.stopping.is_set():
+        try:
+          self.queue.put(item, timeout=0.1)
+          break
+        except queue.Full:
+          continue
+      if isinstance(item, BaseException) or self.last(item):
+        return

@@ -1,0 +1,77 @@
+"""`StatsRecorder`: per-step statistics, cumulative token counts, timers, the JSONL file.
+
+One record per step handed out (see docs/state.md for the fields): tokens
+per source, realised share (this batch and cumulative) against the target,
+padding, split pieces, truncated tokens, passes, and where the time went.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from jaxdata.config.schedule import Schedule
+from jaxdata.transforms.packing import StepPlan
+
+__all__ = ["StatsRecorder", "TIMERS"]
+
+TIMERS = ("plan", "read", "assemble", "wait")
+
+
+class StatsRecorder:
+  """Builds each step's stats when it is planned; records them when it is handed out."""
+
+  def __init__(self, names: Sequence[str], unit: str, schedule: Schedule, path: str | None) -> None:
+    self.names = tuple(names)
+    self.unit = unit
+    self.schedule = schedule
+    self.path = path
+    self.cumulative = [0] * len(self.names)  # tokens per source, up to the last planned step
+    self.timers = dict.fromkeys(TIMERS, 0.0)
+    self.last: dict[str, Any] = {}
+
+  def tokens_per_source(self) -> dict[str, int]:
+    return dict(zip(self.names, self.cumulative))
+
+  def restore(self, tokens_per_source: Mapping[str, int]) -> None:
+    self.cumulative = [int(tokens_per_source[n]) for n in self.names]
+
+  def planned(self, plan: StepPlan, passes: Mapping[str, int]) -> dict[str, Any]:
+    """The stats of a step just planned (advances the cumulative counts)."""
+    per_source = np.bincount(plan.pieces.dataset, weights=plan.pieces.length, minlength=len(self.names))
+    per_source = per_source.astype(np.int64)
+    self.cumulative = [c + int(t) for c, t in zip(self.cumulative, per_source)]
+    total = max(1, int(per_source.sum()))
+    cumulative_total = max(1, sum(self.cumulative))
+    return {
+        "step": plan.step,
+        "rows": plan.rows,
+        "seq_len": plan.seq_len,
+        "tokens_per_source": dict(zip(self.names, per_source.tolist())),
+        "share_batch": dict(zip(self.names, (per_source / total).tolist())),
+        "share_cumulative": dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
+        "target_share": dict(zip(self.names, self.schedule.weights_at(plan.step))),
+        "unit": self.unit,
+        "padding_fraction": plan.padding_fraction,
+        "pieces_split": plan.split_pieces,
+        "truncated_tokens": plan.truncated_tokens,
+        "final": plan.final,
+        "passes": dict(passes),
+        "time_s": {},
+    }
+
+  def time(self, stats: dict[str, Any], timer: str, seconds: float) -> None:
+    stats["time_s"][timer] = seconds
+    self.timers[timer] += seconds
+
+  def handed_out(self, stats: dict[str, Any]) -> None:
+    """Keeps `stats` as the last step's and appends it to the JSONL file, if any."""
+    self.last = stats
+    if self.path is not None:
+      with open(self.path, "a") as f:
+        f.write(json.dumps(stats) + "\n")
+
+  def stats(self) -> dict[str, Any]:
+    return {**self.last, "time_total_s": dict(self.timers)}

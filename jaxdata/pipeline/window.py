@@ -1,0 +1,149 @@
+"""`StepProducer`: planned, read and assembled steps, one at a time.
+
+Reads are batched across steps: the producer plans steps until it holds
+`read_ahead_tokens` of this host's tokens (1 to 64 steps), reads all their
+documents in one call per dataset, and assembles each step only when it is
+asked for::
+
+    plan s, s+1, ... s+k  (state and stats snapshot after each)  -> window
+    read every document of the window's pieces on this host       -> one flat token buffer
+    next(): pop a step, assemble its rows (NumPy), make the global arrays
+
+Nothing here depends on how far ahead it reads: a step's batch is a pure
+function of its plan.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.reader import DocumentReader
+from jaxdata.pipeline.sharding import global_arrays, local_rows
+from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.transforms.assemble import assemble_rows, pad_tokens
+from jaxdata.transforms.packing import StepPlan
+from jaxdata.transforms.pieces import Pieces
+
+__all__ = ["END", "Prepared", "StepProducer"]
+
+MAX_WINDOW_STEPS = 64
+
+
+@dataclasses.dataclass
+class Prepared:
+  """One step, ready to hand out, with the pipeline state after it."""
+
+  batch: dict[str, Any]
+  state: dict[str, Any]
+  stats: dict[str, Any]
+
+
+class _End:
+  """Marks the end of the stream."""
+
+  def __repr__(self) -> str:
+    return "END"
+
+
+END = _End()
+
+
+@dataclasses.dataclass
+class _Planned:
+  """One step planned and read, not yet assembled (shares its window's tokens)."""
+
+  plan: StepPlan
+  rows_here: np.ndarray
+  index: np.ndarray  # the plan's pieces in this host's rows
+  doc_tokens: np.ndarray  # padded int32 tokens of the whole read window
+  doc_start: np.ndarray  # per piece in `index`
+  state: dict[str, Any]
+  stats: dict[str, Any]
+
+
+class StepProducer:
+  """Produces `Prepared` steps (or `END`) from a planner, a reader and a sharding.
+
+  `snapshot()` is called after each planned step and gives the state to
+  hand out with it.
+  """
+
+  def __init__(
+      self,
+      cfg: PipelineConfig,
+      planner: StepPlanner,
+      reader: DocumentReader,
+      recorder: StatsRecorder,
+      sharding: jax.sharding.Sharding | None,
+      read_ahead_tokens: int,
+      snapshot: Callable[[], dict[str, Any]],
+  ) -> None:
+    self.cfg = cfg
+    self.planner = planner
+    self.reader = reader
+    self.recorder = recorder
+    self.sharding = sharding
+    self.read_ahead_tokens = read_ahead_tokens
+    self.snapshot = snapshot
+    self.window: collections.deque[_Planned | _End] = collections.deque()
+
+  def produce(self) -> Prepared | _End:
+    if not self.window:
+      self._fill()
+    item = self.window.popleft()
+    if isinstance(item, _End):
+      return item
+    started = time.perf_counter()
+    plan, index, rows_here = item.plan, item.index, item.rows_here
+    arrays = assemble_rows(
+        plan.pieces.take(index), np.searchsorted(rows_here, plan.row[index]), plan.column[index],
+        rows_here.size, plan.seq_len, item.doc_tokens, item.doc_start, self.cfg.packing,
+    )
+    if self.sharding is not None:
+      arrays = global_arrays(arrays, self.sharding, (plan.rows, plan.seq_len), rows_here)
+    self.recorder.time(item.stats, "assemble", time.perf_counter() - started)
+    return Prepared(arrays, item.state, item.stats)
+
+  def clear(self) -> None:
+    self.window.clear()
+
+  def _fill(self) -> None:
+    started = time.perf_counter()
+    steps, local_tokens = [], 0
+    while local_tokens < self.read_ahead_tokens and len(steps) < MAX_WINDOW_STEPS:
+      plan = self.planner.plan()
+      if plan is None:
+        break
+      rows_here = self._rows_here(plan)
+      stats = self.recorder.planned(plan, self.planner.stream.passes_completed())
+      steps.append((plan, rows_here, plan.in_rows(rows_here), self.snapshot(), stats))
+      local_tokens += rows_here.size * plan.seq_len
+    planned = time.perf_counter()
+    pieces = Pieces.concatenate([plan.pieces.take(index) for plan, _, index, _, _ in steps])
+    covered = range(steps[0][0].step, steps[-1][0].step + 1) if steps else range(0)
+    doc_tokens, doc_start = self.reader.read(covered, pieces)
+    doc_tokens = pad_tokens(doc_tokens)
+    read = time.perf_counter()
+    first = 0
+    for plan, rows_here, index, state, stats in steps:
+      self.recorder.time(stats, "plan", (planned - started) / len(steps))
+      self.recorder.time(stats, "read", (read - planned) / len(steps))
+      self.window.append(_Planned(
+          plan, rows_here, index, doc_tokens, doc_start[first : first + index.size], state, stats
+      ))
+      first += index.size
+    if not steps or self.planner.done:
+      self.window.append(END)
+
+  def _rows_here(self, plan: StepPlan) -> np.ndarray:
+    if self.sharding is None:
+      return np.arange(plan.rows)
+    return local_rows(self.sharding, (plan.rows, plan.seq_len))

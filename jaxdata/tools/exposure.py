@@ -1,0 +1,166 @@
+"""Exposure before the run: how often each dataset is seen under its schedule.
+
+For D processed tokens split into steps of T tokens, and dataset d with U_d
+unique tokens (U = sum of U_d) and sampling share w_d(step)::
+
+    natural share      U_d / U
+    upsampling         w_d / (U_d / U)
+    processed tokens   sum over steps of w_d(step) * T
+    effective passes   processed tokens / U_d        (= w_d * D / U_d for constant weights)
+
+>>> table = exposure({"web": 50e6, "rest": 950e6}, {"web": 0.025, "rest": 0.975}, 1e9)
+>>> round(table.datasets["web"].passes, 3)
+0.5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Mapping
+
+import numpy as np
+
+from jaxdata.config.schedule import Schedule
+from jaxdata.config.validate import require_keys
+
+__all__ = [
+    "DatasetExposure",
+    "ExposureTable",
+    "exposure",
+    "parse_tokens",
+    "schedule_exposure",
+    "weights_by_step",
+]
+
+_TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def parse_tokens(text: str) -> int:
+  """'20e9', '20B', '1.5T', '300M' -> a token count.
+
+  >>> parse_tokens("20B"), parse_tokens("2.5e6")
+  (20000000000, 2500000)
+  """
+  match = _TOKENS.match(str(text))
+  if not match:
+    raise ValueError(f"tokens: cannot read {text!r} (try 20e9 or 20B)")
+  value = float(match.group(1)) * _SCALE[match.group(2).lower()]
+  if not math.isfinite(value) or value <= 0:
+    raise ValueError(f"tokens: must be a positive number, got {text!r}")
+  return int(round(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetExposure:
+  name: str
+  unique_tokens: int
+  natural_share: float
+  sampling_share: list[float]  # per phase, token-weighted mean over the phase's steps
+  upsampling: list[float]  # per phase
+  processed_tokens: list[float]  # per phase
+  passes: float  # over the whole run
+  pass_completed_at_step: list[int]  # step at which pass k (1, 2, ...) completes
+
+
+@dataclasses.dataclass(frozen=True)
+class ExposureTable:
+  total_tokens: int
+  tokens_per_step: int
+  steps: int
+  phases: list[tuple[int, int]]  # [start, end) steps of each phase within the run
+  datasets: dict[str, DatasetExposure]
+  warnings: list[str]
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def _check_supply(unique_tokens: Mapping[str, float], names: list[str]) -> None:
+  require_keys(unique_tokens, names, "unique_tokens", "supply")
+  for name, value in unique_tokens.items():
+    if not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value) or value <= 0:
+      raise ValueError(f"unique_tokens: dataset {name!r} has supply {value!r}; it must be a positive number")
+
+
+def schedule_exposure(
+    unique_tokens: Mapping[str, float],
+    schedule: Schedule,
+    total_tokens: float,
+    tokens_per_step: int,
+    max_passes: float = 4.0,
+) -> ExposureTable:
+  """The exposure table for a schedule over `total_tokens` processed tokens."""
+  names = list(schedule.names)
+  _check_supply(unique_tokens, names)
+  if not math.isfinite(total_tokens) or total_tokens <= 0:
+    raise ValueError(f"total_tokens: must be a positive finite number, got {total_tokens!r}")
+  if tokens_per_step <= 0:
+    raise ValueError(f"tokens_per_step: must be positive, got {tokens_per_step!r}")
+  steps = max(1, math.ceil(total_tokens / tokens_per_step))
+  per_step = np.full(steps, float(tokens_per_step))
+  per_step[-1] = total_tokens - tokens_per_step * (steps - 1)  # the last step may be partial
+  weights = weights_by_step(schedule, steps)  # [steps, datasets]
+  processed = weights * per_step[:, None]
+  supply = np.array([float(unique_tokens[n]) for n in names])
+  phases = []
+  for start, until in schedule.phase_bounds():
+    if start >= steps:
+      break
+    phases.append((start, steps if until is None else min(until, steps)))
+  cumulative = np.cumsum(processed, axis=0)
+  table, warnings = {}, []
+  for i, name in enumerate(names):
+    per_phase = [float(processed[a:b, i].sum()) for a, b in phases]
+    phase_tokens = [float(per_step[a:b].sum()) for a, b in phases]
+    shares = [p / t for p, t in zip(per_phase, phase_tokens)]
+    natural = supply[i] / supply.sum()
+    passes = float(cumulative[-1, i] / supply[i])
+    completed = np.searchsorted(cumulative[:, i], supply[i] * np.arange(1, math.floor(passes + 1e-12) + 1) - 1e-6)
+    table[name] = DatasetExposure(
+        name=name,
+        unique_tokens=int(supply[i]),
+        natural_share=float(natural),
+        sampling_share=shares,
+        upsampling=[s / natural for s in shares],
+        processed_tokens=per_phase,
+        passes=passes,
+        pass_completed_at_step=completed.astype(int).tolist(),
+    )
+    if passes > max_passes:
+      warnings.append(f"{name}: {passes:.2f} passes over {total_tokens:.3g} tokens exceeds {max_passes:g}")
+  for (a, b), share_sum in zip(phases, np.sum([t.sampling_share for t in table.values()], axis=0)):
+    if abs(share_sum - 1.0) > 1e-9:
+      raise AssertionError(f"phase [{a}, {b}): sampling shares sum to {share_sum}")  # a bug, not bad input
+  return ExposureTable(int(total_tokens), tokens_per_step, steps, phases, table, warnings)
+
+
+def exposure(
+    unique_tokens: Mapping[str, float],
+    weights: Mapping[str, float],
+    total_tokens: float,
+    tokens_per_step: int = 1 << 20,
+    max_passes: float = 4.0,
+) -> ExposureTable:
+  """`schedule_exposure` for constant weights (validated like the config's)."""
+  schedule = Schedule.from_phases(list(weights), [(weights, None, 0)], where="weights")
+  return schedule_exposure(unique_tokens, schedule, total_tokens, tokens_per_step, max_passes)
+
+
+def weights_by_step(schedule: Schedule, steps: int) -> np.ndarray:
+  """Normalised weights for every step, [steps, datasets]: step by step through
+  a ramp, one fill for the constant rest of each phase."""
+  out = np.empty((steps, len(schedule.names)))
+  for start, until in schedule.phase_bounds():
+    if start >= steps:
+      break
+    end = steps if until is None else min(until, steps)
+    settled = schedule.weights_at(end - 1)
+    step = start
+    while step < end and schedule.weights_at(step) != settled:
+      out[step] = schedule.weights_at(step)
+      step += 1
+    out[step:end] = settled
+  return out

@@ -1,0 +1,49 @@
+"""`mesh_report`: what each host of a slice reads per step, planned from metadata."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from jaxdata.config.loading import load_config
+from jaxdata.config.schema import BatchConfig
+from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
+from jaxdata.pipeline.slices import SliceSpec
+
+__all__ = ["MeshReport", "mesh_report"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshReport:
+  documents_per_host: list[float] | None  # mean distinct documents read per step
+  plan_seconds: float | None  # mean time to plan one global step here
+
+
+def mesh_report(
+    spec: SliceSpec, global_batch: int, seq_len: int, config_path: str | None, steps: int = 5
+) -> MeshReport:
+  """Plans `steps` global steps of `config_path` at this batch shape (no tokens read)."""
+  spec.rows_per_host(global_batch)
+  if config_path is None:
+    return MeshReport(None, None)
+  cfg = load_config(config_path)
+  cfg = dataclasses.replace(
+      cfg,
+      packing=dataclasses.replace(cfg.packing, seq_len=seq_len, warmup=()),
+      batch=BatchConfig(global_batch_size=global_batch, drop_remainder=cfg.batch.drop_remainder),
+  )
+  planner = StepPlanner(cfg)
+  documents = np.zeros(spec.hosts)
+  elapsed, planned = 0.0, 0
+  started = time.perf_counter()
+  for plan in planner.plans(steps):
+    elapsed += time.perf_counter() - started
+    planned += 1
+    for host, rows in enumerate(host_row_blocks(plan.rows, spec.hosts)):
+      mine = plan.pieces.take(plan.in_rows(rows))
+      documents[host] += len(set(zip(mine.dataset.tolist(), mine.record.tolist())))
+    started = time.perf_counter()
+  planned = max(planned, 1)
+  return MeshReport((documents / planned).tolist(), elapsed / planned)

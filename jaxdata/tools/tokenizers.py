@@ -1,0 +1,215 @@
+"""Tokenizers for `jaxdata convert`: byte-level (default), Hugging Face, SentencePiece.
+
+A tokenizer turns a batch of strings into one flat token array plus per-document
+lengths, so the converter never handles one small array per document:
+
+>>> tok = ByteTokenizer()
+>>> flat, lengths = tok.encode_batch(["hi", "", "é"])
+>>> flat.tolist(), lengths.tolist()
+([107, 108, 198, 172], [2, 0, 2])
+>>> tok.decode(flat[:2])
+'hi'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from typing import Any, Protocol
+
+import numpy as np
+
+from jaxdata.sources.fileutil import file_sha256
+
+# Optional extras: each is needed only by its own tokenizer class.
+try:
+  import tokenizers as hf_tokenizers
+except ImportError:
+  hf_tokenizers = None
+try:
+  import sentencepiece
+except ImportError:
+  sentencepiece = None
+
+__all__ = [
+    "ByteTokenizer",
+    "HuggingFaceTokenizer",
+    "SentencePieceTokenizer",
+    "Tokenizer",
+    "TokenizerSpec",
+    "dtype_for_vocab_size",
+    "load_tokenizer",
+]
+
+TOKENIZER_KINDS = ("byte", "huggingface", "sentencepiece")
+
+
+class Tokenizer(Protocol):
+  """What the converter needs from a tokenizer."""
+
+  vocab_size: int
+
+  def identity(self) -> dict[str, Any]:
+    """A JSON-able description stored in the manifest (kind, file hash, size)."""
+    ...
+
+  def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (flat token ids as int64, per-text token counts as int64)."""
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+  """Which tokenizer to build: ``kind`` and, except for ``byte``, a model file.
+
+  Picklable and cheap, so converter worker processes rebuild the tokenizer
+  from it. `parse` accepts the CLI form: ``byte``, ``hf:tok.json``,
+  ``sp:model.model``, or a bare path ending in ``.json`` / ``.model``.
+  """
+
+  kind: str = "byte"
+  path: str | None = None
+
+  def __post_init__(self) -> None:
+    if self.kind not in TOKENIZER_KINDS:
+      raise ValueError(
+          f"tokenizer kind: {self.kind!r} is not one of {TOKENIZER_KINDS}"
+      )
+    if self.kind == "byte" and self.path is not None:
+      raise ValueError("tokenizer path: the byte tokenizer takes no model file")
+    if self.kind != "byte" and not self.path:
+      raise ValueError(f"tokenizer path: a {self.kind} tokenizer needs a model file")
+
+  @classmethod
+  def parse(cls, text: str) -> "TokenizerSpec":
+    if text == "byte":
+      return cls("byte")
+    prefix, sep, rest = text.partition(":")
+    if sep and prefix in ("hf", "huggingface"):
+      return cls("huggingface", rest)
+    if sep and prefix in ("sp", "sentencepiece"):
+      return cls("sentencepiece", rest)
+    if text.endswith(".json"):
+      return cls("huggingface", text)
+    if text.endswith(".model"):
+      return cls("sentencepiece", text)
+    raise ValueError(
+        f"tokenizer: cannot tell the kind of {text!r}; use 'byte', "
+        "'hf:PATH.json' or 'sp:PATH.model'"
+    )
+
+
+def dtype_for_vocab_size(vocab_size: int) -> np.dtype:
+  """uint16 when every id fits in 16 bits, else uint32 (little-endian)."""
+  if vocab_size <= 0:
+    raise ValueError(f"vocab_size: must be positive, got {vocab_size}")
+  if vocab_size <= 1 << 16:
+    return np.dtype("<u2")
+  if vocab_size <= 1 << 32:
+    return np.dtype("<u4")
+  raise ValueError(f"vocab_size: {vocab_size} does not fit in uint32")
+
+
+def _lengths_of(pieces: list[Any]) -> np.ndarray:
+  return np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+
+
+class ByteTokenizer:
+  """UTF-8 bytes shifted by 3, after three special ids. Needs no model file.
+
+  ids: 0 = EOS, 1 = BOS, 2 = PAD, 3 + b for byte b. Vocabulary 259 (uint16).
+  """
+
+  EOS_ID = 0
+  BOS_ID = 1
+  PAD_ID = 2
+  BYTE_OFFSET = 3
+  vocab_size = 256 + BYTE_OFFSET
+
+  def identity(self) -> dict[str, Any]:
+    return {
+        "kind": "byte",
+        "vocab_size": self.vocab_size,
+        "eos_id": self.EOS_ID,
+        "bos_id": self.BOS_ID,
+        "pad_id": self.PAD_ID,
+        "byte_offset": self.BYTE_OFFSET,
+    }
+
+  def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [t.encode("utf-8") for t in texts]
+    flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64)
+    return flat + self.BYTE_OFFSET, _lengths_of(encoded)
+
+  def decode(self, ids: np.ndarray) -> str:
+    ids = np.asarray(ids)
+    byte_ids = ids[ids >= self.BYTE_OFFSET] - self.BYTE_OFFSET
+    return byte_ids.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+
+class HuggingFaceTokenizer:
+  """A Hugging Face ``tokenizers`` JSON file; special tokens are not added."""
+
+  def __init__(self, path: str) -> None:
+    if hf_tokenizers is None:
+      raise ImportError(
+          "tokenizer: Hugging Face tokenizers are not installed; "
+          "pip install 'jaxdata[tokenizers]'"
+      )
+    self._path = path
+    self._tokenizer = hf_tokenizers.Tokenizer.from_file(path)
+    self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+  def identity(self) -> dict[str, Any]:
+    return {
+        "kind": "huggingface",
+        "file": os.path.basename(self._path),
+        "sha256": file_sha256(self._path),
+        "vocab_size": self.vocab_size,
+    }
+
+  def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+    ids = [e.ids for e in encodings]
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64)
+    return flat, _lengths_of(ids)
+
+
+class SentencePieceTokenizer:
+  """A SentencePiece ``.model`` file; BOS/EOS are not added."""
+
+  def __init__(self, path: str) -> None:
+    if sentencepiece is None:
+      raise ImportError(
+          "tokenizer: sentencepiece is not installed; "
+          "pip install 'jaxdata[sentencepiece]'"
+      )
+    self._path = path
+    self._processor = sentencepiece.SentencePieceProcessor(model_file=path)
+    self.vocab_size = int(self._processor.get_piece_size())
+
+  def identity(self) -> dict[str, Any]:
+    return {
+        "kind": "sentencepiece",
+        "file": os.path.basename(self._path),
+        "sha256": file_sha256(self._path),
+        "vocab_size": self.vocab_size,
+    }
+
+  def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    ids = self._processor.encode(texts)
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64)
+    return flat, _lengths_of(ids)
+
+
+def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:
+  """Builds the tokenizer a spec names; a missing model file is an error."""
+  if spec.kind == "byte":
+    return ByteTokenizer()
+  assert spec.path is not None
+  if not os.path.isfile(spec.path):
+    raise FileNotFoundError(f"tokenizer: model file {spec.path} does not exist")
+  if spec.kind == "huggingface":
+    return HuggingFaceTokenizer(spec.path)
+  return SentencePieceTokenizer(spec.path)

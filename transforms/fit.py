@@ -1,0 +1,74 @@
+"""Row placement for the fit packers: which row each piece goes to.
+
+Both take piece lengths in placement order and return a row per piece (-1:
+no row has room), in O(log rows) per piece; plain Python ints, since the
+loop is inherently sequential.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+__all__ = ["best_fit", "first_fit"]
+
+
+def first_fit(lengths: list[int], rows: int, seq_len: int) -> list[int]:
+  """Row of each length (-1: no room), lowest row with room first.
+
+  A max segment tree over the rows' free space: O(log rows) per piece.
+
+  >>> first_fit([3, 3, 2, 2], rows=2, seq_len=5)
+  [0, 1, 0, 1]
+  """
+  size = 1
+  while size < rows:
+    size *= 2
+  tree = [-1] * (2 * size)
+  tree[size : size + rows] = [seq_len] * rows
+  for node in range(size - 1, 0, -1):
+    left, right = tree[2 * node], tree[2 * node + 1]
+    tree[node] = left if left > right else right
+  out = []
+  for length in lengths:
+    if tree[1] < length:
+      out.append(-1)
+      continue
+    node = 1
+    while node < size:
+      node <<= 1
+      if tree[node] < length:
+        node += 1
+    out.append(node - size)
+    tree[node] -= length
+    node >>= 1
+    while node:
+      left, right = tree[2 * node], tree[2 * node + 1]
+      top = left if left > right else right
+      if tree[node] == top:
+        break
+      tree[node] = top
+      node >>= 1
+  return out
+
+
+def best_fit(lengths: list[int], rows: int, seq_len: int) -> list[int]:
+  """Row of each length (-1: no room), the row with the least room that fits
+  (ties: lowest row). Keys free << 32 | row kept sorted: O(log rows) search.
+
+  >>> best_fit([3, 3, 2, 2], rows=2, seq_len=5)
+  [0, 1, 0, 1]
+  """
+  shift = 32
+  keys = [(seq_len << shift) | r for r in range(rows)]  # sorted: equal free space, rows ascending
+  mask = (1 << shift) - 1
+  out = []
+  for length in lengths:
+    i = bisect.bisect_left(keys, length << shift)
+    if i == len(keys):
+      out.append(-1)
+      continue
+    key = keys.pop(i)
+    row = key & mask
+    bisect.insort(keys, (((key >> shift) - length) << shift) | row)
+    out.append(row)
+  return out
