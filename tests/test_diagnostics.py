@@ -16,7 +16,6 @@ from jaxdata.tools.audit import audit_plans
 from jaxdata.cli import main
 from jaxdata.tools.exposure import exposure, parse_tokens, schedule_exposure
 from jaxdata.research.mixing import doremi_update, importance_weights, per_source_loss
-from jaxdata.mixture.stream import DocumentStream
 from jaxdata.config.schedule import Schedule
 from jaxdata.pipeline.planner import StepPlanner
 from pipeline_fixtures import coded_config

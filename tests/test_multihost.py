@@ -8,7 +8,7 @@ import os
 import numpy as np
 import yaml
 
-from jaxdata import DocumentStream, Pipeline, load_config
+from jaxdata import Pipeline, load_config
 from jaxdata.pipeline.planner import StepPlanner
 from pipeline_fixtures import free_port, run_workers, write_coded_dataset
 

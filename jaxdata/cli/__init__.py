@@ -1,7 +1,7 @@
 """The ``jaxdata`` command: convert, index, inspect, plan, audit, report, bench, mesh, demo.
 
 The parser is built from this module alone; a command's handler module
-(`jaxdata.cli.data`, `.planning`, `.demo`) is imported only when that
+(`jaxdata.cli.convert`, `.data`, `.planning`, `.demo`) is imported only when that
 command runs, so `jaxdata --help` and `jaxdata inspect` never load jax,
 grain, orbax, pyarrow or matplotlib.
 """
@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--skip-invalid", action="store_true",
                  help="count and skip malformed records instead of failing")
   p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-  p.set_defaults(handler="data:convert")
+  p.set_defaults(handler="convert:convert")
 
   p = sub.add_parser("index", help="lengths index + manifest for existing token shards")
   p.add_argument("shards", nargs="+", help="ArrayRecord shard files")

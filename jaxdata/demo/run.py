@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from jaxdata.checkpoint.orbax import Restore, Save
 from jaxdata.config.loading import load_config
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.demo import DEVICES, model, xla_flags
+from jaxdata.demo import DEVICES, default_cache_dir, model, xla_flags
 from jaxdata.demo.corpus import Log, build_demo_corpus
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest

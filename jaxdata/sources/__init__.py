@@ -1,4 +1,10 @@
-"""Token datasets on disk: ArrayRecord shards, lengths indices, manifests."""
+"""Stage 1 of the data flow: token datasets on disk.
+
+`manifest` (what a dataset directory holds, checked on open), `dataset`
+(`TokenDataset`: validated, batched reads), `writer` (`DatasetWriter`),
+`index` (lengths index + manifest for existing shards) and `fileutil`.
+Depends on nothing but `jaxdata.errors`.
+"""
 
 from jaxdata.sources.dataset import RaggedTokens, ReadOptions, TokenDataset
 from jaxdata.sources.index import build_index

@@ -1,7 +1,8 @@
 """`DatasetWriter`: token documents in, a validated dataset directory out.
 
-Both `jaxdata convert` and `jaxdata index` (and the benchmark corpus) write
-through this class, so every dataset on disk has the same layout::
+`jaxdata convert` (and the benchmark corpus) write through this class;
+`jaxdata index` (`jaxdata.sources.index`) writes the same lengths files and
+manifest next to existing shards. Every dataset on disk has this layout::
 
     write_documents(flat, lengths)     any number of calls, in document order
       -> web-00000.array_record        group_size:1, one document per record

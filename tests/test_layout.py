@@ -1,0 +1,149 @@
+"""The package follows the data flow: stages import only earlier stages, no cycles,
+small modules, lazy heavy dependencies, public names that keep working."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+import jaxdata
+from pipeline_fixtures import write_coded_dataset
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Each stage may import itself and the stages listed for it (and nothing later).
+# `transforms` plans from lengths through a protocol: it never sees the stream.
+ALLOWED = {
+    "errors": set(),
+    "_lazy": set(),
+    "config": {"errors"},
+    "sources": {"errors"},
+    "order": {"config", "errors"},
+    "mixture": {"config", "sources", "order", "errors"},
+    "transforms": {"config", "errors"},
+    "checkpoint": {"config", "order", "errors", "_lazy"},
+    "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "errors", "_lazy"},
+    "research": {"config", "errors"},
+    "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors"},
+    "demo": {"config", "sources", "checkpoint", "pipeline", "tools", "errors"},
+    "cli": {"config", "sources", "pipeline", "tools", "demo", "errors", "__init__"},
+    "__init__": {"_lazy"},
+    "__main__": {"cli"},
+}
+HEAVY = ("jax", "grain", "orbax", "pyarrow", "matplotlib")
+
+
+def _modules() -> dict[str, str]:
+  """Module name -> file, for jaxdata/ and transforms/ (installed as jaxdata.transforms)."""
+  found = {}
+  for root, package in (("jaxdata", "jaxdata"), ("transforms", "jaxdata.transforms")):
+    for directory, _, files in os.walk(os.path.join(REPO, root)):
+      for name in files:
+        if name.endswith(".py"):
+          relative = os.path.relpath(os.path.join(directory, name), os.path.join(REPO, root))[:-3]
+          parts = [p for p in relative.split(os.sep) if p != "__init__"]
+          found[".".join([package, *parts])] = os.path.join(directory, name)
+  return found
+
+
+MODULES = _modules()
+
+
+def _stage(module: str) -> str:
+  parts = module.split(".")
+  if len(parts) == 1:
+    return "__init__"
+  return parts[1]
+
+
+def _imports(path: str) -> list[tuple[str, bool]]:
+  """(imported jaxdata module, at module level?) for every import in a file."""
+  tree = ast.parse(open(path).read())
+  top_level = {id(node) for node in tree.body}
+  out = []
+  for node in ast.walk(tree):
+    names = []
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    for name in names:
+      if name == "jaxdata" or name.startswith("jaxdata."):
+        target = max((m for m in MODULES if name == m or name.startswith(m + ".")), key=len, default=None)
+        if target is not None:
+          out.append((target, id(node) in top_level))
+  return out
+
+
+def test_every_stage_imports_only_earlier_stages():
+  problems = []
+  for module, path in MODULES.items():
+    stage = _stage(module)
+    for target, _ in _imports(path):
+      other = _stage(target)
+      if other != stage and other not in ALLOWED[stage]:
+        problems.append(f"{module} imports {target} ({stage} -> {other})")
+  assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycles_and_no_function_local_imports():
+  graph = {m: {t for t, _ in _imports(p) if t != m and t != "jaxdata"} for m, p in MODULES.items()}
+  local = [f"{m} imports {t} inside a function" for m, p in MODULES.items() for t, top in _imports(p) if not top]
+  assert not local, "\n".join(local)
+  state: dict[str, int] = {}
+
+  def visit(node: str, path: list[str]) -> None:
+    state[node] = 1
+    for nxt in graph.get(node, ()):
+      if state.get(nxt) == 1:
+        pytest.fail("import cycle: " + " -> ".join([*path, node, nxt]))
+      if nxt not in state:
+        visit(nxt, [*path, node])
+    state[node] = 2
+
+  for module in graph:
+    if module not in state:
+      visit(module, [])
+
+
+def test_modules_are_small_and_pipeline_reads_in_one_sitting():
+  long = {m: n for m, p in MODULES.items() if (n := sum(1 for _ in open(p))) > 400}
+  assert not long, long
+  tree = ast.parse(open(MODULES["jaxdata.pipeline.pipeline"]).read())
+  (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Pipeline"]
+  assert cls.end_lineno - cls.lineno + 1 <= 150
+
+
+def _heavy_modules_after(code: str) -> list[str]:
+  probe = f"import sys\n{code}\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+  out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+  return eval(out.stdout.strip().splitlines()[-1])  # a printed list of str literals
+
+
+def test_import_and_cli_load_no_heavy_dependency(tmp_path):
+  assert _heavy_modules_after("import jaxdata, jaxdata.cli") == []
+  assert _heavy_modules_after(
+      "from jaxdata.cli import main\ntry:\n  main(['--help'])\nexcept SystemExit:\n  pass") == []
+  write_coded_dataset(str(tmp_path / "d0"), 0, [5, 7, 9])
+  assert _heavy_modules_after(f"from jaxdata.cli import main\nmain(['inspect', {str(tmp_path / 'd0')!r}])") == []
+  # Planning needs no jax either: the planner, the stream and the packer.
+  assert _heavy_modules_after("import jaxdata\njaxdata.StepPlanner, jaxdata.DocumentStream") == []
+  # ... and the heavy ones do arrive when a name needs them.
+  assert "jax" in _heavy_modules_after("import jaxdata\njaxdata.Pipeline")
+
+
+def test_every_public_name_resolves_and_is_listed_by_dir():
+  for name in jaxdata.__all__:
+    assert getattr(jaxdata, name) is not None, name
+  assert set(jaxdata.__all__) <= set(dir(jaxdata))
+  with pytest.raises(AttributeError, match="has no attribute 'Pipelin'"):
+    jaxdata.Pipelin  # noqa: B018 -- a typo is an AttributeError, not a silent None
+
+
+def test_python_dash_m_jaxdata_runs_the_cli():
+  out = subprocess.run([sys.executable, "-m", "jaxdata", "--version"], capture_output=True, text=True)
+  assert out.returncode == 0 and out.stdout.strip() == f"jaxdata {jaxdata.__version__}"
