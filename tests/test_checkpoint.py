@@ -197,3 +197,18 @@ def test_weight_change_at_a_checkpoint_loses_and_repeats_nothing(tmp_path):
     assert docs == list(range(position))  # a prefix, nothing skipped
     counts = np.bincount(r[d == dataset] * 16 + k[d == dataset])
     assert counts.max() == 1  # no token twice
+
+
+def test_a_version_1_state_restores_to_the_same_remaining_batches(cfg, reference):
+  with Pipeline(cfg, prefetch=0) as pipe:
+    for _ in range(3):
+      next(pipe)
+    state = pipe.get_state()
+  assert state["version"] == 2 and set(state["packer"]) == {"done", "carry"}  # the step is stored once
+  # Format 1 (jaxdata 0.1) kept a versioned packer state with its own copy of the step.
+  old = {**state, "version": 1, "packer": {"version": 1, "step": state["step"], **state["packer"]}}
+  with Pipeline(cfg, prefetch=0) as restored:
+    restored.set_state(json.loads(json.dumps(old)))
+    rest = [digest(next(restored)) for _ in range(len(reference) - 3)]
+    assert restored.get_state()["version"] == 2
+  assert rest == reference[3:]

@@ -1,4 +1,4 @@
-"""Config dataclasses and `load_config`: the DESIGN §11 YAML, validation errors that name the field."""
+"""Config dataclasses and `load_config`: the example YAML of docs/configuration.md, validation errors that name the field."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from jaxdata import ConfigError, PipelineConfig, load_config
 from jaxdata.config.schedule import normalize_weights
 
-DESIGN_YAML = """
+EXAMPLE_YAML = """
 seed: 1234
 datasets:
   - name: web
@@ -37,8 +37,8 @@ def write(tmp_path, text: str) -> str:
   return str(path)
 
 
-def test_design_example_loads(tmp_path):
-  cfg = load_config(write(tmp_path, DESIGN_YAML))
+def test_example_config_loads(tmp_path):
+  cfg = load_config(write(tmp_path, EXAMPLE_YAML))
   assert cfg.seed == 1234
   assert cfg.names == ("web", "code")
   assert cfg.datasets[0].path == str(tmp_path / "data" / "web")  # relative to the YAML file

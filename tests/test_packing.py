@@ -24,7 +24,7 @@ def all_batches(pipe: Pipeline) -> list[dict[str, np.ndarray]]:
 
 
 def check_batch_invariants(batch: dict[str, np.ndarray], cfg: PipelineConfig) -> None:
-  """DESIGN §7 meanings, checked position by position from the token codes."""
+  """The feature meanings of docs/order.md, checked position by position from the token codes."""
   packing = cfg.packing
   tokens, targets, seg, pos, mask, src = (batch[k] for k in FEATURES)
   pad = seg == 0

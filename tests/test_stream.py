@@ -70,7 +70,7 @@ def test_exact_interleave_stays_within_one_document_at_every_prefix(data, count,
 
 
 def test_token_unit_realises_token_shares_not_document_shares():
-  # Lognormal lengths with very different means, as in DESIGN §6.
+  # Lognormal lengths with very different means: token and document shares differ widely.
   rng = np.random.default_rng(0)
   means = {"web": 600, "code": 1500, "books": 8400, "curated": 400}
   metas = {n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m) - 0.5, 1.0, 3000), 1, 65536).astype(int))

@@ -1,0 +1,148 @@
+"""docs/configuration.md lists every config field with its true default,
+allowed values and an example that the config accepts."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from jaxdata import load_config
+from jaxdata.config import (
+    BatchConfig,
+    DatasetConfig,
+    MixtureConfig,
+    PackingConfig,
+    Phase,
+    PipelineConfig,
+    WarmupPhase,
+)
+from jaxdata.config import schema
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFERENCE = os.path.join(REPO, "docs", "configuration.md")
+SECTIONS = {
+    "Top level": PipelineConfig,
+    "`datasets[]`": DatasetConfig,
+    "`mixture`": MixtureConfig,
+    "`mixture.schedule[]`": Phase,
+    "`packing`": PackingConfig,
+    "`packing.warmup[]`": WarmupPhase,
+    "`batch`": BatchConfig,
+}
+CHOICES = {
+    ("`mixture`", "unit"): schema.UNITS,
+    ("`mixture`", "interleave"): schema.INTERLEAVES,
+    ("`packing`", "mode"): schema.PACKING_MODES,
+    ("`packing`", "long_docs"): schema.LONG_DOCS,
+    ("`datasets[]`", "exhausted_policy"): schema.EXHAUSTED_POLICIES,
+}
+
+
+def _tables() -> dict[str, dict[str, dict[str, str]]]:
+  """Section heading -> key -> column -> cell, from the markdown tables."""
+  tables: dict[str, dict[str, dict[str, str]]] = {}
+  section, header = None, None
+  for line in open(REFERENCE, encoding="utf-8"):
+    if line.startswith("## "):
+      section, header = line[3:].strip(), None
+      continue
+    if section not in SECTIONS or not line.startswith("|"):
+      continue
+    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    if header is None:
+      header = cells
+    elif not set(cells[0]) <= set("-|"):
+      tables.setdefault(section, {})[cells[0].strip("`")] = dict(zip(header, cells))
+  return tables
+
+
+TABLES = _tables()
+
+
+def _code(cell: str) -> str:
+  match = re.fullmatch(r"`([^`]*)`", cell)
+  assert match, f"expected one `code` cell, got {cell!r}"
+  return match.group(1)
+
+
+def test_every_field_of_every_section_is_documented_once():
+  for section, kind in SECTIONS.items():
+    documented = set(TABLES.get(section, {}))
+    fields = {f.name for f in dataclasses.fields(kind)}
+    assert documented == fields, f"{section}: undocumented {fields - documented}, unknown {documented - fields}"
+
+
+def test_documented_defaults_are_the_dataclass_defaults():
+  for section, kind in SECTIONS.items():
+    for field in dataclasses.fields(kind):
+      cell = TABLES[section][field.name]["default"]
+      if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+        assert cell == "required", (section, field.name)
+      elif cell == "inherits":
+        assert field.default in (None, schema.INHERIT), (section, field.name)
+      else:
+        documented = yaml.safe_load(_code(cell))
+        default = field.default
+        if dataclasses.is_dataclass(default):
+          assert default == type(default)(**documented), (section, field.name)
+        elif isinstance(default, tuple):
+          assert list(default) == documented, (section, field.name)
+        else:
+          assert documented == default and type(documented) is type(default), (section, field.name)
+
+
+def test_documented_choices_are_the_allowed_values():
+  for (section, key), allowed in CHOICES.items():
+    cell = TABLES[section][key]["allowed values"]
+    assert set(re.findall(r"`([^`]*)`", cell)) == set(allowed), (section, key)
+
+
+BASE: dict[str, Any] = {
+    "datasets": [{"name": "web", "path": "data/web"}, {"name": "code", "path": "data/code"}],
+    "mixture": {"weights": {"web": 1, "code": 1}},
+}
+
+
+def _with_example(section: str, example: dict[str, Any]) -> dict[str, Any]:
+  raw = copy.deepcopy(BASE)
+  if section == "Top level":
+    raw.update(example)
+    if "datasets" in example:  # weights must name exactly the example's datasets
+      raw["mixture"] = {"weights": {d["name"]: 1 for d in example["datasets"]}}
+  elif section == "`datasets[]`":
+    raw["datasets"][0].update(example)
+  elif section == "`mixture`":
+    if "schedule" in example:
+      del raw["mixture"]["weights"]
+    raw["mixture"].update(example)
+  elif section == "`mixture.schedule[]`":
+    phases = [{"weights": {"web": 1, "code": 1}, "until_step": 2000}, {"weights": {"web": 1, "code": 2}}]
+    phases[0 if "until_step" in example else 1].update(example)
+    raw["mixture"] = {"schedule": phases}
+  elif section == "`packing.warmup[]`":
+    raw["packing"] = {"warmup": [{"until_step": 1000, "seq_len": 512, **example}]}
+  else:
+    raw[section.strip("`")] = example
+  return raw
+
+
+@pytest.mark.parametrize("section", list(SECTIONS))
+def test_every_example_is_accepted_and_sets_its_key(section):
+  for key, row in TABLES[section].items():
+    example = yaml.safe_load(_code(row["example"]))
+    assert isinstance(example, dict) and list(example) == [key], (section, key, example)
+    PipelineConfig.from_dict(_with_example(section, example))
+
+
+def test_the_complete_example_loads(tmp_path):
+  text = open(REFERENCE, encoding="utf-8").read()
+  block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+  (tmp_path / "pipeline.yaml").write_text(block)
+  cfg = load_config(str(tmp_path / "pipeline.yaml"))
+  assert cfg.names == ("web", "code") and cfg.stats_path == str(tmp_path / "run" / "stats.jsonl")
