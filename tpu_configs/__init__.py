@@ -2,5 +2,5 @@
 
 Installed as ``jaxdata.tpu_configs``: one YAML file per slice (chips, hosts,
 chips per host, topology, default mesh and data axes), plus CPU emulation
-configs for tests. Load them with `jaxdata.slices.load_slice`.
+configs for tests. Load them with `jaxdata.pipeline.slices.load_slice`.
 """

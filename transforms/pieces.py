@@ -15,6 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from jaxdata.config.validate import is_int
+
 __all__ = ["Pieces"]
 
 _FIELDS = ("dataset", "pass_index", "record", "offset", "length", "doc_length")
@@ -66,7 +68,7 @@ class Pieces:
     except (TypeError, ValueError, zlib.error) as e:  # binascii.Error and JSONDecodeError are ValueErrors
       raise ValueError(f"packer state: carry is not a valid encoded piece list ({e})") from e
     if not isinstance(flat, list) or len(flat) % width or any(
-        isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in flat
+        not is_int(v) or v < 0 for v in flat
     ):
       raise ValueError(f"packer state: carry must be a flat list of ints >= 0, {width} per piece "
                        f"({', '.join(_STORED)})")

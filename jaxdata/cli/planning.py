@@ -25,7 +25,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   cfg = load_config(args.config)
   supply = {d.name: Manifest.load(d.path).num_tokens for d in cfg.datasets}
   schedule = cfg.schedule()
-  tokens_per_step = cfg.batch.global_batch_size * cfg.packing.seq_len
+  tokens_per_step = cfg.tokens_per_step
   table = schedule_exposure(supply, schedule, parse_tokens(args.tokens), tokens_per_step, args.max_passes)
   if args.png:
     plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)

@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from jaxdata.config.validate import is_int
 from jaxdata.order.cursor import END_OF_BUFFER, END_OF_DATASET
 from jaxdata.order.feistel import derive_key, uniform
 
@@ -120,7 +121,7 @@ class Segment:
       raise ValueError(f"stream state: malformed segment {raw!r} ({e})") from e
     values = [segment.step, segment.start, *segment.weights, *segment.deficits, *segment.taken]
     lists_ok = len(segment.weights) == len(segment.deficits) == len(segment.taken) == size
-    if not lists_ok or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+    if not lists_ok or any(not is_int(v) for v in values):
       raise ValueError(f"stream state: segment must hold ints for {size} datasets, got {raw!r}")
     return segment
 

@@ -150,17 +150,20 @@ class Pipeline:
     self._stop_prefetch()
     self.producer.clear()
     try:
-      self.planner.set_state(state)
+      self._continue_from(state)
     except ValueError as e:
-      self.planner.set_state(self.get_state())  # back to just after the last batch handed out
+      self._continue_from(self.get_state())  # back to just after the last batch handed out
       raise CheckpointError(f"pipeline state: {e}") from e
-    self.recorder.restore(state["tokens_per_source"])
-    self._state = self._snapshot()
-    self._exhausted = False
 
   def stats(self) -> dict[str, Any]:
     """The last batch's statistics plus cumulative timings."""
     return self.recorder.stats()
+
+  def _continue_from(self, state: Mapping[str, Any]) -> None:
+    self.planner.set_state(state)
+    self.recorder.restore(state["tokens_per_source"])
+    self._state = self._snapshot()
+    self._exhausted = False
 
   def _snapshot(self) -> dict[str, Any]:
     """The state right now, cheaply: the carry stays a Pieces object until
