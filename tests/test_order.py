@@ -10,7 +10,8 @@ from hypothesis import given, strategies as st
 
 from jaxdata import DatasetMeta, DatasetOrder, DocumentStream, PipelineConfig, ShuffleOptions
 from jaxdata.config import DatasetSettings
-from jaxdata.order.feistel import derive_key, permute
+from jaxdata.order.feistel import derive_key
+from jaxdata.order.permutation import permute
 
 PRIMES = [2, 3, 5, 7, 11, 13, 17, 31, 61, 127]
 shard_counts = st.lists(

@@ -8,8 +8,9 @@ A pipeline state is JSON, the same on every host, a few KB at most::
      "packer": {"done": false, "carry": "eJy..."},     pieces waiting for the next step
      "tokens_per_source": {"web": 1234, ...}}          cumulative, for statistics
 
-Version 1 (jaxdata 0.1) also kept the step inside "packer"; it is read and
-upgraded. docs/state.md describes every field.
+Version 1 (jaxdata 0.1) is refused with a clear error: its shuffles and
+mixture arithmetic differ, so it cannot be continued exactly.
+docs/state.md describes every field.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def read_pipeline_state(
   newer than this jaxdata, or saved with a config or data that orders
   batches differently (the message lists each change)."""
   try:
-    version = check_state_header(state, "pipeline state", STATE_VERSION, _KEYS)
+    check_state_header(state, "pipeline state", STATE_VERSION, _KEYS)
   except ConfigError as e:
     raise CheckpointError(str(e)) from e
   changes = describe_changes(state["fingerprint"], fingerprint)
@@ -64,7 +65,4 @@ def read_pipeline_state(
     raise CheckpointError(f"pipeline state: tokens_per_source must name {list(names)}")
   if any(not is_int(v) or v < 0 for v in cumulative.values()):
     raise CheckpointError(f"pipeline state: tokens_per_source must hold ints >= 0, got {dict(cumulative)}")
-  packer = state["packer"]
-  if version == 1 and isinstance(packer, Mapping):
-    packer = {"done": packer.get("done"), "carry": packer.get("carry")}  # v1 also kept "step" here
-  return {**state, "version": STATE_VERSION, "packer": packer}
+  return dict(state)

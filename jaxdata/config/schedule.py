@@ -17,26 +17,16 @@ import bisect
 import dataclasses
 import math
 import numbers
+from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 from jaxdata.config.validate import is_int, require_keys
 from jaxdata.errors import ConfigError
 
-__all__ = ["Schedule", "normalize_weights"]
+__all__ = ["Schedule", "exact_weights", "normalize_weights"]
 
 
-def normalize_weights(
-    weights: Mapping[str, Any], names: Sequence[str], where: str = "weights"
-) -> tuple[float, ...]:
-  """Checks that `weights` names every dataset once with a finite value >= 0
-  and a positive total, and returns them in `names` order, summing to 1.
-
-  Values are divided by their maximum before summing, so huge weights
-  (1e308 and 1e308) do not overflow.
-
-  >>> normalize_weights({"a": 1e308, "b": 1e308}, ["a", "b"])
-  (0.5, 0.5)
-  """
+def _checked_values(weights: Any, names: Sequence[str], where: str) -> list[float]:
   if not isinstance(weights, Mapping):
     raise ConfigError(f"{where}: expected a mapping of dataset name to weight, got {weights!r}")
   require_keys(weights, names, where, "weight (name every dataset once)")
@@ -51,12 +41,41 @@ def normalize_weights(
     if value < 0:
       raise ConfigError(f"{where}: weight of {name!r} must be >= 0, got {value}")
     values.append(value)
-  top = max(values)
-  if top <= 0:
+  if max(values) <= 0:
     raise ConfigError(f"{where}: weights must have a positive sum, all are 0")
+  return values
+
+
+def normalize_weights(
+    weights: Mapping[str, Any], names: Sequence[str], where: str = "weights"
+) -> tuple[float, ...]:
+  """Checks that `weights` names every dataset once with a finite value >= 0
+  and a positive total, and returns them in `names` order, summing to 1.
+
+  Values are divided by their maximum before summing, so huge weights
+  (1e308 and 1e308) do not overflow.
+
+  >>> normalize_weights({"a": 1e308, "b": 1e308}, ["a", "b"])
+  (0.5, 0.5)
+  """
+  values = _checked_values(weights, names, where)
+  top = max(values)
   scaled = [v / top for v in values]
   total = math.fsum(scaled)
   return tuple(v / total for v in scaled)
+
+
+def exact_weights(weights: Mapping[str, Any], names: Sequence[str], where: str = "weights") -> tuple[Fraction, ...]:
+  """The weights as exact fractions summing to 1, each value read as the
+  decimal number it prints as (YAML's 0.1 is 1/10, not the nearest binary
+  fraction), so a mixture follows exactly the ratios written in the config.
+
+  >>> exact_weights({"a": 0.1, "b": 0.2}, ["a", "b"])
+  (Fraction(1, 3), Fraction(2, 3))
+  """
+  values = [Fraction(repr(v)) for v in _checked_values(weights, names, where)]
+  total = sum(values)
+  return tuple(v / total for v in values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +84,7 @@ class _Phase:
   until: int | None
   ramp_steps: int
   weights: tuple[float, ...]
+  exact: tuple[Fraction, ...]
 
 
 class Schedule:
@@ -103,7 +123,7 @@ class Schedule:
         raise ConfigError(f"{at}.ramp_steps: the first phase has nothing to ramp from")
       if ramp and until is not None and ramp > until - start:
         raise ConfigError(f"{at}.ramp_steps: {ramp} is longer than the phase ({until - start} steps)")
-      built.append(_Phase(start, until, ramp, normalize_weights(weights, names, f"{at}")))
+      built.append(_Phase(start, until, ramp, normalize_weights(weights, names, at), exact_weights(weights, names, at)))
       start = until if until is not None else start
     return cls(names, built)
 
@@ -132,6 +152,20 @@ class Schedule:
     alpha = (into + 1) / (phase.ramp_steps + 1)
     previous = self._phases[index - 1].weights
     return tuple((1 - alpha) * a + alpha * b for a, b in zip(previous, phase.weights))
+
+  def exact_weights_at(self, step: int) -> tuple[Fraction, ...]:
+    """The weights at `step` as exact fractions summing to 1 (what the exact
+    interleave follows); `weights_at` is their float approximation."""
+    if step < 0:
+      raise ValueError(f"step: must be >= 0, got {step}")
+    index = self.phase_index(step)
+    phase = self._phases[index]
+    into = step - phase.start
+    if into >= phase.ramp_steps:
+      return phase.exact
+    alpha = Fraction(into + 1, phase.ramp_steps + 1)
+    previous = self._phases[index - 1].exact
+    return tuple((1 - alpha) * a + alpha * b for a, b in zip(previous, phase.exact))
 
   def ever_positive(self) -> tuple[bool, ...]:
     """Whether each dataset has a positive weight in some phase."""

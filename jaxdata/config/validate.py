@@ -85,9 +85,12 @@ def require_keys(given: Any, expected: Sequence[str], where: str, value: str) ->
     raise ConfigError(f"{where}: {missing[0]!r} has no {value}")
 
 
-def check_state_header(state: Any, where: str, newest: int, keys: Sequence[str]) -> int:
-  """Checks a saved state's shape: a mapping with an int `version` this
-  jaxdata reads (1 .. `newest`) and every key of `keys`. Returns the version.
+def check_state_header(state: Any, where: str, current: int, keys: Sequence[str]) -> int:
+  """Checks a saved state's shape: a mapping with the int `version` this
+  jaxdata writes (`current`) and every key of `keys`. Returns the version.
+
+  Older versions are refused: each version bump so far changed the order
+  itself, so an older state cannot be continued exactly.
 
   >>> check_state_header({"version": 9}, "stream state", 1, ())
   Traceback (most recent call last):
@@ -97,12 +100,16 @@ def check_state_header(state: Any, where: str, newest: int, keys: Sequence[str])
   if not isinstance(state, Mapping) or not is_int(state.get("version")):
     raise ConfigError(f"{where}: expected a mapping with an int version, got {state!r:.200}")
   version = state["version"]
-  if version > newest:
+  if version > current:
     raise ConfigError(
-        f"{where}: format version {version} is newer than this jaxdata reads ({newest}); upgrade jaxdata"
+        f"{where}: format version {version} is newer than this jaxdata reads ({current}); upgrade jaxdata"
     )
-  if version < 1:
-    raise ConfigError(f"{where}: format version {version} is not a version jaxdata ever wrote")
+  if version < current:
+    raise ConfigError(
+        f"{where}: format version {version} was written by an older jaxdata whose shuffles or mixture "
+        f"differ from this version's ({current}), so it cannot be continued exactly; start the data "
+        "from step 0, or finish that run with the jaxdata that wrote it"
+    )
   missing = [k for k in keys if k not in state]
   if missing:
     raise ConfigError(f"{where}: missing {', '.join(missing)}")

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import math
-from typing import Any, Mapping, Sequence
+from fractions import Fraction
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -52,49 +52,40 @@ __all__ = [
     "RandomInterleave",
     "Segment",
     "StreamPosition",
-    "WEIGHT_SCALE",
     "make_interleave",
     "scale_weights",
 ]
 
-WEIGHT_SCALE = 1 << 20
 _DRAW_CHUNK = 4096
 
 
-def scale_weights(weights: Sequence[float]) -> list[int]:
-  """Normalised weights -> ints summing to WEIGHT_SCALE (largest remainder);
-  every positive weight keeps at least 1.
+def scale_weights(weights: Sequence[Fraction]) -> tuple[list[int], int]:
+  """Exact rational weights summing to 1 -> (integers, scale) with
+  weights[i] == integers[i] / scale exactly. The scale is also a multiple of
+  2K - 2 (K positive weights), so the release margin 1 / (2K - 2) is exact.
 
-  >>> scale_weights([0.5, 0.25, 0.25]) == [1 << 19, 1 << 18, 1 << 18]
-  True
+  >>> scale_weights([Fraction(3, 4), Fraction(1, 4)])
+  ([6, 2], 8)
   """
-  raw = [w * WEIGHT_SCALE for w in weights]
-  scaled = [max(math.floor(r), 1) if r > 0 else 0 for r in raw]
-  shortfall = WEIGHT_SCALE - sum(scaled)
-  # Give (or take) single units by largest (smallest) remainder, never below 1.
-  ranked = sorted(range(len(raw)), key=lambda i: (-(raw[i] - scaled[i]), i))
-  if shortfall < 0:
-    ranked.reverse()
-  step = 1 if shortfall > 0 else -1
-  while shortfall:
-    for i in ranked:
-      if shortfall and raw[i] > 0 and scaled[i] + step >= 1:
-        scaled[i] += step
-        shortfall -= step
-  return scaled
+  if sum(weights) != 1:
+    raise ValueError(f"weights must sum to exactly 1, got {weights}")
+  positive = sum(1 for w in weights if w > 0)
+  scale = math.lcm(*(w.denominator for w in weights)) * (2 * positive - 2 if positive > 1 else 1)
+  return [int(w * scale) for w in weights], scale
 
 
 @dataclasses.dataclass
 class Segment:
   """A run of steps with the same weights, for the exact interleave.
 
-  Deficits at the segment start plus the units since then give every
-  deficit exactly: deficit_i = deficits_i + weights_i (t) - WEIGHT_SCALE (a_i),
-  with t units emitted and a_i units taken from i since `start`.
+  All quantities are integers in units of 1/`scale`: weights_i / scale is
+  dataset i's exact weight, and with t units emitted and a_i units taken
+  from i since `start`, deficit_i = deficits_i + weights_i t - scale a_i.
   """
 
   step: int
   start: int
+  scale: int
   weights: list[int]
   deficits: list[int]
   taken: list[int]
@@ -102,27 +93,36 @@ class Segment:
   def deficits_at(self, units: int, taken: Sequence[int]) -> list[int]:
     elapsed = units - self.start
     return [
-        d + w * elapsed - WEIGHT_SCALE * (c - c0)
+        d + w * elapsed - self.scale * (c - c0)
         for d, w, c, c0 in zip(self.deficits, self.weights, taken, self.taken)
     ]
 
+  def then(self, step: int, units: int, taken: Sequence[int], weights: Sequence[Fraction]) -> "Segment":
+    """The segment that starts now with `weights`, carrying the deficits exactly."""
+    integers, scale = scale_weights(weights)
+    common = math.lcm(scale, self.scale)
+    deficits = [d * (common // self.scale) for d in self.deficits_at(units, taken)]
+    return Segment(step, units, common, [w * (common // scale) for w in integers], deficits, list(taken))
+
   def to_json(self) -> dict[str, Any]:
-    return {"step": self.step, "start": self.start, "weights": list(self.weights),
+    return {"step": self.step, "start": self.start, "scale": self.scale, "weights": list(self.weights),
             "deficits": list(self.deficits), "taken": list(self.taken)}
 
   @classmethod
-  def from_json(cls, raw: Mapping[str, Any], size: int) -> "Segment":
+  def from_json(cls, raw: Any, size: int) -> "Segment":
     try:
       segment = cls(
-          step=raw["step"], start=raw["start"], weights=list(raw["weights"]),
+          step=raw["step"], start=raw["start"], scale=raw["scale"], weights=list(raw["weights"]),
           deficits=list(raw["deficits"]), taken=list(raw["taken"]),
       )
     except (KeyError, TypeError) as e:
-      raise ValueError(f"stream state: malformed segment {raw!r} ({e})") from e
-    values = [segment.step, segment.start, *segment.weights, *segment.deficits, *segment.taken]
+      raise ValueError(f"stream state: malformed segment {raw!r:.200} ({e})") from e
+    values = [segment.step, segment.start, segment.scale, *segment.weights, *segment.deficits, *segment.taken]
     lists_ok = len(segment.weights) == len(segment.deficits) == len(segment.taken) == size
     if not lists_ok or any(not is_int(v) for v in values):
-      raise ValueError(f"stream state: segment must hold ints for {size} datasets, got {raw!r}")
+      raise ValueError(f"stream state: segment must hold ints for {size} datasets, got {raw!r:.200}")
+    if segment.scale < 1 or sum(segment.weights) != segment.scale or min(segment.weights) < 0:
+      raise ValueError(f"stream state: segment weights must be >= 0 and sum to its scale, got {raw!r:.200}")
     return segment
 
 
@@ -186,17 +186,17 @@ class Interleave(abc.ABC):
 class ExactInterleave(Interleave):
   """Largest deficit with release times (module docstring); state: the `Segment`."""
 
-  def __init__(self, num_datasets: int, tokens_unit: bool, weights: Sequence[float]) -> None:
+  def __init__(self, num_datasets: int, tokens_unit: bool, weights: Sequence[Fraction]) -> None:
     self.num_datasets = num_datasets
     self.tokens_unit = tokens_unit
-    self.segment = Segment(0, 0, scale_weights(weights), [0] * num_datasets, [0] * num_datasets)
+    integers, scale = scale_weights(weights)
+    self.segment = Segment(0, 0, scale, integers, [0] * num_datasets, [0] * num_datasets)
+    self.exact: tuple[Fraction, ...] = tuple(weights)
 
-  def begin(self, step: int, weights: Sequence[float], position: StreamPosition) -> None:
-    scaled = list(_scaled(tuple(weights)))
-    if scaled != self.segment.weights:
-      # A new run of weights starts now, carrying the current deficits.
-      deficits = self.segment.deficits_at(position.units, position.taken)
-      self.segment = Segment(step, position.units, scaled, deficits, list(position.taken))
+  def begin(self, step: int, weights: Sequence[Fraction], position: StreamPosition) -> None:
+    if tuple(weights) != self.exact:
+      self.segment = self.segment.then(step, position.units, position.taken, weights)
+      self.exact = tuple(weights)
 
   def pick(self, loop: PickLoop, position: StreamPosition) -> PickResult:
     return _pick_exact(self.segment, loop, position.units, position.taken, self.tokens_unit)
@@ -206,6 +206,7 @@ class ExactInterleave(Interleave):
 
   def set_state(self, raw: Any) -> None:
     self.segment = Segment.from_json(raw, self.num_datasets)
+    self.exact = tuple(Fraction(w, self.segment.scale) for w in self.segment.weights)
 
 
 class RandomInterleave(Interleave):
@@ -223,7 +224,7 @@ class RandomInterleave(Interleave):
 
   def begin(self, step: int, weights: Sequence[float], position: StreamPosition) -> None:
     self.among = [i for i, w in enumerate(weights) if w > 0]
-    scale = [weights[i] / (self.mean_lengths[i] if self.mean_lengths else 1) for i in self.among]
+    scale = [float(weights[i]) / (self.mean_lengths[i] if self.mean_lengths else 1) for i in self.among]
     self.cumulative = np.cumsum(scale) / math.fsum(scale)
 
   def pick(self, loop: PickLoop, position: StreamPosition) -> PickResult:
@@ -237,7 +238,7 @@ class RandomInterleave(Interleave):
 
 
 def make_interleave(
-    kind: str, seed: int, tokens_unit: bool, weights: Sequence[float], mean_lengths: Sequence[float]
+    kind: str, seed: int, tokens_unit: bool, weights: Sequence[Fraction], mean_lengths: Sequence[float]
 ) -> Interleave:
   """The strategy `mixture.interleave` names: "exact" or "random"."""
   if kind == "exact":
@@ -247,17 +248,19 @@ def make_interleave(
   raise ValueError(f"mixture.interleave: {kind!r} is not one of exact, random")
 
 
-@functools.lru_cache(maxsize=64)
-def _scaled(weights: tuple[float, ...]) -> tuple[int, ...]:
-  return tuple(scale_weights(weights))
+def _ratio(numerator: int, denominator: int) -> float:
+  """numerator / denominator, correctly rounded; +-inf past the float range
+  (a weight many orders of magnitude below the others)."""
+  try:
+    return numerator / denominator
+  except OverflowError:
+    return math.inf if numerator > 0 else -math.inf
 
 
-def _keys(units: int, numerator: int, weight: int, margin: int) -> tuple[float, float]:
+def _keys(units: int, shift: int, weight: int, scale: int, margin: int) -> tuple[float, float]:
   """(due, release) of a dataset's next document of `units` units, in units
-  since the segment start. The pick loop inlines the same expressions."""
-  due = ((WEIGHT_SCALE - margin) * units + numerator) / weight
-  release = (margin * units + numerator) / weight - units
-  return due, release
+  after the pick loop's start. The loop inlines the same expressions."""
+  return _ratio((scale - margin) * units + shift, weight), _ratio(margin * units + shift, weight) - units
 
 
 class PassMarks:
@@ -290,23 +293,22 @@ def _pick_exact(
 ) -> PickResult:
   eligible, lengths, cursor, marks = loop.eligible, loop.lengths, loop.cursor, loop.marks
   doc_limit, token_limit = loop.doc_limit, loop.token_limit
-  weights = segment.weights
+  weights, scale = segment.weights, segment.scale
   positive = sum(1 for i in eligible if weights[i] > 0)
-  margin = WEIGHT_SCALE // (2 * positive - 2) if positive > 1 else 0
-  due_scale = WEIGHT_SCALE - margin
-  # numerator[i] = WEIGHT_SCALE * (units taken from i in the segment) - its deficit at the start
-  numerator = [
-      WEIGHT_SCALE * (c - c0) - d0 for c, c0, d0 in zip(taken, segment.taken, segment.deficits)
-  ]
+  margin = scale // (2 * positive - 2) if positive > 1 else 0  # exact: see scale_weights
+  due_scale = scale - margin
+  # Keys are measured from this loop's start, so the floats stay small (exact
+  # ints below 2**53) however long the run: shift[i] = -deficit_i, in 1/scale units.
+  shift = [-d for d in segment.deficits_at(units, taken)]
   due = [math.inf] * len(lengths)
   release = [math.inf] * len(lengths)
   for i in eligible:
-    due[i], release[i] = _keys(_units_of(lengths[i][cursor[i]], tokens_unit), numerator[i], weights[i], margin)
+    due[i], release[i] = _keys(_units_of(lengths[i][cursor[i]], tokens_unit), shift[i], weights[i], scale, margin)
   order = tuple(eligible)
   choices: list[int] = []
   append = choices.append
   count = tokens = 0
-  t = float(units - segment.start)  # units since the segment start, exact below 2**53
+  t = 0.0  # units since this loop's start
   while True:
     best, best_due = -1, math.inf
     for i in order:
@@ -337,10 +339,13 @@ def _pick_exact(
     n = lengths[best][at + 1] if tokens_unit else 1
     if n < 0:
       n = 1 if n <= END_OF_BUFFER else ~n
-    numerator[best] += WEIGHT_SCALE * step_units
+    shift[best] += scale * step_units
     weight = weights[best]
-    due[best] = (due_scale * n + numerator[best]) / weight
-    release[best] = (margin * n + numerator[best]) / weight - n
+    try:
+      due[best] = (due_scale * n + shift[best]) / weight
+      release[best] = (margin * n + shift[best]) / weight - n
+    except OverflowError:
+      due[best], release[best] = _keys(n, shift[best], weight, scale, margin)
 
 
 # The two loops repeat their few lines of bookkeeping on purpose: a shared

@@ -20,6 +20,7 @@ counts and lengths), and the state is a few integers per dataset::
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -35,7 +36,7 @@ from jaxdata.sources.dataset import TokenDataset
 
 __all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: exact rational interleave segments (with "scale")
 # One pick loop takes at most this many documents / tokens: look-ahead buffers
 # of either size can then never run dry inside it.
 CALL_DOCS = 1 << 16
@@ -154,7 +155,7 @@ class DocumentStream:
     self.tokens = 0
     self.ended = False
     self.interleave = make_interleave(
-        cfg.mixture.interleave, cfg.seed, self.tokens_unit, self.schedule.weights_at(0),
+        cfg.mixture.interleave, cfg.seed, self.tokens_unit, self.schedule.exact_weights_at(0),
         [c.mean_length for c in self.cursors],
     )
 
@@ -259,7 +260,7 @@ class DocumentStream:
         raise ValueError(f"take: {name} must be an int >= 1, got {bound!r}")
     if self.ended:
       return DocBatch.concatenate(self.names, [])
-    weights = self.schedule.weights_at(step)
+    weights = self.schedule.exact_weights_at(step)
     self._check_can_end(step, weights)
     self.interleave.begin(step, weights, self._position())
     eligible = [i for i, w in enumerate(weights) if w > 0]
@@ -302,7 +303,7 @@ class DocumentStream:
       return watch, -1
     return watch, sum(1 for n in watch if n)
 
-  def _check_can_end(self, step: int, weights: tuple[float, ...]) -> None:
+  def _check_can_end(self, step: int, weights: Sequence[Fraction]) -> None:
     """Refuses to run forever: in the final phase, an unfinished stop_after_passes
     dataset with weight 0 (and nothing else that can end the stream) is an error."""
     if step < self.schedule.constant_from:

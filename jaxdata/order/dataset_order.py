@@ -27,7 +27,8 @@ from typing import Sequence
 import numpy as np
 
 from jaxdata.config.validate import is_int
-from jaxdata.order.feistel import derive_key, permute
+from jaxdata.order.feistel import derive_key
+from jaxdata.order.permutation import permute
 
 __all__ = ["DatasetOrder", "ShuffleOptions"]
 

@@ -1,20 +1,25 @@
-"""Keyed bijections on [0, n), computed per position, vectorised over NumPy arrays.
+"""Keyed randomness, computed per position: key derivation, counter-based
+draws, and a Feistel network for permutations too large to store.
 
-A permutation of a trillion records cannot be stored, so jaxdata never builds
-one: `permute(positions, n, key)` maps each position on its own through an
-unbalanced Feistel network on ``bits = ceil(log2 n)`` bits, and walks the
+A permutation of a trillion records cannot be stored, so above a size
+threshold jaxdata never builds one (`jaxdata.order.permutation`):
+`feistel_permute(positions, n, key)` maps each position on its own through
+an unbalanced Feistel network on ``bits = ceil(log2 n)`` bits, and walks the
 cycle (re-applies the network) until the value lands back inside [0, n)::
 
     x (bits wide) = [ left | right ]
     round 0: left  ^= F(right, k0)        each round is invertible, so the
     round 1: right ^= F(left,  k1)        network is a bijection on 2**bits;
-    round 2: left  ^= F(right, k2)        cycle-walking restricts it to [0, n)
-    round 3: right ^= F(left,  k3)        (2**bits < 2n: under 2 walks on average)
+      ...                                 cycle-walking restricts it to [0, n)
+    round 9: right ^= F(left,  k9)        (2**bits < 2n: under 2 walks on average)
+
+F is splitmix64's finaliser of (half ^ round key ^ tweak salt). Ten rounds:
+four left position and adjacency statistics visibly biased at n = 10^4.
 
 ``n`` and a ``tweak`` may vary per element, so one call can permute records
 inside many shards or blocks of different sizes at once.
 
->>> p = permute(np.arange(10), 10, key=derive_key(0, "demo"))
+>>> p = feistel_permute(np.arange(10), 10, key=derive_key(0, "demo"))
 >>> sorted(p.tolist()) == list(range(10))
 True
 """
@@ -26,9 +31,9 @@ import json
 
 import numpy as np
 
-__all__ = ["derive_key", "permute", "uniform"]
+__all__ = ["check_domain", "derive_key", "feistel_permute", "mix64", "uniform"]
 
-ROUNDS = 4
+ROUNDS = 10
 _U64 = np.uint64
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
 _MIX1 = _U64(0xBF58476D1CE4E5B9)
@@ -47,7 +52,7 @@ def derive_key(seed: int, *parts: str | int) -> int:
   return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little")
 
 
-def _mix64(v: np.ndarray) -> np.ndarray:
+def mix64(v: np.ndarray) -> np.ndarray:
   """splitmix64's finaliser: a bijective avalanche on uint64 (in place)."""
   v ^= v >> _U64(30)
   v *= _MIX1
@@ -62,7 +67,7 @@ def _round_keys(key: int) -> list[np.uint64]:
   keys = []
   for _ in range(ROUNDS):
     state += _GOLDEN
-    keys.append(_mix64(state.copy())[0])
+    keys.append(mix64(state.copy())[0])
   return keys
 
 
@@ -75,13 +80,36 @@ def _bit_length(v: np.ndarray) -> np.ndarray:
   return out
 
 
-def permute(
+def check_domain(
+    positions: np.ndarray | int, n: np.ndarray | int, tweak: np.ndarray | int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Positions, sizes and tweaks as int64 arrays, checked: sizes in [1, 2**62],
+  positions in [0, n), `n` and `tweak` scalar or shaped like `positions`."""
+  x = np.asarray(positions, dtype=np.int64)
+  sizes = np.asarray(n, dtype=np.int64)
+  tweaks = np.asarray(tweak, dtype=np.int64)
+  for name, value in (("n", sizes), ("tweak", tweaks)):
+    if value.ndim and value.shape != x.shape:
+      raise ValueError(f"{name}: shape {value.shape} does not match positions {x.shape}")
+  if x.size == 0:
+    return x, sizes, tweaks
+  if sizes.min() < 1 or sizes.max() > 1 << 62:
+    raise ValueError(f"n: domain sizes must lie in [1, 2**62], got {sizes.min()}..{sizes.max()}")
+  outside = (x < 0) | (x >= sizes)
+  if outside.any():
+    bad = np.flatnonzero(outside.ravel())[0]
+    size = sizes.ravel()[bad] if sizes.ndim else sizes
+    raise ValueError(f"positions: {x.ravel()[bad]} is outside [0, {size})")
+  return x, sizes, tweaks
+
+
+def feistel_permute(
     positions: np.ndarray | int,
     n: np.ndarray | int,
     key: int,
     tweak: np.ndarray | int = 0,
 ) -> np.ndarray:
-  """Maps each position in [0, n) to its image under the keyed bijection.
+  """Maps each position in [0, n) to its image under the keyed Feistel bijection.
 
   Args:
     positions: int array (any shape) of values in [0, n).
@@ -94,21 +122,9 @@ def permute(
     int64 array of the same shape as `positions`. Works in chunks of
     `_CHUNK` positions, so extra memory stays a few MB whatever the input.
   """
-  x = np.asarray(positions, dtype=np.int64)
-  sizes = np.asarray(n, dtype=np.int64)
-  tweaks = np.asarray(tweak, dtype=np.int64)
-  for name, value in (("n", sizes), ("tweak", tweaks)):
-    if value.ndim and value.shape != x.shape:
-      raise ValueError(f"{name}: shape {value.shape} does not match positions {x.shape}")
+  x, sizes, tweaks = check_domain(positions, n, tweak)
   if x.size == 0:
     return x.copy()
-  if sizes.min() < 1 or sizes.max() > 1 << 62:
-    raise ValueError(f"n: domain sizes must lie in [1, 2**62], got {sizes.min()}..{sizes.max()}")
-  outside = (x < 0) | (x >= sizes)
-  if outside.any():
-    bad = np.flatnonzero(outside.ravel())[0]
-    size = sizes.ravel()[bad] if sizes.ndim else sizes
-    raise ValueError(f"positions: {x.ravel()[bad]} is outside [0, {size})")
   keys = _round_keys(key)
   flat_x, flat_n, flat_t = x.ravel(), sizes.ravel(), tweaks.ravel()
   out = np.empty(flat_x.size, dtype=np.int64)
@@ -130,7 +146,7 @@ def _permute_chunk(
     x: np.ndarray, sizes: np.ndarray, tweaks: np.ndarray, keys: list[np.uint64]
 ) -> np.ndarray:
   """`permute` on a flat chunk; `sizes` / `tweaks` have 1 or len(x) elements."""
-  salt = _mix64(tweaks.astype(_U64) * _GOLDEN + _U64(0x632BE59BD9B4E019))
+  salt = mix64(tweaks.astype(_U64) * _GOLDEN + _U64(0x632BE59BD9B4E019))
   # bits to cover [0, n): bit_length(n - 1), at least 2 so both halves exist.
   bits = np.maximum(_bit_length((sizes - 1).astype(_U64)), _U64(2))
   right_bits = bits >> _U64(1)
@@ -168,9 +184,9 @@ def _feistel(
   for r, k in enumerate(keys):
     salt = tweak + k
     if r % 2 == 0:
-      left ^= _mix64(right ^ salt) & left_mask
+      left ^= mix64(right ^ salt) & left_mask
     else:
-      right ^= _mix64(left ^ salt) & right_mask
+      right ^= mix64(left ^ salt) & right_mask
   return (left << right_bits) | right
 
 
@@ -184,5 +200,5 @@ def uniform(key: int, counters: np.ndarray) -> np.ndarray:
   """
   state = np.asarray(counters, dtype=np.int64).astype(_U64) * _GOLDEN
   state ^= np.uint64(key)
-  bits = _mix64(_mix64(state) + _GOLDEN)
+  bits = mix64(mix64(state) + _GOLDEN)
   return (bits >> _U64(11)).astype(np.float64) * (1.0 / (1 << 53))
