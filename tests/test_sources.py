@@ -17,9 +17,9 @@ from jaxdata.cli import main
 
 
 def write_dataset(directory: str, seed: int = 0, docs: int = 200, shard_bytes: int = 1500) -> list[np.ndarray]:
-  """A dataset of random uint16 documents (lengths 0..40) over several shards."""
+  """A dataset of random uint16 documents (lengths 1..40) over several shards."""
   rng = np.random.default_rng(seed)
-  lengths = rng.integers(0, 40, size=docs)
+  lengths = rng.integers(1, 41, size=docs)
   flat = rng.integers(0, 60000, size=int(lengths.sum()))
   writer = DatasetWriter(directory, "rand", np.dtype("<u2"), {"kind": "test"}, shard_bytes)
   writer.write_documents(flat, lengths)
@@ -196,7 +196,7 @@ def write_raw_shard(path: str, records: list[bytes]) -> None:
 
 def test_index_builds_lengths_and_manifest_for_foreign_shards(tmp_path, capsys):
   rng = np.random.default_rng(3)
-  docs = [rng.integers(0, 2**32, size=int(n), dtype=np.uint64).astype("<u4") for n in rng.integers(0, 30, 50)]
+  docs = [rng.integers(0, 2**32, size=int(n), dtype=np.uint64).astype("<u4") for n in rng.integers(1, 30, 50)]
   write_raw_shard(str(tmp_path / "a.array_record"), [d.tobytes() for d in docs[:20]])
   write_raw_shard(str(tmp_path / "b.array_record"), [d.tobytes() for d in docs[20:]])
   shards = [str(tmp_path / "a.array_record"), str(tmp_path / "b.array_record")]
@@ -215,6 +215,15 @@ def test_index_refuses_records_that_are_not_whole_tokens(tmp_path):
   with pytest.raises(DatasetError, match=r"odd\.array_record: record 1 has 3 bytes, not a whole number of uint16 tokens"):
     build_index([str(tmp_path / "odd.array_record")], "uint16")
   assert main(["index", str(tmp_path / "missing.array_record"), "--dtype", "uint16"]) == 1
+
+
+def test_empty_documents_are_refused_when_writing_and_indexing(tmp_path):
+  write_raw_shard(str(tmp_path / "holes.array_record"), [b"\x01\x00", b"", b"\x02\x00", b""])
+  with pytest.raises(DatasetError, match=r"holes\.array_record: 2 empty records \(the first is record 1\)"):
+    build_index([str(tmp_path / "holes.array_record")], "uint16")
+  writer = DatasetWriter(str(tmp_path / "out"), "out", np.dtype("<u2"), {"kind": "byte"}, 1 << 20)
+  with pytest.raises(ValueError, match=r"lengths: 1 empty documents \(the first is document 1 of this call\)"):
+    writer.write_documents(np.array([5, 6, 7]), np.array([2, 0, 1]))
 
 
 def test_wrong_dtype_in_manifest_is_caught_on_read(tmp_path):

@@ -343,3 +343,13 @@ def test_stream_over_real_dataset_directories(tmp_path):
   web = sorted(r.record for r in refs if r.dataset == "web" and r.pass_index == 0)
   assert web == list(range(50))  # the stream ends once both did a full pass
   assert {r.dataset for r in refs} == {"web", "code"}
+
+
+@pytest.mark.parametrize("interleave", ["exact", "random"])
+def test_empty_documents_are_refused_instead_of_hanging_the_stream(interleave):
+  # 0.1: take() never returned (exact) or divided by zero (random).
+  cfg = make_cfg(["z"], {"z": 1}, unit="tokens", exhausted_policy="repeat", interleave=interleave)
+  with pytest.raises(ConfigError, match=r"datasets\.z: 10 documents of length 0 \(the first is record 0\)"):
+    DocumentStream(cfg, {"z": DatasetMeta.from_lengths([0] * 10)}).take(0, max_tokens=10)
+  with pytest.raises(ConfigError, match=r"datasets\.z: 1 documents of length 0 \(the first is record 2\)"):
+    DocumentStream(cfg, {"z": DatasetMeta.from_lengths([3, 1, 0, 5])})

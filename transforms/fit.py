@@ -3,6 +3,11 @@
 Both take piece lengths in placement order and return a row per piece (-1:
 no row has room), in O(log rows) per piece; plain Python ints, since the
 loop is inherently sequential.
+
+`documents` keeps a split document's pieces in order: pieces with the same
+id >= 0 belong to one document, in offset order; once one of them finds no
+row, the later ones are not placed either (they wait for the next step),
+so a document's pieces never come out of order.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import bisect
 __all__ = ["best_fit", "first_fit"]
 
 
-def first_fit(lengths: list[int], rows: int, seq_len: int) -> list[int]:
+def first_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] | None = None) -> list[int]:
   """Row of each length (-1: no room), lowest row with room first.
 
   A max segment tree over the rows' free space: O(log rows) per piece.
@@ -29,9 +34,13 @@ def first_fit(lengths: list[int], rows: int, seq_len: int) -> list[int]:
     left, right = tree[2 * node], tree[2 * node + 1]
     tree[node] = left if left > right else right
   out = []
-  for length in lengths:
-    if tree[1] < length:
+  blocked: set[int] = set()
+  for i, length in enumerate(lengths):
+    document = documents[i] if documents is not None else -1
+    if tree[1] < length or document in blocked:
       out.append(-1)
+      if document >= 0:
+        blocked.add(document)
       continue
     node = 1
     while node < size:
@@ -51,7 +60,7 @@ def first_fit(lengths: list[int], rows: int, seq_len: int) -> list[int]:
   return out
 
 
-def best_fit(lengths: list[int], rows: int, seq_len: int) -> list[int]:
+def best_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] | None = None) -> list[int]:
   """Row of each length (-1: no room), the row with the least room that fits
   (ties: lowest row). Keys free << 32 | row kept sorted: O(log rows) search.
 
@@ -62,10 +71,14 @@ def best_fit(lengths: list[int], rows: int, seq_len: int) -> list[int]:
   keys = [(seq_len << shift) | r for r in range(rows)]  # sorted: equal free space, rows ascending
   mask = (1 << shift) - 1
   out = []
-  for length in lengths:
+  blocked: set[int] = set()
+  for index, length in enumerate(lengths):
+    document = documents[index] if documents is not None else -1
     i = bisect.bisect_left(keys, length << shift)
-    if i == len(keys):
+    if i == len(keys) or document in blocked:
       out.append(-1)
+      if document >= 0:
+        blocked.add(document)
       continue
     key = keys.pop(i)
     row = key & mask

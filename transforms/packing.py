@@ -15,9 +15,14 @@ piece of which document goes to which (row, column)::
         +--> StepPlan(row, column of every piece)     +--> carry: what did not fit
              (every host computes the same plan)           (part of the state)
 
-Carried pieces are placed first at the next step, so a piece waits at most
-about one step. Placing new pieces largest first (first-fit decreasing) is
-what gets the non-padding fraction above 0.99 for typical length mixes.
+Carried pieces are placed first at the next step, in order. New documents
+are pulled only while carry + new stay below the step's capacity, so the
+carry never reaches capacity + the longest document (with BOS / EOS): once
+it is at least the capacity, nothing is pulled and it only shrinks. The
+pieces of a split document are placed in offset order: a later piece never
+goes into a step before an earlier one. Placing new pieces largest first
+(first-fit decreasing) is what gets the non-padding fraction above 0.99 for
+typical length mixes.
 
 The mode string is read once, by `packing_strategy`; the packer then talks
 to a `PackingStrategy` object.
@@ -63,8 +68,12 @@ class DocumentSource(Protocol):
 
   ended: bool
 
-  def take(self, step: int, max_docs: int | None = None, max_tokens: int | None = None) -> DocumentColumns:
-    """The next documents for `step` (empty once the source has ended)."""
+  def take(
+      self, step: int, max_docs: int | None = None, max_tokens: int | None = None, token_overhead: int = 0
+  ) -> DocumentColumns:
+    """The next documents for `step` (empty once the source has ended); with
+    `max_tokens`, until their tokens, each counting `token_overhead` more,
+    reach it (the crossing document included)."""
 
   def document_lengths(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:
     """Token counts of the given documents; ValueError if one does not exist."""
@@ -98,7 +107,7 @@ class StepPlan:
 
 
 Placement = tuple[Pieces, np.ndarray, np.ndarray, Pieces]  # placed, row, column, carry
-Placer = Callable[[list[int], int, int], list[int]]  # (lengths, rows, seq_len) -> row per piece
+Placer = Callable[[list[int], int, int, list[int]], list[int]]  # (lengths, rows, seq_len, documents) -> rows
 
 
 class PackingStrategy(abc.ABC):
@@ -116,7 +125,7 @@ class PackingStrategy(abc.ABC):
     return rows * seq_len - int(carry.length.sum())
 
   def take(self, source: DocumentSource, step: int, need: int) -> DocumentColumns:
-    return source.take(step, max_tokens=max(1, need - self.extra))
+    return source.take(step, max_tokens=need, token_overhead=self.extra)
 
   def amount(self, pieces: Pieces) -> int:
     """What `pieces` contribute towards `shortfall`."""
@@ -278,10 +287,11 @@ class Packer:
 
 
 def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer) -> Placement:
-  """Carry first (in order), then new pieces largest first (stable)."""
+  """Carry first (in order), then new pieces largest first (stable, so a split
+  document's pieces stay in offset order: all but its last are seq_len long)."""
   order = np.argsort(-new.length, kind="stable")
   pool = Pieces.concatenate([carry, new.take(order)])
-  row_of = np.asarray(placer(pool.length.tolist(), rows, seq_len), dtype=np.int64)
+  row_of = np.asarray(placer(pool.length.tolist(), rows, seq_len, _split_documents(pool)), dtype=np.int64)
   placed = pool.take(np.flatnonzero(row_of >= 0))
   row = row_of[row_of >= 0]
   # Columns: pieces fill each row in placement order.
@@ -293,6 +303,16 @@ def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer) ->
   column = np.empty_like(row)
   column[by_row] = starts_in_row
   return placed, row, column, pool.take(np.flatnonzero(row_of < 0))
+
+
+def _split_documents(pool: Pieces) -> list[int]:
+  """Per piece, an id shared by the pieces of one split document; -1 for a whole document."""
+  ids = np.full(len(pool), -1, dtype=np.int64)
+  split = np.flatnonzero(pool.length < pool.doc_length)
+  if split.size:
+    keys = np.stack([pool.dataset[split], pool.pass_index[split], pool.record[split]], axis=1)
+    ids[split] = np.unique(keys, axis=0, return_inverse=True)[1].ravel()
+  return ids.tolist()
 
 
 def _concat(carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:

@@ -142,7 +142,8 @@ class PickLoop:
   `DatasetCursor.encoded_lengths`; None for a dataset not eligible now) and
   `cursor[i]` its next unread entry (advanced in place); `marks` tracks
   stop_after_passes. The loop stops after `doc_limit` documents or once
-  `token_limit` tokens are reached (the crossing document included).
+  `token_limit` tokens are reached (the crossing document included), each
+  document counting its length plus `overhead` (the BOS / EOS a packer adds).
   """
 
   eligible: list[int]
@@ -151,6 +152,7 @@ class PickLoop:
   marks: PassMarks
   doc_limit: int
   token_limit: int
+  overhead: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +294,7 @@ def _pick_exact(
     segment: Segment, loop: PickLoop, units: int, taken: list[int], tokens_unit: bool
 ) -> PickResult:
   eligible, lengths, cursor, marks = loop.eligible, loop.lengths, loop.cursor, loop.marks
-  doc_limit, token_limit = loop.doc_limit, loop.token_limit
+  doc_limit, token_limit, overhead = loop.doc_limit, loop.token_limit, loop.overhead
   weights, scale = segment.weights, segment.scale
   positive = sum(1 for i in eligible if weights[i] > 0)
   margin = scale // (2 * positive - 2) if positive > 1 else 0  # exact: see scale_weights
@@ -328,7 +330,7 @@ def _pick_exact(
     cursor[best] = at + 1
     step_units = length if tokens_unit else 1
     t += step_units
-    tokens += length
+    tokens += length + overhead
     append(best)
     count += 1
     if last:
@@ -352,7 +354,7 @@ def _pick_exact(
 # per-document helper call would cost the exact loop a fifth of its speed.
 def _pick_random(key: int, cumulative: np.ndarray, among: list[int], counter: int, loop: PickLoop) -> PickResult:
   lengths, cursor, marks = loop.lengths, loop.cursor, loop.marks
-  doc_limit, token_limit = loop.doc_limit, loop.token_limit
+  doc_limit, token_limit, overhead = loop.doc_limit, loop.token_limit, loop.overhead
   draws: list[int] = []
   choices: list[int] = []
   append = choices.append
@@ -371,7 +373,7 @@ def _pick_random(key: int, cumulative: np.ndarray, among: list[int], counter: in
       if ended:
         return PickResult(choices, True)
     cursor[best] = at + 1
-    tokens += length
+    tokens += length + overhead
     append(best)
     count += 1
     if last:

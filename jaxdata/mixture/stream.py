@@ -143,6 +143,12 @@ class DocumentStream:
         raise ConfigError(
             f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records"
         )
+      empty = np.flatnonzero(np.asarray(meta.lengths) == 0)
+      if empty.size:  # an empty document would add no tokens: a token-limited pull could never end
+        raise ConfigError(
+            f"datasets.{settings.name}: {empty.size} documents of length 0 (the first is record "
+            f"{int(empty[0])}); every document needs at least one token"
+        )
       options = ShuffleOptions(
           shuffle_shards=settings.shuffle_shards,
           shuffle_within_shard=settings.shuffle_within_shard,
@@ -246,12 +252,15 @@ class DocumentStream:
       raise StopIteration
     return batch.refs()[0]
 
-  def take(self, step: int, max_docs: int | None = None, max_tokens: int | None = None) -> DocBatch:
+  def take(
+      self, step: int, max_docs: int | None = None, max_tokens: int | None = None, token_overhead: int = 0
+  ) -> DocBatch:
     """The next documents, picked with the weights of `step`.
 
     Stops after `max_docs` documents, or once the documents reach
-    `max_tokens` tokens (the one that crosses it included), or at the end of
-    the stream (an empty batch from then on).
+    `max_tokens` tokens (the one that crosses it included; each document
+    counts its length plus `token_overhead`, the BOS / EOS a packer adds),
+    or at the end of the stream (an empty batch from then on).
     """
     if max_docs is None and max_tokens is None:
       raise ValueError("take: give max_docs or max_tokens")
@@ -268,10 +277,10 @@ class DocumentStream:
     token_limit = max_tokens if max_tokens is not None else _UNLIMITED
     batches = []
     while not self.ended and doc_limit > 0 and token_limit > 0:
-      batch = self._pick_once(eligible, min(doc_limit, CALL_DOCS), min(token_limit, CALL_TOKENS))
+      batch = self._pick_once(eligible, min(doc_limit, CALL_DOCS), min(token_limit, CALL_TOKENS), token_overhead)
       batches.append(batch)
       doc_limit -= len(batch)
-      token_limit -= int(batch.length.sum())
+      token_limit -= int(batch.length.sum()) + token_overhead * len(batch)
     return batches[0] if len(batches) == 1 else DocBatch.concatenate(self.names, batches)
 
   # ---------------------------------------------------------------- picking
@@ -279,7 +288,7 @@ class DocumentStream:
   def _position(self) -> StreamPosition:
     return StreamPosition(self.units, [c.taken for c in self.cursors], self.emitted)
 
-  def _pick_once(self, eligible: list[int], doc_limit: int, token_limit: int) -> DocBatch:
+  def _pick_once(self, eligible: list[int], doc_limit: int, token_limit: int, overhead: int) -> DocBatch:
     for i in eligible:
       self.cursors[i].ensure(docs=doc_limit, tokens=token_limit)
     lengths: list[list[int] | None] = [None] * len(self.cursors)
@@ -287,7 +296,7 @@ class DocumentStream:
     for i in eligible:
       lengths[i] = self.cursors[i].encoded_lengths()
       cursor[i] = self.cursors[i].start
-    loop = PickLoop(eligible, lengths, cursor, PassMarks(*self._pass_watch()), doc_limit, token_limit)
+    loop = PickLoop(eligible, lengths, cursor, PassMarks(*self._pass_watch()), doc_limit, token_limit, overhead)
     result = self.interleave.pick(loop, self._position())
     self.ended = result.ended
     return self._emit(result.choices)

@@ -60,8 +60,13 @@ def permute(
   x, sizes, tweaks = check_domain(positions, n, tweak)
   if x.size == 0:
     return x.copy()
-  if sizes.ndim == 0 and int(sizes) > EXACT_MAX:  # one huge domain: no per-element arrays
-    return feistel_permute(x, sizes, key, tweaks)
+  if sizes.ndim == 0 and tweaks.ndim == 0:  # one permutation: no grouping
+    size, one_tweak = int(sizes), int(tweaks)
+    if size > EXACT_MAX:
+      return feistel_permute(x, size, key, one_tweak)
+    if size < _SMALL:
+      return _image(key, one_tweak, size)[x].astype(np.int64)
+    return _CACHE.get(key, one_tweak, size)[x].astype(np.int64)
   flat_x = x.ravel()
   flat_n = np.broadcast_to(sizes.ravel() if sizes.ndim else sizes, flat_x.shape)
   flat_t = np.broadcast_to(tweaks.ravel() if tweaks.ndim else tweaks, flat_x.shape)
@@ -85,10 +90,21 @@ def _sort_keys(salts: np.ndarray, local: np.ndarray) -> np.ndarray:
   return mix64(salts + (local.astype(_U64) + _U64(1)) * _GOLDEN)
 
 
+def _image(key: int, tweak: int, size: int) -> np.ndarray:
+  """The permutation of (key, tweak, size): image[i] for every i < size (int32)."""
+  salt = _salts(key, np.array([tweak]), np.array([size]))
+  return np.argsort(_sort_keys(salt, np.arange(size)), kind="stable").astype(np.int32)
+
+
 def _groups(sizes: np.ndarray, tweaks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Distinct (n, tweak) pairs: their sizes, tweaks, and each element's group."""
-  pairs, inverse = np.unique(np.stack([sizes, tweaks], axis=1), axis=0, return_inverse=True)
-  return pairs[:, 0], pairs[:, 1], inverse.ravel()
+  order = np.lexsort((tweaks, sizes))
+  sorted_sizes, sorted_tweaks = sizes[order], tweaks[order]
+  first = np.ones(order.size, dtype=bool)
+  first[1:] = (sorted_sizes[1:] != sorted_sizes[:-1]) | (sorted_tweaks[1:] != sorted_tweaks[:-1])
+  group_of_element = np.empty(order.size, dtype=np.int64)
+  group_of_element[order] = np.cumsum(first) - 1
+  return sorted_sizes[first], sorted_tweaks[first], group_of_element
 
 
 def _sorted_together(x: np.ndarray, sizes: np.ndarray, key: int, tweaks: np.ndarray) -> np.ndarray:
@@ -122,8 +138,7 @@ class _PermutationCache:
       if found is not None:
         self.table.move_to_end((key, tweak, size))
         return found
-    salt = _salts(key, np.array([tweak]), np.array([size]))
-    image = np.argsort(_sort_keys(salt, np.arange(size)), kind="stable").astype(np.int32)
+    image = _image(key, tweak, size)
     with self.lock:
       self.table[(key, tweak, size)] = image
       self.entries += size

@@ -81,6 +81,12 @@ def build_index(
           f"{path}: record {odd[0]} has {byte_lengths[odd[0]]} bytes, not a whole "
           f"number of {np_dtype.name} tokens"
       )
+    empty = np.flatnonzero(byte_lengths == 0)
+    if empty.size:
+      raise DatasetError(
+          f"{path}: {empty.size} empty records (the first is record {int(empty[0])}); a dataset holds "
+          "documents of at least one token: rewrite the shard without them"
+      )
     lengths = (byte_lengths // np_dtype.itemsize).astype(LENGTHS_DTYPE)
     stem = path[: -len(_SHARD_SUFFIX)] if path.endswith(_SHARD_SUFFIX) else path
     lengths_path = stem + ".lengths.npy"

@@ -88,6 +88,12 @@ class DatasetWriter:
       )
     if (lengths < 0).any() or (lengths > np.iinfo(LENGTHS_DTYPE).max).any():
       raise ValueError("lengths: every document needs 0 <= length < 2**32")
+    empty = np.flatnonzero(lengths == 0)
+    if empty.size:
+      raise ValueError(
+          f"lengths: {empty.size} empty documents (the first is document {int(empty[0])} of this call); "
+          "a dataset holds documents of at least one token (jaxdata convert skips and counts empty ones)"
+      )
     if flat_tokens.size and (flat_tokens.min() < 0 or flat_tokens.max() > self._max_id):
       raise ValueError(
           f"tokens: ids must lie in [0, {self._max_id}] for {self._dtype.name}; "
