@@ -217,6 +217,13 @@ def test_design_example_dataset_policy_overrides_the_top_level_default():
          "datasets.a: stop_after_passes cannot be combined"),
         (dict(weights={"a": 1, "b": 0}), "datasets.b: weight 0 in every phase under stop_after_passes"),
         (dict(exhausted_policy={"c": "stop"}), "exhausted_policy: 'c' is not a dataset"),
+        # The rules hold per dataset across the whole top level, its dicts included (0.1 accepted these).
+        (dict(stop_after_passes=3, exhausted_policy={"a": "stop"}),
+         "top level, for dataset a: stop_after_passes cannot be combined with exhausted_policy 'stop'"),
+        (dict(stop_after_passes=3, max_repeats={"b": 2}),
+         "top level, for dataset b: stop_after_passes cannot be combined with max_repeats"),
+        (dict(exhausted_policy="stop", max_repeats={"a": 1}),
+         "top level, for dataset a: max_repeats has no meaning with exhausted_policy 'stop'"),
     ],
 )
 def test_invalid_policy_combinations_fail_at_config_time(top, message):
@@ -353,3 +360,11 @@ def test_empty_documents_are_refused_instead_of_hanging_the_stream(interleave):
     DocumentStream(cfg, {"z": DatasetMeta.from_lengths([0] * 10)}).take(0, max_tokens=10)
   with pytest.raises(ConfigError, match=r"datasets\.z: 1 documents of length 0 \(the first is record 2\)"):
     DocumentStream(cfg, {"z": DatasetMeta.from_lengths([3, 1, 0, 5])})
+
+
+def test_null_in_a_per_dataset_dict_means_no_value_for_that_dataset():
+  # The seed's example: web repeats without limit, code at most 2 more passes.
+  cfg = make_cfg(["web", "code"], exhausted_policy="repeat", max_repeats={"code": 2, "web": None})
+  settings = {s.name: s for s in cfg.dataset_settings()}
+  assert (settings["web"].policy, settings["web"].max_passes) == ("repeat", None)
+  assert (settings["code"].policy, settings["code"].max_passes) == ("repeat", 3)

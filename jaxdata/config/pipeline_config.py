@@ -111,7 +111,8 @@ class PipelineConfig:
       for key, item in value.items():
         if key not in names:
           raise ConfigError(f"{field}: {key!r} is not a dataset of this config")
-        check(item, f"{field}.{key}")
+        if item is not None or not allow_none:  # null: that dataset takes no value (no limit)
+          check(item, f"{field}.{key}")
     elif value is not None or not allow_none:
       check(value, field)
 

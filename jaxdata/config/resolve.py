@@ -2,9 +2,10 @@
 
 Top-level shuffle and pass settings are defaults for every dataset; a
 top-level ``{dataset: value}`` dict (for ``exhausted_policy``,
-``max_repeats`` and ``reshuffle_on_repeat``) overrides them, and a dataset
-entry overrides both. The pass policy comes from the most specific level
-that sets one::
+``max_repeats`` and ``reshuffle_on_repeat``; ``null`` there means "no
+value" for that dataset) sets them per dataset, and a dataset entry
+overrides both. The pass policy comes from the most specific level that
+sets one, the dataset entry or the top level (its dicts included)::
 
     stop_after_passes: n           repeat to hold the mixture; the stream ends once every
                                    such dataset has completed n passes (default: n = 1)
@@ -12,8 +13,9 @@ that sets one::
     exhausted_policy: repeat       restart on its own, forever
       + max_repeats: N             ... at most N times; the stream ends when it would exceed N
 
-``stop_after_passes`` together with ``stop`` or ``max_repeats`` at the same
-level is a `ConfigError`.
+``stop_after_passes`` together with ``stop`` or ``max_repeats`` for the same
+dataset at the same level is a `ConfigError` (a top-level
+``stop_after_passes: 3`` with ``exhausted_policy: {web: stop}`` included).
 
 >>> from jaxdata.config.schema import DatasetConfig
 >>> top = DatasetDefaults(True, False, None, True, None, {"code": 2}, None)
@@ -80,12 +82,9 @@ class DatasetSettings:
     return max(1, min(AUTO_BLOCK_SHARDS * largest_shard, num_records))
 
 
-def _per_dataset(value: Any, name: str) -> Any:
-  return value.get(name) if isinstance(value, Mapping) else None
-
-
-def _scalar(value: Any) -> Any:
-  return None if isinstance(value, Mapping) else value
+def _top_level(value: Any, name: str) -> Any:
+  """The top-level value for dataset `name`: its dict entry, or the scalar."""
+  return value.get(name) if isinstance(value, Mapping) else value
 
 
 def _pass_policy(levels: list[tuple[str, Any, Any, Any]]) -> tuple[str, int | None, int | None]:
@@ -113,14 +112,11 @@ def resolve_dataset(d: DatasetConfig, top: DatasetDefaults) -> DatasetSettings:
   """`d`'s settings after inheriting from `top` (most specific level wins)."""
   policy, max_passes, target = _pass_policy([
       (f"datasets.{d.name}", d.exhausted_policy, d.max_repeats, d.stop_after_passes),
-      (f"top-level entries for {d.name}", _per_dataset(top.exhausted_policy, d.name),
-       _per_dataset(top.max_repeats, d.name), None),
-      ("top level", _scalar(top.exhausted_policy), _scalar(top.max_repeats), top.stop_after_passes),
+      (f"top level, for dataset {d.name}", _top_level(top.exhausted_policy, d.name),
+       _top_level(top.max_repeats, d.name), top.stop_after_passes),
   ])
   reshuffle = next(
-      (v for v in (d.reshuffle_on_repeat, _per_dataset(top.reshuffle_on_repeat, d.name),
-                   _scalar(top.reshuffle_on_repeat)) if v is not None),
-      True,
+      (v for v in (d.reshuffle_on_repeat, _top_level(top.reshuffle_on_repeat, d.name)) if v is not None), True
   )
   return DatasetSettings(
       name=d.name,
