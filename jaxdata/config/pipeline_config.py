@@ -74,6 +74,7 @@ class PipelineConfig:
   packing: PackingConfig = PackingConfig()
   batch: BatchConfig = BatchConfig()
   stats_path: str | None = None  # Pipeline appends one JSON line of stats per step here
+  allow_mixed_tokenizers: bool = False  # datasets with different tokenizers may be mixed
 
   def __post_init__(self) -> None:
     object.__setattr__(self, "datasets", tuple(self.datasets))
@@ -88,6 +89,7 @@ class PipelineConfig:
     check_int(self.seed, "seed", 0)
     check_bool(self.shuffle_shards, "shuffle_shards")
     check_bool(self.shuffle_within_shard, "shuffle_within_shard")
+    check_bool(self.allow_mixed_tokenizers, "allow_mixed_tokenizers")
     check_block_size(self.shuffle_block_size, "shuffle_block_size")
     self._check_per_dataset("reshuffle_on_repeat", check_bool)
     self._check_per_dataset(

@@ -34,6 +34,7 @@ from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.sharding import batch_sharding, check_rows_divide
 from jaxdata.pipeline.slices import load_slice, slice_mesh
 from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.vocabulary import token_bound
 from jaxdata.pipeline.window import END, Prepared, StepProducer
 from jaxdata.sources.dataset import ReadOptions, TokenDataset
 from jaxdata.transforms.pieces import Pieces
@@ -83,13 +84,14 @@ class Pipeline:
       check_rows_divide(cfg, mesh, data_axes)
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
     datasets = [TokenDataset(d.path, ReadOptions(num_threads=read_threads)) for d in cfg.datasets]
+    bound = token_bound(cfg, datasets)
     self.planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
     self.fingerprint = order_fingerprint(
         cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in self.planner.stream.cursors]
     )
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, self.planner.stream.schedule,
                                   stats_path if stats_path is not None else cfg.stats_path)
-    self.reader = DocumentReader(datasets, cfg.names, read_log)
+    self.reader = DocumentReader(datasets, cfg.names, bound, read_log)
     self.producer = StepProducer(cfg, self.planner, self.reader, self.recorder, sharding,
                                  read_ahead_tokens, self._snapshot)
     self._prefetcher: Prefetcher | None = None

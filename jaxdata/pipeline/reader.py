@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxdata.pipeline.vocabulary import TokenBound
 from jaxdata.sources.dataset import TokenDataset
 from jaxdata.transforms.pieces import Pieces
 
@@ -23,12 +24,17 @@ ReadLog = list[tuple[range, str, np.ndarray]]  # (steps, dataset, records) of ev
 class DocumentReader:
   """Reads pieces' documents from `datasets` (in config order).
 
+  Every token read is held to `bound` (see `jaxdata.pipeline.vocabulary`).
   `read_log`, if a list, gets (steps, dataset name, records) of every read.
   """
 
-  def __init__(self, datasets: Sequence[TokenDataset], names: Sequence[str], read_log: ReadLog | None = None) -> None:
+  def __init__(
+      self, datasets: Sequence[TokenDataset], names: Sequence[str], bound: TokenBound,
+      read_log: ReadLog | None = None,
+  ) -> None:
     self.datasets = list(datasets)
     self.names = tuple(names)
+    self.bound = bound
     self.read_log = read_log
 
   def read(self, steps: range, pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
@@ -42,6 +48,7 @@ class DocumentReader:
       if self.read_log is not None:
         self.read_log.append((steps, self.names[d], records))
       ragged = dataset.read(*dataset.locate(records))
+      self.bound.check(dataset, records, ragged.tokens, ragged.offsets)
       parts.append(ragged.tokens)
       doc_start[mine] = base + ragged.offsets[:-1][inverse]
       base += ragged.tokens.size

@@ -72,7 +72,11 @@ class DatasetWriter:
     self._name = name
     self._tokenizer = tokenizer
     self._shard_bytes = shard_bytes
-    self._max_id = np.iinfo(self._dtype).max
+    vocab = tokenizer.get("vocab_size")
+    self._max_id = int(np.iinfo(self._dtype).max)
+    self._id_source = self._dtype.name
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and 0 < vocab <= self._max_id:
+      self._max_id, self._id_source = vocab - 1, f"the tokenizer's vocab_size {vocab}"
     self._shards: list[ShardInfo] = []
     self._writer: ArrayRecordWriter | None = None
     self._lengths: list[np.ndarray] = []
@@ -96,7 +100,7 @@ class DatasetWriter:
       )
     if flat_tokens.size and (flat_tokens.min() < 0 or flat_tokens.max() > self._max_id):
       raise ValueError(
-          f"tokens: ids must lie in [0, {self._max_id}] for {self._dtype.name}; "
+          f"tokens: ids must lie in [0, {self._max_id}] for {self._id_source}; "
           f"got [{flat_tokens.min()}, {flat_tokens.max()}]"
       )
     payload = flat_tokens.astype(self._dtype, copy=False).tobytes()
