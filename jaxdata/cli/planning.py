@@ -68,13 +68,22 @@ def audit(args: argparse.Namespace, console: Console) -> int:
     console.print(f"complete passes checked for exactly-once coverage: {', '.join(result.passes_checked) or 'none'}")
     if result.share_deviation:
       worst = max(result.share_deviation.items(), key=lambda kv: abs(kv[1]))
-      console.print(f"largest deviation from target: {worst[0]} {worst[1]:+.1f} (bound {result.share_bound:.0f})")
-    if result.histogram_variance_ratio:
-      ratios = ", ".join(f"{n} {r:.2f}" for n, r in result.histogram_variance_ratio.items())
-      console.print(f"per-step source count variance / multinomial: {ratios}")
+      unit = "documents" if result.share_bound == 1 else "tokens"
+      console.print(f"largest deviation of the units taken from the schedule's target: {worst[0]} "
+                    f"{worst[1]:+.1f} {unit} (exact interleave bound: one document, {result.share_bound:.0f} {unit})")
+    if result.residual_ratio:
+      ratios = ", ".join(f"{n} {r:.3f}" for n, r in result.residual_ratio.items())
+      console.print(f"{result.residual_ratio_explained}: {ratios}", markup=False)
+    for warning in result.warnings:
+      console.print(f"warning: {warning}", style="bold yellow", markup=False)
     for failure in result.failures:
       console.print(f"FAIL {failure}", style="bold red", markup=False)
-    console.print("audit passed" if result.ok else f"audit FAILED ({len(result.failures)} problems)")
+    if not result.ok:
+      console.print(f"audit FAILED ({len(result.failures)} problems)")
+    elif result.warnings:
+      console.print(f"audit found no problem, but {len(result.warnings)} warnings above (not a full pass)")
+    else:
+      console.print("audit passed")
   return 0 if result.ok else 1
 
 

@@ -128,10 +128,12 @@ class Segment:
 
 @dataclasses.dataclass(frozen=True)
 class PickResult:
-  """The datasets picked, in order, and whether the stream ended."""
+  """The datasets picked, in order, whether the stream ended, and the dataset
+  that ended it (the one that could not supply, or completed the last pass)."""
 
   choices: list[int]
   ended: bool
+  ended_by: int = -1
 
 
 @dataclasses.dataclass
@@ -326,7 +328,7 @@ def _pick_exact(
     if length < 0:
       length, ended, last = marks.read(best, length)
       if ended:
-        return PickResult(choices, True)
+        return PickResult(choices, True, best)
     cursor[best] = at + 1
     step_units = length if tokens_unit else 1
     t += step_units
@@ -334,7 +336,7 @@ def _pick_exact(
     append(best)
     count += 1
     if last:
-      return PickResult(choices, True)
+      return PickResult(choices, True, best)
     if count >= doc_limit or tokens >= token_limit:
       return PickResult(choices, False)
     # The keys of best's next document (_keys inlined: this is the hot path).
@@ -371,13 +373,13 @@ def _pick_random(key: int, cumulative: np.ndarray, among: list[int], counter: in
     if length < 0:
       length, ended, last = marks.read(best, length)
       if ended:
-        return PickResult(choices, True)
+        return PickResult(choices, True, best)
     cursor[best] = at + 1
     tokens += length + overhead
     append(best)
     count += 1
     if last:
-      return PickResult(choices, True)
+      return PickResult(choices, True, best)
     if count >= doc_limit or tokens >= token_limit:
       return PickResult(choices, False)
 

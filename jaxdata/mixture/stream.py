@@ -160,6 +160,7 @@ class DocumentStream:
     self.emitted = 0  # documents
     self.tokens = 0
     self.ended = False
+    self.ended_by: str | None = None  # the dataset that ended the stream (not part of the state)
     self.interleave = make_interleave(
         cfg.mixture.interleave, cfg.seed, self.tokens_unit, self.schedule.exact_weights_at(0),
         [c.mean_length for c in self.cursors],
@@ -299,6 +300,8 @@ class DocumentStream:
     loop = PickLoop(eligible, lengths, cursor, PassMarks(*self._pass_watch()), doc_limit, token_limit, overhead)
     result = self.interleave.pick(loop, self._position())
     self.ended = result.ended
+    if result.ended:
+      self.ended_by = self.names[result.ended_by]
     return self._emit(result.choices)
 
   def _pass_watch(self) -> tuple[list[int], int]:

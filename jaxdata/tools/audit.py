@@ -6,10 +6,13 @@ Checks (each failure is listed; any makes the audit fail):
     S steps fully emitted covers every document of the dataset exactly once;
   * exact interleave: every dataset's tokens (or documents) taken stay within
     one document of its target, the target integrated over the schedule.
-Diagnostics (reported): per-step source histogram variance against the
-multinomial expectation (below 1: more even than independent draws), and
-documents read by two hosts in a step (split documents whose pieces landed
-on different hosts: read amplification, not an error).
+Diagnostics (reported): the per-step residual ratio of each dataset's
+histogram (`jaxdata.tools.mixture_checks`: 1 for independent random picks,
+far below 1 for the exact interleave), and documents read by two hosts in a
+step (split documents whose pieces landed on different hosts: read
+amplification, not an error). Warnings: a check that had nothing to check
+(no pass completed within the audited steps), datasets read in long runs of
+stored order.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.stream import DatasetMeta
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
+from jaxdata.tools.mixture_checks import residual_ratio, stored_order_warnings
 from jaxdata.transforms.packing import StepPlan
 
 __all__ = ["AuditResult", "audit", "audit_plans"]
@@ -37,7 +41,9 @@ class AuditResult:
   passes_checked: list[str] = dataclasses.field(default_factory=list)
   share_deviation: dict[str, float] = dataclasses.field(default_factory=dict)
   share_bound: float = 0.0
-  histogram_variance_ratio: dict[str, float] = dataclasses.field(default_factory=dict)
+  residual_ratio: dict[str, float] = dataclasses.field(default_factory=dict)
+  residual_ratio_explained: str = ""
+  warnings: list[str] = dataclasses.field(default_factory=list)
 
   @property
   def ok(self) -> bool:
@@ -63,7 +69,6 @@ def audit_plans(
   names = cfg.names
   result = AuditResult(len(plans), hosts)
   seen: dict[tuple[int, int], list[np.ndarray]] = {}
-  counts = np.zeros((len(plans), len(names)))
   for plan in plans:
     owner = np.full(plan.rows, -1)
     for host, rows in enumerate(host_row_blocks(plan.rows, hosts)):
@@ -80,8 +85,6 @@ def audit_plans(
     docs = np.unique(np.stack([plan.pieces.dataset, plan.pieces.record, piece_host], 1), axis=0)
     _, per_doc = np.unique(docs[:, :2], axis=0, return_counts=True)
     result.document_overlaps += int((per_doc > 1).sum())
-    step_docs = np.unique(np.stack([plan.pieces.dataset, plan.pieces.record], 1), axis=0)
-    counts[plan.step - plans[0].step] = np.bincount(step_docs[:, 0], minlength=len(names))
     for d, p in set(zip(plan.pieces.dataset.tolist(), plan.pieces.pass_index.tolist())):
       mine = (plan.pieces.dataset == d) & (plan.pieces.pass_index == p)
       seen.setdefault((d, p), []).append(
@@ -122,14 +125,6 @@ def audit_plans(
       if short.size:
         result.failures.append(f"{name} pass {p}: record {short[0]} covered {int(covered[short[0]])} of "
                                f"{int(lengths[name][short[0]] + extra)} tokens")
-  if len(plans) > 1:
-    total = counts.sum(axis=1, keepdims=True)
-    share = counts.sum(axis=0) / max(counts.sum(), 1)
-    expected = total.mean() * share * (1 - share)
-    observed = counts.var(axis=0)
-    result.histogram_variance_ratio = {
-        n: float(o / e) if e > 0 else 0.0 for n, o, e in zip(names, observed, expected)
-    }
   return result
 
 
@@ -142,13 +137,31 @@ def audit(
   planner = StepPlanner(cfg, metadata)
   stream = planner.stream
   plans, targets, units = [], np.zeros(len(cfg.names)), stream.units
+  taken, emitted = np.array([c.taken for c in stream.cursors]), stream.emitted
+  step_units, step_documents, step_weights = [], [], []
   for plan in planner.plans(steps):
-    targets += np.asarray(stream.schedule.weights_at(plan.step)) * (stream.units - units)
+    weights = np.asarray(stream.schedule.weights_at(plan.step))
+    targets += weights * (stream.units - units)
     units = stream.units
+    now = np.array([c.taken for c in stream.cursors])
+    step_units.append(now - taken)
+    step_documents.append(stream.emitted - emitted)
+    step_weights.append(weights)
+    taken, emitted = now, stream.emitted
     plans.append(plan)
   lengths = {n: np.asarray(metadata[n].lengths) for n in cfg.names}
   completed = stream.passes_completed()
   result = audit_plans(cfg, plans, hosts, lengths, completed, planner.packer.carry)
+  if plans:
+    ratio = residual_ratio(np.array(step_units, np.float64), np.array(step_documents, np.float64),
+                           np.array(step_weights), cfg.names, lengths, cfg.mixture.unit == "tokens")
+    result.residual_ratio, result.residual_ratio_explained = ratio.ratio, ratio.explain()
+  if not result.passes_checked:
+    result.warnings.append(
+        f"no pass of any dataset completed within the {len(plans)} audited steps: exactly-once coverage "
+        "was not checked (audit more steps)"
+    )
+  result.warnings.extend(stored_order_warnings(cfg, metadata))
   taken = np.array([c.taken for c in stream.cursors], dtype=float)
   if cfg.mixture.interleave == "exact":
     # Steps pull whole documents with one step's weights, and the last pull of a
