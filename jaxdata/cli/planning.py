@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 
@@ -14,7 +15,9 @@ from jaxdata.pipeline.slices import load_slice
 from jaxdata.sources.manifest import Manifest
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.bench import bench as bench_config
-from jaxdata.tools.exposure import parse_tokens, schedule_exposure, weights_by_step
+from jaxdata.mixture.stream import DatasetMeta
+from jaxdata.tools.exposure import parse_tokens, schedule_exposure, simulate_end, weights_by_step
+from jaxdata.tools.mixture_checks import stored_order_warnings
 from jaxdata.tools.mesh import mesh_report
 from jaxdata.tools.report import plan_plot, write_report
 
@@ -26,11 +29,19 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   supply = {d.name: Manifest.load(d.path).num_tokens for d in cfg.datasets}
   schedule = cfg.schedule()
   tokens_per_step = cfg.tokens_per_step
-  table = schedule_exposure(supply, schedule, parse_tokens(args.tokens), tokens_per_step, args.max_passes)
+  metadata = {d.name: DatasetMeta.load(d.path) for d in cfg.datasets}
+  requested = parse_tokens(args.tokens)
+  end = simulate_end(cfg, metadata, -(-requested // tokens_per_step))
+  total = min(requested, end.tokens, end.steps * tokens_per_step) if end is not None else requested
+  table = schedule_exposure(supply, schedule, total, tokens_per_step, args.max_passes)
+  warnings = [*table.warnings, *stored_order_warnings(cfg, metadata)]
+  if end is not None:
+    warnings.insert(0, f"{end.describe()}, before the {requested:,} tokens asked for; exposure is up to there")
   if args.png:
     plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
   if args.json:
-    print(json.dumps(table.to_json(), indent=1))
+    print(json.dumps({**table.to_json(), "warnings": warnings,
+                      "stream_end": dataclasses.asdict(end) if end is not None else None}, indent=1))
     return 0
   out = Table(title=f"exposure over {table.total_tokens:,} tokens = {table.steps:,} steps of {tokens_per_step:,}")
   for column in ("dataset", "phase", "unique U_d", "natural", "sampling w_d", "upsampling",
@@ -50,8 +61,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   for i, (start, end) in enumerate(table.phases):
     total = sum(d.sampling_share[i] for d in table.datasets.values())
     console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
-  for warning in table.warnings:
-    console.print(f"warning: {warning}", style="bold yellow")
+  for warning in warnings:
+    console.print(f"warning: {warning}", style="bold yellow", markup=False)
   if args.png:
     console.print(f"plot: {args.png}", markup=False)
   return 0

@@ -8,6 +8,11 @@ unique tokens (U = sum of U_d) and sampling share w_d(step)::
     processed tokens   sum over steps of w_d(step) * T
     effective passes   processed tokens / U_d        (= w_d * D / U_d for constant weights)
 
+A run whose pass policies end the stream processes fewer tokens than asked
+for: `simulate_end` replays the stream from metadata (the same documents the
+pipeline will emit, without packing) to find the step where it ends and the
+dataset that ends it; `jaxdata plan` reports exposure up to there.
+
 >>> table = exposure({"web": 50e6, "rest": 950e6}, {"web": 0.025, "rest": 0.975}, 1e9)
 >>> round(table.datasets["web"].passes, 3)
 0.5
@@ -22,15 +27,19 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
+from jaxdata.mixture.stream import DatasetMeta, DocumentStream
 
 __all__ = [
     "DatasetExposure",
     "ExposureTable",
+    "StreamEnd",
     "exposure",
     "parse_tokens",
     "schedule_exposure",
+    "simulate_end",
     "weights_by_step",
 ]
 
@@ -135,6 +144,46 @@ def schedule_exposure(
     if abs(share_sum - 1.0) > 1e-9:
       raise AssertionError(f"phase [{a}, {b}): sampling shares sum to {share_sum}")  # a bug, not bad input
   return ExposureTable(int(total_tokens), tokens_per_step, steps, phases, table, warnings)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamEnd:
+  """Where the stream ends: after `steps` steps (`tokens` tokens), because
+  of `ended_by` under its pass policy."""
+
+  steps: int
+  tokens: int
+  ended_by: str
+  policy: str
+
+  def describe(self) -> str:
+    why = {"passes": "completed its passes last", "stop": "ran out (exhausted_policy: stop)",
+           "repeat": "used up its max_repeats"}[self.policy]
+    return (f"the stream ends after about {self.steps:,} steps ({self.tokens:,} tokens): dataset "
+            f"{self.ended_by} {why}")
+
+
+def simulate_end(
+    cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None, max_steps: int
+) -> StreamEnd | None:
+  """Replays the stream step by step, as a packer without padding would pull
+  it (until step s's tokens, BOS / EOS included, reach (s + 1) x tokens per
+  step, with step s's weights), until it ends or `max_steps` steps; None if
+  it does not end by then. The pipeline's padding (about 1% for the fit
+  modes) moves its end a few percent later."""
+  settings = {s.name: s for s in cfg.dataset_settings()}
+  if all(s.policy == "repeat" and s.max_passes is None for s in settings.values()):
+    return None  # nothing can end the stream
+  stream = DocumentStream(cfg, metadata)
+  extra = cfg.packing.special_tokens
+  for step in range(max_steps):
+    need = (step + 1) * cfg.tokens_per_step - (stream.tokens + extra * stream.emitted)
+    if need > 0:
+      stream.take(step, max_tokens=need, token_overhead=extra)
+    if stream.ended:
+      name = stream.ended_by or cfg.names[0]
+      return StreamEnd(step + 1, stream.tokens + extra * stream.emitted, name, settings[name].policy)
+  return None
 
 
 def exposure(
