@@ -33,15 +33,15 @@ def test_demo_trains_checkpoints_and_resumes_exactly(demo_run):
 
 
 def test_demo_shares_follow_the_targets_within_the_interleave_bound(demo_run):
-  result, _ = demo_run
-  total = sum(result["tokens_per_source"].values())
-  # The stream is within one document's tokens of every target; the batches
-  # lag the stream by at most the packer's carry (< one step's capacity plus
-  # one row), so realised shares may differ from the targets by at most that.
-  seq_len = 256
-  bound = (result["max_document_tokens"] + result["capacity"] + seq_len) / total
+  # The summary compares the stream's tokens with the weights it used; the
+  # exact interleave keeps them within one document (0.1 compared placed
+  # tokens with the placing step's weights: code 0.348 against 0.390).
+  result, stdout = demo_run
   for name, target in result["target_share"].items():
-    assert abs(result["realised_share"][name] - target) <= bound, (name, target, result["realised_share"][name])
+    assert abs(result["realised_share"][name] - target) <= result["share_bound"], (name, target)
+  assert "within one document" in " ".join(stdout.split())
+  # Every demo document fits in one step.
+  assert result["max_document_tokens"] < result["capacity"]
 
 
 def test_demo_writes_a_mixture_plot(demo_run):

@@ -22,12 +22,14 @@ def demo(args: argparse.Namespace, console: Console) -> int:
   result = run_demo(cache_dir, args.config, steps=args.steps, checkpoint_at=args.checkpoint_at,
                     out_dir=args.out, log=lambda m: console.print(m, markup=False))
   table = Table(title=f"jaxdata demo: {result.steps} steps on {DEVICES} emulated devices")
-  for column in ("dataset", "target share", "realised share", "tokens", "passes done"):
+  for column in ("dataset", "target share", "realised share", "tokens in batches", "passes done"):
     table.add_column(column, justify="right")
   for name in result.target_share:
-    table.add_row(name, f"{result.target_share[name]:.3f}", f"{result.realised_share[name]:.3f}",
+    table.add_row(name, f"{result.target_share[name]:.4f}", f"{result.realised_share[name]:.4f}",
                   f"{result.tokens_per_source[name]:,}", str(result.passes[name]))
   console.print(table)
+  console.print(f"shares of the tokens the stream pulled for these steps, against the schedule's weights; "
+                f"the exact interleave keeps them within one document (+-{result.share_bound:.4f})")
   console.print(f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}   packing efficiency "
                 f"{result.efficiency:.4f}   {result.tokens_per_second:,.0f} tokens/s (pipeline + training)")
   console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)

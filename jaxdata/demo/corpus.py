@@ -1,17 +1,20 @@
 """The demo corpus: three datasets built from what every Python install has.
 
     code       the standard library's modules, cut at blank lines (a document is a function or class)
-    docs       pydoc help topics, one per document
+    docs       pydoc help topics, cut at blank lines into sections
     synthetic  deterministic prose from the topics' words, lognormal lengths
 
+Every document is at most MAX_DOCUMENT_BYTES (a longer paragraph is cut at
+line ends), so each fits in one step of the demo's pipeline (8,192 tokens):
+the stream's per-step mixture then holds within one document of its target.
 All are converted with the byte tokenizer and cached under the cache dir.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
+import re
 import shutil
 import sysconfig
 import time
@@ -28,8 +31,10 @@ from jaxdata.tools.convert import ConvertOptions, convert
 __all__ = ["Log", "build_demo_corpus"]
 
 MAX_CODE_FILES = 400  # standard-library modules, to keep the first run short
-CORPUS_VERSION = "2"  # bump when the corpus recipe changes; older caches are rebuilt
+CORPUS_VERSION = "3"  # bump when the corpus recipe changes; older caches are rebuilt
 SYNTHETIC_DOCUMENTS = 6000
+MAX_DOCUMENT_BYTES = 6000  # below the demo's 8,192 tokens per step
+_BLANK_LINES = re.compile(r"\n[ \t]*\n")
 Log = Callable[[str], None]
 
 
@@ -39,18 +44,46 @@ def _stdlib_modules() -> list[str]:
   return [os.path.join(stdlib, n) for n in names[:MAX_CODE_FILES]]
 
 
+def _documents(text: str) -> list[str]:
+  """Paragraphs (blank-line separated) of at most MAX_DOCUMENT_BYTES UTF-8
+  bytes: a longer one is cut at line ends (or, for a single huge line, by size)."""
+  out = []
+  for paragraph in _BLANK_LINES.split(text):
+    chunk = ""
+    for line in paragraph.splitlines(keepends=True):
+      while len(line.encode()) > MAX_DOCUMENT_BYTES:
+        head = line.encode()[:MAX_DOCUMENT_BYTES].decode("utf-8", "ignore")
+        out.append(head)
+        line = line[len(head):]
+      if chunk and len((chunk + line).encode()) > MAX_DOCUMENT_BYTES:
+        out.append(chunk)
+        chunk = ""
+      chunk += line
+    out.append(chunk)
+  return [d for d in (d.strip("\n") for d in out) if d.strip()]
+
+
+def _write_code_jsonl(path: str) -> None:
+  with open(path, "w") as f:
+    for module in _stdlib_modules():
+      with open(module, encoding="utf-8", errors="replace") as source:
+        for document in _documents(source.read()):
+          f.write(json.dumps({"text": document}) + "\n")
+
+
 def _write_docs_jsonl(path: str) -> None:
   topics = pydoc_data.topics.topics
   with open(path, "w") as f:
     for key in sorted(topics):
-      f.write(json.dumps({"topic": key, "text": topics[key]}) + "\n")
+      for document in _documents(topics[key]):
+        f.write(json.dumps({"topic": key, "text": document}) + "\n")
 
 
 def _write_synthetic_jsonl(path: str) -> None:
   """Deterministic prose: words of the help topics, lognormal document lengths."""
   words = sorted({w for text in pydoc_data.topics.topics.values() for w in text.split() if w.isalpha()})
   rng = np.random.default_rng(0)
-  lengths = np.clip(rng.lognormal(np.log(80), 0.8, SYNTHETIC_DOCUMENTS), 5, 2000).astype(int)
+  lengths = np.clip(rng.lognormal(np.log(80), 0.8, SYNTHETIC_DOCUMENTS), 5, 600).astype(int)  # < 6,000 bytes
   with open(path, "w") as f:
     for n in lengths:
       f.write(json.dumps({"text": " ".join(rng.choice(words, n).tolist()) + "."}) + "\n")
@@ -65,13 +98,10 @@ def build_demo_corpus(cache_dir: str, log: Log = print) -> dict[str, str]:
   os.makedirs(raw_dir, exist_ok=True)
   with open(stamp, "w") as f:
     f.write(CORPUS_VERSION)
-  sources = {
-      "synthetic": (os.path.join(raw_dir, "synthetic.jsonl"), _write_synthetic_jsonl, ConvertOptions(input_format="jsonl")),
-      "code": (None, None, ConvertOptions(input_format="text", text_mode="paragraph")),
-      "docs": (os.path.join(raw_dir, "docs.jsonl"), _write_docs_jsonl, ConvertOptions(input_format="jsonl")),
-  }
+  sources = {"synthetic": _write_synthetic_jsonl, "code": _write_code_jsonl, "docs": _write_docs_jsonl}
+  options = ConvertOptions(input_format="jsonl", shard_bytes=1 << 20)
   out = {}
-  for name, (raw, write_raw, options) in sources.items():
+  for name, write_raw in sources.items():
     directory = os.path.join(cache_dir, name)
     out[name] = directory
     if os.path.exists(os.path.join(directory, MANIFEST_NAME)):
@@ -81,11 +111,10 @@ def build_demo_corpus(cache_dir: str, log: Log = print) -> dict[str, str]:
         raise DatasetError(f"{e}\n(the demo cache is damaged; remove {cache_dir} and run again)") from e
       log(f"reusing {name} dataset in {directory}")
       continue
-    if write_raw is not None:
-      write_raw(raw)
-    inputs = [raw] if raw else _stdlib_modules()
+    raw = os.path.join(raw_dir, f"{name}.jsonl")
+    write_raw(raw)
     started = time.perf_counter()
-    manifest = convert(inputs, directory, name, dataclasses.replace(options, shard_bytes=1 << 20))
+    manifest = convert([raw], directory, name, options)
     log(f"converted {name}: {manifest.num_records} documents, {manifest.num_tokens:,} tokens, "
         f"{len(manifest.shards)} shards in {time.perf_counter() - started:.1f}s")
   return out

@@ -37,6 +37,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.demo import DEVICES, default_cache_dir, model, xla_flags
 from jaxdata.demo.corpus import Log, build_demo_corpus
 from jaxdata.pipeline.pipeline import Pipeline
+from jaxdata.tools.audit import audit
 from jaxdata.sources.manifest import Manifest
 
 __all__ = ["DemoResult", "demo_config", "resume_check", "run_demo"]
@@ -53,8 +54,9 @@ def demo_config(cache_dir: str, config_path: str | None = None) -> PipelineConfi
 class DemoResult:
   steps: int
   losses: list[float]
-  target_share: dict[str, float]
+  target_share: dict[str, float]  # of the units the stream pulled for the steps run
   realised_share: dict[str, float]
+  share_bound: float  # the exact interleave's bound (one document), as a share
   tokens_per_source: dict[str, int]
   passes: dict[str, int]
   efficiency: float
@@ -164,17 +166,17 @@ def run_demo(
   plot_path = os.path.join(out_dir, "mixture.png")
   _plot(history, cfg.names, plot_path)
   cumulative = {n: sum(h["tokens_per_source"][n] for h in history) for n in cfg.names}
-  # The target of the run: each step's schedule weights, weighted by its tokens.
-  weighted_target = {
-      n: sum(h["target_share"][n] * sum(h["tokens_per_source"].values()) for h in history) / max(real_tokens, 1)
-      for n in cfg.names
-  }
+  # What the stream took for these steps against what the schedule asked of it
+  # (each step's weights times the units pulled for that step), from metadata.
+  stream = audit(cfg, hosts=1, steps=steps)
+  pulled, target = sum(stream.taken.values()), sum(stream.target.values())
   longest = max(int(cursor.lengths.max()) for cursor in pipe.planner.stream.cursors)
   return DemoResult(
       steps=steps,
       losses=losses,
-      target_share=weighted_target,
-      realised_share={n: cumulative[n] / max(real_tokens, 1) for n in cfg.names},
+      target_share={n: stream.target[n] / target for n in cfg.names},
+      realised_share={n: stream.taken[n] / pulled for n in cfg.names},
+      share_bound=stream.share_bound / pulled,
       tokens_per_source=cumulative,
       passes=history[-1]["passes"],
       efficiency=real_tokens / (steps * cfg.tokens_per_step),

@@ -41,6 +41,8 @@ class AuditResult:
   passes_checked: list[str] = dataclasses.field(default_factory=list)
   share_deviation: dict[str, float] = dataclasses.field(default_factory=dict)
   share_bound: float = 0.0
+  taken: dict[str, float] = dataclasses.field(default_factory=dict)  # units the stream took per dataset
+  target: dict[str, float] = dataclasses.field(default_factory=dict)  # the schedule's target for them
   residual_ratio: dict[str, float] = dataclasses.field(default_factory=dict)
   residual_ratio_explained: str = ""
   warnings: list[str] = dataclasses.field(default_factory=list)
@@ -163,6 +165,7 @@ def audit(
     )
   result.warnings.extend(stored_order_warnings(cfg, metadata))
   taken = np.array([c.taken for c in stream.cursors], dtype=float)
+  result.taken, result.target = dict(zip(cfg.names, taken.tolist())), dict(zip(cfg.names, targets.tolist()))
   if cfg.mixture.interleave == "exact":
     # Steps pull whole documents with one step's weights, and the last pull of a
     # step can overshoot into the next; one document per dataset bounds it all.
