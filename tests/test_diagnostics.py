@@ -18,7 +18,7 @@ from jaxdata.tools.exposure import exposure, parse_tokens, schedule_exposure
 from jaxdata.research.mixing import doremi_update, importance_weights, per_source_loss
 from jaxdata.config.schedule import Schedule
 from jaxdata.pipeline.planner import StepPlanner
-from pipeline_fixtures import coded_config
+from pipeline_fixtures import coded_config, write_coded_dataset
 
 # ------------------------------------------------------------------ exposure
 
@@ -294,3 +294,17 @@ def test_audit_warns_when_nothing_was_checked_or_a_dataset_keeps_stored_order(ca
   assert result.ok and len(result.warnings) == 2
   assert "no pass of any dataset completed within the 3 audited steps" in result.warnings[0]
   assert result.warnings[1].startswith("one: read in stored order in runs of up to 400 documents (100% of it, 1 shard)")
+
+
+def test_plan_warns_about_a_dataset_read_in_stored_order(tmp_path, capsys):
+  write_coded_dataset(str(tmp_path / "one"), 0, [7] * 50, shard_bytes=1 << 20)  # a single shard
+  write_coded_dataset(str(tmp_path / "many"), 1, [7] * 200)  # 14 shards: short runs
+  path = tmp_path / "pipeline.yaml"
+  path.write_text(yaml.safe_dump({
+      "datasets": [{"name": "one", "path": "one"}, {"name": "many", "path": "many"}],
+      "mixture": {"weights": {"one": 1, "many": 1}}, "exhausted_policy": "repeat",
+      "packing": {"seq_len": 16}, "batch": {"global_batch_size": 2}}))
+  assert main(["plan", str(path), "--tokens", "1k", "--json"]) == 0
+  warnings = json.loads(capsys.readouterr().out)["warnings"]
+  assert [w.split(":")[0] for w in warnings] == ["one"]
+  assert "read in stored order in runs of up to 50 documents (100% of it, 1 shard)" in warnings[0]

@@ -12,12 +12,9 @@ from rich.table import Table
 
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.slices import load_slice
-from jaxdata.sources.manifest import Manifest
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.bench import bench as bench_config
-from jaxdata.mixture.stream import DatasetMeta
-from jaxdata.tools.exposure import parse_tokens, schedule_exposure, simulate_end, weights_by_step
-from jaxdata.tools.mixture_checks import stored_order_warnings
+from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import mesh_report
 from jaxdata.tools.report import plan_plot, write_report
 
@@ -26,17 +23,9 @@ __all__ = ["audit", "bench", "mesh", "plan", "report"]
 
 def plan(args: argparse.Namespace, console: Console) -> int:
   cfg = load_config(args.config)
-  supply = {d.name: Manifest.load(d.path).num_tokens for d in cfg.datasets}
   schedule = cfg.schedule()
   tokens_per_step = cfg.tokens_per_step
-  metadata = {d.name: DatasetMeta.load(d.path) for d in cfg.datasets}
-  requested = parse_tokens(args.tokens)
-  end = simulate_end(cfg, metadata, -(-requested // tokens_per_step))
-  total = min(requested, end.tokens, end.steps * tokens_per_step) if end is not None else requested
-  table = schedule_exposure(supply, schedule, total, tokens_per_step, args.max_passes)
-  warnings = [*table.warnings, *stored_order_warnings(cfg, metadata)]
-  if end is not None:
-    warnings.insert(0, f"{end.describe()}, before the {requested:,} tokens asked for; exposure is up to there")
+  table, end, warnings = plan_run(cfg, parse_tokens(args.tokens), args.max_passes)
   if args.png:
     plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
   if args.json:

@@ -31,6 +31,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
 from jaxdata.mixture.stream import DatasetMeta, DocumentStream
+from jaxdata.tools.mixture_checks import stored_order_warnings
 
 __all__ = [
     "DatasetExposure",
@@ -38,6 +39,7 @@ __all__ = [
     "StreamEnd",
     "exposure",
     "parse_tokens",
+    "plan_run",
     "schedule_exposure",
     "simulate_end",
     "weights_by_step",
@@ -184,6 +186,22 @@ def simulate_end(
       name = stream.ended_by or cfg.names[0]
       return StreamEnd(step + 1, stream.tokens + extra * stream.emitted, name, settings[name].policy)
   return None
+
+
+def plan_run(
+    cfg: PipelineConfig, tokens: int, max_passes: float
+) -> tuple[ExposureTable, StreamEnd | None, list[str]]:
+  """What `jaxdata plan` shows: exposure over `tokens` tokens, or up to where
+  the pass policies end the stream if that comes first, and the warnings."""
+  metadata = {d.name: DatasetMeta.load(d.path) for d in cfg.datasets}
+  supply = {name: int(meta.lengths.sum()) for name, meta in metadata.items()}
+  end = simulate_end(cfg, metadata, -(-tokens // cfg.tokens_per_step))
+  total = min(tokens, end.tokens, end.steps * cfg.tokens_per_step) if end is not None else tokens
+  table = schedule_exposure(supply, cfg.schedule(), total, cfg.tokens_per_step, max_passes)
+  warnings = [*table.warnings, *stored_order_warnings(cfg, metadata)]
+  if end is not None:
+    warnings.insert(0, f"{end.describe()}, before the {tokens:,} tokens asked for; exposure is up to there")
+  return table, end, warnings
 
 
 def exposure(
