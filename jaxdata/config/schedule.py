@@ -83,7 +83,6 @@ class _Phase:
   start: int
   until: int | None
   ramp_steps: int
-  weights: tuple[float, ...]
   exact: tuple[Fraction, ...]
 
 
@@ -123,7 +122,7 @@ class Schedule:
         raise ConfigError(f"{at}.ramp_steps: the first phase has nothing to ramp from")
       if ramp and until is not None and ramp > until - start:
         raise ConfigError(f"{at}.ramp_steps: {ramp} is longer than the phase ({until - start} steps)")
-      built.append(_Phase(start, until, ramp, normalize_weights(weights, names, at), exact_weights(weights, names, at)))
+      built.append(_Phase(start, until, ramp, exact_weights(weights, names, at)))
       start = until if until is not None else start
     return cls(names, built)
 
@@ -140,22 +139,14 @@ class Schedule:
     return bisect.bisect_right(self._untils, step)
 
   def weights_at(self, step: int) -> tuple[float, ...]:
-    """Normalised weights (in dataset order) in force at `step`."""
-    if step < 0:
-      raise ValueError(f"step: must be >= 0, got {step}")
-    index = self.phase_index(step)
-    phase = self._phases[index]
-    into = step - phase.start
-    if into >= phase.ramp_steps:
-      return phase.weights
-    # Linear ramp in: reaches the phase's weights exactly at start + ramp_steps.
-    alpha = (into + 1) / (phase.ramp_steps + 1)
-    previous = self._phases[index - 1].weights
-    return tuple((1 - alpha) * a + alpha * b for a, b in zip(previous, phase.weights))
+    """Normalised weights (in dataset order) in force at `step`, as floats
+    (each the correctly rounded value of `exact_weights_at`)."""
+    return tuple(float(w) for w in self.exact_weights_at(step))
 
   def exact_weights_at(self, step: int) -> tuple[Fraction, ...]:
     """The weights at `step` as exact fractions summing to 1 (what the exact
-    interleave follows); `weights_at` is their float approximation."""
+    interleave follows). In a ramp, linear from the previous phase's weights,
+    reaching the phase's exactly at start + ramp_steps."""
     if step < 0:
       raise ValueError(f"step: must be >= 0, got {step}")
     index = self.phase_index(step)
@@ -169,4 +160,4 @@ class Schedule:
 
   def ever_positive(self) -> tuple[bool, ...]:
     """Whether each dataset has a positive weight in some phase."""
-    return tuple(any(p.weights[i] > 0 for p in self._phases) for i in range(len(self.names)))
+    return tuple(any(p.exact[i] > 0 for p in self._phases) for i in range(len(self.names)))
