@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sysconfig
 import time
 from typing import Callable
@@ -25,10 +24,11 @@ import pydoc_data.topics
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import TokenDataset
+from jaxdata.sources.fileutil import MARKER, claim_directory, clear_claimed
 from jaxdata.sources.manifest import MANIFEST_NAME
 from jaxdata.tools.convert import ConvertOptions, convert
 
-__all__ = ["Log", "build_demo_corpus"]
+__all__ = ["Log", "OWNER", "build_demo_corpus"]
 
 MAX_CODE_FILES = 400  # standard-library modules, to keep the first run short
 CORPUS_VERSION = "3"  # bump when the corpus recipe changes; older caches are rebuilt
@@ -36,6 +36,7 @@ SYNTHETIC_DOCUMENTS = 6000
 MAX_DOCUMENT_BYTES = 6000  # below the demo's 8,192 tokens per step
 _BLANK_LINES = re.compile(r"\n[ \t]*\n")
 Log = Callable[[str], None]
+OWNER = "jaxdata demo"  # the marker of directories the demo created (and may clear)
 
 
 def _stdlib_modules() -> list[str]:
@@ -93,8 +94,13 @@ def build_demo_corpus(cache_dir: str, log: Log = print) -> dict[str, str]:
   """Converts (or reuses) the demo datasets; returns {name: dataset dir}."""
   raw_dir = os.path.join(cache_dir, "raw")
   stamp = os.path.join(cache_dir, "corpus_version")
-  if os.path.exists(cache_dir) and (not os.path.exists(stamp) or open(stamp).read() != CORPUS_VERSION):
-    shutil.rmtree(cache_dir)  # built by another jaxdata version: rebuild
+  if os.path.isfile(stamp) and not os.path.islink(stamp):
+    # jaxdata 0.1 wrote only this stamp, when it created the directory: adopt it.
+    with open(os.path.join(cache_dir, MARKER), "w", encoding="utf-8") as f:
+      f.write(OWNER)
+  claim_directory(cache_dir, OWNER)  # refuses a non-empty directory the demo did not create
+  if not os.path.exists(stamp) or open(stamp).read() != CORPUS_VERSION:
+    clear_claimed(cache_dir, OWNER)  # built by another jaxdata version: rebuild
   os.makedirs(raw_dir, exist_ok=True)
   with open(stamp, "w") as f:
     f.write(CORPUS_VERSION)

@@ -18,7 +18,6 @@ import hashlib
 import importlib.resources
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -35,7 +34,8 @@ from jaxdata.checkpoint.orbax import Restore, Save
 from jaxdata.config.loading import load_config
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.demo import DEVICES, default_cache_dir, model, xla_flags
-from jaxdata.demo.corpus import Log, build_demo_corpus
+from jaxdata.demo.corpus import OWNER, Log, build_demo_corpus
+from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.tools.audit import audit
 from jaxdata.sources.manifest import Manifest
@@ -123,8 +123,8 @@ def run_demo(
   out_dir = out_dir or os.path.join(cache_dir, "run")
   ckpt_dir = os.path.join(out_dir, "checkpoints")
   os.makedirs(out_dir, exist_ok=True)
-  if os.path.exists(ckpt_dir):
-    shutil.rmtree(ckpt_dir)  # a fresh run each time
+  claim_directory(ckpt_dir, OWNER)  # refuses checkpoints the demo did not write
+  clear_claimed(ckpt_dir, OWNER)  # a fresh run each time
   mesh = _mesh()
   state = _model_state(cfg)
   losses, history, digests = [], [], {}

@@ -9,6 +9,12 @@ Every process runs the same plan and reads only its own rows::
     a background thread runs this `prefetch` steps ahead (prefetch.py);
     get_state() is the state after the last batch handed out, never the prefetcher's.
 
+Failure semantics (docs/state.md): an exception while producing step s, or
+while writing its statistics, leaves the pipeline at step s (everything
+planned or read ahead is dropped) and is raised; the next `next()` retries
+step s. Nothing is skipped and the stream never ends because of an error.
+An unreferenced pipeline stops its thread and closes its files.
+
 Usage::
 
     pipe = Pipeline(jaxdata.load_config("pipeline.yaml"), mesh=mesh, data_axes=("data",))
@@ -17,8 +23,10 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+import weakref
 from typing import Any, Iterator, Mapping, Sequence
 
 from jax.sharding import Mesh
@@ -92,9 +100,13 @@ class Pipeline:
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, self.planner.stream.schedule,
                                   stats_path if stats_path is not None else cfg.stats_path)
     self.reader = DocumentReader(datasets, cfg.names, bound, read_log)
+    # The producer and its thread hold no reference to the pipeline, so an
+    # unreferenced pipeline is collected and its finalizer releases them.
+    self._snapshot = functools.partial(_snapshot, self.planner, self.fingerprint, self.recorder)
     self.producer = StepProducer(cfg, self.planner, self.reader, self.recorder, sharding,
                                  read_ahead_tokens, self._snapshot)
-    self._prefetcher: Prefetcher | None = None
+    self._resources = _Resources(self.reader)
+    self._finalizer = weakref.finalize(self, self._resources.release)
     self._state = self._snapshot()
     self._exhausted = False
 
@@ -105,27 +117,37 @@ class Pipeline:
     if self._exhausted:
       raise StopIteration
     started = time.perf_counter()
-    if self.prefetch == 0:
-      item = self.producer.produce()
-    else:
-      if self._prefetcher is None:
-        self._prefetcher = Prefetcher(self.producer.produce, self.prefetch, lambda item: item is END)
-      item = self._prefetcher.get()
-    if isinstance(item, BaseException):
-      self._exhausted = True
-      raise item
+    try:
+      item = self._take()
+      if isinstance(item, Prepared):
+        self.recorder.time(item.stats, "wait", time.perf_counter() - started)
+        self.recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
+    except BaseException:  # re-raised: first go back to just after the last batch handed out
+      self._rewind()
+      raise
     if item is END:
       self._exhausted = True
       raise StopIteration
-    assert isinstance(item, Prepared)
-    self.recorder.time(item.stats, "wait", time.perf_counter() - started)
     self._state = item.state
-    self.recorder.handed_out(item.stats)
     return item.batch
 
+  def _take(self) -> Prepared | Any:
+    if self.prefetch == 0:
+      return self.producer.produce()
+    if self._resources.prefetcher is None:
+      self._resources.prefetcher = Prefetcher(self.producer.produce, self.prefetch, lambda item: item is END)
+    item = self._resources.prefetcher.get()
+    if isinstance(item, BaseException):
+      raise item
+    return item
+
+  def _rewind(self) -> None:
+    self._resources.stop_prefetch()
+    self.producer.clear()
+    self._continue_from(self.get_state())
+
   def close(self) -> None:
-    self._stop_prefetch()
-    self.reader.close()
+    self._finalizer()
 
   def __enter__(self) -> "Pipeline":
     return self
@@ -149,7 +171,7 @@ class Pipeline:
     schedules and pass policies may change.
     """
     state = read_pipeline_state(state, self.fingerprint, self.cfg.names)
-    self._stop_prefetch()
+    self._resources.stop_prefetch()
     self.producer.clear()
     try:
       self._continue_from(state)
@@ -167,13 +189,27 @@ class Pipeline:
     self._state = self._snapshot()
     self._exhausted = False
 
-  def _snapshot(self) -> dict[str, Any]:
-    """The state right now, cheaply: the carry stays a Pieces object until
-    `get_state` encodes it (snapshots are taken for every planned step)."""
-    return pipeline_state(self.planner.step, self.fingerprint, self.planner.get_state(encode_carry=False),
-                          self.recorder.tokens_per_source())
 
-  def _stop_prefetch(self) -> None:
-    if self._prefetcher is not None:
-      self._prefetcher.stop()
-      self._prefetcher = None
+
+def _snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> dict[str, Any]:
+  """The state right now, cheaply: the carry stays a Pieces object until
+  `Pipeline.get_state` encodes it (snapshots are taken for every planned step)."""
+  return pipeline_state(planner.step, fingerprint, planner.get_state(encode_carry=False), recorder.tokens_per_source())
+
+
+class _Resources:
+  """What a pipeline must release: the prefetch thread and the open files.
+  Held apart from the pipeline so its finalizer can release them."""
+
+  def __init__(self, reader: DocumentReader) -> None:
+    self.reader = reader
+    self.prefetcher: Prefetcher | None = None
+
+  def stop_prefetch(self) -> None:
+    if self.prefetcher is not None:
+      self.prefetcher.stop()
+      self.prefetcher = None
+
+  def release(self) -> None:
+    self.stop_prefetch()
+    self.reader.close()

@@ -30,7 +30,13 @@ class Prefetcher:
     self.thread.start()
 
   def get(self) -> Any:
-    return self.queue.get()
+    """The next item; waits in short slices so Ctrl-C is honoured promptly."""
+    while True:
+      try:
+        return self.queue.get(timeout=0.1)
+      except queue.Empty:
+        if not self.thread.is_alive() and self.queue.empty():
+          raise RuntimeError("prefetch thread ended without handing out an item") from None
 
   def stop(self) -> None:
     """Stops the thread and waits for it; items not yet taken are dropped."""

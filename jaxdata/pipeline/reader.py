@@ -8,15 +8,18 @@ Every distinct document is read once, however many pieces of it there are::
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
 
 from jaxdata.pipeline.vocabulary import TokenBound
-from jaxdata.sources.dataset import TokenDataset
+from jaxdata.sources.dataset import RaggedTokens, TokenDataset
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["DocumentReader", "ReadLog"]
+__all__ = ["DocumentReader", "READ_ATTEMPTS", "ReadLog"]
+
+READ_ATTEMPTS = 3  # an OSError (storage hiccup) is retried after 0.05 s, then 0.1 s
 
 ReadLog = list[tuple[range, str, np.ndarray]]  # (steps, dataset, records) of every read
 
@@ -47,7 +50,7 @@ class DocumentReader:
       records, inverse = np.unique(pieces.record[mine], return_inverse=True)
       if self.read_log is not None:
         self.read_log.append((steps, self.names[d], records))
-      ragged = dataset.read(*dataset.locate(records))
+      ragged = _read_with_retries(dataset, records)
       self.bound.check(dataset, records, ragged.tokens, ragged.offsets)
       parts.append(ragged.tokens)
       doc_start[mine] = base + ragged.offsets[:-1][inverse]
@@ -58,3 +61,16 @@ class DocumentReader:
   def close(self) -> None:
     for dataset in self.datasets:
       dataset.close()
+
+
+def _read_with_retries(dataset: TokenDataset, records: np.ndarray) -> RaggedTokens:
+  """`dataset.read` of `records`; an OSError is retried with backoff, then raised."""
+  failures = 0
+  while True:
+    try:
+      return dataset.read(*dataset.locate(records))
+    except OSError:
+      failures += 1
+      if failures == READ_ATTEMPTS:
+        raise
+      time.sleep(0.05 * 2 ** (failures - 1))

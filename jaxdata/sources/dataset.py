@@ -253,6 +253,11 @@ class TokenDataset:
     shard_file = os.path.join(self.path, shard.path)
     if not os.path.isfile(shard_file):
       raise DatasetError(f"{shard_file}: shard file is missing (listed in manifest.json)")
+    root = os.path.realpath(self.path)
+    for listed in (shard.path, shard.lengths_path):
+      if os.path.commonpath([root, os.path.realpath(os.path.join(self.path, listed))]) != root:
+        raise DatasetError(f"{os.path.join(self.path, listed)}: a link that resolves outside the dataset "
+                           "directory; a dataset's files must lie inside it")
     size = os.path.getsize(shard_file)
     if size != shard.num_bytes:
       raise DatasetError(
@@ -267,13 +272,15 @@ class TokenDataset:
       )
     try:
       lengths = np.load(lengths_file, mmap_mode="r", allow_pickle=False)
-    except ValueError as e:
-      raise DatasetError(f"{lengths_file}: not a readable .npy array ({e})") from e
-    if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+    except (ValueError, EOFError, OSError) as e:  # a zero-byte or foreign file raises EOFError
+      raise DatasetError(f"{lengths_file}: not a readable .npy array ({str(e)[:200] or type(e).__name__})") from e
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or lengths.dtype.itemsize > 4:
       raise DatasetError(
-          f"{lengths_file}: lengths index should be a 1-D integer array, "
+          f"{lengths_file}: lengths index should be a 1-D array of integers of at most 32 bits, "
           f"got shape {lengths.shape} dtype {lengths.dtype}"
       )
+    if lengths.dtype.kind == "i" and lengths.size and int(lengths.min()) < 0:
+      raise DatasetError(f"{lengths_file}: lengths index holds a negative length ({int(lengths.min())})")
     if lengths.size != shard.num_records:
       raise DatasetError(
           f"{lengths_file}: lengths index has {lengths.size} entries, shard "

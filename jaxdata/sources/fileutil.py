@@ -1,10 +1,43 @@
-"""Small file helpers shared by the writers and the tokenizers."""
+"""Small file helpers: hashing, and directories jaxdata may delete because it made them.
+
+A command that clears a directory before reusing it (the demo's cache and
+checkpoints) first checks the marker it wrote when it created the directory:
+a directory it did not create is never deleted.
+
+>>> import tempfile, os
+>>> root = tempfile.mkdtemp()
+>>> claim_directory(os.path.join(root, "cache"), "jaxdata demo")
+>>> clear_claimed(os.path.join(root, "cache"), "jaxdata demo")
+>>> open(os.path.join(root, "thesis.txt"), "w").close()
+>>> claim_directory(root, "jaxdata demo")
+Traceback (most recent call last):
+...
+FileExistsError: ...: exists, is not empty and was not created by jaxdata demo; choose a new or empty directory
+"""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import shutil
 
-__all__ = ["file_sha256"]
+__all__ = ["MARKER", "check_name", "claim_directory", "clear_claimed", "file_sha256", "is_claimed"]
+
+MARKER = ".jaxdata-created-by"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_name(name: object, where: str) -> str:
+  """A dataset name that is safe as a file-name prefix: letters, digits,
+  '_', '.', '-', starting with a letter or digit, at most 128 characters
+  (so `--name ../../x` cannot write outside the output directory)."""
+  if not isinstance(name, str) or not _NAME.fullmatch(name):
+    raise ValueError(
+        f"{where}: {str(name)[:80]!r} is not a dataset name (letters, digits, '_', '.', '-'; "
+        "starting with a letter or digit; at most 128 characters)"
+    )
+  return name
 
 
 def file_sha256(path: str) -> str:
@@ -14,3 +47,41 @@ def file_sha256(path: str) -> str:
     for block in iter(lambda: f.read(1 << 20), b""):
       digest.update(block)
   return digest.hexdigest()
+
+
+def is_claimed(path: str, owner: str) -> bool:
+  """Whether `path` is a directory that `owner` created (its marker says so)."""
+  marker = os.path.join(path, MARKER)
+  if not os.path.isfile(marker) or os.path.islink(marker):
+    return False
+  with open(marker, encoding="utf-8", errors="replace") as f:
+    return f.read(256) == owner
+
+
+def claim_directory(path: str, owner: str) -> None:
+  """Creates `path` for `owner` (or adopts an empty directory) and marks it;
+  a non-empty directory that `owner` did not create is refused."""
+  if os.path.lexists(path) and not os.path.isdir(path):
+    raise FileExistsError(f"{path}: exists and is not a directory")
+  if os.path.isdir(path) and not is_claimed(path, owner) and os.listdir(path):
+    raise FileExistsError(
+        f"{path}: exists, is not empty and was not created by {owner}; choose a new or empty directory"
+    )
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, MARKER), "w", encoding="utf-8") as f:
+    f.write(owner)
+
+
+def clear_claimed(path: str, owner: str) -> None:
+  """Deletes everything in `path` but its marker, if `owner` created it;
+  otherwise refuses (FileExistsError) and deletes nothing."""
+  if not is_claimed(path, owner):
+    raise FileExistsError(f"{path}: was not created by {owner}; not deleting it (choose another directory)")
+  for entry in os.listdir(path):
+    if entry == MARKER:
+      continue
+    full = os.path.join(path, entry)
+    if os.path.isdir(full) and not os.path.islink(full):
+      shutil.rmtree(full)
+    else:
+      os.remove(full)

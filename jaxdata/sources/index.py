@@ -15,7 +15,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.fileutil import file_sha256
+from jaxdata.sources.fileutil import check_name, file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
@@ -26,8 +26,12 @@ _SHARD_SUFFIX = ".array_record"
 
 
 def record_byte_lengths(path: str) -> np.ndarray:
-  """Byte length of every record of one ArrayRecord file, read sequentially."""
-  reader = ArrayRecordReader(path)
+  """Byte length of every record of one ArrayRecord file, read sequentially.
+  A file that is not a readable ArrayRecord file is a DatasetError naming it."""
+  try:
+    reader = ArrayRecordReader(path)
+  except RuntimeError as e:  # the reader's constructor rejects empty and foreign files
+    raise DatasetError(f"{path}: not a readable ArrayRecord file ({str(e)[:200]})") from e
   try:
     if not reader.ok():
       raise DatasetError(f"{path}: not a readable ArrayRecord file")
@@ -37,11 +41,20 @@ def record_byte_lengths(path: str) -> np.ndarray:
       try:
         blobs = reader.read(start, min(start + _CHUNK, total))
       except RuntimeError as e:
-        raise DatasetError(f"{path}: read failed near record {start}: {e}") from e
+        raise DatasetError(f"{path}: read failed near record {start}: {str(e)[:200]}") from e
       pieces.append(np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)))
     return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
   finally:
+    _close_quietly(reader)
+
+
+def _close_quietly(reader: ArrayRecordReader) -> None:
+  """Closes a reader; a failure to close a file that already failed must not
+  replace the error that says which file and why."""
+  try:
     reader.close()
+  except RuntimeError:
+    pass
 
 
 def build_index(
@@ -70,46 +83,64 @@ def build_index(
   if out_dir is None:
     out_dir = os.path.commonpath([os.path.dirname(p) for p in paths])
   out_dir = os.path.abspath(out_dir)
+  for path in paths:
+    if os.path.commonpath([out_dir, path]) != out_dir:
+      raise ValueError(f"{path}: lies outside the output directory {out_dir}; a manifest names only "
+                       "files inside its own directory (pass --out a directory that holds the shards)")
   if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
     raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}")
-  shards = []
-  for path in paths:
-    byte_lengths = record_byte_lengths(path)
-    odd = np.flatnonzero(byte_lengths % np_dtype.itemsize)
-    if odd.size:
-      raise DatasetError(
-          f"{path}: record {odd[0]} has {byte_lengths[odd[0]]} bytes, not a whole "
-          f"number of {np_dtype.name} tokens"
+  name = check_name(name or os.path.basename(out_dir), "name")
+  # Read and check every shard first: a bad one leaves no lengths file behind.
+  checked = [(path, _shard_lengths(path, np_dtype)) for path in paths]
+  shards, written = [], []
+  try:
+    for path, lengths in checked:
+      stem = path[: -len(_SHARD_SUFFIX)] if path.endswith(_SHARD_SUFFIX) else path
+      lengths_path = stem + ".lengths.npy"
+      np.save(lengths_path, lengths)
+      written.append(lengths_path)
+      shards.append(
+          ShardInfo(
+              path=os.path.relpath(path, out_dir),
+              lengths_path=os.path.relpath(lengths_path, out_dir),
+              num_records=int(lengths.size),
+              num_tokens=int(lengths.sum(dtype=np.int64)),
+              num_bytes=os.path.getsize(path),
+              sha256=file_sha256(path),
+          )
       )
-    empty = np.flatnonzero(byte_lengths == 0)
-    if empty.size:
-      raise DatasetError(
-          f"{path}: {empty.size} empty records (the first is record {int(empty[0])}); a dataset holds "
-          "documents of at least one token: rewrite the shard without them"
-      )
-    lengths = (byte_lengths // np_dtype.itemsize).astype(LENGTHS_DTYPE)
-    stem = path[: -len(_SHARD_SUFFIX)] if path.endswith(_SHARD_SUFFIX) else path
-    lengths_path = stem + ".lengths.npy"
-    np.save(lengths_path, lengths)
-    shards.append(
-        ShardInfo(
-            path=os.path.relpath(path, out_dir),
-            lengths_path=os.path.relpath(lengths_path, out_dir),
-            num_records=int(lengths.size),
-            num_tokens=int(lengths.sum(dtype=np.int64)),
-            num_bytes=os.path.getsize(path),
-            sha256=file_sha256(path),
-        )
+      if on_shard is not None:
+        on_shard(path)
+    manifest = Manifest(
+        name=name,
+        dtype=np_dtype.name,
+        tokenizer=tokenizer or {"kind": "unknown"},
+        shards=tuple(shards),
+        stats={"indexed_by": "jaxdata index"},
     )
-    if on_shard is not None:
-      on_shard(path)
-  manifest = Manifest(
-      name=name or os.path.basename(out_dir),
-      dtype=np_dtype.name,
-      tokenizer=tokenizer or {"kind": "unknown"},
-      shards=tuple(shards),
-      stats={"indexed_by": "jaxdata index"},
-  )
-  os.makedirs(out_dir, exist_ok=True)
-  manifest.save(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    manifest.save(out_dir)
+  except BaseException:
+    for lengths_path in written:  # remove what this call wrote, nothing else
+      os.remove(lengths_path)
+    raise
   return manifest
+
+
+def _shard_lengths(path: str, np_dtype: np.dtype) -> np.ndarray:
+  """The tokens of every record of a shard; DatasetError for a record that is
+  empty or not a whole number of tokens."""
+  byte_lengths = record_byte_lengths(path)
+  odd = np.flatnonzero(byte_lengths % np_dtype.itemsize)
+  if odd.size:
+    raise DatasetError(
+        f"{path}: record {odd[0]} has {byte_lengths[odd[0]]} bytes, not a whole "
+        f"number of {np_dtype.name} tokens"
+    )
+  empty = np.flatnonzero(byte_lengths == 0)
+  if empty.size:
+    raise DatasetError(
+        f"{path}: {empty.size} empty records (the first is record {int(empty[0])}); a dataset holds "
+        "documents of at least one token: rewrite the shard without them"
+    )
+  return (byte_lengths // np_dtype.itemsize).astype(LENGTHS_DTYPE)

@@ -9,8 +9,10 @@
       web-00001.array_record
       web-00001.lengths.npy
 
-Paths inside the manifest are relative to its directory, so a dataset
-directory can be moved or copied as a whole.
+Paths inside the manifest are relative to its directory and must stay
+inside it (no absolute paths, no ``..``), so a dataset directory can be
+moved or copied as a whole and a manifest cannot make jaxdata read, or
+report on, any other file. The fingerprint is required.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Manifest", "ShardInfo"]
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists shards: even 10^5 of them stay far below
 TOKEN_DTYPES = ("uint16", "uint32")
 
 
@@ -117,10 +120,17 @@ class Manifest:
     if not os.path.isfile(path):
       raise DatasetError(f"{path}: no manifest (is {directory} a jaxdata dataset?)")
     try:
-      with open(path) as f:
-        raw = json.load(f)
+      with open(path, "rb") as f:
+        blob = f.read(MAX_MANIFEST_BYTES + 1)
+      if len(blob) > MAX_MANIFEST_BYTES:
+        raise DatasetError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a jaxdata manifest")
+      raw = json.loads(blob.decode("utf-8"))
+    except UnicodeDecodeError as e:
+      raise DatasetError(f"{path}: not UTF-8 text (byte {e.start})") from e
     except json.JSONDecodeError as e:
       raise DatasetError(f"{path}: not valid JSON ({e})") from e
+    except RecursionError as e:
+      raise DatasetError(f"{path}: nested too deeply to be a jaxdata manifest") from e
     return cls.from_json(raw, source=path)
 
   @classmethod
@@ -141,8 +151,8 @@ class Manifest:
         raise DatasetError(f"{where}: expected an object")
       shards.append(
           ShardInfo(
-              path=_field(entry, "path", str, where),
-              lengths_path=_field(entry, "lengths_path", str, where),
+              path=_inside(_field(entry, "path", str, where), f"{where}.path"),
+              lengths_path=_inside(_field(entry, "lengths_path", str, where), f"{where}.lengths_path"),
               num_records=_field(entry, "num_records", int, where),
               num_tokens=_field(entry, "num_tokens", int, where),
               num_bytes=_field(entry, "num_bytes", int, where),
@@ -160,13 +170,22 @@ class Manifest:
       )
     except ValueError as e:
       raise DatasetError(f"{source}: {e}") from e
-    stored = raw.get("fingerprint")
-    if stored is not None and stored != manifest.fingerprint:
+    stored = _field(raw, "fingerprint", str, source)
+    if stored != manifest.fingerprint:
       raise DatasetError(
-          f"{source}: fingerprint {stored[:12]}... does not match the listed "
+          f"{source}: fingerprint {stored[:12]!r}... does not match the listed "
           f"shards ({manifest.fingerprint[:12]}...); the manifest was edited"
       )
     return manifest
+
+
+def _inside(path: str, where: str) -> str:
+  """A manifest path: relative, normalised, inside the dataset directory."""
+  normal = os.path.normpath(path)
+  if (not path or os.path.isabs(path) or normal.startswith("..") or "\0" in path
+      or os.path.splitdrive(path)[0]):
+    raise DatasetError(f"{where}: {path[:200]!r} is not a path inside the dataset directory")
+  return path
 
 
 def _field(raw: dict[str, Any], key: str, kind: type, where: str) -> Any:
@@ -176,6 +195,6 @@ def _field(raw: dict[str, Any], key: str, kind: type, where: str) -> Any:
   # bool is an int subclass; a count of `true` is a typo, not a number.
   if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
     raise DatasetError(
-        f"{where}: field {key!r} should be {kind.__name__}, got {value!r}"
+        f"{where}: field {key!r} should be {kind.__name__}, got {type(value).__name__}"
     )
   return value

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
-from jaxdata.sources.fileutil import file_sha256
+from jaxdata.sources.fileutil import check_name, file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 
 __all__ = ["DatasetWriter", "WRITER_OPTIONS", "shard_file_names"]
@@ -57,6 +57,7 @@ class DatasetWriter:
       tokenizer: dict[str, Any],
       shard_bytes: int = 256 << 20,
   ) -> None:
+    check_name(name, "name")
     if shard_bytes <= 0:
       raise ValueError(f"shard_bytes: must be positive, got {shard_bytes}")
     self._dtype = np.dtype(dtype).newbyteorder("<")

@@ -30,6 +30,7 @@ from jaxdata.tools.inputs import (
     expand_inputs,
     iter_documents,
 )
+from jaxdata.sources.fileutil import check_name
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.writer import DatasetWriter
 from jaxdata.tools.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
@@ -210,6 +211,7 @@ def convert(
   to `out_dir` until every input has been tokenized without error.
   """
   progress = on_progress or (lambda phase, done, total: None)
+  check_name(name, "name")  # a file-name prefix: nothing may land outside out_dir
   if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
     raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME})")
   files = expand_inputs(inputs)
