@@ -1,28 +1,90 @@
-"""`load_config`: a YAML file (safe loader) into a validated `PipelineConfig`."""
+"""`load_config`: a YAML file into a validated `PipelineConfig`, safely.
+
+The loader is PyYAML's safe loader with limits for hostile files:
+
+    size        at most 1 MiB, UTF-8 (a config is a few KB)
+    aliases     at most 64 `*alias` uses (an alias bomb of 641 bytes expands past memory)
+    keys        a key given twice in one mapping is an error (not "the last wins")
+    timestamps  stay strings (2026-01-01 is not a date object)
+
+>>> import tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "twice.yaml")
+>>> _ = open(path, "w").write("seed: 1\\nseed: 2\\n")
+>>> load_config(path)
+Traceback (most recent call last):
+...
+jaxdata.errors.ConfigError: ...twice.yaml: line 2: key 'seed' is given twice in one mapping
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import yaml
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.validate import short
 from jaxdata.errors import ConfigError
 
-__all__ = ["load_config"]
+__all__ = ["MAX_CONFIG_BYTES", "load_config"]
+
+MAX_CONFIG_BYTES = 1 << 20
+MAX_ALIASES = 64
+
+
+class _ConfigLoader(yaml.SafeLoader):
+  """The safe loader, with the limits above."""
+
+  def __init__(self, stream: str) -> None:
+    super().__init__(stream)
+    self.aliases = 0
+
+  def compose_node(self, parent: Any, index: Any) -> Any:
+    if self.check_event(yaml.AliasEvent):
+      self.aliases += 1
+      if self.aliases > MAX_ALIASES:
+        mark = self.peek_event().start_mark
+        raise ConfigError(f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases (*name); "
+                          "a config needs few, and many can expand without bound")
+    return super().compose_node(parent, index)
+
+  def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+    seen = set()
+    for key_node, _ in node.value:
+      key = self.construct_object(key_node, deep=True)
+      if isinstance(key, (str, int, float, bool)) or key is None:
+        if key in seen:
+          raise ConfigError(f"line {key_node.start_mark.line + 1}: key {short(key)} is given twice in one mapping")
+        seen.add(key)
+    return super().construct_mapping(node, deep=deep)
+
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
 
 
 def load_config(path: str) -> PipelineConfig:
-  """Reads a YAML config with a safe loader and validates it.
+  """Reads a YAML config with the limited safe loader and validates it.
 
   Dataset paths are relative to the config file's directory. Errors name the
   file and the offending key or value.
   """
+  with open(path, "rb") as f:
+    blob = f.read(MAX_CONFIG_BYTES + 1)
+  if len(blob) > MAX_CONFIG_BYTES:
+    raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES >> 10} KiB; not a pipeline config")
   try:
-    with open(path) as f:
-      raw = yaml.safe_load(f)
+    text = blob.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from e
+  try:
+    raw = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 -- a SafeLoader subclass
   except yaml.YAMLError as e:
-    raise ConfigError(f"{path}: not valid YAML ({e})") from e
+    raise ConfigError(f"{path}: not valid YAML ({str(e)[:500]})") from e
+  except ConfigError as e:
+    raise ConfigError(f"{path}: {e}") from e
+  except RecursionError as e:
+    raise ConfigError(f"{path}: nested too deeply to be a pipeline config") from e
   try:
     return PipelineConfig.from_dict(raw, base_dir=os.path.dirname(os.path.abspath(path)))
   except ConfigError as e:

@@ -37,10 +37,15 @@ from jaxdata.config.validate import (
     check_int,
     mapping,
     no_unknown_keys,
+    short,
 )
 from jaxdata.errors import ConfigError
 
-__all__ = ["PipelineConfig"]
+__all__ = ["MAX_TOKENS_PER_STEP", "PipelineConfig"]
+
+# 2^30 tokens per step: 4 GiB per int32 feature on one host; a larger step is
+# a typo (10^6 rows x 10^6 tokens), and would hang the first next().
+MAX_TOKENS_PER_STEP = 1 << 30
 
 
 def _field_names(kind: type) -> set[str]:
@@ -48,13 +53,15 @@ def _field_names(kind: type) -> set[str]:
 
 
 def _build(kind: type, raw: Any, where: str, **overrides: Any) -> Any:
-  """`kind(**raw)` after checking `raw` is a mapping with only `kind`'s keys."""
+  """`kind(**raw)` after checking `raw` is a mapping with only `kind`'s keys,
+  all of them strings, and every required key."""
   body = mapping(raw, where)
   no_unknown_keys(body, _field_names(kind), where)
-  try:
-    return kind(**{**body, **overrides})
-  except TypeError as e:  # a required key is missing
-    raise ConfigError(f"{where}: {e}") from e
+  for field in dataclasses.fields(kind):
+    required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    if required and field.name not in body and field.name not in overrides:
+      raise ConfigError(f"{where}: missing {field.name!r}")
+  return kind(**{**body, **overrides})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,13 +86,13 @@ class PipelineConfig:
   def __post_init__(self) -> None:
     object.__setattr__(self, "datasets", tuple(self.datasets))
     if self.stats_path is not None and not isinstance(self.stats_path, str):
-      raise ConfigError(f"stats_path: expected a file path, got {self.stats_path!r}")
+      raise ConfigError(f"stats_path: expected a file path, got {short(self.stats_path)}")
     if not self.datasets:
       raise ConfigError("datasets: the config needs at least one dataset")
     names = [d.name for d in self.datasets]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-      raise ConfigError(f"datasets: name {duplicates[0]!r} is used more than once")
+      raise ConfigError(f"datasets: name {short(duplicates[0])} is used more than once")
     check_int(self.seed, "seed", 0)
     check_bool(self.shuffle_shards, "shuffle_shards")
     check_bool(self.shuffle_within_shard, "shuffle_within_shard")
@@ -98,6 +105,12 @@ class PipelineConfig:
     self._check_per_dataset("max_repeats", lambda v, w: check_int(v, w, 0), allow_none=True)
     if self.stop_after_passes is not None:
       check_int(self.stop_after_passes, "stop_after_passes", 1)
+    if self.tokens_per_step > MAX_TOKENS_PER_STEP:
+      raise ConfigError(
+          f"batch.global_batch_size: {self.batch.global_batch_size} rows x packing.seq_len "
+          f"{self.packing.seq_len} = {self.tokens_per_step:,} tokens per step, more than the "
+          f"{MAX_TOKENS_PER_STEP:,} a step may hold"
+      )
     schedule = self.schedule()
     for setting, positive in zip(self.dataset_settings(), schedule.ever_positive()):
       if setting.policy == "passes" and not positive:
@@ -112,7 +125,7 @@ class PipelineConfig:
       names = set(self.names)
       for key, item in value.items():
         if key not in names:
-          raise ConfigError(f"{field}: {key!r} is not a dataset of this config")
+          raise ConfigError(f"{field}: {short(key)} is not a dataset of this config")
         if item is not None or not allow_none:  # null: that dataset takes no value (no limit)
           check(item, f"{field}.{key}")
     elif value is not None or not allow_none:
@@ -159,10 +172,10 @@ class PipelineConfig:
     no_unknown_keys(top, _field_names(cls), "config")
     for required in ("datasets", "mixture"):
       if required not in top:
-        raise ConfigError(f"config: missing {required!r}")
+        raise ConfigError(f"config: missing {short(required)}")
     entries = top["datasets"]
     if not isinstance(entries, list):
-      raise ConfigError(f"datasets: expected a list of datasets, got {entries!r}")
+      raise ConfigError(f"datasets: expected a list of datasets, got {short(entries)}")
 
     def relative(path: Any) -> Any:
       if base_dir is None or not isinstance(path, str):
@@ -179,7 +192,7 @@ class PipelineConfig:
     if mixture.get("schedule") is not None:
       phases = mixture["schedule"]
       if not isinstance(phases, list):
-        raise ConfigError(f"mixture.schedule: expected a list of phases, got {phases!r}")
+        raise ConfigError(f"mixture.schedule: expected a list of phases, got {short(phases)}")
       for i, phase in enumerate(phases):
         if "weights" not in mapping(phase, f"mixture.schedule[{i}]"):
           raise ConfigError(f"mixture.schedule[{i}]: missing 'weights'")

@@ -20,7 +20,7 @@ import numbers
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
-from jaxdata.config.validate import is_int, require_keys
+from jaxdata.config.validate import is_int, require_keys, short
 from jaxdata.errors import ConfigError
 
 __all__ = ["Schedule", "exact_weights", "normalize_weights"]
@@ -28,18 +28,21 @@ __all__ = ["Schedule", "exact_weights", "normalize_weights"]
 
 def _checked_values(weights: Any, names: Sequence[str], where: str) -> list[float]:
   if not isinstance(weights, Mapping):
-    raise ConfigError(f"{where}: expected a mapping of dataset name to weight, got {weights!r}")
+    raise ConfigError(f"{where}: expected a mapping of dataset name to weight, got {short(weights)}")
   require_keys(weights, names, where, "weight (name every dataset once)")
   values = []
   for name in names:
     value = weights[name]
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-      raise ConfigError(f"{where}: weight of {name!r} must be a number, got {value!r}")
-    value = float(value)
+      raise ConfigError(f"{where}: weight of {short(name)} must be a number, got {short(value)}")
+    try:
+      value = float(value)
+    except OverflowError:  # an int beyond the float range
+      raise ConfigError(f"{where}: weight of {name!r} must be finite, got an int of {value.bit_length()} bits") from None
     if not math.isfinite(value):
-      raise ConfigError(f"{where}: weight of {name!r} must be finite, got {value}")
+      raise ConfigError(f"{where}: weight of {short(name)} must be finite, got {value}")
     if value < 0:
-      raise ConfigError(f"{where}: weight of {name!r} must be >= 0, got {value}")
+      raise ConfigError(f"{where}: weight of {short(name)} must be >= 0, got {value}")
     values.append(value)
   if max(values) <= 0:
     raise ConfigError(f"{where}: weights must have a positive sum, all are 0")
@@ -113,11 +116,11 @@ class Schedule:
         raise ConfigError(f"{at}.until_step: the last phase runs to the end; remove until_step")
       if not last:
         if not is_int(until):
-          raise ConfigError(f"{at}.until_step: every phase but the last needs an int, got {until!r}")
+          raise ConfigError(f"{at}.until_step: every phase but the last needs an int, got {short(until)}")
         if until <= start:
           raise ConfigError(f"{at}.until_step: {until} must be greater than the phase start {start}")
       if not is_int(ramp) or ramp < 0:
-        raise ConfigError(f"{at}.ramp_steps: must be an int >= 0, got {ramp!r}")
+        raise ConfigError(f"{at}.ramp_steps: must be an int >= 0, got {short(ramp)}")
       if ramp and i == 0:
         raise ConfigError(f"{at}.ramp_steps: the first phase has nothing to ramp from")
       if ramp and until is not None and ramp > until - start:

@@ -19,7 +19,9 @@ from jaxdata.config.validate import (
     check_bool,
     check_choice,
     check_int,
+    MAX_ID,
     mapping,
+    short,
 )
 from jaxdata.errors import ConfigError
 
@@ -72,9 +74,9 @@ class DatasetConfig:
   def __post_init__(self) -> None:
     where = f"datasets.{self.name}" if isinstance(self.name, str) else "datasets[].name"
     if not isinstance(self.name, str) or not self.name:
-      raise ConfigError(f"{where}: every dataset needs a non-empty name, got {self.name!r}")
+      raise ConfigError(f"{where}: every dataset needs a non-empty name, got {short(self.name)}")
     if not isinstance(self.path, str):
-      raise ConfigError(f"{where}.path: expected a string, got {self.path!r}")
+      raise ConfigError(f"{where}.path: expected a string, got {short(self.path)}")
     for field in ("shuffle_shards", "shuffle_within_shard", "reshuffle_on_repeat"):
       if getattr(self, field) is not None:
         check_bool(getattr(self, field), f"{where}.{field}")
@@ -157,9 +159,9 @@ class PackingConfig:
     for field in ("add_bos", "add_eos"):
       check_bool(getattr(self, field), f"packing.{field}")
     for field in ("bos_id", "eos_id", "pad_id"):
-      check_int(getattr(self, field), f"packing.{field}", 0)
+      check_int(getattr(self, field), f"packing.{field}", 0, MAX_ID)
     if not isinstance(self.warmup, (list, tuple)):
-      raise ConfigError(f"packing.warmup: expected a list of phases, got {self.warmup!r}")
+      raise ConfigError(f"packing.warmup: expected a list of phases, got {short(self.warmup)}")
     phases = tuple(
         p if isinstance(p, WarmupPhase) else WarmupPhase(**mapping(p, f"packing.warmup[{i}]"))
         for i, p in enumerate(self.warmup)

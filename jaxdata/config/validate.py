@@ -14,12 +14,15 @@ jaxdata.errors.ConfigError: batch.global_batch_size: expected an int >= 1, got 0
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, Collection, Mapping, Sequence
 
 from jaxdata.errors import ConfigError
 
 __all__ = [
     "BLOCK_SIZE_WORDS",
+    "MAX_ID",
+    "short",
     "check_block_size",
     "check_bool",
     "check_choice",
@@ -32,6 +35,18 @@ __all__ = [
 ]
 
 BLOCK_SIZE_WORDS = ("auto", "global")
+MAX_ID = (1 << 31) - 1  # token ids and counts that int32 batches can hold
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 6
+_REPR.maxlevel = 3
+
+
+def short(value: Any) -> str:
+  """A bounded repr of a user-given value for an error message: a huge or
+  deeply shared structure (a YAML alias bomb) stays a few hundred characters."""
+  return _REPR.repr(value)
 
 
 def is_int(value: Any) -> bool:
@@ -39,19 +54,20 @@ def is_int(value: Any) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_int(value: Any, where: str, minimum: int) -> None:
-  if not is_int(value) or value < minimum:
-    raise ConfigError(f"{where}: expected an int >= {minimum}, got {value!r}")
+def check_int(value: Any, where: str, minimum: int, maximum: int | None = None) -> None:
+  if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
+    upper = f" and <= {maximum}" if maximum is not None else ""
+    raise ConfigError(f"{where}: expected an int >= {minimum}{upper}, got {short(value)}")
 
 
 def check_bool(value: Any, where: str) -> None:
   if not isinstance(value, bool):
-    raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    raise ConfigError(f"{where}: expected true or false, got {short(value)}")
 
 
 def check_choice(value: Any, choices: Sequence[str], where: str) -> None:
   if value not in choices:
-    raise ConfigError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+    raise ConfigError(f"{where}: {short(value)} is not one of {', '.join(choices)}")
 
 
 def check_block_size(value: Any, where: str) -> None:
@@ -59,19 +75,19 @@ def check_block_size(value: Any, where: str) -> None:
   if value is None or value in BLOCK_SIZE_WORDS:
     return
   if not is_int(value) or value < 1:
-    raise ConfigError(f"{where}: expected null, a positive int, 'auto' or 'global', got {value!r}")
+    raise ConfigError(f"{where}: expected null, a positive int, 'auto' or 'global', got {short(value)}")
 
 
 def mapping(value: Any, where: str) -> Mapping[str, Any]:
   if not isinstance(value, Mapping):
-    raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+    raise ConfigError(f"{where}: expected a mapping, got {short(value)}")
   return value
 
 
 def no_unknown_keys(raw: Mapping[str, Any], allowed: Collection[str], where: str) -> None:
-  unknown = sorted(set(raw) - set(allowed))
+  unknown = sorted(set(raw) - set(allowed), key=str)  # keys may be ints, dates, ... from YAML
   if unknown:
-    raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+    raise ConfigError(f"{where}: unknown key {short(unknown[0])} (allowed: {', '.join(sorted(allowed))})")
 
 
 def require_keys(given: Any, expected: Sequence[str], where: str, value: str) -> None:
@@ -79,7 +95,7 @@ def require_keys(given: Any, expected: Sequence[str], where: str, value: str) ->
   unknown key or the first missing one ("... has no {value}")."""
   unknown = [k for k in given if k not in expected]
   if unknown:
-    raise ConfigError(f"{where}: {unknown[0]!r} is not one of {', '.join(map(repr, expected))}")
+    raise ConfigError(f"{where}: {short(unknown[0])} is not one of {', '.join(map(repr, expected))}")
   missing = [k for k in expected if k not in given]
   if missing:
     raise ConfigError(f"{where}: {missing[0]!r} has no {value}")
@@ -98,7 +114,7 @@ def check_state_header(state: Any, where: str, current: int, keys: Sequence[str]
   jaxdata.errors.ConfigError: stream state: format version 9 is newer than this jaxdata reads (1); upgrade jaxdata
   """
   if not isinstance(state, Mapping) or not is_int(state.get("version")):
-    raise ConfigError(f"{where}: expected a mapping with an int version, got {state!r:.200}")
+    raise ConfigError(f"{where}: expected a mapping with an int version, got {short(state)}")
   version = state["version"]
   if version > current:
     raise ConfigError(
