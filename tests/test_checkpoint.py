@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +15,7 @@ from jax.sharding import Mesh
 
 import jaxdata
 from jaxdata import CheckpointError, Pipeline
+from jaxdata.checkpoint import seal
 from pipeline_fixtures import FIRST_CODE, coded_config, decode, write_coded_dataset
 
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
@@ -158,12 +161,23 @@ def test_corrupt_missing_and_newer_checkpoints_name_the_path(cfg, tmp_path):
   broken = json.loads(good)
   broken["stream"]["datasets"]["d0"]["position"] = -3
   state_file.write_text(json.dumps(broken))
+  with pytest.raises(CheckpointError, match=rf"{state_file}: pipeline state: its digest does not match its content"):
+    restore()
+  # A state that is invalid but sealed (a bug, not an edit) meets the field validators.
+  state_file.write_text(json.dumps(seal(broken)))
   with pytest.raises(CheckpointError, match=rf"{state_file}: pipeline state: stream state: datasets.d0"):
     restore()
   broken = json.loads(good)
   broken["packer"]["carry"] = "not base64!"
-  state_file.write_text(json.dumps(broken))
+  state_file.write_text(json.dumps(seal(broken)))
   with pytest.raises(CheckpointError, match=rf"{state_file}: pipeline state: packer state: carry is not a valid"):
+    restore()
+  # A zlib bomb in the carry: 16 KB that would inflate to 16 MB, past the bound the config allows,
+  # is cut off while inflating (0.1 inflated everything: 5 GB from 1 MB).
+  broken = json.loads(good)
+  broken["packer"]["carry"] = base64.b64encode(zlib.compress(b"[" + b"0," * (1 << 23) + b"0]", 9)).decode()
+  state_file.write_text(json.dumps(seal(broken)))
+  with pytest.raises(CheckpointError, match=r"carry is not a valid encoded piece list \(more than \d+ pieces"):
     restore()
   state_file.unlink()
   with pytest.raises(CheckpointError, match="no jaxdata pipeline state in this checkpoint"):

@@ -103,8 +103,30 @@ def test_garbage_shard_of_the_right_size_is_named(damaged):
   path = os.path.join(damaged, "rand-00000.array_record")
   size = os.path.getsize(path)
   open(path, "wb").write(np.random.default_rng(0).bytes(size))
-  with pytest.raises(DatasetError, match=r"rand-00000\.array_record: not a readable ArrayRecord file"):
+  with pytest.raises(DatasetError, match=r"rand-00000\.array_record: content differs from the shard manifest\.json lists"):
     TokenDataset(damaged)
+
+
+@pytest.mark.parametrize("how", ["copy", "symlink"])
+def test_a_shard_swapped_for_one_of_the_same_shape_is_caught_at_open(tmp_path, how):
+  # Two datasets with identical record lengths; 0.1 read the swapped shard as
+  # genuine (19 of 200 documents silently came from the other dataset).
+  for name, seed in (("a", 0), ("b", 1)):
+    rng = np.random.default_rng(seed)
+    writer = DatasetWriter(str(tmp_path / name), "ds", np.dtype("<u2"), {"kind": "test"}, 1500)
+    writer.write_documents(rng.integers(0, 60000, 200 * 10), np.full(200, 10))
+    writer.finish()
+  target, other = tmp_path / "a" / "ds-00001.array_record", tmp_path / "b" / "ds-00001.array_record"
+  assert target.stat().st_size == other.stat().st_size
+  target.unlink()
+  if how == "copy":
+    shutil.copyfile(other, target)
+    message = r"ds-00001\.array_record: content differs from the shard manifest\.json lists"
+  else:
+    target.symlink_to(other)
+    message = r"ds-00001\.array_record: a link that resolves outside the dataset directory"
+  with pytest.raises(DatasetError, match=message):
+    TokenDataset(str(tmp_path / "a"))
 
 
 def test_wrong_size_lengths_index_is_named(damaged):
@@ -183,7 +205,8 @@ def test_verify_detects_a_changed_byte(damaged):
   data = bytearray(open(path, "rb").read())
   data[100] ^= 0xFF
   open(path, "wb").write(bytes(data))
-  with pytest.raises(DatasetError, match=r"rand-00001\.array_record: sha256 .* differs from manifest"):
+  # A small shard is sampled whole, so opening already notices; verify() rehashes everything.
+  with pytest.raises(DatasetError, match=r"rand-00001\.array_record: (content differs|sha256 .* differs from manifest)"):
     TokenDataset(damaged).verify()
 
 

@@ -242,7 +242,9 @@ class Packer:
   def set_state(self, state: Mapping[str, Any]) -> None:
     if not isinstance(state, Mapping) or "carry" not in state:
       raise ValueError(f"packer state: expected a mapping with a carry, got {state!r:.200}")
-    carry = Pieces.from_json(state["carry"], self._effective_lengths)
+    # The carry never exceeds a step plus one document: a generous bound on its pieces.
+    max_pieces = 2 * self.cfg.tokens_per_step + (1 << 16)
+    carry = Pieces.from_json(state["carry"], self._effective_lengths, max_pieces)
     if len(carry) and ((carry.offset + carry.length) > carry.doc_length).any():
       raise ValueError("packer state: a carried piece lies past the end of its document")
     self.carry, self.done = carry, bool(state.get("done"))

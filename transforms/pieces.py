@@ -60,13 +60,20 @@ class Pieces:
     return base64.b64encode(zlib.compress(json.dumps(flat, separators=(",", ":")).encode(), 9)).decode()
 
   @classmethod
-  def from_json(cls, encoded: Any, doc_length_of: Any) -> "Pieces":
-    """Inverse of `to_json`; `doc_length_of(dataset, record)` gives doc lengths (arrays)."""
+  def from_json(cls, encoded: Any, doc_length_of: Any, max_pieces: int) -> "Pieces":
+    """Inverse of `to_json`; `doc_length_of(dataset, record)` gives doc
+    lengths (arrays). More than `max_pieces` pieces is an error, found while
+    decompressing: a small crafted string cannot expand to gigabytes."""
     width = len(_STORED)
+    limit = max_pieces * width * 21 + 2  # 20 digits and a comma per int, brackets
     try:
-      flat = json.loads(zlib.decompress(base64.b64decode(encoded, validate=True)))
-    except (TypeError, ValueError, zlib.error) as e:  # binascii.Error and JSONDecodeError are ValueErrors
-      raise ValueError(f"packer state: carry is not a valid encoded piece list ({e})") from e
+      inflater = zlib.decompressobj()
+      text = inflater.decompress(base64.b64decode(encoded, validate=True), limit)
+      if inflater.unconsumed_tail or not inflater.eof:
+        raise ValueError(f"more than {max_pieces} pieces, or truncated")
+      flat = json.loads(text)
+    except (TypeError, ValueError, zlib.error, RecursionError) as e:  # binascii.Error, JSONDecodeError: ValueErrors
+      raise ValueError(f"packer state: carry is not a valid encoded piece list ({str(e)[:200]})") from e
     if not isinstance(flat, list) or len(flat) % width or any(
         not is_int(v) or v < 0 for v in flat
     ):

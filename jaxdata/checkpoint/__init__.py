@@ -13,7 +13,7 @@ Orbax is imported only when `Save`, `Restore` or the handler is first used.
 
 from jaxdata._lazy import lazy_exports
 from jaxdata.checkpoint.fingerprint import describe_changes, order_fingerprint
-from jaxdata.checkpoint.state import STATE_VERSION, pipeline_state, read_pipeline_state
+from jaxdata.checkpoint.state import STATE_VERSION, pipeline_state, read_pipeline_state, seal, state_digest
 
 __all__ = [
     "Checkpointable",
@@ -26,6 +26,8 @@ __all__ = [
     "order_fingerprint",
     "pipeline_state",
     "read_pipeline_state",
+    "seal",
+    "state_digest",
 ]
 
 _ORBAX = "jaxdata.checkpoint.orbax"

@@ -6,7 +6,8 @@ A pipeline state is JSON, the same on every host, a few KB at most::
      "fingerprint": {...},                             what determines the order (see fingerprint.py)
      "stream": {...},                                  DocumentStream.get_state()
      "packer": {"done": false, "carry": "eJy..."},     pieces waiting for the next step
-     "tokens_per_source": {"web": 1234, ...}}          cumulative, for statistics
+     "tokens_per_source": {"web": 1234, ...},          cumulative, for statistics
+     "digest": "9f2c..."}                              sha256 of all of the above
 
 Version 1 (jaxdata 0.1) is refused with a clear error: its shuffles and
 mixture arithmetic differ, so it cannot be continued exactly.
@@ -15,16 +16,30 @@ docs/state.md describes every field.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Mapping, Sequence
 
 from jaxdata.checkpoint.fingerprint import describe_changes
 from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import CheckpointError, ConfigError
 
-__all__ = ["STATE_VERSION", "pipeline_state", "read_pipeline_state"]
+__all__ = ["STATE_VERSION", "pipeline_state", "read_pipeline_state", "seal", "state_digest"]
 
 STATE_VERSION = 2
-_KEYS = ("step", "fingerprint", "stream", "packer", "tokens_per_source")
+_KEYS = ("step", "fingerprint", "stream", "packer", "tokens_per_source", "digest")
+
+
+def state_digest(state: Mapping[str, Any]) -> str:
+  """sha256 over the state's canonical JSON, its "digest" field left out."""
+  content = {k: v for k, v in state.items() if k != "digest"}
+  blob = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+  return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def seal(state: dict[str, Any]) -> dict[str, Any]:
+  """The state with its digest: an edited or damaged copy is refused on restore."""
+  return {**state, "digest": state_digest(state)}
 
 
 def pipeline_state(
@@ -52,6 +67,17 @@ def read_pipeline_state(
     check_state_header(state, "pipeline state", STATE_VERSION, _KEYS)
   except ConfigError as e:
     raise CheckpointError(str(e)) from e
+  for key, kind in (("fingerprint", Mapping), ("stream", Mapping), ("packer", Mapping), ("digest", str)):
+    if not isinstance(state[key], kind):
+      raise CheckpointError(f"pipeline state: {key} must be a {'mapping' if kind is Mapping else 'string'}, "
+                            f"got {type(state[key]).__name__}")
+  try:
+    digest = state_digest(state)
+  except (TypeError, ValueError) as e:  # not JSON: NaN, a set, ...
+    raise CheckpointError(f"pipeline state: not plain JSON ({str(e)[:200]})") from e
+  if digest != state["digest"]:
+    raise CheckpointError("pipeline state: its digest does not match its content: the state was edited "
+                          "or damaged after it was saved")
   changes = describe_changes(state["fingerprint"], fingerprint)
   if changes:
     raise CheckpointError(

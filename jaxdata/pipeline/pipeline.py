@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from jax.sharding import Mesh
 
 from jaxdata.checkpoint.fingerprint import order_fingerprint
-from jaxdata.checkpoint.state import pipeline_state, read_pipeline_state
+from jaxdata.checkpoint.state import pipeline_state, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError
 from jaxdata.mixture.stream import DatasetMeta
@@ -159,7 +159,7 @@ class Pipeline:
     """State after the last batch handed out (JSON-able, the same on every host)."""
     carry = self._state["packer"]["carry"]
     packer = {**self._state["packer"], "carry": carry.to_json() if isinstance(carry, Pieces) else carry}
-    return json.loads(json.dumps({**self._state, "packer": packer}))
+    return seal(json.loads(json.dumps({**self._state, "packer": packer})))
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     """Continues from `state`; the next batches equal the original run's,

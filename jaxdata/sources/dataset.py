@@ -23,7 +23,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.fileutil import file_sha256
+from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.manifest import Manifest, ShardInfo
 
@@ -264,6 +264,13 @@ class TokenDataset:
           f"{shard_file}: {size} bytes on disk, manifest.json lists "
           f"{shard.num_bytes} (truncated or replaced?)"
       )
+    if shard.sample_sha256:
+      if sample_sha256(shard_file) != shard.sample_sha256:
+        raise DatasetError(f"{shard_file}: content differs from the shard manifest.json lists (sampled "
+                           "hash; replaced or swapped with another file?)")
+    elif file_sha256(shard_file) != shard.sha256:  # a format 1 manifest: the full hash, slower
+      raise DatasetError(f"{shard_file}: content differs from the shard manifest.json lists "
+                         "(sha256; replaced or swapped with another file?)")
     lengths_file = os.path.join(self.path, shard.lengths_path)
     if not os.path.isfile(lengths_file):
       raise DatasetError(

@@ -15,7 +15,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.fileutil import check_name, file_sha256
+from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
@@ -107,6 +107,7 @@ def build_index(
               num_tokens=int(lengths.sum(dtype=np.int64)),
               num_bytes=os.path.getsize(path),
               sha256=file_sha256(path),
+              sample_sha256=sample_sha256(path),
           )
       )
       if on_shard is not None:

@@ -27,7 +27,7 @@ from jaxdata.errors import DatasetError
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Manifest", "ShardInfo"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: shards carry sample_sha256 (format 1 is still read)
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists shards: even 10^5 of them stay far below
 TOKEN_DTYPES = ("uint16", "uint32")
@@ -43,6 +43,7 @@ class ShardInfo:
   num_tokens: int
   num_bytes: int
   sha256: str
+  sample_sha256: str = ""  # fileutil.sample_sha256; empty in format 1 manifests
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -157,6 +158,7 @@ class Manifest:
               num_tokens=_field(entry, "num_tokens", int, where),
               num_bytes=_field(entry, "num_bytes", int, where),
               sha256=_field(entry, "sha256", str, where),
+              sample_sha256=_field(entry, "sample_sha256", str, where) if version >= 2 else "",
           )
       )
     try:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
-from jaxdata.sources.fileutil import check_name, file_sha256
+from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 
 __all__ = ["DatasetWriter", "WRITER_OPTIONS", "shard_file_names"]
@@ -167,5 +167,6 @@ class DatasetWriter:
             num_tokens=int(lengths.sum(dtype=np.int64)),
             num_bytes=os.path.getsize(shard_path),
             sha256=file_sha256(shard_path),
+            sample_sha256=sample_sha256(shard_path),
         )
     )
