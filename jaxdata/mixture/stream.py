@@ -133,12 +133,13 @@ class DocumentStream:
     self.schedule: Schedule = cfg.schedule()
     self.tokens_unit = cfg.mixture.unit == "tokens"
     self.tokens_per_step = cfg.tokens_per_step
+    for name, meta in zip(self.names, metas):
+      if int(meta.shard_counts.sum()) == 0:
+        raise ConfigError(f"datasets.{name}: the dataset has no records")
     largest_shard = max(int(m.shard_counts.max()) for m in metas)
     self.cursors: list[DatasetCursor] = []
     for settings, meta in zip(cfg.dataset_settings(), metas):
       num_records = int(meta.shard_counts.sum())
-      if num_records == 0:
-        raise ConfigError(f"datasets.{settings.name}: the dataset has no records")
       if meta.lengths.size != num_records:
         raise ConfigError(
             f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records"

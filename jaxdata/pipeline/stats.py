@@ -8,11 +8,13 @@ padding, split pieces, truncated tokens, passes, and where the time went.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from jaxdata.config.schedule import Schedule
+from jaxdata.errors import ConfigError
 from jaxdata.transforms.packing import StepPlan
 
 __all__ = ["StatsRecorder", "TIMERS"]
@@ -24,6 +26,8 @@ class StatsRecorder:
   """Builds each step's stats when it is planned; records them when it is handed out."""
 
   def __init__(self, names: Sequence[str], unit: str, schedule: Schedule, path: str | None) -> None:
+    if path is not None:
+      _check_stats_file(path)
     self.names = tuple(names)
     self.unit = unit
     self.schedule = schedule
@@ -75,3 +79,23 @@ class StatsRecorder:
 
   def stats(self) -> dict[str, Any]:
     return {**self.last, "time_total_s": dict(self.timers)}
+
+
+def _check_stats_file(path: str) -> None:
+  """Appending is allowed to a new or empty file, or to one this recorder
+  wrote (its first line a stats record): never to any other file."""
+  if not os.path.lexists(path):
+    return
+  if not os.path.isfile(path) or os.path.islink(path):
+    raise ConfigError(f"stats_path: {path} exists and is not a regular file")
+  with open(path, "rb") as f:
+    first = f.readline(1 << 16)
+  if not first:
+    return
+  try:
+    record = json.loads(first)
+  except (UnicodeDecodeError, json.JSONDecodeError):
+    record = None
+  if not isinstance(record, dict) or "step" not in record or "tokens_per_source" not in record:
+    raise ConfigError(f"stats_path: {path} exists and is not a jaxdata stats file; not appending to it "
+                      "(choose a new path)")

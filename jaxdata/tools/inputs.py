@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import re
+import zlib
 from typing import IO, Iterator, Sequence
 
 import pyarrow as pa
@@ -100,15 +101,21 @@ def iter_documents(
     text_mode: str,
     invalid: InvalidLog,
 ) -> Iterator[str]:
-  """Yields the text of every valid document of one input file, in order."""
-  if fmt == "jsonl":
-    yield from _iter_jsonl(path, field, invalid)
-  elif fmt == "parquet":
-    yield from _iter_parquet(path, field, invalid)
-  elif fmt == "text":
-    yield from _iter_text(path, text_mode, invalid)
-  else:
+  """Yields the text of every valid document of one input file, in order.
+  A file that cannot be decompressed or decoded is an InputFormatError naming it."""
+  if fmt not in INPUT_FORMATS:
     raise ValueError(f"format: {fmt!r} is not one of {INPUT_FORMATS}")
+  try:
+    if fmt == "jsonl":
+      yield from _iter_jsonl(path, field, invalid)
+    elif fmt == "parquet":
+      yield from _iter_parquet(path, field, invalid)
+    else:
+      yield from _iter_text(path, text_mode, invalid)
+  except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # a truncated or foreign .gz
+    raise InputFormatError(f"{path}: not a readable gzip file ({str(e)[:200] or type(e).__name__})") from e
+  except pa.ArrowException as e:  # a damaged Parquet row group
+    raise InputFormatError(f"{path}: not a readable Parquet file ({str(e)[:200]})") from e
 
 
 def _open_binary(path: str) -> IO[bytes]:
@@ -141,7 +148,18 @@ def _iter_jsonl(path: str, field: str, invalid: InvalidLog) -> Iterator[str]:
             f"{where}: field {field!r} is {type(text).__name__}, not a string"
         )
         continue
+      if b"\\u" in line and _has_lone_surrogate(text):  # only a \u escape can carry one
+        invalid.report(f"{where}: field {field!r} holds a lone surrogate (a \\uD800-\\uDFFF escape), not text")
+        continue
       yield text
+
+
+def _has_lone_surrogate(text: str) -> bool:
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError:
+    return True
+  return False
 
 
 def _iter_parquet(path: str, column: str, invalid: InvalidLog) -> Iterator[str]:

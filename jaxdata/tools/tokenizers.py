@@ -158,7 +158,11 @@ class HuggingFaceTokenizer:
           "pip install 'jaxdata[tokenizers]'"
       )
     self._path = path
-    self._tokenizer = hf_tokenizers.Tokenizer.from_file(path)
+    try:
+      self._tokenizer = hf_tokenizers.Tokenizer.from_file(path)
+    except Exception as e:  # noqa: BLE001 -- the tokenizers library raises a bare Exception here
+      hint = " (a SentencePiece model? use sp:FILE)" if path.endswith(".model") else ""
+      raise ValueError(f"tokenizer: {path} is not a Hugging Face tokenizer.json{hint}: {str(e)[:200]}") from e
     self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
 
   def identity(self) -> dict[str, Any]:
@@ -186,7 +190,11 @@ class SentencePieceTokenizer:
           "pip install 'jaxdata[sentencepiece]'"
       )
     self._path = path
-    self._processor = sentencepiece.SentencePieceProcessor(model_file=path)
+    try:
+      self._processor = sentencepiece.SentencePieceProcessor(model_file=path)
+    except (OSError, RuntimeError) as e:
+      hint = " (a Hugging Face tokenizer? use hf:FILE)" if path.endswith(".json") else ""
+      raise ValueError(f"tokenizer: {path} is not a SentencePiece model{hint}: {str(e)[:200]}") from e
     self.vocab_size = int(self._processor.get_piece_size())
 
   def identity(self) -> dict[str, Any]:
