@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import signal
-import subprocess
-import sys
-import time
 
+import crash_trials
 import numpy as np
 import pytest
 import yaml
 
 from jaxdata import Pipeline, load_config
-from pipeline_fixtures import free_port, run_workers, worker_env, write_coded_dataset
+from pipeline_fixtures import free_port, run_workers, write_coded_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 SAVE_AT = 3
@@ -69,31 +65,9 @@ def test_elastic_resume_from_two_processes_onto_one_and_four(config, tmp_path):
         assert np.array_equal(rebuilt[name], batch[name]), (count, step, name)
 
 
-def test_sigkill_after_a_checkpoint_then_resume_gives_the_uninterrupted_batches(config, tmp_path):
-  total = 12
-  expected = []
-  for batch in reference_batches(config, total):
-    expected.append(hashlib.sha256(b"".join(batch[k].tobytes() for k in sorted(batch))).hexdigest())
-  ckpt, log = str(tmp_path / "ckpt"), tmp_path / "digests.txt"
-  kill_after = SAVE_AT + int(np.random.default_rng().integers(1, 5))  # a random later step
-  proc = subprocess.Popen([sys.executable, WORKER, "0", "1", "0", "8", config, ckpt, str(tmp_path), "run",
-                           str(SAVE_AT), str(10_000)], env=worker_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  deadline = time.time() + 240
-  while time.time() < deadline:
-    lines = log.read_text().splitlines() if log.exists() else []
-    if len(lines) >= kill_after or proc.poll() is not None:
-      break
-    time.sleep(0.01)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
-  assert proc.returncode == -signal.SIGKILL, proc.stdout.read()[-2000:]
-  before = [line.split() for line in log.read_text().splitlines()]
-  assert len(before) >= kill_after
-  log.write_text("")
-  subprocess.run([sys.executable, WORKER, "0", "1", "0", "8", config, ckpt, str(tmp_path), "run",
-                  str(SAVE_AT), str(total)], env=worker_env(), check=True, capture_output=True)
-  after = [line.split() for line in log.read_text().splitlines()]
-  assert [int(s) for s, _ in after] == list(range(SAVE_AT + 1, total + 1))  # resumed at the checkpoint
-  assert [d for _, d in before] == expected[: len(before)]
-  assert [d for _, d in after] == expected[SAVE_AT:]
+@pytest.mark.parametrize("kill_after", [SAVE_AT, SAVE_AT + 1, SAVE_AT + 2, SAVE_AT + 3, SAVE_AT + 5])
+def test_sigkill_then_resume_gives_the_uninterrupted_batches(config, tmp_path, kill_after):
+  # Five trials: killed while saving (the step is logged just before the save),
+  # then 1, 2, 3 and 5 steps after it. tests/crash_trials.py runs more.
+  expected = crash_trials.digests(config, crash_trials.TOTAL)
+  assert crash_trials.trial(config, expected, kill_after, str(tmp_path)) == ""
