@@ -91,14 +91,19 @@ class Pipeline:
       sharding = batch_sharding(mesh, data_axes)
       check_rows_divide(cfg, mesh, data_axes)
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
-    datasets = [TokenDataset(d.path, ReadOptions(num_threads=read_threads)) for d in cfg.datasets]
-    bound = token_bound(cfg, datasets)
-    self.planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
+    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(),
+                                  stats_path if stats_path is not None else cfg.stats_path)
+    datasets = _open_datasets(cfg, read_threads)
+    try:
+      bound = token_bound(cfg, datasets)
+      self.planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
+    except BaseException:  # re-raised: nothing may stay open
+      for dataset in datasets:
+        dataset.close()
+      raise
     self.fingerprint = order_fingerprint(
         cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in self.planner.stream.cursors]
     )
-    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, self.planner.stream.schedule,
-                                  stats_path if stats_path is not None else cfg.stats_path)
     self.reader = DocumentReader(datasets, cfg.names, bound, read_log)
     # The producer and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.
@@ -189,6 +194,20 @@ class Pipeline:
     self._state = self._snapshot()
     self._exhausted = False
 
+
+
+def _open_datasets(cfg: PipelineConfig, read_threads: int) -> list[TokenDataset]:
+  """Every dataset of the config, opened and checked; on an error, the ones
+  already open are closed before it is raised."""
+  datasets: list[TokenDataset] = []
+  try:
+    for d in cfg.datasets:
+      datasets.append(TokenDataset(d.path, ReadOptions(num_threads=read_threads)))
+  except BaseException:  # re-raised: nothing may stay open
+    for dataset in datasets:
+      dataset.close()
+    raise
+  return datasets
 
 
 def _snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> dict[str, Any]:

@@ -95,10 +95,15 @@ class TokenDataset:
     # One reader per shard, shared by all threads: ArrayRecord readers are
     # thread-safe for reads.
     self._readers: list[ArrayRecordReader] = []
+    self._pool: concurrent.futures.ThreadPoolExecutor | None = None
     lengths = []
-    for shard in self.manifest.shards:
-      lengths.append(self._check_shard_files(shard))
-      self._readers.append(self._open_reader(shard))
+    try:
+      for shard in self.manifest.shards:
+        lengths.append(self._check_shard_files(shard))
+        self._readers.append(self._open_reader(shard))
+    except BaseException:  # re-raised: the readers opened so far are closed first
+      self.close()
+      raise
     self.shard_num_records = np.array(
         [s.num_records for s in self.manifest.shards], dtype=np.int64
     )
@@ -107,7 +112,6 @@ class TokenDataset:
     self.lengths = (
         np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
     )
-    self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
   @property
   def name(self) -> str:

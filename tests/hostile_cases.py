@@ -1,0 +1,277 @@
+"""The hostile-input campaign: kinds of bad input an operator's datasets,
+configs, checkpoints and commands meet, each with the error it must give.
+
+Every case builds its input in a fresh directory and runs one call; the
+outcome is one of:
+
+    clear   the expected error type, and its message names the file or key
+    unclear another exception type, or a message that names nothing
+    silent  no error at all
+    hang    no answer within HANG_SECONDS
+
+tests/test_hostile.py asserts every case is "clear"; running this file
+prints the campaign's counts:  python tests/hostile_cases.py
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import gzip
+import io
+import json
+import os
+import signal
+import sys
+import tempfile
+import zlib
+from typing import Any, Callable
+
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordWriter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jaxdata  # noqa: E402
+from jaxdata.checkpoint import seal  # noqa: E402
+from jaxdata.cli import main as cli  # noqa: E402
+from jaxdata.sources.fileutil import claim_directory, clear_claimed  # noqa: E402
+from pipeline_fixtures import write_coded_dataset  # noqa: E402
+
+HANG_SECONDS = 20
+OUR_ERRORS = (jaxdata.DatasetError, jaxdata.ConfigError, jaxdata.CheckpointError, jaxdata.InputFormatError)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  name: str
+  run: Callable[[str], Any]  # given a fresh directory; expected to raise
+  error: type | tuple[type, ...]
+  names: str  # a substring the message must contain: the file or key at fault
+
+
+def _dataset(root: str, name: str = "d0", lengths: list[int] | None = None) -> str:
+  path = os.path.join(root, name)
+  write_coded_dataset(path, 0, lengths or [5, 9, 3, 7] * 10)
+  return path
+
+
+def _edit_manifest(root: str, edit: Callable[[dict], Any]) -> str:
+  path = _dataset(root)
+  manifest = json.load(open(os.path.join(path, "manifest.json")))
+  edit(manifest)
+  json.dump(manifest, open(os.path.join(path, "manifest.json"), "w"))
+  return path
+
+
+def _manifest_fingerprint(manifest: dict) -> str:
+  shards = [jaxdata.ShardInfo(**{k: v for k, v in s.items()}) for s in manifest["shards"]]
+  return jaxdata.Manifest(manifest["name"], manifest["dtype"], manifest["tokenizer"], tuple(shards)).fingerprint
+
+
+def _resealed_manifest(root: str, edit: Callable[[dict], Any]) -> str:
+  """A manifest edited consistently (its fingerprint recomputed): what a tool, not a typo, writes."""
+  def both(manifest: dict) -> None:
+    edit(manifest)
+    manifest["fingerprint"] = _manifest_fingerprint(manifest)
+  return _edit_manifest(root, both)
+
+
+def _open(path: str) -> None:
+  jaxdata.TokenDataset(path).close()
+
+
+def _config(root: str, text: str | bytes) -> Any:
+  path = os.path.join(root, "pipeline.yaml")
+  with open(path, "wb") as f:
+    f.write(text.encode() if isinstance(text, str) else text)
+  return jaxdata.load_config(path)
+
+
+def _cli(*argv: str) -> None:
+  """Runs the CLI; its error becomes an exception carrying what it printed."""
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    code = cli(list(argv))
+  if code != 0:
+    raise CliError(err.getvalue())
+
+
+class CliError(Exception):
+  """A command that exited non-zero, with its stderr."""
+
+
+def _raw_shard(path: str, records: list[bytes]) -> str:
+  writer = ArrayRecordWriter(path, "group_size:1")
+  for record in records:
+    writer.write(record)
+  writer.close()
+  return path
+
+
+def _pipeline_state(root: str) -> tuple[jaxdata.PipelineConfig, dict]:
+  path = _dataset(root)
+  cfg = jaxdata.PipelineConfig.from_dict({"datasets": [{"name": "d0", "path": path}], "mixture": {"weights": {"d0": 1}},
+                                          "exhausted_policy": "repeat", "packing": {"seq_len": 8},
+                                          "batch": {"global_batch_size": 2}})
+  with jaxdata.Pipeline(cfg, prefetch=0) as pipe:
+    next(pipe)
+    return cfg, pipe.get_state()
+
+
+def _restore(root: str, edit: Callable[[dict], Any], reseal: bool = False) -> None:
+  cfg, state = _pipeline_state(root)
+  edit(state)
+  with jaxdata.Pipeline(cfg, prefetch=0) as pipe:
+    pipe.set_state(seal(state) if reseal else state)
+
+
+def _set(path: list[Any], value: Any) -> Callable[[dict], None]:
+  def edit(state: dict) -> None:
+    target = state
+    for key in path[:-1]:
+      target = target[key]
+    target[path[-1]] = value
+  return edit
+
+
+def _bomb() -> str:
+  lines = ["a: &a [x,x,x,x,x,x,x,x,x]"]
+  for i in range(1, 9):
+    prev, name = chr(96 + i), chr(97 + i)
+    lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+  return "\n".join(lines) + "\ndatasets: *i\nmixture: {}\n"
+
+
+BASE_YAML = "datasets: [{name: a}]\nmixture: {weights: {a: 1}}\n"
+
+CASES = [
+    # --- datasets and manifests
+    Case("manifest is not JSON", lambda r: (open(os.path.join(_dataset(r), "manifest.json"), "w").write("{"), _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "manifest.json"),
+    Case("manifest is not UTF-8", lambda r: (open(os.path.join(_dataset(r), "manifest.json"), "wb").write(b'{"name": "\xff"}'), _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "manifest.json"),
+    Case("manifest nested 100k deep", lambda r: (open(os.path.join(_dataset(r), "manifest.json"), "w").write("[" * 100_000 + "]" * 100_000), _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "manifest.json"),
+    Case("manifest without fingerprint", lambda r: _open(_edit_manifest(r, lambda m: m.pop("fingerprint"))),
+         jaxdata.DatasetError, "'fingerprint'"),
+    Case("manifest shard count edited", lambda r: _open(_edit_manifest(r, lambda m: m["shards"][0].update(num_records=1))),
+         jaxdata.DatasetError, "manifest.json"),
+    Case("shard path escapes with ..", lambda r: _open(_resealed_manifest(r, lambda m: m["shards"][0].update(path="../other/x.array_record"))),
+         jaxdata.DatasetError, "shards[0].path"),
+    Case("absolute shard path", lambda r: _open(_resealed_manifest(r, lambda m: m["shards"][0].update(path="/etc/passwd"))),
+         jaxdata.DatasetError, "shards[0].path"),
+    Case("lengths path escapes", lambda r: _open(_resealed_manifest(r, lambda m: m["shards"][0].update(lengths_path="../../x.npy"))),
+         jaxdata.DatasetError, "shards[0].lengths_path"),
+    Case("dtype field of the wrong type", lambda r: _open(_edit_manifest(r, lambda m: m.update(dtype=16))),
+         jaxdata.DatasetError, "'dtype'"),
+    Case("shard file missing", lambda r: (os.remove(os.path.join(_dataset(r), "d0-00000.array_record")), _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "d0-00000.array_record"),
+    Case("shard truncated", lambda r: (os.truncate(os.path.join(_dataset(r), "d0-00000.array_record"), 10), _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "d0-00000.array_record"),
+    Case("shard overwritten, same size", lambda r: (
+        open(os.path.join(_dataset(r), "d0-00000.array_record"), "r+b").write(b"\0" * 64), _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "d0-00000.array_record"),
+    Case("lengths index zero bytes", lambda r: (open(os.path.join(_dataset(r), "d0-00000.lengths.npy"), "w").close(), _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "d0-00000.lengths.npy"),
+    Case("lengths index uint64", lambda r: (np.save(os.path.join(_dataset(r), "d0-00000.lengths.npy"),
+                                                    np.load(os.path.join(r, "d0", "d0-00000.lengths.npy")).astype(np.uint64)),
+                                            _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "d0-00000.lengths.npy"),
+    Case("lengths index of the wrong size", lambda r: (np.save(os.path.join(_dataset(r), "d0-00000.lengths.npy"), np.ones(3, np.uint32)),
+                                                      _open(os.path.join(r, "d0"))),
+         jaxdata.DatasetError, "d0-00000.lengths.npy"),
+    # --- configs
+    Case("YAML alias bomb", lambda r: _config(r, _bomb()), jaxdata.ConfigError, "aliases"),
+    Case("a key given twice", lambda r: _config(r, BASE_YAML + "seed: 1\nseed: 2\n"), jaxdata.ConfigError, "'seed'"),
+    Case("config not UTF-8", lambda r: _config(r, b"seed: \xff\n"), jaxdata.ConfigError, "pipeline.yaml"),
+    Case("config over 1 MiB", lambda r: _config(r, BASE_YAML + "#" * (1 << 20)), jaxdata.ConfigError, "pipeline.yaml"),
+    Case("a timestamp where an int belongs", lambda r: _config(r, BASE_YAML + "seed: 2001-12-14\n"), jaxdata.ConfigError, "seed"),
+    Case("dataset without a name", lambda r: _config(r, "datasets: [{path: x}]\nmixture: {weights: {a: 1}}\n"), jaxdata.ConfigError, "'name'"),
+    Case("unknown keys of two types", lambda r: _config(r, BASE_YAML + "1: x\nfoo: y\n"), jaxdata.ConfigError, "unknown key"),
+    Case("an int weight beyond float range", lambda r: _config(r, "datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: 1" + "0" * 400 + ", b: 1}}\n"),
+         jaxdata.ConfigError, "weight of 'a'"),
+    Case("pad_id beyond int32", lambda r: _config(r, BASE_YAML + "packing: {pad_id: 2147483648}\n"), jaxdata.ConfigError, "packing.pad_id"),
+    Case("10^12 tokens per step", lambda r: _config(r, BASE_YAML + "packing: {seq_len: 1000000}\nbatch: {global_batch_size: 1000000}\n"),
+         jaxdata.ConfigError, "batch.global_batch_size"),
+    Case("a mapping where a list belongs", lambda r: _config(r, "datasets: {name: a}\nmixture: {weights: {a: 1}}\n"), jaxdata.ConfigError, "datasets"),
+    Case("a huge value in an error", lambda r: _config(r, BASE_YAML + "seed: [" + "1," * 100_000 + "1]\n"), jaxdata.ConfigError, "seed"),
+    Case("stats_path at a file that is not ours", lambda r: jaxdata.Pipeline(dataclasses.replace(
+        jaxdata.PipelineConfig.from_dict({"datasets": [{"name": "d0", "path": _dataset(r)}], "mixture": {"weights": {"d0": 1}}}),
+        stats_path=(open(os.path.join(r, "notes.txt"), "w").write("mine\n") and os.path.join(r, "notes.txt")))),
+         jaxdata.ConfigError, "notes.txt"),
+    # --- commands
+    Case("convert --name escaping the output", lambda r: _cli("convert", (open(os.path.join(r, "a.jsonl"), "w").write('{"text": "x"}\n') and os.path.join(r, "a.jsonl")),
+                                                                "--out", os.path.join(r, "out"), "--name", "../../escaped", "-q"),
+         CliError, "'../../escaped'"),
+    Case("convert a truncated .jsonl.gz", lambda r: _cli("convert", (open(os.path.join(r, "a.jsonl.gz"), "wb").write(gzip.compress(b'{"text": "abc"}\n' * 1000)[:60])
+                                                                      and os.path.join(r, "a.jsonl.gz")), "--out", os.path.join(r, "out"), "--name", "a", "-q"),
+         CliError, "a.jsonl.gz"),
+    Case("convert a .gz that is not gzip", lambda r: _cli("convert", (open(os.path.join(r, "b.jsonl.gz"), "wb").write(b"plain text\n") and os.path.join(r, "b.jsonl.gz")),
+                                                           "--out", os.path.join(r, "out"), "--name", "b", "-q"),
+         CliError, "b.jsonl.gz"),
+    Case("convert a lone surrogate", lambda r: _cli("convert", (open(os.path.join(r, "s.jsonl"), "w").write('{"text": "a\\ud800b"}\n') and os.path.join(r, "s.jsonl")),
+                                                     "--out", os.path.join(r, "out"), "--name", "s", "-q"),
+         CliError, "s.jsonl:1"),
+    Case("convert with hf: given a non-tokenizer", lambda r: _cli("convert", (open(os.path.join(r, "t.jsonl"), "w").write('{"text": "x"}\n') and os.path.join(r, "t.jsonl")),
+                                                                   "--out", os.path.join(r, "out"), "--name", "t", "-q",
+                                                                   "--tokenizer", "hf:" + (open(os.path.join(r, "m.model"), "wb").write(b"\x08\x01garbage") and os.path.join(r, "m.model"))),
+         CliError, "m.model"),
+    Case("index a zero-byte file", lambda r: jaxdata.build_index([(open(os.path.join(r, "z.array_record"), "w").close(), os.path.join(r, "z.array_record"))[1]], "uint16"),
+         jaxdata.DatasetError, "z.array_record"),
+    Case("index a file that is not ArrayRecord", lambda r: jaxdata.build_index(
+        [(open(os.path.join(r, "t.array_record"), "w").write("hello" * 100), os.path.join(r, "t.array_record"))[1]], "uint16"),
+         jaxdata.DatasetError, "t.array_record"),
+    Case("index empty records", lambda r: jaxdata.build_index([_raw_shard(os.path.join(r, "e.array_record"), [b"\x01\x00", b""])], "uint16"),
+         jaxdata.DatasetError, "e.array_record"),
+    Case("demo into a directory of user files", lambda r: (open(os.path.join(r, "thesis.txt"), "w").write("years"), claim_directory(r, "jaxdata demo")),
+         FileExistsError, "was not created by jaxdata demo"),
+    Case("clearing checkpoints the demo did not write", lambda r: clear_claimed(r, "jaxdata demo"),
+         FileExistsError, "was not created by jaxdata demo"),
+    # --- checkpoint states
+    Case("state fingerprint null", lambda r: _restore(r, _set(["fingerprint"], None)), jaxdata.CheckpointError, "fingerprint"),
+    Case("state fingerprint a list", lambda r: _restore(r, _set(["fingerprint"], [])), jaxdata.CheckpointError, "fingerprint"),
+    Case("state tokens_per_source null", lambda r: _restore(r, _set(["tokens_per_source", "d0"], None), reseal=True),
+         jaxdata.CheckpointError, "tokens_per_source"),
+    Case("state edited by hand", lambda r: _restore(r, _set(["stream", "emitted"], 10**6)), jaxdata.CheckpointError, "digest"),
+    Case("state carry zlib bomb", lambda r: _restore(r, _set(["packer", "carry"], base64.b64encode(
+        zlib.compress(b"[" + b"0," * (1 << 22) + b"0]", 9)).decode()), reseal=True), jaxdata.CheckpointError, "carry"),
+    Case("state of a newer format", lambda r: _restore(r, _set(["version"], 99)), jaxdata.CheckpointError, "version 99"),
+    Case("state of an older format", lambda r: _restore(r, _set(["version"], 1)), jaxdata.CheckpointError, "version 1"),
+]
+
+
+def run_case(case: Case) -> tuple[str, str]:
+  """(outcome, detail) of one case, in a fresh directory, with a hang alarm."""
+
+  def alarm(*_: Any) -> None:
+    raise TimeoutError(f"no answer within {HANG_SECONDS} s")
+
+  previous = signal.signal(signal.SIGALRM, alarm)
+  signal.alarm(HANG_SECONDS)
+  try:
+    with tempfile.TemporaryDirectory() as root:
+      case.run(root)
+    return "silent", "no error"
+  except TimeoutError as e:
+    return "hang", str(e)
+  except case.error as e:
+    message = str(e)
+    if case.names in message and len(message) < 2000:
+      return "clear", message[:200]
+    return "unclear", f"{type(e).__name__}: {message[:300]}"
+  except Exception as e:  # noqa: BLE001 -- the campaign records whatever escapes
+    return "unclear", f"{type(e).__name__}: {str(e)[:300]}"
+  finally:
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+if __name__ == "__main__":
+  counts: dict[str, int] = {}
+  for case in CASES:
+    outcome, detail = run_case(case)
+    counts[outcome] = counts.get(outcome, 0) + 1
+    print(f"{outcome:8s} {case.name}: {detail}")
+  print(f"{len(CASES)} kinds tried: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
