@@ -136,6 +136,31 @@ def _set(path: list[Any], value: Any) -> Callable[[dict], None]:
   return edit
 
 
+def _damaged_parquet(root: str) -> str:
+  import pyarrow as pa  # noqa: PLC0415 -- only this case needs pyarrow
+  import pyarrow.parquet as pq  # noqa: PLC0415
+
+  path = os.path.join(root, "p.parquet")
+  pq.write_table(pa.table({"text": [f"document number {i} " * 20 for i in range(2000)]}), path,
+                 row_group_size=500, compression="NONE")
+  data = bytearray(open(path, "rb").read())
+  middle = len(data) // 2
+  data[middle : middle + 4000] = os.urandom(4000)
+  open(path, "wb").write(bytes(data))
+  return path
+
+
+def _index_and_check_clean(root: str) -> None:
+  good = _raw_shard(os.path.join(root, "good.array_record"), [b"\x01\x00\x02\x00"] * 5)
+  bad = _raw_shard(os.path.join(root, "bad.array_record"), [b"\x01\x00", b"\x01"])
+  try:
+    jaxdata.build_index([good, bad], "uint16")
+  finally:
+    left = [n for n in os.listdir(root) if n.endswith(".lengths.npy") or n == "manifest.json"]
+    if left:
+      raise AssertionError(f"a failed index left {left} behind")
+
+
 def _bomb() -> str:
   lines = ["a: &a [x,x,x,x,x,x,x,x,x]"]
   for i in range(1, 9):
@@ -225,6 +250,16 @@ CASES = [
          jaxdata.DatasetError, "t.array_record"),
     Case("index empty records", lambda r: jaxdata.build_index([_raw_shard(os.path.join(r, "e.array_record"), [b"\x01\x00", b""])], "uint16"),
          jaxdata.DatasetError, "e.array_record"),
+    Case("convert a Parquet file with a damaged row group", lambda r: _cli("convert", _damaged_parquet(r),
+                                                                         "--out", os.path.join(r, "out"), "--name", "p", "-q"),
+         CliError, "p.parquet"),
+    Case("index one good and one bad shard: nothing left behind", lambda r: _index_and_check_clean(r),
+         jaxdata.DatasetError, "bad.array_record"),
+    Case("an empty dataset with shuffle_block_size auto", lambda r: jaxdata.DocumentStream(
+        jaxdata.PipelineConfig.from_dict({"datasets": [{"name": "a"}, {"name": "e"}], "mixture": {"weights": {"a": 1, "e": 1}},
+                                          "shuffle_block_size": "auto"}),
+        {"a": jaxdata.DatasetMeta.from_lengths([3, 4]), "e": jaxdata.DatasetMeta.from_lengths([], [])}),
+         jaxdata.ConfigError, "datasets.e"),
     Case("demo into a directory of user files", lambda r: (open(os.path.join(r, "thesis.txt"), "w").write("years"), claim_directory(r, "jaxdata demo")),
          FileExistsError, "was not created by jaxdata demo"),
     Case("clearing checkpoints the demo did not write", lambda r: clear_claimed(r, "jaxdata demo"),

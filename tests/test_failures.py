@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from jaxdata import Pipeline, PipelineConfig, TokenDataset
+from jaxdata import Pipeline, PipelineConfig, PipelineDataset, TokenDataset
 from pipeline_fixtures import coded_config
 
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
@@ -107,6 +107,18 @@ def test_unreferenced_pipelines_release_their_threads_and_files(cfg):
     pipe = Pipeline(cfg, prefetch=2)
     next(pipe)  # starts the prefetch thread
     del pipe
+  gc.collect()
+  assert threading.active_count() == threads
+  assert _open_fds() <= fds
+
+
+def test_unreferenced_grain_iterators_release_their_pipelines(cfg):
+  gc.collect()
+  threads, fds = threading.active_count(), _open_fds()
+  for _ in range(3):
+    iterator = iter(PipelineDataset(cfg, prefetch=2))
+    next(iterator)
+    del iterator
   gc.collect()
   assert threading.active_count() == threads
   assert _open_fds() <= fds

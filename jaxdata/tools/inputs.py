@@ -176,9 +176,15 @@ def _iter_parquet(path: str, column: str, invalid: InvalidLog) -> Iterator[str]:
   if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
     raise InputFormatError(f"{path}: column {column!r} has type {kind}, not string")
   row = 0
-  for batch in parquet.iter_batches(columns=[column], batch_size=4096):
-    values = batch.column(0).to_pylist()
-    for text in values:
+  batches = parquet.iter_batches(columns=[column], batch_size=4096)
+  while True:
+    try:
+      batch = next(batches, None)
+    except (pa.ArrowException, OSError) as e:  # a damaged row group: Arrow raises a bare OSError
+      raise InputFormatError(f"{path}: not a readable Parquet file near row {row} ({str(e)[:200]})") from e
+    if batch is None:
+      return
+    for text in batch.column(0).to_pylist():
       if text is None:
         invalid.report(f"{path}:row {row}: column {column!r} is null")
       else:
