@@ -19,6 +19,12 @@ from jaxdata import DatasetWriter, PipelineConfig
 
 
 FIRST_CODE = 512
+FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
+
+
+def digest(batch: dict) -> tuple:
+  """A batch as comparable bytes, feature by feature."""
+  return tuple(np.asarray(batch[k]).tobytes() for k in FEATURES)
 
 
 def code(d: np.ndarray | int, r: np.ndarray | int, k: np.ndarray | int) -> np.ndarray:

@@ -16,14 +16,7 @@ from jax.sharding import Mesh
 import jaxdata
 from jaxdata import CheckpointError, Pipeline
 from jaxdata.checkpoint import seal
-from pipeline_fixtures import FIRST_CODE, coded_config, decode, write_coded_dataset
-
-FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
-
-
-def digest(batch: dict) -> tuple:
-  return tuple(np.asarray(batch[k]).tobytes() for k in FEATURES)
-
+from pipeline_fixtures import FIRST_CODE, coded_config, decode, digest, write_coded_dataset
 
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory):

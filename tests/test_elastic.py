@@ -7,10 +7,9 @@ import os
 import crash_trials
 import numpy as np
 import pytest
-import yaml
 
 from jaxdata import Pipeline, load_config
-from pipeline_fixtures import free_port, run_workers, write_coded_dataset
+from pipeline_fixtures import free_port, run_workers
 
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 SAVE_AT = 3
@@ -24,21 +23,7 @@ def launch(count: int, devices: int, config: str, ckpt: str, out: str, mode: str
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory) -> str:
-  tmp = tmp_path_factory.mktemp("elastic")
-  rng = np.random.default_rng(4)
-  for d, count in enumerate((120, 70)):
-    write_coded_dataset(str(tmp / f"d{d}"), d, rng.integers(1, 50, count).tolist())
-  path = tmp / "pipeline.yaml"
-  path.write_text(yaml.safe_dump({
-      "seed": 3,
-      "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1", "shuffle_within_shard": True}],
-      "mixture": {"schedule": [{"until_step": 5, "weights": {"d0": 1, "d1": 1}}, {"weights": {"d0": 3, "d1": 1}}]},
-      "shuffle_block_size": "auto",
-      "exhausted_policy": "repeat",
-      "packing": {"mode": "first_fit", "seq_len": 32, "add_bos": True, "bos_id": 1},
-      "batch": {"global_batch_size": 16},
-  }))
-  return str(path)
+  return crash_trials.write_config(str(tmp_path_factory.mktemp("elastic")))
 
 
 def reference_batches(config: str, steps: int) -> list[dict[str, np.ndarray]]:

@@ -12,14 +12,7 @@ import numpy as np
 import pytest
 
 from jaxdata import Pipeline, PipelineConfig, PipelineDataset, TokenDataset
-from pipeline_fixtures import coded_config
-
-FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
-
-
-def digest(batch: dict) -> tuple:
-  return tuple(np.asarray(batch[k]).tobytes() for k in FEATURES)
-
+from pipeline_fixtures import coded_config, digest
 
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory) -> PipelineConfig:

@@ -14,10 +14,7 @@ from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.transforms.pieces import Pieces
-from pipeline_fixtures import FIRST_CODE, code, coded_config, decode
-
-FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
-
+from pipeline_fixtures import FEATURES, FIRST_CODE, code, coded_config, decode, digest
 
 def all_batches(pipe: Pipeline) -> list[dict[str, np.ndarray]]:
   return [{k: np.asarray(v) for k, v in b.items()} for b in pipe]
@@ -172,10 +169,6 @@ def test_sequence_length_warmup_keeps_tokens_per_step(tmp_path):
 
 
 # ------------------------------------------------------- determinism, state
-
-
-def digest(batch: dict) -> tuple:
-  return tuple(np.asarray(batch[k]).tobytes() for k in FEATURES)
 
 
 @pytest.fixture(scope="module")
