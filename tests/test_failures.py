@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
 
 import numpy as np
@@ -115,3 +116,29 @@ def test_unreferenced_grain_iterators_release_their_pipelines(cfg):
   gc.collect()
   assert threading.active_count() == threads
   assert _open_fds() <= fds
+
+
+def test_ctrl_c_is_honoured_while_a_read_is_stalled(cfg, monkeypatch):
+  # 0.1 waited in queue.get() without a timeout: Ctrl-C arrived only when
+  # the stalled read finished. Here the read stays stalled until after the
+  # KeyboardInterrupt is seen (a 60 s safety release keeps a failure from hanging CI).
+  stalled, release = threading.Event(), threading.Event()
+  real = TokenDataset.read
+
+  def read(dataset, *args, **kwargs):
+    stalled.set()
+    release.wait(60)
+    return real(dataset, *args, **kwargs)
+
+  monkeypatch.setattr(TokenDataset, "read", read)
+  pipe = Pipeline(cfg, prefetch=2)
+  interrupter = threading.Thread(target=lambda: (stalled.wait(60), os.kill(os.getpid(), signal.SIGINT)))
+  interrupter.start()
+  try:
+    with pytest.raises(KeyboardInterrupt):
+      next(pipe)
+    assert not release.is_set()  # interrupted while the read was still stalled
+  finally:
+    release.set()
+    interrupter.join()
+    pipe.close()

@@ -112,6 +112,7 @@ class Pipeline:
                                  read_ahead_tokens, self._snapshot)
     self._resources = _Resources(self.reader)
     self._finalizer = weakref.finalize(self, self._resources.release)
+    self._finalizer.atexit = False  # at exit the daemon thread ends with the process; never wait on a read
     self._state = self._snapshot()
     self._exhausted = False
 
@@ -119,14 +120,20 @@ class Pipeline:
     return self
 
   def __next__(self) -> dict[str, Any]:
+    if self._resources.interrupted:
+      self._rewind()
     if self._exhausted:
       raise StopIteration
     started = time.perf_counter()
     try:
-      item = self._take()
+      item = self._resources.take(self.producer, self.prefetch)
       if isinstance(item, Prepared):
         self.recorder.time(item.stats, "wait", time.perf_counter() - started)
         self.recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
+    except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
+      self._resources.stop_prefetch(wait=False)
+      self._resources.interrupted = True
+      raise
     except BaseException:  # re-raised: first go back to just after the last batch handed out
       self._rewind()
       raise
@@ -136,18 +143,9 @@ class Pipeline:
     self._state = item.state
     return item.batch
 
-  def _take(self) -> Prepared | Any:
-    if self.prefetch == 0:
-      return self.producer.produce()
-    if self._resources.prefetcher is None:
-      self._resources.prefetcher = Prefetcher(self.producer.produce, self.prefetch, lambda item: item is END)
-    item = self._resources.prefetcher.get()
-    if isinstance(item, BaseException):
-      raise item
-    return item
-
   def _rewind(self) -> None:
     self._resources.stop_prefetch()
+    self._resources.interrupted = False
     self.producer.clear()
     self._continue_from(self.get_state())
 
@@ -177,6 +175,7 @@ class Pipeline:
     """
     state = read_pipeline_state(state, self.fingerprint, self.cfg.names)
     self._resources.stop_prefetch()
+    self._resources.interrupted = False
     self.producer.clear()
     try:
       self._continue_from(state)
@@ -223,11 +222,30 @@ class _Resources:
   def __init__(self, reader: DocumentReader) -> None:
     self.reader = reader
     self.prefetcher: Prefetcher | None = None
+    self.stopped: list[Prefetcher] = []  # told to stop, not yet joined (after Ctrl-C)
+    self.interrupted = False
 
-  def stop_prefetch(self) -> None:
+  def take(self, producer: StepProducer, depth: int) -> Prepared | Any:
+    """The next step (or END) from the producer, through the prefetch thread if depth > 0."""
+    if depth == 0:
+      return producer.produce()
+    if self.prefetcher is None:
+      self.prefetcher = Prefetcher(producer.produce, depth, lambda item: item is END)
+    item = self.prefetcher.get()
+    if isinstance(item, BaseException):
+      raise item
+    return item
+
+  def stop_prefetch(self, wait: bool = True) -> None:
     if self.prefetcher is not None:
-      self.prefetcher.stop()
+      self.prefetcher.stop(wait)
+      if not wait:
+        self.stopped.append(self.prefetcher)
       self.prefetcher = None
+    if wait:
+      for prefetcher in self.stopped:  # the planner is shared: no old thread may still run
+        prefetcher.thread.join()
+      self.stopped.clear()
 
   def release(self) -> None:
     self.stop_prefetch()

@@ -38,10 +38,12 @@ class Prefetcher:
         if not self.thread.is_alive() and self.queue.empty():
           raise RuntimeError("prefetch thread ended without handing out an item") from None
 
-  def stop(self) -> None:
-    """Stops the thread and waits for it; items not yet taken are dropped."""
+  def stop(self, wait: bool = True) -> None:
+    """Stops the thread (and waits for it, unless `wait` is false: then it
+    ends after its current item); items not yet taken are dropped."""
     self.stopping.set()
-    self.thread.join()
+    if wait:
+      self.thread.join()
 
   def _run(self) -> None:
     while not self.stopping.is_set():
