@@ -367,3 +367,21 @@ def test_the_audits_carry_reproducer_stays_in_bound_and_in_order():
 )
 def test_carry_bound_and_piece_order_hold_on_adversarial_lengths(lengths, mode, rows, seq_len, bos, eos):
   _assert_pieces_in_order(_plan_all(lengths, mode, rows, seq_len, bos, eos))
+
+
+def test_the_first_read_covers_one_step_then_the_window_grows(mixed_cfg):
+  # A fast first batch (and restore): step 0's documents are read alone; later
+  # reads cover more steps, up to read_ahead_tokens. Output never depends on it.
+  log: list = []
+  with Pipeline(mixed_cfg, prefetch=0, read_ahead_tokens=4096, read_log=log) as pipe:
+    for _ in range(12):
+      next(pipe)
+    state = pipe.get_state()
+  windows = sorted({steps for steps, _, _ in log}, key=lambda r: r.start)
+  assert windows[0] == range(0, 1)
+  assert [len(w) for w in windows[:4]] == sorted(len(w) for w in windows[:4]) and len(windows[3]) > 1
+  log.clear()
+  with Pipeline(mixed_cfg, prefetch=0, read_ahead_tokens=4096, read_log=log) as pipe:
+    pipe.set_state(state)
+    next(pipe)
+  assert log[0][0] == range(12, 13)

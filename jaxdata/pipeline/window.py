@@ -1,9 +1,11 @@
 """`StepProducer`: planned, read and assembled steps, one at a time.
 
 Reads are batched across steps: the producer plans steps until it holds
-`read_ahead_tokens` of this host's tokens (1 to 64 steps), reads all their
-documents in one call per dataset, and assembles each step only when it is
-asked for::
+its window of this host's tokens (1 to 64 steps), reads all their documents
+in one call per dataset, and assembles each step only when it is asked
+for. The window starts at one step (a fast first batch, also after a
+restore) and doubles with every read up to `read_ahead_tokens`, where
+batched reads are fastest::
 
     plan s, s+1, ... s+k  (state and stats snapshot after each)  -> window
     read every document of the window's pieces on this host       -> one flat token buffer
@@ -94,6 +96,7 @@ class StepProducer:
     self.read_ahead_tokens = read_ahead_tokens
     self.snapshot = snapshot
     self.window: collections.deque[_Planned | _End] = collections.deque()
+    self.window_tokens = 1  # grows to read_ahead_tokens; one step first
 
   def produce(self) -> Prepared | _End:
     if not self.window:
@@ -114,11 +117,12 @@ class StepProducer:
 
   def clear(self) -> None:
     self.window.clear()
+    self.window_tokens = 1
 
   def _fill(self) -> None:
     started = time.perf_counter()
     steps, local_tokens = [], 0
-    while local_tokens < self.read_ahead_tokens and len(steps) < MAX_WINDOW_STEPS:
+    while local_tokens < self.window_tokens and len(steps) < MAX_WINDOW_STEPS:
       plan = self.planner.plan()
       if plan is None:
         break
@@ -126,6 +130,7 @@ class StepProducer:
       stats = self.recorder.planned(plan, self.planner.stream.passes_completed())
       steps.append((plan, rows_here, plan.in_rows(rows_here), self.snapshot(), stats))
       local_tokens += rows_here.size * plan.seq_len
+    self.window_tokens = min(self.read_ahead_tokens, 2 * max(local_tokens, 1))
     planned = time.perf_counter()
     pieces = Pieces.concatenate([plan.pieces.take(index) for plan, _, index, _, _ in steps])
     covered = range(steps[0][0].step, steps[-1][0].step + 1) if steps else range(0)
