@@ -184,7 +184,10 @@ class Fit(PackingStrategy):
     return Pieces(*(c[owner] for c in columns), offset, length, doc_length[owner]), 0
 
   def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
-    return _fit(carry, new, rows, seq_len, self.placer)
+    placed, row, column, rest = _fit(carry, new, rows, seq_len, self.placer)
+    # Fit packing puts long pieces in low rows: spread rows so every host's block
+    # reads a similar number of documents (the plan stays host-independent).
+    return placed, balanced_rows(np.bincount(row, minlength=rows))[row], column, rest
 
 
 class OnePerRow(PackingStrategy):
@@ -305,6 +308,41 @@ def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer) ->
   column = np.empty_like(row)
   column[by_row] = starts_in_row
   return placed, row, column, pool.take(np.flatnonzero(row_of < 0))
+
+
+def balanced_rows(counts: np.ndarray) -> np.ndarray:
+  """A new position for every row, so that any aligned block of positions
+  (one host's rows, for any host count) holds a similar total of `counts`.
+
+  Rows sorted by count, most first, are split recursively into halves by the
+  pattern A B B A A B B A ... (the first half takes the A rows), which keeps
+  the two halves' totals within about one row of each other at every level::
+
+      counts 9 7 5 3 2 1 1 0  ->  halves {9, 3, 2, 0} | {7, 5, 1, 1}  ->  quarters ...
+
+  >>> balanced_rows(np.array([0, 9, 1, 7, 2, 5, 1, 3])).tolist()  # halves of 14 and 14
+  [1, 0, 7, 4, 3, 6, 5, 2]
+
+  With few rows per block, one very full row can still dominate its block.
+  """
+  rows = counts.size
+  order = np.argsort(-counts, kind="stable")  # rows, most counts first
+  start = np.zeros(rows, dtype=np.int64)  # the start of each position's segment
+  size = np.full(rows, rows, dtype=np.int64)
+  position = np.arange(rows, dtype=np.int64)
+  while (size > 1).any():
+    local = position - start
+    first = ((local % 4 == 0) | (local % 4 == 3)) | (size == 1)
+    # Stable partition within each segment: its A rows first, then its B rows.
+    regroup = np.lexsort((local, ~first, start))
+    order, first, start, size = order[regroup], first[regroup], start[regroup], size[regroup]
+    in_first = np.bincount(start, weights=first, minlength=rows).astype(np.int64)[start]
+    split = size > 1
+    start = np.where(split & ~first, start + in_first, start)
+    size = np.where(split, np.where(first, in_first, size - in_first), size)
+  new_position = np.empty(rows, dtype=np.int64)
+  new_position[order] = position
+  return new_position
 
 
 def _split_documents(pool: Pieces) -> list[int]:

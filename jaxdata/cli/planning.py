@@ -15,7 +15,7 @@ from jaxdata.pipeline.slices import load_slice
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.bench import bench as bench_config
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
-from jaxdata.tools.mesh import mesh_report
+from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
 from jaxdata.tools.report import plan_plot, write_report
 
 __all__ = ["audit", "bench", "mesh", "plan", "report"]
@@ -114,6 +114,11 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
     docs = report.documents_per_host[host] if report.documents_per_host else None
     table.add_row(str(host), str(rows), f"{rows * args.seq_len:,}", "-" if docs is None else f"{docs:.1f}")
   console.print(table)
+  if report.spread is not None:
+    console.print(f"documents read per host and step: max / mean = {report.spread:.2f}")
+    if report.spread > SPREAD_WARNING:
+      console.print(f"warning: the busiest host reads {report.spread:.2f}x the mean (above {SPREAD_WARNING}); "
+                    "every step waits for it", style="bold yellow")
   if report.plan_seconds is None:
     console.print("pass --config pipeline.yaml to measure planning time and documents per host")
   else:

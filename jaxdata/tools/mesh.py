@@ -15,10 +15,21 @@ from jaxdata.pipeline.slices import SliceSpec
 __all__ = ["MeshReport", "mesh_report"]
 
 
+SPREAD_WARNING = 1.25  # hosts wait for the slowest: warn when max / mean documents exceed this
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshReport:
   documents_per_host: list[float] | None  # mean distinct documents read per step
   plan_seconds: float | None  # mean time to plan one global step here
+
+  @property
+  def spread(self) -> float | None:
+    """max / mean documents read per host and step (1.0: perfectly even)."""
+    if not self.documents_per_host:
+      return None
+    mean = float(np.mean(self.documents_per_host))
+    return max(self.documents_per_host) / mean if mean > 0 else 1.0
 
 
 def mesh_report(
