@@ -7,11 +7,13 @@ from __future__ import annotations
 import copy
 import json
 import random
+import subprocess
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import jaxdata
+from jaxdata.cli import main
 from hostile_cases import CASES, _pipeline_state, run_case
 
 
@@ -90,3 +92,22 @@ def test_every_edit_of_a_saved_state_is_refused(tmp_path):
       with pytest.raises(jaxdata.CheckpointError):
         pipe.set_state(edited)
     pipe.set_state(state)  # the original still restores
+
+
+def test_demo_refuses_a_cache_directory_of_user_files(tmp_path):
+  # 0.1: `jaxdata demo --cache-dir DIR` deleted DIR (a user's thesis.txt and datasets/).
+  (tmp_path / "thesis.txt").write_text("three years")
+  (tmp_path / "datasets").mkdir()
+  out = subprocess.run(["jaxdata", "demo", "--cache-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+  assert out.returncode == 1
+  assert f"{tmp_path}: exists, is not empty and was not created by jaxdata demo" in " ".join(out.stderr.split())
+  assert (tmp_path / "thesis.txt").read_text() == "three years" and (tmp_path / "datasets").is_dir()
+
+
+def test_skip_invalid_skips_a_lone_surrogate_and_counts_it(tmp_path):
+  src = tmp_path / "s.jsonl"
+  src.write_text('{"text": "good"}\n{"text": "a\\ud800b"}\n{"text": "fine"}\n')
+  assert main(["convert", str(src), "--out", str(tmp_path / "out"), "--name", "s", "-q", "--skip-invalid"]) == 0
+  manifest = jaxdata.Manifest.load(str(tmp_path / "out"))
+  assert manifest.num_records == 2 and manifest.stats["skipped_invalid"] == 1
+  assert "s.jsonl:2" in manifest.stats["invalid_examples"][0]
