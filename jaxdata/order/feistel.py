@@ -31,11 +31,11 @@ import json
 
 import numpy as np
 
-__all__ = ["check_domain", "derive_key", "feistel_permute", "mix64", "uniform"]
+__all__ = ["GOLDEN", "check_domain", "derive_key", "feistel_permute", "mix64", "uniform"]
 
 ROUNDS = 10
 _U64 = np.uint64
-_GOLDEN = _U64(0x9E3779B97F4A7C15)
+GOLDEN = _U64(0x9E3779B97F4A7C15)
 _MIX1 = _U64(0xBF58476D1CE4E5B9)
 _MIX2 = _U64(0x94D049BB133111EB)
 
@@ -66,7 +66,7 @@ def _round_keys(key: int) -> list[np.uint64]:
   state = np.array([key], dtype=_U64)
   keys = []
   for _ in range(ROUNDS):
-    state += _GOLDEN
+    state += GOLDEN
     keys.append(mix64(state.copy())[0])
   return keys
 
@@ -109,19 +109,10 @@ def feistel_permute(
     key: int,
     tweak: np.ndarray | int = 0,
 ) -> np.ndarray:
-  """Maps each position in [0, n) to its image under the keyed Feistel bijection.
-
-  Args:
-    positions: int array (any shape) of values in [0, n).
-    n: domain size, scalar or an array shaped like `positions`; up to 2**62.
-    key: 64-bit key from `derive_key`.
-    tweak: selects an independent permutation per element (a shard or block
-      index), scalar or an array shaped like `positions`.
-
-  Returns:
-    int64 array of the same shape as `positions`. Works in chunks of
-    `_CHUNK` positions, so extra memory stays a few MB whatever the input.
-  """
+  """Maps each position in [0, n) to its image under the keyed Feistel
+  bijection; arguments and result as for `jaxdata.order.permutation.permute`.
+  Works in chunks of `_CHUNK` positions, so extra memory stays a few MB
+  whatever the input."""
   x, sizes, tweaks = check_domain(positions, n, tweak)
   if x.size == 0:
     return x.copy()
@@ -146,7 +137,7 @@ def _permute_chunk(
     x: np.ndarray, sizes: np.ndarray, tweaks: np.ndarray, keys: list[np.uint64]
 ) -> np.ndarray:
   """`permute` on a flat chunk; `sizes` / `tweaks` have 1 or len(x) elements."""
-  salt = mix64(tweaks.astype(_U64) * _GOLDEN + _U64(0x632BE59BD9B4E019))
+  salt = mix64(tweaks.astype(_U64) * GOLDEN + _U64(0x632BE59BD9B4E019))
   # bits to cover [0, n): bit_length(n - 1), at least 2 so both halves exist.
   bits = np.maximum(_bit_length((sizes - 1).astype(_U64)), _U64(2))
   right_bits = bits >> _U64(1)
@@ -198,7 +189,7 @@ def uniform(key: int, counters: np.ndarray) -> np.ndarray:
   >>> bool(((u >= 0) & (u < 1)).all()), bool(uniform(derive_key(0, "mix"), np.arange(1, 2))[0] == u[1])
   (True, True)
   """
-  state = np.asarray(counters, dtype=np.int64).astype(_U64) * _GOLDEN
+  state = np.asarray(counters, dtype=np.int64).astype(_U64) * GOLDEN
   state ^= np.uint64(key)
-  bits = mix64(mix64(state) + _GOLDEN)
+  bits = mix64(mix64(state) + GOLDEN)
   return (bits >> _U64(11)).astype(np.float64) * (1.0 / (1 << 53))

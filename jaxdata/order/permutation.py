@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from jaxdata.order.feistel import check_domain, derive_key, feistel_permute, mix64
+from jaxdata.order.feistel import GOLDEN, check_domain, derive_key, feistel_permute, mix64
 
 __all__ = ["EXACT_MAX", "derive_key", "permute"]
 
@@ -37,7 +37,6 @@ _SMALL = 256  # groups below this size are sorted together, vectorised, uncached
 _SMALL_BATCH = 1 << 14  # positions per vectorised batch: at most 4M keys sorted at once
 _CACHE_ENTRIES = 1 << 23  # cached permutation entries (int32): 32 MB at most
 _U64 = np.uint64
-_GOLDEN = _U64(0x9E3779B97F4A7C15)
 _SIZE_SALT = _U64(0xD6E8FEB86659FD93)
 
 
@@ -81,13 +80,13 @@ def permute(
 
 def _salts(key: int, tweaks: np.ndarray, sizes: np.ndarray) -> np.ndarray:
   """One 64-bit salt per (key, tweak, n): independent streams of sort keys."""
-  state = mix64(tweaks.astype(_U64) * _GOLDEN ^ _U64(key))
+  state = mix64(tweaks.astype(_U64) * GOLDEN ^ _U64(key))
   return mix64(state + sizes.astype(_U64) * _SIZE_SALT)
 
 
 def _sort_keys(salts: np.ndarray, local: np.ndarray) -> np.ndarray:
   """splitmix64's output for counter `local` of the stream seeded by `salts`."""
-  return mix64(salts + (local.astype(_U64) + _U64(1)) * _GOLDEN)
+  return mix64(salts + (local.astype(_U64) + _U64(1)) * GOLDEN)
 
 
 def _image(key: int, tweak: int, size: int) -> np.ndarray:
