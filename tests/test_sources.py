@@ -274,3 +274,21 @@ def test_inspect_prints_table_and_json(dataset_dir, capsys):
   assert summary["length_percentiles"]["p50"] == np.percentile(lengths, 50)
   assert summary["max_length"] == lengths.max()
   assert summary["dtype"] == "uint16"
+
+
+def test_a_format_1_manifest_opens_and_its_shards_are_checked_by_full_hash(damaged):
+  # jaxdata 0.1 wrote no sampled hashes; such a dataset still opens, and a
+  # changed shard is caught by the full sha256 instead.
+  path = os.path.join(damaged, "manifest.json")
+  raw = json.load(open(path))
+  raw["format_version"] = 1
+  for shard in raw["shards"]:
+    del shard["sample_sha256"]
+  json.dump(raw, open(path, "w"))
+  TokenDataset(damaged).close()
+  shard = os.path.join(damaged, "rand-00001.array_record")
+  data = bytearray(open(shard, "rb").read())
+  data[100] ^= 0xFF
+  open(shard, "wb").write(bytes(data))
+  with pytest.raises(DatasetError, match=r"rand-00001\.array_record: content differs from the shard manifest\.json lists \(sha256"):
+    TokenDataset(damaged)
