@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 
@@ -120,3 +121,29 @@ def test_weights_normalise_without_overflow():
 def test_dataclasses_validate_directly():
   with pytest.raises(ConfigError, match="datasets.x.max_repeats"):
     PipelineConfig.from_dict({"datasets": [{"name": "x", "max_repeats": 1.5}], "mixture": {"weights": {"x": 1}}})
+
+
+SCHEDULED_YAML = """
+datasets:
+  - {name: a, path: /data/a, shuffle_block_size: global, exhausted_policy: repeat}
+  - {name: b, path: /data/b}
+mixture:
+  schedule:
+    - {until_step: 100, weights: {a: 0.9, b: 0.1}}
+    - {weights: {a: 0.5, b: 0.5}}
+shuffle_block_size: 64
+stats_path: /tmp/stats.jsonl
+packing: {mode: best_fit, seq_len: 512, add_bos: true, warmup: [{until_step: 10, seq_len: 128}]}
+batch: {global_batch_size: 16}
+"""
+
+
+@pytest.mark.parametrize("text", [EXAMPLE_YAML, SCHEDULED_YAML])
+def test_to_dict_reads_back_to_the_same_config(tmp_path, text):
+  """Worker processes get the config this way: it must survive JSON exactly,
+  unset per-dataset fields included (they must still inherit)."""
+  cfg = load_config(write(tmp_path, text))
+  again = PipelineConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+  assert again == cfg
+  assert again.dataset_settings() == cfg.dataset_settings()
+  assert "shuffle_block_size" not in again.to_dict()["datasets"][1]  # still inherits

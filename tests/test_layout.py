@@ -132,6 +132,8 @@ def test_import_and_cli_load_no_heavy_dependency(tmp_path):
   assert _heavy_modules_after(f"from jaxdata.cli import main\nmain(['inspect', {str(tmp_path / 'd0')!r}])") == []
   # Planning needs no jax either: the planner, the stream and the packer.
   assert _heavy_modules_after("import jaxdata\njaxdata.StepPlanner, jaxdata.DocumentStream") == []
+  # Nor does a worker process (it is started as `python -m jaxdata.pipeline.worker`).
+  assert _heavy_modules_after("import jaxdata.pipeline.worker") == []
   # ... and the heavy ones do arrive when a name needs them.
   assert "jax" in _heavy_modules_after("import jaxdata\njaxdata.Pipeline")
 

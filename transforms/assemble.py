@@ -11,8 +11,17 @@ For the rows a host holds, every piece becomes a run of columns::
       segment_ids 1, 2, ... per row   in column order; 0 on padding
       source_ids  dataset index       -1 on padding
 
-All of it is NumPy index arithmetic over the flat token buffer; no Python
-loop over documents or pieces.
+Rows fill from column 0, so the pieces sorted by (row, column), with one
+padding run at the end of each row that is not full, tile the flat
+[rows * seq_len] grid exactly. Every feature is then a run-length fill or a
+shifted contiguous gather over the grid::
+
+    grid   | piece a       | piece b | pad  | piece c          | piece d   |
+    src    s_a s_a+1 ...    s_b ...   P P+1  s_c ...            (P: the pad run in the buffer)
+    tokens = buffer[src]   targets = buffer[src + 1]   (the pad run holds pad_id)
+
+plus at most three single-slot fix-ups per piece (a document's last token,
+BOS, EOS). No Python loop over documents or pieces.
 """
 
 from __future__ import annotations
@@ -22,23 +31,34 @@ import numpy as np
 from jaxdata.config.schema import PackingConfig
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["FEATURES", "assemble_rows", "pad_tokens"]
+__all__ = ["FEATURES", "assemble_rows", "padded_buffer"]
 
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 
 
-def _rows_are_prefixes(starts: np.ndarray, lengths: np.ndarray, seq_len: int) -> bool:
-  """Sorted pieces tile each row from column 0: every piece starts where the
-  previous one in its row ended."""
-  row = starts // seq_len
-  expected = np.where(np.r_[True, row[1:] != row[:-1]], row * seq_len, np.r_[0, starts[:-1] + lengths[:-1]])
-  return bool((starts == expected).all())
+def padded_buffer(parts: list[np.ndarray], seq_len: int, pad_id: int) -> np.ndarray:
+  """The int32 token buffer `assemble_rows` reads: one slot that a BOS read
+  before the first document touches, `parts` concatenated (one copy,
+  converting as it goes), then a run of seq_len + 1 `pad_id`s that padding
+  reads from and EOS reads past the last document touch. Document starts
+  passed to `assemble_rows` count from the first part, not the buffer.
+
+  >>> padded_buffer([np.array([5, 6], np.uint16)], seq_len=2, pad_id=0).tolist()
+  [0, 5, 6, 0, 0, 0]
+  """
+  tail = np.full(seq_len + 1, pad_id, np.int32)
+  return np.concatenate([tail[:1], *parts, tail], dtype=np.int32, casting="same_kind")
 
 
-def pad_tokens(doc_tokens: np.ndarray) -> np.ndarray:
-  """int32 copy of `doc_tokens` plus two slots that BOS / EOS reads may touch
-  (they are overwritten); do this once for all the steps sharing a read."""
-  return np.append(doc_tokens, [0, 0]).astype(np.int32)
+def _check_layout(dst: np.ndarray, lengths: np.ndarray, fill: np.ndarray, seq_len: int) -> None:
+  """Sorted pieces must tile each row from column 0 without gaps or overlaps."""
+  if fill.max(initial=0) > seq_len:
+    raise ValueError(f"assemble: a row holds {fill.max()} tokens, more than seq_len {seq_len}")
+  row = dst // seq_len
+  new_row = np.r_[True, row[1:] != row[:-1]] if dst.size else np.zeros(0, bool)
+  expected = np.where(new_row, row * seq_len, np.r_[0, dst[:-1] + lengths[:-1]])
+  if not (dst == expected).all() or (dst % seq_len + lengths > seq_len).any():
+    raise ValueError("assemble: pieces must fill each row from column 0 without gaps or overlaps")
 
 
 def assemble_rows(
@@ -47,7 +67,7 @@ def assemble_rows(
     column: np.ndarray,
     num_rows: int,
     seq_len: int,
-    doc_tokens: np.ndarray,
+    buffer: np.ndarray,
     doc_start: np.ndarray,
     packing: PackingConfig,
 ) -> dict[str, np.ndarray]:
@@ -56,64 +76,63 @@ def assemble_rows(
   Args:
     pieces: the pieces in these rows.
     local_row, column: where each piece goes (local_row in [0, num_rows)).
-    doc_tokens: flat int32 token ids of the pieces' documents (raw, no
-      BOS/EOS), followed by two padding slots (see `pad_tokens`).
-    doc_start: for each piece, where its document starts in `doc_tokens`.
+    buffer: the pieces' documents' raw tokens (no BOS/EOS), made by
+      `padded_buffer` (it ends with seq_len + 1 pad ids).
+    doc_start: for each piece, where its document starts in the
+      concatenated parts that `buffer` was made from.
   """
-  shape = (num_rows, seq_len)
-  out = {
-      "tokens": np.full(shape, packing.pad_id, np.int32),
-      "targets": np.full(shape, packing.pad_id, np.int32),
-      "segment_ids": np.zeros(shape, np.int32),
-      "positions": np.zeros(shape, np.int32),
-      "loss_mask": np.zeros(shape, np.int32),
-      "source_ids": np.full(shape, -1, np.int32),
-  }
   count = len(pieces)
+  grid = num_rows * seq_len
+  if buffer.dtype != np.int32 or buffer.size < seq_len + 2:
+    raise ValueError("assemble: buffer must be the int32 array padded_buffer makes")
+  pad_run = buffer.size - (seq_len + 1)  # where the pad ids start
+  dst = local_row * seq_len + column
+  order = np.argsort(dst, kind="stable")
+  dst, lengths = dst[order], pieces.length[order]
+  fill = np.bincount(local_row, weights=pieces.length, minlength=num_rows).astype(np.int64)
+  _check_layout(dst, lengths, fill, seq_len)
+  # Runs in grid order: the pieces, and each row's padding after its pieces.
+  short = np.flatnonzero(fill < seq_len)
+  run_dst = np.concatenate([dst, short * seq_len + fill[short]])
+  run_order = np.argsort(run_dst, kind="stable")
+  run_len = np.concatenate([lengths, seq_len - fill[short]])[run_order]
+  run_dst = run_dst[run_order]
+  is_piece = run_order < count
+  piece_src = (doc_start + 1 + pieces.offset - int(packing.add_bos))[order]  # + 1: the lead slot
+  run_src = np.concatenate([piece_src, np.full(short.size, pad_run)])[run_order]
+  # within[i] = i - start of its run; src = within + the run's first source slot.
+  within = np.arange(grid, dtype=np.int64) - np.repeat(run_dst, run_len)
+  src = within + np.repeat(run_src, run_len)
+  out = {
+      "tokens": buffer.take(src).reshape(num_rows, seq_len),
+      "targets": buffer[1:].take(src).reshape(num_rows, seq_len),
+      "segment_ids": None,
+      "positions": None,
+      "loss_mask": None,
+      "source_ids": None,
+  }
+  real = np.repeat(is_piece.astype(np.int32), run_len)
+  out["positions"] = (within.astype(np.int32) * real).reshape(num_rows, seq_len)
+  out["loss_mask"] = real.reshape(num_rows, seq_len)
+  run_row = run_dst // seq_len
+  # Segment ids: 1 + the rank of a piece among its row's runs (padding comes last, gets 0).
+  rank = np.arange(run_dst.size) - np.searchsorted(run_row, run_row, side="left") + 1
+  out["segment_ids"] = np.repeat(np.where(is_piece, rank, 0).astype(np.int32), run_len).reshape(num_rows, seq_len)
+  source = np.concatenate([pieces.dataset[order], np.full(short.size, -1)]).astype(np.int32)[run_order]
+  out["source_ids"] = np.repeat(source, run_len).reshape(num_rows, seq_len)
   if not count:
     return out
-  # Rows fill from column 0 without gaps (every packing mode places pieces so),
-  # so the real slots in row-major order are exactly the pieces' tokens sorted
-  # by (row, column): values are gathered in that order and written through
-  # one boolean mask per feature, no scatter.
-  piece_dst = local_row * seq_len + column
-  order = np.argsort(piece_dst, kind="stable")
-  lengths = pieces.length[order]
-  fill = np.bincount(local_row, weights=pieces.length, minlength=num_rows).astype(np.int64)
-  if fill.max(initial=0) > seq_len:
-    raise ValueError(f"assemble: a row holds {fill.max()} tokens, more than seq_len {seq_len}")
-  real = np.arange(seq_len)[None, :] < fill[:, None]
-  if int(real.sum()) != int(lengths.sum()) or not _rows_are_prefixes(piece_dst[order], lengths, seq_len):
-    raise ValueError("assemble: pieces must fill each row from column 0 without gaps or overlaps")
-  total = int(lengths.sum())
-  first = np.cumsum(lengths) - lengths
-  owner = np.repeat(order.astype(np.int32), lengths)  # piece of every real slot, row-major
-  within = np.arange(total, dtype=np.int64) - np.repeat(first, lengths)  # position inside its piece
-  src = (doc_start + pieces.offset - int(packing.add_bos))[owner] + within
-  padded = doc_tokens
-  mask = real.ravel()
-  out["tokens"].ravel()[mask] = padded[src]  # the BOS / EOS slots are overwritten below
-  out["targets"].ravel()[mask] = padded[src + 1]
-  out["loss_mask"].ravel()[mask] = 1
-  out["positions"].ravel()[mask] = within
-  out["source_ids"].ravel()[mask] = pieces.dataset.astype(np.int32)[owner]
-  # Segment ids: 1 + rank of the piece among its row's pieces (pieces sorted by row, column).
-  sorted_rows = local_row[order]
-  segment = np.empty(count, np.int32)
-  segment[order] = np.arange(count) - np.searchsorted(sorted_rows, sorted_rows, side="left") + 1
-  out["segment_ids"].ravel()[mask] = segment[owner]
-  tokens = out["tokens"].ravel()
-  targets = out["targets"].ravel()
+  tokens, targets, loss_mask = out["tokens"].ravel(), out["targets"].ravel(), out["loss_mask"].ravel()
   # Per-piece fix-ups, at most three slots per piece (all vectorised over pieces).
+  piece_dst = local_row * seq_len + column
   end = pieces.offset + pieces.length  # effective index just past the piece
   last = pieces.doc_length - 1  # effective index of the document's last token
   has_last = end > last
   last_slot = piece_dst[has_last] + last[has_last] - pieces.offset[has_last]
   targets[last_slot] = packing.pad_id  # nothing follows a document's last token
-  out["loss_mask"].ravel()[last_slot] = 0
+  loss_mask[last_slot] = 0
   if packing.add_bos:
-    starts_doc = pieces.offset == 0
-    tokens[piece_dst[starts_doc]] = packing.bos_id
+    tokens[piece_dst[pieces.offset == 0]] = packing.bos_id
   if packing.add_eos:
     tokens[last_slot] = packing.eos_id
     # The token before EOS predicts EOS.

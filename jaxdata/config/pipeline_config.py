@@ -25,6 +25,7 @@ from jaxdata.config.schedule import Schedule
 from jaxdata.config.schema import (
     EXHAUSTED_POLICIES,
     BatchConfig,
+    INHERIT,
     DatasetConfig,
     MixtureConfig,
     PackingConfig,
@@ -46,6 +47,18 @@ __all__ = ["MAX_TOKENS_PER_STEP", "PipelineConfig"]
 # 2^30 tokens per step: 4 GiB per int32 feature on one host; a larger step is
 # a typo (10^6 rows x 10^6 tokens), and would hang the first next().
 MAX_TOKENS_PER_STEP = 1 << 30
+
+
+def _plain(value: Any) -> Any:
+  """Dataclasses to dicts (INHERIT fields left out), tuples to lists."""
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+            if getattr(value, f.name) is not INHERIT}
+  if isinstance(value, (list, tuple)):
+    return [_plain(v) for v in value]
+  if isinstance(value, Mapping):
+    return {k: _plain(v) for k, v in value.items()}
+  return value
 
 
 def _field_names(kind: type) -> set[str]:
@@ -160,6 +173,16 @@ class PipelineConfig:
     return tuple(resolve_dataset(d, top) for d in self.datasets)
 
   # ------------------------------------------------------------------ parsing
+
+  def to_dict(self) -> dict[str, Any]:
+    """The config as plain JSON-able data that `from_dict` reads back to an
+    equal config (unset per-dataset fields stay unset, so they still inherit).
+
+    >>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a"}], "mixture": {"weights": {"a": 1}}})
+    >>> PipelineConfig.from_dict(cfg.to_dict()) == cfg
+    True
+    """
+    return _plain(self)
 
   @classmethod
   def from_dict(cls, raw: Any, base_dir: str | None = None) -> "PipelineConfig":

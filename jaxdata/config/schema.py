@@ -53,6 +53,9 @@ class _Inherit:
   def __repr__(self) -> str:
     return "INHERIT"
 
+  def __reduce__(self) -> str:
+    return "INHERIT"  # the one module-level instance, also in a worker process (compared by identity)
+
 
 INHERIT: Any = _Inherit()
 

@@ -3,6 +3,8 @@
 `planner` (`StepPlanner`: the plan of every step, from metadata; used by
 everything that plans), `reader` (batched document reads), `window`
 (planned, read and assembled steps), `prefetch` (the background thread),
+`workers` / `worker` (the same steps made in worker processes), `parts`
+(what a pipeline opens),
 `sharding` (which rows this process holds; the global arrays), `slices`
 (TPU slice configs and meshes), `stats` (per-step statistics), `pipeline`
 (`Pipeline`, which wires them) and `grain` (`PipelineDataset`, a Grain

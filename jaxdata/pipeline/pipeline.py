@@ -5,8 +5,9 @@ Every process runs the same plan and reads only its own rows::
     StepPlanner.plan()                        same StepPlan on every host      planner.py
       -> rows held here (from the sharding)                                    sharding.py
       -> batched reads of those rows' documents, many steps per call           reader.py, window.py
-      -> assemble_rows (NumPy) -> jax.Array (make_array_from_callback)         window.py
-    a background thread runs this `prefetch` steps ahead (prefetch.py);
+      -> assemble_rows (NumPy) -> jax.Array (make_array_from_callback)         window.py, sharding.py
+    a background thread runs this `prefetch` steps ahead (prefetch.py), and with
+    `workers=n` the steps are made in n worker processes (workers.py);
     get_state() is the state after the last batch handed out, never the prefetcher's.
 
 Failure semantics (docs/state.md): an exception while producing step s, or
@@ -31,21 +32,18 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from jax.sharding import Mesh
 
-from jaxdata.checkpoint.fingerprint import order_fingerprint
-from jaxdata.checkpoint.state import pipeline_state, read_pipeline_state, seal
+from jaxdata.checkpoint.state import read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError
-from jaxdata.mixture.stream import DatasetMeta
-from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.parts import open_parts, state_snapshot
+from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
-from jaxdata.pipeline.sharding import batch_sharding, check_rows_divide
+from jaxdata.pipeline.sharding import batch_sharding, check_rows_divide, output_functions
 from jaxdata.pipeline.slices import load_slice, slice_mesh
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.vocabulary import token_bound
 from jaxdata.pipeline.window import END, Prepared, StepProducer
-from jaxdata.sources.dataset import ReadOptions, TokenDataset
-from jaxdata.transforms.pieces import Pieces
+from jaxdata.pipeline.workers import WorkerProducer
 
 __all__ = ["Pipeline"]
 
@@ -62,6 +60,10 @@ class Pipeline:
       mesh over jax.devices() and its data axes.
     prefetch: steps planned and read ahead by a background thread; 0 reads
       in the calling thread. Output never depends on it.
+    workers: worker processes that plan, read and assemble into shared
+      memory (`jaxdata.pipeline.workers`), leaving the training process only
+      the copy to the devices; 0 does it all in this process. Output and
+      state never depend on it.
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
       faster (at least one step, at most 64). Output never depends on it.
@@ -74,11 +76,13 @@ class Pipeline:
 
   def __init__(
       self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
-      tpu: str | None = None, prefetch: int = 2, read_ahead_tokens: int = 1 << 22, read_threads: int = 1,
-      stats_path: str | None = None, read_log: ReadLog | None = None,
+      tpu: str | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int = 1 << 22,
+      read_threads: int = 1, stats_path: str | None = None, read_log: ReadLog | None = None,
   ) -> None:
     if prefetch < 0:
       raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
+    if not isinstance(workers, int) or workers < 0:
+      raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
     if read_ahead_tokens < 1:
       raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
     if tpu is not None:
@@ -93,24 +97,23 @@ class Pipeline:
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(),
                                   stats_path if stats_path is not None else cfg.stats_path)
-    datasets = _open_datasets(cfg, read_threads)
-    try:
-      bound = token_bound(cfg, datasets)
-      self.planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
-    except BaseException:  # re-raised: nothing may stay open
-      for dataset in datasets:
-        dataset.close()
-      raise
-    self.fingerprint = order_fingerprint(
-        cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in self.planner.stream.cursors]
-    )
-    self.reader = DocumentReader(datasets, cfg.names, bound, read_log)
+    parts = open_parts(cfg, read_threads, read_log)
+    self.planner, self.reader, self.fingerprint = parts.planner, parts.reader, parts.fingerprint
     # The producer and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.
-    self._snapshot = functools.partial(_snapshot, self.planner, self.fingerprint, self.recorder)
-    self.producer = StepProducer(cfg, self.planner, self.reader, self.recorder, sharding,
-                                 read_ahead_tokens, self._snapshot)
-    self._resources = _Resources(self.reader)
+    self._snapshot = functools.partial(state_snapshot, self.planner, self.fingerprint, self.recorder)
+    rows_here, output = output_functions(sharding)
+    self.producer: StepProducer | WorkerProducer = StepProducer(
+        cfg, self.planner, self.reader, self.recorder, rows_here, output, read_ahead_tokens, self._snapshot)
+    if workers:
+      try:
+        self.producer = WorkerProducer(cfg, workers, self.producer, self.recorder, self.fingerprint, rows_here,
+                                       output, max(prefetch, 1) + 1, read_ahead_tokens, read_threads,
+                                       self._snapshot())
+      except BaseException:  # re-raised: nothing may stay open
+        self.reader.close()
+        raise
+    self._resources = _Resources(self.reader, self.producer)
     self._finalizer = weakref.finalize(self, self._resources.release)
     self._finalizer.atexit = False  # at exit the daemon thread ends with the process; never wait on a read
     self._state = self._snapshot()
@@ -146,7 +149,6 @@ class Pipeline:
   def _rewind(self) -> None:
     self._resources.stop_prefetch()
     self._resources.interrupted = False
-    self.producer.clear()
     self._continue_from(self.get_state())
 
   def close(self) -> None:
@@ -160,9 +162,7 @@ class Pipeline:
 
   def get_state(self) -> dict[str, Any]:
     """State after the last batch handed out (JSON-able, the same on every host)."""
-    carry = self._state["packer"]["carry"]
-    packer = {**self._state["packer"], "carry": carry.to_json() if isinstance(carry, Pieces) else carry}
-    return seal(json.loads(json.dumps({**self._state, "packer": packer})))
+    return seal(json.loads(json.dumps(encoded_state(self._state))))
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     """Continues from `state`; the next batches equal the original run's,
@@ -176,7 +176,6 @@ class Pipeline:
     state = read_pipeline_state(state, self.fingerprint, self.cfg.names)
     self._resources.stop_prefetch()
     self._resources.interrupted = False
-    self.producer.clear()
     try:
       self._continue_from(state)
     except ValueError as e:
@@ -192,40 +191,21 @@ class Pipeline:
     self.recorder.restore(state["tokens_per_source"])
     self._state = self._snapshot()
     self._exhausted = False
-
-
-
-def _open_datasets(cfg: PipelineConfig, read_threads: int) -> list[TokenDataset]:
-  """Every dataset of the config, opened and checked; on an error, the ones
-  already open are closed before it is raised."""
-  datasets: list[TokenDataset] = []
-  try:
-    for d in cfg.datasets:
-      datasets.append(TokenDataset(d.path, ReadOptions(num_threads=read_threads)))
-  except BaseException:  # re-raised: nothing may stay open
-    for dataset in datasets:
-      dataset.close()
-    raise
-  return datasets
-
-
-def _snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> dict[str, Any]:
-  """The state right now, cheaply: the carry stays a Pieces object until
-  `Pipeline.get_state` encodes it (snapshots are taken for every planned step)."""
-  return pipeline_state(planner.step, fingerprint, planner.get_state(encode_carry=False), recorder.tokens_per_source())
+    self.producer.restart(self._state)
 
 
 class _Resources:
   """What a pipeline must release: the prefetch thread and the open files.
   Held apart from the pipeline so its finalizer can release them."""
 
-  def __init__(self, reader: DocumentReader) -> None:
+  def __init__(self, reader: DocumentReader, producer: StepProducer | WorkerProducer) -> None:
     self.reader = reader
+    self.producer = producer
     self.prefetcher: Prefetcher | None = None
     self.stopped: list[Prefetcher] = []  # told to stop, not yet joined (after Ctrl-C)
     self.interrupted = False
 
-  def take(self, producer: StepProducer, depth: int) -> Prepared | Any:
+  def take(self, producer: StepProducer | WorkerProducer, depth: int) -> Prepared | Any:
     """The next step (or END) from the producer, through the prefetch thread if depth > 0."""
     if depth == 0:
       return producer.produce()
@@ -249,4 +229,5 @@ class _Resources:
 
   def release(self) -> None:
     self.stop_prefetch()
+    self.producer.close()
     self.reader.close()

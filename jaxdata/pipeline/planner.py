@@ -28,7 +28,7 @@ from jaxdata.mixture.stream import DatasetMeta, DocumentStream
 from jaxdata.transforms.packing import Packer, StepPlan
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["StepPlanner", "host_row_blocks", "pieces_for_hosts"]
+__all__ = ["StepPlanner", "encoded_state", "host_row_blocks", "pieces_for_hosts"]
 
 
 class StepPlanner:
@@ -94,6 +94,14 @@ class StepPlanner:
       self.packer.set_state(previous["packer"])
       raise
     self.step = step
+
+
+def encoded_state(state: Mapping[str, Any]) -> dict[str, Any]:
+  """A pipeline state snapshot (whose packer carry may still be `Pieces`,
+  see `StepPlanner.get_state`) with the carry encoded: JSON-able."""
+  carry = state["packer"]["carry"]
+  packer = {**state["packer"], "carry": carry.to_json() if isinstance(carry, Pieces) else carry}
+  return {**state, "packer": packer}
 
 
 def pieces_for_hosts(

@@ -3,7 +3,7 @@
 Every distinct document is read once, however many pieces of it there are::
 
     pieces (dataset, record, ...)  ->  per dataset: unique records -> TokenDataset.read (one call)
-                                   ->  flat tokens of all datasets + start of each piece's document
+                                   ->  tokens per dataset + start of each piece's document in their concatenation
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class DocumentReader:
     self.bound = bound
     self.read_log = read_log
 
-  def read(self, steps: range, pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
-    """(flat tokens, start of each piece's document in them) for `pieces` of `steps`."""
+  def read(self, steps: range, pieces: Pieces) -> tuple[list[np.ndarray], np.ndarray]:
+    """(token arrays, start of each piece's document in their concatenation)
+    for `pieces` of `steps`."""
     parts, doc_start, base = [], np.zeros(len(pieces), np.int64), 0
     for d, dataset in enumerate(self.datasets):
       mine = np.flatnonzero(pieces.dataset == d)
@@ -55,8 +56,7 @@ class DocumentReader:
       parts.append(ragged.tokens)
       doc_start[mine] = base + ragged.offsets[:-1][inverse]
       base += ragged.tokens.size
-    tokens = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    return tokens, doc_start
+    return parts, doc_start
 
   def close(self) -> None:
     for dataset in self.datasets:

@@ -12,7 +12,7 @@ arithmetic: device ids need not be contiguous per process)::
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -20,7 +20,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdata.config.pipeline_config import PipelineConfig
 
-__all__ = ["batch_sharding", "check_rows_divide", "data_parallel_size", "global_arrays", "local_rows"]
+__all__ = [
+    "batch_sharding", "check_rows_divide", "data_parallel_size", "global_arrays", "local_rows", "output_functions",
+]
 
 
 def batch_sharding(mesh: Mesh, data_axes: Sequence[str]) -> NamedSharding:
@@ -69,3 +71,20 @@ def global_arrays(
     return jax.make_array_from_callback(shape, sharding, piece)
 
   return {name: make(local) for name, local in arrays.items()}
+
+
+def output_functions(
+    sharding: jax.sharding.Sharding | None,
+) -> tuple[Callable[[int, int], np.ndarray], Callable[..., dict[str, Any]] | None]:
+  """(rows this process holds of a [rows, seq_len] step, how its assembled
+  rows become the batch): all rows and NumPy without a sharding."""
+  if sharding is None:
+    return (lambda rows, _seq_len: np.arange(rows)), None
+
+  def rows_here(rows: int, seq_len: int) -> np.ndarray:
+    return local_rows(sharding, (rows, seq_len))
+
+  def output(arrays: Mapping[str, np.ndarray], rows: int, seq_len: int, here: np.ndarray) -> dict[str, Any]:
+    return global_arrays(arrays, sharding, (rows, seq_len), here)
+
+  return rows_here, output

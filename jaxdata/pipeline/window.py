@@ -22,21 +22,22 @@ import dataclasses
 import time
 from typing import Any, Callable
 
-import jax
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader
-from jaxdata.pipeline.sharding import global_arrays, local_rows
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.transforms.assemble import assemble_rows, pad_tokens
+from jaxdata.transforms.assemble import assemble_rows, padded_buffer
 from jaxdata.transforms.packing import StepPlan
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["END", "Prepared", "StepProducer"]
+__all__ = ["END", "Output", "Prepared", "RowsHere", "StepProducer"]
 
 MAX_WINDOW_STEPS = 64
+
+RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
+Output = Callable[[dict[str, np.ndarray], int, int, np.ndarray], dict[str, Any]]  # (arrays, rows, seq_len, rows_here)
 
 
 @dataclasses.dataclass
@@ -65,17 +66,22 @@ class _Planned:
   plan: StepPlan
   rows_here: np.ndarray
   index: np.ndarray  # the plan's pieces in this host's rows
-  doc_tokens: np.ndarray  # padded int32 tokens of the whole read window
+  doc_tokens: np.ndarray  # the whole read window's tokens, see `padded_buffer`
   doc_start: np.ndarray  # per piece in `index`
   state: dict[str, Any]
   stats: dict[str, Any]
 
 
 class StepProducer:
-  """Produces `Prepared` steps (or `END`) from a planner, a reader and a sharding.
+  """Produces `Prepared` steps (or `END`) from a planner and a reader.
 
-  `snapshot()` is called after each planned step and gives the state to
-  hand out with it.
+  Args:
+    rows_here: which global rows of a step this host assembles.
+    output: turns a step's assembled NumPy rows into the batch handed out
+      (e.g. global `jax.Array`s); None hands out the NumPy arrays.
+    snapshot: called after each planned step; gives the state to hand out with it.
+    keep: which steps this producer reads and assembles (the others are
+      planned, so the state advances, and skipped); None keeps every step.
   """
 
   def __init__(
@@ -84,17 +90,21 @@ class StepProducer:
       planner: StepPlanner,
       reader: DocumentReader,
       recorder: StatsRecorder,
-      sharding: jax.sharding.Sharding | None,
+      rows_here: RowsHere,
+      output: Output | None,
       read_ahead_tokens: int,
       snapshot: Callable[[], dict[str, Any]],
+      keep: Callable[[int], bool] | None = None,
   ) -> None:
     self.cfg = cfg
     self.planner = planner
     self.reader = reader
     self.recorder = recorder
-    self.sharding = sharding
+    self.rows_here = rows_here
+    self.output = output
     self.read_ahead_tokens = read_ahead_tokens
     self.snapshot = snapshot
+    self.keep = keep
     self.window: collections.deque[_Planned | _End] = collections.deque()
     self.window_tokens = 1  # grows to read_ahead_tokens; one step first
 
@@ -110,14 +120,19 @@ class StepProducer:
         plan.pieces.take(index), np.searchsorted(rows_here, plan.row[index]), plan.column[index],
         rows_here.size, plan.seq_len, item.doc_tokens, item.doc_start, self.cfg.packing,
     )
-    if self.sharding is not None:
-      arrays = global_arrays(arrays, self.sharding, (plan.rows, plan.seq_len), rows_here)
+    if self.output is not None:
+      arrays = self.output(arrays, plan.rows, plan.seq_len, rows_here)
     self.recorder.time(item.stats, "assemble", time.perf_counter() - started)
     return Prepared(arrays, item.state, item.stats)
 
-  def clear(self) -> None:
+  def restart(self, state: dict[str, Any]) -> None:
+    """Drops what was planned ahead; the planner has been set to `state`."""
+    del state  # the planner is shared and already set
     self.window.clear()
     self.window_tokens = 1
+
+  def close(self) -> None:
+    """Nothing of its own to release (the pipeline closes the reader)."""
 
   def _fill(self) -> None:
     started = time.perf_counter()
@@ -126,16 +141,19 @@ class StepProducer:
       plan = self.planner.plan()
       if plan is None:
         break
-      rows_here = self._rows_here(plan)
       stats = self.recorder.planned(plan, self.planner.stream.passes_completed())
+      if self.keep is not None and not self.keep(plan.step):
+        continue
+      rows_here = self.rows_here(plan.rows, plan.seq_len)
       steps.append((plan, rows_here, plan.in_rows(rows_here), self.snapshot(), stats))
       local_tokens += rows_here.size * plan.seq_len
     self.window_tokens = min(self.read_ahead_tokens, 2 * max(local_tokens, 1))
     planned = time.perf_counter()
     pieces = Pieces.concatenate([plan.pieces.take(index) for plan, _, index, _, _ in steps])
     covered = range(steps[0][0].step, steps[-1][0].step + 1) if steps else range(0)
-    doc_tokens, doc_start = self.reader.read(covered, pieces)
-    doc_tokens = pad_tokens(doc_tokens)
+    parts, doc_start = self.reader.read(covered, pieces)
+    longest_row = max((plan.seq_len for plan, *_ in steps), default=1)
+    doc_tokens = padded_buffer(parts, longest_row, self.cfg.packing.pad_id)
     read = time.perf_counter()
     first = 0
     for plan, rows_here, index, state, stats in steps:
@@ -147,8 +165,3 @@ class StepProducer:
       first += index.size
     if not steps or self.planner.done:
       self.window.append(END)
-
-  def _rows_here(self, plan: StepPlan) -> np.ndarray:
-    if self.sharding is None:
-      return np.arange(plan.rows)
-    return local_rows(self.sharding, (plan.rows, plan.seq_len))

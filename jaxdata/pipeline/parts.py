@@ -1,0 +1,55 @@
+"""`open_parts`: what a pipeline plans and reads with, opened from a config.
+
+Used by `Pipeline` and by its worker processes, which open the same files
+and must arrive at the same fingerprint::
+
+    config -> TokenDatasets (checked) -> token bound, StepPlanner, DocumentReader, order fingerprint
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from jaxdata.checkpoint.fingerprint import order_fingerprint
+from jaxdata.checkpoint.state import pipeline_state
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.mixture.stream import DatasetMeta
+from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.reader import DocumentReader, ReadLog
+from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.vocabulary import token_bound
+from jaxdata.sources.dataset import ReadOptions, TokenDataset
+
+__all__ = ["Parts", "open_parts", "state_snapshot"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+  planner: StepPlanner
+  reader: DocumentReader
+  fingerprint: dict[str, Any]
+
+
+def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None) -> Parts:
+  """Opens and checks every dataset of `cfg`; on an error nothing stays open."""
+  datasets: list[TokenDataset] = []
+  try:
+    for d in cfg.datasets:
+      datasets.append(TokenDataset(d.path, ReadOptions(num_threads=read_threads)))
+    bound = token_bound(cfg, datasets)
+    planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
+  except BaseException:  # re-raised: nothing may stay open
+    for dataset in datasets:
+      dataset.close()
+    raise
+  fingerprint = order_fingerprint(
+      cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in planner.stream.cursors]
+  )
+  return Parts(planner, DocumentReader(datasets, cfg.names, bound, read_log), fingerprint)
+
+
+def state_snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> dict[str, Any]:
+  """The state right now, cheaply: the carry stays a Pieces object until it
+  is encoded (`encoded_state`); snapshots are taken for every planned step."""
+  return pipeline_state(planner.step, fingerprint, planner.get_state(encode_carry=False), recorder.tokens_per_source())
