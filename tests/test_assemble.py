@@ -74,10 +74,13 @@ def test_matches_reference(add_bos: bool, add_eos: bool) -> None:
     buffer = padded_buffer([docs[d] for d in layout], 16, packing.pad_id)
     got = assemble_rows(pieces, row, column, rows, 16, buffer, starts[doc_of_piece], packing)
     want = reference(pieces, row, column, rows, 16, docs, doc_of_piece, packing)
+    into = {name: np.full((rows, 16), 99, np.int32) for name in FEATURES}  # written in place, fully
+    assert assemble_rows(pieces, row, column, rows, 16, buffer, starts[doc_of_piece], packing, out=into) is into
     assert tuple(got) == FEATURES
     for name in FEATURES:
       assert got[name].dtype == np.int32 and got[name].shape == (rows, 16)
       np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+      np.testing.assert_array_equal(into[name], want[name], err_msg=name)
 
 
 def test_empty_rows_are_padding() -> None:
@@ -93,3 +96,12 @@ def test_gaps_are_refused() -> None:
   with pytest.raises(ValueError, match="from column 0"):
     assemble_rows(pieces, np.array([0]), np.array([2]), 1, 8,
                   padded_buffer([np.arange(3)], 8, 0), np.array([0]), packing)
+
+
+def test_out_must_be_contiguous_int32_of_the_shape() -> None:
+  packing = PackingConfig(seq_len=8)
+  args = (Pieces.empty(), np.zeros(0, np.int64), np.zeros(0, np.int64), 2, 8, padded_buffer([], 8, 0),
+          np.zeros(0, np.int64), packing)
+  wide = {name: np.zeros((2, 16), np.int32)[:, ::2] for name in FEATURES}
+  with pytest.raises(ValueError, match="contiguous int32"):
+    assemble_rows(*args, out=wide)

@@ -70,8 +70,10 @@ def assemble_rows(
     buffer: np.ndarray,
     doc_start: np.ndarray,
     packing: PackingConfig,
+    out: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-  """int32 [num_rows, seq_len] arrays for the given pieces.
+  """int32 [num_rows, seq_len] arrays for the given pieces (written into
+  `out`, contiguous arrays of that shape, when given).
 
   Args:
     pieces: the pieces in these rows.
@@ -100,29 +102,39 @@ def assemble_rows(
   is_piece = run_order < count
   piece_src = (doc_start + 1 + pieces.offset - int(packing.add_bos))[order]  # + 1: the lead slot
   run_src = np.concatenate([piece_src, np.full(short.size, pad_run)])[run_order]
-  # within[i] = i - start of its run; src = within + the run's first source slot.
-  within = np.arange(grid, dtype=np.int64) - np.repeat(run_dst, run_len)
-  src = within + np.repeat(run_src, run_len)
-  out = {
-      "tokens": buffer.take(src).reshape(num_rows, seq_len),
-      "targets": buffer[1:].take(src).reshape(num_rows, seq_len),
-      "segment_ids": None,
-      "positions": None,
-      "loss_mask": None,
-      "source_ids": None,
-  }
-  real = np.repeat(is_piece.astype(np.int32), run_len)
-  out["positions"] = (within.astype(np.int32) * real).reshape(num_rows, seq_len)
-  out["loss_mask"] = real.reshape(num_rows, seq_len)
+  if run_src.size and (run_src.min() < 0 or (run_src + run_len).max() >= buffer.size):
+    raise ValueError("assemble: a piece's tokens lie outside the buffer (doc_start or offset out of range)")
+  # Every grid slot's run; within[i] = i - its run's start; src = within + the run's first source slot.
+  # (intp indices: `take` would convert any other dtype first; "clip": no bounds pass,
+  # the runs were checked to lie inside the buffer just above.)
+  run_of = np.repeat(np.arange(run_len.size), run_len)
+  src = (run_src - run_dst).take(run_of, mode="clip")
+  src += np.arange(grid)
+  shape = (num_rows, seq_len)
+  if out is None:
+    out = {name: np.empty(shape, np.int32) for name in FEATURES}
+  elif any(out[name].shape != shape or out[name].dtype != np.int32 or not out[name].flags.c_contiguous
+           for name in FEATURES):
+    raise ValueError(f"assemble: out must hold a contiguous int32 {shape} array for each of {FEATURES}")
+  flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
+  buffer.take(src, out=flat["tokens"], mode="clip")
+  # Targets: inside a run, the next slot's token (a copy); at a run's last slot, the token after it.
+  flat["targets"][:-1] = flat["tokens"][1:]
+  run_last = run_dst + run_len - 1
+  flat["targets"][run_last] = buffer[run_src + run_len]
   run_row = run_dst // seq_len
   # Segment ids: 1 + the rank of a piece among its row's runs (padding comes last, gets 0).
   rank = np.arange(run_dst.size) - np.searchsorted(run_row, run_row, side="left") + 1
-  out["segment_ids"] = np.repeat(np.where(is_piece, rank, 0).astype(np.int32), run_len).reshape(num_rows, seq_len)
+  np.where(is_piece, rank, 0).astype(np.int32).take(run_of, out=flat["segment_ids"], mode="clip")
   source = np.concatenate([pieces.dataset[order], np.full(short.size, -1)]).astype(np.int32)[run_order]
-  out["source_ids"] = np.repeat(source, run_len).reshape(num_rows, seq_len)
+  source.take(run_of, out=flat["source_ids"], mode="clip")
+  is_piece.astype(np.int32).take(run_of, out=flat["loss_mask"], mode="clip")
+  positions = flat["positions"]  # within[i] = src[i] - its run's first source slot; 0 on padding
+  np.subtract(src, run_src.take(run_of, mode="clip"), out=positions, casting="unsafe")
+  positions *= flat["loss_mask"]
   if not count:
     return out
-  tokens, targets, loss_mask = out["tokens"].ravel(), out["targets"].ravel(), out["loss_mask"].ravel()
+  tokens, targets, loss_mask = flat["tokens"], flat["targets"], flat["loss_mask"]
   # Per-piece fix-ups, at most three slots per piece (all vectorised over pieces).
   piece_dst = local_row * seq_len + column
   end = pieces.offset + pieces.length  # effective index just past the piece

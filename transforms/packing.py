@@ -326,23 +326,20 @@ def balanced_rows(counts: np.ndarray) -> np.ndarray:
   With few rows per block, one very full row can still dominate its block.
   """
   rows = counts.size
-  order = np.argsort(-counts, kind="stable")  # rows, most counts first
-  start = np.zeros(rows, dtype=np.int64)  # the start of each position's segment
+  # Rank r (0 = most) in a segment of n positions: the A half holds ranks r % 4 in
+  # {0, 3}, 2 (n // 4) + (n % 4 > 0) of them; either way r // 2 is its rank inside the half.
+  rank = np.empty(rows, dtype=np.int64)
+  rank[np.argsort(-counts, kind="stable")] = np.arange(rows)
+  start = np.zeros(rows, dtype=np.int64)
   size = np.full(rows, rows, dtype=np.int64)
-  position = np.arange(rows, dtype=np.int64)
   while (size > 1).any():
-    local = position - start
-    first = ((local % 4 == 0) | (local % 4 == 3)) | (size == 1)
-    # Stable partition within each segment: its A rows first, then its B rows.
-    regroup = np.lexsort((local, ~first, start))
-    order, first, start, size = order[regroup], first[regroup], start[regroup], size[regroup]
-    in_first = np.bincount(start, weights=first, minlength=rows).astype(np.int64)[start]
+    in_a = (rank % 4 == 0) | (rank % 4 == 3)
+    a_size = 2 * (size // 4) + (size % 4 > 0)
     split = size > 1
-    start = np.where(split & ~first, start + in_first, start)
-    size = np.where(split, np.where(first, in_first, size - in_first), size)
-  new_position = np.empty(rows, dtype=np.int64)
-  new_position[order] = position
-  return new_position
+    start = np.where(split & ~in_a, start + a_size, start)
+    size = np.where(split, np.where(in_a, a_size, size - a_size), size)
+    rank = np.where(split, rank // 2, rank)
+  return start
 
 
 def _split_documents(pool: Pieces) -> list[int]:
@@ -350,8 +347,11 @@ def _split_documents(pool: Pieces) -> list[int]:
   ids = np.full(len(pool), -1, dtype=np.int64)
   split = np.flatnonzero(pool.length < pool.doc_length)
   if split.size:
-    keys = np.stack([pool.dataset[split], pool.pass_index[split], pool.record[split]], axis=1)
-    ids[split] = np.unique(keys, axis=0, return_inverse=True)[1].ravel()
+    keys = (pool.record[split], pool.pass_index[split], pool.dataset[split])
+    order = np.lexsort(keys)
+    new_document = np.ones(split.size, dtype=bool)
+    new_document[1:] = np.any([k[order][1:] != k[order][:-1] for k in keys], axis=0)
+    ids[split[order]] = np.cumsum(new_document) - 1
   return ids.tolist()
 
 

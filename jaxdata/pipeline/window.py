@@ -108,7 +108,9 @@ class StepProducer:
     self.window: collections.deque[_Planned | _End] = collections.deque()
     self.window_tokens = 1  # grows to read_ahead_tokens; one step first
 
-  def produce(self) -> Prepared | _End:
+  def produce(self, into: Callable[[int, int], dict[str, np.ndarray]] | None = None) -> Prepared | _End:
+    """The next step; `into(local_rows, seq_len)`, if given, gives the arrays
+    to assemble it in (they are the step's NumPy rows, before `output`)."""
     if not self.window:
       self._fill()
     item = self.window.popleft()
@@ -119,6 +121,7 @@ class StepProducer:
     arrays = assemble_rows(
         plan.pieces.take(index), np.searchsorted(rows_here, plan.row[index]), plan.column[index],
         rows_here.size, plan.seq_len, item.doc_tokens, item.doc_start, self.cfg.packing,
+        out=None if into is None else into(rows_here.size, plan.seq_len),
     )
     if self.output is not None:
       arrays = self.output(arrays, plan.rows, plan.seq_len, rows_here)

@@ -120,8 +120,10 @@ class _Worker:
       while self.idle or not self.free or self.conn.poll():
         if not self._handle(json.loads(self.conn.recv_bytes())):
           return
+      slot = min(self.free)
       try:
-        item = self.producer.produce()
+        item = self.producer.produce(
+            lambda rows, seq_len: slot_views(self.buffer, slot, self.spec.slot_tokens, rows, seq_len))
       except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
         send(self.conn, _error_message(error, self.generation))
         self.idle = True
@@ -130,13 +132,10 @@ class _Worker:
         send(self.conn, {"kind": "end", "generation": self.generation})
         self.idle = True
         continue
-      slot = min(self.free)
-      self.free.remove(slot)
+      self.free.remove(slot)  # the step was assembled in it
       stats = item.stats
       rows, seq_len = stats["rows"], stats["seq_len"]
       local = item.batch["tokens"].shape[0]
-      for name, view in slot_views(self.buffer, slot, self.spec.slot_tokens, local, seq_len).items():
-        view[...] = item.batch[name]
       send(self.conn, {
           "kind": "step", "generation": self.generation, "step": stats["step"], "slot": slot, "rows": rows,
           "seq_len": seq_len, "local_rows": local, "state": encoded_state(item.state), "stats": stats,
