@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import time
 
 import numpy as np
 
 from jaxdata import DatasetWriter, TokenDataset
+from jaxdata.sources.manifest import FORMAT_VERSION, Manifest
 
 VOCAB_SIZE = 50_257
 
@@ -58,8 +60,10 @@ def make_corpus(
     directory = os.path.join(out_dir, spec.name)
     dirs[spec.name] = directory
     if os.path.exists(os.path.join(directory, "manifest.json")):
-      TokenDataset(directory).close()  # validates a reused corpus
-      continue
+      if Manifest.load(directory).format_version == FORMAT_VERSION:
+        TokenDataset(directory).close()  # validates a reused corpus
+        continue
+      shutil.rmtree(directory)  # an older format opens slower (full hashes): the figures would not be today's
     rng = np.random.default_rng([seed, i])
     lengths = lognormal_lengths(spec, int(spec.tokens * scale), rng)
     writer = DatasetWriter(directory, spec.name, np.dtype("<u2"), {"kind": "synthetic",

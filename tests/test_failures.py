@@ -5,8 +5,11 @@ by an error; an unreferenced pipeline releases its thread and files."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -145,3 +148,26 @@ def test_ctrl_c_is_honoured_while_a_read_is_stalled(cfg, monkeypatch):
     release.set()
     interrupter.join()
     pipe.close()
+
+
+EXIT_SCRIPT = """
+import sys
+from jaxdata import Pipeline, PipelineConfig
+import json
+pipe = Pipeline(PipelineConfig.from_dict(json.loads(sys.argv[1])), prefetch=4, read_ahead_tokens=1 << 14)
+next(pipe)
+"""  # and exit with the prefetch thread busy reading: no close()
+
+
+def test_exiting_with_a_busy_prefetch_thread_is_a_clean_exit(tmp_path):
+  # In 0.2.0 a daemon thread inside a native read when the interpreter finalized
+  # aborted the process ("terminate called without an active exception", exit -6).
+  rng = np.random.default_rng(3)
+  cfg = coded_config(tmp_path, [rng.integers(1, 400, 3000).tolist(), rng.integers(1, 400, 3000).tolist()],
+                     exhausted_policy="repeat", shuffle_block_size="global",
+                     packing={"seq_len": 512}, batch={"global_batch_size": 64})
+  for _ in range(2):
+    out = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, json.dumps(cfg.to_dict())],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "terminate called" not in out.stderr

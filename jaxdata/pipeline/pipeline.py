@@ -47,6 +47,8 @@ from jaxdata.pipeline.workers import WorkerProducer
 
 __all__ = ["Pipeline"]
 
+RELEASE_WAIT_S = 10.0  # how long close() (or exit) waits for a read in progress
+
 
 class Pipeline:
   """Iterates dicts of global batch arrays for a `PipelineConfig`.
@@ -115,7 +117,8 @@ class Pipeline:
         raise
     self._resources = _Resources(self.reader, self.producer)
     self._finalizer = weakref.finalize(self, self._resources.release)
-    self._finalizer.atexit = False  # at exit the daemon thread ends with the process; never wait on a read
+    # Also at exit: a daemon thread still inside a native read when the interpreter
+    # finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._state = self._snapshot()
     self._exhausted = False
 
@@ -228,6 +231,17 @@ class _Resources:
       self.stopped.clear()
 
   def release(self) -> None:
-    self.stop_prefetch()
+    """Stops the thread, waiting at most RELEASE_WAIT_S for a read in progress;
+    files are closed only once no thread can still read them."""
+    threads = [p.thread for p in [self.prefetcher, *self.stopped] if p is not None]
+    for prefetcher in [self.prefetcher, *self.stopped]:
+      if prefetcher is not None:
+        prefetcher.stop(wait=False)
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    for thread in threads:
+      thread.join(max(0.0, deadline - time.monotonic()))
+    if any(thread.is_alive() for thread in threads):
+      return  # a stalled read: leave its files to the process's end rather than hang
+    self.prefetcher, self.stopped = None, []
     self.producer.close()
     self.reader.close()
