@@ -114,7 +114,7 @@ def grain_dataset(corpus: str, workers: int) -> Any:
   for i, name in enumerate(TOKEN_SHARES):
     local = jaxdata.TokenDataset(os.path.join(corpus, name))
     paths = [local.shard_path(s) for s in range(local.num_shards)]
-    pieces = np.maximum(1, -(-local.lengths // SEQ_LEN))
+    pieces = np.maximum(1, -(-np.asarray(local.lengths, dtype=np.int64) // SEQ_LEN))
     mean_piece = local.lengths.sum() / pieces.sum()
     local.close()
     source = grain.sources.ArrayRecordDataSource(paths)

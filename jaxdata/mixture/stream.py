@@ -33,6 +33,7 @@ from jaxdata.mixture.interleave import PassMarks, PickLoop, StreamPosition, make
 from jaxdata.order.cursor import DatasetCursor
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
 from jaxdata.sources.dataset import TokenDataset
+from jaxdata.sources.lengths import DocumentLengths
 
 __all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION"]
 
@@ -84,10 +85,11 @@ class DocBatch:
 
 @dataclasses.dataclass(frozen=True)
 class DatasetMeta:
-  """What the stream needs of a dataset: records per shard and every length."""
+  """What the stream needs of a dataset: records per shard and every length
+  (an integer array or a memory-mapped `DocumentLengths`)."""
 
   shard_counts: np.ndarray
-  lengths: np.ndarray
+  lengths: np.ndarray | DocumentLengths
 
   @classmethod
   def from_dataset(cls, dataset: TokenDataset) -> "DatasetMeta":
@@ -102,7 +104,8 @@ class DatasetMeta:
   def from_lengths(
       cls, lengths: Sequence[int] | np.ndarray, shard_counts: Sequence[int] | None = None
   ) -> "DatasetMeta":
-    lengths = np.asarray(lengths, dtype=np.int64)
+    if not (isinstance(lengths, np.ndarray) and lengths.dtype.kind in "iu"):
+      lengths = np.asarray(lengths, dtype=np.int64)  # integer arrays are kept as they are (no copy)
     counts = np.asarray([lengths.size] if shard_counts is None else shard_counts, dtype=np.int64)
     if counts.sum() != lengths.size:
       raise ValueError(f"shard_counts sum to {counts.sum()}, but {lengths.size} lengths given")
@@ -144,10 +147,11 @@ class DocumentStream:
         raise ConfigError(
             f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records"
         )
-      empty = np.flatnonzero(np.asarray(meta.lengths) == 0)
-      if empty.size:  # an empty document would add no tokens: a token-limited pull could never end
+      # (Only when the smallest length is 0 are all lengths scanned, to name the first.)
+      empty = np.flatnonzero(np.asarray(meta.lengths) == 0) if int(meta.lengths.min()) == 0 else ()
+      if len(empty):  # an empty document would add no tokens: a token-limited pull could never end
         raise ConfigError(
-            f"datasets.{settings.name}: {empty.size} documents of length 0 (the first is record "
+            f"datasets.{settings.name}: {len(empty)} documents of length 0 (the first is record "
             f"{int(empty[0])}); every document needs at least one token"
         )
       options = ShuffleOptions(
@@ -157,7 +161,7 @@ class DocumentStream:
           reshuffle_on_repeat=settings.reshuffle_on_repeat,
       )
       order = DatasetOrder(settings.name, meta.shard_counts, options, cfg.seed)
-      self.cursors.append(DatasetCursor(settings, order, np.asarray(meta.lengths)))
+      self.cursors.append(DatasetCursor(settings, order, meta.lengths))
     self.emitted = 0  # documents
     self.tokens = 0
     self.ended = False

@@ -25,6 +25,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from jaxdata.sources.index import record_byte_lengths
+from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.sources.manifest import Manifest, ShardInfo
 
 __all__ = ["RaggedTokens", "ReadOptions", "TokenDataset"]
@@ -101,6 +102,9 @@ class TokenDataset:
       for shard in self.manifest.shards:
         lengths.append(self._check_shard_files(shard))
         self._readers.append(self._open_reader(shard))
+      # Memory-mapped, smallest dtype; totals computed once, a shard at a time.
+      self.lengths = DocumentLengths(lengths)
+      self._check_totals()
     except BaseException:  # re-raised: the readers opened so far are closed first
       self.close()
       raise
@@ -109,9 +113,6 @@ class TokenDataset:
     )
     # record_starts[s] = global index of shard s's first record.
     self.record_starts = np.concatenate([[0], np.cumsum(self.shard_num_records)])
-    self.lengths = (
-        np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
-    )
 
   @property
   def name(self) -> str:
@@ -192,7 +193,7 @@ class TokenDataset:
     else:
       blobs = operator.itemgetter(*position_in_sorted.tolist())(sorted_blobs)
     byte_lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=count)
-    token_lengths = self.lengths[self.global_index(shard_ids, record_ids)]
+    token_lengths = self.lengths[self.global_index(shard_ids, record_ids)].astype(np.int64)
     self._check_byte_lengths(byte_lengths, token_lengths, shard_ids, record_ids)
     tokens = np.frombuffer(b"".join(blobs), dtype=self.dtype)
     offsets = np.zeros(count + 1, np.int64)
@@ -214,7 +215,7 @@ class TokenDataset:
       records = np.arange(shard.num_records)
       self._check_byte_lengths(
           byte_lengths,
-          self.lengths[self.record_starts[shard_id] + records],
+          self.lengths[self.record_starts[shard_id] + records].astype(np.int64),
           np.full(shard.num_records, shard_id),
           records,
       )
@@ -290,20 +291,24 @@ class TokenDataset:
           f"{lengths_file}: lengths index should be a 1-D array of integers of at most 32 bits, "
           f"got shape {lengths.shape} dtype {lengths.dtype}"
       )
-    if lengths.dtype.kind == "i" and lengths.size and int(lengths.min()) < 0:
-      raise DatasetError(f"{lengths_file}: lengths index holds a negative length ({int(lengths.min())})")
     if lengths.size != shard.num_records:
       raise DatasetError(
           f"{lengths_file}: lengths index has {lengths.size} entries, shard "
           f"{shard.path} has {shard.num_records} records in manifest.json"
       )
-    total = int(np.sum(lengths, dtype=np.int64))
-    if total != shard.num_tokens:
-      raise DatasetError(
-          f"{lengths_file}: lengths sum to {total} tokens, manifest.json lists "
-          f"{shard.num_tokens} for {shard.path}"
-      )
     return lengths
+
+  def _check_totals(self) -> None:
+    """Each shard's lengths: none negative, and they sum to the manifest's tokens."""
+    for shard, total, low in zip(self.manifest.shards, self.lengths.part_sums, self.lengths.part_mins):
+      lengths_file = os.path.join(self.path, shard.lengths_path)
+      if low is not None and low < 0:
+        raise DatasetError(f"{lengths_file}: lengths index holds a negative length ({low})")
+      if total != shard.num_tokens:
+        raise DatasetError(
+            f"{lengths_file}: lengths sum to {total} tokens, manifest.json lists "
+            f"{shard.num_tokens} for {shard.path}"
+        )
 
   def _open_reader(self, shard: ShardInfo) -> ArrayRecordReader:
     shard_file = os.path.join(self.path, shard.path)

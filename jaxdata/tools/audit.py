@@ -24,6 +24,7 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.stream import DatasetMeta
+from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.tools.mixture_checks import residual_ratio, stored_order_warnings
 from jaxdata.transforms.packing import StepPlan
@@ -59,7 +60,7 @@ def audit_plans(
     cfg: PipelineConfig,
     plans: Sequence[StepPlan],
     hosts: int,
-    lengths: Mapping[str, np.ndarray],
+    lengths: Mapping[str, np.ndarray | DocumentLengths],
     completed: Mapping[str, int],
     carry: Any = None,
 ) -> AuditResult:
@@ -69,6 +70,7 @@ def audit_plans(
   emitting; `carry` the pieces still waiting (their passes are not complete).
   """
   names = cfg.names
+  lengths = {name: np.asarray(value, dtype=np.int64) for name, value in lengths.items()}  # all of them: a check
   result = AuditResult(len(plans), hosts)
   seen: dict[tuple[int, int], list[np.ndarray]] = {}
   for plan in plans:

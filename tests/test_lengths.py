@@ -1,0 +1,57 @@
+"""`DocumentLengths`: memory-mapped lengths that gather like one array."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jaxdata.sources.lengths as lengths_module
+from jaxdata import TokenDataset
+from jaxdata.sources.lengths import DocumentLengths
+from pipeline_fixtures import write_coded_dataset
+
+parts_strategy = st.lists(st.lists(st.integers(1, 70_000), min_size=0, max_size=30), min_size=1, max_size=6)
+
+
+@pytest.mark.parametrize("in_memory_limit", [0, 1 << 24])  # 0: one gather per part touched
+@given(parts=parts_strategy, picks=st.lists(st.integers(0, 10**6), max_size=50))
+def test_gathers_and_totals_equal_the_concatenation(in_memory_limit, parts, picks):
+  arrays = [np.array(p, dtype=np.uint32) for p in parts]
+  whole = np.concatenate(arrays)
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(lengths_module, "IN_MEMORY_RECORDS", in_memory_limit)
+    lengths = DocumentLengths(arrays)
+  assert len(lengths) == lengths.size == whole.size
+  if not whole.size:
+    return
+  index = np.array([p % whole.size for p in picks], dtype=np.int64).reshape(-1)
+  np.testing.assert_array_equal(lengths[index], whole[index])
+  np.testing.assert_array_equal(lengths[index.reshape(-1, 1)], whole[index.reshape(-1, 1)])
+  assert lengths[int(index[0]) if index.size else 0] == whole[int(index[0]) if index.size else 0]
+  assert (lengths.sum(), lengths.min(), lengths.max()) == (whole.sum(), whole.min(), whole.max())
+  assert lengths.dtype == (np.uint16 if whole.max() < 65536 else np.uint32)
+  assert lengths.part_sums == [int(a.sum()) for a in arrays]
+  assert lengths.tolist() == whole.tolist()
+
+
+def test_out_of_range_and_non_integer_indices_are_refused():
+  lengths = DocumentLengths([np.array([3, 4], np.uint16), np.array([5], np.uint16)])
+  with pytest.raises(IndexError, match=r"index 3 out of range \[0, 3\)"):
+    lengths[3]
+  with pytest.raises(TypeError, match="integers"):
+    lengths[np.array([0.5])]
+
+
+def test_a_dataset_keeps_its_lengths_memory_mapped_in_the_smallest_dtype(tmp_path, monkeypatch):
+  write_coded_dataset(str(tmp_path / "one"), 0, [3, 9, 4] * 50, shard_bytes=1 << 20)
+  with TokenDataset(str(tmp_path / "one")) as one:
+    assert one.num_shards == 1 and isinstance(one.lengths.parts[0], np.memmap)  # no copy at all
+  write_coded_dataset(str(tmp_path / "many"), 0, [3, 9, 4] * 50)
+  monkeypatch.setattr(lengths_module, "IN_MEMORY_RECORDS", 0)
+  with TokenDataset(str(tmp_path / "many")) as many:
+    assert many.num_shards > 1
+    assert all(isinstance(p, np.memmap) for p in many.lengths.parts)
+    records = np.arange(many.num_records)[::-1]
+    np.testing.assert_array_equal(many.read_global(records).lengths, np.array([3, 9, 4] * 50)[records])
