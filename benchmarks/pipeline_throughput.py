@@ -1,4 +1,4 @@
-"""End-to-end packed batches: jaxdata Pipeline vs Grain on the same files, in one run.
+"""End-to-end packed batches: jaxdata vs Grain on the same files, in one run.
 
     python benchmarks/make_corpus.py --out /tmp/jaxdata-bench
     python -m benchmarks.pipeline_throughput --corpus /tmp/jaxdata-bench
@@ -10,11 +10,19 @@ seq_len 2048, 32 rows per step; one host.
 Grain: per dataset MapDataset.source(ArrayRecordDataSource).shuffle().repeat(),
 decoded to int32, documents split to <= 2048 tokens (FlatMap), mixed with
 per-piece weights that give the same token shares, FirstFitPackIterDataset
-with 32 bins, batch 32; run single-process and with mp_prefetch(2), best
-reported. Each configuration runs in its own subprocess, so peak RSS is its own.
-Both sides print the token shares they realised (non-padding tokens per
-source), so the workloads can be seen to be the same; jaxdata also runs with
-`jax.Array` output on an 8-device CPU mesh (`jaxdata-mesh8`).
+with 32 bins, batch 32; run single-process and with mp_prefetch(2).
+jaxdata: in process (`workers=0`) and with worker processes, NumPy output and
+`jax.Array` output on an 8-device CPU mesh.
+
+Every configuration runs in its own subprocess (its peak RSS is that of its
+whole process tree, workers included, sampled every 50 ms); all of them run
+`--repetitions` times, interleaved, and the median is printed. Each run takes
+WARMUP steps, measures STEPS, goes on to step RESTORE_AT, saves the state,
+and times a new pipeline's restore + first batch (checked equal to the
+original's next batch). Both sides print the token shares they realised.
+Also printed: the raw read ceiling, the per-host spread of documents read on
+a v5p-128 slice (1024 x 4096), and how much a Python-bound "training loop"
+thread slows down while a pipeline feeds it 2M tokens/s.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import argparse
 import functools
 import json
 import os
-import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -36,10 +44,16 @@ from benchmarks.make_corpus import make_corpus
 TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
 SEQ_LEN = 2048
 ROWS = 32
-
-
-def peak_rss_mb() -> float:
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+WARMUP, STEPS, RESTORE_AT = 150, 300, 1000
+FEED_TOKENS_PER_S = 2_000_000  # the training-thread check's feeding rate
+JAXDATA_KINDS = {  # name: (mesh devices, workers)
+    "jaxdata": (0, 0),
+    "jaxdata-mesh8": (8, 0),
+    "jaxdata-workers1": (0, 1),
+    "jaxdata-mesh8-workers1": (8, 1),
+    "jaxdata-mesh8-workers2": (8, 2),
+}
+GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
 
 
 def jaxdata_config(corpus: str) -> Any:
@@ -56,33 +70,65 @@ def jaxdata_config(corpus: str) -> Any:
   })
 
 
-def run_jaxdata(corpus: str, steps: int, mesh_devices: int = 0) -> dict[str, Any]:
-  if mesh_devices:  # before jax starts its backend
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={mesh_devices}"
-  import jax  # noqa: PLC0415 -- imported in the measuring subprocess only, after XLA_FLAGS
+def _mesh(devices: int) -> Any:
+  import jax  # noqa: PLC0415 -- after XLA_FLAGS
 
+  if not devices:
+    return None
+  return jax.make_mesh((devices,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def _count(batch: dict[str, Any], source_key: str, valid: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+  sources = np.asarray(batch[source_key])
+  valid = sources >= 0 if valid is None else valid
+  return int(valid.sum()), np.bincount(sources[valid], minlength=len(TOKEN_SHARES))
+
+
+def _digest(batch: dict[str, Any]) -> list[bytes]:
+  return [np.asarray(batch[k]).tobytes() for k in sorted(batch)]
+
+
+def _measured(take: Any, source_key: str, valid_key: str | None) -> dict[str, Any]:
+  """Warm up, then measure STEPS batches from `take()`."""
+  for _ in range(WARMUP):
+    take()
+  real, per_source = 0, np.zeros(len(TOKEN_SHARES))
+  started = time.perf_counter()
+  for _ in range(STEPS):
+    batch = take()
+    valid = None if valid_key is None else np.asarray(batch[valid_key]) > 0
+    count, sources = _count(batch, source_key, valid)
+    real += count
+    per_source += sources
+  seconds = time.perf_counter() - started
+  return {"tokens_per_s": real / seconds, "efficiency": real / (STEPS * ROWS * SEQ_LEN),
+          "shares": (per_source / real).tolist()}
+
+
+def run_jaxdata(corpus: str, mesh_devices: int, workers: int) -> dict[str, Any]:
   import jaxdata  # noqa: PLC0415
 
+  pipeline_class = jaxdata.Pipeline  # imports the pipeline modules now, outside the timed start
   cfg = jaxdata_config(corpus)
-  mesh = None
-  if mesh_devices:
-    mesh = jax.make_mesh((mesh_devices,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
-  pipeline_class = jaxdata.Pipeline  # loads jax now (names load lazily), outside the timed start
+  mesh = _mesh(mesh_devices)
   started = time.perf_counter()
-  pipe = pipeline_class(cfg, mesh=mesh, prefetch=2)
+  pipe = pipeline_class(cfg, mesh=mesh, prefetch=2, workers=workers)
   next(pipe)
   first = time.perf_counter() - started
-  started = time.perf_counter()
-  real, per_source = 0, np.zeros(len(TOKEN_SHARES))
-  for _ in range(steps):
-    batch = next(pipe)
-    sources = np.asarray(batch["source_ids"])
-    real += int((sources >= 0).sum())
-    per_source += np.bincount(sources[sources >= 0], minlength=len(TOKEN_SHARES))
-  seconds = time.perf_counter() - started
+  result = _measured(lambda: next(pipe), "source_ids", None)
+  for _ in range(RESTORE_AT - 1 - WARMUP - STEPS):
+    next(pipe)
+  state = json.loads(json.dumps(pipe.get_state()))
+  expected = _digest(next(pipe))
   pipe.close()
-  return {"tokens_per_s": real / seconds, "efficiency": real / (steps * ROWS * SEQ_LEN),
-          "first_batch_s": first, "peak_rss_mb": peak_rss_mb(), "shares": (per_source / real).tolist()}
+  started = time.perf_counter()
+  restored = pipeline_class(cfg, mesh=mesh, prefetch=2, workers=workers)
+  restored.set_state(state)
+  batch = next(restored)
+  restore = time.perf_counter() - started
+  identical = _digest(batch) == expected
+  restored.close()
+  return {**result, "first_batch_s": first, "restore_s": restore, "restore_identical": identical}
 
 
 def _decode(raw: bytes, source: int) -> dict[str, np.ndarray]:
@@ -136,25 +182,29 @@ def grain_dataset(corpus: str, workers: int) -> Any:
   return packed
 
 
-def run_grain(corpus: str, steps: int, workers: int) -> dict[str, Any]:
-  packed = grain_dataset(corpus, workers)
+
+
+def run_grain(corpus: str, workers: int) -> dict[str, Any]:
+  grain_dataset(corpus, workers)  # imports grain, outside the timed start
   started = time.perf_counter()
-  iterator = iter(packed)
+  iterator = iter(grain_dataset(corpus, workers))
   next(iterator)
   first = time.perf_counter() - started
+  result = _measured(lambda: next(iterator), "source", "tokens_segment_ids")
+  for _ in range(RESTORE_AT - 1 - WARMUP - STEPS):
+    next(iterator)
+  state = iterator.get_state()
+  expected = _digest(next(iterator))
+  del iterator
   started = time.perf_counter()
-  real, per_source = 0, np.zeros(len(TOKEN_SHARES))
-  for _ in range(steps):
-    batch = next(iterator)
-    valid = batch["tokens_segment_ids"] > 0
-    real += int(valid.sum())
-    per_source += np.bincount(batch["source"][valid], minlength=len(TOKEN_SHARES))
-  seconds = time.perf_counter() - started
-  return {"tokens_per_s": real / seconds, "efficiency": real / (steps * ROWS * SEQ_LEN),
-          "first_batch_s": first, "peak_rss_mb": peak_rss_mb(), "shares": (per_source / real).tolist()}
+  restored = iter(grain_dataset(corpus, workers))
+  restored.set_state(state)
+  batch = next(restored)
+  restore = time.perf_counter() - started
+  return {**result, "first_batch_s": first, "restore_s": restore, "restore_identical": _digest(batch) == expected}
 
 
-def run_ceiling(corpus: str, steps: int) -> dict[str, Any]:
+def run_ceiling(corpus: str) -> dict[str, Any]:
   """Raw batched reads of random records in the workload's proportions: each
   round reads 4,096 records, split over the datasets by their document share
   (token share / mean length), one call per dataset; no planning or packing."""
@@ -164,62 +214,175 @@ def run_ceiling(corpus: str, steps: int) -> dict[str, Any]:
   rates = np.array([TOKEN_SHARES[d.name] / d.lengths.mean() for d in datasets])
   per_round = np.maximum(1, np.round(4096 * rates / rates.sum()).astype(int))
   rng = np.random.default_rng(0)
-  target = steps * ROWS * SEQ_LEN
+  target = STEPS * ROWS * SEQ_LEN
   tokens, started = 0, time.perf_counter()
   while tokens < target:
     for dataset, count in zip(datasets, per_round):
       picks = rng.choice(dataset.num_records, min(int(count), dataset.num_records), replace=False)
       tokens += dataset.read_global(picks).tokens.size
-  return {"tokens_per_s": tokens / (time.perf_counter() - started), "peak_rss_mb": peak_rss_mb()}
+  return {"tokens_per_s": tokens / (time.perf_counter() - started)}
 
 
-def measure(kind: str, corpus: str, steps: int) -> dict[str, Any]:
-  """Runs one configuration in a fresh subprocess and returns its JSON result."""
-  out = subprocess.run(
-      [sys.executable, "-m", "benchmarks.pipeline_throughput", "--corpus", corpus,
-       "--steps", str(steps), "--run", kind],
-      check=True, capture_output=True, text=True,
-      env={**os.environ, "PYTHONPATH": os.getcwd()},
+def _python_work(iterations: int) -> int:
+  """A Python-bound stand-in for a training loop's own work (holds the GIL)."""
+  total = 0
+  for i in range(iterations):
+    total += i * i % 7
+  return total
+
+
+def run_training_thread(corpus: str, workers: int) -> dict[str, Any]:
+  """Work rate of a Python-bound loop alone and while it also takes a batch
+  every 65,536 / 2M seconds from a pipeline (prefetch 2): PHASES alternations
+  of 1 s each way; the slowdown compares the medians. Also the share of the
+  fed phases' time spent inside next() (the training thread's own cost)."""
+  import jaxdata  # noqa: PLC0415
+
+  chunk, phases = 20_000, 7
+  interval = ROWS * SEQ_LEN / FEED_TOKENS_PER_S
+
+  def work_rate(pipe: Any) -> tuple[float, float]:
+    done, in_next, started = 0, 0.0, time.perf_counter()
+    due = started
+    while (now := time.perf_counter()) - started < 1.0:
+      if pipe is not None and now >= due:
+        next(pipe)
+        in_next += time.perf_counter() - now
+        due += interval
+      _python_work(chunk)
+      done += chunk
+    elapsed = time.perf_counter() - started
+    return done / elapsed, in_next / elapsed
+
+  pipe = jaxdata.Pipeline(jaxdata_config(corpus), prefetch=2, workers=workers)
+  for _ in range(50):
+    next(pipe)  # past start-up (workers ready, read window grown)
+  alone, fed, in_next = [], [], []
+  for _ in range(phases):
+    alone.append(work_rate(None)[0])  # the pipeline idles: its prefetched steps are ready
+    rate, share = work_rate(pipe)
+    fed.append(rate)
+    in_next.append(share)
+  pipe.close()
+  return {"slowdown": 1 - statistics.median(fed) / statistics.median(alone), "in_next": statistics.median(in_next)}
+
+
+def _tree_rss_mb(pid: int) -> float:
+  """RSS of a process and all its descendants (from /proc; children through
+  /proc/PID/task/TID/children, so a sample reads a few files, not all of /proc)."""
+  total, stack = 0.0, [pid]
+  while stack:
+    current = stack.pop()
+    try:
+      for task in os.listdir(f"/proc/{current}/task"):
+        with open(f"/proc/{current}/task/{task}/children") as f:
+          stack.extend(int(child) for child in f.read().split())
+      with open(f"/proc/{current}/status") as f:
+        total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024
+    except OSError:  # the process ended meanwhile
+      continue
+  return total
+
+
+def measure(kind: str, corpus: str) -> dict[str, Any]:
+  """Runs one configuration in a fresh subprocess; returns its JSON result
+  with the peak RSS of its process tree."""
+  process = subprocess.Popen(
+      [sys.executable, "-m", "benchmarks.pipeline_throughput", "--corpus", corpus, "--run", kind],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
   )
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  peak = 0.0
+  while process.poll() is None:
+    peak = max(peak, _tree_rss_mb(process.pid))
+    time.sleep(0.05)
+  out, err = process.communicate()
+  if process.returncode:
+    raise RuntimeError(f"{kind} failed:\n{err[-3000:]}")
+  return {**json.loads(out.strip().splitlines()[-1]), "peak_rss_mb": peak}
+
+
+def run_kind(kind: str, corpus: str) -> dict[str, Any]:
+  if kind in JAXDATA_KINDS:
+    devices, workers = JAXDATA_KINDS[kind]
+    if devices:  # before jax starts its backend
+      os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return run_jaxdata(corpus, devices, workers)
+  if kind in GRAIN_KINDS:
+    return run_grain(corpus, GRAIN_KINDS[kind])
+  if kind.startswith("training-thread-workers"):
+    return run_training_thread(corpus, int(kind.rsplit("workers", 1)[1]))
+  return run_ceiling(corpus)
+
+
+def host_spread(corpus: str) -> float:
+  """max / mean documents read per host and step on v5p-128 at 1024 x 4096."""
+  from jaxdata.pipeline.slices import load_slice  # noqa: PLC0415
+  from jaxdata.tools.mesh import mesh_report  # noqa: PLC0415
+
+  return mesh_report(load_slice("v5p-128"), 1024, 4096, jaxdata_config(corpus), steps=5).spread
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+  out = {}
+  for key, value in runs[0].items():
+    if isinstance(value, bool):
+      out[key] = all(r[key] for r in runs)
+    elif isinstance(value, (int, float)):
+      out[key] = statistics.median(r[key] for r in runs)
+    elif isinstance(value, list):
+      out[key] = [statistics.median(r[key][i] for r in runs) for i in range(len(value))]
+  return out
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--corpus", default="/tmp/jaxdata-bench")
-  parser.add_argument("--steps", type=int, default=200)
-  parser.add_argument("--run", choices=("jaxdata", "jaxdata-mesh8", "grain", "grain-mp", "ceiling"))
+  parser.add_argument("--repetitions", type=int, default=3)
+  parser.add_argument("--run", help="one configuration, in this process (used by the driver)")
   args = parser.parse_args()
   if args.run:
-    runner = {
-        "jaxdata": lambda: run_jaxdata(args.corpus, args.steps),
-        "jaxdata-mesh8": lambda: run_jaxdata(args.corpus, args.steps, mesh_devices=8),
-        "grain": lambda: run_grain(args.corpus, args.steps, workers=0),
-        "grain-mp": lambda: run_grain(args.corpus, args.steps, workers=2),
-        "ceiling": lambda: run_ceiling(args.corpus, args.steps),
-    }[args.run]
-    print(json.dumps(runner()))
+    print(json.dumps(run_kind(args.run, args.corpus)))
     return
   make_corpus(args.corpus)
-  kinds = ("jaxdata", "jaxdata-mesh8", "grain", "grain-mp", "ceiling")
-  results = {kind: measure(kind, args.corpus, args.steps) for kind in kinds}
+  kinds = [*JAXDATA_KINDS, *GRAIN_KINDS, "ceiling", "training-thread-workers0", "training-thread-workers1"]
+  runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+  for repetition in range(args.repetitions):  # interleaved: drifts of the machine hit every kind alike
+    for kind in kinds:
+      runs[kind].append(measure(kind, args.corpus))
+      print(f"  repetition {repetition + 1}: {kind} done", file=sys.stderr)
+  results = {kind: _median(r) for kind, r in runs.items()}
   names = " / ".join(TOKEN_SHARES)
-  print(f"{'':16s} {'non-pad tokens/s':>17s} {'efficiency':>11s} {'first batch':>12s} {'peak RSS':>9s}   "
-        f"realised token shares {names}")
-  for kind in kinds[:-1]:
+  print(f"medians of {args.repetitions} interleaved runs; {STEPS} steps measured after {WARMUP}; "
+        f"restore after {RESTORE_AT} steps\n")
+  print(f"{'':24s} {'non-pad tok/s':>13s} {'efficiency':>10s} {'first batch':>11s} {'restore+first':>13s} "
+        f"{'peak RSS (tree)':>15s}   realised token shares {names}")
+  for kind in [*JAXDATA_KINDS, *GRAIN_KINDS]:
     r = results[kind]
     shares = " / ".join(f"{s:.3f}" for s in r["shares"])
-    print(f"{kind:16s} {r['tokens_per_s'] / 1e6:15.2f} M {r['efficiency']:11.4f} "
-          f"{r['first_batch_s']:10.2f} s {r['peak_rss_mb']:6.0f} MB   {shares}")
-  print(f"{'target shares':16s} {'':56s}   " + " / ".join(f"{s:.3f}" for s in TOKEN_SHARES.values()))
-  ceiling = results["ceiling"]
-  print(f"{'raw read ceiling':16s} {ceiling['tokens_per_s'] / 1e6:15.2f} M")
-  best_grain = max(results["grain"]["tokens_per_s"], results["grain-mp"]["tokens_per_s"])
-  for kind in ("jaxdata", "jaxdata-mesh8"):
-    ours = results[kind]["tokens_per_s"]
-    print(f"\n{kind}: / best Grain = {ours / best_grain:.2f}x (goal >= 5x with mesh output); "
-          f"/ read ceiling = {ours / ceiling['tokens_per_s']:.2f} (goal >= 0.60); "
-          f"first batch {results[kind]['first_batch_s']:.2f} s (goal <= 0.1 s)")
+    same = "" if r["restore_identical"] else "  (restored batch DIFFERS)"
+    print(f"{kind:24s} {r['tokens_per_s'] / 1e6:11.2f} M {r['efficiency']:10.4f} {r['first_batch_s']:9.3f} s "
+          f"{r['restore_s']:11.3f} s {r['peak_rss_mb']:12.0f} MB   {shares}{same}")
+  print(f"{'target shares':24s} {'':70s}   " + " / ".join(f"{s:.3f}" for s in TOKEN_SHARES.values()))
+  ceiling = results["ceiling"]["tokens_per_s"]
+  print(f"{'raw read ceiling':24s} {ceiling / 1e6:11.2f} M")
+  best_grain_kind = max(GRAIN_KINDS, key=lambda k: results[k]["tokens_per_s"])
+  best_grain = results[best_grain_kind]["tokens_per_s"]
+  grain_rss = results["grain"]["peak_rss_mb"]
+  print(f"\nbest Grain: {best_grain_kind} ({best_grain / 1e6:.2f} M tokens/s)")
+  for kind in JAXDATA_KINDS:
+    r = results[kind]
+    print(f"{kind:24s} / best Grain {r['tokens_per_s'] / best_grain:5.2f}x (goal >= 5x with mesh output); "
+          f"/ read ceiling {r['tokens_per_s'] / ceiling:4.2f} (goal >= 0.60); first batch {r['first_batch_s']:.3f} s, "
+          f"restore + first {r['restore_s']:.3f} s (goal <= 0.1 s); RSS - Grain {r['peak_rss_mb'] - grain_rss:+.0f} MB "
+          f"(goal <= +100 MB)")
+  one, two = (results[f"jaxdata-mesh8-workers{n}"]["tokens_per_s"] for n in (1, 2))
+  print(f"\nworker scaling (mesh output): 1 -> 2 workers: {one / 1e6:.2f} M -> {two / 1e6:.2f} M ({two / one:.2f}x)")
+  for workers in (0, 1):
+    r = results[f"training-thread-workers{workers}"]
+    print(f"Python-bound training thread fed {FEED_TOKENS_PER_S / 1e6:.0f}M tokens/s, workers={workers}: "
+          f"{100 * r['slowdown']:+.1f}% slower (goal <= 5%); {100 * r['in_next']:.1f}% of its time inside next()")
+  spread = host_spread(args.corpus)
+  print(f"documents read per host per step, v5p-128 (16 hosts), 1024 x 4096: max / mean {spread:.2f} (goal <= 1.25)")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import os
 import re
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jaxdata import load_config
+from jaxdata import Pipeline, load_config
 from jaxdata.config import (
     BatchConfig,
     DatasetConfig,
@@ -146,3 +147,15 @@ def test_the_complete_example_loads(tmp_path):
   (tmp_path / "pipeline.yaml").write_text(block)
   cfg = load_config(str(tmp_path / "pipeline.yaml"))
   assert cfg.names == ("web", "code") and cfg.stats_path == str(tmp_path / "run" / "stats.jsonl")
+
+
+def test_performance_doc_lists_the_pipeline_knobs_with_their_true_defaults():
+  """docs/performance.md's argument table: each argument's default as the signature has it."""
+  text = open(os.path.join(REPO, "docs", "performance.md")).read()
+  rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", text, re.MULTILINE))
+  parameters = inspect.signature(Pipeline).parameters
+  assert set(rows) == {"prefetch", "workers", "read_ahead_tokens", "read_threads"}
+  for name, shown in rows.items():
+    default = parameters[name].default
+    expected = f"{default >> 20}M" if default >= 1 << 20 else str(default)
+    assert shown == expected, f"{name}: docs say {shown}, the default is {default}"

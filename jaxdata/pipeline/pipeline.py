@@ -28,8 +28,9 @@ import functools
 import json
 import time
 import weakref
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 from jax.sharding import Mesh
 
 from jaxdata.checkpoint.state import read_pipeline_state, seal
@@ -64,8 +65,9 @@ class Pipeline:
       in the calling thread. Output never depends on it.
     workers: worker processes that plan, read and assemble into shared
       memory (`jaxdata.pipeline.workers`), leaving the training process only
-      the copy to the devices; 0 does it all in this process. Output and
-      state never depend on it.
+      the copy to the devices; 0 does it all in this process. With workers,
+      each makes up to `prefetch` + 1 steps ahead into its shared memory and
+      no thread runs in this process. Output and state never depend on it.
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
       faster (at least one step, at most 64). Output never depends on it.
@@ -73,7 +75,8 @@ class Pipeline:
       (the ArrayRecord reader holds the GIL, so more help only on slow storage).
     stats_path: append one JSON line of `stats()` per step handed out
       (default: the config's `stats_path`).
-    read_log: if a list, (steps, dataset, records) of every read is appended.
+    read_log: if a list, (steps, dataset, records) of every read is appended
+      (in-process reads only: not with `workers`).
   """
 
   def __init__(
@@ -81,12 +84,7 @@ class Pipeline:
       tpu: str | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int = 1 << 22,
       read_threads: int = 1, stats_path: str | None = None, read_log: ReadLog | None = None,
   ) -> None:
-    if prefetch < 0:
-      raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
-    if not isinstance(workers, int) or workers < 0:
-      raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
-    if read_ahead_tokens < 1:
-      raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
+    _check_arguments(prefetch, workers, read_ahead_tokens, read_log)
     if tpu is not None:
       if mesh is not None:
         raise ValueError("tpu: give a slice name or a mesh, not both")
@@ -104,13 +102,14 @@ class Pipeline:
     # The producer and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.
     self._snapshot = functools.partial(state_snapshot, self.planner, self.fingerprint, self.recorder)
-    rows_here, output = output_functions(sharding)
+    rows_here, self._output = output_functions(sharding)
+    self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
     self.producer: StepProducer | WorkerProducer = StepProducer(
-        cfg, self.planner, self.reader, self.recorder, rows_here, output, read_ahead_tokens, self._snapshot)
+        cfg, self.planner, self.reader, self.recorder, self._rows_here, read_ahead_tokens, self._snapshot)
     if workers:
       try:
-        self.producer = WorkerProducer(cfg, workers, self.producer, self.recorder, self.fingerprint, rows_here,
-                                       output, max(prefetch, 1) + 1, read_ahead_tokens, read_threads,
+        self.producer = WorkerProducer(cfg, workers, self.producer, self.recorder, self.fingerprint, self._rows_here,
+                                       prefetch + 1, read_ahead_tokens, read_threads,
                                        self._snapshot())
       except BaseException:  # re-raised: nothing may stay open
         self.reader.close()
@@ -132,9 +131,12 @@ class Pipeline:
       raise StopIteration
     started = time.perf_counter()
     try:
-      item = self._resources.take(self.producer, self.prefetch)
+      # With workers, steps are made ahead in their shared memory: no thread here.
+      item = self._resources.take(self.producer, 0 if isinstance(self.producer, WorkerProducer) else self.prefetch)
       if isinstance(item, Prepared):
         self.recorder.time(item.stats, "wait", time.perf_counter() - started)
+        if self._output is not None:
+          item = _global_batch(item, self._output, self._rows_here, self.recorder)
         self.recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
     except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
       self._resources.stop_prefetch(wait=False)
@@ -195,6 +197,28 @@ class Pipeline:
     self._state = self._snapshot()
     self._exhausted = False
     self.producer.restart(self._state)
+
+
+def _check_arguments(prefetch: int, workers: int, read_ahead_tokens: int, read_log: ReadLog | None) -> None:
+  if prefetch < 0:
+    raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
+  if not isinstance(workers, int) or workers < 0:
+    raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
+  if workers and read_log is not None:
+    raise ValueError("read_log: not available with workers (the reads happen in the worker processes)")
+  if read_ahead_tokens < 1:
+    raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
+
+
+def _global_batch(item: Prepared, output: Callable[..., dict[str, Any]],
+                  rows_here: Callable[[int, int], np.ndarray], recorder: StatsRecorder) -> Prepared:
+  """The step's NumPy rows as global arrays, made in the caller's thread (one
+  place for both producers; the training thread owns its devices' transfers)."""
+  started = time.perf_counter()
+  rows, seq_len = item.stats["rows"], item.stats["seq_len"]
+  batch = output(item.batch, rows, seq_len, rows_here(rows, seq_len))
+  recorder.time(item.stats, "output", time.perf_counter() - started)
+  return Prepared(batch, item.state, item.stats)
 
 
 class _Resources:

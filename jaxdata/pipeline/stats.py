@@ -19,7 +19,7 @@ from jaxdata.transforms.packing import StepPlan
 
 __all__ = ["StatsRecorder", "TIMERS"]
 
-TIMERS = ("plan", "read", "assemble", "wait")
+TIMERS = ("plan", "read", "assemble", "wait", "output")
 
 
 class StatsRecorder:

@@ -9,7 +9,7 @@ batched reads are fastest::
 
     plan s, s+1, ... s+k  (state and stats snapshot after each)  -> window
     read every document of the window's pieces on this host       -> one flat token buffer
-    next(): pop a step, assemble its rows (NumPy), make the global arrays
+    next(): pop a step, assemble its rows (NumPy; the pipeline makes the global arrays)
 
 Nothing here depends on how far ahead it reads: a step's batch is a pure
 function of its plan.
@@ -32,12 +32,11 @@ from jaxdata.transforms.assemble import assemble_rows, padded_buffer
 from jaxdata.transforms.packing import StepPlan
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["END", "Output", "Prepared", "RowsHere", "StepProducer"]
+__all__ = ["END", "Prepared", "RowsHere", "StepProducer"]
 
 MAX_WINDOW_STEPS = 64
 
 RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
-Output = Callable[[dict[str, np.ndarray], int, int, np.ndarray], dict[str, Any]]  # (arrays, rows, seq_len, rows_here)
 
 
 @dataclasses.dataclass
@@ -76,9 +75,8 @@ class StepProducer:
   """Produces `Prepared` steps (or `END`) from a planner and a reader.
 
   Args:
-    rows_here: which global rows of a step this host assembles.
-    output: turns a step's assembled NumPy rows into the batch handed out
-      (e.g. global `jax.Array`s); None hands out the NumPy arrays.
+    rows_here: which global rows of a step this host assembles (its
+      NumPy rows, which the pipeline turns into global arrays).
     snapshot: called after each planned step; gives the state to hand out with it.
     keep: which steps this producer reads and assembles (the others are
       planned, so the state advances, and skipped); None keeps every step.
@@ -91,7 +89,6 @@ class StepProducer:
       reader: DocumentReader,
       recorder: StatsRecorder,
       rows_here: RowsHere,
-      output: Output | None,
       read_ahead_tokens: int,
       snapshot: Callable[[], dict[str, Any]],
       keep: Callable[[int], bool] | None = None,
@@ -101,7 +98,6 @@ class StepProducer:
     self.reader = reader
     self.recorder = recorder
     self.rows_here = rows_here
-    self.output = output
     self.read_ahead_tokens = read_ahead_tokens
     self.snapshot = snapshot
     self.keep = keep
@@ -110,7 +106,7 @@ class StepProducer:
 
   def produce(self, into: Callable[[int, int], dict[str, np.ndarray]] | None = None) -> Prepared | _End:
     """The next step; `into(local_rows, seq_len)`, if given, gives the arrays
-    to assemble it in (they are the step's NumPy rows, before `output`)."""
+    to assemble it in."""
     if not self.window:
       self._fill()
     item = self.window.popleft()
@@ -123,8 +119,6 @@ class StepProducer:
         rows_here.size, plan.seq_len, item.doc_tokens, item.doc_start, self.cfg.packing,
         out=None if into is None else into(rows_here.size, plan.seq_len),
     )
-    if self.output is not None:
-      arrays = self.output(arrays, plan.rows, plan.seq_len, rows_here)
     self.recorder.time(item.stats, "assemble", time.perf_counter() - started)
     return Prepared(arrays, item.state, item.stats)
 

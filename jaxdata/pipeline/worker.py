@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.pipeline.parts import open_parts, state_snapshot
+from jaxdata.pipeline.parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.window import END, StepProducer
@@ -101,13 +101,13 @@ def serve(conn: Connection, cfg: PipelineConfig, spec: WorkerSpec) -> None:
 
 
 class _Worker:
-  def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Any, buffer: memoryview) -> None:
+  def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts, buffer: memoryview) -> None:
     self.conn, self.spec, self.buffer = conn, spec, buffer
     self.planner = parts.planner
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None)
     rows = {int(k): np.asarray(v, np.int64) for k, v in spec.rows_by_seq_len.items()}
     self.producer = StepProducer(
-        cfg, parts.planner, parts.reader, self.recorder, lambda _rows, seq_len: rows[seq_len], None,
+        cfg, parts.planner, parts.reader, self.recorder, lambda _rows, seq_len: rows[seq_len],
         spec.read_ahead_tokens, functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder),
         keep=lambda step: step % spec.count == spec.index,
     )

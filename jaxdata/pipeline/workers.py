@@ -7,7 +7,7 @@ step's rows out of shared memory and makes the batch (global `jax.Array`s
 or NumPy), so the training thread keeps its GIL::
 
     worker w (steps s with s % count == w):  plan all, read + assemble its own -> slot of its ring
-    main:  step s from worker s % count -> copy out of the slot (free it) -> output -> Prepared
+    main:  step s from worker s % count -> copy out of the slot (free it) -> Prepared (NumPy rows)
 
 Until every worker has opened its files, steps are made in process (the
 first batch does not wait for process start-up). Then the workers start from
@@ -35,7 +35,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.window import END, Output, Prepared, RowsHere, StepProducer
+from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
 from jaxdata.pipeline.worker import WorkerSpec, send, slot_views
 from jaxdata.transforms.assemble import FEATURES
 
@@ -63,13 +63,18 @@ class _Handle:
     send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
     self.ready = False
 
-  def receive(self, wait: bool) -> dict[str, Any] | None:
-    """The next message; None if there is none yet and `wait` is false."""
-    while not self.conn.poll(POLL_S if wait else 0):
-      if not wait:
-        return None
+  def receive(self) -> dict[str, Any]:
+    """The next message, waiting for it (in POLL_S slices: Ctrl-C gets in)."""
+    while not self.conn.poll(POLL_S):
       if self.process.poll() is not None:
         raise self.gone()
+    return self._read()
+
+  def receive_ready(self) -> dict[str, Any] | None:
+    """The next message if one has arrived, else None."""
+    return self._read() if self.conn.poll(0) else None
+
+  def _read(self) -> dict[str, Any]:
     try:
       return json.loads(self.conn.recv_bytes())
     except (EOFError, OSError):  # OSError: reset by a process that was killed
@@ -117,12 +122,13 @@ class WorkerProducer:
 
   def __init__(
       self, cfg: PipelineConfig, count: int, local: StepProducer, recorder: StatsRecorder,
-      fingerprint: dict[str, Any], rows_here: RowsHere, output: Output | None, slots: int,
+      fingerprint: dict[str, Any], rows_here: RowsHere, slots: int,
       read_ahead_tokens: int, read_threads: int, start_state: dict[str, Any],
   ) -> None:
     if count < 1:
       raise ValueError(f"workers: must be >= 1, got {count}")
-    self.local, self.recorder, self.output, self.fingerprint = local, recorder, output, fingerprint
+    slots = max(slots, 2)  # one being copied out, one being made
+    self.local, self.recorder, self.fingerprint = local, recorder, fingerprint
     rows_by_seq_len = {}
     for seq_len in cfg.packing.seq_lens():
       rows = cfg.tokens_per_step // seq_len
@@ -168,8 +174,7 @@ class WorkerProducer:
       self._start(self.last_state)
     handle = self.handles[self.next_step % len(self.handles)]
     while True:
-      message = handle.receive(wait=True)
-      assert message is not None
+      message = handle.receive()
       if message.get("generation") != self.generation:
         continue  # from before the last (re)start: its slots were freed by it
       if message["kind"] == "error":
@@ -184,8 +189,6 @@ class WorkerProducer:
     started = time.perf_counter()
     arrays = {name: np.array(view) for name, view in views.items()}
     handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
-    rows_here = np.asarray(self._rows(message["rows"], message["seq_len"]))
-    batch = arrays if self.output is None else self.output(arrays, message["rows"], message["seq_len"], rows_here)
     stats = message["stats"]
     for timer, seconds in stats["time_s"].items():
       if timer != "assemble":  # added below, with this process's share
@@ -193,7 +196,7 @@ class WorkerProducer:
     self.recorder.time(stats, "assemble", stats["time_s"].get("assemble", 0.0) + time.perf_counter() - started)
     self.next_step += 1
     self.from_workers += 1
-    return Prepared(batch, message["state"], stats)
+    return Prepared(arrays, message["state"], stats)
 
   def restart(self, state: dict[str, Any]) -> None:
     """Continue from `state` (the pipeline's planner is already set to it)."""
@@ -205,13 +208,10 @@ class WorkerProducer:
   def close(self) -> None:
     self._finalizer()
 
-  def _rows(self, rows: int, seq_len: int) -> np.ndarray:
-    return self.local.rows_here(rows, seq_len)
-
   def _workers_ready(self) -> bool:
     for handle in self.handles:
       while not handle.ready:
-        message = handle.receive(wait=False)
+        message = handle.receive_ready()
         if message is None:
           return False
         if message["kind"] == "error":

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from jaxdata.config.loading import load_config
+from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schema import BatchConfig
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.pipeline.slices import SliceSpec
@@ -33,13 +34,14 @@ class MeshReport:
 
 
 def mesh_report(
-    spec: SliceSpec, global_batch: int, seq_len: int, config_path: str | None, steps: int = 5
+    spec: SliceSpec, global_batch: int, seq_len: int, config: str | PipelineConfig | None, steps: int = 5
 ) -> MeshReport:
-  """Plans `steps` global steps of `config_path` at this batch shape (no tokens read)."""
+  """Plans `steps` global steps of `config` (a path or a config) at this
+  batch shape (no tokens read)."""
   spec.rows_per_host(global_batch)
-  if config_path is None:
+  if config is None:
     return MeshReport(None, None)
-  cfg = load_config(config_path)
+  cfg = load_config(config) if isinstance(config, str) else config
   cfg = dataclasses.replace(
       cfg,
       packing=dataclasses.replace(cfg.packing, seq_len=seq_len, warmup=()),
