@@ -1,10 +1,11 @@
 """One process of a multi-host pipeline run (started by test_multihost.py).
 
-    python multihost_worker.py PORT NUM_PROCESSES PROCESS_ID CONFIG OUT_DIR STEPS
+    python multihost_worker.py PORT NUM_PROCESSES PROCESS_ID CONFIG OUT_DIR STEPS [WORKERS]
 
 Initialises jax.distributed on localhost with 4 CPU devices, builds a
 ("data",) mesh over all processes' devices, iterates the pipeline, and saves
-for every step the addressable row blocks and the documents it read.
+for every step the addressable row blocks and the documents it read (with
+WORKERS > 0, the pipeline's worker processes read: no read log).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import sys
 
 
 def main() -> None:
-  port, count, index, config, out_dir, steps = sys.argv[1:]
+  port, count, index, config, out_dir, steps = sys.argv[1:7]
+  workers = int(sys.argv[7]) if len(sys.argv) > 7 else 0
   os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
   os.environ["JAX_PLATFORMS"] = "cpu"
   import jax  # noqa: PLC0415 -- must follow the XLA_FLAGS set above
@@ -28,7 +30,10 @@ def main() -> None:
   devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
   mesh = jax.sharding.Mesh(devices, ("data",))
   log: list = []
-  with jaxdata.Pipeline(cfg, mesh=mesh, prefetch=2, read_ahead_tokens=2 * 8 * 32, read_log=log) as pipe:
+  with jaxdata.Pipeline(cfg, mesh=mesh, prefetch=2, read_ahead_tokens=2 * 8 * 32, workers=workers,
+                        read_log=None if workers else log) as pipe:
+    if workers:
+      pipe.producer.wait_ready()  # so that the steps saved are the workers', not the in-process start's
     for step in range(int(steps)):
       batch = next(pipe)
       arrays = {}
@@ -38,6 +43,8 @@ def main() -> None:
           arrays[f"{name}/{start}"] = np.asarray(shard.data)
       np.savez(os.path.join(out_dir, f"p{index}_step{step}.npz"), **arrays)
     state = pipe.get_state()
+    if workers:
+      assert pipe.producer.from_workers == int(steps)
   reads = {f"{steps.start}-{steps.stop}/{name}": records for steps, name, records in log}
   np.savez(os.path.join(out_dir, f"p{index}_reads.npz"), **reads)
   with open(os.path.join(out_dir, f"p{index}_state.json"), "w") as f:

@@ -16,12 +16,13 @@ WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
 STEPS = 4
 
 
-def run_processes(count: int, config: str, out_dir: str) -> None:
+def run_processes(count: int, config: str, out_dir: str, workers: int = 0) -> None:
   port = free_port()
-  run_workers(WORKER, [[str(port), str(count), str(i), config, out_dir, str(STEPS)] for i in range(count)])
+  run_workers(WORKER, [[str(port), str(count), str(i), config, out_dir, str(STEPS), str(workers)]
+                       for i in range(count)])
 
 
-def test_two_processes_build_the_single_process_global_batch(tmp_path):
+def write_two_datasets(tmp_path) -> str:
   rng = np.random.default_rng(11)
   for d, count in enumerate((90, 40)):
     write_coded_dataset(str(tmp_path / f"d{d}"), d, rng.integers(1, 50, count).tolist())
@@ -35,15 +36,12 @@ def test_two_processes_build_the_single_process_global_batch(tmp_path):
       "packing": {"mode": "best_fit", "seq_len": 32, "add_eos": True, "eos_id": 2},
       "batch": {"global_batch_size": 16},
   }))
-  out_dir = tmp_path / "out"
-  out_dir.mkdir()
-  run_processes(2, str(config), str(out_dir))
+  return str(config)
 
-  cfg = load_config(str(config))
-  with Pipeline(cfg, prefetch=0) as reference:
-    expected = [next(reference) for _ in range(STEPS)]
-    expected_state = reference.get_state()
-  plans = list(StepPlanner(cfg).plans(STEPS))
+
+def rebuilt_global_batches(out_dir, expected: list[dict]) -> dict[int, dict[int, set[int]]]:
+  """Checks the processes' saved row blocks assemble to `expected`; returns
+  the rows each process held, per step."""
   host_rows = {}
   for step in range(STEPS):
     rebuilt = {name: np.full_like(value, -999) for name, value in expected[step].items()}
@@ -60,6 +58,21 @@ def test_two_processes_build_the_single_process_global_batch(tmp_path):
       assert np.array_equal(rebuilt[name], expected[step][name]), (step, name)
     assert rows_of[0].isdisjoint(rows_of[1]) and len(rows_of[0] | rows_of[1]) == 16
     host_rows[step] = rows_of
+  return host_rows
+
+
+def test_two_processes_build_the_single_process_global_batch(tmp_path):
+  config = write_two_datasets(tmp_path)
+  out_dir = tmp_path / "out"
+  out_dir.mkdir()
+  run_processes(2, config, str(out_dir))
+
+  cfg = load_config(config)
+  with Pipeline(cfg, prefetch=0) as reference:
+    expected = [next(reference) for _ in range(STEPS)]
+    expected_state = reference.get_state()
+  plans = list(StepPlanner(cfg).plans(STEPS))
+  host_rows = rebuilt_global_batches(out_dir, expected)
   # Each process read exactly the documents of its own rows, window by window
   # (the windows grow from one step; together they cover every step once).
   for process in range(2):
@@ -81,3 +94,18 @@ def test_two_processes_build_the_single_process_global_batch(tmp_path):
   for process in range(2):
     state = json.loads((out_dir / f"p{process}_state.json").read_text())
     assert state == expected_state  # identical on every host
+
+
+def test_two_processes_with_worker_processes_build_the_same_global_batch(tmp_path):
+  """Each host's worker assembles exactly that host's rows (taken from the mesh)."""
+  config = write_two_datasets(tmp_path)
+  out_dir = tmp_path / "out"
+  out_dir.mkdir()
+  run_processes(2, config, str(out_dir), workers=1)
+  cfg = load_config(config)
+  with Pipeline(cfg, prefetch=0) as reference:
+    expected = [next(reference) for _ in range(STEPS)]
+    expected_state = reference.get_state()
+  rebuilt_global_batches(out_dir, expected)
+  for process in range(2):
+    assert json.loads((out_dir / f"p{process}_state.json").read_text()) == expected_state
