@@ -233,18 +233,20 @@ def _python_work(iterations: int) -> int:
 
 def run_training_thread(corpus: str, workers: int) -> dict[str, Any]:
   """Work rate of a Python-bound loop alone and while it also takes a batch
-  every 65,536 / 2M seconds from a pipeline (prefetch 2): PHASES alternations
-  of 1 s each way; the slowdown compares the medians. Also the share of the
-  fed phases' time spent inside next() (the training thread's own cost)."""
+  every 65,536 / 2M seconds from a pipeline (prefetch 2): `phases`
+  alternations of `phase_s` each way; the slowdown compares the medians. Also
+  the share of the fed phases' time spent inside next() (the training
+  thread's own cost; the rest of the slowdown is the other core's work
+  reaching this one: caches, memory bandwidth)."""
   import jaxdata  # noqa: PLC0415
 
-  chunk, phases = 20_000, 7
+  chunk, phases, phase_s = 10_000, 15, 0.5
   interval = ROWS * SEQ_LEN / FEED_TOKENS_PER_S
 
   def work_rate(pipe: Any) -> tuple[float, float]:
     done, in_next, started = 0, 0.0, time.perf_counter()
     due = started
-    while (now := time.perf_counter()) - started < 1.0:
+    while (now := time.perf_counter()) - started < phase_s:
       if pipe is not None and now >= due:
         next(pipe)
         in_next += time.perf_counter() - now

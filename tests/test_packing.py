@@ -13,6 +13,7 @@ from jax.sharding import Mesh
 from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
+from jaxdata.transforms.packing import balanced_rows
 from jaxdata.transforms.pieces import Pieces
 from pipeline_fixtures import FEATURES, FIRST_CODE, code, coded_config, decode, digest
 
@@ -405,3 +406,27 @@ def test_hosts_read_similar_numbers_of_documents(mode):
         mine = plan.pieces.take(plan.in_rows(rows))
         documents[host] += len(set(zip(mine.dataset.tolist(), mine.record.tolist())))
     assert documents.max() / documents.mean() <= 1.25, (hosts, documents.max() / documents.mean())
+
+
+def _balanced_reference(counts: list[int]) -> list[int]:
+  """balanced_rows from its docstring, recursively: rows by count (most first,
+  stable), halves by the pattern A B B A A B B A ..., first half first."""
+
+  def place(rows: list[int], start: int, out: dict[int, int]) -> None:
+    if len(rows) == 1:
+      out[rows[0]] = start
+      return
+    first = [r for i, r in enumerate(rows) if i % 4 in (0, 3)]
+    second = [r for i, r in enumerate(rows) if i % 4 in (1, 2)]
+    place(first, start, out)
+    place(second, start + len(first), out)
+
+  ranked = sorted(range(len(counts)), key=lambda r: (-counts[r], r))
+  out: dict[int, int] = {}
+  place(ranked, 0, out)
+  return [out[r] for r in range(len(counts))]
+
+
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=300))
+def test_balanced_rows_follows_its_recursive_definition(counts):
+  assert balanced_rows(np.array(counts)).tolist() == _balanced_reference(counts)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
@@ -325,11 +326,19 @@ def balanced_rows(counts: np.ndarray) -> np.ndarray:
 
   With few rows per block, one very full row can still dominate its block.
   """
-  rows = counts.size
-  # Rank r (0 = most) in a segment of n positions: the A half holds ranks r % 4 in
+  order = np.argsort(-counts, kind="stable")  # rows by rank, most first
+  position = np.empty(counts.size, dtype=np.int64)
+  position[order] = _position_of_rank(counts.size)
+  return position
+
+
+@functools.lru_cache(maxsize=64)
+def _position_of_rank(rows: int) -> np.ndarray:
+  """Where the row of rank r (0 = most) goes: a function of the row count
+  alone, so it is computed once per count (read-only)."""
+  # Rank r in a segment of n positions: the A half holds ranks r % 4 in
   # {0, 3}, 2 (n // 4) + (n % 4 > 0) of them; either way r // 2 is its rank inside the half.
-  rank = np.empty(rows, dtype=np.int64)
-  rank[np.argsort(-counts, kind="stable")] = np.arange(rows)
+  rank = np.arange(rows, dtype=np.int64)
   start = np.zeros(rows, dtype=np.int64)
   size = np.full(rows, rows, dtype=np.int64)
   while (size > 1).any():
@@ -339,6 +348,7 @@ def balanced_rows(counts: np.ndarray) -> np.ndarray:
     start = np.where(split & ~in_a, start + a_size, start)
     size = np.where(split, np.where(in_a, a_size, size - a_size), size)
     rank = np.where(split, rank // 2, rank)
+  start.setflags(write=False)
   return start
 
 
