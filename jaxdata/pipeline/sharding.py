@@ -61,16 +61,22 @@ def global_arrays(
     arrays: Mapping[str, np.ndarray], sharding: jax.sharding.Sharding, shape: tuple[int, int], rows_here: np.ndarray
 ) -> dict[str, jax.Array]:
   """Global arrays of `shape` from this process's rows (`arrays[name][i]` is row `rows_here[i]`)."""
+  local_index = {row: i for i, row in enumerate(rows_here.tolist())}  # a device's rows are contiguous here
 
   def make(local: np.ndarray) -> jax.Array:
     def piece(index: tuple[slice, ...]) -> np.ndarray:
-      rows = range(*index[0].indices(shape[0]))
-      start = int(np.searchsorted(rows_here, rows.start))
-      return local[start : start + len(rows)][:, index[1]]
+      start = index[0].start or 0
+      stop = shape[0] if index[0].stop is None else index[0].stop
+      first = local_index[start]
+      block = local[first : first + stop - start]
+      return block if index[1] == _ALL else block[:, index[1]]
 
     return jax.make_array_from_callback(shape, sharding, piece)
 
   return {name: make(local) for name, local in arrays.items()}
+
+
+_ALL = slice(None)
 
 
 def output_functions(
