@@ -57,8 +57,9 @@ def random_case(rng: np.random.Generator, packing: PackingConfig, rows: int, seq
   return pieces, place[:, 0], place[:, 1], docs
 
 
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.int32])  # the buffer keeps the first two
 @pytest.mark.parametrize("add_bos,add_eos", [(False, False), (True, False), (False, True), (True, True)])
-def test_matches_reference(add_bos: bool, add_eos: bool) -> None:
+def test_matches_reference(add_bos: bool, add_eos: bool, dtype: type) -> None:
   packing = PackingConfig(seq_len=16, add_bos=add_bos, add_eos=add_eos, bos_id=1, eos_id=7, pad_id=3)
   rng = np.random.default_rng(int(add_bos) * 2 + int(add_eos))
   for _ in range(40):
@@ -71,7 +72,8 @@ def test_matches_reference(add_bos: bool, add_eos: bool) -> None:
     layout = rng.permutation(len(docs))
     starts = np.zeros(len(docs), np.int64)
     starts[layout] = np.cumsum([0] + [docs[d].size for d in layout])[:-1]
-    buffer = padded_buffer([docs[d] for d in layout], 16, packing.pad_id)
+    buffer = padded_buffer([docs[d].astype(dtype) for d in layout], 16, packing.pad_id)
+    assert buffer.dtype == dtype
     got = assemble_rows(pieces, row, column, rows, 16, buffer, starts[doc_of_piece], packing)
     want = reference(pieces, row, column, rows, 16, docs, doc_of_piece, packing)
     into = {name: np.full((rows, 16), 99, np.int32) for name in FEATURES}  # written in place, fully
@@ -105,3 +107,8 @@ def test_out_must_be_contiguous_int32_of_the_shape() -> None:
   wide = {name: np.zeros((2, 16), np.int32)[:, ::2] for name in FEATURES}
   with pytest.raises(ValueError, match="contiguous int32"):
     assemble_rows(*args, out=wide)
+
+
+def test_a_pad_id_too_large_for_the_tokens_dtype_widens_the_buffer() -> None:
+  buffer = padded_buffer([np.array([5, 6], np.uint16)], seq_len=2, pad_id=70_000)
+  assert buffer.dtype == np.int32 and buffer.tolist() == [70_000, 5, 6, 70_000, 70_000, 70_000]

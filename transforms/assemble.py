@@ -37,17 +37,22 @@ FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "sourc
 
 
 def padded_buffer(parts: list[np.ndarray], seq_len: int, pad_id: int) -> np.ndarray:
-  """The int32 token buffer `assemble_rows` reads: one slot that a BOS read
-  before the first document touches, `parts` concatenated (one copy,
-  converting as it goes), then a run of seq_len + 1 `pad_id`s that padding
-  reads from and EOS reads past the last document touch. Document starts
-  passed to `assemble_rows` count from the first part, not the buffer.
+  """The token buffer `assemble_rows` reads: one slot that a BOS read
+  before the first document touches, `parts` concatenated (one copy, in
+  their own dtype when it can hold `pad_id`: uint16 ids stay 2 bytes, else
+  int32), then a run of seq_len + 1 `pad_id`s that padding reads from and EOS
+  reads past the last document touch. Document starts passed to
+  `assemble_rows` count from the first part, not the buffer.
 
-  >>> padded_buffer([np.array([5, 6], np.uint16)], seq_len=2, pad_id=0).tolist()
-  [0, 5, 6, 0, 0, 0]
+  >>> buffer = padded_buffer([np.array([5, 6], np.uint16)], seq_len=2, pad_id=0)
+  >>> buffer.tolist(), buffer.dtype.name
+  ([0, 5, 6, 0, 0, 0], 'uint16')
   """
-  tail = np.full(seq_len + 1, pad_id, np.int32)
-  return np.concatenate([tail[:1], *parts, tail], dtype=np.int32, casting="same_kind")
+  dtype = np.result_type(*parts) if parts else np.dtype(np.int32)
+  if dtype.kind not in "iu" or dtype.itemsize > 4 or pad_id > np.iinfo(dtype).max:
+    dtype = np.dtype(np.int32)
+  tail = np.full(seq_len + 1, pad_id, dtype)
+  return np.concatenate([tail[:1], *parts, tail], dtype=dtype, casting="same_kind")
 
 
 def _check_layout(dst: np.ndarray, lengths: np.ndarray, fill: np.ndarray, seq_len: int) -> None:
@@ -85,8 +90,8 @@ def assemble_rows(
   """
   count = len(pieces)
   grid = num_rows * seq_len
-  if buffer.dtype != np.int32 or buffer.size < seq_len + 2:
-    raise ValueError("assemble: buffer must be the int32 array padded_buffer makes")
+  if buffer.dtype.kind not in "iu" or buffer.dtype.itemsize > 4 or buffer.size < seq_len + 2:
+    raise ValueError("assemble: buffer must be the array padded_buffer makes")
   pad_run = buffer.size - (seq_len + 1)  # where the pad ids start
   dst = local_row * seq_len + column
   order = np.argsort(dst, kind="stable")
@@ -117,7 +122,10 @@ def assemble_rows(
            for name in FEATURES):
     raise ValueError(f"assemble: out must hold a contiguous int32 {shape} array for each of {FEATURES}")
   flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
-  buffer.take(src, out=flat["tokens"], mode="clip")
+  if buffer.dtype == np.int32:
+    buffer.take(src, out=flat["tokens"], mode="clip")
+  else:  # a narrower buffer: gather in its dtype, widen while copying
+    flat["tokens"][...] = buffer.take(src, mode="clip")
   # Targets: inside a run, the next slot's token (a copy); at a run's last slot, the token after it.
   flat["targets"][:-1] = flat["tokens"][1:]
   run_last = run_dst + run_len - 1
