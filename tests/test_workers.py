@@ -14,6 +14,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdata import DatasetError, Pipeline, PipelineConfig
+from jaxdata.pipeline.pipeline import WORKER_READ_AHEAD
 from jaxdata.pipeline.workers import WorkerProducer
 from checkpoint_property import assert_restores_exactly
 from pipeline_fixtures import coded_config, digest
@@ -146,6 +147,7 @@ def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference):
 
 def test_close_stops_the_workers_and_frees_the_shared_memory(cfg):
   pipe = ready(Pipeline(cfg, prefetch=1, workers=2))
+  assert all(h.spec.read_ahead_tokens == WORKER_READ_AHEAD for h in pipe.producer.handles)
   next(pipe)
   processes = [h.process for h in pipe.producer.handles]
   names = [h.memory.name for h in pipe.producer.handles]
