@@ -170,3 +170,28 @@ def test_workers_must_be_a_count_and_exclude_the_read_log(cfg):
     Pipeline(cfg, workers=-1)
   with pytest.raises(ValueError, match="read_log: not available with workers"):
     Pipeline(cfg, workers=1, read_log=[])
+
+
+def test_a_worker_that_cannot_open_the_data_is_an_error_then_is_retried(cfg):
+  """The data moves away just after the pipeline opened it (the workers open
+  theirs while starting): the worker's error is raised from next(), in process
+  steps go on meanwhile, and once the data is back a new worker takes over."""
+  path = cfg.datasets[0].path
+  with Pipeline(cfg, prefetch=0, workers=1) as pipe:
+    os.rename(path, path + ".away")
+    try:
+      got, errors = [], 0
+      while not errors:
+        try:
+          got.extend(run(pipe, 1))
+        except DatasetError as e:
+          assert "manifest" in str(e) and path in str(e)
+          errors += 1
+    finally:
+      os.rename(path + ".away", path)
+    pipe.producer.wait_ready()
+    before = pipe.producer.from_workers
+    got.extend(run(pipe, 5))
+    assert pipe.producer.from_workers == before + 5  # the new worker made them
+  with Pipeline(cfg, prefetch=0) as uninterrupted:
+    assert got == run(uninterrupted, len(got))  # nothing skipped or repeated

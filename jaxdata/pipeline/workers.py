@@ -209,9 +209,15 @@ class WorkerProducer:
     self._finalizer()
 
   def _workers_ready(self) -> bool:
-    for handle in self.handles:
+    """Whether every worker has opened its files; raises a worker's error
+    (once: a worker that exited is started again on the next call)."""
+    for i, handle in enumerate(self.handles):
       while not handle.ready:
-        message = handle.receive_ready()
+        try:
+          message = handle.receive_ready()
+        except RuntimeError:  # it exited (after its error was raised): start it again
+          self.handles[i] = handle.respawned()
+          return False
         if message is None:
           return False
         if message["kind"] == "error":
