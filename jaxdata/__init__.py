@@ -35,6 +35,7 @@ __all__ = [
     "DatasetWriter",
     "DocBatch",
     "DocRef",
+    "DocumentLengths",
     "DocumentStream",
     "HuggingFaceTokenizer",
     "InputFormatError",
@@ -79,8 +80,8 @@ __getattr__, __dir__ = lazy_exports(
              "Schedule", "WarmupPhase", "load_config"), _CONFIG),
         **dict.fromkeys(("CheckpointError", "ConfigError", "DatasetError", "InputFormatError"), _ERRORS),
         **dict.fromkeys(
-            ("DatasetWriter", "Manifest", "RaggedTokens", "ReadOptions", "ShardInfo", "TokenDataset",
-             "build_index"), _SOURCES),
+            ("DatasetWriter", "DocumentLengths", "Manifest", "RaggedTokens", "ReadOptions", "ShardInfo",
+             "TokenDataset", "build_index"), _SOURCES),
         **dict.fromkeys(
             ("ByteTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "TokenizerSpec",
              "load_tokenizer"), _TOKENIZERS),
