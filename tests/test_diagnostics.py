@@ -246,8 +246,9 @@ def test_per_source_loss_is_jittable_and_ignores_padding():
   assert mean.tolist() == pytest.approx([(1 + 3 + 6) / 3, (5 + 2) / 2, 0.0])
 
 
-def test_bench_command_reports_throughput(pipeline_yaml, capsys):
-  assert main(["bench", pipeline_yaml, "--steps", "5"]) == 0
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_bench_command_reports_throughput(pipeline_yaml, capsys, workers):
+  assert main(["bench", pipeline_yaml, "--steps", "5", "--workers", workers]) == 0
   out = capsys.readouterr().out
   assert "5 steps of 8 x 32" in out and "non-padding tokens/s" in out and "time per step: plan" in out
 

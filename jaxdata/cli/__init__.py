@@ -109,10 +109,11 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--out", help="directory for the plots (default: STATS_report/)")
   p.set_defaults(handler="planning:report")
 
-  p = sub.add_parser("bench", help="throughput of a pipeline config on this machine (one process, NumPy)")
+  p = sub.add_parser("bench", help="throughput of a pipeline config on this machine (one host, NumPy)")
   p.add_argument("config")
   p.add_argument("--steps", type=int, default=100)
   p.add_argument("--prefetch", type=int, default=2)
+  p.add_argument("--workers", type=int, default=0, help="worker processes (see docs/performance.md)")
   p.set_defaults(handler="planning:bench")
 
   p = sub.add_parser("mesh", help="rows, tokens and documents per host of a TPU slice")

@@ -1,4 +1,4 @@
-"""`bench`: throughput of a pipeline config on this host (one process, NumPy output)."""
+"""`bench`: throughput of a pipeline config on this host (NumPy output; in process or with workers)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class BenchResult:
   seconds: float  # for `steps` steps after the first
   first_batch_seconds: float
   real_tokens: int  # non-padding tokens in those steps
-  time_per_step_s: dict[str, float]  # plan / read / assemble / wait, averaged over all steps
+  time_per_step_s: dict[str, float]  # plan / read / assemble / wait / output, averaged over all steps
 
   @property
   def tokens_per_second(self) -> float:
@@ -33,10 +33,10 @@ class BenchResult:
     return self.real_tokens / max(self.steps * self.rows * self.seq_len, 1)
 
 
-def bench(cfg: PipelineConfig, steps: int, prefetch: int = 2) -> BenchResult:
+def bench(cfg: PipelineConfig, steps: int, prefetch: int = 2, workers: int = 0) -> BenchResult:
   """Times the first batch, then `steps` more; counts non-padding tokens."""
   started = time.perf_counter()
-  with Pipeline(cfg, prefetch=prefetch) as pipe:
+  with Pipeline(cfg, prefetch=prefetch, workers=workers) as pipe:
     next(pipe)
     first = time.perf_counter() - started
     started = time.perf_counter()
