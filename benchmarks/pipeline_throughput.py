@@ -19,7 +19,9 @@ whole process tree, workers included, sampled every 50 ms); all of them run
 `--repetitions` times, interleaved, and the median is printed. Each run takes
 WARMUP steps, measures STEPS, goes on to step RESTORE_AT, saves the state,
 and times a new pipeline's restore + first batch (checked equal to the
-original's next batch). Both sides print the token shares they realised.
+original's next batch). Both sides print the token shares they realised
+(mesh rows count from the pipeline's per-step stats and copy every 10th
+batch back to check them: a training loop never copies its batches back).
 Also printed: the raw read ceiling, the per-host spread of documents read on
 a v5p-128 slice (1024 x 4096), and how much a Python-bound "training loop"
 thread slows down while a pipeline feeds it 2M tokens/s.
@@ -45,6 +47,7 @@ TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
 SEQ_LEN = 2048
 ROWS = 32
 WARMUP, STEPS, RESTORE_AT = 150, 300, 1000
+CHECK_EVERY = 10  # mesh rows: every 10th batch is copied back to the host and counted
 FEED_TOKENS_PER_S = 2_000_000  # the training-thread check's feeding rate
 JAXDATA_KINDS = {  # name: (mesh devices, workers)
     "jaxdata": (0, 0),
@@ -88,16 +91,26 @@ def _digest(batch: dict[str, Any]) -> list[bytes]:
   return [np.asarray(batch[k]).tobytes() for k in sorted(batch)]
 
 
-def _measured(take: Any, source_key: str, valid_key: str | None) -> dict[str, Any]:
-  """Warm up, then measure STEPS batches from `take()`."""
+def _measured(take: Any, source_key: str, valid_key: str | None, stated: Any = None) -> dict[str, Any]:
+  """Warm up, then measure STEPS batches from `take()`, counting each batch's
+  tokens per source. With `stated` (a function giving the pipeline's own
+  per-source counts of the step just taken), device batches are counted from
+  it and every CHECK_EVERY-th batch is copied back to the host and checked
+  against it: a training loop never copies its batches back."""
   for _ in range(WARMUP):
     take()
   real, per_source = 0, np.zeros(len(TOKEN_SHARES))
   started = time.perf_counter()
-  for _ in range(STEPS):
+  for step in range(STEPS):
     batch = take()
-    valid = None if valid_key is None else np.asarray(batch[valid_key]) > 0
-    count, sources = _count(batch, source_key, valid)
+    if stated is not None and step % CHECK_EVERY:
+      sources = stated()
+      count = int(sources.sum())
+    else:
+      valid = None if valid_key is None else np.asarray(batch[valid_key]) > 0
+      count, sources = _count(batch, source_key, valid)
+      if stated is not None and not np.array_equal(sources, stated()):
+        raise AssertionError(f"step {step}: the batch's tokens per source {sources} differ from the stats")
     real += count
     per_source += sources
   seconds = time.perf_counter() - started
@@ -115,7 +128,10 @@ def run_jaxdata(corpus: str, mesh_devices: int, workers: int) -> dict[str, Any]:
   pipe = pipeline_class(cfg, mesh=mesh, prefetch=2, workers=workers)
   next(pipe)
   first = time.perf_counter() - started
-  result = _measured(lambda: next(pipe), "source_ids", None)
+  stated = None
+  if mesh_devices:
+    stated = lambda: np.array(list(pipe.stats()["tokens_per_source"].values()))  # noqa: E731
+  result = _measured(lambda: next(pipe), "source_ids", None, stated)
   for _ in range(RESTORE_AT - 1 - WARMUP - STEPS):
     next(pipe)
   state = json.loads(json.dumps(pipe.get_state()))
