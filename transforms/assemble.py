@@ -109,11 +109,11 @@ def assemble_rows(
   run_src = np.concatenate([piece_src, np.full(short.size, pad_run)])[run_order]
   if run_src.size and (run_src.min() < 0 or (run_src + run_len).max() >= buffer.size):
     raise ValueError("assemble: a piece's tokens lie outside the buffer (doc_start or offset out of range)")
-  # Every grid slot's run; within[i] = i - its run's start; src = within + the run's first source slot.
-  # (intp indices: `take` would convert any other dtype first; "clip": no bounds pass,
-  # the runs were checked to lie inside the buffer just above.)
-  run_of = np.repeat(np.arange(run_len.size), run_len)
-  src = (run_src - run_dst).take(run_of, mode="clip")
+  # Every grid slot i of a run: src = i - the run's start + the run's first source slot.
+  # Run-length fills are np.repeat (a fill loop, several times faster than a gather);
+  # the gather from the buffer takes intp indices in "clip" mode: no bounds pass
+  # (the runs were checked to lie inside the buffer just above).
+  src = np.repeat(run_src - run_dst, run_len)
   src += np.arange(grid)
   shape = (num_rows, seq_len)
   if out is None:
@@ -133,12 +133,12 @@ def assemble_rows(
   run_row = run_dst // seq_len
   # Segment ids: 1 + the rank of a piece among its row's runs (padding comes last, gets 0).
   rank = np.arange(run_dst.size) - np.searchsorted(run_row, run_row, side="left") + 1
-  np.where(is_piece, rank, 0).astype(np.int32).take(run_of, out=flat["segment_ids"], mode="clip")
+  np.copyto(flat["segment_ids"], np.repeat(np.where(is_piece, rank, 0).astype(np.int32), run_len))
   source = np.concatenate([pieces.dataset[order], np.full(short.size, -1)]).astype(np.int32)[run_order]
-  source.take(run_of, out=flat["source_ids"], mode="clip")
-  is_piece.astype(np.int32).take(run_of, out=flat["loss_mask"], mode="clip")
+  np.copyto(flat["source_ids"], np.repeat(source, run_len))
+  np.copyto(flat["loss_mask"], np.repeat(is_piece.astype(np.int32), run_len))
   positions = flat["positions"]  # within[i] = src[i] - its run's first source slot; 0 on padding
-  np.subtract(src, run_src.take(run_of, mode="clip"), out=positions, casting="unsafe")
+  np.subtract(src, np.repeat(run_src, run_len), out=positions, casting="unsafe")
   positions *= flat["loss_mask"]
   if not count:
     return out
