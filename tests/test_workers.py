@@ -73,6 +73,7 @@ def test_workers_on_a_mesh_give_the_same_global_arrays(cfg):
     batches = [next(pipe) for _ in range(8)]
     assert [digest(b) for b in batches] == want
     assert batches[0]["tokens"].sharding == NamedSharding(mesh, PartitionSpec(("data",), None))
+    assert set(pipe.stats()["time_s"]) == {"plan", "read", "assemble", "wait", "output"}
 
 
 def test_state_at_every_step_restores_the_same_remaining_output(cfg):

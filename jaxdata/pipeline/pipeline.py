@@ -5,9 +5,10 @@ Every process runs the same plan and reads only its own rows::
     StepPlanner.plan()                        same StepPlan on every host      planner.py
       -> rows held here (from the sharding)                                    sharding.py
       -> batched reads of those rows' documents, many steps per call           reader.py, window.py
-      -> assemble_rows (NumPy) -> jax.Array (make_array_from_callback)         window.py, sharding.py
-    a background thread runs this `prefetch` steps ahead (prefetch.py), and with
+      -> assemble_rows (NumPy)                                                 window.py
+    a background thread runs this `prefetch` steps ahead (prefetch.py), or with
     `workers=n` the steps are made in n worker processes (workers.py);
+      -> jax.Array (make_array_from_callback), in the caller's thread           sharding.py
     get_state() is the state after the last batch handed out, never the prefetcher's.
 
 Failure semantics (docs/state.md): an exception while producing step s, or
