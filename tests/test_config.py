@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import textwrap
 
 import pytest
 
 from jaxdata import ConfigError, PipelineConfig, load_config
+from jaxdata.config import schema
 from jaxdata.config.schedule import normalize_weights
 
 EXAMPLE_YAML = """
@@ -147,3 +149,12 @@ def test_to_dict_reads_back_to_the_same_config(tmp_path, text):
   assert again == cfg
   assert again.dataset_settings() == cfg.dataset_settings()
   assert "shuffle_block_size" not in again.to_dict()["datasets"][1]  # still inherits
+
+
+def test_a_pickled_config_still_inherits(tmp_path):
+  """Pickled configs (Grain pickles datasets for its worker processes) keep
+  unset per-dataset fields unset: INHERIT unpickles to itself."""
+  cfg = load_config(write(tmp_path, SCHEDULED_YAML))
+  again = pickle.loads(pickle.dumps(cfg))
+  assert again == cfg and again.dataset_settings() == cfg.dataset_settings()
+  assert again.datasets[1].shuffle_block_size is schema.INHERIT

@@ -54,7 +54,7 @@ class _Inherit:
     return "INHERIT"
 
   def __reduce__(self) -> str:
-    return "INHERIT"  # the one module-level instance, also in a worker process (compared by identity)
+    return "INHERIT"  # unpickles to the one module-level instance (it is compared by identity)
 
 
 INHERIT: Any = _Inherit()
