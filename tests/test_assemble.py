@@ -112,3 +112,13 @@ def test_out_must_be_contiguous_int32_of_the_shape() -> None:
 def test_a_pad_id_too_large_for_the_tokens_dtype_widens_the_buffer() -> None:
   buffer = padded_buffer([np.array([5, 6], np.uint16)], seq_len=2, pad_id=70_000)
   assert buffer.dtype == np.int32 and buffer.tolist() == [70_000, 5, 6, 70_000, 70_000, 70_000]
+
+
+def test_a_buffer_not_made_by_padded_buffer_or_too_short_is_refused() -> None:
+  packing = PackingConfig(seq_len=8)
+  pieces = Pieces(*(np.array([v]) for v in (0, 0, 0, 0, 3, 3)))
+  args = (pieces, np.array([0]), np.array([0]), 1, 8)
+  with pytest.raises(ValueError, match="buffer must be the array padded_buffer makes"):
+    assemble_rows(*args, np.arange(20, dtype=np.float32), np.array([0]), packing)
+  with pytest.raises(ValueError, match="a piece's tokens lie outside the buffer"):
+    assemble_rows(*args, padded_buffer([np.arange(3)], 8, 0), np.array([100]), packing)  # doc_start past the end
