@@ -55,3 +55,28 @@ def test_a_dataset_keeps_its_lengths_memory_mapped_in_the_smallest_dtype(tmp_pat
     assert all(isinstance(p, np.memmap) for p in many.lengths.parts)
     records = np.arange(many.num_records)[::-1]
     np.testing.assert_array_equal(many.read_global(records).lengths, np.array([3, 9, 4] * 50)[records])
+
+
+def _resident_mb() -> float:
+  with open("/proc/self/status") as f:
+    return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def test_opening_scans_lengths_without_keeping_them_resident(tmp_path, monkeypatch):
+  """The totals are computed from memory maps whose pages are dropped after
+  the scan: 32 MB of lengths add far less than that to resident memory."""
+  monkeypatch.setattr(lengths_module, "IN_MEMORY_RECORDS", 0)  # the layout of a huge dataset
+  paths = []
+  for s in range(2):
+    path = str(tmp_path / f"shard-{s}.npy")
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint16, shape=(8 << 20,))
+    out[:] = 1 + s
+    out.flush()
+    del out
+    paths.append(path)
+  parts = [np.load(p, mmap_mode="r") for p in paths]
+  before = _resident_mb()
+  lengths = DocumentLengths(parts)
+  assert _resident_mb() - before < 8  # 32 MB were read
+  assert (lengths.sum(), lengths.min(), lengths.max()) == (3 * (8 << 20), 1, 2)
+  assert lengths[np.array([0, (8 << 20) + 5])].tolist() == [1, 2]
