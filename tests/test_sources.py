@@ -199,12 +199,16 @@ def test_unreadable_or_missing_manifest(damaged, tmp_path):
     TokenDataset(str(tmp_path))
 
 
+def flip_byte(path: str, at: int = 100) -> None:
+  """Inverts one byte of a file in place (same size, same name)."""
+  data = bytearray(open(path, "rb").read())
+  data[at] ^= 0xFF
+  open(path, "wb").write(bytes(data))
+
+
 def test_verify_detects_a_changed_byte(damaged):
   TokenDataset(damaged).verify()
-  path = os.path.join(damaged, "rand-00001.array_record")
-  data = bytearray(open(path, "rb").read())
-  data[100] ^= 0xFF
-  open(path, "wb").write(bytes(data))
+  flip_byte(os.path.join(damaged, "rand-00001.array_record"))
   # A small shard is sampled whole, so opening already notices; verify() rehashes everything.
   with pytest.raises(DatasetError, match=r"rand-00001\.array_record: (content differs|sha256 .* differs from manifest)"):
     TokenDataset(damaged).verify()
@@ -286,9 +290,6 @@ def test_a_format_1_manifest_opens_and_its_shards_are_checked_by_full_hash(damag
     del shard["sample_sha256"]
   json.dump(raw, open(path, "w"))
   TokenDataset(damaged).close()
-  shard = os.path.join(damaged, "rand-00001.array_record")
-  data = bytearray(open(shard, "rb").read())
-  data[100] ^= 0xFF
-  open(shard, "wb").write(bytes(data))
+  flip_byte(os.path.join(damaged, "rand-00001.array_record"))
   with pytest.raises(DatasetError, match=r"rand-00001\.array_record: content differs from the shard manifest\.json lists \(sha256"):
     TokenDataset(damaged)
