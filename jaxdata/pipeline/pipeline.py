@@ -122,9 +122,9 @@ class Pipeline:
         self.reader.close()
         raise
     self._resources = _Resources(self.reader, self.producer)
+    # Runs at exit too: a daemon thread still inside a native read when the
+    # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._finalizer = weakref.finalize(self, self._resources.release)
-    # Also at exit: a daemon thread still inside a native read when the interpreter
-    # finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._state = self._snapshot()
     self._exhausted = False
 
