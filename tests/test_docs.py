@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from jaxdata import Pipeline, load_config
-from jaxdata.pipeline.pipeline import READ_AHEAD, WORKER_READ_AHEAD
 from jaxdata.config import (
     BatchConfig,
     DatasetConfig,
@@ -160,4 +159,3 @@ def test_performance_doc_lists_the_pipeline_knobs_with_their_true_defaults():
     default = parameters[name].default
     expected = f"{default >> 20}M" if isinstance(default, int) and default >= 1 << 20 else str(default)
     assert shown == expected, f"{name}: docs say {shown}, the default is {default}"
-  assert f"{READ_AHEAD >> 20}M tokens in process, {WORKER_READ_AHEAD >> 20}M in each worker" in text

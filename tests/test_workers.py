@@ -14,7 +14,11 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdata import DatasetError, Pipeline, PipelineConfig
-from jaxdata.pipeline.pipeline import WORKER_READ_AHEAD
+from jaxdata.pipeline.pipeline import READ_AHEAD
+from jaxdata.pipeline.parts import open_parts
+from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.steps import assemble, decode_window, encode_window, plan_window, read_window
 from jaxdata.pipeline.workers import WorkerProducer
 from checkpoint_property import assert_restores_exactly
 from pipeline_fixtures import coded_config, digest
@@ -59,9 +63,34 @@ def test_workers_give_the_in_process_batches_and_states(cfg, reference, workers,
     ready(pipe)
     assert run(pipe, STEPS) == reference
     assert pipe.producer.from_workers >= STEPS - prefetch  # the workers made them
+    # Windows (1, 2, 4, ... steps) go to the readers in turn: every reader made steps.
+    assert sum(pipe.producer.per_reader) == pipe.producer.from_workers
+    assert min(pipe.producer.per_reader) > 0
   # Without waiting: the first steps are made in process, the rest by workers, seamlessly.
   with Pipeline(cfg, prefetch=prefetch, workers=workers) as pipe:
     assert run(pipe, STEPS) == reference
+
+
+def test_a_window_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
+  planner = StepPlanner(cfg)
+  recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None)
+  rows = np.array([1, 4, 5, 6, 11])  # a host's rows need not be contiguous
+  window = plan_window(planner, recorder, lambda _rows, _seq_len: rows, 2_000, dict)
+  assert len(window.steps) == 2_000 // (rows.size * 32) + 1 and not window.ended
+  header, payload = encode_window(window.steps)
+  decoded = decode_window(json.loads(json.dumps(header)), bytes(payload))
+  for sent, got in zip(window.steps, decoded, strict=True):
+    assert (sent.step, sent.seq_len, sent.num_rows) == (got.step, got.seq_len, got.num_rows)
+    for name in ("dataset", "pass_index", "record", "offset", "length", "doc_length"):
+      assert getattr(sent.pieces, name).tolist() == getattr(got.pieces, name).tolist()
+    assert sent.local_row.tolist() == got.local_row.tolist() and sent.column.tolist() == got.column.tolist()
+  parts = open_parts(cfg, 1)
+  try:
+    for sent, got in zip(read_window(parts.reader, window.steps, 0), read_window(parts.reader, decoded, 0)):
+      want, have = assemble(sent, cfg.packing), assemble(got, cfg.packing)
+      assert all(np.array_equal(want[name], have[name]) for name in want)
+  finally:
+    parts.reader.close()
 
 
 def test_workers_on_a_mesh_give_the_same_global_arrays(cfg):
@@ -131,27 +160,29 @@ def test_a_shard_corrupted_under_a_reader_is_a_named_error_and_the_step_is_retri
     assert rest == reference[done:]
 
 
-def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference):
+@pytest.mark.parametrize("victim_index,name", [(0, "jaxdata planner"), (2, "jaxdata reader 1")])
+def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, victim_index, name):
   with Pipeline(cfg, prefetch=0, workers=2) as pipe:
     ready(pipe)
     assert run(pipe, 3) == reference[:3]
-    victim = pipe.producer.handles[1].process
+    victim = pipe.producer.handles[victim_index].process
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
-    with pytest.raises(RuntimeError, match=r"jaxdata worker 1 \(pid \d+\) (exited with code -9|closed its pipe)"):
+    with pytest.raises(RuntimeError, match=name + r" \(pid \d+\) (exited with code -9|closed its pipe)"):
       for _ in range(STEPS):
         next(pipe)
     done = pipe.get_state()["step"]
     assert run(pipe, STEPS - done) == reference[done:]
-    assert pipe.producer.handles[1].process.pid != victim.pid
+    assert pipe.producer.handles[victim_index].process.pid != victim.pid
 
 
 def test_close_stops_the_workers_and_frees_the_shared_memory(cfg):
   pipe = ready(Pipeline(cfg, prefetch=1, workers=2))
-  assert all(h.spec.read_ahead_tokens == WORKER_READ_AHEAD for h in pipe.producer.handles)
+  assert all(h.spec.read_ahead_tokens == READ_AHEAD for h in pipe.producer.handles)
   next(pipe)
   processes = [h.process for h in pipe.producer.handles]
-  names = [h.memory.name for h in pipe.producer.handles]
+  assert len(processes) == 3  # the planner and two readers
+  names = [h.memory.name for h in pipe.producer.readers]
   pipe.close()
   assert all(p.poll() is not None for p in processes)
   assert not any(os.path.exists(f"/dev/shm/{name.lstrip('/')}") for name in names)
@@ -160,10 +191,10 @@ def test_close_stops_the_workers_and_frees_the_shared_memory(cfg):
 def test_an_unreferenced_pipeline_stops_its_workers(cfg):
   pipe = ready(Pipeline(cfg, prefetch=1, workers=1))
   next(pipe)
-  process = pipe.producer.handles[0].process
+  processes = [h.process for h in pipe.producer.handles]
   del pipe
   gc.collect()
-  assert process.wait(timeout=10) == 0
+  assert [p.wait(timeout=10) for p in processes] == [0, 0]
 
 
 def test_workers_must_be_a_count_and_exclude_the_read_log(cfg):

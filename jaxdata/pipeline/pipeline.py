@@ -7,7 +7,8 @@ Every process runs the same plan and reads only its own rows::
       -> batched reads of those rows' documents, many steps per call           reader.py, window.py
       -> assemble_rows (NumPy)                                                 window.py
     a background thread runs this `prefetch` steps ahead (prefetch.py), or with
-    `workers=n` the steps are made in n worker processes (workers.py);
+    `workers=n` steps are planned in one worker process and read and assembled
+    in n others (workers.py);
       -> jax.Array (make_array_from_callback), in the caller's thread           sharding.py
     get_state() is the state after the last batch handed out, never the prefetcher's.
 
@@ -50,8 +51,7 @@ from jaxdata.pipeline.workers import WorkerProducer
 __all__ = ["Pipeline"]
 
 RELEASE_WAIT_S = 10.0  # how long close() (or exit) waits for a read in progress
-READ_AHEAD = 1 << 22  # tokens of read window in this process ...
-WORKER_READ_AHEAD = 1 << 21  # ... and in each worker process
+READ_AHEAD = 1 << 22  # tokens of read window, in process or in each reading worker
 
 
 class Pipeline:
@@ -66,16 +66,15 @@ class Pipeline:
       mesh over jax.devices() and its data axes.
     prefetch: steps planned and read ahead by a background thread; 0 reads
       in the calling thread. Output never depends on it.
-    workers: worker processes that plan, read and assemble into shared
-      memory (`jaxdata.pipeline.workers`), leaving the training process only
-      the copy to the devices; 0 does it all in this process. With workers,
-      each makes up to `prefetch` + 1 steps ahead into its shared memory and
-      no thread runs in this process. Output and state never depend on it.
+    workers: processes that read and assemble into shared memory, with one
+      more that plans (`jaxdata.pipeline.workers`), leaving the training
+      process only the copy to the devices; 0 does it all in this process.
+      With workers, each reader makes up to `prefetch` + 1 steps ahead into
+      its shared memory and no thread runs in this process. Output and state
+      never depend on it.
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
-      faster (at least one step, at most 64). None: 4M in this process, 2M
-      in each worker (as fast there, and 13 MB less per worker). Output
-      never depends on it.
+      faster (at least one step, at most 64). Output never depends on it.
     read_threads: threads reading the shards of one dataset concurrently
       (the ArrayRecord reader holds the GIL, so more help only on slow storage).
     stats_path: append one JSON line of `stats()` per step handed out
@@ -86,12 +85,10 @@ class Pipeline:
 
   def __init__(
       self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
-      tpu: str | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int | None = None,
+      tpu: str | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int = READ_AHEAD,
       read_threads: int = 1, stats_path: str | None = None, read_log: ReadLog | None = None,
   ) -> None:
     _check_arguments(prefetch, workers, read_ahead_tokens, read_log)
-    if read_ahead_tokens is None:
-      read_ahead_tokens = WORKER_READ_AHEAD if workers else READ_AHEAD
     if tpu is not None:
       if mesh is not None:
         raise ValueError("tpu: give a slice name or a mesh, not both")
@@ -206,14 +203,14 @@ class Pipeline:
     self.producer.restart(self._state)
 
 
-def _check_arguments(prefetch: int, workers: int, read_ahead_tokens: int | None, read_log: ReadLog | None) -> None:
+def _check_arguments(prefetch: int, workers: int, read_ahead_tokens: int, read_log: ReadLog | None) -> None:
   if prefetch < 0:
     raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
   if not isinstance(workers, int) or workers < 0:
     raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
   if workers and read_log is not None:
     raise ValueError("read_log: not available with workers (the reads happen in the worker processes)")
-  if read_ahead_tokens is not None and read_ahead_tokens < 1:
+  if not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:
     raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
 
 

@@ -22,21 +22,13 @@ import dataclasses
 import time
 from typing import Any, Callable
 
-import numpy as np
-
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.transforms.assemble import assemble_rows, padded_buffer
-from jaxdata.transforms.packing import StepPlan
-from jaxdata.transforms.pieces import Pieces
+from jaxdata.pipeline.steps import LocalStep, ReadStep, RowsHere, assemble, plan_window, read_window
 
-__all__ = ["END", "Prepared", "RowsHere", "StepProducer"]
-
-MAX_WINDOW_STEPS = 64
-
-RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
+__all__ = ["END", "Prepared", "RowsHere", "StepProducer", "grown_window"]
 
 
 @dataclasses.dataclass
@@ -59,14 +51,10 @@ END = _End()
 
 
 @dataclasses.dataclass
-class _Planned:
-  """One step planned and read, not yet assembled (shares its window's tokens)."""
+class _Ready:
+  """One step planned and read, not yet assembled."""
 
-  plan: StepPlan
-  rows_here: np.ndarray
-  index: np.ndarray  # the plan's pieces in this host's rows
-  doc_tokens: np.ndarray  # the whole read window's tokens, see `padded_buffer`
-  doc_start: np.ndarray  # per piece in `index`
+  item: ReadStep
   state: dict[str, Any]
   stats: dict[str, Any]
 
@@ -78,8 +66,6 @@ class StepProducer:
     rows_here: which global rows of a step this host assembles (its
       NumPy rows, which the pipeline turns into global arrays).
     snapshot: called after each planned step; gives the state to hand out with it.
-    keep: which steps this producer reads and assembles (the others are
-      planned, so the state advances, and skipped); None keeps every step.
   """
 
   def __init__(
@@ -91,7 +77,6 @@ class StepProducer:
       rows_here: RowsHere,
       read_ahead_tokens: int,
       snapshot: Callable[[], dict[str, Any]],
-      keep: Callable[[int], bool] | None = None,
   ) -> None:
     self.cfg = cfg
     self.planner = planner
@@ -100,27 +85,20 @@ class StepProducer:
     self.rows_here = rows_here
     self.read_ahead_tokens = read_ahead_tokens
     self.snapshot = snapshot
-    self.keep = keep
-    self.window: collections.deque[_Planned | _End] = collections.deque()
+    self.window: collections.deque[_Ready | _End] = collections.deque()
     self.window_tokens = 1  # grows to read_ahead_tokens; one step first
 
-  def produce(self, into: Callable[[int, int], dict[str, np.ndarray]] | None = None) -> Prepared | _End:
-    """The next step; `into(local_rows, seq_len)`, if given, gives the arrays
-    to assemble it in."""
+  def produce(self) -> Prepared | _End:
+    """The next step."""
     if not self.window:
       self._fill()
-    item = self.window.popleft()
-    if isinstance(item, _End):
-      return item
+    ready = self.window.popleft()
+    if isinstance(ready, _End):
+      return ready
     started = time.perf_counter()
-    plan, index, rows_here = item.plan, item.index, item.rows_here
-    arrays = assemble_rows(
-        plan.pieces.take(index), np.searchsorted(rows_here, plan.row[index]), plan.column[index],
-        rows_here.size, plan.seq_len, item.doc_tokens, item.doc_start, self.cfg.packing,
-        out=None if into is None else into(rows_here.size, plan.seq_len),
-    )
-    self.recorder.time(item.stats, "assemble", time.perf_counter() - started)
-    return Prepared(arrays, item.state, item.stats)
+    arrays = assemble(ready.item, self.cfg.packing)
+    self.recorder.time(ready.stats, "assemble", time.perf_counter() - started)
+    return Prepared(arrays, ready.state, ready.stats)
 
   def restart(self, state: dict[str, Any]) -> None:
     """Drops what was planned ahead; the planner has been set to `state`."""
@@ -132,33 +110,17 @@ class StepProducer:
     """Nothing of its own to release (the pipeline closes the reader)."""
 
   def _fill(self) -> None:
+    planned = plan_window(self.planner, self.recorder, self.rows_here, self.window_tokens, self.snapshot)
+    self.window_tokens = grown_window(planned.steps, self.read_ahead_tokens)
     started = time.perf_counter()
-    steps, local_tokens = [], 0
-    while local_tokens < self.window_tokens and len(steps) < MAX_WINDOW_STEPS:
-      plan = self.planner.plan()
-      if plan is None:
-        break
-      stats = self.recorder.planned(plan, self.planner.stream.passes_completed())
-      if self.keep is not None and not self.keep(plan.step):
-        continue
-      rows_here = self.rows_here(plan.rows, plan.seq_len)
-      steps.append((plan, rows_here, plan.in_rows(rows_here), self.snapshot(), stats))
-      local_tokens += rows_here.size * plan.seq_len
-    self.window_tokens = min(self.read_ahead_tokens, 2 * max(local_tokens, 1))
-    planned = time.perf_counter()
-    pieces = Pieces.concatenate([plan.pieces.take(index) for plan, _, index, _, _ in steps])
-    covered = range(steps[0][0].step, steps[-1][0].step + 1) if steps else range(0)
-    parts, doc_start = self.reader.read(covered, pieces)
-    longest_row = max((plan.seq_len for plan, *_ in steps), default=1)
-    doc_tokens = padded_buffer(parts, longest_row, self.cfg.packing.pad_id)
-    read = time.perf_counter()
-    first = 0
-    for plan, rows_here, index, state, stats in steps:
-      self.recorder.time(stats, "plan", (planned - started) / len(steps))
-      self.recorder.time(stats, "read", (read - planned) / len(steps))
-      self.window.append(_Planned(
-          plan, rows_here, index, doc_tokens, doc_start[first : first + index.size], state, stats
-      ))
-      first += index.size
-    if not steps or self.planner.done:
+    items = read_window(self.reader, planned.steps, self.cfg.packing.pad_id)
+    for stats in planned.stats:
+      self.recorder.time(stats, "read", (time.perf_counter() - started) / len(items))
+    self.window.extend(_Ready(*ready) for ready in zip(items, planned.states, planned.stats))
+    if planned.ended:
       self.window.append(END)
+
+
+def grown_window(steps: list[LocalStep], limit: int) -> int:
+  """The next window's tokens: twice what this one held, up to `limit`."""
+  return min(limit, 2 * max(sum(s.num_rows * s.seq_len for s in steps), 1))

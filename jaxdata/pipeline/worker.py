@@ -1,17 +1,24 @@
-"""The body of a pipeline worker process: plan, read and assemble steps into shared memory.
+"""The body of a pipeline worker process: a planner, or a reader that assembles into shared memory.
 
-A worker opens the config's datasets itself, plans every step (planning
-is cheap and sequential), reads and assembles the steps it is given
-(step % count == index) and writes each into a free slot of its shared
-memory ring. Messages are JSON over a pipe (no pickle)::
+With `workers=n` there are n + 1 of them. The planner plans every step
+(planning is sequential and cheap) and sends windows of this host's pieces;
+the main process forwards window w to reader w % n, which reads its
+documents in one batched call and assembles each step into a free slot of
+its shared memory ring. Planning, reading and assembly run on different
+cores, and none of them holds the training process's GIL. Messages are
+JSON over a pipe; a window's pieces follow their header as one raw int64
+array (no pickle)::
 
-    main -> worker   {"kind": "start", "generation": g, "state": S}    plan on from state S; every slot free
+    main -> planner  {"kind": "start", "generation": g, "state": S}    plan on from state S
+                     {"kind": "credit", "generation": g}               a window was handed out: plan one more
+    planner -> main  {"kind": "window", "generation": g, "steps": [...], "states": [...], "stats": [...],
+                      "ended": bool} + pieces                          (or "error")
+    main -> reader   {"kind": "start", "generation": g}                drop everything; every slot free
+                     {"kind": "window", "generation": g, "steps": [...]} + pieces
                      {"kind": "free", "generation": g, "slot": i}     the main process copied slot i out
-                     {"kind": "stop"}
-    worker -> main   {"kind": "ready", "fingerprint": F}              datasets open (or "error")
-                     {"kind": "step", "generation": g, "step": s, "slot": i, "rows", "seq_len",
-                      "local_rows", "state", "stats"}
-                     {"kind": "end" | "error", "generation": g, ...}
+    reader -> main   {"kind": "step", "generation": g, "step": s, "slot": i, "time_s": {...}}   (or "error")
+    main -> either   {"kind": "stop"}
+    either -> main   {"kind": "ready", "fingerprint": F}               datasets open (or "error")
 
 A worker is `python -m jaxdata.pipeline.worker FD`, FD one end of a
 socket pair; its first message is {"config": cfg.to_dict(), "spec": ...}.
@@ -21,10 +28,13 @@ time it takes to import NumPy and open the files.
 
 from __future__ import annotations
 
+import abc
+import collections
 import dataclasses
 import functools
 import json
 import sys
+import time
 from multiprocessing import resource_tracker, shared_memory
 from multiprocessing.connection import Connection
 from typing import Any, Mapping
@@ -35,24 +45,35 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.window import END, StepProducer
+from jaxdata.pipeline.steps import ReadStep, assemble, decode_window, encode_window, plan_window, read_window
+from jaxdata.pipeline.window import grown_window
 from jaxdata.transforms.assemble import FEATURES
 
-__all__ = ["WorkerSpec", "main", "send", "serve", "slot_views"]
+__all__ = ["PLANNER", "READER", "WorkerSpec", "main", "send", "serve", "slot_views"]
+
+PLANNER, READER = "planner", "reader"
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
   """What one worker needs besides the config."""
 
-  index: int
-  count: int
-  memory_name: str
+  role: str  # PLANNER or READER
+  index: int  # the reader's index (0 for the planner)
+  readers: int
+  memory_name: str  # the reader's slot ring ("" for the planner)
   slots: int
   slot_tokens: int  # the most tokens of this host's rows in any step
   rows_by_seq_len: dict[int, list[int]]  # the global rows this host holds, per sequence length
   read_ahead_tokens: int
   read_threads: int
+
+  @property
+  def windows_ahead(self) -> int:
+    """Windows the planner may send before the first is handed out: one
+    being handed out and one read ahead in all, and one more per extra
+    reader (windows go to the readers in turn)."""
+    return self.readers + 1
 
 
 def slot_views(buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_len: int) -> dict[str, np.ndarray]:
@@ -64,8 +85,11 @@ def slot_views(buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_l
   return views
 
 
-def send(conn: Connection, message: Mapping[str, Any]) -> None:
+def send(conn: Connection, message: Mapping[str, Any], payload: bytes | None = None) -> None:
+  """One JSON message, and if given a raw payload right after it."""
   conn.send_bytes(json.dumps(message).encode())
+  if payload is not None:
+    conn.send_bytes(payload)
 
 
 def main(argv: list[str]) -> None:
@@ -85,81 +109,167 @@ def serve(conn: Connection, cfg: PipelineConfig, spec: WorkerSpec) -> None:
   try:
     parts = open_parts(cfg, spec.read_threads)
   except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
-    send(conn, _error_message(error, -1))
+    send(conn, error_message(error, -1))
     return
-  memory = shared_memory.SharedMemory(spec.memory_name)
-  # The main process owns (and unlinks) the memory; this process's tracker must not.
-  resource_tracker.unregister(memory._name, "shared_memory")  # noqa: SLF001 -- the name the tracker knows
+  memory = None
   try:
+    if spec.role == READER:
+      memory = shared_memory.SharedMemory(spec.memory_name)
+      # The main process owns (and unlinks) the memory; this process's tracker must not.
+      resource_tracker.unregister(memory._name, "shared_memory")  # noqa: SLF001 -- the name the tracker knows
     send(conn, {"kind": "ready", "fingerprint": parts.fingerprint})
-    _Worker(conn, cfg, spec, parts, memory.buf).run()
+    role = _Planning(conn, cfg, spec, parts) if spec.role == PLANNER else _Reading(conn, cfg, spec, parts, memory.buf)
+    role.run()
   except (EOFError, BrokenPipeError, KeyboardInterrupt):  # the main process is gone or stopping
     pass
   finally:
     parts.reader.close()
-    memory.close()
+    if memory is not None:
+      memory.close()
 
 
-class _Worker:
-  def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts, buffer: memoryview) -> None:
-    self.conn, self.spec, self.buffer = conn, spec, buffer
-    self.planner = parts.planner
-    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None)
-    rows = {int(k): np.asarray(v, np.int64) for k, v in spec.rows_by_seq_len.items()}
-    self.producer = StepProducer(
-        cfg, parts.planner, parts.reader, self.recorder, lambda _rows, seq_len: rows[seq_len],
-        spec.read_ahead_tokens, functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder),
-        keep=lambda step: step % spec.count == spec.index,
-    )
+def error_message(error: BaseException, generation: int) -> dict[str, Any]:
+  return {"kind": "error", "generation": generation, "type": type(error).__name__, "message": str(error)}
+
+
+class _Role(abc.ABC):
+  """A worker's loop: take messages while there is nothing to do (or one is
+  waiting), else do one unit of work. Messages of an older generation (from
+  before the last start) are dropped."""
+
+  def __init__(self, conn: Connection) -> None:
+    self.conn = conn
     self.generation = -1  # nothing to do until the first "start"
-    self.free: set[int] = set()
-    self.idle = True  # ended, failed or not started: wait for a message
 
   def run(self) -> None:
     while True:
-      while self.idle or not self.free or self.conn.poll():
-        if not self._handle(json.loads(self.conn.recv_bytes())):
+      while self.waiting() or self.conn.poll():
+        message = json.loads(self.conn.recv_bytes())
+        payload = self.conn.recv_bytes() if message["kind"] == "window" else b""  # always: it follows its header
+        if message["kind"] == "stop":
           return
-      slot = min(self.free)
-      try:
-        item = self.producer.produce(
-            lambda rows, seq_len: slot_views(self.buffer, slot, self.spec.slot_tokens, rows, seq_len))
-      except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
-        send(self.conn, _error_message(error, self.generation))
-        self.idle = True
-        continue
-      if item is END:
-        send(self.conn, {"kind": "end", "generation": self.generation})
-        self.idle = True
-        continue
-      self.free.remove(slot)  # the step was assembled in it
-      stats = item.stats
-      rows, seq_len = stats["rows"], stats["seq_len"]
-      local = item.batch["tokens"].shape[0]
-      send(self.conn, {
-          "kind": "step", "generation": self.generation, "step": stats["step"], "slot": slot, "rows": rows,
-          "seq_len": seq_len, "local_rows": local, "state": encoded_state(item.state), "stats": stats,
-      })
+        if message["kind"] == "start":
+          self.generation = message["generation"]
+          self.start(message)
+        elif message["generation"] == self.generation:
+          self.handle(message, payload)
+      self.work()
 
-  def _handle(self, message: dict[str, Any]) -> bool:
-    kind = message["kind"]
-    if kind == "stop":
-      return False
-    if kind == "start":
-      self.generation = message["generation"]
-      state = message["state"]
-      self.planner.set_state(state)  # checked by the main process already
-      self.recorder.restore(state["tokens_per_source"])
-      self.producer.restart(state)
-      self.free = set(range(self.spec.slots))
-      self.idle = False
-    elif kind == "free" and message["generation"] == self.generation:
+  @abc.abstractmethod
+  def waiting(self) -> bool:
+    """Whether there is nothing to do until a message comes."""
+
+  @abc.abstractmethod
+  def start(self, message: dict[str, Any]) -> None:
+    """Drop everything; go on from the message's state."""
+
+  @abc.abstractmethod
+  def handle(self, message: dict[str, Any], payload: bytes) -> None:
+    """A message of the current generation."""
+
+  @abc.abstractmethod
+  def work(self) -> None:
+    """One unit of work."""
+
+
+class _Planning(_Role):
+  """Plans windows while it holds credits; the stream's end or an error idles it."""
+
+  def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts) -> None:
+    super().__init__(conn)
+    self.spec, self.planner = spec, parts.planner
+    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None)
+    rows = {int(k): np.asarray(v, np.int64) for k, v in spec.rows_by_seq_len.items()}
+    self.rows_here = lambda _rows, seq_len: rows[seq_len]
+    self.snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder)
+    self.credits = 0  # windows it may still send
+    self.window_tokens = 1
+    self.idle = True
+
+  def waiting(self) -> bool:
+    return self.idle or not self.credits
+
+  def start(self, message: dict[str, Any]) -> None:
+    state = message["state"]
+    self.planner.set_state(state)  # checked by the main process already
+    self.recorder.restore(state["tokens_per_source"])
+    self.credits, self.window_tokens, self.idle = self.spec.windows_ahead, 1, False
+
+  def handle(self, message: dict[str, Any], payload: bytes) -> None:
+    if message["kind"] == "credit":
+      self.credits += 1
+
+  def work(self) -> None:
+    try:
+      window = plan_window(self.planner, self.recorder, self.rows_here, self.window_tokens, self.snapshot)
+    except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
+      send(self.conn, error_message(error, self.generation))
+      self.idle = True
+      return
+    self.window_tokens = grown_window(window.steps, self.spec.read_ahead_tokens)
+    header, payload = encode_window(window.steps)
+    send(self.conn, {
+        "kind": "window", "generation": self.generation, "steps": header,
+        "states": [encoded_state(s) for s in window.states], "stats": window.stats, "ended": window.ended,
+    }, payload)
+    self.credits -= 1
+    self.idle = window.ended
+
+
+class _Reading(_Role):
+  """Reads each window as it arrives; assembles its steps, in order, into free slots."""
+
+  def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts,
+               buffer: memoryview) -> None:
+    super().__init__(conn)
+    self.cfg, self.spec, self.reader, self.buffer = cfg, spec, parts.reader, buffer
+    self.free: set[int] = set()
+    # Steps read and not yet assembled, in order; a failed read waits here
+    # as its error, so that it is raised at the step that needs it.
+    self.pending: collections.deque[tuple[ReadStep, float] | BaseException] = collections.deque()
+
+  def waiting(self) -> bool:
+    return not self.pending or not self.free
+
+  def start(self, message: dict[str, Any]) -> None:
+    self.free = set(range(self.spec.slots))
+    self.pending.clear()
+
+  def handle(self, message: dict[str, Any], payload: bytes) -> None:
+    if message["kind"] == "window":
+      self._read(decode_window(message["steps"], payload))
+    elif message["kind"] == "free":
       self.free.add(message["slot"])
-    return True
 
+  def work(self) -> None:
+    item = self.pending.popleft()
+    if isinstance(item, BaseException):
+      send(self.conn, error_message(item, self.generation))
+      self.pending.clear()  # the main process restarts everything from the failed step
+      return
+    ready, read_s = item
+    slot = min(self.free)
+    started = time.perf_counter()
+    try:
+      views = slot_views(self.buffer, slot, self.spec.slot_tokens, ready.local.num_rows, ready.local.seq_len)
+      assemble(ready, self.cfg.packing, out=views)
+    except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
+      send(self.conn, error_message(error, self.generation))
+      self.pending.clear()
+      return
+    self.free.remove(slot)
+    send(self.conn, {"kind": "step", "generation": self.generation, "step": ready.local.step, "slot": slot,
+                     "time_s": {"read": read_s, "assemble": time.perf_counter() - started}})
 
-def _error_message(error: BaseException, generation: int) -> dict[str, Any]:
-  return {"kind": "error", "generation": generation, "type": type(error).__name__, "message": str(error)}
+  def _read(self, steps: list[Any]) -> None:
+    started = time.perf_counter()
+    try:
+      items = read_window(self.reader, steps, self.cfg.packing.pad_id)
+    except Exception as error:  # noqa: BLE001 -- raised in the main process at the window's first step
+      self.pending.append(error)
+      return
+    share = (time.perf_counter() - started) / max(1, len(items))
+    self.pending.extend((item, share) for item in items)
 
 
 if __name__ == "__main__":

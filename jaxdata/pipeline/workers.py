@@ -1,13 +1,15 @@
 """`WorkerProducer`: steps from worker processes, through shared memory.
 
 Planning, reading, decompression and assembly leave the training process:
-`count` workers (spawned, so they hold no copy of jax or the caller's
-state) each take every count-th step. The main process only copies a
-step's rows out of shared memory and makes the batch (global `jax.Array`s
-or NumPy), so the training thread keeps its GIL::
+one planning process and `count` reading processes (spawned, so they hold
+no copy of jax or the caller's state; see `jaxdata.pipeline.worker`). The
+main process forwards the planner's windows to the readers in turn, copies
+each step's rows out of shared memory and makes the batch (global
+`jax.Array`s or NumPy), so the training thread keeps its GIL::
 
-    worker w (steps s with s % count == w):  plan all, read + assemble its own -> slot of its ring
-    main:  step s from worker s % count -> copy out of the slot (free it) -> Prepared (NumPy rows)
+    planner:   plan windows of steps (state + stats per step)  --window w-->  main  --window w-->  reader w % count
+    reader:    read the window's documents, assemble step by step into its slot ring  --slot-->  main
+    main:      step s: its state and stats (from the planner), its rows (from its reader's slot, copied out)
 
 Until every worker has opened its files, steps are made in process (the
 first batch does not wait for process start-up). Then the workers start from
@@ -18,6 +20,7 @@ those of the in-process path.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import socket
@@ -36,7 +39,7 @@ from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputForm
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
-from jaxdata.pipeline.worker import WorkerSpec, send, slot_views
+from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, send, slot_views
 from jaxdata.transforms.assemble import FEATURES
 
 __all__ = ["WorkerProducer"]
@@ -49,11 +52,11 @@ _ERRORS: dict[str, type[Exception]] = {
 
 
 class _Handle:
-  """One worker process, its pipe and its shared memory ring."""
+  """One worker process, its pipe and (a reader's) shared memory ring."""
 
-  def __init__(self, cfg: PipelineConfig, spec: WorkerSpec, memory: shared_memory.SharedMemory) -> None:
+  def __init__(self, cfg: PipelineConfig, spec: WorkerSpec, memory: shared_memory.SharedMemory | None) -> None:
     self.cfg, self.spec, self.memory = cfg, spec, memory
-    self.name = f"jaxdata worker {spec.index}"
+    self.name = "jaxdata planner" if spec.role == PLANNER else f"jaxdata reader {spec.index}"
     ours, theirs = socket.socketpair()
     with theirs:
       self.process = subprocess.Popen(
@@ -62,6 +65,7 @@ class _Handle:
     self.conn = Connection(ours.detach())
     send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
     self.ready = False
+    self.failed = False  # it sent an error instead of "ready" (and exits)
 
   def receive(self) -> dict[str, Any]:
     """The next message, waiting for it (in POLL_S slices: Ctrl-C gets in)."""
@@ -74,15 +78,22 @@ class _Handle:
     """The next message if one has arrived, else None."""
     return self._read() if self.conn.poll(0) else None
 
+  def payload(self) -> bytes:
+    """The raw bytes that follow a window's header (already sent with it)."""
+    try:
+      return self.conn.recv_bytes()
+    except (EOFError, OSError):
+      raise self.gone() from None
+
   def _read(self) -> dict[str, Any]:
     try:
       return json.loads(self.conn.recv_bytes())
     except (EOFError, OSError):  # OSError: reset by a process that was killed
       raise self.gone() from None
 
-  def send(self, message: dict[str, Any]) -> None:
+  def send(self, message: dict[str, Any], payload: bytes | None = None) -> None:
     try:
-      send(self.conn, message)
+      send(self.conn, message, payload)
     except OSError:  # BrokenPipeError, ConnectionResetError: the process was killed
       raise self.gone() from None
 
@@ -109,12 +120,26 @@ class _Handle:
       self.process.kill()
       self.process.wait()
     self.conn.close()
-    self.memory.close()
-    self.memory.unlink()
+    if self.memory is not None:
+      self.memory.close()
+      self.memory.unlink()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Coming:
+  """A planned step: which reader makes it, its state and stats."""
+
+  step: int
+  reader: int
+  num_rows: int
+  seq_len: int
+  state: dict[str, Any]
+  stats: dict[str, Any]
+  closes_window: bool  # the window's last step: handing it out gives the planner a credit
 
 
 class WorkerProducer:
-  """Produces `Prepared` steps like `StepProducer`, from `count` worker processes.
+  """Produces `Prepared` steps like `StepProducer`, from worker processes.
 
   `local` makes the steps until the workers are ready; it shares the
   pipeline's planner, so its states are the pipeline's.
@@ -133,70 +158,82 @@ class WorkerProducer:
     for seq_len in cfg.packing.seq_lens():
       rows = cfg.tokens_per_step // seq_len
       rows_by_seq_len[seq_len] = rows_here(rows, seq_len).tolist()
-    slot_tokens = max(len(r) * seq_len for seq_len, r in rows_by_seq_len.items())
-    self.slot_tokens = slot_tokens
-    self.handles: list[_Handle] = []
-    try:
-      for index in range(count):
-        memory = shared_memory.SharedMemory(create=True, size=max(1, slots * len(FEATURES) * slot_tokens * 4))
-        spec = WorkerSpec(index, count, memory.name, slots, slot_tokens, rows_by_seq_len,
-                          read_ahead_tokens, read_threads)
-        self.handles.append(_Handle(cfg, spec, memory))
-    except BaseException:  # re-raised: the workers started so far are stopped
-      _close_all(self.handles)
-      raise
+    self.slot_tokens = max(len(r) * seq_len for seq_len, r in rows_by_seq_len.items())
+
+    self.cfg = cfg
+    self.specs = [WorkerSpec(PLANNER, 0, count, "", slots, self.slot_tokens, rows_by_seq_len, read_ahead_tokens,
+                             read_threads)]
+    self.specs += [dataclasses.replace(self.specs[0], role=READER, index=i) for i in range(count)]
+    self.handles: list[_Handle] = []  # the planner, then the readers; started after the first step
     # At exit too: the workers stop and the shared memory is unlinked.
     self._finalizer = weakref.finalize(self, _close_all, self.handles)
     self.generation = 0
     self.next_step = start_state["step"]
     self.last_state = start_state  # after the last step made: where workers start from
     self.started = False
+    self.coming: collections.deque[_Coming | BaseException | Any] = collections.deque()  # or END
+    self.windows = 0  # forwarded since the last start: the next goes to reader windows % count
     self.from_workers = 0  # steps handed out that workers made
+    self.per_reader = [0] * count  # of those, how many each reader made
+    self.unexpected_exit: RuntimeError | None = None  # a worker exited while starting, without an error
+
+  @property
+  def planner(self) -> _Handle:
+    return self.handles[0]
+
+  @property
+  def readers(self) -> list[_Handle]:
+    return self.handles[1:]
+
+  def spawn(self) -> None:
+    """Starts the worker processes (once; the first step is made in process
+    before, so that their start-up does not compete with it)."""
+    if self.handles:
+      return
+    try:
+      for spec in self.specs:
+        memory = None
+        if spec.role == READER:
+          size = spec.slots * len(FEATURES) * spec.slot_tokens * 4
+          memory = shared_memory.SharedMemory(create=True, size=max(1, size))
+          spec = dataclasses.replace(spec, memory_name=memory.name)
+        self.handles.append(_Handle(self.cfg, spec, memory))
+    except BaseException:  # re-raised: the workers started so far are stopped
+      _close_all(self.handles)
+      raise
 
   def wait_ready(self, timeout_s: float = 60.0) -> None:
-    """Blocks until every worker has opened its files (or raises its error)."""
+    """Starts the workers if need be and blocks until every one has opened
+    its files (or raises its error)."""
+    self.spawn()
     deadline = time.monotonic() + timeout_s
+    self.unexpected_exit = None
     while not self._workers_ready():
-      for handle in self.handles:
-        if handle.process.poll() is not None:
-          raise handle.gone()
+      if self.unexpected_exit is not None:  # rather than start it again and again
+        raise self.unexpected_exit
       if time.monotonic() > deadline:
         raise TimeoutError(f"workers: not ready after {timeout_s} s")
       time.sleep(0.01)
 
   def produce(self) -> Prepared | Any:
-    if not self.started and not self._workers_ready():
-      item = self.local.produce()
-      if isinstance(item, Prepared):
-        self.last_state, self.next_step = item.state, item.stats["step"] + 1
+    if not self.handles:
+      item = self._produce_here()
+      self.spawn()
       return item
-    if not self.started:
+    if not self.started and self._workers_ready():
       self._start(self.last_state)
-    handle = self.handles[self.next_step % len(self.handles)]
-    while True:
-      message = handle.receive()
-      if message.get("generation") != self.generation:
-        continue  # from before the last (re)start: its slots were freed by it
-      if message["kind"] == "error":
-        raise _ERRORS.get(message["type"], RuntimeError)(message["message"])
-      if message["kind"] == "end":
-        return END
-      if message["step"] == self.next_step:
-        break
-      handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
-    views = slot_views(handle.memory.buf, message["slot"], self.slot_tokens, message["local_rows"], message["seq_len"])
-    # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
-    started = time.perf_counter()
-    arrays = {name: np.array(view) for name, view in views.items()}
-    handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
-    stats = message["stats"]
-    for timer, seconds in stats["time_s"].items():
-      if timer != "assemble":  # added below, with this process's share
-        self.recorder.timers[timer] += seconds
-    self.recorder.time(stats, "assemble", stats["time_s"].get("assemble", 0.0) + time.perf_counter() - started)
-    self.next_step += 1
-    self.from_workers += 1
-    return Prepared(arrays, message["state"], stats)
+    if not self.started:  # not ready yet (or a worker that died is being replaced)
+      return self._produce_here()
+    self._forward(wait=False)  # windows that arrived go to their readers now, to be read ahead
+    while not self.coming:
+      self._forward(wait=True)
+    coming = self.coming.popleft()
+    if coming is END:
+      self.coming.appendleft(END)
+      return END
+    if isinstance(coming, BaseException):
+      raise coming
+    return self._take(coming)
 
   def restart(self, state: dict[str, Any]) -> None:
     """Continue from `state` (the pipeline's planner is already set to it)."""
@@ -208,26 +245,94 @@ class WorkerProducer:
   def close(self) -> None:
     self._finalizer()
 
+  def _produce_here(self) -> Prepared | Any:
+    item = self.local.produce()
+    if isinstance(item, Prepared):
+      self.last_state, self.next_step = item.state, item.stats["step"] + 1
+    return item
+
+  def _take(self, coming: _Coming) -> Prepared:
+    """Step `coming` from its reader's slot (copied out, then the slot is freed)."""
+    handle = self.readers[coming.reader]
+    while True:
+      message = handle.receive()
+      if message.get("generation") != self.generation:
+        continue  # from before the last (re)start: its slots were freed by it
+      if message["kind"] == "error":
+        raise _ERRORS.get(message["type"], RuntimeError)(message["message"])
+      if message["step"] == coming.step:
+        break
+      handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
+    views = slot_views(handle.memory.buf, message["slot"], self.slot_tokens, coming.num_rows, coming.seq_len)
+    # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
+    started = time.perf_counter()
+    arrays = {name: np.array(view) for name, view in views.items()}
+    handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
+    if coming.closes_window:
+      self.planner.send({"kind": "credit", "generation": self.generation})
+    stats = coming.stats
+    stats["time_s"].update(message["time_s"])
+    for timer, seconds in stats["time_s"].items():
+      if timer != "assemble":  # added below, with this process's share
+        self.recorder.timers[timer] += seconds
+    self.recorder.time(stats, "assemble", stats["time_s"]["assemble"] + time.perf_counter() - started)
+    self.next_step += 1
+    self.from_workers += 1
+    self.per_reader[coming.reader] += 1
+    return Prepared(arrays, coming.state, stats)
+
+  def _forward(self, wait: bool) -> None:
+    """Takes the planner's messages (waiting for one if `wait`), forwards
+    its windows to the readers and queues their steps."""
+    while True:
+      message = self.planner.receive() if wait else self.planner.receive_ready()
+      if message is None:
+        return
+      wait = False
+      payload = self.planner.payload() if message["kind"] == "window" else b""
+      if message.get("generation") != self.generation:
+        continue
+      if message["kind"] == "error":
+        self.coming.append(_ERRORS.get(message["type"], RuntimeError)(message["message"]))
+        continue
+      steps = message["steps"]
+      if steps:
+        reader = self.windows % len(self.readers)
+        self.readers[reader].send({"kind": "window", "generation": self.generation, "steps": steps}, payload)
+        self.windows += 1
+        for i, (header, state, stats) in enumerate(zip(steps, message["states"], message["stats"])):
+          self.coming.append(_Coming(header["step"], reader, header["num_rows"], header["seq_len"], state, stats,
+                                     i == len(steps) - 1))
+      if message["ended"]:
+        self.coming.append(END)
+
   def _workers_ready(self) -> bool:
     """Whether every worker has opened its files; raises a worker's error
     (once: a worker that exited is started again on the next call)."""
+    errors = []
     for i, handle in enumerate(self.handles):
       while not handle.ready:
         try:
           message = handle.receive_ready()
-        except RuntimeError:  # it exited (after its error was raised): start it again
+        except RuntimeError as exited:  # start it again
+          if not handle.failed:  # (one that sent its error exits as told)
+            self.unexpected_exit = exited
           self.handles[i] = handle.respawned()
-          return False
+          break
         if message is None:
-          return False
+          break
         if message["kind"] == "error":
-          raise _ERRORS.get(message["type"], RuntimeError)(message["message"])
+          errors.append(_ERRORS.get(message["type"], RuntimeError)(message["message"]))
+          handle.failed = True
+          break
         if message["kind"] == "ready":
           if message["fingerprint"] != json.loads(json.dumps(self.fingerprint)):
             raise DatasetError("a dataset changed while the pipeline started: its worker process "
                                "opened files that order batches differently")
           handle.ready = True
-    return True
+    if errors:  # every worker's message was read: the next call respawns those that exited
+      raise errors[0]
+    return all(handle.ready for handle in self.handles)
 
   def _start(self, state: dict[str, Any]) -> None:
     dead = [i for i, handle in enumerate(self.handles) if handle.process.poll() is not None]
@@ -238,9 +343,12 @@ class WorkerProducer:
       return
     self.generation += 1
     self.local.restart(state)
+    self.coming.clear()
+    self.windows = 0
+    for reader in self.readers:
+      reader.send({"kind": "start", "generation": self.generation})
     portable = json.loads(json.dumps(encoded_state(state)))
-    for handle in self.handles:
-      handle.send({"kind": "start", "generation": self.generation, "state": portable})
+    self.planner.send({"kind": "start", "generation": self.generation, "state": portable})
     self.started = True
 
 

@@ -1,0 +1,142 @@
+"""Windows of steps: planned (`plan_window`), then read (`read_window`), then assembled.
+
+The in-process producer runs the three stages in one thread; with worker
+processes, a planning process runs the first and sends each window to a
+reading process, which runs the other two::
+
+    plan_window:  plan s .. s+k until the window holds `tokens` of this host's rows
+                  -> [LocalStep] (the pieces in this host's rows, where they go) + state and stats per step
+    encode_window / decode_window: the LocalSteps as a JSON header and one binary array (no pickle)
+    read_window:  every document of the window's pieces, one batched read per dataset
+                  -> [ReadStep] sharing one padded token buffer
+    assemble:     ReadStep -> int32 [local rows, seq_len] arrays
+
+A step's batch is a pure function of its LocalStep: nothing depends on the
+window's size or on which process reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxdata.config.schema import PackingConfig
+from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.reader import DocumentReader
+from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.transforms.assemble import assemble_rows, padded_buffer
+from jaxdata.transforms.pieces import Pieces
+
+__all__ = [
+    "LocalStep", "MAX_WINDOW_STEPS", "PlannedWindow", "ReadStep", "RowsHere", "assemble", "decode_window",
+    "encode_window", "plan_window", "read_window",
+]
+
+MAX_WINDOW_STEPS = 64
+
+RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
+
+_COLUMNS = ("dataset", "pass_index", "record", "offset", "length", "doc_length")  # Pieces' fields
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalStep:
+  """What this host assembles of one step: its pieces and where they go."""
+
+  step: int
+  seq_len: int
+  num_rows: int  # rows this host holds
+  pieces: Pieces
+  local_row: np.ndarray  # in [0, num_rows)
+  column: np.ndarray
+
+
+@dataclasses.dataclass
+class PlannedWindow:
+  """Consecutive steps, each with the pipeline state after it and its stats."""
+
+  steps: list[LocalStep]
+  states: list[dict[str, Any]]
+  stats: list[dict[str, Any]]
+  ended: bool  # the stream ends after these steps
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadStep:
+  """A LocalStep whose documents are read (the window's buffer is shared)."""
+
+  local: LocalStep
+  buffer: np.ndarray  # see `padded_buffer`
+  doc_start: np.ndarray  # per piece
+
+
+def plan_window(
+    planner: StepPlanner, recorder: StatsRecorder, rows_here: RowsHere, tokens: int,
+    snapshot: Callable[[], dict[str, Any]],
+) -> PlannedWindow:
+  """Plans steps until they hold `tokens` of this host's rows (at least one
+  step, at most MAX_WINDOW_STEPS) or the stream ends."""
+  started = time.perf_counter()
+  window = PlannedWindow([], [], [], False)
+  local_tokens = 0
+  while local_tokens < tokens and len(window.steps) < MAX_WINDOW_STEPS:
+    plan = planner.plan()
+    if plan is None:
+      break
+    window.stats.append(recorder.planned(plan, planner.stream.passes_completed()))
+    rows = rows_here(plan.rows, plan.seq_len)
+    index = plan.in_rows(rows)
+    window.steps.append(LocalStep(plan.step, plan.seq_len, rows.size, plan.pieces.take(index),
+                                  np.searchsorted(rows, plan.row[index]), plan.column[index]))
+    window.states.append(snapshot())
+    local_tokens += rows.size * plan.seq_len
+  window.ended = not window.steps or planner.done
+  for stats in window.stats:
+    recorder.time(stats, "plan", (time.perf_counter() - started) / len(window.steps))
+  return window
+
+
+def encode_window(steps: list[LocalStep]) -> tuple[list[dict[str, int]], bytes]:
+  """(a JSON-able header per step, every step's pieces as one int64 array's bytes)."""
+  header = [{"step": s.step, "seq_len": s.seq_len, "num_rows": s.num_rows, "pieces": len(s.pieces)} for s in steps]
+  columns = [np.concatenate([getattr(s.pieces, f) for s in steps] or [np.zeros(0, np.int64)]) for f in _COLUMNS]
+  columns += [np.concatenate([s.local_row for s in steps] or [np.zeros(0, np.int64)]),
+              np.concatenate([s.column for s in steps] or [np.zeros(0, np.int64)])]
+  return header, np.stack(columns).astype(np.int64).tobytes()
+
+
+def decode_window(header: list[dict[str, int]], payload: bytes) -> list[LocalStep]:
+  """Inverse of `encode_window`."""
+  total = sum(h["pieces"] for h in header)
+  columns = np.frombuffer(payload, np.int64).reshape(len(_COLUMNS) + 2, total)
+  steps, first = [], 0
+  for h in header:
+    cut = slice(first, first + h["pieces"])
+    pieces = Pieces(*(columns[c, cut] for c in range(len(_COLUMNS))))
+    steps.append(LocalStep(h["step"], h["seq_len"], h["num_rows"], pieces, columns[-2, cut], columns[-1, cut]))
+    first += h["pieces"]
+  return steps
+
+
+def read_window(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> list[ReadStep]:
+  """Reads every document of the steps' pieces in one call per dataset."""
+  if not steps:
+    return []
+  pieces = Pieces.concatenate([s.pieces for s in steps])
+  parts, doc_start = reader.read(range(steps[0].step, steps[-1].step + 1), pieces)
+  buffer = padded_buffer(parts, max(s.seq_len for s in steps), pad_id)
+  out, first = [], 0
+  for s in steps:
+    out.append(ReadStep(s, buffer, doc_start[first : first + len(s.pieces)]))
+    first += len(s.pieces)
+  return out
+
+
+def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+  """The step's int32 [local rows, seq_len] arrays (written into `out` if given)."""
+  s = item.local
+  return assemble_rows(s.pieces, s.local_row, s.column, s.num_rows, s.seq_len, item.buffer, item.doc_start,
+                       packing, out=out)
