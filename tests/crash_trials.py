@@ -38,7 +38,8 @@ def write_config(directory: str) -> str:
   with open(path, "w") as f:
     yaml.safe_dump({
         "seed": 3,
-        "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1", "shuffle_within_shard": True}],
+        "datasets": [{"name": "d0", "path": "d0", "open_shards": 3},
+                     {"name": "d1", "path": "d1", "shuffle_within_shard": True}],
         "mixture": {"schedule": [{"until_step": 5, "weights": {"d0": 1, "d1": 1}}, {"weights": {"d0": 3, "d1": 1}}]},
         "shuffle_block_size": "auto",
         "exhausted_policy": "repeat",

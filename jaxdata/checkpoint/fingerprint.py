@@ -35,6 +35,7 @@ def order_fingerprint(
           order.name: (
               f"shards={int(order.options.shuffle_shards)} within={int(order.options.shuffle_within_shard)} "
               f"block={order.options.block_size or '-'} reshuffle={int(order.options.reshuffle_on_repeat)}"
+              + (f" open={order.options.open_shards}" if order.options.open_shards > 1 else "")
           )
           for order in orders
       },

@@ -91,6 +91,7 @@ class PipelineConfig:
   exhausted_policy: str | Mapping[str, str] | None = None
   max_repeats: int | Mapping[str, int] | None = None
   stop_after_passes: int | None = None
+  open_shards: int = 1  # shards read side by side per dataset (streaming order)
   packing: PackingConfig = PackingConfig()
   batch: BatchConfig = BatchConfig()
   stats_path: str | None = None  # Pipeline appends one JSON line of stats per step here
@@ -118,6 +119,7 @@ class PipelineConfig:
     self._check_per_dataset("max_repeats", lambda v, w: check_int(v, w, 0), allow_none=True)
     if self.stop_after_passes is not None:
       check_int(self.stop_after_passes, "stop_after_passes", 1)
+    check_int(self.open_shards, "open_shards", 1)
     if self.tokens_per_step > MAX_TOKENS_PER_STEP:
       raise ConfigError(
           f"batch.global_batch_size: {self.batch.global_batch_size} rows x packing.seq_len "
@@ -169,6 +171,7 @@ class PipelineConfig:
     top = DatasetDefaults(
         self.shuffle_shards, self.shuffle_within_shard, self.shuffle_block_size,
         self.reshuffle_on_repeat, self.exhausted_policy, self.max_repeats, self.stop_after_passes,
+        self.open_shards,
     )
     return tuple(resolve_dataset(d, top) for d in self.datasets)
 

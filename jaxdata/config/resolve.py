@@ -49,6 +49,7 @@ class DatasetDefaults:
   exhausted_policy: str | Mapping[str, str] | None
   max_repeats: int | Mapping[str, int] | None
   stop_after_passes: int | None
+  open_shards: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,7 @@ class DatasetSettings:
     target_passes: for "passes", the passes it must complete before the
       stream may end; None otherwise.
     block_size: None, an int, "auto" (see `resolve_block_size`) or "global".
+    open_shards: shards read side by side (1: one after another).
   """
 
   name: str
@@ -73,6 +75,7 @@ class DatasetSettings:
   policy: str
   max_passes: int | None
   target_passes: int | None
+  open_shards: int = 1
 
   def resolve_block_size(self, largest_shard: int, num_records: int) -> int | str | None:
     """The block size once record counts are known: "auto" becomes 8 x the
@@ -118,6 +121,13 @@ def resolve_dataset(d: DatasetConfig, top: DatasetDefaults) -> DatasetSettings:
   reshuffle = next(
       (v for v in (d.reshuffle_on_repeat, _top_level(top.reshuffle_on_repeat, d.name)) if v is not None), True
   )
+  open_shards = top.open_shards if d.open_shards is None else d.open_shards
+  block_size = top.shuffle_block_size if d.shuffle_block_size is INHERIT else d.shuffle_block_size
+  if open_shards > 1 and block_size == "global":
+    raise ConfigError(
+        f"datasets.{d.name}: open_shards {open_shards} reads that many shards at a time, but "
+        "shuffle_block_size 'global' reads every shard at once; give an int block size (or open_shards: 1)"
+    )
   return DatasetSettings(
       name=d.name,
       path=d.path,
@@ -125,9 +135,10 @@ def resolve_dataset(d: DatasetConfig, top: DatasetDefaults) -> DatasetSettings:
       shuffle_within_shard=(
           top.shuffle_within_shard if d.shuffle_within_shard is None else d.shuffle_within_shard
       ),
-      block_size=top.shuffle_block_size if d.shuffle_block_size is INHERIT else d.shuffle_block_size,
+      block_size=block_size,
       reshuffle_on_repeat=reshuffle,
       policy=policy,
       max_passes=max_passes,
       target_passes=target,
+      open_shards=open_shards,
   )

@@ -73,6 +73,7 @@ class DatasetConfig:
   exhausted_policy: str | None = None
   max_repeats: int | None = None
   stop_after_passes: int | None = None
+  open_shards: int | None = None
 
   def __post_init__(self) -> None:
     where = f"datasets.{self.name}" if isinstance(self.name, str) else "datasets[].name"
@@ -91,6 +92,8 @@ class DatasetConfig:
       check_int(self.max_repeats, f"{where}.max_repeats", 0)
     if self.stop_after_passes is not None:
       check_int(self.stop_after_passes, f"{where}.stop_after_passes", 1)
+    if self.open_shards is not None:
+      check_int(self.open_shards, f"{where}.open_shards", 1)
 
 
 @dataclasses.dataclass(frozen=True)

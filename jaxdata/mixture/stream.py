@@ -159,6 +159,7 @@ class DocumentStream:
           shuffle_within_shard=settings.shuffle_within_shard,
           block_size=settings.resolve_block_size(largest_shard, num_records),
           reshuffle_on_repeat=settings.reshuffle_on_repeat,
+          open_shards=settings.open_shards,
       )
       order = DatasetOrder(settings.name, meta.shard_counts, options, cfg.seed)
       self.cursors.append(DatasetCursor(settings, order, meta.lengths))

@@ -5,7 +5,8 @@ Four levels, applied in this order (docs/order.md)::
     records of shards 0..S-1 in manifest order
       1. shuffle_shards        permute the order of the shards          (S values, stored)
       2. shuffle_within_shard  permute records inside each shard        (keyed bijection per shard)
-         -> base sequence: position j -> record
+         -> base sequence: position j -> record (shards one after another,
+            or with open_shards k, k at a time side by side: streaming.py)
       3. block size B          position i reads base[B*(i//B) + f_b(i % B)]   (keyed, per block b)
          or "global"           position i reads base[g(i)]                    (keyed, whole dataset)
       4. reshuffle_on_repeat   pass p > 0 uses keys of pass p (on) or of pass 0 (off)
@@ -29,6 +30,7 @@ import numpy as np
 from jaxdata.config.validate import is_int
 from jaxdata.order.feistel import derive_key
 from jaxdata.order.permutation import permute
+from jaxdata.order.streaming import ShardLanes
 
 __all__ = ["DatasetOrder", "ShuffleOptions"]
 
@@ -44,14 +46,24 @@ class ShuffleOptions:
       consecutive blocks of B positions), or "global" (one permutation).
     reshuffle_on_repeat: pass p > 0 gets a fresh order; off, every pass
       repeats pass 0's order.
+    open_shards: k > 1 reads k shards side by side (`ShardLanes`) instead
+      of one after another; the block shuffle then mixes them.
   """
 
   shuffle_shards: bool = True
   shuffle_within_shard: bool = False
   block_size: int | str | None = None
   reshuffle_on_repeat: bool = True
+  open_shards: int = 1
 
   def __post_init__(self) -> None:
+    if not is_int(self.open_shards) or self.open_shards < 1:
+      raise ValueError(f"open_shards: expected an int >= 1, got {self.open_shards!r}")
+    if self.open_shards > 1 and self.block_size == "global":
+      raise ValueError(
+          f"open_shards: {self.open_shards} reads that many shards at a time, but shuffle_block_size "
+          "'global' reads every shard at once; give an int block size (or open_shards: 1)"
+      )
     block = self.block_size
     if block is not None and block != "global":
       if not is_int(block) or block < 1:
@@ -82,6 +94,7 @@ class DatasetOrder:
     if self.num_records == 0:
       raise ValueError(f"{name}: the dataset has no records")
     self._shard_orders: dict[int, np.ndarray] = {}
+    self._lane_schedules: dict[int, ShardLanes] = {}
 
   def key_pass(self, pass_index: int) -> int:
     """The pass whose keys pass `pass_index` uses."""
@@ -118,15 +131,27 @@ class DatasetOrder:
   def _base(self, key_pass: int, positions: np.ndarray) -> np.ndarray:
     """Levels 1-2: position in the (shuffled) shard sequence -> record."""
     shard_order = self._shard_order(key_pass)
-    ordered_counts = self.shard_counts[shard_order]
-    ends = np.cumsum(ordered_counts)
-    slot = np.searchsorted(ends, positions, side="right")
+    if self.options.open_shards > 1:
+      slot, offset = self._lanes(key_pass).locate(positions)
+    else:
+      ordered_counts = self.shard_counts[shard_order]
+      ends = np.cumsum(ordered_counts)
+      slot = np.searchsorted(ends, positions, side="right")
+      offset = positions - (ends[slot] - ordered_counts[slot])
     shard = shard_order[slot]
-    offset = positions - (ends[slot] - ordered_counts[slot])
     if self.options.shuffle_within_shard:
       key = derive_key(self.seed, self.name, key_pass, "within")
       offset = permute(offset, self.shard_counts[shard], key, tweak=shard)
     return self.shard_starts[shard] + offset
+
+  def _lanes(self, key_pass: int) -> ShardLanes:
+    """The pass's open_shards schedule (S + k values, cached with the shard order)."""
+    if key_pass not in self._lane_schedules:
+      if len(self._lane_schedules) >= 2:
+        self._lane_schedules.pop(next(iter(self._lane_schedules)))
+      counts = self.shard_counts[self._shard_order(key_pass)]
+      self._lane_schedules[key_pass] = ShardLanes(counts, self.options.open_shards)
+    return self._lane_schedules[key_pass]
 
   def _shard_order(self, key_pass: int) -> np.ndarray:
     """Shard at each slot of the pass's shard sequence (S values, cached)."""
