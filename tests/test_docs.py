@@ -159,3 +159,13 @@ def test_performance_doc_lists_the_pipeline_knobs_with_their_true_defaults():
     default = parameters[name].default
     expected = f"{default >> 20}M" if isinstance(default, int) and default >= 1 << 20 else str(default)
     assert shown == expected, f"{name}: docs say {shown}, the default is {default}"
+
+
+def test_the_remote_doc_example_is_a_valid_streaming_config(tmp_path):
+  text = open(os.path.join(REPO, "docs", "remote.md")).read()
+  block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+  (tmp_path / "pipeline.yaml").write_text(block)
+  cfg = load_config(str(tmp_path / "pipeline.yaml"))
+  assert [d.path for d in cfg.datasets][0] == "s3://my-bucket/corpora/web"
+  assert {s.open_shards for s in cfg.dataset_settings()} == {8} and cfg.shuffle_block_size == 10_000
+  assert cfg.cache_bytes == 64 << 30

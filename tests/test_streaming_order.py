@@ -11,7 +11,8 @@ from hypothesis import given, strategies as st
 from jaxdata import CheckpointError, ConfigError, DatasetOrder, Pipeline, PipelineConfig, ShuffleOptions
 from jaxdata.order.streaming import ShardLanes
 from null_statistics import chi_square_quantile
-from pipeline_fixtures import coded_config
+from jaxdata.tools.cache_plan import cache_needs
+from pipeline_fixtures import coded_config, write_coded_dataset
 
 shard_counts = st.lists(st.integers(0, 60), min_size=1, max_size=12).filter(lambda c: sum(c) > 0)
 
@@ -118,3 +119,27 @@ def test_a_checkpoint_does_not_restore_under_another_open_shards(tmp_path):
   with Pipeline(coded_config(tmp_path / "b", lengths, shuffle_block_size=8), prefetch=0) as other:
     with pytest.raises(CheckpointError, match="open=4"):
       other.set_state(state)
+
+
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_a_read_window_touches_about_k_shards_of_each_dataset(tmp_path, lanes):
+  """`jaxdata plan`'s read-window measurement. Shards hold about 42 documents
+  (3,360 bytes of ids of mean length 20); a 1,024-token window takes about 26
+  documents of each dataset, which with blocks of 16 spans at most
+  (26 + 2 x 16) / k + 1 < 42 rounds of each lane: every lane touches at most
+  2 shards, a window at most 2k. A global shuffle touches half the shards."""
+  rng = np.random.default_rng(3)
+  for d in range(2):
+    write_coded_dataset(str(tmp_path / f"d{d}"), d, rng.integers(1, 40, 1600).tolist(), shard_bytes=40 * 21 * 4)
+
+  def needs(**order):
+    cfg = PipelineConfig.from_dict({
+        "datasets": [{"name": f"d{d}", "path": str(tmp_path / f"d{d}")} for d in range(2)],
+        "mixture": {"weights": {"d0": 1, "d1": 1}}, "exhausted_policy": "repeat", **order,
+        "packing": {"mode": "first_fit", "seq_len": 32}, "batch": {"global_batch_size": 8}})
+    return cache_needs(cfg, hosts=1, windows=10, read_ahead_tokens=1024).datasets
+
+  streaming, scattered = needs(open_shards=lanes, shuffle_block_size=16), needs(shuffle_block_size="global")
+  for near, far in zip(streaming, scattered):
+    assert near.shards >= 38 and lanes <= near.max_shards <= 2 * lanes
+    assert far.mean_shards >= 3 * near.mean_shards

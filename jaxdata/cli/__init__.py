@@ -95,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--max-passes", type=float, default=4.0, help="warn above this many passes")
   p.add_argument("--json", action="store_true", help="print the table as JSON")
   p.add_argument("--png", help="write weights over steps and cumulative passes here")
+  p.add_argument("--hosts", type=int, default=1, help="hosts splitting the rows, for the read-window table")
+  p.add_argument("--windows", type=int, default=8, help="read windows per host to measure (0: skip the table)")
+  p.add_argument("--read-ahead-tokens", type=int, default=1 << 22, help="the pipeline's read_ahead_tokens")
   p.set_defaults(handler="planning:plan")
 
   p = sub.add_parser("audit", help="plan S steps for H hosts and check them")

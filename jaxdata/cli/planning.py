@@ -14,6 +14,7 @@ from jaxdata.config.loading import load_config
 from jaxdata.pipeline.slices import load_slice
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.bench import bench as bench_config
+from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
 from jaxdata.tools.report import plan_plot, write_report
@@ -28,8 +29,11 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   table, end, warnings = plan_run(cfg, parse_tokens(args.tokens), args.max_passes)
   if args.png:
     plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
+  needs = cache_needs(cfg, args.hosts, args.windows, args.read_ahead_tokens) if args.windows > 0 else None
+  warnings += cache_warnings(needs, cfg.cache_bytes) if needs is not None else []
   if args.json:
     print(json.dumps({**table.to_json(), "warnings": warnings,
+                      "read_windows": dataclasses.asdict(needs) if needs is not None else None,
                       "stream_end": dataclasses.asdict(end) if end is not None else None}, indent=1))
     return 0
   out = Table(title=f"exposure over {table.total_tokens:,} tokens = {table.steps:,} steps of {tokens_per_step:,}")
@@ -47,6 +51,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
           if first else "",
       )
   console.print(out)
+  if needs is not None:
+    console.print(read_window_table(needs, args, cfg.cache_bytes))
   for i, (start, end) in enumerate(table.phases):
     total = sum(d.sampling_share[i] for d in table.datasets.values())
     console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
@@ -55,6 +61,18 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   if args.png:
     console.print(f"plot: {args.png}", markup=False)
   return 0
+
+
+def read_window_table(needs: CacheNeeds, args: argparse.Namespace, cache_bytes: int) -> Table:
+  out = Table(title=f"what one host's read window touches ({args.windows} windows of {args.read_ahead_tokens:,} "
+                    f"tokens, {args.hosts} hosts): remote shards need a cache of {needs.max_remote_bytes:,} bytes "
+                    f"(cache_bytes {cache_bytes:,})")
+  for column in ("dataset", "where", "shards", "per window mean", "max", "max bytes"):
+    out.add_column(column, justify="right")
+  for n in needs.datasets:
+    out.add_row(n.name, "remote" if n.remote else "local", f"{n.shards:,}", f"{n.mean_shards:.1f}",
+                f"{n.max_shards:,}", f"{n.max_bytes:,}")
+  return out
 
 
 def audit(args: argparse.Namespace, console: Console) -> int:

@@ -77,6 +77,8 @@ def _build(kind: type, raw: Any, where: str, **overrides: Any) -> Any:
   return kind(**{**body, **overrides})
 
 
+REMOTE_SCHEMES = ("gs://", "s3://")  # dataset paths in object storage (docs/remote.md): never made relative
+
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
   """The whole pipeline: datasets, mixture, shuffles, pass policy, packing, batch."""
@@ -92,6 +94,8 @@ class PipelineConfig:
   max_repeats: int | Mapping[str, int] | None = None
   stop_after_passes: int | None = None
   open_shards: int = 1  # shards read side by side per dataset (streaming order)
+  cache_dir: str | None = None  # remote shards' local cache (None: $JAXDATA_CACHE_DIR or ~/.cache/jaxdata)
+  cache_bytes: int = 32 << 30  # remote shards cached by each reading process, all remote datasets together
   packing: PackingConfig = PackingConfig()
   batch: BatchConfig = BatchConfig()
   stats_path: str | None = None  # Pipeline appends one JSON line of stats per step here
@@ -120,6 +124,9 @@ class PipelineConfig:
     if self.stop_after_passes is not None:
       check_int(self.stop_after_passes, "stop_after_passes", 1)
     check_int(self.open_shards, "open_shards", 1)
+    check_int(self.cache_bytes, "cache_bytes", 1)
+    if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir):
+      raise ConfigError(f"cache_dir: expected a directory path, got {short(self.cache_dir)}")
     if self.tokens_per_step > MAX_TOKENS_PER_STEP:
       raise ConfigError(
           f"batch.global_batch_size: {self.batch.global_batch_size} rows x packing.seq_len "
@@ -191,7 +198,7 @@ class PipelineConfig:
   def from_dict(cls, raw: Any, base_dir: str | None = None) -> "PipelineConfig":
     """Builds from parsed YAML / JSON; unknown keys are errors naming the key.
 
-    Relative dataset paths and `stats_path` are taken relative to `base_dir`
+    Relative dataset paths, `stats_path` and `cache_dir` are taken relative to `base_dir`
     when given.
     """
     top = mapping(raw, "config")
@@ -204,7 +211,7 @@ class PipelineConfig:
       raise ConfigError(f"datasets: expected a list of datasets, got {short(entries)}")
 
     def relative(path: Any) -> Any:
-      if base_dir is None or not isinstance(path, str):
+      if base_dir is None or not isinstance(path, str) or path.startswith(REMOTE_SCHEMES):
         return path
       return os.path.join(base_dir, os.path.expanduser(path))
 
@@ -224,8 +231,9 @@ class PipelineConfig:
           raise ConfigError(f"mixture.schedule[{i}]: missing 'weights'")
       overrides["schedule"] = tuple(_build(Phase, p, f"mixture.schedule[{i}]") for i, p in enumerate(phases))
     kwargs = {k: v for k, v in top.items() if k not in ("datasets", "mixture", "packing", "batch")}
-    if "stats_path" in kwargs:
-      kwargs["stats_path"] = relative(kwargs["stats_path"])
+    for key in ("stats_path", "cache_dir"):
+      if key in kwargs:
+        kwargs[key] = relative(kwargs[key])
     for section, kind in (("packing", PackingConfig), ("batch", BatchConfig)):
       if section in top:
         kwargs[section] = _build(kind, top[section], section)

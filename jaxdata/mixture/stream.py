@@ -34,8 +34,9 @@ from jaxdata.order.cursor import DatasetCursor
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
 from jaxdata.sources.dataset import TokenDataset
 from jaxdata.sources.lengths import DocumentLengths
+from jaxdata.sources.remote import CacheOptions, default_cache_options
 
-__all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION"]
+__all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION", "load_metadata"]
 
 STATE_VERSION = 2  # 2: exact rational interleave segments (with "scale")
 # One pick loop takes at most this many documents / tokens: look-ahead buffers
@@ -96,8 +97,8 @@ class DatasetMeta:
     return cls(dataset.shard_num_records.copy(), dataset.lengths)
 
   @classmethod
-  def load(cls, path: str) -> "DatasetMeta":
-    with TokenDataset(path) as dataset:
+  def load(cls, path: str, cache: CacheOptions | None = None) -> "DatasetMeta":
+    with TokenDataset(path, cache=cache) as dataset:
       return cls.from_dataset(dataset)
 
   @classmethod
@@ -110,6 +111,12 @@ class DatasetMeta:
     if counts.sum() != lengths.size:
       raise ValueError(f"shard_counts sum to {counts.sum()}, but {lengths.size} lengths given")
     return cls(counts, lengths)
+
+
+def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
+  """Every dataset's metadata, from its directory (remote ones through the config's cache)."""
+  cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
+  return {d.name: DatasetMeta.load(d.path, cache) for d in cfg.datasets}
 
 
 class DocumentStream:
@@ -128,7 +135,7 @@ class DocumentStream:
     self.cfg = cfg
     self.names = cfg.names
     if metadata is None:
-      metadata = {d.name: DatasetMeta.load(d.path) for d in cfg.datasets}
+      metadata = load_metadata(cfg)
     missing = [n for n in self.names if n not in metadata]
     if missing:
       raise ConfigError(f"datasets.{missing[0]}: no metadata given for this dataset")

@@ -20,6 +20,7 @@ from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound
 from jaxdata.sources.dataset import ReadOptions, TokenDataset
+from jaxdata.sources.remote import default_cache_options
 
 __all__ = ["Parts", "open_parts", "state_snapshot"]
 
@@ -34,9 +35,10 @@ class Parts:
 def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None) -> Parts:
   """Opens and checks every dataset of `cfg`; on an error nothing stays open."""
   datasets: list[TokenDataset] = []
+  cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)  # one budget for all remote datasets
   try:
     for d in cfg.datasets:
-      datasets.append(TokenDataset(d.path, ReadOptions(num_threads=read_threads)))
+      datasets.append(TokenDataset(d.path, ReadOptions(num_threads=read_threads), cache))
     bound = token_bound(cfg, datasets)
     planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
   except BaseException:  # re-raised: nothing may stay open

@@ -45,13 +45,13 @@ from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.sharding import batch_sharding, check_rows_divide, output_functions
 from jaxdata.pipeline.slices import load_slice, slice_mesh
 from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.steps import READ_AHEAD
 from jaxdata.pipeline.window import END, Prepared, StepProducer
 from jaxdata.pipeline.workers import WorkerProducer
 
 __all__ = ["Pipeline"]
 
 RELEASE_WAIT_S = 10.0  # how long close() (or exit) waits for a read in progress
-READ_AHEAD = 1 << 22  # tokens of read window, in process or in each reading worker
 
 
 class Pipeline:

@@ -31,11 +31,12 @@ from jaxdata.transforms.assemble import assemble_rows, padded_buffer
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
-    "LocalStep", "MAX_WINDOW_STEPS", "PlannedWindow", "ReadStep", "RowsHere", "assemble", "decode_window",
+    "LocalStep", "MAX_WINDOW_STEPS", "PlannedWindow", "READ_AHEAD", "ReadStep", "RowsHere", "assemble", "decode_window",
     "encode_window", "plan_window", "read_window",
 ]
 
 MAX_WINDOW_STEPS = 64
+READ_AHEAD = 1 << 22  # the default read window: tokens of this host's rows, in process or in each reader
 
 RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
 

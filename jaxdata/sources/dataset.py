@@ -17,6 +17,7 @@ import concurrent.futures
 import dataclasses
 import operator
 import os
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.sources.manifest import Manifest, ShardInfo
+from jaxdata.sources.remote import CacheOptions, RemoteShards, default_cache_options, is_remote
 
 __all__ = ["RaggedTokens", "ReadOptions", "TokenDataset"]
 
@@ -88,20 +90,31 @@ class TokenDataset:
   Each failure is a `DatasetError` naming the shard file.
   """
 
-  def __init__(self, path: str, read_options: ReadOptions = ReadOptions()) -> None:
+  def __init__(self, path: str, read_options: ReadOptions = ReadOptions(), cache: CacheOptions | None = None) -> None:
     self.path = os.fspath(path)
     self.read_options = read_options
-    self.manifest = Manifest.load(self.path)
-    self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
     # One reader per shard, shared by all threads: ArrayRecord readers are
-    # thread-safe for reads.
-    self._readers: list[ArrayRecordReader] = []
+    # thread-safe for reads. A remote shard's reader opens once its file is cached.
+    self._readers: list[ArrayRecordReader | None] = []
+    self._readers_lock = threading.Lock()
     self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+    self.remote: RemoteShards | None = None
+    if is_remote(self.path):
+      self.remote = RemoteShards(self.path, cache or default_cache_options(), self._drop_reader)
+      self.manifest = self.remote.manifest
+    else:
+      self.manifest = Manifest.load(self.path)
+    self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
     lengths = []
     try:
-      for shard in self.manifest.shards:
-        lengths.append(self._check_shard_files(shard))
-        self._readers.append(self._open_reader(shard))
+      for i, shard in enumerate(self.manifest.shards):
+        if self.remote is None:
+          lengths.append(self._check_shard_files(shard))
+          self._readers.append(self._open_reader(shard, os.path.join(self.path, shard.path)))
+        else:
+          lengths.append(self._check_lengths(shard, self.remote.lengths_file(i),
+                                             os.path.join(self.path, shard.lengths_path)))
+          self._readers.append(None)
       # Memory-mapped, smallest dtype; totals computed once, a shard at a time.
       self.lengths = DocumentLengths(lengths)
       self._check_totals()
@@ -180,10 +193,13 @@ class TokenDataset:
     cuts = np.flatnonzero(np.diff(sorted_shards)) + 1
     groups = np.split(order, cuts)
     jobs = [(int(shard_ids[g[0]]), record_ids[g].tolist()) for g in groups]
+    keep = {shard for shard, _ in jobs}
+    if self.remote is not None:
+      self.remote.want([shard for shard, _ in jobs])  # fetched in parallel, as many as fit
     if len(jobs) == 1 or self.read_options.num_threads == 1:
-      parts = [self._read_shard(shard, records) for shard, records in jobs]
+      parts = [self._read_shard(shard, records, keep) for shard, records in jobs]
     else:
-      parts = list(self._thread_pool().map(lambda job: self._read_shard(*job), jobs))
+      parts = list(self._thread_pool().map(lambda job: self._read_shard(*job, keep), jobs))
     sorted_blobs = [blob for part in parts for blob in part]
     # position_in_sorted[i] = where request i landed in the sorted reads.
     position_in_sorted = np.empty(count, np.int64)
@@ -204,7 +220,7 @@ class TokenDataset:
     """Deep check that reads everything: every shard's sha256 against the
     manifest and every record's byte length against the lengths index."""
     for shard_id, shard in enumerate(self.manifest.shards):
-      path = self.shard_path(shard_id)
+      path = self.shard_path(shard_id) if self.remote is None else self.remote.shard_file(shard_id, {shard_id})
       digest = file_sha256(path)
       if digest != shard.sha256:
         raise DatasetError(
@@ -224,8 +240,11 @@ class TokenDataset:
     if self._pool is not None:
       self._pool.shutdown(wait=True)
       self._pool = None
+    if self.remote is not None:
+      self.remote.close()
     for reader in self._readers:
-      reader.close()
+      if reader is not None:
+        reader.close()
     self._readers = []
 
   def __enter__(self) -> "TokenDataset":
@@ -247,11 +266,27 @@ class TokenDataset:
       )
     return self._pool
 
-  def _read_shard(self, shard: int, records: list[int]) -> list[bytes]:
+  def _read_shard(self, shard: int, records: list[int], keep: set[int]) -> list[bytes]:
+    reader = self._readers[shard] if self.remote is None else self._remote_reader(shard, keep)
     try:
-      return self._readers[shard].read(records)
+      return reader.read(records)
     except RuntimeError as e:
       raise DatasetError(f"{self.shard_path(shard)}: read failed: {e}") from e
+
+  def _remote_reader(self, shard: int, keep: set[int]) -> ArrayRecordReader:
+    """The reader of a remote shard's cached file (fetched now if need be)."""
+    local = self.remote.shard_file(shard, keep)
+    with self._readers_lock:
+      if self._readers[shard] is None:
+        self._readers[shard] = self._open_reader(self.manifest.shards[shard], local, self.shard_path(shard))
+      return self._readers[shard]
+
+  def _drop_reader(self, shard: int) -> None:
+    """The shard's file left the cache: its reader closes (reopened on the next fetch)."""
+    with self._readers_lock:
+      reader, self._readers[shard] = self._readers[shard], None
+    if reader is not None:
+      reader.close()
 
   def _check_shard_files(self, shard: ShardInfo) -> np.ndarray:
     """Checks a shard's files against the manifest; returns its lengths index."""
@@ -282,8 +317,14 @@ class TokenDataset:
           f"{lengths_file}: lengths index of shard {shard.path} is missing; "
           "rebuild it with `jaxdata index`"
       )
+    return self._check_lengths(shard, lengths_file, lengths_file)
+
+  @staticmethod
+  def _check_lengths(shard: ShardInfo, local_file: str, lengths_file: str) -> np.ndarray:
+    """A shard's lengths index (memory-mapped from `local_file`), checked;
+    errors name `lengths_file` (its place in the dataset)."""
     try:
-      lengths = np.load(lengths_file, mmap_mode="r", allow_pickle=False)
+      lengths = np.load(local_file, mmap_mode="r", allow_pickle=False)
     except (ValueError, EOFError, OSError) as e:  # a zero-byte or foreign file raises EOFError
       raise DatasetError(f"{lengths_file}: not a readable .npy array ({str(e)[:200] or type(e).__name__})") from e
     if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or lengths.dtype.itemsize > 4:
@@ -310,9 +351,10 @@ class TokenDataset:
             f"{shard.num_tokens} for {shard.path}"
         )
 
-  def _open_reader(self, shard: ShardInfo) -> ArrayRecordReader:
-    shard_file = os.path.join(self.path, shard.path)
-    reader = ArrayRecordReader(shard_file, self.read_options.reader_options)
+  def _open_reader(self, shard: ShardInfo, local_file: str, shard_file: str | None = None) -> ArrayRecordReader:
+    """An ArrayRecord reader of `local_file`, checked; errors name `shard_file` (default: the local file)."""
+    shard_file = shard_file or local_file
+    reader = ArrayRecordReader(local_file, self.read_options.reader_options)
     if not reader.ok():
       try:
         reader.read([0])  # surfaces the reader's own description of the fault

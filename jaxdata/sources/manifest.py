@@ -120,9 +120,14 @@ class Manifest:
     path = os.path.join(directory, MANIFEST_NAME)
     if not os.path.isfile(path):
       raise DatasetError(f"{path}: no manifest (is {directory} a jaxdata dataset?)")
+    with open(path, "rb") as f:
+      blob = f.read(MAX_MANIFEST_BYTES + 1)
+    return cls.parse(blob, path)
+
+  @classmethod
+  def parse(cls, blob: bytes, path: str) -> "Manifest":
+    """A manifest from the bytes of `path` (a file or an object's URL)."""
     try:
-      with open(path, "rb") as f:
-        blob = f.read(MAX_MANIFEST_BYTES + 1)
       if len(blob) > MAX_MANIFEST_BYTES:
         raise DatasetError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a jaxdata manifest")
       raw = json.loads(blob.decode("utf-8"))

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.mixture.stream import DatasetMeta
+from jaxdata.mixture.stream import DatasetMeta, load_metadata
 from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.tools.mixture_checks import residual_ratio, stored_order_warnings
@@ -137,7 +137,7 @@ def audit(
 ) -> AuditResult:
   """Plans `steps` steps for `hosts` hosts from metadata alone and checks them."""
   if metadata is None:
-    metadata = {d.name: DatasetMeta.load(d.path) for d in cfg.datasets}
+    metadata = load_metadata(cfg)
   planner = StepPlanner(cfg, metadata)
   stream = planner.stream
   plans, targets, units = [], np.zeros(len(cfg.names)), stream.units

@@ -30,7 +30,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
-from jaxdata.mixture.stream import DatasetMeta, DocumentStream
+from jaxdata.mixture.stream import DatasetMeta, DocumentStream, load_metadata
 from jaxdata.tools.mixture_checks import stored_order_warnings
 
 __all__ = [
@@ -193,7 +193,7 @@ def plan_run(
 ) -> tuple[ExposureTable, StreamEnd | None, list[str]]:
   """What `jaxdata plan` shows: exposure over `tokens` tokens, or up to where
   the pass policies end the stream if that comes first, and the warnings."""
-  metadata = {d.name: DatasetMeta.load(d.path) for d in cfg.datasets}
+  metadata = load_metadata(cfg)
   supply = {name: int(meta.lengths.sum()) for name, meta in metadata.items()}
   end = simulate_end(cfg, metadata, -(-tokens // cfg.tokens_per_step))
   total = min(tokens, end.tokens, end.steps * cfg.tokens_per_step) if end is not None else tokens

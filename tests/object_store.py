@@ -1,0 +1,104 @@
+"""Local object stores for the remote-dataset tests: moto's S3 server and a
+GCS emulator, real HTTP servers on 127.0.0.1 started (and killed) by the tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import boto3
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from pipeline_fixtures import free_port
+
+SERVERS = {
+    "s3": lambda port: [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+    "gs": lambda port: [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+                        "--port", str(port), "--in-memory"],
+}
+
+
+class ObjectStoreServer:
+  """One emulator process; its endpoint is exported the way the clients read it."""
+
+  def __init__(self, scheme: str) -> None:
+    self.scheme = scheme
+    self.port = free_port()
+    self.process: subprocess.Popen | None = None
+    self.start()
+
+  @property
+  def endpoint(self) -> str:
+    return f"http://127.0.0.1:{self.port}"
+
+  def environment(self) -> dict[str, str]:
+    if self.scheme == "s3":
+      return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+              "AWS_DEFAULT_REGION": "us-east-1"}
+    return {"STORAGE_EMULATOR_HOST": self.endpoint}
+
+  def start(self) -> None:
+    self.process = subprocess.Popen(SERVERS[self.scheme](self.port), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+      with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", self.port)) == 0:
+          return
+      time.sleep(0.05)
+    raise RuntimeError(f"{self.scheme} emulator did not start on port {self.port}")
+
+  def kill(self) -> None:
+    if self.process is not None:
+      self.process.kill()
+      self.process.wait()
+      self.process = None
+
+  def upload(self, directory: str, bucket: str, prefix: str) -> str:
+    """Copies a dataset directory to the bucket (created if need be); returns its URL."""
+    files = sorted(os.listdir(directory))
+    if self.scheme == "s3":
+      client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test",
+                            aws_secret_access_key="test", region_name="us-east-1")
+      if bucket not in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
+        client.create_bucket(Bucket=bucket)
+      for name in files:
+        client.upload_file(os.path.join(directory, name), bucket, f"{prefix}/{name}")
+    else:
+      client = storage.Client(project="test", credentials=AnonymousCredentials(),
+                              client_options={"api_endpoint": self.endpoint})
+      target = client.lookup_bucket(bucket) or client.create_bucket(bucket)
+      for name in files:
+        target.blob(f"{prefix}/{name}").upload_from_filename(os.path.join(directory, name))
+    return f"{self.scheme}://{bucket}/{prefix}"
+
+  def put(self, url: str, data: bytes) -> None:
+    """Replaces one object's bytes."""
+    bucket, _, key = url.split("://", 1)[1].partition("/")
+    if self.scheme == "s3":
+      boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                   region_name="us-east-1").put_object(Bucket=bucket, Key=key, Body=data)
+    else:
+      client = storage.Client(project="test", credentials=AnonymousCredentials(),
+                              client_options={"api_endpoint": self.endpoint})
+      client.bucket(bucket).blob(key).upload_from_string(data)
+
+
+def servers() -> Iterator[dict[str, ObjectStoreServer]]:
+  """Both emulators, their endpoints in os.environ while they run."""
+  running = {scheme: ObjectStoreServer(scheme) for scheme in SERVERS}
+  saved = dict(os.environ)
+  for server in running.values():
+    os.environ.update(server.environment())
+  try:
+    yield running
+  finally:
+    for server in running.values():
+      server.kill()
+    os.environ.clear()
+    os.environ.update(saved)

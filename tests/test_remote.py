@@ -1,0 +1,168 @@
+"""Remote datasets (gs://, s3://) against real local object stores: the same
+batches as local files, a bounded cache, named errors, refused changes."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import object_store
+from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
+from jaxdata.sources.remote import RemotePath
+from jaxdata.tools.cache_plan import cache_needs, cache_warnings
+from pipeline_fixtures import digest, write_coded_dataset
+
+STEPS = 200
+
+
+@pytest.fixture(scope="module")
+def stores():
+  yield from object_store.servers()
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory) -> PipelineConfig:
+  """Two datasets of 20 and 10 shards (about 40 documents each), read 3 shards at a time."""
+  rng = np.random.default_rng(21)
+  tmp = tmp_path_factory.mktemp("local")
+  lengths = [rng.integers(1, 40, 800).tolist(), rng.integers(1, 25, 400).tolist()]
+  for d, doc_lengths in enumerate(lengths):
+    write_coded_dataset(str(tmp / f"d{d}"), d, doc_lengths, shard_bytes=40 * 21 * 4)
+  return PipelineConfig.from_dict({
+      "datasets": [{"name": f"d{d}", "path": str(tmp / f"d{d}")} for d in range(2)],
+      "mixture": {"weights": {"d0": 1, "d1": 1}}, "exhausted_policy": "repeat",
+      "shuffle_block_size": 24, "open_shards": 3,
+      "packing": {"mode": "first_fit", "seq_len": 32}, "batch": {"global_batch_size": 8},
+  })
+
+
+def remote_config(local: PipelineConfig, urls: list[str], cache_dir: str, cache_bytes: int) -> PipelineConfig:
+  raw = local.to_dict()
+  for entry, url in zip(raw["datasets"], urls):
+    entry["path"] = url
+  return PipelineConfig.from_dict({**raw, "cache_dir": cache_dir, "cache_bytes": cache_bytes})
+
+
+def dataset_bytes(cfg: PipelineConfig) -> int:
+  return sum(os.path.getsize(os.path.join(d.path, f)) for d in cfg.datasets for f in os.listdir(d.path)
+             if f.endswith(".array_record"))
+
+
+def largest_shard(cfg: PipelineConfig) -> int:
+  return max(os.path.getsize(os.path.join(d.path, f)) for d in cfg.datasets for f in os.listdir(d.path)
+             if f.endswith(".array_record"))
+
+
+def digests(cfg: PipelineConfig, steps: int, **options) -> list[str]:
+  with Pipeline(cfg, **options) as pipe:
+    return [digest(next(pipe)) for _ in range(steps)]
+
+
+@pytest.fixture(scope="module")
+def reference(local) -> list[str]:
+  return digests(local, STEPS, prefetch=0)
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_a_remote_dataset_gives_the_local_batches_through_a_small_cache(stores, local, reference, scheme, tmp_path):
+  server = stores[scheme]
+  urls = [server.upload(d.path, "jaxdata-test", f"run-{scheme}/{d.name}") for d in local.datasets]
+  # 14 shards: fewer than d0's 20 alone, more than a window reads (about 3 open + the next ones per dataset).
+  budget = 14 * largest_shard(local)
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), budget)
+  # Windows of 4 steps (1,024 tokens, about 25 documents per dataset) touch about 4 shards per dataset.
+  with Pipeline(cfg, prefetch=2, read_ahead_tokens=1024) as pipe:
+    got = [digest(next(pipe)) for _ in range(STEPS)]
+    caches = [dataset.remote.cache for dataset in pipe.reader.datasets]
+    fetched = [dataset.remote.fetched_bytes for dataset in pipe.reader.datasets]
+  assert got == reference
+  assert sum(fetched) > dataset_bytes(local)  # the data went round more than once
+  # open_shards 3 keeps a read's working set small: the datasets' shared cache never held more than its budget.
+  assert caches[0] is caches[1] and caches[0].peak_bytes <= budget
+
+
+def test_workers_read_remote_datasets_too(stores, local, reference, tmp_path):
+  server = stores["s3"]
+  urls = [server.upload(d.path, "jaxdata-test", f"workers/{d.name}") for d in local.datasets]
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * 7 * largest_shard(local))
+  assert digests(cfg, 60, prefetch=1, workers=1, read_ahead_tokens=1024) == reference[:60]
+
+
+def test_a_store_that_goes_away_is_a_named_error_at_the_step_then_the_run_continues(stores, local, reference,
+                                                                                       tmp_path):
+  server = stores["s3"]
+  urls = [server.upload(d.path, "jaxdata-test", f"outage/{d.name}") for d in local.datasets]
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * 7 * largest_shard(local))
+  with Pipeline(cfg, prefetch=0, read_ahead_tokens=1024) as pipe:
+    got = [digest(next(pipe)) for _ in range(20)]
+    server.kill()
+    try:
+      with pytest.raises(DatasetError, match=r"s3://jaxdata-test/outage/d\d/.*fetch failed after 4 attempts"):
+        for _ in range(STEPS):
+          got.append(digest(next(pipe)))
+    finally:
+      server.start()  # an in-memory store comes back empty: the data is uploaded again
+      for d in local.datasets:
+        server.upload(d.path, "jaxdata-test", f"outage/{d.name}")
+    failed_at = len(got)
+    assert pipe.get_state()["step"] == failed_at  # nothing skipped
+    got.extend(digest(next(pipe)) for _ in range(10))
+  assert got == reference[: failed_at + 10]
+
+
+def test_a_shard_changed_on_the_server_after_its_manifest_is_refused(stores, local, tmp_path):
+  server = stores["gs"]
+  d0 = local.datasets[0]
+  urls = [server.upload(d.path, "jaxdata-test", f"changed/{d.name}") for d in local.datasets]
+  shard = sorted(f for f in os.listdir(d0.path) if f.endswith(".array_record"))[0]
+  data = bytearray(open(os.path.join(d0.path, shard), "rb").read())
+  data[len(data) // 2] ^= 0xFF  # same size, one byte different
+  server.put(f"{urls[0]}/{shard}", bytes(data))
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), dataset_bytes(local))
+  with Pipeline(cfg, prefetch=0) as pipe:
+    with pytest.raises(DatasetError, match=rf"{urls[0]}/{shard}: differs from the shard manifest.json lists"):
+      for _ in range(STEPS):
+        next(pipe)
+
+
+def test_a_missing_remote_dataset_names_its_manifest(stores, local, tmp_path):
+  raw = local.to_dict()
+  raw["datasets"][0]["path"] = "s3://jaxdata-test/nowhere/d0"
+  with pytest.raises(DatasetError, match=r"s3://jaxdata-test/nowhere/d0/manifest.json: fetch failed"):
+    Pipeline(PipelineConfig.from_dict({**raw, "cache_dir": str(tmp_path)}))
+
+
+def test_remote_paths_and_cache_settings_are_checked(local):
+  with pytest.raises(DatasetError, match=r"s3://: a remote dataset path is gs://BUCKET/PREFIX or s3://BUCKET/PREFIX"):
+    RemotePath.parse("s3://")
+  assert RemotePath.parse("gs://bucket/a/b/").key("manifest.json") == "a/b/manifest.json"
+  raw = local.to_dict()
+  with pytest.raises(ConfigError, match="cache_bytes: expected an int >= 1, got 0"):
+    PipelineConfig.from_dict({**raw, "cache_bytes": 0})
+  with pytest.raises(ConfigError, match="cache_dir: expected a directory path"):
+    PipelineConfig.from_dict({**raw, "cache_dir": ""})
+
+
+def test_a_cache_smaller_than_one_read_warns_and_still_reads_right(stores, local, reference, tmp_path):
+  server = stores["s3"]
+  urls = [server.upload(d.path, "jaxdata-test", f"tiny/{d.name}") for d in local.datasets]
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * largest_shard(local))  # two shards
+  with pytest.warns(UserWarning, match=r"s3://jaxdata-test/tiny/d\d: one read needs \d+ shards .* raise cache_bytes"):
+    assert digests(cfg, 30, prefetch=0) == reference[:30]
+
+
+def test_the_plan_names_the_cache_a_read_window_needs(stores, local, tmp_path):
+  server = stores["gs"]
+  urls = [server.upload(d.path, "jaxdata-test", f"plan/{d.name}") for d in local.datasets]
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), 14 * largest_shard(local))
+  needs = cache_needs(cfg, hosts=2, windows=6, read_ahead_tokens=512)
+  # Each host's 2-step windows touch the 3 open shards of each dataset, or a few more.
+  assert all(3 <= n.max_shards <= 8 and n.remote for n in needs.datasets)
+  # The most one window holds of both datasets together.
+  peaks = [n.max_bytes for n in needs.datasets]
+  assert max(peaks) < needs.max_remote_bytes <= sum(peaks)
+  assert cache_warnings(needs, needs.max_remote_bytes) == []
+  (warning,) = cache_warnings(needs, needs.max_remote_bytes - 1)
+  assert f"below the {needs.max_remote_bytes:,} bytes of remote shards one read window touches" in warning
