@@ -163,6 +163,7 @@ def test_the_plan_names_the_cache_a_read_window_needs(stores, local, tmp_path):
   # The most one window holds of both datasets together.
   peaks = [n.max_bytes for n in needs.datasets]
   assert max(peaks) < needs.max_remote_bytes <= sum(peaks)
-  assert cache_warnings(needs, needs.max_remote_bytes) == []
-  (warning,) = cache_warnings(needs, needs.max_remote_bytes - 1)
-  assert f"below the {needs.max_remote_bytes:,} bytes of remote shards one read window touches" in warning
+  assert needs.max_remote_bytes <= needs.thrash_bytes <= dataset_bytes(local)
+  assert cache_warnings(needs, needs.thrash_bytes) == []
+  (warning,) = cache_warnings(needs, needs.thrash_bytes - 1)
+  assert f"below the {needs.thrash_bytes:,} bytes under which the planned windows would fetch" in warning

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 from jaxdata import CheckpointError, ConfigError, DatasetOrder, Pipeline, PipelineConfig, ShuffleOptions
 from jaxdata.order.streaming import ShardLanes
 from null_statistics import chi_square_quantile
-from jaxdata.tools.cache_plan import cache_needs
+from jaxdata.tools.cache_plan import cache_needs, lru_fetched, thrash_threshold
 from pipeline_fixtures import coded_config, write_coded_dataset
 
 shard_counts = st.lists(st.integers(0, 60), min_size=1, max_size=12).filter(lambda c: sum(c) > 0)
@@ -137,9 +137,20 @@ def test_a_read_window_touches_about_k_shards_of_each_dataset(tmp_path, lanes):
         "datasets": [{"name": f"d{d}", "path": str(tmp_path / f"d{d}")} for d in range(2)],
         "mixture": {"weights": {"d0": 1, "d1": 1}}, "exhausted_policy": "repeat", **order,
         "packing": {"mode": "first_fit", "seq_len": 32}, "batch": {"global_batch_size": 8}})
-    return cache_needs(cfg, hosts=1, windows=10, read_ahead_tokens=1024).datasets
+    return cache_needs(cfg, hosts=1, windows=10, read_ahead_tokens=1024)
 
   streaming, scattered = needs(open_shards=lanes, shuffle_block_size=16), needs(shuffle_block_size="global")
-  for near, far in zip(streaming, scattered):
+  # Replayed through the LRU cache: the streaming order needs a fraction of what the global one does.
+  assert streaming.thrash_bytes * 3 < scattered.thrash_bytes
+  for near, far in zip(streaming.datasets, scattered.datasets):
     assert near.shards >= 38 and lanes <= near.max_shards <= 2 * lanes
     assert far.mean_shards >= 3 * near.mean_shards
+
+
+def test_the_cache_replay_is_least_recently_used_with_whole_windows_held():
+  a, b, c = (0, 0), (0, 1), (1, 0)
+  windows = [{a: 4, b: 4}, {c: 4}, {a: 4}, {b: 4}, {c: 4}]
+  assert lru_fetched(windows, 12) == 12  # everything fits: each shard once
+  assert lru_fetched(windows, 8) == 24  # c evicts a, a evicts b, b evicts c, c evicts a: five fetches after the first
+  assert lru_fetched(windows, 1) == 24  # a window's shards are all held, whatever the capacity
+  assert thrash_threshold(windows) == 12

@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--json", action="store_true", help="print the table as JSON")
   p.add_argument("--png", help="write weights over steps and cumulative passes here")
   p.add_argument("--hosts", type=int, default=1, help="hosts splitting the rows, for the read-window table")
-  p.add_argument("--windows", type=int, default=8, help="read windows per host to measure (0: skip the table)")
+  p.add_argument("--windows", type=int, default=32, help="read windows per host to replay (0: skip the table)")
   p.add_argument("--read-ahead-tokens", type=int, default=1 << 22, help="the pipeline's read_ahead_tokens")
   p.set_defaults(handler="planning:plan")
 

@@ -64,9 +64,9 @@ def plan(args: argparse.Namespace, console: Console) -> int:
 
 
 def read_window_table(needs: CacheNeeds, args: argparse.Namespace, cache_bytes: int) -> Table:
-  out = Table(title=f"what one host's read window touches ({args.windows} windows of {args.read_ahead_tokens:,} "
-                    f"tokens, {args.hosts} hosts): remote shards need a cache of {needs.max_remote_bytes:,} bytes "
-                    f"(cache_bytes {cache_bytes:,})")
+  out = Table(title=f"what one host's read windows touch ({args.windows} windows of {args.read_ahead_tokens:,} "
+                    f"tokens, {args.hosts} hosts): remote reads thrash below a cache of {needs.thrash_bytes:,} bytes "
+                    f"(one window: up to {needs.max_remote_bytes:,}; cache_bytes {cache_bytes:,})")
   for column in ("dataset", "where", "shards", "per window mean", "max", "max bytes"):
     out.add_column(column, justify="right")
   for n in needs.datasets:

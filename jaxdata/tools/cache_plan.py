@@ -2,18 +2,24 @@
 
 A host reads its rows' documents a window at a time (`read_ahead_tokens` of
 its rows). Every shard a window touches must be in the cache at once, so the
-most bytes of remote shards any window touches is the smallest `cache_bytes`
-that never fetches a shard twice within a window; below it reads thrash::
+most bytes of remote shards any window touches is the least `cache_bytes`
+can be. Whether a shard is still there when a later window needs it again
+depends on the order: the windows are replayed through the pipeline's
+least-recently-used cache, and the smallest cache that fetches at most 5%
+more than the distinct shards touched is the size below which reads thrash
+(with a global shuffle: nearly the whole dataset; with `open_shards: k`:
+about k shards per dataset and the next ones)::
 
     plan steps (metadata only)  ->  host h's pieces, grouped into windows of read_ahead_tokens
       -> per window and dataset: distinct shards, their bytes (manifest)  ->  mean / max over windows
-      -> per window: the remote datasets' bytes together                  ->  max: the cache needed
+      -> every host's windows through an LRU cache of C bytes              ->  smallest C within 5%
 
 >>> # jaxdata plan pipeline.yaml --hosts 16 prints this table (see docs/remote.md)
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import numpy as np
 
@@ -24,7 +30,7 @@ from jaxdata.pipeline.steps import MAX_WINDOW_STEPS
 from jaxdata.sources.dataset import TokenDataset
 from jaxdata.sources.remote import default_cache_options, is_remote
 
-__all__ = ["CacheNeeds", "DatasetCacheNeed", "cache_needs", "cache_warnings"]
+__all__ = ["CacheNeeds", "DatasetCacheNeed", "cache_needs", "cache_warnings", "lru_fetched", "thrash_threshold"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +49,51 @@ class DatasetCacheNeed:
 @dataclasses.dataclass(frozen=True)
 class CacheNeeds:
   datasets: list[DatasetCacheNeed]
-  max_remote_bytes: int  # the remote shards one window of one host touches, at most: the cache_bytes needed
+  max_remote_bytes: int  # the remote shards one window of one host touches, at most
+  thrash_bytes: int  # the smallest cache that fetches <= REFETCH_LIMIT x the distinct remote shards touched
+  # (both over every dataset when none is remote: what they would need in object storage)
+
+
+REFETCH_LIMIT = 1.05
+Window = dict[tuple[int, int], int]  # (dataset, shard) -> bytes, for the remote datasets
+
+
+def lru_fetched(windows: list[Window], capacity: int) -> int:
+  """Bytes an LRU cache of `capacity` fetches for these windows in turn (a
+  window's shards all stay until it is read, as in `ShardCache`)."""
+  present: collections.OrderedDict[tuple[int, int], int] = collections.OrderedDict()
+  fetched = held = 0
+  for window in windows:
+    for key, size in window.items():
+      if key in present:
+        present.move_to_end(key)
+      else:
+        present[key] = size
+        fetched += size
+        held += size
+    for key in list(present):
+      if held <= capacity:
+        break
+      if key not in window:
+        held -= present.pop(key)
+  return fetched
+
+
+def thrash_threshold(windows: list[Window]) -> int:
+  """The smallest capacity (to a shard's size) within REFETCH_LIMIT of the distinct bytes."""
+  distinct: Window = {}
+  for window in windows:
+    distinct.update(window)
+  floor = sum(distinct.values())
+  low, high = max((sum(w.values()) for w in windows), default=0), floor
+  step = max(1, min(distinct.values(), default=1))
+  while high - low > step:  # fetched bytes only fall as the capacity grows
+    middle = (low + high) // 2
+    if lru_fetched(windows, middle) <= REFETCH_LIMIT * floor:
+      high = middle
+    else:
+      low = middle
+  return high
 
 
 def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens: int) -> CacheNeeds:
@@ -73,15 +123,20 @@ def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens
   finally:
     for ds in datasets:
       ds.close()
+  # The remote datasets; for a config with none, all of them (what they would need once uploaded).
   remote = [is_remote(d.path) for d in cfg.datasets]
-  window_bytes = []
+  remote = remote if any(remote) else [True] * len(remote)
+  window_bytes, thresholds = [], []
   for host_windows in open_windows:
+    replay: list[Window] = []
     for window in host_windows[:windows]:
-      total = 0
+      replay.append({})
       for d, shards in enumerate(window):
         touched[d].append(np.fromiter(shards, np.int64, len(shards)))
-        total += int(shard_bytes[d][touched[d][-1]].sum()) if remote[d] else 0
-      window_bytes.append(total)
+        if remote[d]:
+          replay[-1].update({(d, s): int(shard_bytes[d][s]) for s in shards})
+      window_bytes.append(sum(replay[-1].values()))
+    thresholds.append(thrash_threshold(replay))
   return CacheNeeds([
       DatasetCacheNeed(
           d.name, is_remote(d.path), shard_bytes[i].size,
@@ -91,15 +146,14 @@ def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens
           int(shard_bytes[i].sum()),
       )
       for i, d in enumerate(cfg.datasets)
-  ], max(window_bytes, default=0))
+  ], max(window_bytes, default=0), max(thresholds, default=0))
 
 
 def cache_warnings(needs: CacheNeeds, cache_bytes: int) -> list[str]:
-  """A warning if one read window's remote shards do not fit in cache_bytes."""
-  if needs.max_remote_bytes <= cache_bytes:
+  """A warning if cache_bytes is below the size where reads thrash."""
+  if needs.thrash_bytes <= cache_bytes:
     return []
-  widest = max((n for n in needs.datasets if n.remote), key=lambda n: n.max_bytes)
-  return [f"cache_bytes {cache_bytes:,} is below the {needs.max_remote_bytes:,} bytes of remote shards one read "
-          f"window touches ({widest.name}: up to {widest.max_shards} shards): shards would be fetched again within "
-          "a window; raise cache_bytes, lower read_ahead_tokens, or read fewer shards at a time (open_shards with "
-          "an int shuffle_block_size)"]
+  return [f"cache_bytes {cache_bytes:,} is below the {needs.thrash_bytes:,} bytes under which the planned windows "
+          f"would fetch remote shards more than {REFETCH_LIMIT - 1:.0%} beyond once (one window alone touches up to "
+          f"{needs.max_remote_bytes:,}); raise cache_bytes, or read fewer shards at a time (open_shards with an "
+          "int shuffle_block_size)"]
