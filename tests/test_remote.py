@@ -10,7 +10,8 @@ import pytest
 
 import object_store
 from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
-from jaxdata.sources.remote import RemotePath
+from jaxdata import TokenDataset
+from jaxdata.sources.remote import CacheOptions, RemotePath
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
 
@@ -167,3 +168,17 @@ def test_the_plan_names_the_cache_a_read_window_needs(stores, local, tmp_path):
   assert cache_warnings(needs, needs.thrash_bytes) == []
   (warning,) = cache_warnings(needs, needs.thrash_bytes - 1)
   assert f"below the {needs.thrash_bytes:,} bytes under which the planned windows would fetch" in warning
+
+
+def test_a_pinned_read_window_stays_cached_until_it_is_read(stores, local, tmp_path):
+  server = stores["gs"]
+  url = server.upload(local.datasets[0].path, "jaxdata-test", "pinned/d0")
+  shard = largest_shard(local)
+  with TokenDataset(url, cache=CacheOptions(str(tmp_path / "cache"), 2 * shard)) as dataset:
+    cache = dataset.remote.cache
+    window = dataset.remote.pin(np.array([0, 1, 0]))
+    for other in (2, 3, 4):  # reads of other shards meanwhile (another dataset's, in a pipeline)
+      dataset.remote.shard_file(other, {other})
+    assert {"0", "1"} <= {name.rpartition("-")[2] for name in cache.present}  # over budget, but kept
+    dataset.remote.unpin(window)
+    assert cache.held() <= 2 * shard

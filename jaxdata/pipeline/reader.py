@@ -44,18 +44,27 @@ class DocumentReader:
     """(token arrays, start of each piece's document in their concatenation)
     for `pieces` of `steps`."""
     parts, doc_start, base = [], np.zeros(len(pieces), np.int64), 0
+    wanted = []
     for d, dataset in enumerate(self.datasets):
       mine = np.flatnonzero(pieces.dataset == d)
-      if not mine.size:
-        continue
-      records, inverse = np.unique(pieces.record[mine], return_inverse=True)
-      if self.read_log is not None:
-        self.read_log.append((steps, self.names[d], records))
-      ragged = _read_with_retries(dataset, records)
-      self.bound.check(dataset, records, ragged.tokens, ragged.offsets)
-      parts.append(ragged.tokens)
-      doc_start[mine] = base + ragged.offsets[:-1][inverse]
-      base += ragged.tokens.size
+      if mine.size:
+        records, inverse = np.unique(pieces.record[mine], return_inverse=True)
+        wanted.append((d, dataset, mine, records, inverse))
+    # A remote window's shards, of every dataset, are fetched together and stay cached until it is read.
+    pinned = [(dataset.remote, dataset.remote.pin(dataset.locate(records)[0]))
+              for _, dataset, _, records, _ in wanted if dataset.remote is not None]
+    try:
+      for d, dataset, mine, records, inverse in wanted:
+        if self.read_log is not None:
+          self.read_log.append((steps, self.names[d], records))
+        ragged = _read_with_retries(dataset, records)
+        self.bound.check(dataset, records, ragged.tokens, ragged.offsets)
+        parts.append(ragged.tokens)
+        doc_start[mine] = base + ragged.offsets[:-1][inverse]
+        base += ragged.tokens.size
+    finally:
+      for remote, shards in pinned:
+        remote.unpin(shards)
     return parts, doc_start
 
   def close(self) -> None:

@@ -32,6 +32,8 @@ import time
 import warnings
 from typing import Any, Callable, Protocol
 
+import numpy as np
+
 from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
@@ -187,6 +189,7 @@ class ShardCache:
     os.makedirs(directory, exist_ok=True)
     self.present: collections.OrderedDict[str, CachedShard] = collections.OrderedDict()  # LRU first
     self.users = 0  # datasets holding it (see shared_cache)
+    self.pinned: collections.Counter[str] = collections.Counter()  # shards a read window needs: never evicted
     self.pending: dict[str, concurrent.futures.Future[None]] = {}
     self.lock = threading.Lock()
     self.pool = concurrent.futures.ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="jaxdata-fetch")
@@ -213,38 +216,46 @@ class ShardCache:
         room -= shard.num_bytes
         self.pending[shard.name] = self.pool.submit(self._fetch, shard)
 
+  def pin(self, shards: list[CachedShard]) -> None:
+    """Keeps these shards (one read window's, of every dataset) until `unpin`,
+    and starts fetching them."""
+    with self.lock:
+      self.pinned.update(shard.name for shard in shards)
+    self.want(shards)
+
+  def unpin(self, shards: list[CachedShard]) -> None:
+    with self.lock:
+      self.pinned.subtract(shard.name for shard in shards)
+      self.pinned = +self.pinned  # drop the zeros
+      self._evict(set())
+
   def get(self, shard: CachedShard, keep: set[str]) -> str:
     """The shard's local file, fetched now if it is not there or on its way;
     least recently used shards outside `keep` (names) leave to make room."""
-    name = shard.name
-    with self.lock:
-      if name in self.present:
-        self.present.move_to_end(name)
-        self.hits += 1
-        return self.path(name)
-      future = self.pending.get(name)
-      if future is None:
-        future = self.pending[name] = self.pool.submit(self._fetch, shard)
-        self.misses += 1
-      else:
-        self.prefetched += 1
-    try:
-      future.result()
-    finally:
+    name, first = shard.name, True
+    while True:  # again if it was evicted between its fetch and this call's turn
       with self.lock:
-        self.pending.pop(name, None)
-    with self.lock:
-      self.present[name] = shard
-      self._evict(keep | {name})
-      self.peak_bytes = max(self.peak_bytes, self.held())
-    return self.path(name)
+        if name in self.present:
+          self.present.move_to_end(name)
+          self.hits += first
+          self._evict(keep | {name})
+          self.peak_bytes = max(self.peak_bytes, self.held())
+          return self.path(name)
+        future = self.pending.get(name)
+        if future is None:
+          future = self.pending[name] = self.pool.submit(self._fetch, shard)
+          self.misses += first
+        else:
+          self.prefetched += first
+        first = False
+      future.result()
 
   def _evict(self, keep: set[str]) -> None:
     total = self.held()
     for name in list(self.present):
       if total <= self.cache_bytes:
         return
-      if name in keep:
+      if name in keep or name in self.pinned:
         continue
       shard = self.present.pop(name)
       total -= shard.num_bytes
@@ -257,6 +268,9 @@ class ShardCache:
   def _fetch(self, shard: CachedShard) -> None:
     target = self.path(shard.name)
     if os.path.isfile(target) and _matches(target, shard):  # left by an earlier run
+      with self.lock:
+        self.present[shard.name] = shard
+        self.pending.pop(shard.name, None)
       return
     partial = f"{target}.partial-{os.getpid()}-{threading.get_ident()}"
     try:
@@ -265,9 +279,12 @@ class ShardCache:
         raise DatasetError(f"{shard.url}: differs from the shard manifest.json lists (size or content hash): "
                            "changed on the server after the manifest was written?")
       os.replace(partial, target)
-      with self.lock:
+      with self.lock:  # counted at once; only a foreground call (get, unpin) evicts
         self.fetched_bytes[shard.name.rpartition("-")[0]] += shard.num_bytes
+        self.present[shard.name] = shard
     finally:
+      with self.lock:
+        self.pending.pop(shard.name, None)
       if os.path.exists(partial):
         os.unlink(partial)
 
@@ -355,6 +372,15 @@ class RemoteShards:
                     f"{self.cache.cache_bytes:,} bytes of cache_bytes: they are held until the read ends; "
                     "raise cache_bytes (`jaxdata plan` prints what each read window needs)", stacklevel=2)
     self.cache.want([self.shards[s] for s in shards])
+
+  def pin(self, shards: np.ndarray) -> list[CachedShard]:
+    """Pins these shards (a read window's) in the cache; give the result to `unpin`."""
+    pinned = [self.shards[s] for s in np.unique(shards).tolist()]
+    self.cache.pin(pinned)
+    return pinned
+
+  def unpin(self, pinned: list[CachedShard]) -> None:
+    self.cache.unpin(pinned)
 
   def shard_file(self, shard: int, keep: set[int]) -> str:
     """The shard's local file (fetched and checked); shards in `keep` stay."""
