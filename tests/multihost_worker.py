@@ -5,7 +5,8 @@
 Initialises jax.distributed on localhost with 4 CPU devices, builds a
 ("data",) mesh over all processes' devices, iterates the pipeline, and saves
 for every step the addressable row blocks and the documents it read (with
-WORKERS > 0, the pipeline's worker processes read: no read log).
+WORKERS > 0, the pipeline's worker processes read: no read log), and for
+remote datasets the bytes of shards it fetched.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def main() -> None:
   workers = int(sys.argv[7]) if len(sys.argv) > 7 else 0
   os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
   os.environ["JAX_PLATFORMS"] = "cpu"
+  os.environ["JAXDATA_CACHE_DIR"] = os.path.join(out_dir, f"cache{index}")  # remote data: one cache per "host"
   import jax  # noqa: PLC0415 -- must follow the XLA_FLAGS set above
   import numpy as np  # noqa: PLC0415
 
@@ -45,12 +47,16 @@ def main() -> None:
     state = pipe.get_state()
     if workers:
       assert pipe.producer.from_workers == int(steps)
+    # Remote datasets: the bytes of shards this process fetched, per dataset.
+    fetched = {d.name: ds.remote.fetched_bytes for d, ds in zip(cfg.datasets, pipe.reader.datasets) if ds.remote}
   reads = {f"{steps.start}-{steps.stop}/{name}": records for steps, name, records in log}
   np.savez(os.path.join(out_dir, f"p{index}_reads.npz"), **reads)
-  with open(os.path.join(out_dir, f"p{index}_state.json"), "w") as f:
-    import json  # noqa: PLC0415
+  import json  # noqa: PLC0415
 
+  with open(os.path.join(out_dir, f"p{index}_state.json"), "w") as f:
     json.dump(state, f)
+  with open(os.path.join(out_dir, f"p{index}_fetched.json"), "w") as f:
+    json.dump(fetched, f)
   jax.distributed.shutdown()
 
 
