@@ -25,7 +25,7 @@ from typing import Any
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Manifest", "ShardInfo"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "MAX_MANIFEST_BYTES", "Manifest", "ShardInfo"]
 
 FORMAT_VERSION = 2  # 2: shards carry sample_sha256 (format 1 is still read)
 MANIFEST_NAME = "manifest.json"

@@ -36,7 +36,7 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import file_sha256
-from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
+from jaxdata.sources.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
 
 __all__ = [
     "DEFAULT_CACHE_BYTES", "FETCH_ATTEMPTS", "CacheOptions", "ObjectStore", "RemotePath", "RemoteShards",
@@ -72,8 +72,8 @@ class ObjectStore(Protocol):
 
   errors: tuple[type[BaseException], ...]  # what a failed transfer raises (retried, then named)
 
-  def read(self, key: str) -> bytes:
-    """The object's bytes."""
+  def read(self, key: str, limit: int) -> bytes:
+    """The object's first `limit` bytes (all of a smaller one)."""
 
   def download(self, key: str, destination: str) -> None:
     """Writes the object to a local file."""
@@ -120,8 +120,8 @@ class _S3Store:
     self.bucket = bucket
     self.errors = (exceptions.BotoCoreError, exceptions.ClientError, OSError)
 
-  def read(self, key: str) -> bytes:
-    return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+  def read(self, key: str, limit: int) -> bytes:
+    return self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{limit - 1}")["Body"].read()
 
   def download(self, key: str, destination: str) -> None:
     self.client.download_file(self.bucket, key, destination)
@@ -139,8 +139,8 @@ class _GcsStore:
     self.bucket = client.bucket(bucket)
     self.errors = (api.GoogleAPIError, auth.GoogleAuthError, requests.RequestException, OSError)
 
-  def read(self, key: str) -> bytes:
-    return self.bucket.blob(key).download_as_bytes(timeout=(5, 30), retry=None)
+  def read(self, key: str, limit: int) -> bytes:
+    return self.bucket.blob(key).download_as_bytes(start=0, end=limit - 1, timeout=(5, 30), retry=None)
 
   def download(self, key: str, destination: str) -> None:
     self.bucket.blob(key).download_to_filename(destination, timeout=(5, 30), retry=None)
@@ -339,7 +339,9 @@ class RemoteShards:
     self.location = RemotePath.parse(url)
     self.store = open_store(self.location)
     manifest_url = self.location.url_of(MANIFEST_NAME)
-    blob = with_retries(manifest_url, lambda: self.store.read(self.location.key(MANIFEST_NAME)), self.store.errors)
+    # One byte past the limit: a larger object is refused by Manifest.parse without being read whole.
+    blob = with_retries(manifest_url, lambda: self.store.read(self.location.key(MANIFEST_NAME), MAX_MANIFEST_BYTES + 1),
+                        self.store.errors)
     self.manifest = Manifest.parse(blob, manifest_url)
     digest = self.key = hashlib.sha256(f"{url}\n{self.manifest.fingerprint}".encode()).hexdigest()[:16]
     directory = os.path.join(options.cache_dir, digest)
