@@ -5,17 +5,15 @@ it opens; its ArrayRecord shards are fetched into a bounded local cache when
 a read needs them, several at a time, and checked against the manifest
 (size and content hash) before they are used::
 
-    read of window w:  shards it needs -> ShardCache.want(all of them)    downloads start, in parallel
-                       for each shard:  ShardCache.get(shard)             waits for it; least recently
-                                                                          used shards leave to make room
+    read of window w:  every dataset's shards -> ShardCache.pin     fetches start, 8 at a time, as many as fit;
+                                                                    pinned shards stay until the window is read
+                       for each shard:  ShardCache.get              waits for it; least recently used shards
+                                                                    outside the window leave to make room
+                       window read      -> ShardCache.unpin
 
-Stores are the providers' own clients (boto3, google-cloud-storage; the
-`remote` extra), imported when a remote path is first opened. They honour
-the usual settings: credentials from the environment, `AWS_ENDPOINT_URL`
-for an S3-compatible endpoint, `STORAGE_EMULATOR_HOST` for a GCS emulator.
-A failed transfer is retried (FETCH_ATTEMPTS, with backoff), then raised
-as a `DatasetError` naming the object; a shard whose bytes differ from the
-manifest is refused at once.
+Buckets are reached through `jaxdata.sources.stores`. A failed transfer is
+retried, then raised as a `DatasetError` naming the object; a shard whose
+bytes differ from the manifest is refused at once.
 """
 
 from __future__ import annotations
@@ -25,32 +23,25 @@ import concurrent.futures
 import dataclasses
 import functools
 import hashlib
-import importlib
 import os
 import threading
-import time
 import warnings
-from typing import Any, Callable, Protocol
+from typing import Callable
 
 import numpy as np
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
+from jaxdata.sources.stores import ObjectStore, RemotePath, is_remote, open_store, with_retries
 
 __all__ = [
-    "DEFAULT_CACHE_BYTES", "FETCH_ATTEMPTS", "CacheOptions", "ObjectStore", "RemotePath", "RemoteShards",
-    "ShardCache", "default_cache_options", "is_remote", "open_store", "with_retries",
+    "DEFAULT_CACHE_BYTES", "CacheOptions", "RemotePath", "RemoteShards", "ShardCache", "default_cache_options",
+    "is_remote", "release_cache", "shared_cache",
 ]
 
-SCHEMES = ("gs://", "s3://")
-FETCH_ATTEMPTS = 4  # a failed transfer is retried after 0.25, 0.5 and 1 s
 DEFAULT_CACHE_BYTES = 32 << 30
 FETCH_THREADS = 8
-
-
-def is_remote(path: str) -> bool:
-  return path.startswith(SCHEMES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,103 +56,6 @@ class CacheOptions:
       raise ValueError(f"cache_dir: expected a directory path, got {self.cache_dir!r}")
     if not isinstance(self.cache_bytes, int) or self.cache_bytes < 1:
       raise ValueError(f"cache_bytes: expected an int >= 1, got {self.cache_bytes!r}")
-
-
-class ObjectStore(Protocol):
-  """The little a dataset needs of a bucket."""
-
-  errors: tuple[type[BaseException], ...]  # what a failed transfer raises (retried, then named)
-
-  def read(self, key: str, limit: int) -> bytes:
-    """The object's first `limit` bytes (all of a smaller one)."""
-
-  def download(self, key: str, destination: str) -> None:
-    """Writes the object to a local file."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RemotePath:
-  """A dataset directory in a bucket: `s3://bucket/prefix`."""
-
-  url: str
-  scheme: str
-  bucket: str
-  prefix: str
-
-  @classmethod
-  def parse(cls, url: str) -> "RemotePath":
-    scheme, _, rest = url.partition("://")
-    bucket, _, prefix = rest.partition("/")
-    if scheme not in ("gs", "s3") or not bucket:
-      raise DatasetError(f"{url}: a remote dataset path is gs://BUCKET/PREFIX or s3://BUCKET/PREFIX")
-    return cls(url.rstrip("/"), scheme, bucket, prefix.strip("/"))
-
-  def key(self, name: str) -> str:
-    return f"{self.prefix}/{name}" if self.prefix else name
-
-  def url_of(self, name: str) -> str:
-    return f"{self.url}/{name}"
-
-
-def _modules(scheme: str, *names: str) -> list[Any]:
-  """The provider's client modules (the `remote` extra), imported on first use: `import jaxdata` stays light."""
-  try:
-    return [importlib.import_module(name) for name in names]
-  except ImportError as e:
-    raise ImportError(f"{scheme}:// datasets need {names[0]}: pip install 'jaxdata[remote]' ({e})") from e
-
-
-class _S3Store:
-  def __init__(self, bucket: str) -> None:
-    boto3, config, exceptions = _modules("s3", "boto3", "botocore.config", "botocore.exceptions")
-    # One attempt per call: FETCH_ATTEMPTS retries above it, so a failure surfaces in seconds.
-    settings = config.Config(connect_timeout=5, read_timeout=30, retries={"total_max_attempts": 1})
-    self.client = boto3.client("s3", config=settings)
-    self.bucket = bucket
-    self.errors = (exceptions.BotoCoreError, exceptions.ClientError, OSError)
-
-  def read(self, key: str, limit: int) -> bytes:
-    return self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{limit - 1}")["Body"].read()
-
-  def download(self, key: str, destination: str) -> None:
-    self.client.download_file(self.bucket, key, destination)
-
-
-class _GcsStore:
-  def __init__(self, bucket: str) -> None:
-    storage, credentials, api, auth, requests = _modules(
-        "gs", "google.cloud.storage", "google.auth.credentials", "google.api_core.exceptions",
-        "google.auth.exceptions", "requests")
-    if os.environ.get("STORAGE_EMULATOR_HOST"):  # an emulator takes no credentials
-      client = storage.Client(project="jaxdata", credentials=credentials.AnonymousCredentials())
-    else:
-      client = storage.Client()
-    self.bucket = client.bucket(bucket)
-    self.errors = (api.GoogleAPIError, auth.GoogleAuthError, requests.RequestException, OSError)
-
-  def read(self, key: str, limit: int) -> bytes:
-    return self.bucket.blob(key).download_as_bytes(start=0, end=limit - 1, timeout=(5, 30), retry=None)
-
-  def download(self, key: str, destination: str) -> None:
-    self.bucket.blob(key).download_to_filename(destination, timeout=(5, 30), retry=None)
-
-
-def open_store(path: RemotePath) -> ObjectStore:
-  return _S3Store(path.bucket) if path.scheme == "s3" else _GcsStore(path.bucket)
-
-
-def with_retries(what: str, transfer: Callable[[], Any], errors: tuple[type[BaseException], ...],
-                 attempts: int = FETCH_ATTEMPTS) -> Any:
-  """`transfer()`, retried with backoff on `errors`; then a DatasetError naming `what`."""
-  for attempt in range(attempts):
-    try:
-      return transfer()
-    except errors as e:
-      if attempt == attempts - 1:
-        raise DatasetError(f"{what}: fetch failed after {attempts} attempts ({type(e).__name__}: "
-                           f"{str(e)[:300]})") from e
-      time.sleep(0.25 * 2**attempt)
-  raise AssertionError("unreachable")
 
 
 @dataclasses.dataclass(frozen=True)
