@@ -92,7 +92,8 @@ def main() -> None:
           f"({fetched[name] / 1e6:.1f} MB fetched, {sizes[name] / 1e6:.1f} MB per pass)")
   gets = cache.hits + cache.prefetched + cache.misses
   print(f"shard gets: {cache.hits / gets:.1%} present, {cache.prefetched / gets:.1%} on their way, "
-        f"{cache.misses / gets:.1%} fetched on demand; peak held {cache.peak_bytes / 1e6:.1f} MB")
+        f"{cache.misses / gets:.1%} fetched on demand; {cache.ahead_gets / gets:.1%} asked for a window ahead; "
+        f"peak held {cache.peak_bytes / 1e6:.1f} MB")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import test_multihost
 from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
 from jaxdata import TokenDataset, load_config
 from jaxdata.sources.remote import CacheOptions, RemotePath
+from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
 
@@ -189,9 +190,10 @@ def test_a_pinned_read_window_stays_cached_until_it_is_read(stores, local, tmp_p
 
 def test_each_host_fetches_only_the_shards_of_its_own_rows(stores, tmp_path):
   """Two jax.distributed processes read an S3 copy of the multi-host test's
-  datasets through caches that hold everything: each process fetched exactly
-  the bytes of the shards holding the documents it read (its read log), and
-  together they build the single-process global batches."""
+  datasets through caches that hold everything: together they build the
+  single-process global batches, and each fetched at least the shards of the
+  windows it finished reading (its read log) and none but shards holding its
+  own rows' documents (of the steps it could have planned)."""
   config = test_multihost.write_two_datasets(tmp_path)
   raw = yaml.safe_load(open(config))
   local_dirs = {d["name"]: str(tmp_path / d["path"]) for d in raw["datasets"]}
@@ -205,21 +207,42 @@ def test_each_host_fetches_only_the_shards_of_its_own_rows(stores, tmp_path):
   test_multihost.run_processes(2, str(remote_config), str(out_dir))
   with Pipeline(load_config(config), prefetch=0) as reference:
     expected = [next(reference) for _ in range(test_multihost.STEPS)]
-  test_multihost.rebuilt_global_batches(out_dir, expected)
+  host_rows = test_multihost.rebuilt_global_batches(out_dir, expected)
+  # Beyond the steps handed out, a process may have planned (and begun fetching) a few windows more.
+  plans = list(StepPlanner(load_config(config)).plans(test_multihost.STEPS + 16))
   fetched_any = []
   for process in range(2):
     reads = np.load(out_dir / f"p{process}_reads.npz")
     fetched = json.loads((out_dir / f"p{process}_fetched.json").read_text())
-    for name, directory in local_dirs.items():
+    rows = np.array(sorted(host_rows[0][process]))  # the same rows every step: the mesh is fixed
+    for d, (name, directory) in enumerate(local_dirs.items()):
       with TokenDataset(directory) as dataset:
-        def shard_bytes(keys: list[str]) -> int:
-          records = np.concatenate([reads[k] for k in keys] or [np.zeros(0, np.int64)])
+        def shard_bytes(records: np.ndarray) -> int:
           shards = np.unique(dataset.locate(records)[0]).tolist()
           fetched_any.append(len(shards) < dataset.num_shards)
           return sum(dataset.manifest.shards[s].num_bytes for s in shards)
 
-        mine = [k for k in reads.files if k.endswith(f"/{name}")]
-        # Windows of the steps handed out were read whole; the prefetch thread may have begun the next ones.
-        done = [k for k in mine if int(k.split("/")[0].split("-")[1]) <= test_multihost.STEPS]
-        assert shard_bytes(done) <= fetched[name] <= shard_bytes(mine), (process, name)
+        # Windows of the steps handed out were read whole.
+        done = [reads[k] for k in reads.files if k.endswith(f"/{name}")
+                and int(k.split("/")[0].split("-")[1]) <= test_multihost.STEPS]
+        own = [p.pieces.record[p.in_rows(rows)][p.pieces.dataset[p.in_rows(rows)] == d] for p in plans]
+        lower = shard_bytes(np.concatenate(done or [np.zeros(0, np.int64)]))
+        assert lower <= fetched[name] <= shard_bytes(np.concatenate(own)), (process, name)
   assert any(fetched_any)  # some host skipped some shards
+
+
+def test_the_next_windows_shards_are_fetched_while_one_is_read(stores, local, reference, tmp_path):
+  """Every shard read after the first window was asked for a window ahead
+  (with room for everything, so none is dropped for lack of it)."""
+  server = stores["s3"]
+  urls = [server.upload(d.path, "jaxdata-test", f"ahead/{d.name}") for d in local.datasets]
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * dataset_bytes(local))
+  with Pipeline(cfg, prefetch=0, read_ahead_tokens=1024) as pipe:
+    got = [digest(next(pipe)) for _ in range(40)]
+    cache = pipe.reader.datasets[0].remote.cache
+    first_window = StepPlanner(cfg).plan()  # the first window is one step
+    first_shards = {(d, int(s)) for d, dataset in enumerate(pipe.reader.datasets)
+                    for s in dataset.locate(first_window.pieces.record[first_window.pieces.dataset == d])[0]}
+  assert got == reference[:40]
+  gets = cache.hits + cache.prefetched + cache.misses
+  assert gets > 10 * len(first_shards) and gets - cache.ahead_gets <= len(first_shards)

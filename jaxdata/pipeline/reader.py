@@ -67,6 +67,18 @@ class DocumentReader:
         remote.unpin(shards)
     return parts, doc_start
 
+  @property
+  def remote(self) -> bool:
+    """Whether any dataset is in object storage (then reads fetch shards)."""
+    return any(dataset.remote is not None for dataset in self.datasets)
+
+  def prefetch(self, pieces: Pieces) -> None:
+    """Starts fetching the remote shards these pieces will read (does not wait)."""
+    for d, dataset in enumerate(self.datasets):
+      records = pieces.record[pieces.dataset == d]
+      if dataset.remote is not None and records.size:
+        dataset.remote.want(dataset.locate(np.unique(records))[0], ahead=True)
+
   def close(self) -> None:
     for dataset in self.datasets:
       dataset.close()

@@ -26,7 +26,8 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import LocalStep, ReadStep, RowsHere, assemble, plan_window, read_window
+from jaxdata.pipeline.steps import LocalStep, PlannedWindow, ReadStep, RowsHere, assemble, plan_window, read_window
+from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["END", "Prepared", "RowsHere", "StepProducer", "grown_window"]
 
@@ -87,6 +88,7 @@ class StepProducer:
     self.snapshot = snapshot
     self.window: collections.deque[_Ready | _End] = collections.deque()
     self.window_tokens = 1  # grows to read_ahead_tokens; one step first
+    self.ahead: PlannedWindow | None = None  # with remote data: the next window, its shards being fetched
 
   def produce(self) -> Prepared | _End:
     """The next step."""
@@ -105,13 +107,17 @@ class StepProducer:
     del state  # the planner is shared and already set
     self.window.clear()
     self.window_tokens = 1
+    self.ahead = None
 
   def close(self) -> None:
     """Nothing of its own to release (the pipeline closes the reader)."""
 
   def _fill(self) -> None:
-    planned = plan_window(self.planner, self.recorder, self.rows_here, self.window_tokens, self.snapshot)
-    self.window_tokens = grown_window(planned.steps, self.read_ahead_tokens)
+    planned, self.ahead = self.ahead or self._plan(), None
+    if self.reader.remote and not planned.ended:
+      # Remote shards: plan the next window now and start fetching its shards while this one is read.
+      self.ahead = self._plan()
+      self.reader.prefetch(Pieces.concatenate([s.pieces for s in self.ahead.steps]))
     started = time.perf_counter()
     items = read_window(self.reader, planned.steps, self.cfg.packing.pad_id)
     for stats in planned.stats:
@@ -119,6 +125,12 @@ class StepProducer:
     self.window.extend(_Ready(*ready) for ready in zip(items, planned.states, planned.stats))
     if planned.ended:
       self.window.append(END)
+
+
+  def _plan(self) -> PlannedWindow:
+    planned = plan_window(self.planner, self.recorder, self.rows_here, self.window_tokens, self.snapshot)
+    self.window_tokens = grown_window(planned.steps, self.read_ahead_tokens)
+    return planned
 
 
 def grown_window(steps: list[LocalStep], limit: int) -> int:

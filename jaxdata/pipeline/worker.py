@@ -45,9 +45,12 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import ReadStep, assemble, decode_window, encode_window, plan_window, read_window
+from jaxdata.pipeline.steps import (
+    LocalStep, ReadStep, assemble, decode_window, encode_window, plan_window, read_window,
+)
 from jaxdata.pipeline.window import grown_window
 from jaxdata.transforms.assemble import FEATURES
+from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["PLANNER", "READER", "WorkerSpec", "main", "send", "serve", "slot_views"]
 
@@ -217,31 +220,40 @@ class _Planning(_Role):
 
 
 class _Reading(_Role):
-  """Reads each window as it arrives; assembles its steps, in order, into free slots."""
+  """Reads a window when its turn comes (its remote shards are fetched from
+  its arrival on); assembles its steps, in order, into free slots."""
 
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts,
                buffer: memoryview) -> None:
     super().__init__(conn)
     self.cfg, self.spec, self.reader, self.buffer = cfg, spec, parts.reader, buffer
     self.free: set[int] = set()
+    self.unread: collections.deque[list[LocalStep]] = collections.deque()  # windows received, in order
     # Steps read and not yet assembled, in order; a failed read waits here
     # as its error, so that it is raised at the step that needs it.
     self.pending: collections.deque[tuple[ReadStep, float] | BaseException] = collections.deque()
 
   def waiting(self) -> bool:
-    return not self.pending or not self.free
+    return (not self.pending and not self.unread) or not self.free
 
   def start(self, message: dict[str, Any]) -> None:
     self.free = set(range(self.spec.slots))
     self.pending.clear()
+    self.unread.clear()
 
   def handle(self, message: dict[str, Any], payload: bytes) -> None:
     if message["kind"] == "window":
-      self._read(decode_window(message["steps"], payload))
+      steps = decode_window(message["steps"], payload)
+      if self.reader.remote:
+        self.reader.prefetch(Pieces.concatenate([s.pieces for s in steps]))
+      self.unread.append(steps)
     elif message["kind"] == "free":
       self.free.add(message["slot"])
 
   def work(self) -> None:
+    if not self.pending:
+      self._read(self.unread.popleft())
+      return
     item = self.pending.popleft()
     if isinstance(item, BaseException):
       send(self.conn, error_message(item, self.generation))
@@ -261,7 +273,7 @@ class _Reading(_Role):
     send(self.conn, {"kind": "step", "generation": self.generation, "step": ready.local.step, "slot": slot,
                      "time_s": {"read": read_s, "assemble": time.perf_counter() - started}})
 
-  def _read(self, steps: list[Any]) -> None:
+  def _read(self, steps: list[LocalStep]) -> None:
     started = time.perf_counter()
     try:
       items = read_window(self.reader, steps, self.cfg.packing.pad_id)

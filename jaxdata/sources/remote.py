@@ -85,11 +85,15 @@ class ShardCache:
     self.users = 0  # datasets holding it (see shared_cache)
     self.pinned: collections.Counter[str] = collections.Counter()  # shards a read window needs: never evicted
     self.pending: dict[str, concurrent.futures.Future[None]] = {}
+    self.pending_bytes: dict[str, int] = {}  # of the fetches under way
     self.lock = threading.Lock()
     self.pool = concurrent.futures.ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="jaxdata-fetch")
     self.fetched_bytes: collections.Counter[str] = collections.Counter()  # downloaded, per dataset (RemoteShards.key)
     self.peak_bytes = 0  # the most bytes of shards held at once
     self.hits = self.prefetched = self.misses = 0  # gets found present, on their way (want), or not
+    # Per shard: windows that asked for it ahead (RemoteShards.prefetch) and have not read it yet.
+    self.asked_ahead: collections.Counter[str] = collections.Counter()
+    self.ahead_gets = 0  # gets of shards asked for a window ahead
 
   def path(self, name: str) -> str:
     return os.path.join(self.directory, name)
@@ -97,17 +101,22 @@ class ShardCache:
   def held(self) -> int:
     return sum(shard.num_bytes for shard in self.present.values())
 
-  def want(self, shards: list[CachedShard]) -> None:
+  def want(self, shards: list[CachedShard], ahead: bool = False) -> None:
     """Starts fetching the given shards (in order) while they fit beside the
-    ones present; does not wait."""
+    ones present and under way; does not wait. `ahead`: for the window after
+    the one being read. (Making room for it by evicting would drop shards that
+    later windows still read: with 10% of the data cached, 1.4x the bytes.)"""
     with self.lock:
-      room = self.cache_bytes - self.held()
+      if ahead:
+        self.asked_ahead.update(dict.fromkeys((shard.name for shard in shards), 1))
+      room = self.cache_bytes - self.held() - sum(self.pending_bytes.values())
       for shard in shards:
         if shard.name in self.present or shard.name in self.pending:
           continue
         if shard.num_bytes > room:
           break
         room -= shard.num_bytes
+        self.pending_bytes[shard.name] = shard.num_bytes
         self.pending[shard.name] = self.pool.submit(self._fetch, shard)
 
   def pin(self, shards: list[CachedShard]) -> None:
@@ -127,6 +136,10 @@ class ShardCache:
     """The shard's local file, fetched now if it is not there or on its way;
     least recently used shards outside `keep` (names) leave to make room."""
     name, first = shard.name, True
+    with self.lock:
+      if self.asked_ahead[name] > 0:
+        self.asked_ahead[name] -= 1
+        self.ahead_gets += 1
     while True:  # again if it was evicted between its fetch and this call's turn
       with self.lock:
         if name in self.present:
@@ -137,6 +150,7 @@ class ShardCache:
           return self.path(name)
         future = self.pending.get(name)
         if future is None:
+          self.pending_bytes[name] = shard.num_bytes
           future = self.pending[name] = self.pool.submit(self._fetch, shard)
           self.misses += first
         else:
@@ -145,6 +159,8 @@ class ShardCache:
       future.result()
 
   def _evict(self, keep: set[str]) -> None:
+    """Least recently used shards outside `keep` and the pinned ones leave
+    until the cache holds at most cache_bytes."""
     total = self.held()
     for name in list(self.present):
       if total <= self.cache_bytes:
@@ -165,6 +181,7 @@ class ShardCache:
       with self.lock:
         self.present[shard.name] = shard
         self.pending.pop(shard.name, None)
+        self.pending_bytes.pop(shard.name, None)
       return
     partial = f"{target}.partial-{os.getpid()}-{threading.get_ident()}"
     try:
@@ -179,6 +196,7 @@ class ShardCache:
     finally:
       with self.lock:
         self.pending.pop(shard.name, None)
+        self.pending_bytes.pop(shard.name, None)
       if os.path.exists(partial):
         os.unlink(partial)
 
@@ -258,16 +276,17 @@ class RemoteShards:
   def lengths_file(self, shard: int) -> str:
     return os.path.join(self.lengths_dir, f"{shard}.npy")
 
-  def want(self, shards: list[int]) -> None:
+  def want(self, shards: list[int], ahead: bool = False) -> None:
     """Starts fetching these shards (a read's, in order), as many as fit;
-    warns once if they cannot all be held at once."""
+    warns once if they cannot all be held at once. `ahead`: for the next window."""
+    shards = list(dict.fromkeys(int(s) for s in shards))  # once each, in order
     need = sum(self.shards[s].num_bytes for s in shards)
     if need > self.cache.cache_bytes and not self.warned:
       self.warned = True
       warnings.warn(f"{self.location.url}: one read needs {len(shards)} shards ({need:,} bytes), more than the "
                     f"{self.cache.cache_bytes:,} bytes of cache_bytes: they are held until the read ends; "
                     "raise cache_bytes (`jaxdata plan` prints what each read window needs)", stacklevel=2)
-    self.cache.want([self.shards[s] for s in shards])
+    self.cache.want([self.shards[s] for s in shards], ahead)
 
   def pin(self, shards: np.ndarray) -> list[CachedShard]:
     """Pins these shards (a read window's) in the cache; give the result to `unpin`."""
