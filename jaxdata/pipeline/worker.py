@@ -46,7 +46,7 @@ from jaxdata.pipeline.parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import (
-    LocalStep, ReadStep, assemble, decode_window, encode_window, plan_window, read_window,
+    MAX_WINDOW_STEPS, LocalStep, ReadStep, assemble, decode_window, encode_window, plan_window, read_window,
 )
 from jaxdata.pipeline.window import grown_window
 from jaxdata.transforms.assemble import FEATURES
@@ -234,7 +234,12 @@ class _Reading(_Role):
     self.pending: collections.deque[tuple[ReadStep, float] | BaseException] = collections.deque()
 
   def waiting(self) -> bool:
-    return (not self.pending and not self.unread) or not self.free
+    return not self._read_next() and (not self.pending or not self.free)
+
+  def _read_next(self) -> bool:
+    """Whether to read the next window now: nothing else is left to assemble,
+    or every slot is full (idle time) and at most one window waits read."""
+    return bool(self.unread) and (not self.pending or (not self.free and len(self.pending) <= MAX_WINDOW_STEPS))
 
   def start(self, message: dict[str, Any]) -> None:
     self.free = set(range(self.spec.slots))
@@ -251,7 +256,7 @@ class _Reading(_Role):
       self.free.add(message["slot"])
 
   def work(self) -> None:
-    if not self.pending:
+    if self._read_next():
       self._read(self.unread.popleft())
       return
     item = self.pending.popleft()
