@@ -72,6 +72,17 @@ def test_schedule_from_yaml(tmp_path):
   assert s.constant_from == 200
 
 
+def test_paths_in_a_yaml_file_are_relative_to_it_except_remote_ones(tmp_path):
+  cfg = load_config(write(tmp_path, """
+      datasets: [{name: a, path: data/a}, {name: b, path: "gs://bucket/corpora/b"}]
+      mixture: {weights: {a: 1, b: 1}}
+      cache_dir: cache
+      stats_path: run/stats.jsonl
+  """))
+  assert [d.path for d in cfg.datasets] == [str(tmp_path / "data/a"), "gs://bucket/corpora/b"]
+  assert (cfg.cache_dir, cfg.stats_path) == (str(tmp_path / "cache"), str(tmp_path / "run/stats.jsonl"))
+
+
 @pytest.mark.parametrize(
     "body, message",
     [
