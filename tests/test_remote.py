@@ -15,6 +15,7 @@ import test_multihost
 from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
 from jaxdata import TokenDataset, load_config
 from jaxdata.sources.remote import CacheOptions, RemotePath
+from jaxdata.sources.stores import open_store
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
@@ -246,3 +247,23 @@ def test_the_next_windows_shards_are_fetched_while_one_is_read(stores, local, re
   assert got == reference[:40]
   gets = cache.hits + cache.prefetched + cache.misses
   assert gets > 10 * len(first_shards) and gets - cache.ahead_gets <= len(first_shards)
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_a_store_reads_no_more_than_the_bytes_asked_for(stores, local, scheme):
+  """Manifests are read with a limit, so an oversized object is refused
+  (Manifest.parse: `larger than 64 MiB`) without being downloaded whole."""
+  url = stores[scheme].upload(local.datasets[1].path, "jaxdata-test", f"limit-{scheme}/d1")
+  location = RemotePath.parse(url)
+  head = open_store(location).read(location.key("manifest.json"), 10)
+  assert head == open(os.path.join(local.datasets[1].path, "manifest.json"), "rb").read(10)
+
+
+def test_a_later_run_reuses_the_shards_it_finds_cached(stores, local, reference, tmp_path):
+  server = stores["s3"]
+  urls = [server.upload(d.path, "jaxdata-test", f"reuse/{d.name}") for d in local.datasets]
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * dataset_bytes(local))
+  assert digests(cfg, 20, prefetch=0) == reference[:20]
+  with Pipeline(cfg, prefetch=0) as pipe:  # the same cache directory: every shard is there, checked by hash
+    assert [digest(next(pipe)) for _ in range(20)] == reference[:20]
+    assert [dataset.remote.fetched_bytes for dataset in pipe.reader.datasets] == [0, 0]

@@ -14,6 +14,7 @@ from hypothesis import given, strategies as st
 
 from jaxdata import DatasetError, DatasetWriter, Manifest, ReadOptions, TokenDataset, build_index
 from jaxdata.cli import main
+from jaxdata.sources.manifest import MAX_MANIFEST_BYTES
 
 
 def write_dataset(directory: str, seed: int = 0, docs: int = 200, shard_bytes: int = 1500) -> list[np.ndarray]:
@@ -293,3 +294,11 @@ def test_a_format_1_manifest_opens_and_its_shards_are_checked_by_full_hash(damag
   flip_byte(os.path.join(damaged, "rand-00001.array_record"))
   with pytest.raises(DatasetError, match=r"rand-00001\.array_record: content differs from the shard manifest\.json lists \(sha256"):
     TokenDataset(damaged)
+
+
+def test_an_oversized_manifest_is_refused_naming_its_file(tmp_path):
+  path = tmp_path / "manifest.json"
+  with open(path, "wb") as f:  # valid JSON padding: only its size is wrong
+    f.write(b"{" + b" " * MAX_MANIFEST_BYTES + b"}")
+  with pytest.raises(DatasetError, match=rf"{path}: larger than 64 MiB; not a jaxdata manifest"):
+    Manifest.load(str(tmp_path))

@@ -176,6 +176,18 @@ def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, 
     assert pipe.producer.handles[victim_index].process.pid != victim.pid
 
 
+def test_a_worker_that_dies_while_starting_is_named_by_wait_ready(cfg):
+  """Killed before it could open the data (its imports take far longer than
+  the kill): wait_ready raises naming it instead of starting it again and again."""
+  with Pipeline(cfg, prefetch=0, workers=1) as pipe:
+    pipe.producer.spawn()
+    victim = pipe.producer.handles[0].process
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    with pytest.raises(RuntimeError, match=r"jaxdata planner \(pid \d+\) (exited with code -9|closed its pipe)"):
+      pipe.producer.wait_ready()
+
+
 def test_close_stops_the_workers_and_frees_the_shared_memory(cfg):
   pipe = ready(Pipeline(cfg, prefetch=1, workers=2))
   assert all(h.spec.read_ahead_tokens == READ_AHEAD for h in pipe.producer.handles)
