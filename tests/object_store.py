@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import boto3
 from google.auth.credentials import AnonymousCredentials
@@ -59,19 +59,25 @@ class ObjectStoreServer:
       self.process.wait()
       self.process = None
 
+  def client(self) -> Any:
+    """The provider's client, pointed at this server (for setting up data, not the code under test)."""
+    if self.scheme == "s3":
+      return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+    return storage.Client(project="test", credentials=AnonymousCredentials(),
+                          client_options={"api_endpoint": self.endpoint})
+
   def upload(self, directory: str, bucket: str, prefix: str) -> str:
     """Copies a dataset directory to the bucket (created if need be); returns its URL."""
     files = sorted(os.listdir(directory))
     if self.scheme == "s3":
-      client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test",
-                            aws_secret_access_key="test", region_name="us-east-1")
+      client = self.client()
       if bucket not in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
         client.create_bucket(Bucket=bucket)
       for name in files:
         client.upload_file(os.path.join(directory, name), bucket, f"{prefix}/{name}")
     else:
-      client = storage.Client(project="test", credentials=AnonymousCredentials(),
-                              client_options={"api_endpoint": self.endpoint})
+      client = self.client()
       target = client.lookup_bucket(bucket) or client.create_bucket(bucket)
       for name in files:
         target.blob(f"{prefix}/{name}").upload_from_filename(os.path.join(directory, name))
@@ -81,12 +87,9 @@ class ObjectStoreServer:
     """Replaces one object's bytes."""
     bucket, _, key = url.split("://", 1)[1].partition("/")
     if self.scheme == "s3":
-      boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-                   region_name="us-east-1").put_object(Bucket=bucket, Key=key, Body=data)
+      self.client().put_object(Bucket=bucket, Key=key, Body=data)
     else:
-      client = storage.Client(project="test", credentials=AnonymousCredentials(),
-                              client_options={"api_endpoint": self.endpoint})
-      client.bucket(bucket).blob(key).upload_from_string(data)
+      self.client().bucket(bucket).blob(key).upload_from_string(data)
 
 
 def servers() -> Iterator[dict[str, ObjectStoreServer]]:
