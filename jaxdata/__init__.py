@@ -6,7 +6,7 @@ until something needs them. The package follows the data flow, each stage
 importing only the ones before it::
 
     config/      what the user asked for: dataclasses, YAML, schedules, validators
-    sources/     datasets on disk: manifest, reader, writer, lengths index
+    sources/     datasets on disk: ArrayRecord shards, Megatron / flat token files read in place, windows
     order/       each dataset's order per pass: keyed permutations, cursors
     mixture/     the mixture as one stream of documents: interleave strategies
     transforms/  packing documents into rows, planned from lengths; row assembly
@@ -38,6 +38,7 @@ __all__ = [
     "DocumentLengths",
     "DocumentStream",
     "HuggingFaceTokenizer",
+    "FlatTokenDataset",
     "InputFormatError",
     "Manifest",
     "MixtureConfig",
@@ -56,6 +57,8 @@ __all__ = [
     "TokenDataset",
     "TokenizerSpec",
     "WarmupPhase",
+    "WindowOptions",
+    "build_flat_index",
     "build_index",
     "checkpoint",
     "convert",
@@ -63,6 +66,7 @@ __all__ = [
     "load_config",
     "load_tokenizer",
     "mixing",
+    "open_dataset",
     "pieces_for_hosts",
     "sources",
 ]
@@ -80,8 +84,9 @@ __getattr__, __dir__ = lazy_exports(
              "Schedule", "WarmupPhase", "load_config"), _CONFIG),
         **dict.fromkeys(("CheckpointError", "ConfigError", "DatasetError", "InputFormatError"), _ERRORS),
         **dict.fromkeys(
-            ("DatasetWriter", "DocumentLengths", "Manifest", "RaggedTokens", "ReadOptions", "ShardInfo",
-             "TokenDataset", "build_index"), _SOURCES),
+            ("DatasetWriter", "DocumentLengths", "FlatTokenDataset", "Manifest", "RaggedTokens", "ReadOptions",
+             "ShardInfo", "TokenDataset", "WindowOptions", "build_flat_index", "build_index", "open_dataset"),
+            _SOURCES),
         **dict.fromkeys(
             ("ByteTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "TokenizerSpec",
              "load_tokenizer"), _TOKENIZERS),

@@ -42,7 +42,10 @@ CHOICES = {
     ("`packing`", "mode"): schema.PACKING_MODES,
     ("`packing`", "long_docs"): schema.LONG_DOCS,
     ("`datasets[]`", "exhausted_policy"): schema.EXHAUSTED_POLICIES,
+    ("`datasets[]`", "sampling"): schema.SAMPLINGS,
 }
+# Keys that apply only beside another: their example is tried with it.
+REQUIRES = {("`datasets[]`", k): {"sampling": "windows"} for k in ("window", "with_replacement", "cross_documents")}
 
 
 def _tables() -> dict[str, dict[str, dict[str, str]]]:
@@ -117,7 +120,7 @@ def _with_example(section: str, example: dict[str, Any]) -> dict[str, Any]:
     if "datasets" in example:  # weights must name exactly the example's datasets
       raw["mixture"] = {"weights": {d["name"]: 1 for d in example["datasets"]}}
   elif section == "`datasets[]`":
-    raw["datasets"][0].update(example)
+    raw["datasets"][0].update({**REQUIRES.get((section, *example), {}), **example})
   elif section == "`mixture`":
     if "schedule" in example:
       del raw["mixture"]["weights"]
@@ -169,3 +172,13 @@ def test_the_remote_doc_example_is_a_valid_streaming_config(tmp_path):
   assert [d.path for d in cfg.datasets][0] == "s3://my-bucket/corpora/web"
   assert {s.open_shards for s in cfg.dataset_settings()} == {8} and cfg.shuffle_block_size == 10_000
   assert cfg.cache_bytes == 64 << 30
+
+
+def test_the_formats_doc_example_is_a_valid_window_config(tmp_path):
+  text = open(os.path.join(REPO, "docs", "formats.md")).read()
+  block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+  (tmp_path / "pipeline.yaml").write_text(block)
+  settings = {s.name: s for s in load_config(str(tmp_path / "pipeline.yaml")).dataset_settings()}
+  assert (settings["web"].window, settings["web"].with_replacement) == (2048, True)
+  assert (settings["books"].with_replacement, settings["books"].cross_documents) == (False, False)
+  assert settings["code"].window is None

@@ -31,7 +31,7 @@ import numpy as np
 from jaxdata.config.schema import PackingConfig
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["FEATURES", "assemble_rows", "padded_buffer"]
+__all__ = ["FEATURES", "assemble_rows", "follow_boundaries", "padded_buffer"]
 
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 
@@ -159,3 +159,51 @@ def assemble_rows(
     before = (pieces.offset <= last - 1) & (end > last - 1)
     targets[piece_dst[before] + last[before] - 1 - pieces.offset[before]] = packing.eos_id
   return out
+
+
+def follow_boundaries(
+    out: dict[str, np.ndarray],
+    pieces: Pieces,
+    local_row: np.ndarray,
+    column: np.ndarray,
+    piece: np.ndarray,
+    offset: np.ndarray,
+    pad_id: int,
+) -> None:
+  """Document starts inside pieces (a window that crosses documents): from
+  each start on, a new segment with positions from 0; the token before it
+  ends its document (target pad_id, loss_mask 0). In place, vectorised.
+
+  `piece[i]` indexes `pieces`; `offset[i]` is the document start's index in
+  that piece's document (a start at the piece's end only ends the last
+  token's document)::
+
+      window tokens   a a a E b b b E c c      (E: an EOS inside the window)
+      segment_ids     1 1 1 1 2 2 2 2 3 3
+      positions       0 1 2 3 0 1 2 3 0 1
+      loss_mask       1 1 1 0 1 1 1 0 1 1      (E's target is the next document's first token)
+  """
+  begin, end = pieces.offset[piece], pieces.offset[piece] + pieces.length[piece]
+  keep = (offset > begin) & (offset <= end)
+  piece, offset, begin, end = piece[keep], offset[keep], begin[keep], end[keep]
+  if not piece.size:
+    return
+  num_rows, seq_len = out["tokens"].shape
+  first_slot = local_row[piece] * seq_len + column[piece] - begin  # grid slot of document index 0
+  ending = first_slot + offset - 1  # the last token before each start
+  flat = {name: out[name].reshape(-1) for name in FEATURES}
+  flat["targets"][ending] = pad_id
+  flat["loss_mask"][ending] = 0
+  inside = offset < end
+  starts = (first_slot + offset)[inside]
+  if not starts.size:
+    return
+  bump = np.zeros(num_rows * seq_len, np.int32)
+  np.add.at(bump, starts, 1)
+  bumps = np.cumsum(bump.reshape(num_rows, seq_len), axis=1).reshape(-1)
+  segments = flat["segment_ids"]
+  segments += np.where(segments > 0, bumps, 0).astype(np.int32)
+  marker = np.full(num_rows * seq_len, -(1 << 40), np.int64)
+  marker[starts] = starts
+  since = np.arange(marker.size) - np.maximum.accumulate(marker)
+  np.minimum(flat["positions"], since, out=flat["positions"], casting="unsafe")

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schema import PackingConfig
+from jaxdata.transforms.balance import balanced_rows
 from jaxdata.transforms.fit import best_fit, first_fit
 from jaxdata.transforms.pieces import Pieces
 
@@ -51,6 +51,7 @@ __all__ = [
     "Packer",
     "PackingStrategy",
     "StepPlan",
+    "balanced_rows",
     "packing_strategy",
 ]
 
@@ -117,9 +118,22 @@ class PackingStrategy(abc.ABC):
   The default fills a step by tokens; `OnePerRow` fills it by documents.
   """
 
-  def __init__(self, packing: PackingConfig) -> None:
+  def __init__(self, packing: PackingConfig, windows: tuple[bool, ...] = ()) -> None:
     self.packing = packing
     self.extra = packing.special_tokens
+    # Per dataset index: 1 for a window dataset, whose document (T + 1 tokens) holds one
+    # token past its pieces, the last target (windows and BOS / EOS never go together).
+    self.windows = np.asarray(windows, dtype=np.int64)
+
+  def tail(self, dataset: np.ndarray) -> np.ndarray:
+    """1 for a piece of a window dataset (its document ends one token past its pieces), else 0."""
+    return self.windows[dataset] if self.windows.any() else np.zeros(np.shape(dataset), np.int64)
+
+  def document_lengths(self, dataset: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(effective document length, tokens its pieces cover) of stream lengths:
+    + BOS / EOS for documents; a window's T tokens cover a T + 1-token document."""
+    span = length + self.extra
+    return span + self.tail(dataset), span
 
   def shortfall(self, carry: Pieces, rows: int, seq_len: int) -> int:
     """How much more the step needs beyond the carry (tokens here)."""
@@ -143,24 +157,25 @@ class PackingStrategy(abc.ABC):
   def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
     """Rows and columns for the carry and the new pieces; what does not fit is the next carry."""
 
-  def _whole(self, docs: DocumentColumns) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """(dataset, pass, record) columns and effective lengths (with BOS / EOS)."""
-    return (docs.dataset.astype(np.int64), docs.pass_index, docs.record), docs.length + self.extra
+  def _whole(self, docs: DocumentColumns) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    """(dataset, pass, record) columns, effective lengths and the tokens pieces cover."""
+    dataset = docs.dataset.astype(np.int64)
+    return (dataset, docs.pass_index, docs.record), *self.document_lengths(dataset, docs.length)
 
   def _truncated(self, docs: DocumentColumns, seq_len: int) -> tuple[Pieces, int]:
     """One piece per document, cut to seq_len."""
-    columns, doc_length = self._whole(docs)
-    kept = np.minimum(doc_length, seq_len)
+    columns, doc_length, span = self._whole(docs)
+    kept = np.minimum(span, seq_len)
     offset = np.zeros(doc_length.size, np.int64)
-    return Pieces(*columns, offset, kept, doc_length), int((doc_length - kept).sum())
+    return Pieces(*columns, offset, kept, doc_length), int((span - kept).sum())
 
 
 class Concat(PackingStrategy):
   """One long sequence cut every seq_len tokens; a cut document continues in the next row."""
 
   def to_pieces(self, docs: DocumentColumns, seq_len: int) -> tuple[Pieces, int]:
-    columns, doc_length = self._whole(docs)
-    return Pieces(*columns, np.zeros(doc_length.size, np.int64), doc_length, doc_length), 0
+    columns, doc_length, span = self._whole(docs)
+    return Pieces(*columns, np.zeros(doc_length.size, np.int64), span, doc_length), 0
 
   def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
     return _concat(carry, new, rows, seq_len)
@@ -169,23 +184,23 @@ class Concat(PackingStrategy):
 class Fit(PackingStrategy):
   """Whole documents (or seq_len pieces of long ones) into rows: first or best fit."""
 
-  def __init__(self, packing: PackingConfig, placer: Placer) -> None:
-    super().__init__(packing)
+  def __init__(self, packing: PackingConfig, placer: Placer, windows: tuple[bool, ...] = ()) -> None:
+    super().__init__(packing, windows)
     self.placer = placer
 
   def to_pieces(self, docs: DocumentColumns, seq_len: int) -> tuple[Pieces, int]:
     if self.packing.long_docs == "truncate":
       return self._truncated(docs, seq_len)
-    columns, doc_length = self._whole(docs)
-    per_doc = np.maximum(1, -(-doc_length // seq_len))  # ceil, and one piece for an empty document
+    columns, doc_length, span = self._whole(docs)
+    per_doc = np.maximum(1, -(-span // seq_len))  # ceil, and one piece for an empty document
     owner = np.repeat(np.arange(doc_length.size), per_doc)
     first = np.cumsum(per_doc) - per_doc
     offset = (np.arange(owner.size) - first[owner]) * seq_len
-    length = np.minimum(seq_len, doc_length[owner] - offset)
+    length = np.minimum(seq_len, span[owner] - offset)
     return Pieces(*(c[owner] for c in columns), offset, length, doc_length[owner]), 0
 
   def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
-    placed, row, column, rest = _fit(carry, new, rows, seq_len, self.placer)
+    placed, row, column, rest = _fit(carry, new, rows, seq_len, self.placer, self.tail)
     # Fit packing puts long pieces in low rows: spread rows so every host's block
     # reads a similar number of documents (the plan stays host-independent).
     return placed, balanced_rows(np.bincount(row, minlength=rows))[row], column, rest
@@ -216,13 +231,13 @@ class OnePerRow(PackingStrategy):
     return pool.take(row), row, np.zeros(count, np.int64), pool.take(np.arange(count, len(pool)))
 
 
-def packing_strategy(packing: PackingConfig) -> PackingStrategy:
-  """The strategy `packing.mode` names."""
+def packing_strategy(packing: PackingConfig, windows: tuple[bool, ...] = ()) -> PackingStrategy:
+  """The strategy `packing.mode` names; `windows` marks window datasets (by index)."""
   if packing.mode == "concat":
-    return Concat(packing)
+    return Concat(packing, windows)
   if packing.mode == "none":
-    return OnePerRow(packing)
-  return Fit(packing, best_fit if packing.mode == "best_fit" else first_fit)
+    return OnePerRow(packing, windows)
+  return Fit(packing, best_fit if packing.mode == "best_fit" else first_fit, windows)
 
 
 class Packer:
@@ -235,7 +250,7 @@ class Packer:
   def __init__(self, cfg: PipelineConfig, source: DocumentSource) -> None:
     self.cfg = cfg
     self.source = source
-    self.strategy = packing_strategy(cfg.packing)
+    self.strategy = packing_strategy(cfg.packing, cfg.window_datasets)
     self.carry = Pieces.empty()
     self.done = False
 
@@ -258,7 +273,7 @@ class Packer:
       lengths = self.source.document_lengths(dataset, record)
     except ValueError as e:
       raise ValueError(f"packer state: the carry names {e}") from e
-    return lengths + self.strategy.extra
+    return self.strategy.document_lengths(dataset, lengths)[0]
 
   def plan(self, step: int) -> StepPlan | None:
     """The plan of `step`, or None once the source (and carry) is exhausted
@@ -276,7 +291,7 @@ class Packer:
       return None
     self.carry = carry
     self.done = ended
-    split = int(np.count_nonzero(placed.length < placed.doc_length))
+    split = int(np.count_nonzero(placed.length < placed.doc_length - self.strategy.tail(placed.dataset)))
     return StepPlan(step, rows, seq_len, placed, row, column, final, truncated, split)
 
   def _pull(self, step: int, rows: int, seq_len: int) -> tuple[Pieces, int]:
@@ -292,12 +307,13 @@ class Packer:
     return Pieces.concatenate(parts), truncated
 
 
-def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer) -> Placement:
+def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer,
+         tail: Callable[[np.ndarray], np.ndarray]) -> Placement:
   """Carry first (in order), then new pieces largest first (stable, so a split
   document's pieces stay in offset order: all but its last are seq_len long)."""
   order = np.argsort(-new.length, kind="stable")
   pool = Pieces.concatenate([carry, new.take(order)])
-  row_of = np.asarray(placer(pool.length.tolist(), rows, seq_len, _split_documents(pool)), dtype=np.int64)
+  row_of = np.asarray(placer(pool.length.tolist(), rows, seq_len, _split_documents(pool, tail)), dtype=np.int64)
   placed = pool.take(np.flatnonzero(row_of >= 0))
   row = row_of[row_of >= 0]
   # Columns: pieces fill each row in placement order.
@@ -311,51 +327,10 @@ def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer) ->
   return placed, row, column, pool.take(np.flatnonzero(row_of < 0))
 
 
-def balanced_rows(counts: np.ndarray) -> np.ndarray:
-  """A new position for every row, so that any aligned block of positions
-  (one host's rows, for any host count) holds a similar total of `counts`.
-
-  Rows sorted by count, most first, are split recursively into halves by the
-  pattern A B B A A B B A ... (the first half takes the A rows), which keeps
-  the two halves' totals within about one row of each other at every level::
-
-      counts 9 7 5 3 2 1 1 0  ->  halves {9, 3, 2, 0} | {7, 5, 1, 1}  ->  quarters ...
-
-  >>> balanced_rows(np.array([0, 9, 1, 7, 2, 5, 1, 3])).tolist()  # halves of 14 and 14
-  [1, 0, 7, 4, 3, 6, 5, 2]
-
-  With few rows per block, one very full row can still dominate its block.
-  """
-  order = np.argsort(-counts, kind="stable")  # rows by rank, most first
-  position = np.empty(counts.size, dtype=np.int64)
-  position[order] = _position_of_rank(counts.size)
-  return position
-
-
-@functools.lru_cache(maxsize=64)
-def _position_of_rank(rows: int) -> np.ndarray:
-  """Where the row of rank r (0 = most) goes: a function of the row count
-  alone, so it is computed once per count (read-only)."""
-  # Rank r in a segment of n positions: the A half holds ranks r % 4 in
-  # {0, 3}, 2 (n // 4) + (n % 4 > 0) of them; either way r // 2 is its rank inside the half.
-  rank = np.arange(rows, dtype=np.int64)
-  start = np.zeros(rows, dtype=np.int64)
-  size = np.full(rows, rows, dtype=np.int64)
-  while (size > 1).any():
-    in_a = (rank % 4 == 0) | (rank % 4 == 3)
-    a_size = 2 * (size // 4) + (size % 4 > 0)
-    split = size > 1
-    start = np.where(split & ~in_a, start + a_size, start)
-    size = np.where(split, np.where(in_a, a_size, size - a_size), size)
-    rank = np.where(split, rank // 2, rank)
-  start.setflags(write=False)
-  return start
-
-
-def _split_documents(pool: Pieces) -> list[int]:
+def _split_documents(pool: Pieces, tail: Callable[[np.ndarray], np.ndarray]) -> list[int]:
   """Per piece, an id shared by the pieces of one split document; -1 for a whole document."""
   ids = np.full(len(pool), -1, dtype=np.int64)
-  split = np.flatnonzero(pool.length < pool.doc_length)
+  split = np.flatnonzero(pool.length < pool.doc_length - tail(pool.dataset))
   if split.size:
     keys = (pool.record[split], pool.pass_index[split], pool.dataset[split])
     order = np.lexsort(keys)

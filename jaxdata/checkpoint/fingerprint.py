@@ -18,27 +18,33 @@ from typing import Any, Mapping, Sequence
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.order.dataset_order import DatasetOrder
+from jaxdata.order.sampled import SampledOrder
 
 __all__ = ["describe_changes", "order_fingerprint"]
 
 
+def _describe(order: DatasetOrder | SampledOrder) -> str:
+  if isinstance(order, SampledOrder):
+    return order.describe()
+  options = order.options
+  return (f"shards={int(options.shuffle_shards)} within={int(options.shuffle_within_shard)} "
+          f"block={options.block_size or '-'} reshuffle={int(options.reshuffle_on_repeat)}"
+          + (f" open={options.open_shards}" if options.open_shards > 1 else ""))
+
+
 def order_fingerprint(
-    cfg: PipelineConfig, manifest_fingerprints: Sequence[str], orders: Sequence[DatasetOrder]
+    cfg: PipelineConfig, manifest_fingerprints: Sequence[str], orders: Sequence[DatasetOrder | SampledOrder],
+    sampling: Sequence[str] = (),
 ) -> dict[str, Any]:
+  """`sampling`: per dataset, its window sampling (`WindowOptions.describe`) or ""."""
   packing = cfg.packing
+  sampling = list(sampling) or [""] * len(orders)
   warmup = ",".join(f"{p.seq_len}<{p.until_step}" for p in packing.warmup) or "-"
   return {
       "seed": cfg.seed,
       "datasets": list(cfg.names),
       "content": {n: fp[:12] for n, fp in zip(cfg.names, manifest_fingerprints)},
-      "shuffle": {
-          order.name: (
-              f"shards={int(order.options.shuffle_shards)} within={int(order.options.shuffle_within_shard)} "
-              f"block={order.options.block_size or '-'} reshuffle={int(order.options.reshuffle_on_repeat)}"
-              + (f" open={order.options.open_shards}" if order.options.open_shards > 1 else "")
-          )
-          for order in orders
-      },
+      "shuffle": {order.name: " ".join(filter(None, [_describe(order), how])) for order, how in zip(orders, sampling)},
       "mixture": f"unit={cfg.mixture.unit} interleave={cfg.mixture.interleave}",
       "packing": (
           f"mode={packing.mode} seq_len={packing.seq_len} long_docs={packing.long_docs} "

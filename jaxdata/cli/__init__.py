@@ -64,10 +64,20 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
   p.set_defaults(handler="convert:convert")
 
-  p = sub.add_parser("index", help="lengths index + manifest for existing token shards")
-  p.add_argument("shards", nargs="+", help="ArrayRecord shard files")
-  p.add_argument("--dtype", required=True, choices=("uint16", "uint32"))
-  p.add_argument("--out", help="manifest directory (default: the shards' directory)")
+  p = sub.add_parser("index", help="metadata for token files other tools wrote (no tokens copied)")
+  p.add_argument("shards", nargs="+",
+                 help="ArrayRecord shards, Megatron prefixes (or their .bin / .idx), or flat token files")
+  p.add_argument("--format", default="arrayrecord", choices=("arrayrecord", "megatron", "flat"),
+                 help="arrayrecord: records of raw ids; megatron: .bin + .idx; flat: raw ids back to back")
+  p.add_argument("--dtype", choices=("uint16", "uint32"),
+                 help="token type (required for arrayrecord and flat; a Megatron .idx says its own)")
+  p.add_argument("--eos-id", type=int, help="flat: a document ends with each of these ids")
+  p.add_argument("--offsets", action="store_true",
+                 help="flat: document starts from FILE.offsets.npy beside each file")
+  p.add_argument("--data-root",
+                 help="megatron / flat: where readers find the files, when not beside the metadata "
+                      "(a directory or gs:// / s3:// prefix; default: the files' directory)")
+  p.add_argument("--out", help="metadata directory (default: the files' directory)")
   p.add_argument("--name", help="dataset name (default: the directory name)")
   p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
   p.add_argument("-q", "--quiet", action="store_true", help="do not list each shard as it is indexed")

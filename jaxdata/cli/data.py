@@ -9,7 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from jaxdata.sources.dataset import TokenDataset
+from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index
 from jaxdata.tools.summary import summarize
 from jaxdata.tools.tokenizers import TokenizerSpec, load_tokenizer
@@ -21,10 +22,19 @@ def index(args: argparse.Namespace, console: Console) -> int:
   tokenizer = None
   if args.tokenizer:
     tokenizer = load_tokenizer(TokenizerSpec.parse(args.tokenizer)).identity()
-  manifest = build_index(
-      args.shards, args.dtype, out_dir=args.out, name=args.name, tokenizer=tokenizer,
-      on_shard=None if args.quiet else lambda p: console.print(f"indexed {p}", markup=False),
-  )
+  report = None if args.quiet else lambda p: console.print(f"indexed {p}", markup=False)
+  if args.format == "arrayrecord":
+    for flag, value in (("--eos-id", args.eos_id), ("--offsets", args.offsets or None), ("--data-root", args.data_root)):
+      if value is not None:
+        raise ValueError(f"{flag}: applies to --format megatron or flat only")
+    if args.dtype is None:
+      raise ValueError("--dtype: required for ArrayRecord shards (uint16 or uint32)")
+    manifest = build_index(args.shards, args.dtype, out_dir=args.out, name=args.name, tokenizer=tokenizer,
+                           on_shard=report)
+  else:
+    manifest = build_flat_index(args.format, args.shards, out_dir=args.out, dtype=args.dtype, eos_id=args.eos_id,
+                                offsets=args.offsets, name=args.name, tokenizer=tokenizer, data_root=args.data_root,
+                                on_file=report)
   console.print(
       f"{manifest.name}: {len(manifest.shards)} shards, {manifest.num_records} "
       f"documents, {manifest.num_tokens} tokens"
@@ -53,7 +63,7 @@ def _render_summaries(summaries: list[dict[str, Any]], console: Console) -> None
 def inspect(args: argparse.Namespace, console: Console) -> int:
   summaries = []
   for directory in args.datasets:
-    with TokenDataset(directory) as dataset:
+    with open_dataset(directory) as dataset:
       if args.verify:
         dataset.verify()
       summaries.append(summarize(dataset))

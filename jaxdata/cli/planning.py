@@ -37,8 +37,9 @@ def plan(args: argparse.Namespace, console: Console) -> int:
                       "stream_end": dataclasses.asdict(end) if end is not None else None}, indent=1))
     return 0
   out = Table(title=f"exposure over {table.total_tokens:,} tokens = {table.steps:,} steps of {tokens_per_step:,}")
+  windows = any(d.unique_seen is not None for d in table.datasets.values())
   for column in ("dataset", "phase", "unique U_d", "natural", "sampling w_d", "upsampling",
-                 "processed", "passes (run)", "pass completes at step"):
+                 "processed", "passes (run)", "pass completes at step", *(["unique seen"] if windows else [])):
     out.add_column(column, justify="right")
   for name, d in table.datasets.items():
     for i, (start, end) in enumerate(table.phases):
@@ -49,6 +50,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
           f"{d.processed_tokens[i]:,.0f}", f"{d.passes:.3f}" if first else "",
           ", ".join(str(s) for s in d.pass_completed_at_step[:6]) + (" ..." if len(d.pass_completed_at_step) > 6 else "")
           if first else "",
+          *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if windows else []),
       )
   console.print(out)
   if needs is not None:

@@ -133,6 +133,11 @@ class PipelineConfig:
           f"{self.packing.seq_len} = {self.tokens_per_step:,} tokens per step, more than the "
           f"{MAX_TOKENS_PER_STEP:,} a step may hold"
       )
+    windows = [d.name for d in self.datasets if d.sampling == "windows"]
+    if windows and (self.packing.add_bos or self.packing.add_eos):
+      raise ConfigError(
+          f"datasets.{windows[0]}: sampling: windows takes token windows as they lie in the file (their EOS "
+          "separators included); packing.add_bos / add_eos cannot apply to them: turn them off")
     schedule = self.schedule()
     for setting, positive in zip(self.dataset_settings(), schedule.ever_positive()):
       if setting.policy == "passes" and not positive:
@@ -180,7 +185,12 @@ class PipelineConfig:
         self.reshuffle_on_repeat, self.exhausted_policy, self.max_repeats, self.stop_after_passes,
         self.open_shards,
     )
-    return tuple(resolve_dataset(d, top) for d in self.datasets)
+    return tuple(resolve_dataset(d, top, self.packing.seq_len) for d in self.datasets)
+
+  @property
+  def window_datasets(self) -> tuple[bool, ...]:
+    """Per dataset (config order): whether it samples T + 1-token windows."""
+    return tuple(d.sampling == "windows" for d in self.datasets)
 
   # ------------------------------------------------------------------ parsing
 

@@ -64,6 +64,8 @@ class DatasetSettings:
       stream may end; None otherwise.
     block_size: None, an int, "auto" (see `resolve_block_size`) or "global".
     open_shards: shards read side by side (1: one after another).
+    window: for sampling: windows, T (a sample is T + 1 tokens); None for
+      document datasets.
   """
 
   name: str
@@ -76,6 +78,10 @@ class DatasetSettings:
   max_passes: int | None
   target_passes: int | None
   open_shards: int = 1
+  format: str | None = None
+  window: int | None = None
+  with_replacement: bool = True
+  cross_documents: bool = True
 
   def resolve_block_size(self, largest_shard: int, num_records: int) -> int | str | None:
     """The block size once record counts are known: "auto" becomes 8 x the
@@ -111,8 +117,9 @@ def _pass_policy(levels: list[tuple[str, Any, Any, Any]]) -> tuple[str, int | No
   return "passes", None, 1  # nothing set: one pass of everything
 
 
-def resolve_dataset(d: DatasetConfig, top: DatasetDefaults) -> DatasetSettings:
-  """`d`'s settings after inheriting from `top` (most specific level wins)."""
+def resolve_dataset(d: DatasetConfig, top: DatasetDefaults, seq_len: int = 2048) -> DatasetSettings:
+  """`d`'s settings after inheriting from `top` (most specific level wins);
+  a window dataset's T defaults to `seq_len`."""
   policy, max_passes, target = _pass_policy([
       (f"datasets.{d.name}", d.exhausted_policy, d.max_repeats, d.stop_after_passes),
       (f"top level, for dataset {d.name}", _top_level(top.exhausted_policy, d.name),
@@ -141,4 +148,8 @@ def resolve_dataset(d: DatasetConfig, top: DatasetDefaults) -> DatasetSettings:
       max_passes=max_passes,
       target_passes=target,
       open_shards=open_shards,
+      format=d.format,
+      window=(d.window or seq_len) if d.sampling == "windows" else None,
+      with_replacement=d.with_replacement,
+      cross_documents=d.cross_documents,
   )

@@ -27,6 +27,7 @@ from jaxdata.errors import ConfigError
 
 __all__ = [
     "BatchConfig",
+    "DATASET_FORMATS",
     "DatasetConfig",
     "EXHAUSTED_POLICIES",
     "INHERIT",
@@ -36,6 +37,7 @@ __all__ = [
     "PACKING_MODES",
     "PackingConfig",
     "Phase",
+    "SAMPLINGS",
     "UNITS",
     "WarmupPhase",
 ]
@@ -45,6 +47,8 @@ INTERLEAVES = ("exact", "random")
 EXHAUSTED_POLICIES = ("stop", "repeat")
 PACKING_MODES = ("concat", "first_fit", "best_fit", "none")
 LONG_DOCS = ("split", "truncate")
+DATASET_FORMATS = ("arrayrecord", "megatron", "flat")
+SAMPLINGS = ("documents", "windows")
 
 
 class _Inherit:
@@ -74,6 +78,11 @@ class DatasetConfig:
   max_repeats: int | None = None
   stop_after_passes: int | None = None
   open_shards: int | None = None
+  format: str | None = None  # checked against the manifest's when given
+  sampling: str = "documents"
+  window: int | None = None  # sampling windows: T (None: packing.seq_len)
+  with_replacement: bool = True
+  cross_documents: bool = True
 
   def __post_init__(self) -> None:
     where = f"datasets.{self.name}" if isinstance(self.name, str) else "datasets[].name"
@@ -94,6 +103,17 @@ class DatasetConfig:
       check_int(self.stop_after_passes, f"{where}.stop_after_passes", 1)
     if self.open_shards is not None:
       check_int(self.open_shards, f"{where}.open_shards", 1)
+    if self.format is not None:
+      check_choice(self.format, DATASET_FORMATS, f"{where}.format")
+    check_choice(self.sampling, SAMPLINGS, f"{where}.sampling")
+    check_bool(self.with_replacement, f"{where}.with_replacement")
+    check_bool(self.cross_documents, f"{where}.cross_documents")
+    if self.window is not None:
+      check_int(self.window, f"{where}.window", 1)
+    if self.sampling != "windows":
+      for field, default in (("window", None), ("with_replacement", True), ("cross_documents", True)):
+        if getattr(self, field) != default:
+          raise ConfigError(f"{where}.{field}: applies only with sampling: windows")
 
 
 @dataclasses.dataclass(frozen=True)

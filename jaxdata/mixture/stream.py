@@ -31,12 +31,15 @@ from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import ConfigError
 from jaxdata.mixture.interleave import PassMarks, PickLoop, StreamPosition, make_interleave
 from jaxdata.order.cursor import DatasetCursor
+from jaxdata.config.resolve import DatasetSettings
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
-from jaxdata.sources.dataset import TokenDataset
-from jaxdata.sources.lengths import DocumentLengths
+from jaxdata.order.sampled import SampledOrder
+from jaxdata.sources.lengths import ConstantLengths, DocumentLengths
+from jaxdata.sources.opening import Dataset, open_dataset
 from jaxdata.sources.remote import CacheOptions, default_cache_options
+from jaxdata.sources.windows import WindowOptions, WindowView
 
-__all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION", "load_metadata"]
+__all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION", "load_metadata", "window_options"]
 
 STATE_VERSION = 2  # 2: exact rational interleave segments (with "scale")
 # One pick loop takes at most this many documents / tokens: look-ahead buffers
@@ -87,18 +90,37 @@ class DocBatch:
 @dataclasses.dataclass(frozen=True)
 class DatasetMeta:
   """What the stream needs of a dataset: records per shard and every length
-  (an integer array or a memory-mapped `DocumentLengths`)."""
+  (an integer array, a memory-mapped `DocumentLengths` or `ConstantLengths`).
+
+  `pass_records` is set for a dataset drawn with replacement (windows):
+  its order is then `SampledOrder`, with that many draws per pass.
+  `pass_tokens` (window datasets) is what one pass trains, and
+  `segments` (drawn windows) the lengths of the token runs they come from:
+  what exposure needs to count passes and unique tokens seen.
+  """
 
   shard_counts: np.ndarray
-  lengths: np.ndarray | DocumentLengths
+  lengths: np.ndarray | DocumentLengths | ConstantLengths
+  pass_records: int | None = None
+  pass_tokens: int | None = None
+  segments: np.ndarray | None = None
+
+  @property
+  def supply(self) -> int:
+    """Tokens of one pass: every document's, or `pass_tokens`."""
+    return int(self.lengths.sum()) if self.pass_tokens is None else self.pass_tokens
 
   @classmethod
-  def from_dataset(cls, dataset: TokenDataset) -> "DatasetMeta":
-    return cls(dataset.shard_num_records.copy(), dataset.lengths)
+  def from_dataset(cls, dataset: Dataset) -> "DatasetMeta":
+    if not isinstance(dataset, WindowView):
+      return cls(dataset.shard_num_records.copy(), dataset.lengths)
+    segments = dataset.segment_lengths() if dataset.pass_records is not None else None
+    return cls(dataset.shard_num_records.copy(), dataset.lengths, dataset.pass_records, dataset.pass_tokens, segments)
 
   @classmethod
-  def load(cls, path: str, cache: CacheOptions | None = None) -> "DatasetMeta":
-    with TokenDataset(path, cache=cache) as dataset:
+  def load(cls, path: str, cache: CacheOptions | None = None, windows: WindowOptions | None = None,
+           expected_format: str | None = None) -> "DatasetMeta":
+    with open_dataset(path, cache=cache, windows=windows, expected_format=expected_format) as dataset:
       return cls.from_dataset(dataset)
 
   @classmethod
@@ -113,10 +135,17 @@ class DatasetMeta:
     return cls(counts, lengths)
 
 
+def window_options(settings: DatasetSettings) -> WindowOptions | None:
+  """A dataset's window sampling, None for a document dataset."""
+  if settings.window is None:
+    return None
+  return WindowOptions(settings.window, settings.with_replacement, settings.cross_documents)
+
+
 def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
   """Every dataset's metadata, from its directory (remote ones through the config's cache)."""
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
-  return {d.name: DatasetMeta.load(d.path, cache) for d in cfg.datasets}
+  return {s.name: DatasetMeta.load(s.path, cache, window_options(s), s.format) for s in cfg.dataset_settings()}
 
 
 class DocumentStream:
@@ -168,7 +197,10 @@ class DocumentStream:
           reshuffle_on_repeat=settings.reshuffle_on_repeat,
           open_shards=settings.open_shards,
       )
-      order = DatasetOrder(settings.name, meta.shard_counts, options, cfg.seed)
+      if meta.pass_records is None:
+        order = DatasetOrder(settings.name, meta.shard_counts, options, cfg.seed)
+      else:
+        order = SampledOrder(settings.name, num_records, meta.pass_records, cfg.seed)
       self.cursors.append(DatasetCursor(settings, order, meta.lengths))
     self.emitted = 0  # documents
     self.tokens = 0
@@ -196,8 +228,8 @@ class DocumentStream:
     for d in np.unique(dataset).tolist():
       mine = dataset == d
       cursor = self.cursors[d]
-      if record[mine].max() >= cursor.num_records:
-        raise ValueError(f"record {int(record[mine].max())} of {self.names[d]}, which has {cursor.num_records}")
+      if record[mine].max() >= len(cursor.lengths):
+        raise ValueError(f"record {int(record[mine].max())} of {self.names[d]}, which has {len(cursor.lengths)}")
       out[mine] = cursor.lengths[record[mine]]
     return out
 

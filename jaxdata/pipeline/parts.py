@@ -3,7 +3,7 @@
 Used by `Pipeline` and by its worker processes, which open the same files
 and must arrive at the same fingerprint::
 
-    config -> TokenDatasets (checked) -> token bound, StepPlanner, DocumentReader, order fingerprint
+    config -> datasets (checked; any format, windows where sampled) -> token bound, StepPlanner, DocumentReader, order fingerprint
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from typing import Any, Mapping
 from jaxdata.checkpoint.fingerprint import order_fingerprint
 from jaxdata.checkpoint.state import pipeline_state
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.mixture.stream import DatasetMeta
+from jaxdata.mixture.stream import DatasetMeta, window_options
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound
-from jaxdata.sources.dataset import ReadOptions, TokenDataset
+from jaxdata.sources.dataset import ReadOptions
+from jaxdata.sources.opening import Dataset, open_dataset
 from jaxdata.sources.remote import default_cache_options
+from jaxdata.sources.windows import WindowView
 
 __all__ = ["Parts", "open_parts", "state_snapshot"]
 
@@ -34,11 +36,11 @@ class Parts:
 
 def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None) -> Parts:
   """Opens and checks every dataset of `cfg`; on an error nothing stays open."""
-  datasets: list[TokenDataset] = []
+  datasets: list[Dataset] = []
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)  # one budget for all remote datasets
   try:
-    for d in cfg.datasets:
-      datasets.append(TokenDataset(d.path, ReadOptions(num_threads=read_threads), cache))
+    for d in cfg.dataset_settings():
+      datasets.append(open_dataset(d.path, ReadOptions(num_threads=read_threads), cache, window_options(d), d.format))
     bound = token_bound(cfg, datasets)
     planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
   except BaseException:  # re-raised: nothing may stay open
@@ -46,7 +48,8 @@ def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None 
       dataset.close()
     raise
   fingerprint = order_fingerprint(
-      cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in planner.stream.cursors]
+      cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in planner.stream.cursors],
+      [ds.options.describe() if isinstance(ds, WindowView) else "" for ds in datasets],
   )
   return Parts(planner, DocumentReader(datasets, cfg.names, bound, read_log), fingerprint)
 

@@ -14,14 +14,18 @@ from typing import Sequence
 import numpy as np
 
 from jaxdata.pipeline.vocabulary import TokenBound
-from jaxdata.sources.dataset import RaggedTokens, TokenDataset
+from jaxdata.sources.dataset import RaggedTokens
+from jaxdata.sources.opening import Dataset
+from jaxdata.sources.token_files import ranges_index
+from jaxdata.sources.windows import WindowView
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["DocumentReader", "READ_ATTEMPTS", "ReadLog"]
+__all__ = ["Boundaries", "DocumentReader", "READ_ATTEMPTS", "ReadLog"]
 
 READ_ATTEMPTS = 3  # an OSError (storage hiccup) is retried after 0.05 s, then 0.1 s
 
 ReadLog = list[tuple[range, str, np.ndarray]]  # (steps, dataset, records) of every read
+Boundaries = tuple[np.ndarray, np.ndarray]  # (piece, offset in its document) of document starts inside windows
 
 
 class DocumentReader:
@@ -32,7 +36,7 @@ class DocumentReader:
   """
 
   def __init__(
-      self, datasets: Sequence[TokenDataset], names: Sequence[str], bound: TokenBound,
+      self, datasets: Sequence[Dataset], names: Sequence[str], bound: TokenBound,
       read_log: ReadLog | None = None,
   ) -> None:
     self.datasets = list(datasets)
@@ -40,10 +44,11 @@ class DocumentReader:
     self.bound = bound
     self.read_log = read_log
 
-  def read(self, steps: range, pieces: Pieces) -> tuple[list[np.ndarray], np.ndarray]:
-    """(token arrays, start of each piece's document in their concatenation)
-    for `pieces` of `steps`."""
+  def read(self, steps: range, pieces: Pieces) -> tuple[list[np.ndarray], np.ndarray, Boundaries]:
+    """(token arrays, start of each piece's document in their concatenation,
+    document starts inside window pieces) for `pieces` of `steps`."""
     parts, doc_start, base = [], np.zeros(len(pieces), np.int64), 0
+    inner_piece, inner_offset = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     wanted = []
     for d, dataset in enumerate(self.datasets):
       mine = np.flatnonzero(pieces.dataset == d)
@@ -62,10 +67,14 @@ class DocumentReader:
         parts.append(ragged.tokens)
         doc_start[mine] = base + ragged.offsets[:-1][inverse]
         base += ragged.tokens.size
+        if isinstance(dataset, WindowView):
+          piece, offset = _piece_boundaries(dataset, records, mine, inverse)
+          inner_piece.append(piece)
+          inner_offset.append(offset)
     finally:
       for remote, shards in pinned:
         remote.unpin(shards)
-    return parts, doc_start
+    return parts, doc_start, (np.concatenate(inner_piece), np.concatenate(inner_offset))
 
   @property
   def remote(self) -> bool:
@@ -84,7 +93,17 @@ class DocumentReader:
       dataset.close()
 
 
-def _read_with_retries(dataset: TokenDataset, records: np.ndarray) -> RaggedTokens:
+def _piece_boundaries(view: WindowView, records: np.ndarray, mine: np.ndarray, inverse: np.ndarray) -> Boundaries:
+  """Every document start inside the windows `records`, for each piece that reads one
+  (piece `mine[j]` reads record `inverse[j]`)."""
+  owner, offset = view.boundaries(records)  # sorted by owner
+  per_record = np.bincount(owner, minlength=records.size)
+  first = np.cumsum(per_record) - per_record
+  count = per_record[inverse]
+  return np.repeat(mine, count), offset[ranges_index(first[inverse], count)]
+
+
+def _read_with_retries(dataset: Dataset, records: np.ndarray) -> RaggedTokens:
   """`dataset.read` of `records`; an OSError is retried with backoff, then raised."""
   failures = 0
   while True:

@@ -25,9 +25,9 @@ import numpy as np
 
 from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.planner import StepPlanner
-from jaxdata.pipeline.reader import DocumentReader
+from jaxdata.pipeline.reader import Boundaries, DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.transforms.assemble import assemble_rows, padded_buffer
+from jaxdata.transforms.assemble import assemble_rows, follow_boundaries, padded_buffer
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
@@ -72,6 +72,7 @@ class ReadStep:
   local: LocalStep
   buffer: np.ndarray  # see `padded_buffer`
   doc_start: np.ndarray  # per piece
+  boundaries: Boundaries  # document starts inside window pieces (piece index in this step, offset)
 
 
 def plan_window(
@@ -127,11 +128,13 @@ def read_window(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> 
   if not steps:
     return []
   pieces = Pieces.concatenate([s.pieces for s in steps])
-  parts, doc_start = reader.read(range(steps[0].step, steps[-1].step + 1), pieces)
+  parts, doc_start, (inner_piece, inner_offset) = reader.read(range(steps[0].step, steps[-1].step + 1), pieces)
   buffer = padded_buffer(parts, max(s.seq_len for s in steps), pad_id)
   out, first = [], 0
   for s in steps:
-    out.append(ReadStep(s, buffer, doc_start[first : first + len(s.pieces)]))
+    here = (inner_piece >= first) & (inner_piece < first + len(s.pieces))
+    out.append(ReadStep(s, buffer, doc_start[first : first + len(s.pieces)],
+                        (inner_piece[here] - first, inner_offset[here])))
     first += len(s.pieces)
   return out
 
@@ -139,5 +142,8 @@ def read_window(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> 
 def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
   """The step's int32 [local rows, seq_len] arrays (written into `out` if given)."""
   s = item.local
-  return assemble_rows(s.pieces, s.local_row, s.column, s.num_rows, s.seq_len, item.buffer, item.doc_start,
-                       packing, out=out)
+  batch = assemble_rows(s.pieces, s.local_row, s.column, s.num_rows, s.seq_len, item.buffer, item.doc_start,
+                        packing, out=out)
+  if item.boundaries[0].size:
+    follow_boundaries(batch, s.pieces, s.local_row, s.column, *item.boundaries, packing.pad_id)
+  return batch

@@ -20,7 +20,7 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError, DatasetError
-from jaxdata.sources.dataset import TokenDataset
+from jaxdata.sources.opening import Dataset
 
 __all__ = ["INT32_LIMIT", "TokenBound", "token_bound"]
 
@@ -39,7 +39,7 @@ class TokenBound:
   limit: int
   source: str
 
-  def check(self, dataset: TokenDataset, records: np.ndarray, tokens: np.ndarray, offsets: np.ndarray) -> None:
+  def check(self, dataset: Dataset, records: np.ndarray, tokens: np.ndarray, offsets: np.ndarray) -> None:
     """Raises DatasetError if a token of the read documents is >= limit."""
     if not tokens.size or int(tokens.max()) < self.limit:
       return
@@ -52,7 +52,7 @@ class TokenBound:
     )
 
 
-def token_bound(cfg: PipelineConfig, datasets: Sequence[TokenDataset]) -> TokenBound:
+def token_bound(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> TokenBound:
   """Checks the datasets' tokenizers and the config's special ids; the bound every read is held to."""
   identities = [_identity(ds.manifest.tokenizer) for ds in datasets]
   if not cfg.allow_mixed_tokenizers:

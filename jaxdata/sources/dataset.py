@@ -26,11 +26,14 @@ from array_record.python.array_record_module import ArrayRecordReader
 from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from jaxdata.sources.index import record_byte_lengths
-from jaxdata.sources.lengths import DocumentLengths
+from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
+from jaxdata.sources.records import ShardedRecords, check_range
 from jaxdata.sources.remote import CacheOptions, RemoteShards, default_cache_options, is_remote
 
-__all__ = ["RaggedTokens", "ReadOptions", "TokenDataset"]
+__all__ = ["FLAT_READERS", "RaggedTokens", "ReadOptions", "TokenDataset"]
+
+FLAT_READERS = ("mmap", "tensorstore")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,14 +46,20 @@ class ReadOptions:
       reads, so more Python threads help little; its own C++ threads do.)
     reader_options: ArrayRecord reader options; the default tunes for random
       access: no read-ahead, and the reader's own parallelism within a call.
+    flat_reader: how local megatron / flat token files are read: "mmap"
+      (memory maps, the fastest here) or "tensorstore" (its file kvstore).
+      Files in gs:// or s3:// are always read through tensorstore.
   """
 
   num_threads: int = 2
   reader_options: str = "readahead_buffer_size:0"
+  flat_reader: str = "mmap"
 
   def __post_init__(self) -> None:
     if not isinstance(self.num_threads, int) or self.num_threads < 1:
       raise ValueError(f"num_threads: must be an int >= 1, got {self.num_threads!r}")
+    if self.flat_reader not in FLAT_READERS:
+      raise ValueError(f"flat_reader: {self.flat_reader!r} is not one of {FLAT_READERS}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +89,7 @@ class RaggedTokens:
     return np.split(self.tokens, self.offsets[1:-1])
 
 
-class TokenDataset:
+class TokenDataset(ShardedRecords):
   """A dataset directory, checked against its manifest when opened.
 
   Opening checks, for every shard: the file exists and has the listed size;
@@ -89,6 +98,8 @@ class TokenDataset:
   check every record's byte length against the lengths index and the dtype.
   Each failure is a `DatasetError` naming the shard file.
   """
+
+  pass_records: int | None = None  # documents are not drawn with replacement (see WindowView)
 
   def __init__(self, path: str, read_options: ReadOptions = ReadOptions(), cache: CacheOptions | None = None) -> None:
     self.path = os.fspath(path)
@@ -104,6 +115,9 @@ class TokenDataset:
       self.manifest = self.remote.manifest
     else:
       self.manifest = Manifest.load(self.path)
+    if self.manifest.format != "arrayrecord":
+      self.close()
+      raise DatasetError(f"{self.path}: a {self.manifest.format} dataset; open it with open_dataset")
     self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
     lengths = []
     try:
@@ -121,44 +135,10 @@ class TokenDataset:
     except BaseException:  # re-raised: the readers opened so far are closed first
       self.close()
       raise
-    self.shard_num_records = np.array(
-        [s.num_records for s in self.manifest.shards], dtype=np.int64
-    )
-    # record_starts[s] = global index of shard s's first record.
-    self.record_starts = np.concatenate([[0], np.cumsum(self.shard_num_records)])
-
-  @property
-  def name(self) -> str:
-    return self.manifest.name
-
-  @property
-  def num_shards(self) -> int:
-    return len(self.manifest.shards)
-
-  @property
-  def num_records(self) -> int:
-    return int(self.record_starts[-1])
-
-  @property
-  def num_tokens(self) -> int:
-    return self.manifest.num_tokens
+    self._number_records([s.num_records for s in self.manifest.shards])
 
   def shard_path(self, shard: int) -> str:
     return os.path.join(self.path, self.manifest.shards[shard].path)
-
-  def global_index(self, shard_ids: np.ndarray, record_ids: np.ndarray) -> np.ndarray:
-    return self.record_starts[np.asarray(shard_ids)] + np.asarray(record_ids)
-
-  def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Global record indices -> (shard ids, record ids within the shard)."""
-    indices = np.asarray(indices, dtype=np.int64)
-    self._check_range(indices, self.num_records, "record index", self.path)
-    shard_ids = np.searchsorted(self.record_starts, indices, side="right") - 1
-    return shard_ids, indices - self.record_starts[shard_ids]
-
-  def read_global(self, indices: Sequence[int] | np.ndarray) -> RaggedTokens:
-    """Reads records by global index (shards concatenated in manifest order)."""
-    return self.read(*self.locate(np.asarray(indices, dtype=np.int64).ravel()))
 
   def read(
       self,
@@ -179,7 +159,7 @@ class TokenDataset:
     count = shard_ids.size
     if count == 0:
       return RaggedTokens(np.zeros(0, self.dtype), np.zeros(1, np.int64))
-    self._check_range(shard_ids, self.num_shards, "shard id", self.path)
+    check_range(shard_ids, self.num_shards, "shard id", self.path)
     for_shard = self.shard_num_records[shard_ids]
     bad = np.flatnonzero((record_ids < 0) | (record_ids >= for_shard))
     if bad.size:
@@ -246,12 +226,6 @@ class TokenDataset:
       if reader is not None:
         reader.close()
     self._readers = []
-
-  def __enter__(self) -> "TokenDataset":
-    return self
-
-  def __exit__(self, *exc: object) -> None:
-    self.close()
 
   def __repr__(self) -> str:
     return (
@@ -323,21 +297,7 @@ class TokenDataset:
   def _check_lengths(shard: ShardInfo, local_file: str, lengths_file: str) -> np.ndarray:
     """A shard's lengths index (memory-mapped from `local_file`), checked;
     errors name `lengths_file` (its place in the dataset)."""
-    try:
-      lengths = np.load(local_file, mmap_mode="r", allow_pickle=False)
-    except (ValueError, EOFError, OSError) as e:  # a zero-byte or foreign file raises EOFError
-      raise DatasetError(f"{lengths_file}: not a readable .npy array ({str(e)[:200] or type(e).__name__})") from e
-    if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or lengths.dtype.itemsize > 4:
-      raise DatasetError(
-          f"{lengths_file}: lengths index should be a 1-D array of integers of at most 32 bits, "
-          f"got shape {lengths.shape} dtype {lengths.dtype}"
-      )
-    if lengths.size != shard.num_records:
-      raise DatasetError(
-          f"{lengths_file}: lengths index has {lengths.size} entries, shard "
-          f"{shard.path} has {shard.num_records} records in manifest.json"
-      )
-    return lengths
+    return load_lengths_file(local_file, lengths_file, shard.num_records, shard.path)
 
   def _check_totals(self) -> None:
     """Each shard's lengths: none negative, and they sum to the manifest's tokens."""
@@ -392,9 +352,3 @@ class TokenDataset:
         f"{where} has {byte_lengths[i] // self.dtype.itemsize} tokens, the "
         f"lengths index says {token_lengths[i]}"
     )
-
-  @staticmethod
-  def _check_range(values: np.ndarray, upper: int, what: str, where: str) -> None:
-    bad = np.flatnonzero((values < 0) | (values >= upper))
-    if bad.size:
-      raise IndexError(f"{where}: {what} {values[bad[0]]} out of range [0, {upper})")

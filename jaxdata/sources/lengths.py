@@ -19,12 +19,15 @@ so planning and checks never scan all documents again.
 
 from __future__ import annotations
 
+import io
 import mmap
 from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["DocumentLengths", "IN_MEMORY_RECORDS", "smallest_dtype"]
+from jaxdata.errors import DatasetError
+
+__all__ = ["ConstantLengths", "DocumentLengths", "IN_MEMORY_RECORDS", "load_lengths_file", "smallest_dtype"]
 
 IN_MEMORY_RECORDS = 1 << 24  # up to 16M documents (<= 64 MB) are concatenated into RAM
 _SCAN_CHUNK = 1 << 22  # totals are computed this many lengths at a time (bounded memory)
@@ -49,7 +52,30 @@ def _release_pages(array: np.ndarray) -> None:
       mapping.madvise(getattr(mmap, advice))
 
 
-class DocumentLengths:
+class _Lengths:
+  """What both kinds of lengths share: a 1-D shape of `size` records."""
+
+  ndim = 1
+  size: int
+
+  @property
+  def shape(self) -> tuple[int]:
+    return (self.size,)
+
+  def __len__(self) -> int:
+    return self.size
+
+  def sum(self) -> int:
+    raise NotImplementedError
+
+  def mean(self) -> float:
+    return self.sum() / self.size if self.size else 0.0
+
+  def tolist(self) -> list[int]:
+    return np.asarray(self).tolist()
+
+
+class DocumentLengths(_Lengths):
   """Read-only lengths of all documents, indexed like one 1-D integer array.
 
   Supports what planning needs: `len`, `size`, gathers by integer arrays,
@@ -57,8 +83,6 @@ class DocumentLengths:
   `np.asarray` / `tolist()` (these materialise all lengths: for tools and
   tests on small datasets).
   """
-
-  ndim = 1
 
   def __init__(self, parts: Sequence[np.ndarray]) -> None:
     parts = [p if isinstance(p, np.ndarray) else np.asarray(p) for p in parts] or [np.zeros(0, np.uint16)]
@@ -90,13 +114,6 @@ class DocumentLengths:
       self.starts = np.array([0, self.size], dtype=np.int64)
     self.parts = parts
 
-  @property
-  def shape(self) -> tuple[int]:
-    return (self.size,)
-
-  def __len__(self) -> int:
-    return self.size
-
   def sum(self) -> int:
     return self._sum
 
@@ -105,12 +122,6 @@ class DocumentLengths:
 
   def max(self) -> int:
     return self._max
-
-  def mean(self) -> float:
-    return self._sum / self.size if self.size else 0.0
-
-  def tolist(self) -> list[int]:
-    return np.asarray(self).tolist()
 
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     whole = np.concatenate(self.parts) if len(self.parts) > 1 else np.asarray(self.parts[0])
@@ -145,3 +156,68 @@ class DocumentLengths:
 
   def __repr__(self) -> str:
     return f"DocumentLengths({self.size} documents, {len(self.parts)} part(s), max {self._max})"
+
+
+class ConstantLengths(_Lengths):
+  """`size` records of the same length (a window dataset's samples): the
+  `DocumentLengths` interface in O(1) memory, however many records.
+
+  >>> lengths = ConstantLengths(4, 10**12)
+  >>> lengths[np.array([0, 10**11])].tolist(), lengths.sum(), lengths.mean()
+  ([4, 4], 4000000000000, 4.0)
+  """
+
+  def __init__(self, length: int, size: int) -> None:
+    if length < 1 or size < 0:
+      raise ValueError(f"lengths: a constant length >= 1 and a size >= 0 expected, got {length}, {size}")
+    self.length, self.size = int(length), int(size)
+    self.dtype = smallest_dtype(self.length)
+
+  def sum(self) -> int:
+    return self.length * self.size
+
+  def min(self) -> int:
+    return self.length
+
+  def max(self) -> int:
+    return self.length
+
+  def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    return np.full(self.size, self.length, dtype or self.dtype)
+
+  def __getitem__(self, index: Any) -> Any:
+    if isinstance(index, (int, np.integer)):
+      if not -self.size <= int(index) < self.size:
+        raise IndexError(f"lengths: index {int(index)} out of range [0, {self.size})")
+      return self.dtype.type(self.length)
+    index = np.asarray(index)
+    if index.size and (index.min() < 0 or index.max() >= self.size):
+      raise IndexError(f"lengths: an index out of range [0, {self.size})")
+    return np.full(index.shape, self.length, self.dtype)
+
+  def __repr__(self) -> str:
+    return f"ConstantLengths({self.size} records of {self.length})"
+
+
+def load_lengths_file(local_file: str | bytes, named: str, num_records: int, shard: str,
+                      what: str = "lengths index") -> np.ndarray:
+  """A shard's per-record .npy (memory-mapped from `local_file`, or parsed
+  from its bytes), checked to be 1-D integers with `num_records` entries;
+  errors name `named`."""
+  try:
+    if isinstance(local_file, bytes):
+      values = np.load(io.BytesIO(local_file), allow_pickle=False)
+    else:
+      values = np.load(local_file, mmap_mode="r", allow_pickle=False)
+  except (ValueError, EOFError, OSError) as e:  # a zero-byte or foreign file raises EOFError
+    raise DatasetError(f"{named}: not a readable .npy array ({str(e)[:200] or type(e).__name__})") from e
+  widest = 8 if what != "lengths index" else 4
+  if values.ndim != 1 or values.dtype.kind not in "iu" or values.dtype.itemsize > widest:
+    raise DatasetError(
+        f"{named}: {what} should be a 1-D array of integers of at most {8 * widest} bits, "
+        f"got shape {values.shape} dtype {values.dtype}"
+    )
+  if values.size != num_records:
+    raise DatasetError(f"{named}: {what} has {values.size} entries, shard {shard} has {num_records} records "
+                       "in manifest.json")
+  return values

@@ -27,7 +27,8 @@ from jaxdata.errors import DatasetError
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "MAX_MANIFEST_BYTES", "Manifest", "ShardInfo"]
 
-FORMAT_VERSION = 2  # 2: shards carry sample_sha256 (format 1 is still read)
+FORMAT_VERSION = 3  # 2: shards carry sample_sha256; 3: format and data_root (1 and 2 are still read)
+FORMATS = ("arrayrecord", "megatron", "flat")
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists shards: even 10^5 of them stay far below
 TOKEN_DTYPES = ("uint16", "uint32")
@@ -44,6 +45,7 @@ class ShardInfo:
   num_bytes: int
   sha256: str
   sample_sha256: str = ""  # fileutil.sample_sha256; empty in format 1 manifests
+  starts_path: str = ""  # megatron / flat: each document's first token (int64 .npy); "" for arrayrecord
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -59,12 +61,22 @@ class Manifest:
   shards: tuple[ShardInfo, ...]
   stats: dict[str, Any] = dataclasses.field(default_factory=dict)
   format_version: int = FORMAT_VERSION
+  format: str = "arrayrecord"
+  # megatron / flat: where the token files lie, "" for the manifest's own directory (their paths
+  # are relative to it); an absolute path or URL when the metadata was written elsewhere.
+  data_root: str = ""
 
   def __post_init__(self) -> None:
     if not self.name:
       raise ValueError("name: a dataset needs a non-empty name")
     if self.dtype not in TOKEN_DTYPES:
       raise ValueError(f"dtype: {self.dtype!r} is not one of {TOKEN_DTYPES}")
+    if self.format not in FORMATS:
+      raise ValueError(f"format: {self.format!r} is not one of {FORMATS}")
+    if self.format == "arrayrecord" and self.data_root:
+      raise ValueError("data_root: an arrayrecord dataset's shards lie beside its manifest")
+    if self.format != "arrayrecord" and any(not s.starts_path for s in self.shards):
+      raise ValueError(f"shards: every shard of a {self.format} dataset needs a starts_path")
 
   @property
   def num_records(self) -> int:
@@ -88,6 +100,8 @@ class Manifest:
             [s.path, s.num_records, s.num_tokens, s.sha256] for s in self.shards
         ],
     }
+    if self.format != "arrayrecord":  # unchanged for every dataset written before flat sources
+      content["format"] = self.format
     blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -102,6 +116,8 @@ class Manifest:
         "fingerprint": self.fingerprint,
         "shards": [s.to_json() for s in self.shards],
         "stats": self.stats,
+        "format": self.format,
+        "data_root": self.data_root,
     }
 
   def save(self, directory: str) -> str:
@@ -164,6 +180,8 @@ class Manifest:
               num_bytes=_field(entry, "num_bytes", int, where),
               sha256=_field(entry, "sha256", str, where),
               sample_sha256=_field(entry, "sample_sha256", str, where) if version >= 2 else "",
+              starts_path=_inside(_field(entry, "starts_path", str, where), f"{where}.starts_path")
+              if entry.get("starts_path", "") != "" else "",
           )
       )
     try:
@@ -174,6 +192,8 @@ class Manifest:
           shards=tuple(shards),
           stats=raw.get("stats", {}),
           format_version=version,
+          format=_field(raw, "format", str, source) if version >= 3 else "arrayrecord",
+          data_root=_field(raw, "data_root", str, source) if version >= 3 else "",
       )
     except ValueError as e:
       raise DatasetError(f"{source}: {e}") from e

@@ -24,10 +24,11 @@ import dataclasses
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.mixture.stream import DatasetMeta
+from jaxdata.mixture.stream import DatasetMeta, window_options
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.pipeline.steps import MAX_WINDOW_STEPS
 from jaxdata.sources.dataset import TokenDataset
+from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.remote import default_cache_options, is_remote
 
 __all__ = ["CacheNeeds", "DatasetCacheNeed", "cache_needs", "cache_warnings", "lru_fetched", "thrash_threshold"]
@@ -98,8 +99,9 @@ def thrash_threshold(windows: list[Window]) -> int:
 
 def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens: int) -> CacheNeeds:
   """Plans `windows` read windows of every host and measures what each dataset's windows touch."""
-  datasets = [TokenDataset(d.path, cache=default_cache_options(cfg.cache_dir, cfg.cache_bytes))
-              for d in cfg.datasets]
+  cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
+  datasets = [open_dataset(s.path, cache=cache, windows=window_options(s), expected_format=s.format)
+              for s in cfg.dataset_settings()]
   try:
     planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
     shard_bytes = [np.array([s.num_bytes for s in ds.manifest.shards], np.int64) for ds in datasets]
@@ -123,8 +125,9 @@ def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens
   finally:
     for ds in datasets:
       ds.close()
-  # The remote datasets; for a config with none, all of them (what they would need once uploaded).
-  remote = [is_remote(d.path) for d in cfg.datasets]
+  # The remote datasets that go through the shard cache (megatron / flat files are read by range,
+  # uncached); for a config with none, all of them (what they would need once uploaded).
+  remote = [is_remote(d.path) and isinstance(ds, TokenDataset) for d, ds in zip(cfg.datasets, datasets)]
   remote = remote if any(remote) else [True] * len(remote)
   window_bytes, thresholds = [], []
   for host_windows in open_windows:

@@ -37,6 +37,7 @@ __all__ = [
     "DatasetExposure",
     "ExposureTable",
     "StreamEnd",
+    "expected_unique_fraction",
     "exposure",
     "parse_tokens",
     "plan_run",
@@ -74,6 +75,7 @@ class DatasetExposure:
   processed_tokens: list[float]  # per phase
   passes: float  # over the whole run
   pass_completed_at_step: list[int]  # step at which pass k (1, 2, ...) completes
+  unique_seen: float | None = None  # windows drawn with replacement: expected fraction of U_d seen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,14 +196,50 @@ def plan_run(
   """What `jaxdata plan` shows: exposure over `tokens` tokens, or up to where
   the pass policies end the stream if that comes first, and the warnings."""
   metadata = load_metadata(cfg)
-  supply = {name: int(meta.lengths.sum()) for name, meta in metadata.items()}
+  supply = {name: meta.supply for name, meta in metadata.items()}
   end = simulate_end(cfg, metadata, -(-tokens // cfg.tokens_per_step))
   total = min(tokens, end.tokens, end.steps * cfg.tokens_per_step) if end is not None else tokens
   table = schedule_exposure(supply, cfg.schedule(), total, cfg.tokens_per_step, max_passes)
+  for settings in cfg.dataset_settings():
+    meta, row = metadata[settings.name], table.datasets[settings.name]
+    if meta.segments is not None:
+      draws = sum(row.processed_tokens) / settings.window
+      seen = expected_unique_fraction(meta.segments, settings.window, draws)
+      table.datasets[settings.name] = dataclasses.replace(row, unique_seen=seen)
   warnings = [*table.warnings, *stored_order_warnings(cfg, metadata)]
   if end is not None:
     warnings.insert(0, f"{end.describe()}, before the {tokens:,} tokens asked for; exposure is up to there")
   return table, end, warnings
+
+
+def expected_unique_fraction(segments: np.ndarray, window: int, draws: float) -> float:
+  """Expected fraction of the segments' tokens inside at least one of `draws`
+  windows of `window` + 1 tokens drawn uniformly over all starts.
+
+  In a segment of L tokens there are E = L - T starts; token j lies in the
+  windows starting in [max(0, j - T), min(j, E - 1)]. With K = min(T + 1, E),
+  two tokens are covered by exactly k starts for each k < K and the other
+  L - 2 (K - 1) by K, so with N starts in all, P(token unseen) = (1 - c / N)^draws::
+
+      c:  1 2 .. K-1  K  K  ...  K  K-1 .. 2 1        (L tokens)
+
+  >>> round(expected_unique_fraction(np.array([13]), 4, 0), 3), round(expected_unique_fraction(np.array([5]), 4, 1), 3)
+  (0.0, 1.0)
+  """
+  segments = np.asarray(segments, np.int64)
+  starts = segments - window
+  eligible = segments[starts > 0]
+  total_tokens = int(segments.sum())
+  starts_total = int(starts[starts > 0].sum())
+  if not total_tokens or not starts_total:
+    return 0.0
+  lengths, counts = np.unique(eligible, return_counts=True)
+  seen = 0.0
+  for length, count in zip(lengths.tolist(), counts.tolist()):
+    top = min(window + 1, length - window)
+    unseen = np.power(1 - np.arange(1, top + 1, dtype=np.float64) / starts_total, draws)
+    seen += count * (2 * float((1 - unseen[:-1]).sum()) + (length - 2 * (top - 1)) * (1 - float(unseen[-1])))
+  return seen / total_tokens
 
 
 def exposure(

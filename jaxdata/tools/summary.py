@@ -6,14 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.sources.dataset import TokenDataset
+from jaxdata.sources.opening import Dataset
 
 __all__ = ["LENGTH_PERCENTILES", "summarize"]
 
 LENGTH_PERCENTILES = (50, 90, 99)
 
 
-def summarize(dataset: TokenDataset) -> dict[str, Any]:
+def summarize(dataset: Dataset) -> dict[str, Any]:
   """Counts, length percentiles, dtype, tokenizer and skip counts, JSON-able."""
   lengths = dataset.lengths
   stats = dataset.manifest.stats
@@ -32,6 +32,7 @@ def summarize(dataset: TokenDataset) -> dict[str, Any]:
       "length_percentiles": dict(zip((f"p{p}" for p in LENGTH_PERCENTILES), percentiles)),
       "max_length": int(lengths.max()) if lengths.size else 0,
       "dtype": dataset.dtype.name,
+      "format": dataset.manifest.format,
       "tokenizer": dataset.manifest.tokenizer,
       "fingerprint": dataset.manifest.fingerprint,
       "skipped_empty": stats.get("skipped_empty", 0),

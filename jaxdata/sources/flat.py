@@ -1,0 +1,169 @@
+"""`FlatTokenDataset`: Megatron `.bin` files and flat token arrays, read in place.
+
+`jaxdata index --format megatron|flat` writes only small metadata: a
+manifest, and per token file the length and first token of every document
+(`.lengths.npy`, `.starts.npy`). Reads take token ranges straight from the
+files the other tool wrote::
+
+    read (shard, record) pairs  ->  starts[record], lengths[record]  (memory-mapped metadata)
+        local files              one gather per shard from np.memmap (the default: fastest here)
+        tensorstore (gs://, s3://, or local when asked)
+                                 sorted ranges, neighbours merged, one batched kvstore read each
+    -> RaggedTokens in request order (the same interface as `TokenDataset`)
+
+The metadata lies beside the token files, or in another directory whose
+manifest names them through `data_root` (for read-only corpora).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from jaxdata.errors import DatasetError
+from jaxdata.sources.dataset import RaggedTokens, ReadOptions
+from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, file_sha256, sample_sha256
+from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
+from jaxdata.sources.manifest import Manifest
+from jaxdata.sources.records import ShardedRecords
+from jaxdata.sources.token_files import KvTokenFiles, MappedTokenFiles, TokenFiles, kv_root, read_object
+from jaxdata.sources.stores import is_remote
+
+__all__ = ["FlatTokenDataset"]
+
+
+class FlatTokenDataset(ShardedRecords):
+  """A `megatron` or `flat` dataset; the reading interface of `TokenDataset`.
+
+  Opening checks every token file against the manifest (size, sampled
+  hash) and every metadata file's shape; each failure is a `DatasetError`
+  naming the file.
+  """
+
+  pass_records: int | None = None  # documents are not drawn with replacement (see WindowView)
+
+  def __init__(self, path: str, read_options: ReadOptions = ReadOptions(), manifest: Manifest | None = None) -> None:
+    self.path = os.fspath(path).rstrip("/")
+    self.read_options = read_options
+    self.remote = None  # no shard cache: ranges are read from the store directly
+    self.in_store = is_remote(self.path)
+    self.manifest = manifest or (Manifest.parse(read_object(self.path, "manifest.json"), f"{self.path}/manifest.json")
+                                 if self.in_store else Manifest.load(self.path))
+    if self.manifest.format == "arrayrecord":
+      raise DatasetError(f"{self.path}: an ArrayRecord dataset; open it with TokenDataset")
+    self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
+    root = self.manifest.data_root
+    self.data_root = self.path if not root else root if (os.path.isabs(root) or is_remote(root)) else None
+    if self.data_root is None:
+      raise DatasetError(f"{self.path}/manifest.json: data_root {root!r} must be empty, absolute or a gs:// or "
+                         "s3:// URL")
+    shards = self.manifest.shards
+    self._number_records([s.num_records for s in shards])
+    self.shard_tokens = np.array([s.num_tokens for s in shards], dtype=np.int64)
+    lengths, self.doc_starts = [], []
+    for shard in shards:
+      lengths.append(self._metadata(shard.lengths_path, shard.num_records, shard.path, "lengths index"))
+      self.doc_starts.append(self._metadata(shard.starts_path, shard.num_records, shard.path, "starts index"))
+    self.lengths = DocumentLengths(lengths)
+    for shard, total, starts in zip(shards, self.lengths.part_sums, self.doc_starts):
+      if total != shard.num_tokens or (starts.size and (int(starts[0]) != 0 or int(starts[-1]) >= total)):
+        raise DatasetError(f"{self._named(shard.lengths_path)}: lengths sum to {total} and starts run "
+                           f"{int(starts[0]) if starts.size else '-'}..; manifest.json lists {shard.num_tokens} "
+                           f"tokens for {shard.path}")
+    self.files = self._open_files(read_options)
+
+  def shard_path(self, shard: int) -> str:
+    return self._data(self.manifest.shards[shard].path)
+
+  def read(self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray) -> RaggedTokens:
+    """The documents at (shard_ids[i], record_ids[i]), in that order."""
+    shard_ids = np.asarray(shard_ids, dtype=np.int64).ravel()
+    record_ids = np.asarray(record_ids, dtype=np.int64).ravel()
+    if shard_ids.shape != record_ids.shape:
+      raise ValueError(f"read: {shard_ids.size} shard ids but {record_ids.size} record ids")
+    if shard_ids.size and ((shard_ids < 0) | (shard_ids >= self.num_shards)).any():
+      raise IndexError(f"{self.path}: shard id out of range [0, {self.num_shards})")
+    bad = np.flatnonzero((record_ids < 0) | (record_ids >= self.shard_num_records[shard_ids]))
+    if bad.size:
+      i = bad[0]
+      raise IndexError(f"{self.shard_path(shard_ids[i])}: record {record_ids[i]} out of range "
+                       f"[0, {self.shard_num_records[shard_ids[i]]})")
+    global_ids = self.global_index(shard_ids, record_ids)
+    counts = self.lengths[global_ids].astype(np.int64)
+    starts = np.empty(shard_ids.size, np.int64)
+    for shard in np.unique(shard_ids).tolist():  # one gather per shard touched
+      mine = shard_ids == shard
+      starts[mine] = self.doc_starts[shard][record_ids[mine]]
+    return self.read_spans(shard_ids, starts, counts)
+
+  def read_spans(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> RaggedTokens:
+    """Token ranges [starts[i], starts[i] + counts[i]) of shard shard_ids[i], in that order."""
+    shard_ids = np.asarray(shard_ids, np.int64)
+    starts, counts = np.asarray(starts, np.int64), np.asarray(counts, np.int64)
+    offsets = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if not counts.size:
+      return RaggedTokens(np.zeros(0, self.dtype), offsets)
+    bad = np.flatnonzero((starts < 0) | (counts < 0) | (starts + counts > self.shard_tokens[shard_ids]))
+    if bad.size:
+      i = bad[0]
+      raise DatasetError(f"{self.shard_path(shard_ids[i])}: tokens {starts[i]}..{starts[i] + counts[i]} lie past "
+                         f"its {self.shard_tokens[shard_ids[i]]} tokens (metadata of another file?)")
+    tokens = self.files.gather(shard_ids, starts, counts, offsets)
+    return RaggedTokens(tokens, offsets)
+
+  def verify(self) -> None:
+    """Deep check that reads everything: every token file's sha256 against the manifest."""
+    for shard_id, shard in enumerate(self.manifest.shards):
+      digest = self.files.sha256(shard_id)
+      if digest != shard.sha256:
+        raise DatasetError(f"{self.shard_path(shard_id)}: sha256 {digest[:12]}... differs from manifest.json "
+                           f"({shard.sha256[:12]}...); the file changed after it was indexed")
+
+  def close(self) -> None:
+    files, self.files = getattr(self, "files", None), None
+    if files is not None:
+      files.close()
+
+  def __repr__(self) -> str:
+    return (f"FlatTokenDataset({self.name!r}, format={self.manifest.format}, shards={self.num_shards}, "
+            f"records={self.num_records}, tokens={self.num_tokens}, dtype={self.dtype.name})")
+
+  # ------------------------------------------------------------- opening
+
+  def _named(self, relative: str) -> str:
+    return f"{self.path}/{relative}" if self.in_store else os.path.join(self.path, relative)
+
+  def _data(self, relative: str) -> str:
+    root = self.data_root
+    return f"{root.rstrip('/')}/{relative}" if is_remote(root) else os.path.join(root, relative)
+
+  def _metadata(self, relative: str, num_records: int, shard: str, what: str) -> np.ndarray:
+    named = self._named(relative)
+    if self.in_store:
+      local = read_object(self.path, relative)
+      return load_lengths_file(local, named, num_records, shard, what)
+    if not os.path.isfile(named):
+      raise DatasetError(f"{named}: {what} of {shard} is missing; rebuild it with `jaxdata index`")
+    return load_lengths_file(named, named, num_records, shard, what)
+
+  def _open_files(self, read_options: ReadOptions) -> TokenFiles:
+    paths = [self._data(s.path) for s in self.manifest.shards]
+    if is_remote(self.data_root) or read_options.flat_reader == "tensorstore":
+      files: TokenFiles = KvTokenFiles(kv_root(self.data_root), [s.path for s in self.manifest.shards], paths,
+                                       self.dtype, [s.num_bytes for s in self.manifest.shards])
+      for shard_id, shard in enumerate(self.manifest.shards):
+        files.check_sample(shard_id, shard.num_bytes, shard.sample_sha256, SAMPLE_BLOCKS, SAMPLE_BLOCK)
+      return files
+    for path, shard in zip(paths, self.manifest.shards):
+      if not os.path.isfile(path):
+        raise DatasetError(f"{path}: token file is missing (listed in manifest.json)")
+      size = os.path.getsize(path)
+      if size != shard.num_bytes:
+        raise DatasetError(f"{path}: {size} bytes on disk, manifest.json lists {shard.num_bytes} (truncated or "
+                           "replaced?)")
+      if sample_sha256(path) != shard.sample_sha256:
+        raise DatasetError(f"{path}: content differs from the file manifest.json lists (sampled hash; replaced?)")
+    return MappedTokenFiles(paths, self.dtype, [s.num_bytes for s in self.manifest.shards], file_sha256)

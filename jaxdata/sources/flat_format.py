@@ -1,0 +1,159 @@
+"""Document boundaries of token files that other tools wrote, found without copying tokens.
+
+Two layouts, both a flat run of little-endian token ids with documents one
+after another::
+
+    megatron   PREFIX.bin  tokens of every sequence, back to back
+               PREFIX.idx  b"MMIDIDX\\0\\0" | version u64 = 1 | dtype code u8 | sequences u64 | doc_idx entries u64
+                           | sizes int32[sequences] | pointers int64[sequences] (byte offsets into .bin)
+                           | doc_idx int64[documents + 1] (first sequence of each document, then the end)
+    flat       FILE        raw uint16 / uint32 ids (OLMo / Dolma style); a document ends with (and
+                           includes) each `eos_id`, or FILE.offsets.npy lists the document starts
+
+A document is the tokens of one Megatron document (its sequences, which
+must lie back to back) or one EOS-terminated run of a flat file; tokens
+after the last EOS form a final document. Every function returns the
+document lengths, checked to tile the token file exactly; problems are a
+`DatasetError` naming the file.
+
+>>> import tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "t.bin")
+>>> np.array([5, 6, 0, 7, 0, 8], np.uint16).tofile(path)
+>>> eos_lengths(path, np.dtype(np.uint16), eos_id=0).tolist()
+[3, 2, 1]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+from jaxdata.errors import DatasetError
+
+__all__ = ["MEGATRON_DTYPES", "MegatronIndex", "eos_lengths", "offsets_lengths", "read_megatron_index"]
+
+MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
+# Megatron's dtype codes; jaxdata reads the two that hold token ids (int32 ids are read as uint32:
+# the same bytes for every id below 2^31, and a negative id fails the vocabulary check).
+MEGATRON_DTYPES = {8: "uint16", 4: "uint32"}
+_MEGATRON_CODE_NAMES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64", 7: "float32",
+                        8: "uint16"}
+_HEADER = len(MEGATRON_MAGIC) + 8 + 1 + 8 + 8
+_SCAN_TOKENS = 1 << 24  # an EOS scan reads this many tokens at a time (bounded memory)
+
+
+@dataclasses.dataclass(frozen=True)
+class MegatronIndex:
+  """The parts of a `.idx` file jaxdata uses."""
+
+  dtype: str  # "uint16" or "uint32"
+  lengths: np.ndarray  # tokens per document (int64)
+
+
+def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
+  """Parses `idx_path` and checks it against `bin_path`'s size: sequences
+  back to back from byte 0, documents a partition of the sequences."""
+  if not os.path.isfile(idx_path):
+    raise DatasetError(f"{idx_path}: Megatron index file is missing")
+  if not os.path.isfile(bin_path):
+    raise DatasetError(f"{bin_path}: Megatron token file is missing (the .idx names no other)")
+  size = os.path.getsize(idx_path)
+  with open(idx_path, "rb") as f:
+    header = f.read(_HEADER)
+  if len(header) < _HEADER or not header.startswith(MEGATRON_MAGIC):
+    raise DatasetError(f"{idx_path}: not a Megatron index (no MMIDIDX header)")
+  at = len(MEGATRON_MAGIC)
+  version = int.from_bytes(header[at : at + 8], "little")
+  code = header[at + 8]
+  sequences = int.from_bytes(header[at + 9 : at + 17], "little")
+  doc_entries = int.from_bytes(header[at + 17 : at + 25], "little")
+  if version != 1:
+    raise DatasetError(f"{idx_path}: index version {version}; jaxdata reads version 1")
+  if code not in MEGATRON_DTYPES:
+    name = _MEGATRON_CODE_NAMES.get(code, "unknown")
+    raise DatasetError(f"{idx_path}: dtype code {code} ({name}) is not a token type jaxdata reads "
+                       "(code 8 = uint16 or 4 = int32)")
+  dtype = MEGATRON_DTYPES[code]
+  itemsize = np.dtype(dtype).itemsize
+  needed = _HEADER + 4 * sequences + 8 * sequences + 8 * doc_entries
+  if size < needed or doc_entries < 1:
+    raise DatasetError(f"{idx_path}: {size} bytes, but its header promises {sequences} sequences and "
+                       f"{doc_entries} document index entries ({needed} bytes); truncated?")
+  mapped = np.memmap(idx_path, np.uint8, "r")
+  sizes = np.frombuffer(mapped, "<i4", sequences, _HEADER).astype(np.int64)
+  pointers = np.frombuffer(mapped, "<i8", sequences, _HEADER + 4 * sequences)
+  doc_idx = np.frombuffer(mapped, "<i8", doc_entries, _HEADER + 12 * sequences)
+  bin_size = os.path.getsize(bin_path)
+  if (sizes < 0).any():
+    raise DatasetError(f"{idx_path}: a negative sequence size (sequence {int(np.flatnonzero(sizes < 0)[0])})")
+  ends = np.cumsum(sizes) * itemsize
+  expected = ends - sizes * itemsize
+  off = np.flatnonzero(pointers != expected)
+  if off.size:
+    i = int(off[0])
+    raise DatasetError(f"{idx_path}: sequence {i} starts at byte {int(pointers[i])} of {bin_path}, not "
+                       f"{int(expected[i])} right after the one before; jaxdata reads sequences stored back to back")
+  total = int(ends[-1]) if sequences else 0
+  if total != bin_size:
+    raise DatasetError(f"{idx_path}: its sequence sizes add up to {total} bytes of {dtype}, but {bin_path} "
+                       f"has {bin_size} bytes (truncated .bin, or .idx of another file?)")
+  if doc_idx[0] != 0 or doc_idx[-1] != sequences or (np.diff(doc_idx) <= 0).any():
+    raise DatasetError(f"{idx_path}: document index must rise strictly from 0 to {sequences} (the sequence "
+                       f"count); got {doc_idx[:3].tolist()}...{doc_idx[-2:].tolist()}")
+  starts = np.concatenate([[0], np.cumsum(sizes)])
+  lengths = np.diff(starts[doc_idx])
+  _check_nonempty(lengths, idx_path)
+  return MegatronIndex(dtype, lengths)
+
+
+def eos_lengths(path: str, dtype: np.dtype, eos_id: int) -> np.ndarray:
+  """Document lengths of a flat token file split after every `eos_id`."""
+  count = _token_count(path, dtype)
+  ids = np.memmap(path, dtype.newbyteorder("<"), "r", shape=(count,)) if count else np.zeros(0, dtype)
+  ends = [np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == eos_id) + begin + 1
+          for begin in range(0, count, _SCAN_TOKENS)]
+  ends = np.concatenate(ends + [np.zeros(0, np.int64)]).astype(np.int64)
+  if not ends.size or ends[-1] != count:
+    ends = np.append(ends, count)  # tokens after the last EOS: one more document
+  lengths = np.diff(np.concatenate([[0], ends]))
+  _check_nonempty(lengths, path)
+  return lengths
+
+
+def offsets_lengths(path: str, dtype: np.dtype, offsets_path: str) -> np.ndarray:
+  """Document lengths of a flat token file from its document start offsets
+  (an .npy of integers: 0, then each later document's first token)."""
+  count = _token_count(path, dtype)
+  try:
+    offsets = np.load(offsets_path, allow_pickle=False)
+  except (OSError, ValueError, EOFError) as e:
+    raise DatasetError(f"{offsets_path}: not a readable .npy array of document offsets ({str(e)[:200]})") from e
+  if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or not offsets.size or offsets[0] != 0:
+    raise DatasetError(f"{offsets_path}: document offsets must be a 1-D integer array starting at 0")
+  bounds = np.append(offsets.astype(np.int64), count)
+  if (np.diff(bounds) <= 0).any():
+    bad = int(np.flatnonzero(np.diff(bounds) <= 0)[0])
+    raise DatasetError(f"{offsets_path}: offsets must rise strictly and stay below the {count} tokens of "
+                       f"{path}; entry {bad} is {int(bounds[bad])}, then {int(bounds[bad + 1])}")
+  return np.diff(bounds)
+
+
+def _token_count(path: str, dtype: np.dtype) -> int:
+  if not os.path.isfile(path):
+    raise DatasetError(f"{path}: token file is missing")
+  size = os.path.getsize(path)
+  if size % dtype.itemsize:
+    raise DatasetError(f"{path}: {size} bytes is not a whole number of {dtype.name} tokens (wrong --dtype?)")
+  if not size:
+    raise DatasetError(f"{path}: empty token file")
+  return size // dtype.itemsize
+
+
+def _check_nonempty(lengths: np.ndarray, path: str) -> None:
+  if not lengths.size:
+    raise DatasetError(f"{path}: holds no documents")
+  empty = np.flatnonzero(lengths == 0)
+  if empty.size:
+    raise DatasetError(f"{path}: document {int(empty[0])} has no tokens; every document needs at least one")

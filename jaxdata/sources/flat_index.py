@@ -1,0 +1,146 @@
+"""`build_flat_index`: jaxdata metadata for Megatron and flat token files, tokens left in place.
+
+Per token file it writes two small arrays and, last, one manifest::
+
+    OUT/manifest.json            format megatron|flat, dtype, data_root, per file: size, sha256, counts
+    OUT/<stem>.lengths.npy       uint32 tokens of every document
+    OUT/<stem>.starts.npy        int64 first token of every document
+
+OUT defaults to the token files' directory (`data_root` stays empty and
+the directory moves as a whole). Another OUT, for a corpus that must stay
+read-only, records the files' directory as `data_root`, or the URL given
+(files to be read from a bucket). The token files are read once: for
+their sha256, and for the EOS scan of a flat file.
+
+>>> import tempfile
+>>> root = tempfile.mkdtemp()
+>>> np.array([5, 6, 0, 7, 0], np.uint16).tofile(os.path.join(root, "part0.bin"))
+>>> m = build_flat_index("flat", [os.path.join(root, "part0.bin")], dtype="uint16", eos_id=0)
+>>> m.format, m.num_records, m.num_tokens, m.data_root
+('flat', 2, 5, '')
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jaxdata.errors import DatasetError
+from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
+from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from jaxdata.sources.stores import is_remote
+from jaxdata.sources.writer import LENGTHS_DTYPE
+
+__all__ = ["FLAT_FORMATS", "OFFSETS_SUFFIX", "build_flat_index"]
+
+FLAT_FORMATS = ("megatron", "flat")
+OFFSETS_SUFFIX = ".offsets.npy"  # beside a flat token file: its document starts
+
+
+def _token_path(fmt: str, given: str) -> str:
+  """The token file an input names (a Megatron prefix, .bin or .idx: the .bin)."""
+  if fmt == "megatron":
+    stem = given[:-4] if given.endswith((".bin", ".idx")) else given
+    return os.path.abspath(stem + ".bin")
+  return os.path.abspath(given)
+
+
+def _document_lengths(fmt: str, path: str, dtype: str | None, eos_id: int | None, offsets: bool) -> tuple[str, np.ndarray]:
+  if fmt == "megatron":
+    index = read_megatron_index(path[:-4] + ".idx", path)
+    if dtype is not None and dtype != index.dtype:
+      raise DatasetError(f"{path[:-4]}.idx: holds {index.dtype} tokens, --dtype says {dtype}")
+    return index.dtype, index.lengths
+  if dtype is None:
+    raise ValueError("dtype: a flat token file does not say its dtype; give uint16 or uint32")
+  np_dtype = np.dtype(dtype)
+  if offsets:
+    return dtype, offsets_lengths(path, np_dtype, path + OFFSETS_SUFFIX)
+  if eos_id is not None:
+    return dtype, eos_lengths(path, np_dtype, eos_id)
+  size = os.path.getsize(path) if os.path.isfile(path) else -1
+  if size <= 0 or size % np_dtype.itemsize:
+    raise DatasetError(f"{path}: missing, empty or not a whole number of {dtype} tokens")
+  return dtype, np.array([size // np_dtype.itemsize], np.int64)  # no boundaries: the file is one document
+
+
+def build_flat_index(
+    fmt: str,
+    inputs: Sequence[str],
+    out_dir: str | None = None,
+    dtype: str | None = None,
+    eos_id: int | None = None,
+    offsets: bool = False,
+    name: str | None = None,
+    tokenizer: dict[str, Any] | None = None,
+    data_root: str | None = None,
+    on_file: Callable[[str], None] | None = None,
+) -> Manifest:
+  """Indexes `inputs` (Megatron prefixes, or flat token files) into `out_dir`.
+
+  Flat files split into documents after each `eos_id`, at the starts in
+  ``FILE.offsets.npy`` (`offsets`), or not at all. Raises `DatasetError`
+  naming the file for anything that does not add up, `FileExistsError` if
+  `out_dir` already has a manifest; nothing is left behind on an error.
+  """
+  if fmt not in FLAT_FORMATS:
+    raise ValueError(f"format: {fmt!r} is not one of {FLAT_FORMATS}")
+  if not inputs:
+    raise ValueError("inputs: give at least one token file")
+  if dtype is not None and np.dtype(dtype).name not in ("uint16", "uint32"):
+    raise ValueError(f"dtype: {dtype!r} is not uint16 or uint32")
+  if eos_id is not None and offsets:
+    raise ValueError("eos_id: give an EOS id or offsets files, not both")
+  paths = [_token_path(fmt, p) for p in inputs]
+  stems = [os.path.basename(p)[:-4] if p.endswith(".bin") else os.path.basename(p) for p in paths]
+  if len(set(stems)) < len(stems):
+    raise ValueError("inputs: two token files share a name; index each directory on its own")
+  files_dir = os.path.commonpath([os.path.dirname(p) for p in paths])
+  out_dir = os.path.abspath(out_dir or files_dir)
+  inside = all(os.path.commonpath([out_dir, p]) == out_dir for p in paths)
+  root_dir = out_dir if inside and data_root is None else files_dir
+  if data_root is None:
+    data_root = "" if inside else root_dir
+  elif not (os.path.isabs(data_root) or is_remote(data_root)):
+    raise ValueError(f"data_root: {data_root!r} must be an absolute path or a gs:// or s3:// URL")
+  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
+    raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}")
+  name = check_name(name or os.path.basename(out_dir), "name")
+  # Every file is checked before anything is written.
+  found = [_document_lengths(fmt, p, dtype, eos_id, offsets) for p in paths]
+  dtypes = {d for d, _ in found}
+  if len(dtypes) > 1:
+    raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
+  for path, (_, lengths) in zip(paths, found):
+    if int(lengths.max()) >= 1 << 32:
+      raise DatasetError(f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
+                         "boundaries (eos_id or offsets)")
+  os.makedirs(out_dir, exist_ok=True)
+  shards, written = [], []
+  try:
+    for path, stem, (_, lengths) in zip(paths, stems, found):
+      lengths_name, starts_name = f"{stem}.lengths.npy", f"{stem}.starts.npy"
+      for file_name, values in ((lengths_name, lengths.astype(LENGTHS_DTYPE)),
+                                (starts_name, np.cumsum(lengths) - lengths)):
+        np.save(os.path.join(out_dir, file_name), values.astype(values.dtype, copy=False))
+        written.append(os.path.join(out_dir, file_name))
+      shards.append(ShardInfo(
+          path=os.path.relpath(path, root_dir), lengths_path=lengths_name, starts_path=starts_name,
+          num_records=int(lengths.size), num_tokens=int(lengths.sum()), num_bytes=os.path.getsize(path),
+          sha256=file_sha256(path), sample_sha256=sample_sha256(path),
+      ))
+      if on_file is not None:
+        on_file(path)
+    manifest = Manifest(
+        name=name, dtype=dtypes.pop(), tokenizer=tokenizer or {"kind": "unknown"}, shards=tuple(shards),
+        stats={"indexed_by": f"jaxdata index --format {fmt}"}, format=fmt, data_root=data_root,
+    )
+    manifest.save(out_dir)
+  except BaseException:
+    for file_name in written:  # remove what this call wrote, nothing else
+      os.remove(file_name)
+    raise
+  return manifest

@@ -1,0 +1,85 @@
+"""`ShardedRecords`: what every dataset reader shares, records numbered across shards.
+
+::
+
+    shard_num_records  [3, 2, 4]          record_starts  [0, 3, 5, 9]
+    global record 6  ->  shard 2, record 1          (locate; global_index is the inverse)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from jaxdata.sources.manifest import Manifest
+
+__all__ = ["ShardedRecords", "check_range"]
+
+
+def check_range(values: np.ndarray, upper: int, what: str, where: str) -> None:
+  """IndexError naming `where` if a value lies outside [0, upper)."""
+  bad = np.flatnonzero((values < 0) | (values >= upper))
+  if bad.size:
+    raise IndexError(f"{where}: {what} {values[bad[0]]} out of range [0, {upper})")
+
+
+class ShardedRecords:
+  """Numbering of records across shards, and the names every reader has.
+
+  Subclasses set `path`, `manifest`, `shard_num_records` (and through
+  `_number_records`, `record_starts`) and implement `read` and `close`.
+  """
+
+  path: str
+  manifest: Manifest
+  shard_num_records: np.ndarray
+  record_starts: np.ndarray
+  what = "record"  # how errors name one record
+
+  def _number_records(self, counts: Sequence[int] | np.ndarray) -> None:
+    self.shard_num_records = np.asarray(counts, dtype=np.int64)
+    # record_starts[s] = global index of shard s's first record.
+    self.record_starts = np.concatenate([[0], np.cumsum(self.shard_num_records)])
+
+  @property
+  def name(self) -> str:
+    return self.manifest.name
+
+  @property
+  def num_shards(self) -> int:
+    return len(self.manifest.shards)
+
+  @property
+  def num_records(self) -> int:
+    return int(self.record_starts[-1])
+
+  @property
+  def num_tokens(self) -> int:
+    return self.manifest.num_tokens
+
+  def global_index(self, shard_ids: np.ndarray, record_ids: np.ndarray) -> np.ndarray:
+    return self.record_starts[np.asarray(shard_ids)] + np.asarray(record_ids)
+
+  def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Global record indices -> (shard ids, record ids within the shard)."""
+    indices = np.asarray(indices, dtype=np.int64)
+    check_range(indices, self.num_records, f"{self.what} index", self.path)
+    shard_ids = np.searchsorted(self.record_starts, indices, side="right") - 1
+    return shard_ids, indices - self.record_starts[shard_ids]
+
+  def read_global(self, indices: Sequence[int] | np.ndarray) -> Any:
+    """Reads records by global index (shards concatenated in manifest order)."""
+    return self.read(*self.locate(np.asarray(indices, dtype=np.int64).ravel()))
+
+  def read(self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray) -> Any:
+    raise NotImplementedError
+
+  def close(self) -> None:
+    raise NotImplementedError
+
+  def __enter__(self) -> Any:
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    self.close()

@@ -1,0 +1,212 @@
+"""Token ranges out of flat token files: memory maps locally, tensorstore kvstores anywhere.
+
+Both gather many ranges into one array in request order::
+
+    MappedTokenFiles   per shard touched: one fancy-index gather from its np.memmap
+    KvTokenFiles       ranges sorted per shard, neighbours closer than MERGE_GAP bytes merged,
+                       one kvstore read per merged range, all issued at once in a tensorstore
+                       Batch (retried by tensorstore, then a DatasetError naming the file),
+                       then one gather out of the fetched bytes
+
+tensorstore is imported when a kvstore is first opened: `import jaxdata` stays light.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import importlib
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jaxdata.errors import DatasetError
+from jaxdata.sources.stores import RemotePath, is_remote
+
+__all__ = ["KvTokenFiles", "MERGE_GAP", "MappedTokenFiles", "TokenFiles", "kv_root", "ranges_index", "read_object"]
+
+MERGE_GAP = 64 << 10  # ranges of one file closer than this are fetched as one request
+_HASH_CHUNK = 16 << 20
+_RETRIES = {"max_retries": 4, "initial_delay": "0.25s", "max_delay": "2s"}
+
+
+def _tensorstore() -> Any:
+  return importlib.import_module("tensorstore")
+
+
+def kv_root(root: str) -> dict[str, Any]:
+  """The tensorstore kvstore spec of a directory or gs:// / s3:// prefix.
+
+  S3 endpoints and regions come from AWS_ENDPOINT_URL and AWS_DEFAULT_REGION
+  (or AWS_REGION) when set, as for boto3; a GCS emulator from
+  TENSORSTORE_GCS_HTTP_URL (tensorstore's own variable), which defaults to
+  STORAGE_EMULATOR_HOST (google-cloud-storage's).
+  """
+  if not is_remote(root):
+    return {"driver": "file", "path": os.path.abspath(root) + "/"}
+  location = RemotePath.parse(root)
+  path = location.prefix + "/" if location.prefix else ""
+  if location.scheme == "gs":
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+      os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", os.environ["STORAGE_EMULATOR_HOST"])
+    return {"driver": "gcs", "bucket": location.bucket, "path": path}
+  spec: dict[str, Any] = {"driver": "s3", "bucket": location.bucket, "path": path}
+  if os.environ.get("AWS_ENDPOINT_URL"):
+    spec["endpoint"] = os.environ["AWS_ENDPOINT_URL"]
+  region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+  if region:
+    spec["aws_region"] = region
+  return spec
+
+
+def _open_kvstore(spec: dict[str, Any]) -> Any:
+  ts = _tensorstore()
+  context = ts.Context({"gcs_request_retries": _RETRIES, "s3_request_retries": _RETRIES})
+  return ts.KvStore.open(spec, context=context).result()
+
+
+def _read(store: Any, key: str, named: str, byte_range: slice | None = None, batch: Any = None) -> Any:
+  """A kvstore read's future (`batch` given) or its bytes; failures name `named`."""
+  try:
+    future = store.read(key, byte_range=byte_range, batch=batch)
+  except ValueError as e:
+    raise DatasetError(f"{named}: read failed ({str(e)[:300]})") from e
+  return future if batch is not None else _value(future, named)
+
+
+def _value(future: Any, named: str) -> bytes:
+  try:
+    result = future.result()
+  except (ValueError, OSError) as e:  # tensorstore reports store errors as ValueError (status text)
+    if str(e).startswith("OUT_OF_RANGE"):
+      raise DatasetError(f"{named}: shorter than manifest.json says (truncated or replaced?): {str(e)[:200]}") from e
+    raise DatasetError(f"{named}: read failed after retries ({str(e)[:300]})") from e
+  if result.state != "value":
+    raise DatasetError(f"{named}: object is missing")
+  return result.value
+
+
+def read_object(root: str, relative: str) -> bytes:
+  """The whole object `relative` under `root` (small metadata files)."""
+  return _read(_open_kvstore(kv_root(root)), relative, f"{root.rstrip('/')}/{relative}")
+
+
+class TokenFiles(abc.ABC):
+  """Per shard, a file of little-endian token ids."""
+
+  @abc.abstractmethod
+  def gather(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Tokens of every range, concatenated in request order (`offsets`: their cumulative counts)."""
+
+  @abc.abstractmethod
+  def sha256(self, shard: int) -> str:
+    """Hex sha256 of a whole file (reads it all)."""
+
+  def close(self) -> None:
+    pass
+
+
+def ranges_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+  """Every index of the ranges [starts[i], starts[i] + counts[i]), in order,
+  without a Python loop.
+
+  >>> ranges_index(np.array([10, 3]), np.array([2, 3])).tolist()
+  [10, 11, 3, 4, 5]
+  """
+  counts = np.asarray(counts, np.int64)
+  firsts = np.cumsum(counts) - counts
+  index = np.repeat(np.asarray(starts, np.int64) - firsts, counts)
+  index += np.arange(index.size, dtype=np.int64)
+  return index
+
+
+class MappedTokenFiles(TokenFiles):
+  """Local files through np.memmap: a gather per shard, no copy of the file."""
+
+  def __init__(self, paths: Sequence[str], dtype: np.dtype, sizes: Sequence[int],
+               hasher: Callable[[str], str]) -> None:
+    self.paths = list(paths)
+    self.maps = [np.memmap(p, dtype, "r", shape=(size // dtype.itemsize,)) for p, size in zip(paths, sizes)]
+    self.dtype = dtype
+    self.hasher = hasher
+
+  def gather(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    shards = np.unique(shard_ids).tolist()
+    if counts.size and (counts == counts[0]).all():  # windows: one [ranges, width] gather per shard
+      width = np.arange(int(counts[0]))
+      if len(shards) == 1:
+        return self.maps[shards[0]][starts[:, None] + width].reshape(-1)
+      rows = np.empty((counts.size, width.size), self.dtype)
+      for shard in shards:
+        mine = shard_ids == shard
+        rows[mine] = self.maps[shard][starts[mine][:, None] + width]
+      return rows.reshape(-1)
+    if len(shards) == 1:
+      return self.maps[shards[0]][ranges_index(starts, counts)]
+    out = np.empty(int(offsets[-1]), self.dtype)
+    for shard in shards:
+      mine = np.flatnonzero(shard_ids == shard)
+      out[ranges_index(offsets[mine], counts[mine])] = self.maps[shard][ranges_index(starts[mine], counts[mine])]
+    return out
+
+  def sha256(self, shard: int) -> str:
+    return self.hasher(self.paths[shard])
+
+  def close(self) -> None:
+    self.maps = []
+
+
+class KvTokenFiles(TokenFiles):
+  """Files under a tensorstore kvstore (file, gcs or s3 driver)."""
+
+  def __init__(self, spec: dict[str, Any], keys: Sequence[str], named: Sequence[str], dtype: np.dtype,
+               sizes: Sequence[int]) -> None:
+    self.store = _open_kvstore(spec)
+    self.keys, self.named, self.dtype, self.sizes = list(keys), list(named), dtype, list(sizes)
+
+  def check_sample(self, shard: int, num_bytes: int, expected: str, blocks: int, block: int) -> None:
+    """The file's sampled hash (`fileutil.sample_sha256`, by range reads) against the manifest's."""
+    ts = _tensorstore()
+    last = max(num_bytes - block, 0)
+    with ts.Batch() as batch:
+      futures = [_read(self.store, self.keys[shard], self.named[shard],
+                       slice(last * i // (blocks - 1), min(last * i // (blocks - 1) + block, num_bytes)), batch)
+                 for i in range(blocks)]
+    digest = hashlib.sha256(str(num_bytes).encode())
+    for future in futures:
+      digest.update(_value(future, self.named[shard]))
+    if digest.hexdigest() != expected:
+      raise DatasetError(f"{self.named[shard]}: content differs from the file manifest.json lists (sampled hash; "
+                         "replaced, truncated or resized?)")
+
+  def gather(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    item = self.dtype.itemsize
+    order = np.lexsort((starts, shard_ids))
+    s_shard, s_start, s_end = shard_ids[order], starts[order], starts[order] + counts[order]
+    # A merged request begins where the shard changes or the gap to the furthest end so far is large.
+    reach = np.maximum.accumulate(s_end)  # within a shard, since shards are sorted and ends only grow
+    new = np.ones(order.size, bool)
+    new[1:] = (s_shard[1:] != s_shard[:-1]) | (s_start[1:] - reach[:-1] > MERGE_GAP // item)
+    first = np.flatnonzero(new)
+    request_end = np.maximum.reduceat(s_end, first)
+    request_shard, request_start = s_shard[first], s_start[first]
+    ts = _tensorstore()
+    with ts.Batch() as batch:
+      futures = [_read(self.store, self.keys[shard], self.named[shard], slice(begin * item, end * item), batch)
+                 for shard, begin, end in zip(request_shard.tolist(), request_start.tolist(), request_end.tolist())]
+    fetched = np.frombuffer(b"".join(_value(f, self.named[s]) for f, s in zip(futures, request_shard.tolist())),
+                            self.dtype)
+    # Where each range starts in `fetched`: its request's base + its offset inside the request.
+    request_base = np.cumsum(request_end - request_start) - (request_end - request_start)
+    owner = np.cumsum(new) - 1
+    source = np.empty(order.size, np.int64)
+    source[order] = request_base[owner] + s_start - request_start[owner]
+    return fetched[ranges_index(source, counts)]
+
+  def sha256(self, shard: int) -> str:
+    digest = hashlib.sha256()
+    for at in range(0, self.sizes[shard], _HASH_CHUNK):
+      digest.update(_read(self.store, self.keys[shard], self.named[shard],
+                          slice(at, min(at + _HASH_CHUNK, self.sizes[shard]))))
+    return digest.hexdigest()

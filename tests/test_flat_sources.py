@@ -1,0 +1,220 @@
+"""Megatron and flat token files read in place: round trips, metadata only, errors that name the file,
+and documents from them in a pipeline like any other dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from jaxdata import DatasetError, Pipeline, PipelineConfig
+from jaxdata.sources.dataset import ReadOptions
+from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.windows import WindowOptions
+from checkpoint_property import assert_restores_exactly
+from flat_fixtures import random_documents, write_flat, write_megatron
+from pipeline_fixtures import digest
+
+EOS = 0
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[list[int]]:
+  return random_documents(np.random.default_rng(3), 300, eos_id=EOS)
+
+
+def megatron_corpus(directory, documents, dtype=np.dtype(np.uint16)) -> list[str]:
+  """Two .bin/.idx pairs; documents of more than 3 tokens are stored as two sequences."""
+  os.makedirs(directory, exist_ok=True)
+  as_sequences = [[d[: len(d) // 2], d[len(d) // 2 :]] if len(d) > 3 else [d] for d in documents]
+  prefixes = [os.path.join(directory, f"part{i}") for i in range(2)]
+  write_megatron(prefixes[0], as_sequences[:170], dtype)
+  write_megatron(prefixes[1], as_sequences[170:], dtype)
+  return prefixes
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.uint16), np.dtype(np.int32)])
+@pytest.mark.parametrize("reader", ["mmap", "tensorstore"])
+def test_every_megatron_document_reads_back_byte_identical(tmp_path, documents, dtype, reader):
+  prefixes = megatron_corpus(tmp_path / "meg", documents, dtype)
+  manifest = build_flat_index("megatron", [prefixes[0] + ".idx", prefixes[1]])
+  assert (manifest.num_records, manifest.dtype) == (len(documents), "uint16" if dtype == np.uint16 else "uint32")
+  order = np.random.default_rng(0).permutation(len(documents))
+  with open_dataset(str(tmp_path / "meg"), ReadOptions(flat_reader=reader)) as dataset:
+    got = dataset.read_global(order).to_list()
+    dataset.verify()
+  assert [g.tolist() for g in got] == [documents[i] for i in order]
+
+
+@pytest.mark.parametrize("boundaries", ["eos", "offsets"])
+def test_every_flat_document_reads_back_byte_identical(tmp_path, documents, boundaries):
+  corpus = tmp_path / "corpus"
+  write_flat(str(corpus / "a.bin"), documents[:100], np.uint32)
+  write_flat(str(corpus / "b.bin"), documents[100:], np.uint32)
+  if boundaries == "offsets":
+    for name, part in (("a.bin", documents[:100]), ("b.bin", documents[100:])):
+      lengths = np.array([len(d) for d in part])
+      np.save(corpus / f"{name}.offsets.npy", np.cumsum(lengths) - lengths)
+  build_flat_index("flat", [str(corpus / "a.bin"), str(corpus / "b.bin")], dtype="uint32",
+                   eos_id=EOS if boundaries == "eos" else None, offsets=boundaries == "offsets")
+  order = np.random.default_rng(1).permutation(len(documents))
+  with open_dataset(str(corpus)) as dataset:
+    assert dataset.read_global(order).to_list().__len__() == len(documents)
+    assert [g.tolist() for g in dataset.read_global(order).to_list()] == [documents[i] for i in order]
+
+
+def test_index_writes_only_metadata_and_can_live_elsewhere(tmp_path, documents):
+  """A read-only corpus keeps its files; the metadata directory names them through data_root."""
+  corpus = tmp_path / "corpus"
+  write_flat(str(corpus / "a.bin"), documents, np.uint16)
+  before = {p: os.path.getsize(corpus / p) for p in os.listdir(corpus)}
+  meta = tmp_path / "meta"
+  manifest = build_flat_index("flat", [str(corpus / "a.bin")], out_dir=str(meta), dtype="uint16", eos_id=EOS)
+  assert {p: os.path.getsize(corpus / p) for p in os.listdir(corpus)} == before  # nothing added or changed
+  assert sorted(os.listdir(meta)) == ["a.lengths.npy", "a.starts.npy", "manifest.json"]
+  # 4 bytes of lengths + 8 of starts per document (+ .npy headers): no tokens copied.
+  assert sum(os.path.getsize(meta / p) for p in os.listdir(meta) if p.endswith(".npy")) < 12 * len(documents) + 512
+  assert manifest.data_root == str(corpus)
+  with open_dataset(str(meta)) as dataset:
+    assert [d.tolist() for d in dataset.read_global(np.arange(len(documents))).to_list()] == documents
+
+
+def test_flat_and_megatron_documents_mix_shuffle_pack_and_resume_at_every_step(tmp_path, documents):
+  write_flat(str(tmp_path / "flat" / "a.bin"), documents[:150], np.uint16)
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=EOS)
+  megatron_corpus(tmp_path / "meg", documents[150:] * 2)
+  build_flat_index("megatron", [str(tmp_path / "meg" / "part0"), str(tmp_path / "meg" / "part1")])
+  cfg = PipelineConfig.from_dict({
+      "seed": 5, "datasets": [{"name": "olmo", "path": str(tmp_path / "flat"), "format": "flat"},
+                              {"name": "meg", "path": str(tmp_path / "meg"), "shuffle_block_size": 16}],
+      "mixture": {"weights": {"olmo": 0.6, "meg": 0.4}}, "shuffle_block_size": "global",
+      "exhausted_policy": "repeat", "packing": {"mode": "best_fit", "seq_len": 32}, "batch": {"global_batch_size": 4},
+  })
+
+  def advance(pipe: Pipeline, n: int) -> list[tuple]:
+    return [digest(next(pipe)) for _ in range(n)]
+
+  assert_restores_exactly(lambda: Pipeline(cfg, prefetch=0), advance, total=12, stops=range(12))
+  # Every non-pad token of a row is a document's token, in order: rebuild each row's segments.
+  by_first = {}
+  for d in documents:
+    by_first.setdefault(d[0], []).append(d)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    fingerprint = pipe.get_state()["fingerprint"]
+    batch = next(pipe)
+  for name, path in (("olmo", tmp_path / "flat"), ("meg", tmp_path / "meg")):
+    with open_dataset(str(path)) as dataset:  # the checkpoint fingerprint names each manifest's content
+      assert fingerprint["content"][name] == dataset.manifest.fingerprint[:12]
+  tokens, segments = np.asarray(batch["tokens"]), np.asarray(batch["segment_ids"])
+  for row in range(tokens.shape[0]):
+    for segment in set(segments[row].tolist()) - {0}:
+      piece = tokens[row][segments[row] == segment].tolist()
+      assert any(piece == d[o : o + len(piece)] for ds in by_first.values() for d in ds for o in range(len(d)))
+
+
+def test_the_format_a_config_names_must_match_the_manifest(tmp_path, documents):
+  write_flat(str(tmp_path / "flat" / "a.bin"), documents, np.uint16)
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=EOS)
+  cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": str(tmp_path / "flat"), "format": "megatron"}],
+                                  "mixture": {"weights": {"a": 1}}, "packing": {"seq_len": 16}})
+  with pytest.raises(DatasetError, match=r"flat: the config says format megatron, its manifest\.json says flat"):
+    Pipeline(cfg)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_idx_sizes_that_disagree_with_the_bin_length_are_named(tmp_path, documents):
+  prefixes = megatron_corpus(tmp_path, documents)
+  with open(prefixes[0] + ".bin", "ab") as f:
+    f.write(b"\x00\x00")
+  with pytest.raises(DatasetError, match=r"part0\.idx: its sequence sizes add up to \d+ bytes of uint16, but "
+                                         r".*part0\.bin has \d+ bytes"):
+    build_flat_index("megatron", prefixes)
+  assert not os.path.exists(tmp_path / "manifest.json")
+
+
+def test_a_bin_truncated_after_indexing_is_named_when_opened(tmp_path, documents):
+  prefixes = megatron_corpus(tmp_path, documents)
+  build_flat_index("megatron", prefixes)
+  size = os.path.getsize(prefixes[1] + ".bin")
+  os.truncate(prefixes[1] + ".bin", size - 6)
+  with pytest.raises(DatasetError, match=rf"part1\.bin: {size - 6} bytes on disk, manifest\.json lists {size}"):
+    open_dataset(str(tmp_path))
+  with pytest.raises(DatasetError, match=r"part1\.bin: shorter than manifest\.json says"):  # through tensorstore
+    open_dataset(str(tmp_path), ReadOptions(flat_reader="tensorstore"))
+
+
+@pytest.mark.parametrize("code, name", [(7, "float32"), (6, "float64"), (99, "unknown")])
+def test_a_wrong_dtype_code_is_named(tmp_path, code, name):
+  write_megatron(str(tmp_path / "x"), [[[5, 6, 7]]], np.dtype(np.uint16), code=code)
+  with pytest.raises(DatasetError, match=rf"x\.idx: dtype code {code} \({name}\) is not a token type"):
+    build_flat_index("megatron", [str(tmp_path / "x")])
+
+
+def test_a_truncated_or_foreign_idx_is_named(tmp_path):
+  write_megatron(str(tmp_path / "x"), [[[5, 6, 7]], [[8, 9]]])
+  data = (tmp_path / "x.idx").read_bytes()
+  (tmp_path / "x.idx").write_bytes(data[:-8])
+  with pytest.raises(DatasetError, match=r"x\.idx: \d+ bytes, but its header promises 2 sequences"):
+    build_flat_index("megatron", [str(tmp_path / "x")])
+  (tmp_path / "x.idx").write_bytes(b"not an index at all, just text" * 3)
+  with pytest.raises(DatasetError, match=r"x\.idx: not a Megatron index"):
+    build_flat_index("megatron", [str(tmp_path / "x")])
+  (tmp_path / "x.idx").write_bytes(data[:9] + struct.pack("<Q", 2) + data[17:])
+  with pytest.raises(DatasetError, match=r"x\.idx: index version 2"):
+    build_flat_index("megatron", [str(tmp_path / "x")])
+
+
+def test_sequences_not_back_to_back_are_named(tmp_path):
+  write_megatron(str(tmp_path / "x"), [[[5, 6, 7]], [[8, 9]]])
+  data = bytearray((tmp_path / "x.idx").read_bytes())
+  pointer_at = 9 + 8 + 1 + 8 + 8 + 4 * 2 + 8  # the second sequence's pointer
+  data[pointer_at : pointer_at + 8] = struct.pack("<q", 2)
+  (tmp_path / "x.idx").write_bytes(bytes(data))
+  with pytest.raises(DatasetError, match=r"x\.idx: sequence 1 starts at byte 2 .* not 6"):
+    build_flat_index("megatron", [str(tmp_path / "x")])
+
+
+def test_a_flat_file_of_odd_bytes_or_a_missing_file_is_named(tmp_path):
+  (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x02")
+  with pytest.raises(DatasetError, match=r"odd\.bin: 3 bytes is not a whole number of uint16 tokens"):
+    build_flat_index("flat", [str(tmp_path / "odd.bin")], dtype="uint16", eos_id=0)
+  with pytest.raises(DatasetError, match=r"gone\.bin: token file is missing"):
+    build_flat_index("flat", [str(tmp_path / "gone.bin")], dtype="uint16", eos_id=0)
+
+
+def test_a_file_shorter_than_a_window_is_named(tmp_path):
+  write_flat(str(tmp_path / "long.bin"), [list(range(1, 30))])
+  write_flat(str(tmp_path / "short.bin"), [[1, 2, 3, 4]])
+  build_flat_index("flat", [str(tmp_path / "long.bin"), str(tmp_path / "short.bin")], dtype="uint16")
+  with pytest.raises(DatasetError, match=r"short\.bin: the file must hold at least 5 tokens for windows of 4 \+ 1"):
+    open_dataset(str(tmp_path), windows=WindowOptions(4))
+  assert open_dataset(str(tmp_path), windows=WindowOptions(3)).shard_num_records.tolist() == [26, 1]
+
+
+def test_windows_of_an_arrayrecord_dataset_are_refused_with_the_reason(tmp_path):
+  from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415 -- only this test needs it
+
+  write_coded_dataset(str(tmp_path / "ar"), 0, [10, 20])
+  with pytest.raises(DatasetError, match=r"ar: sampling: windows reads token ranges in place"):
+    open_dataset(str(tmp_path / "ar"), windows=WindowOptions(4))
+
+
+def test_the_index_command_indexes_in_place_and_inspect_reads_it(tmp_path, documents, capsys):
+  from jaxdata.cli import main  # noqa: PLC0415
+
+  prefixes = megatron_corpus(tmp_path / "meg", documents)
+  assert main(["index", "--format", "megatron", prefixes[0] + ".bin", prefixes[1], "-q"]) == 0
+  assert main(["inspect", "--json", "--verify", str(tmp_path / "meg")]) == 0
+  summary = json.loads(capsys.readouterr().out.split("\n", 1)[1])[0]
+  assert (summary["format"], summary["documents"]) == ("megatron", len(documents))
+  write_flat(str(tmp_path / "flat" / "a.bin"), documents, np.uint16)
+  assert main(["index", "--format", "flat", str(tmp_path / "flat" / "a.bin")]) == 1  # no --dtype
+  assert "dtype: a flat token file does not say its dtype" in capsys.readouterr().err
+  assert main(["index", str(tmp_path / "flat" / "a.bin"), "--dtype", "uint16", "--eos-id", "0"]) == 1
+  assert "--eos-id: applies to --format megatron or flat only" in capsys.readouterr().err
