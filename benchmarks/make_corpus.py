@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from jaxdata import DatasetWriter, TokenDataset
-from jaxdata.sources.manifest import FORMAT_VERSION, Manifest
+from jaxdata.sources.manifest import Manifest
 
 VOCAB_SIZE = 50_257
 
@@ -60,7 +60,7 @@ def make_corpus(
     directory = os.path.join(out_dir, spec.name)
     dirs[spec.name] = directory
     if os.path.exists(os.path.join(directory, "manifest.json")):
-      if Manifest.load(directory).format_version == FORMAT_VERSION:
+      if Manifest.load(directory).format_version >= 2:  # 2 and 3 open alike (3 adds flat formats)
         TokenDataset(directory).close()  # validates a reused corpus
         continue
       shutil.rmtree(directory)  # an older format opens slower (full hashes): the figures would not be today's

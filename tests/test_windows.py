@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -206,6 +207,7 @@ def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
   steps = 4
   with Pipeline(PipelineConfig.from_dict(yaml.safe_load(config.read_text())), prefetch=0) as reference:
     expected = [{k: np.asarray(v) for k, v in next(reference).items()} for _ in range(steps)]
+    expected_state = json.loads(json.dumps(reference.get_state()))
   worker = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
   for count in (2, 4):
     out_dir = tmp_path / f"out{count}"
@@ -221,6 +223,8 @@ def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
           rebuilt[name][int(start) : int(start) + saved[key].shape[0]] = saved[key]
       for name in expected[step]:
         assert np.array_equal(rebuilt[name], expected[step][name]), (count, step, name)
+    for process in range(count):  # the state is the same on every host, for any host count: it restores anywhere
+      assert json.loads((out_dir / f"p{process}_state.json").read_text()) == expected_state
 
 
 def test_expected_unique_fraction_matches_simulated_draws():
@@ -256,3 +260,34 @@ def test_the_plan_reports_passes_and_unique_tokens_seen_of_window_datasets(tmp_p
     draws = weight * tokens / T
     assert row.unique_seen == pytest.approx(expected_unique_fraction(np.array(SHARD_TOKENS), T, draws))
     assert row.unique_seen == pytest.approx(1.0)  # thousands of draws over 10 starts
+
+
+def test_audit_checks_window_passes_and_lets_draws_repeat(tmp_path):
+  from jaxdata.tools.audit import audit  # noqa: PLC0415
+  from jaxdata.tools.mixture_checks import stored_order_warnings  # noqa: PLC0415
+  from jaxdata.mixture.stream import load_metadata  # noqa: PLC0415
+
+  path, _ = corpus_with_documents(tmp_path, count=60)
+  cfg = PipelineConfig.from_dict({
+      "seed": 1, "exhausted_policy": "repeat",
+      "datasets": [{"name": "draws", "path": path, "sampling": "windows", "window": 8},
+                   {"name": "perm", "path": path, "sampling": "windows", "window": 8, "with_replacement": False}],
+      "mixture": {"weights": {"draws": 0.5, "perm": 0.5}}, "packing": {"mode": "first_fit", "seq_len": 8},
+      "batch": {"global_batch_size": 8}})
+  result = audit(cfg, hosts=2, steps=60)  # 240 draws of ~800 starts: some repeat, legitimately
+  assert result.ok, result.failures
+  assert "perm pass 0" in result.passes_checked and not any(p.startswith("draws") for p in result.passes_checked)
+  warned = " ".join(stored_order_warnings(cfg, load_metadata(cfg)))
+  assert "perm:" in warned and "draws:" not in warned  # draws have no stored order to warn about
+
+
+def test_worker_processes_assemble_the_same_window_batches(tmp_path):
+  path, _ = corpus_with_documents(tmp_path)
+  cfg = window_config(path, 16)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    want = [digest(b) for b in pipe]  # one pass of draws: U // T of them, then the stream ends
+  with Pipeline(cfg, prefetch=0, workers=1) as pipe:
+    pipe.producer.wait_ready()  # the steps compared are the workers', not the in-process start's
+    got = [digest(b) for b in pipe]
+    assert pipe.producer.from_workers == len(got)
+  assert len(want) >= 8 and got == want

@@ -77,7 +77,8 @@ def stored_order_warnings(cfg: PipelineConfig, metadata: Mapping[str, DatasetMet
   """Datasets whose order keeps long runs of stored order, every pass."""
   warnings = []
   for settings in cfg.dataset_settings():
-    if settings.shuffle_within_shard or settings.block_size is not None:
+    if settings.shuffle_within_shard or settings.block_size is not None or (
+        settings.window is not None and settings.with_replacement):  # draws have no stored order
       continue
     counts = np.asarray(metadata[settings.name].shard_counts)
     largest = int(counts.max())
