@@ -218,3 +218,30 @@ def test_the_index_command_indexes_in_place_and_inspect_reads_it(tmp_path, docum
   assert "dtype: a flat token file does not say its dtype" in capsys.readouterr().err
   assert main(["index", str(tmp_path / "flat" / "a.bin"), "--dtype", "uint16", "--eos-id", "0"]) == 1
   assert "--eos-id: applies to --format megatron or flat only" in capsys.readouterr().err
+
+
+def test_starts_metadata_that_disagrees_with_the_lengths_is_named(tmp_path, documents):
+  write_flat(str(tmp_path / "a.bin"), documents, np.uint16)
+  build_flat_index("flat", [str(tmp_path / "a.bin")], dtype="uint16", eos_id=EOS)
+  starts = np.load(tmp_path / "a.starts.npy")
+  swapped = starts.copy()
+  swapped[[3, 4]] = swapped[[4, 3]]  # the ends still agree: only the deep check sees it
+  np.save(tmp_path / "a.starts.npy", swapped)
+  with open_dataset(str(tmp_path)) as dataset, pytest.raises(DatasetError, match=r"a\.starts\.npy: document 3 starts"):
+    dataset.verify()
+  np.save(tmp_path / "a.starts.npy", starts + 1)
+  with pytest.raises(DatasetError, match=r"a\.starts\.npy: documents start at 1"):
+    open_dataset(str(tmp_path))
+  np.save(tmp_path / "a.starts.npy", starts[:-1])
+  with pytest.raises(DatasetError, match=r"a\.starts\.npy: starts index has \d+ entries, shard a\.bin has \d+"):
+    open_dataset(str(tmp_path))
+
+
+def test_a_negative_int32_megatron_id_is_named_when_read(tmp_path):
+  write_megatron(str(tmp_path / "x"), [[[5, 6, 7]], [[8, -5, 9]]], np.dtype(np.int32))
+  build_flat_index("megatron", [str(tmp_path / "x")])
+  cfg = PipelineConfig.from_dict({"datasets": [{"name": "x", "path": str(tmp_path)}], "mixture": {"weights": {"x": 1}},
+                                  "shuffle_shards": False, "packing": {"seq_len": 8},
+                                  "batch": {"global_batch_size": 1, "drop_remainder": False}})
+  with Pipeline(cfg, prefetch=0) as pipe, pytest.raises(DatasetError, match=r"x\.bin: record 1 holds token id 4294967291"):
+    next(pipe)

@@ -33,6 +33,8 @@ from jaxdata.sources.stores import is_remote
 
 __all__ = ["FlatTokenDataset"]
 
+_CHECK_CHUNK = 1 << 22  # documents compared at a time by verify()
+
 
 class FlatTokenDataset(ShardedRecords):
   """A `megatron` or `flat` dataset; the reading interface of `TokenDataset`.
@@ -67,11 +69,15 @@ class FlatTokenDataset(ShardedRecords):
       lengths.append(self._metadata(shard.lengths_path, shard.num_records, shard.path, "lengths index"))
       self.doc_starts.append(self._metadata(shard.starts_path, shard.num_records, shard.path, "starts index"))
     self.lengths = DocumentLengths(lengths)
-    for shard, total, starts in zip(shards, self.lengths.part_sums, self.doc_starts):
-      if total != shard.num_tokens or (starts.size and (int(starts[0]) != 0 or int(starts[-1]) >= total)):
-        raise DatasetError(f"{self._named(shard.lengths_path)}: lengths sum to {total} and starts run "
-                           f"{int(starts[0]) if starts.size else '-'}..; manifest.json lists {shard.num_tokens} "
-                           f"tokens for {shard.path}")
+    for shard_id, (shard, total) in enumerate(zip(shards, self.lengths.part_sums)):
+      if total != shard.num_tokens:
+        raise DatasetError(f"{self._named(shard.lengths_path)}: lengths sum to {total} tokens, manifest.json lists "
+                           f"{shard.num_tokens} for {shard.path}")
+      # The ends of the starts index (the whole of it: `verify`): first document at 0, last one ending the file.
+      starts, last = self.doc_starts[shard_id], int(self.lengths[int(self.record_starts[shard_id + 1]) - 1])
+      if starts.size and (int(starts[0]) != 0 or int(starts[-1]) + last != total):
+        raise DatasetError(f"{self._named(shard.starts_path)}: documents start at {int(starts[0])} and the last ends "
+                           f"at {int(starts[-1]) + last}; {shard.path} has {total} tokens (metadata of another file?)")
     self.files = self._open_files(read_options)
 
   def shard_path(self, shard: int) -> str:
@@ -115,8 +121,18 @@ class FlatTokenDataset(ShardedRecords):
     return RaggedTokens(tokens, offsets)
 
   def verify(self) -> None:
-    """Deep check that reads everything: every token file's sha256 against the manifest."""
+    """Deep check that reads everything: every token file's sha256 against the manifest, and every
+    document's start against the one before plus its length."""
     for shard_id, shard in enumerate(self.manifest.shards):
+      first = int(self.record_starts[shard_id])
+      starts = self.doc_starts[shard_id]
+      for begin in range(0, starts.size, _CHECK_CHUNK):
+        chunk = np.asarray(starts[begin : begin + _CHECK_CHUNK + 1], np.int64)
+        lengths = self.lengths[np.arange(first + begin, first + begin + chunk.size - 1)].astype(np.int64)
+        bad = np.flatnonzero(np.diff(chunk) != lengths)
+        if bad.size:
+          raise DatasetError(f"{self._named(shard.starts_path)}: document {begin + int(bad[0]) + 1} starts at "
+                             f"{int(chunk[bad[0] + 1])}, not right after the one before; rebuild it with `jaxdata index`")
       digest = self.files.sha256(shard_id)
       if digest != shard.sha256:
         raise DatasetError(f"{self.shard_path(shard_id)}: sha256 {digest[:12]}... differs from manifest.json "
