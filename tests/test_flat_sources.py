@@ -245,3 +245,18 @@ def test_a_negative_int32_megatron_id_is_named_when_read(tmp_path):
                                   "batch": {"global_batch_size": 1, "drop_remainder": False}})
   with Pipeline(cfg, prefetch=0) as pipe, pytest.raises(DatasetError, match=r"x\.bin: record 1 holds token id 4294967291"):
     next(pipe)
+
+
+@pytest.mark.parametrize("reader", ["mmap", "tensorstore"])
+def test_plain_numpy_arrays_are_read_in_place_past_their_header(tmp_path, documents, reader):
+  np.save(tmp_path / "a.npy", np.concatenate([np.asarray(d, np.uint32) for d in documents[:150]]))
+  np.save(tmp_path / "b.npy", np.concatenate([np.asarray(d, np.int32) for d in documents[150:]]))
+  manifest = build_flat_index("flat", [str(tmp_path / "a.npy"), str(tmp_path / "b.npy")], eos_id=EOS)
+  assert manifest.dtype == "uint32" and manifest.shards[0].data_offset == 128  # the .npy header
+  with open_dataset(str(tmp_path), ReadOptions(flat_reader=reader)) as dataset:
+    assert [d.tolist() for d in dataset.read_global(np.arange(len(documents))).to_list()] == documents
+  np.save(tmp_path / "c.npy", np.zeros((3, 4), np.uint16))
+  with pytest.raises(DatasetError, match=r"c\.npy: a token \.npy must be a 1-D little-endian uint16, uint32 or int32"):
+    build_flat_index("flat", [str(tmp_path / "c.npy")], out_dir=str(tmp_path / "other"))
+  with pytest.raises(DatasetError, match=r"a\.npy: holds uint32 ids, --dtype says uint16"):
+    build_flat_index("flat", [str(tmp_path / "a.npy")], dtype="uint16", out_dir=str(tmp_path / "other"))

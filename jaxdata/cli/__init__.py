@@ -66,11 +66,11 @@ def _parser() -> argparse.ArgumentParser:
 
   p = sub.add_parser("index", help="metadata for token files other tools wrote (no tokens copied)")
   p.add_argument("shards", nargs="+",
-                 help="ArrayRecord shards, Megatron prefixes (or their .bin / .idx), or flat token files")
+                 help="ArrayRecord shards, Megatron prefixes (or their .bin / .idx), or flat token files (raw or .npy)")
   p.add_argument("--format", default="arrayrecord", choices=("arrayrecord", "megatron", "flat"),
                  help="arrayrecord: records of raw ids; megatron: .bin + .idx; flat: raw ids back to back")
   p.add_argument("--dtype", choices=("uint16", "uint32"),
-                 help="token type (required for arrayrecord and flat; a Megatron .idx says its own)")
+                 help="token type (required for arrayrecord and raw flat files; a Megatron .idx or .npy header says its own)")
   p.add_argument("--eos-id", type=int, help="flat: a document ends with each of these ids")
   p.add_argument("--offsets", action="store_true",
                  help="flat: document starts from FILE.offsets.npy beside each file")

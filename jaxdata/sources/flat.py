@@ -169,7 +169,8 @@ class FlatTokenDataset(ShardedRecords):
     paths = [self._data(s.path) for s in self.manifest.shards]
     if is_remote(self.data_root) or read_options.flat_reader == "tensorstore":
       files: TokenFiles = KvTokenFiles(kv_root(self.data_root), [s.path for s in self.manifest.shards], paths,
-                                       self.dtype, [s.num_bytes for s in self.manifest.shards])
+                                       self.dtype, [s.num_bytes for s in self.manifest.shards],
+                                       [s.data_offset for s in self.manifest.shards])
       for shard_id, shard in enumerate(self.manifest.shards):
         files.check_sample(shard_id, shard.num_bytes, shard.sample_sha256, SAMPLE_BLOCKS, SAMPLE_BLOCK)
       return files
@@ -182,4 +183,5 @@ class FlatTokenDataset(ShardedRecords):
                            "replaced?)")
       if sample_sha256(path) != shard.sample_sha256:
         raise DatasetError(f"{path}: content differs from the file manifest.json lists (sampled hash; replaced?)")
-    return MappedTokenFiles(paths, self.dtype, [s.num_bytes for s in self.manifest.shards], file_sha256)
+    return MappedTokenFiles(paths, self.dtype, [s.num_bytes for s in self.manifest.shards],
+                            [s.data_offset for s in self.manifest.shards], file_sha256)

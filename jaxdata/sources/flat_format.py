@@ -7,8 +7,9 @@ after another::
                PREFIX.idx  b"MMIDIDX\\0\\0" | version u64 = 1 | dtype code u8 | sequences u64 | doc_idx entries u64
                            | sizes int32[sequences] | pointers int64[sequences] (byte offsets into .bin)
                            | doc_idx int64[documents + 1] (first sequence of each document, then the end)
-    flat       FILE        raw uint16 / uint32 ids (OLMo / Dolma style); a document ends with (and
-                           includes) each `eos_id`, or FILE.offsets.npy lists the document starts
+    flat       FILE        raw uint16 / uint32 ids (OLMo / Dolma style), or a 1-D .npy array of them;
+                           a document ends with (and includes) each `eos_id`, or FILE.offsets.npy
+                           lists the document starts
 
 A document is the tokens of one Megatron document (its sequences, which
 must lie back to back) or one EOS-terminated run of a flat file; tokens
@@ -19,7 +20,7 @@ document lengths, checked to tile the token file exactly; problems are a
 >>> import tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "t.bin")
 >>> np.array([5, 6, 0, 7, 0, 8], np.uint16).tofile(path)
->>> eos_lengths(path, np.dtype(np.uint16), eos_id=0).tolist()
+>>> eos_lengths(path, token_layout(path, np.dtype(np.uint16)), eos_id=0).tolist()
 [3, 2, 1]
 """
 
@@ -32,7 +33,8 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["MEGATRON_DTYPES", "MegatronIndex", "eos_lengths", "offsets_lengths", "read_megatron_index"]
+__all__ = ["MEGATRON_DTYPES", "MegatronIndex", "TokenLayout", "eos_lengths", "offsets_lengths", "read_megatron_index",
+           "token_layout"]
 
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 # Megatron's dtype codes; jaxdata reads the two that hold token ids (int32 ids are read as uint32:
@@ -108,10 +110,51 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
   return MegatronIndex(dtype, lengths)
 
 
-def eos_lengths(path: str, dtype: np.dtype, eos_id: int) -> np.ndarray:
+@dataclasses.dataclass(frozen=True)
+class TokenLayout:
+  """Where a flat file's ids lie: `count` ids of `dtype` from byte `offset`."""
+
+  dtype: np.dtype
+  offset: int
+  count: int
+
+
+def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
+  """A raw file (`dtype` required) or a .npy file (its header says; `dtype`, if given, must agree)."""
+  if not os.path.isfile(path):
+    raise DatasetError(f"{path}: token file is missing")
+  size = os.path.getsize(path)
+  offset = 0
+  if path.endswith(".npy"):
+    with open(path, "rb") as f:
+      try:
+        version = np.lib.format.read_magic(f)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, found = header(f)
+      except ValueError as e:
+        raise DatasetError(f"{path}: not a readable .npy file ({str(e)[:200]})") from e
+      offset = f.tell()
+    name = {"<u2": "uint16", "<u4": "uint32", "<i4": "uint32", "|u1": None}.get(found.str)
+    if len(shape) != 1 or fortran or name is None:
+      raise DatasetError(f"{path}: a token .npy must be a 1-D little-endian uint16, uint32 or int32 array, got "
+                         f"shape {shape} dtype {found}")
+    if dtype is not None and np.dtype(dtype).name != name:
+      raise DatasetError(f"{path}: holds {found} ids, --dtype says {np.dtype(dtype).name}")
+    dtype = np.dtype(name)
+  elif dtype is None:
+    raise ValueError("dtype: a flat token file does not say its dtype; give uint16 or uint32")
+  dtype = np.dtype(dtype)
+  if (size - offset) % dtype.itemsize:
+    raise DatasetError(f"{path}: {size - offset} bytes is not a whole number of {dtype.name} tokens (wrong --dtype?)")
+  if size == offset:
+    raise DatasetError(f"{path}: empty token file")
+  return TokenLayout(dtype, offset, (size - offset) // dtype.itemsize)
+
+
+def eos_lengths(path: str, layout: TokenLayout, eos_id: int) -> np.ndarray:
   """Document lengths of a flat token file split after every `eos_id`."""
-  count = _token_count(path, dtype)
-  ids = np.memmap(path, dtype.newbyteorder("<"), "r", shape=(count,)) if count else np.zeros(0, dtype)
+  count = layout.count
+  ids = np.memmap(path, layout.dtype.newbyteorder("<"), "r", offset=layout.offset, shape=(count,))
   ends = [np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == eos_id) + begin + 1
           for begin in range(0, count, _SCAN_TOKENS)]
   ends = np.concatenate(ends + [np.zeros(0, np.int64)]).astype(np.int64)
@@ -122,10 +165,10 @@ def eos_lengths(path: str, dtype: np.dtype, eos_id: int) -> np.ndarray:
   return lengths
 
 
-def offsets_lengths(path: str, dtype: np.dtype, offsets_path: str) -> np.ndarray:
+def offsets_lengths(path: str, layout: TokenLayout, offsets_path: str) -> np.ndarray:
   """Document lengths of a flat token file from its document start offsets
   (an .npy of integers: 0, then each later document's first token)."""
-  count = _token_count(path, dtype)
+  count = layout.count
   try:
     offsets = np.load(offsets_path, allow_pickle=False)
   except (OSError, ValueError, EOFError) as e:
@@ -138,17 +181,6 @@ def offsets_lengths(path: str, dtype: np.dtype, offsets_path: str) -> np.ndarray
     raise DatasetError(f"{offsets_path}: offsets must rise strictly and stay below the {count} tokens of "
                        f"{path}; entry {bad} is {int(bounds[bad])}, then {int(bounds[bad + 1])}")
   return np.diff(bounds)
-
-
-def _token_count(path: str, dtype: np.dtype) -> int:
-  if not os.path.isfile(path):
-    raise DatasetError(f"{path}: token file is missing")
-  size = os.path.getsize(path)
-  if size % dtype.itemsize:
-    raise DatasetError(f"{path}: {size} bytes is not a whole number of {dtype.name} tokens (wrong --dtype?)")
-  if not size:
-    raise DatasetError(f"{path}: empty token file")
-  return size // dtype.itemsize
 
 
 def _check_nonempty(lengths: np.ndarray, path: str) -> None:

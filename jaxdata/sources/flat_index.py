@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
-from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index
+from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index, token_layout
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import LENGTHS_DTYPE
@@ -48,23 +48,22 @@ def _token_path(fmt: str, given: str) -> str:
   return os.path.abspath(given)
 
 
-def _document_lengths(fmt: str, path: str, dtype: str | None, eos_id: int | None, offsets: bool) -> tuple[str, np.ndarray]:
+def _document_lengths(fmt: str, path: str, dtype: str | None, eos_id: int | None,
+                      offsets: bool) -> tuple[str, int, np.ndarray]:
+  """(dtype, byte offset of the first token, document lengths) of one token file."""
   if fmt == "megatron":
     index = read_megatron_index(path[:-4] + ".idx", path)
     if dtype is not None and dtype != index.dtype:
       raise DatasetError(f"{path[:-4]}.idx: holds {index.dtype} tokens, --dtype says {dtype}")
-    return index.dtype, index.lengths
-  if dtype is None:
-    raise ValueError("dtype: a flat token file does not say its dtype; give uint16 or uint32")
-  np_dtype = np.dtype(dtype)
+    return index.dtype, 0, index.lengths
+  layout = token_layout(path, np.dtype(dtype) if dtype is not None else None)
   if offsets:
-    return dtype, offsets_lengths(path, np_dtype, path + OFFSETS_SUFFIX)
-  if eos_id is not None:
-    return dtype, eos_lengths(path, np_dtype, eos_id)
-  size = os.path.getsize(path) if os.path.isfile(path) else -1
-  if size <= 0 or size % np_dtype.itemsize:
-    raise DatasetError(f"{path}: missing, empty or not a whole number of {dtype} tokens")
-  return dtype, np.array([size // np_dtype.itemsize], np.int64)  # no boundaries: the file is one document
+    lengths = offsets_lengths(path, layout, path + OFFSETS_SUFFIX)
+  elif eos_id is not None:
+    lengths = eos_lengths(path, layout, eos_id)
+  else:
+    lengths = np.array([layout.count], np.int64)  # no boundaries: the file is one document
+  return layout.dtype.name, layout.offset, lengths
 
 
 def build_flat_index(
@@ -95,7 +94,7 @@ def build_flat_index(
   if eos_id is not None and offsets:
     raise ValueError("eos_id: give an EOS id or offsets files, not both")
   paths = [_token_path(fmt, p) for p in inputs]
-  stems = [os.path.basename(p)[:-4] if p.endswith(".bin") else os.path.basename(p) for p in paths]
+  stems = [os.path.basename(p)[:-4] if p.endswith((".bin", ".npy")) else os.path.basename(p) for p in paths]
   if len(set(stems)) < len(stems):
     raise ValueError("inputs: two token files share a name; index each directory on its own")
   files_dir = os.path.commonpath([os.path.dirname(p) for p in paths])
@@ -111,17 +110,17 @@ def build_flat_index(
   name = check_name(name or os.path.basename(out_dir), "name")
   # Every file is checked before anything is written.
   found = [_document_lengths(fmt, p, dtype, eos_id, offsets) for p in paths]
-  dtypes = {d for d, _ in found}
+  dtypes = {d for d, _, _ in found}
   if len(dtypes) > 1:
     raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
-  for path, (_, lengths) in zip(paths, found):
+  for path, (_, _, lengths) in zip(paths, found):
     if int(lengths.max()) >= 1 << 32:
       raise DatasetError(f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
                          "boundaries (eos_id or offsets)")
   os.makedirs(out_dir, exist_ok=True)
   shards, written = [], []
   try:
-    for path, stem, (_, lengths) in zip(paths, stems, found):
+    for path, stem, (_, data_offset, lengths) in zip(paths, stems, found):
       lengths_name, starts_name = f"{stem}.lengths.npy", f"{stem}.starts.npy"
       for file_name, values in ((lengths_name, lengths.astype(LENGTHS_DTYPE)),
                                 (starts_name, np.cumsum(lengths) - lengths)):
@@ -130,7 +129,7 @@ def build_flat_index(
       shards.append(ShardInfo(
           path=os.path.relpath(path, root_dir), lengths_path=lengths_name, starts_path=starts_name,
           num_records=int(lengths.size), num_tokens=int(lengths.sum()), num_bytes=os.path.getsize(path),
-          sha256=file_sha256(path), sample_sha256=sample_sha256(path),
+          sha256=file_sha256(path), sample_sha256=sample_sha256(path), data_offset=data_offset,
       ))
       if on_file is not None:
         on_file(path)

@@ -46,6 +46,7 @@ class ShardInfo:
   sha256: str
   sample_sha256: str = ""  # fileutil.sample_sha256; empty in format 1 manifests
   starts_path: str = ""  # megatron / flat: each document's first token (int64 .npy); "" for arrayrecord
+  data_offset: int = 0  # flat: bytes before the first token (a .npy file's header)
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -182,6 +183,7 @@ class Manifest:
               sample_sha256=_field(entry, "sample_sha256", str, where) if version >= 2 else "",
               starts_path=_inside(_field(entry, "starts_path", str, where), f"{where}.starts_path")
               if entry.get("starts_path", "") != "" else "",
+              data_offset=_field(entry, "data_offset", int, where) if "data_offset" in entry else 0,
           )
       )
     try:

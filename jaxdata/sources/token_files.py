@@ -124,10 +124,11 @@ def ranges_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 class MappedTokenFiles(TokenFiles):
   """Local files through np.memmap: a gather per shard, no copy of the file."""
 
-  def __init__(self, paths: Sequence[str], dtype: np.dtype, sizes: Sequence[int],
+  def __init__(self, paths: Sequence[str], dtype: np.dtype, sizes: Sequence[int], offsets: Sequence[int],
                hasher: Callable[[str], str]) -> None:
     self.paths = list(paths)
-    self.maps = [np.memmap(p, dtype, "r", shape=(size // dtype.itemsize,)) for p, size in zip(paths, sizes)]
+    self.maps = [np.memmap(p, dtype, "r", offset=offset, shape=((size - offset) // dtype.itemsize,))
+                 for p, size, offset in zip(paths, sizes, offsets)]
     self.dtype = dtype
     self.hasher = hasher
 
@@ -161,9 +162,10 @@ class KvTokenFiles(TokenFiles):
   """Files under a tensorstore kvstore (file, gcs or s3 driver)."""
 
   def __init__(self, spec: dict[str, Any], keys: Sequence[str], named: Sequence[str], dtype: np.dtype,
-               sizes: Sequence[int]) -> None:
+               sizes: Sequence[int], offsets: Sequence[int]) -> None:
     self.store = _open_kvstore(spec)
     self.keys, self.named, self.dtype, self.sizes = list(keys), list(named), dtype, list(sizes)
+    self.offsets = np.asarray(offsets, np.int64)  # bytes before each file's first token
 
   def check_sample(self, shard: int, num_bytes: int, expected: str, blocks: int, block: int) -> None:
     """The file's sampled hash (`fileutil.sample_sha256`, by range reads) against the manifest's."""
@@ -193,8 +195,10 @@ class KvTokenFiles(TokenFiles):
     request_shard, request_start = s_shard[first], s_start[first]
     ts = _tensorstore()
     with ts.Batch() as batch:
-      futures = [_read(self.store, self.keys[shard], self.named[shard], slice(begin * item, end * item), batch)
-                 for shard, begin, end in zip(request_shard.tolist(), request_start.tolist(), request_end.tolist())]
+      base = self.offsets[request_shard].tolist()
+      futures = [_read(self.store, self.keys[shard], self.named[shard], slice(at + begin * item, at + end * item), batch)
+                 for shard, at, begin, end in zip(request_shard.tolist(), base, request_start.tolist(),
+                                                  request_end.tolist())]
     fetched = np.frombuffer(b"".join(_value(f, self.named[s]) for f, s in zip(futures, request_shard.tolist())),
                             self.dtype)
     # Where each range starts in `fetched`: its request's base + its offset inside the request.
