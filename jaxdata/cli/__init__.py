@@ -40,12 +40,23 @@ def parse_size(text: str) -> int:
   return int(number * scale)
 
 
+def _common() -> argparse.ArgumentParser:
+  """Flags every command takes, before or after the command's name."""
+  common = argparse.ArgumentParser(add_help=False)
+  common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                      help="no progress output (allowed before or after the command)")
+  return common
+
+
 def _parser() -> argparse.ArgumentParser:
+  common = _common()
   parser = argparse.ArgumentParser(
-      prog="jaxdata", description="JAX/TPU-native input pipeline for language models."
+      prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common]
   )
   parser.add_argument("--version", action="version", version=f"jaxdata {__version__}")
   sub = parser.add_subparsers(dest="command", required=True)
+  add_parser = sub.add_parser
+  sub.add_parser = lambda *a, **k: add_parser(*a, parents=[common], **k)  # type: ignore[method-assign]
 
   p = sub.add_parser("convert", help="tokenize JSONL / Parquet / text into a dataset")
   p.add_argument("inputs", nargs="+", help="files, directories or globs")
@@ -61,7 +72,18 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--workers", type=int, default=0, help="tokenizer processes (0 = cores)")
   p.add_argument("--skip-invalid", action="store_true",
                  help="count and skip malformed records instead of failing")
-  p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+  p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                 help="only files whose path or name matches (repeatable), e.g. '*.jsonl'")
+  p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                 help="leave out files whose path or name matches (repeatable), e.g. '*/test/*'")
+  p.add_argument("--overwrite", action="store_true", help="replace the dataset already in --out")
+  p.add_argument("--check-roundtrip", type=int, default=0, metavar="N",
+                 help="decode N converted documents and report those that differ from their text")
+  p.add_argument("--runner", default="local", choices=("local", "beam"),
+                 help="local: processes on this machine; beam: an Apache Beam pipeline (docs/convert.md)")
+  p.add_argument("--beam-options", default="",
+                 help="Beam pipeline options, e.g. '--runner=DataflowRunner --project=P --region=R "
+                      "--temp_location=gs://B/tmp' (default: the local DirectRunner)")
   p.set_defaults(handler="convert:convert")
 
   p = sub.add_parser("index", help="metadata for token files other tools wrote (no tokens copied)")
@@ -80,7 +102,6 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--out", help="metadata directory (default: the files' directory)")
   p.add_argument("--name", help="dataset name (default: the directory name)")
   p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
-  p.add_argument("-q", "--quiet", action="store_true", help="do not list each shard as it is indexed")
   p.set_defaults(handler="data:index")
 
   p = sub.add_parser("inspect", help="table of shards, documents, tokens, lengths")
@@ -141,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
+  args.quiet = getattr(args, "quiet", False)
   module_name, function = args.handler.split(":")
   handler = getattr(importlib.import_module(f"jaxdata.cli.{module_name}"), function)
   console = Console(highlight=False)

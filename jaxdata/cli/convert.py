@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import importlib
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
 from jaxdata.tools.convert import ConvertOptions, convert as convert_files
-from jaxdata.tools.tokenizers import TokenizerSpec
+from jaxdata.tools.roundtrip import check_roundtrip
+from jaxdata.tools.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
 
 __all__ = ["convert"]
 
@@ -23,20 +26,31 @@ def convert(args: argparse.Namespace, console: Console) -> int:
       shard_bytes=args.shard_size,
       workers=args.workers,
       skip_invalid=args.skip_invalid,
+      include=tuple(args.include),
+      exclude=tuple(args.exclude),
   )
+  warning = roundtrip_warning(load_tokenizer(options.tokenizer))
+  if warning:
+    console.print(f"warning: {warning}", style="bold yellow", markup=False)
   progress = Progress(
-      TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-      TimeElapsedColumn(), console=console, disable=args.quiet,
+      TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+      TextColumn("{task.fields[documents]:,} documents"), TimeElapsedColumn(), console=console,
+      disable=args.quiet, refresh_per_second=5,
   )
   tasks: dict[str, Any] = {}
 
-  def on_progress(phase: str, done: int, total: int) -> None:
+  def on_progress(phase: str, done: int, total: int, documents: int) -> None:
     if phase not in tasks:
-      tasks[phase] = progress.add_task(f"{phase} files", total=total)
-    progress.update(tasks[phase], completed=done)
+      tasks[phase] = progress.add_task(phase, total=total, documents=0)
+    progress.update(tasks[phase], completed=done, documents=documents)
 
   with progress:
-    manifest = convert_files(args.inputs, args.out, args.name, options, on_progress)
+    if args.runner == "beam":
+      beam = importlib.import_module("jaxdata.tools.convert_beam")
+      manifest = beam.convert_with_beam(args.inputs, args.out, args.name, options, shlex.split(args.beam_options),
+                                        overwrite=args.overwrite)
+    else:
+      manifest = convert_files(args.inputs, args.out, args.name, options, on_progress, overwrite=args.overwrite)
   stats = manifest.stats
   console.print(
       f"wrote {args.out}: {manifest.num_records} documents, {manifest.num_tokens} "
@@ -47,4 +61,12 @@ def convert(args: argparse.Namespace, console: Console) -> int:
     console.print(f"skipped {stats['skipped_invalid']} invalid records, first ones:")
     for message in stats["invalid_examples"]:
       console.print(f"  {message}", markup=False)
+  if args.check_roundtrip:
+    report = check_roundtrip(args.out, args.inputs, options, args.check_roundtrip)
+    console.print(f"round trip: {report.checked - report.mismatches} of {report.checked} documents decode to "
+                  "their text")
+    for example in report.examples:
+      console.print(f"  {example}", markup=False)
+    if report.mismatches:
+      return 2
   return 0

@@ -22,7 +22,7 @@ from array_record.python.array_record_module import ArrayRecordWriter
 from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 
-__all__ = ["DatasetWriter", "WRITER_OPTIONS", "shard_file_names"]
+__all__ = ["DatasetWriter", "WRITER_OPTIONS", "finish_shard", "shard_file_names"]
 
 # group_size:1 makes every record its own chunk: a random read decodes one record.
 WRITER_OPTIONS = "group_size:1"
@@ -33,6 +33,24 @@ def shard_file_names(name: str, index: int) -> tuple[str, str]:
   """(shard file, lengths file) names of shard `index` of dataset `name`."""
   stem = f"{name}-{index:05d}"
   return f"{stem}.array_record", f"{stem}.lengths.npy"
+
+
+def finish_shard(out_dir: str, name: str, index: int, lengths: np.ndarray) -> ShardInfo:
+  """Writes a closed shard's lengths index beside it; its manifest entry. (The one place
+  shards are described: `DatasetWriter` and the Beam converter produce the same bytes.)"""
+  shard_name, lengths_name = shard_file_names(name, index)
+  lengths = np.asarray(lengths).astype(LENGTHS_DTYPE)
+  np.save(os.path.join(out_dir, lengths_name), lengths)
+  shard_path = os.path.join(out_dir, shard_name)
+  return ShardInfo(
+      path=shard_name,
+      lengths_path=lengths_name,
+      num_records=int(lengths.size),
+      num_tokens=int(lengths.sum(dtype=np.int64)),
+      num_bytes=os.path.getsize(shard_path),
+      sha256=file_sha256(shard_path),
+      sample_sha256=sample_sha256(shard_path),
+  )
 
 
 class DatasetWriter:
@@ -153,20 +171,5 @@ class DatasetWriter:
     assert self._writer is not None
     self._writer.close()
     self._writer = None
-    shard_name, lengths_name = shard_file_names(self._name, len(self._shards))
-    lengths = (
-        np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-    ).astype(LENGTHS_DTYPE)
-    np.save(os.path.join(self._out_dir, lengths_name), lengths)
-    shard_path = os.path.join(self._out_dir, shard_name)
-    self._shards.append(
-        ShardInfo(
-            path=shard_name,
-            lengths_path=lengths_name,
-            num_records=int(lengths.size),
-            num_tokens=int(lengths.sum(dtype=np.int64)),
-            num_bytes=os.path.getsize(shard_path),
-            sha256=file_sha256(shard_path),
-            sample_sha256=sample_sha256(shard_path),
-        )
-    )
+    lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+    self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths))

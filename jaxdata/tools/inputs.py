@@ -8,13 +8,16 @@ counted in an `InvalidLog` instead of raising; nothing is dropped silently.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import glob
 import gzip
+import importlib
+import io
 import json
 import os
 import re
 import zlib
-from typing import IO, Iterator, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,13 +26,18 @@ from jaxdata.errors import InputFormatError
 from jaxdata.tools.formats import INPUT_FORMATS, TEXT_MODES
 
 __all__ = [
+    "COMPRESSED_SUFFIXES",
     "INPUT_FORMATS",
     "TEXT_MODES",
     "InvalidLog",
     "detect_format",
     "expand_inputs",
+    "is_compressed",
     "iter_documents",
+    "open_binary",
 ]
+
+COMPRESSED_SUFFIXES = (".gz", ".zst")
 
 _SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
@@ -60,13 +68,24 @@ class InvalidLog:
       self.examples.append(message)
 
 
-def expand_inputs(inputs: Sequence[str]) -> list[str]:
-  """Files, directories (recursively) and globs -> sorted unique file list."""
+def _hidden(name: str) -> bool:
+  return name.startswith(".") or name == "__pycache__"
+
+
+def expand_inputs(inputs: Sequence[str], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[str]:
+  """Files, directories (recursively) and globs -> sorted unique file list.
+
+  Walking a directory skips hidden files and directories and `__pycache__`.
+  `include` / `exclude` are globs matched against each file's path and its
+  name (``*.jsonl``, ``**/test/*``): a file is kept if it matches an include
+  (when any is given) and no exclude.
+  """
   found: list[str] = []
   for item in inputs:
     if os.path.isdir(item):
-      for root, _, names in os.walk(item):
-        found.extend(os.path.join(root, n) for n in names)
+      for root, dirs, names in os.walk(item):
+        dirs[:] = [d for d in dirs if not _hidden(d)]
+        found.extend(os.path.join(root, n) for n in names if not _hidden(n))
     elif os.path.isfile(item):
       found.append(item)
     else:
@@ -74,8 +93,17 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
       if not matches:
         raise FileNotFoundError(f"input: {item} does not exist")
       found.extend(matches)
+
+  def matches(path: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(os.path.basename(path), p) for p in patterns)
+
+  kept = [f for f in found if (not include or matches(f, include)) and not matches(f, exclude)]
   # Sorting makes the output independent of the order files were listed in.
-  return sorted(set(found))
+  return sorted(set(kept))
+
+
+def is_compressed(path: str) -> bool:
+  return path.endswith(COMPRESSED_SUFFIXES)
 
 
 def detect_format(path: str, requested: str = "auto") -> str:
@@ -84,7 +112,7 @@ def detect_format(path: str, requested: str = "auto") -> str:
     if requested not in INPUT_FORMATS:
       raise ValueError(f"format: {requested!r} is not one of {INPUT_FORMATS} or 'auto'")
     return requested
-  base = path[:-3] if path.endswith(".gz") else path
+  base = os.path.splitext(path)[0] if is_compressed(path) else path
   suffix = os.path.splitext(base)[1].lower()
   if suffix not in _SUFFIX_FORMATS:
     raise ValueError(
@@ -94,64 +122,147 @@ def detect_format(path: str, requested: str = "auto") -> str:
   return _SUFFIX_FORMATS[suffix]
 
 
+def _zstd_errors() -> tuple[type[BaseException], ...]:
+  module = _zstd_module(required=False)
+  return (module.ZstdError,) if module is not None else ()
+
+
+def _zstd_module(required: bool = True) -> Any:
+  try:
+    return importlib.import_module("zstandard")
+  except ImportError as e:
+    if required:
+      raise ImportError(f".zst inputs need zstandard: pip install 'jaxdata[zstd]' ({e})") from e
+    return None
+
+
 def iter_documents(
     path: str,
     fmt: str,
     field: str,
     text_mode: str,
     invalid: InvalidLog,
+    stream: Iterable[bytes] | None = None,
+    first: int | None = None,
+    row_groups: tuple[int, int] | None = None,
+    on_bytes: Callable[[int], None] = lambda n: None,
 ) -> Iterator[str]:
   """Yields the text of every valid document of one input file, in order.
-  A file that cannot be decompressed or decoded is an InputFormatError naming it."""
+
+  `stream` (JSONL, text by line): the lines to read instead of the whole
+  file, the first of them line `first`; `row_groups` (Parquet): the row
+  groups [start, end) to read, the first row `first`. `on_bytes` hears the
+  input bytes consumed. A file that cannot be decompressed or decoded is an
+  InputFormatError naming it.
+  """
   if fmt not in INPUT_FORMATS:
     raise ValueError(f"format: {fmt!r} is not one of {INPUT_FORMATS}")
   try:
     if fmt == "jsonl":
-      yield from _iter_jsonl(path, field, invalid)
+      yield from _iter_jsonl(path, field, invalid, stream, first or 1, on_bytes)
     elif fmt == "parquet":
-      yield from _iter_parquet(path, field, invalid)
+      yield from _iter_parquet(path, field, invalid, row_groups, first or 0, on_bytes)
     else:
-      yield from _iter_text(path, text_mode, invalid)
-  except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # a truncated or foreign .gz
-    raise InputFormatError(f"{path}: not a readable gzip file ({str(e)[:200] or type(e).__name__})") from e
+      yield from _iter_text(path, text_mode, invalid, stream, first or 1, on_bytes)
+  except (EOFError, zlib.error, gzip.BadGzipFile, *_zstd_errors()) as e:  # a truncated or foreign archive
+    kind = "zstd" if path.endswith(".zst") else "gzip"
+    raise InputFormatError(f"{path}: not a readable {kind} file ({str(e)[:200] or type(e).__name__})") from e
   except pa.ArrowException as e:  # a damaged Parquet row group
     raise InputFormatError(f"{path}: not a readable Parquet file ({str(e)[:200]})") from e
 
 
-def _open_binary(path: str) -> IO[bytes]:
-  return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+def open_binary(path: str) -> IO[bytes]:
+  """The file's bytes, decompressed for .gz and .zst."""
+  if path.endswith(".gz"):
+    return gzip.open(path, "rb")
+  if path.endswith(".zst"):
+    return io.BufferedReader(_ZstdReader(path), buffer_size=1 << 20)
+  return open(path, "rb")
 
 
-def _iter_jsonl(path: str, field: str, invalid: InvalidLog) -> Iterator[str]:
-  with _open_binary(path) as f:
-    for line_number, line in enumerate(f, start=1):
-      if not line.strip():
-        continue  # a blank line holds no record
-      where = f"{path}:{line_number}"
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        invalid.report(f"{where}: malformed JSON ({e.msg} at column {e.colno})")
-        continue
-      except UnicodeDecodeError as e:
-        invalid.report(f"{where}: not valid UTF-8 ({e.reason})")
-        continue
-      if not isinstance(record, dict):
-        invalid.report(f"{where}: expected a JSON object, got {type(record).__name__}")
-        continue
-      if field not in record:
-        invalid.report(f"{where}: missing field {field!r}")
-        continue
-      text = record[field]
-      if not isinstance(text, str):
-        invalid.report(
-            f"{where}: field {field!r} is {type(text).__name__}, not a string"
-        )
-        continue
-      if b"\\u" in line and _has_lone_surrogate(text):  # only a \u escape can carry one
-        invalid.report(f"{where}: field {field!r} holds a lone surrogate (a \\uD800-\\uDFFF escape), not text")
-        continue
-      yield text
+class _ZstdReader(io.RawIOBase):
+  """The frames of a .zst file, decompressed; a file that ends inside a frame raises ZstdError
+  (zstandard's stream reader would end quietly, losing the rest of the frame)."""
+
+  def __init__(self, path: str) -> None:
+    self._zstd = _zstd_module()
+    self._raw = open(path, "rb")
+    self._frame = self._zstd.ZstdDecompressor().decompressobj()
+    self._pending = b""
+    self._fed = False  # an empty file holds no frame, and is not truncated
+
+  def readable(self) -> bool:
+    return True
+
+  def readinto(self, buffer: Any) -> int:
+    while not self._pending:
+      chunk = self._raw.read(1 << 20)
+      if not chunk:
+        if self._fed and not self._frame.eof:
+          raise self._zstd.ZstdError("the file ends inside a frame (truncated)")
+        return 0
+      self._pending = self._decompress(chunk)
+    count = min(len(buffer), len(self._pending))
+    buffer[:count] = self._pending[:count]
+    self._pending = self._pending[count:]
+    return count
+
+  def _decompress(self, chunk: bytes) -> bytes:
+    self._fed = True
+    out = [self._frame.decompress(chunk)]
+    while self._frame.eof and self._frame.unused_data:  # the next frame of a multi-frame file
+      rest = self._frame.unused_data
+      self._frame = self._zstd.ZstdDecompressor().decompressobj()
+      out.append(self._frame.decompress(rest))
+    return b"".join(out)
+
+  def close(self) -> None:
+    self._raw.close()
+    super().close()
+
+
+def _lines(path: str, stream: Iterable[bytes] | None, on_bytes: Callable[[int], None]) -> Iterator[bytes]:
+  if stream is not None:
+    for line in stream:
+      on_bytes(len(line))
+      yield line
+    return
+  with open_binary(path) as f:
+    for line in f:
+      on_bytes(len(line))
+      yield line
+
+
+def _iter_jsonl(path: str, field: str, invalid: InvalidLog, stream: Iterable[bytes] | None, first: int,
+                on_bytes: Callable[[int], None]) -> Iterator[str]:
+  for line_number, line in enumerate(_lines(path, stream, on_bytes), start=first):
+    if not line.strip():
+      continue  # a blank line holds no record
+    where = f"{path}:{line_number}"
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      invalid.report(f"{where}: malformed JSON ({e.msg} at column {e.colno})")
+      continue
+    except UnicodeDecodeError as e:
+      invalid.report(f"{where}: not valid UTF-8 ({e.reason})")
+      continue
+    if not isinstance(record, dict):
+      invalid.report(f"{where}: expected a JSON object, got {type(record).__name__}")
+      continue
+    if field not in record:
+      invalid.report(f"{where}: missing field {field!r}")
+      continue
+    text = record[field]
+    if not isinstance(text, str):
+      invalid.report(
+          f"{where}: field {field!r} is {type(text).__name__}, not a string"
+      )
+      continue
+    if b"\\u" in line and _has_lone_surrogate(text):  # only a \u escape can carry one
+      invalid.report(f"{where}: field {field!r} holds a lone surrogate (a \\uD800-\\uDFFF escape), not text")
+      continue
+    yield text
 
 
 def _has_lone_surrogate(text: str) -> bool:
@@ -162,7 +273,8 @@ def _has_lone_surrogate(text: str) -> bool:
   return False
 
 
-def _iter_parquet(path: str, column: str, invalid: InvalidLog) -> Iterator[str]:
+def _iter_parquet(path: str, column: str, invalid: InvalidLog, row_groups: tuple[int, int] | None, first: int,
+                  on_bytes: Callable[[int], None]) -> Iterator[str]:
   try:
     parquet = pq.ParquetFile(path)
   except (pa.ArrowInvalid, OSError) as e:
@@ -175,8 +287,9 @@ def _iter_parquet(path: str, column: str, invalid: InvalidLog) -> Iterator[str]:
   kind = schema.field(column).type
   if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
     raise InputFormatError(f"{path}: column {column!r} has type {kind}, not string")
-  row = 0
-  batches = parquet.iter_batches(columns=[column], batch_size=4096)
+  row = first
+  groups = list(range(*row_groups)) if row_groups is not None else None
+  batches = parquet.iter_batches(columns=[column], batch_size=4096, row_groups=groups)
   while True:
     try:
       batch = next(batches, None)
@@ -184,6 +297,7 @@ def _iter_parquet(path: str, column: str, invalid: InvalidLog) -> Iterator[str]:
       raise InputFormatError(f"{path}: not a readable Parquet file near row {row} ({str(e)[:200]})") from e
     if batch is None:
       return
+    on_bytes(batch.nbytes)
     for text in batch.column(0).to_pylist():
       if text is None:
         invalid.report(f"{path}:row {row}: column {column!r} is null")
@@ -192,18 +306,20 @@ def _iter_parquet(path: str, column: str, invalid: InvalidLog) -> Iterator[str]:
       row += 1
 
 
-def _iter_text(path: str, text_mode: str, invalid: InvalidLog) -> Iterator[str]:
+def _iter_text(path: str, text_mode: str, invalid: InvalidLog, stream: Iterable[bytes] | None, first: int,
+               on_bytes: Callable[[int], None]) -> Iterator[str]:
   if text_mode not in TEXT_MODES:
     raise ValueError(f"text_mode: {text_mode!r} is not one of {TEXT_MODES}")
-  with _open_binary(path) as f:
-    if text_mode == "line":
-      for line_number, line in enumerate(f, start=1):
-        try:
-          yield line.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as e:
-          invalid.report(f"{path}:{line_number}: not valid UTF-8 ({e.reason})")
-      return
+  if text_mode == "line":
+    for line_number, line in enumerate(_lines(path, stream, on_bytes), start=first):
+      try:
+        yield line.decode("utf-8").rstrip("\r\n")
+      except UnicodeDecodeError as e:
+        invalid.report(f"{path}:{line_number}: not valid UTF-8 ({e.reason})")
+    return
+  with open_binary(path) as f:
     raw = f.read()
+  on_bytes(len(raw))
   try:
     text = raw.decode("utf-8")
   except UnicodeDecodeError as e:

@@ -35,11 +35,13 @@ except ImportError:
 __all__ = [
     "ByteTokenizer",
     "HuggingFaceTokenizer",
+    "ROUNDTRIP_PROBE",
     "SentencePieceTokenizer",
     "Tokenizer",
     "TokenizerSpec",
     "dtype_for_vocab_size",
     "load_tokenizer",
+    "roundtrip_warning",
 ]
 
 TOKENIZER_KINDS = ("byte", "huggingface", "sentencepiece")
@@ -56,6 +58,10 @@ class Tokenizer(Protocol):
 
   def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Returns (flat token ids as int64, per-text token counts as int64)."""
+    ...
+
+  def decode(self, ids: np.ndarray) -> str:
+    """The text of token ids (round-trip checks)."""
     ...
 
 
@@ -179,6 +185,9 @@ class HuggingFaceTokenizer:
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64)
     return flat, _lengths_of(ids)
 
+  def decode(self, ids: np.ndarray) -> str:
+    return self._tokenizer.decode(np.asarray(ids).tolist(), skip_special_tokens=False)
+
 
 class SentencePieceTokenizer:
   """A SentencePiece ``.model`` file; BOS/EOS are not added."""
@@ -209,6 +218,23 @@ class SentencePieceTokenizer:
     ids = self._processor.encode(texts)
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64)
     return flat, _lengths_of(ids)
+
+  def decode(self, ids: np.ndarray) -> str:
+    return self._processor.decode(np.asarray(ids).tolist())
+
+
+ROUNDTRIP_PROBE = "Line one\n\n  indented\tline two  \nCAFÉ ﬁ ½ — 𝔘"
+
+
+def roundtrip_warning(tokenizer: Tokenizer) -> str | None:
+  """A warning if the tokenizer does not give back a probe text with newlines, runs of spaces,
+  tabs and Unicode compatibility characters (SentencePiece's default normalisation drops some)."""
+  flat, _ = tokenizer.encode_batch([ROUNDTRIP_PROBE])
+  decoded = tokenizer.decode(flat)
+  if decoded == ROUNDTRIP_PROBE:
+    return None
+  return (f"the tokenizer does not round-trip text: {ROUNDTRIP_PROBE!r} decodes to {decoded!r} (a normalising "
+          "tokenizer: converted documents will not decode to their text; check with --check-roundtrip N)")
 
 
 def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:

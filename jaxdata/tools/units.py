@@ -1,0 +1,123 @@
+"""Work units of a conversion: input files cut into pieces that tokenize independently.
+
+A unit is a byte range of a line-oriented file (JSONL, or text one document
+per line) that starts and ends at line starts, a range of Parquet row
+groups, or a whole file (compressed, or a text file read whole). Units are
+numbered in input order and every unit knows the line (or row) its first
+record has, so errors name the true line and the documents come out in the
+same order whatever cuts them::
+
+    big.jsonl (1 GB)   |unit 0: bytes 0..33554471, lines 1..|unit 1: from line 40213 ...|  ...
+    small.jsonl        |unit k: the whole file|
+    data.parquet       |unit k+1: row groups 0-3, rows 0..|unit k+2: row groups 4-7 ...|
+
+Cutting needs one sequential scan of each splittable file, to count lines
+at each cut; it runs before tokenizing and reports its progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator
+
+import os
+import pyarrow.parquet as pq
+
+from jaxdata.tools.inputs import InvalidLog, iter_documents, is_compressed, open_binary
+
+__all__ = ["SCAN_BLOCK", "WorkUnit", "iter_unit_documents", "plan_units"]
+
+SCAN_BLOCK = 16 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkUnit:
+  """Records [start, end) of one input file; `first` is the first record's line (1-based) or row (0-based)."""
+
+  index: int
+  file_index: int
+  path: str
+  fmt: str
+  start: int = 0  # byte offset (line formats) or first row group (Parquet)
+  end: int | None = None  # None: to the end of the file
+  first: int = 1
+  size: int = 0  # input bytes the unit covers (for progress)
+
+
+def _splits_by_lines(fmt: str, text_mode: str) -> bool:
+  return fmt == "jsonl" or (fmt == "text" and text_mode == "line")
+
+
+def _line_cuts(path: str, unit_bytes: int, on_scan: Callable[[int], None]) -> list[tuple[int, int]]:
+  """(byte offset, line number) of every cut: the first line start at or after each
+  previous cut + unit_bytes, so every unit but the last holds at least unit_bytes."""
+  cuts, target, offset, lines = [(0, 1)], unit_bytes, 0, 0  # lines: newlines before `offset`
+  with open(path, "rb") as f:
+    while block := f.read(SCAN_BLOCK):
+      while target - 1 < offset + len(block):
+        newline = block.find(b"\n", max(target - 1 - offset, 0))  # a line starting at >= target follows it
+        if newline < 0:
+          break
+        cuts.append((offset + newline + 1, 1 + lines + block.count(b"\n", 0, newline + 1)))
+        target = offset + newline + 1 + unit_bytes
+      lines += block.count(b"\n")
+      offset += len(block)
+      on_scan(len(block))
+  return [c for c in cuts if c[0] < offset]
+
+
+def plan_units(files: list[str], formats: list[str], text_mode: str, unit_bytes: int,
+               on_scan: Callable[[int], None] = lambda n: None) -> list[WorkUnit]:
+  """The units of every file, in input order."""
+  units: list[WorkUnit] = []
+  for file_index, (path, fmt) in enumerate(zip(files, formats)):
+    size = os.path.getsize(path)
+    if _splits_by_lines(fmt, text_mode) and not is_compressed(path) and size > unit_bytes:
+      cuts = _line_cuts(path, unit_bytes, on_scan)
+      bounds = [c[0] for c in cuts[1:]] + [size]
+      for (start, line), end in zip(cuts, bounds):
+        units.append(WorkUnit(len(units), file_index, path, fmt, start, end, line, end - start))
+    elif fmt == "parquet" and size > unit_bytes:
+      units.extend(_parquet_units(len(units), file_index, path, unit_bytes))
+    else:
+      units.append(WorkUnit(len(units), file_index, path, fmt, size=size))
+  return units
+
+
+def _parquet_units(first_index: int, file_index: int, path: str, unit_bytes: int) -> list[WorkUnit]:
+  """Runs of row groups of about unit_bytes (by their compressed size)."""
+  metadata = pq.ParquetFile(path).metadata
+  units, group, row = [], 0, 0
+  while group < metadata.num_row_groups:
+    start, start_row, size = group, row, 0
+    while group < metadata.num_row_groups and (size == 0 or size < unit_bytes):
+      size += metadata.row_group(group).total_byte_size
+      row += metadata.row_group(group).num_rows
+      group += 1
+    units.append(WorkUnit(first_index + len(units), file_index, path, "parquet", start, group, start_row, size))
+  return units
+
+
+def iter_unit_documents(unit: WorkUnit, field: str, text_mode: str, invalid: InvalidLog,
+                        on_bytes: Callable[[int], None] = lambda n: None) -> Iterator[str]:
+  """The valid documents of one unit, in order (errors name file and line / row)."""
+  if unit.end is None:
+    yield from iter_documents(unit.path, unit.fmt, field, text_mode, invalid, on_bytes=on_bytes)
+    return
+  if unit.fmt == "parquet":
+    yield from iter_documents(unit.path, "parquet", field, text_mode, invalid, row_groups=(unit.start, unit.end),
+                              first=unit.first, on_bytes=on_bytes)
+    return
+  with open_binary(unit.path) as f:
+    f.seek(unit.start)
+    yield from iter_documents(unit.path, unit.fmt, field, text_mode, invalid, stream=_limited(f, unit.end - unit.start),
+                              first=unit.first, on_bytes=on_bytes)
+
+
+def _limited(f, limit: int) -> Iterator[bytes]:  # noqa: ANN001 -- a binary file
+  """The lines of `f` that start in the next `limit` bytes."""
+  for line in f:
+    if limit <= 0:
+      return
+    limit -= len(line)
+    yield line

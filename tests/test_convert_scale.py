@@ -1,0 +1,199 @@
+"""Conversion at scale: units cut from large files, Beam's local runner, and the converter's UX."""
+
+from __future__ import annotations
+
+import dataclasses
+import filecmp
+import gzip
+import json
+import os
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sentencepiece as spm
+import zstandard
+
+from jaxdata import InputFormatError
+from jaxdata.cli import main
+from jaxdata.tools.convert import ConvertOptions, convert, plan_shards
+from jaxdata.tools.convert_beam import convert_with_beam
+from jaxdata.tools.units import plan_units
+
+
+def text(rng: random.Random) -> str:
+  return " ".join(rng.choice(["alpha", "beta", "gamma", "délta", "ε", "\n"]) for _ in range(rng.randint(0, 60)))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> str:
+  """Several inputs of mixed formats: JSONL (plain, gzip, zstd) with bad lines, Parquet in row groups,
+  plain text; plus files a directory walk must leave out."""
+  root = tmp_path_factory.mktemp("corpus")
+  rng = random.Random(0)
+  lines = []
+  for i in range(3000):
+    if i % 97 == 5:
+      lines.append("{not json")
+    elif i % 131 == 7:
+      lines.append(json.dumps({"other": 1}))
+    else:
+      lines.append(json.dumps({"text": text(rng)}))
+  (root / "a.jsonl").write_text("\n".join(lines) + "\n")
+  with gzip.open(root / "b.jsonl.gz", "wt") as f:
+    f.write("\n".join(lines[:500]) + "\n")
+  (root / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(("\n".join(lines[500:900]) + "\n").encode()))
+  pq.write_table(pa.table({"text": [text(rng) for _ in range(2000)]}), root / "d.parquet", row_group_size=100)
+  (root / "e.txt").write_text("\n\n".join(text(rng) for _ in range(50)))
+  (root / "__pycache__").mkdir()
+  (root / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00\xff binary")
+  (root / ".hidden.jsonl").write_text("{broken")
+  return str(root)
+
+
+OPTIONS = ConvertOptions(skip_invalid=True, shard_bytes=20_000, workers=2)
+
+
+def assert_same_files(a: str, b: str) -> None:
+  names = sorted(os.listdir(a))
+  assert names == sorted(os.listdir(b))
+  different = [n for n in names if not filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False)]
+  assert not different, different
+
+
+def test_beam_local_runner_writes_the_local_converters_bytes(corpus, tmp_path):
+  local = convert([corpus], str(tmp_path / "local"), "mix", dataclasses.replace(OPTIONS, unit_bytes=30_000))
+  beam = convert_with_beam([corpus], str(tmp_path / "beam"), "mix", dataclasses.replace(OPTIONS, unit_bytes=70_000),
+                           ["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+  assert_same_files(str(tmp_path / "local"), str(tmp_path / "beam"))  # shards, lengths, manifest
+  assert len(local.shards) > 10 and beam.stats == local.stats
+  bad = [i for i in range(3000) if i % 97 == 5 or i % 131 == 7]  # a.jsonl has them all, b lines 0-499, c 500-899
+  assert local.stats["skipped_invalid"] == len(bad) + sum(i < 500 for i in bad) + sum(500 <= i < 900 for i in bad)
+  assert [i["path"] for i in local.stats["inputs"]] == sorted(os.path.join(corpus, n) for n in os.listdir(corpus)
+                                                               if not n.startswith((".", "__")))
+
+
+def test_the_output_depends_on_neither_units_nor_workers(corpus, tmp_path):
+  whole = convert([corpus], str(tmp_path / "whole"), "mix", dataclasses.replace(OPTIONS, workers=1, unit_bytes=1 << 40))
+  for workers, unit in ((1, 10_000), (2, 4_096), (2, 0)):
+    out = str(tmp_path / f"w{workers}-{unit}")
+    convert([corpus], out, "mix", dataclasses.replace(OPTIONS, workers=workers, unit_bytes=unit))
+    assert_same_files(str(tmp_path / "whole"), out)
+  assert whole.num_records > 5000
+
+
+def test_units_cut_at_line_starts_and_know_their_line(tmp_path):
+  path = tmp_path / "lines.jsonl"
+  path.write_text("".join(json.dumps({"text": "x" * (i % 50)}) + "\n" for i in range(2000)))
+  units = plan_units([str(path)], ["jsonl"], "file", unit_bytes=5_000)
+  assert len(units) > 5 and units[0].start == 0 and units[-1].end == path.stat().st_size
+  data = path.read_bytes()
+  for before, unit in zip(units, units[1:]):
+    assert before.end == unit.start and data[unit.start - 1 : unit.start] == b"\n"
+    assert unit.first == data[: unit.start].count(b"\n") + 1
+    assert unit.end - unit.start >= 5_000 or unit is units[-1]
+
+
+def test_a_bad_line_deep_in_a_later_unit_names_its_true_line(tmp_path):
+  lines = [json.dumps({"text": f"document {i}"}) for i in range(5000)]
+  lines[4321] = "{oops"
+  (tmp_path / "big.jsonl").write_text("\n".join(lines) + "\n")
+  with pytest.raises(InputFormatError, match=r"big\.jsonl:4322: malformed JSON"):
+    convert([str(tmp_path / "big.jsonl")], str(tmp_path / "out"), "big", ConvertOptions(workers=2, unit_bytes=2_000))
+  assert not os.path.exists(tmp_path / "out" / "manifest.json")
+
+
+def test_a_null_parquet_row_in_a_later_row_group_names_its_row(tmp_path):
+  values = [f"row {i}" for i in range(1000)]
+  values[777] = None
+  pq.write_table(pa.table({"text": values}), tmp_path / "t.parquet", row_group_size=50)
+  with pytest.raises(InputFormatError, match=r"t\.parquet:row 777: column 'text' is null"):
+    convert([str(tmp_path / "t.parquet")], str(tmp_path / "out"), "t", ConvertOptions(workers=1, unit_bytes=500))
+  manifest = convert([str(tmp_path / "t.parquet")], str(tmp_path / "out"), "t",
+                     ConvertOptions(workers=2, unit_bytes=500, skip_invalid=True))
+  assert manifest.num_records == 999 and manifest.stats["invalid_examples"] == ["{}:row 777: column 'text' is null"
+                                                                               .format(tmp_path / "t.parquet")]
+
+
+def test_progress_counts_bytes_and_documents_before_the_first_unit_ends(tmp_path):
+  (tmp_path / "one.jsonl").write_text("".join(json.dumps({"text": "w " * 40}) + "\n" for _ in range(20_000)))
+  reports = []
+  convert([str(tmp_path / "one.jsonl")], str(tmp_path / "out"), "one",
+          ConvertOptions(workers=1, unit_bytes=1 << 40, batch_documents=256), lambda *r: reports.append(r))
+  tokenize = [r for r in reports if r[0] == "tokenize"]
+  size = (tmp_path / "one.jsonl").stat().st_size
+  # One unit (the whole file), yet progress arrives every 256 documents: bytes and documents rise to the totals.
+  assert len(tokenize) >= 20_000 // 256 and tokenize[-1][1:] == (size, size, 20_000)
+  assert all(a[1] <= b[1] and a[3] <= b[3] for a, b in zip(tokenize, tokenize[1:]))
+  assert 0 < tokenize[0][1] < size
+
+
+def test_include_exclude_and_directory_walks(corpus, tmp_path):
+  only = convert([corpus], str(tmp_path / "only"), "j", dataclasses.replace(OPTIONS, include=("*.jsonl*",),
+                                                                          exclude=("*.gz",)))
+  assert [os.path.basename(i["path"]) for i in only.stats["inputs"]] == ["a.jsonl", "c.jsonl.zst"]
+  with pytest.raises(FileNotFoundError, match=r"no files found in .*\(include \['\*\.csv'\]"):
+    convert([corpus], str(tmp_path / "none"), "n", dataclasses.replace(OPTIONS, include=("*.csv",)))
+
+
+def test_damaged_zstd_input_is_named(tmp_path):
+  (tmp_path / "x.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "fine"}\n' * 100)[:-9])
+  with pytest.raises(InputFormatError, match=r"x\.jsonl\.zst: not a readable zstd file"):
+    convert([str(tmp_path / "x.jsonl.zst")], str(tmp_path / "out"), "x", ConvertOptions(workers=1))
+
+
+def test_overwrite_replaces_and_plain_runs_refuse(corpus, tmp_path):
+  src = os.path.join(corpus, "e.txt")
+  out = str(tmp_path / "ds")
+  convert([src], out, "e", ConvertOptions(workers=1, shard_bytes=500))
+  (tmp_path / "ds" / "notes.txt").write_text("mine")
+  with pytest.raises(FileExistsError, match=r"already holds a dataset .* pass --overwrite"):
+    convert([src], out, "e", ConvertOptions(workers=1))
+  manifest = convert([src], out, "e", ConvertOptions(workers=1), overwrite=True)
+  assert len(manifest.shards) == 1 and (tmp_path / "ds" / "notes.txt").read_text() == "mine"  # only our files left
+  assert sorted(os.listdir(out)) == ["e-00000.array_record", "e-00000.lengths.npy", "manifest.json", "notes.txt"]
+
+
+def test_global_flags_go_before_or_after_the_command(corpus, tmp_path, capsys):
+  src = os.path.join(corpus, "e.txt")
+  assert main(["-q", "convert", src, "--out", str(tmp_path / "a"), "--name", "a"]) == 0
+  assert main(["convert", src, "--out", str(tmp_path / "b"), "--name", "b", "-q"]) == 0
+  assert main(["convert", src, "--out", str(tmp_path / "c"), "--name", "a", "--runner", "beam", "-q"]) == 0
+  assert_same_files(str(tmp_path / "a"), str(tmp_path / "c"))
+  assert main(["convert", src, "--out", str(tmp_path / "a"), "--name", "a", "--overwrite", "--quiet",
+               "--text-mode", "paragraph", "--check-roundtrip", "5"]) == 0
+  assert "round trip: 5 of 5 documents decode to their text" in capsys.readouterr().out
+
+
+def test_a_normalising_tokenizer_is_warned_and_the_roundtrip_check_counts_mismatches(tmp_path, capsys):
+  texts = [f"line one {i}\n\n   spaced  out\ttab {i}" for i in range(40)]
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_prefix=str(tmp_path / "sp"), vocab_size=40,
+                                 hard_vocab_limit=False, minloglevel=2)
+  (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+  code = main(["convert", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "ds"), "--name", "sp", "-q",
+               "--tokenizer", f"sp:{tmp_path / 'sp.model'}", "--check-roundtrip", "4"])
+  printed = capsys.readouterr().out
+  assert code == 2
+  assert "warning: the tokenizer does not round-trip text" in printed
+  assert "round trip: 0 of 4 documents decode to their text" in printed and "document 0: differs at character" in printed
+
+
+def test_plan_shards_matches_the_writer_on_random_lengths():
+  from jaxdata.sources.writer import DatasetWriter  # noqa: PLC0415
+  import numpy as np  # noqa: PLC0415
+  import tempfile  # noqa: PLC0415
+
+  rng = np.random.default_rng(0)
+  for trial in range(30):
+    lengths = rng.integers(1, 60, int(rng.integers(1, 300)))
+    shard_bytes = int(rng.integers(1, 400))
+    out = tempfile.mkdtemp()
+    writer = DatasetWriter(out, "t", np.dtype("<u2"), {"kind": "x"}, shard_bytes)
+    cut = 0
+    while cut < lengths.size:  # fed in random chunks: the writer's cuts do not depend on them
+      step = int(rng.integers(1, 50))
+      writer.write_documents(np.zeros(int(lengths[cut : cut + step].sum()), np.uint16), lengths[cut : cut + step])
+      cut += step
+    manifest = writer.finish()
+    assert np.cumsum([s.num_records for s in manifest.shards]).tolist() == plan_shards(lengths, 2, shard_bytes).tolist()
