@@ -1,0 +1,117 @@
+"""Datasets from Python: any iterable of texts or token lists, or a Hugging Face `datasets.Dataset`.
+
+Both stream through the same `DatasetWriter` as `jaxdata convert`, in
+batches, so memory stays bounded; the `datasets` package is not imported
+(anything with ``.iter(batch_size=...)`` yielding column dicts, or any
+iterable of rows, works).
+
+>>> import tempfile
+>>> out = tempfile.mkdtemp()
+>>> from_iterable(["hello", "", [7, 8, 9]], out=out + "/ds").num_records  # the empty text is skipped
+2
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from jaxdata.errors import InputFormatError
+from jaxdata.sources.manifest import Manifest
+from jaxdata.sources.writer import DatasetWriter
+from jaxdata.tools.convert import prepare_output
+from jaxdata.tools.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
+
+__all__ = ["from_hf_dataset", "from_iterable"]
+
+BATCH = 1024
+
+
+def _tokens_of(item: Any, index: int) -> np.ndarray | None:
+  """A token list as int64 ids, None for a text; anything else is an error naming the item."""
+  if isinstance(item, str):
+    return None
+  if isinstance(item, (bytes, dict)) or not hasattr(item, "__len__"):
+    raise InputFormatError(f"item {index}: expected a str or a sequence of token ids, got {type(item).__name__}")
+  ids = np.asarray(item)
+  if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+    raise InputFormatError(f"item {index}: token ids must be a flat sequence of ints, got dtype {ids.dtype} "
+                           f"shape {ids.shape}")
+  return ids.astype(np.int64)
+
+
+def _encode(batch: list[Any], first: int, tokenizer: Tokenizer | None) -> tuple[np.ndarray, np.ndarray]:
+  """(flat ids, lengths) of a batch, texts tokenized and token lists as they are, in order."""
+  given = [_tokens_of(item, first + i) for i, item in enumerate(batch)]
+  texts = [item for item, ids in zip(batch, given) if ids is None]
+  if texts and tokenizer is None:
+    raise InputFormatError(f"item {first + given.index(None)}: a text, but tokenizer=None (token lists only)")
+  encoded: Iterator[np.ndarray] = iter(())
+  if texts:
+    flat, lengths = tokenizer.encode_batch(texts)
+    encoded = iter(np.split(flat, np.cumsum(lengths)[:-1]))
+  parts = [ids if ids is not None else next(encoded) for ids in given]
+  lengths = np.array([p.size for p in parts], np.int64)
+  return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), lengths
+
+
+def from_iterable(
+    items: Iterable[Any],
+    out: str,
+    name: str | None = None,
+    tokenizer: TokenizerSpec | str | None = "byte",
+    shard_bytes: int = 256 << 20,
+    dtype: str | None = None,
+    overwrite: bool = False,
+) -> Manifest:
+  """Writes a dataset from texts (tokenized by `tokenizer`: "byte", "hf:FILE", "sp:FILE") and / or
+  token lists (written as they are). Empty documents are skipped and counted.
+
+  `dtype` defaults to what the tokenizer's vocabulary needs (uint32 for
+  token lists without a tokenizer). Ids outside the vocabulary or dtype are
+  a ValueError. Returns the manifest.
+  """
+  spec = TokenizerSpec.parse(tokenizer) if isinstance(tokenizer, str) else tokenizer
+  model = load_tokenizer(spec) if spec is not None else None
+  identity = model.identity() if model is not None else {"kind": "pretokenized"}
+  np_dtype = np.dtype(dtype) if dtype else (dtype_for_vocab_size(model.vocab_size) if model else np.dtype("<u4"))
+  prepare_output(out, overwrite)
+  writer = DatasetWriter(out, name or os.path.basename(os.path.normpath(out)), np_dtype, identity, shard_bytes)
+  items, count, empty = iter(items), 0, 0
+  while batch := list(itertools.islice(items, BATCH)):
+    flat, lengths = _encode(batch, count, model)
+    keep = lengths > 0
+    empty += int((~keep).sum())
+    if keep.any():
+      writer.write_documents(flat, lengths[keep])
+    count += len(batch)
+  return writer.finish({"documents": count - empty, "skipped_empty": empty, "skipped_invalid": 0,
+                        "inputs": [{"path": "python iterable", "documents": count - empty}]})
+
+
+def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any) -> Manifest:
+  """`from_iterable` over one column of a Hugging Face dataset (texts or token lists), read in batches.
+
+  Works on `datasets.Dataset` (through ``.iter(batch_size=...)``), an
+  `IterableDataset`, or any iterable of dict rows. A row without `field`
+  is an `InputFormatError` naming the row.
+  """
+
+  def column() -> Iterator[Any]:
+    if hasattr(dataset, "iter"):
+      row = 0
+      for batch in dataset.iter(batch_size=BATCH):
+        if field not in batch:
+          raise InputFormatError(f"row {row}: no column {field!r} (columns: {', '.join(batch)})")
+        yield from batch[field]
+        row += len(batch[field])
+      return
+    for row, record in enumerate(dataset):
+      if not isinstance(record, dict) or field not in record:
+        raise InputFormatError(f"row {row}: no field {field!r}")
+      yield record[field]
+
+  return from_iterable(column(), out, **options)
