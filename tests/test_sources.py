@@ -224,7 +224,8 @@ def write_raw_shard(path: str, records: list[bytes]) -> None:
 
 def test_index_builds_lengths_and_manifest_for_foreign_shards(tmp_path, capsys):
   rng = np.random.default_rng(3)
-  docs = [rng.integers(0, 2**32, size=int(n), dtype=np.uint64).astype("<u4") for n in rng.integers(1, 30, 50)]
+  # ids of a 256k vocabulary: too large for uint16, and what the dtype check accepts as uint32.
+  docs = [rng.integers(0, 256_000, size=int(n), dtype=np.uint64).astype("<u4") for n in rng.integers(1, 30, 50)]
   write_raw_shard(str(tmp_path / "a.array_record"), [d.tobytes() for d in docs[:20]])
   write_raw_shard(str(tmp_path / "b.array_record"), [d.tobytes() for d in docs[20:]])
   shards = [str(tmp_path / "a.array_record"), str(tmp_path / "b.array_record")]

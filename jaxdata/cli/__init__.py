@@ -100,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
                  help="megatron / flat: where readers find the files, when not beside the metadata "
                       "(a directory or gs:// / s3:// prefix; default: the files' directory)")
   p.add_argument("--out", help="metadata directory (default: the files' directory)")
+  p.add_argument("--per-directory", action="store_true",
+                 help="files in several directories: one dataset per directory (default: an error, unless --out)")
+  p.add_argument("--force", action="store_true", help="rebuild a directory's existing index and manifest")
+  p.add_argument("--no-dtype-check", action="store_true",
+                 help="do not refuse ids whose statistics look like another dtype (uint32 read as uint16, ...)")
   p.add_argument("--name", help="dataset name (default: the directory name)")
   p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
   p.set_defaults(handler="data:index")

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.flat_index import build_flat_index
-from jaxdata.sources.index import build_index
+from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.tools.summary import summarize
 from jaxdata.tools.tokenizers import TokenizerSpec, load_tokenizer
 
@@ -29,16 +29,19 @@ def index(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"{flag}: applies to --format megatron or flat only")
     if args.dtype is None:
       raise ValueError("--dtype: required for ArrayRecord shards (uint16 or uint32)")
-    manifest = build_index(args.shards, args.dtype, out_dir=args.out, name=args.name, tokenizer=tokenizer,
-                           on_shard=report)
-  else:
-    manifest = build_flat_index(args.format, args.shards, out_dir=args.out, dtype=args.dtype, eos_id=args.eos_id,
-                                offsets=args.offsets, name=args.name, tokenizer=tokenizer, data_root=args.data_root,
-                                on_file=report)
-  console.print(
-      f"{manifest.name}: {len(manifest.shards)} shards, {manifest.num_records} "
-      f"documents, {manifest.num_tokens} tokens"
-  )
+  groups = {args.out: args.shards} if not args.per_directory else group_by_directory(args.shards)
+  if args.per_directory and args.out:
+    raise ValueError("--per-directory: writes each directory's index beside its files; it takes no --out")
+  for out_dir, shards in groups.items():
+    common = dict(out_dir=out_dir, name=args.name if not args.per_directory else None, tokenizer=tokenizer,
+                  force=args.force, check_dtype=not args.no_dtype_check)
+    if args.format == "arrayrecord":
+      manifest = build_index(shards, args.dtype, on_shard=report, **common)
+    else:
+      manifest = build_flat_index(args.format, shards, dtype=args.dtype, eos_id=args.eos_id, offsets=args.offsets,
+                                  data_root=args.data_root, on_file=report, **common)
+    console.print(f"{manifest.name}: {len(manifest.shards)} shards, {manifest.num_records} documents, "
+                  f"{manifest.num_tokens} tokens")
   return 0
 
 

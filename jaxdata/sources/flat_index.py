@@ -30,6 +30,7 @@ import numpy as np
 from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
 from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index, token_layout
+from jaxdata.sources.index import dtype_suspicion
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import LENGTHS_DTYPE
@@ -49,7 +50,7 @@ def _token_path(fmt: str, given: str) -> str:
 
 
 def _document_lengths(fmt: str, path: str, dtype: str | None, eos_id: int | None,
-                      offsets: bool) -> tuple[str, int, np.ndarray]:
+                      offsets: bool, check_dtype: bool = True) -> tuple[str, int, np.ndarray]:
   """(dtype, byte offset of the first token, document lengths) of one token file."""
   if fmt == "megatron":
     index = read_megatron_index(path[:-4] + ".idx", path)
@@ -57,6 +58,11 @@ def _document_lengths(fmt: str, path: str, dtype: str | None, eos_id: int | None
       raise DatasetError(f"{path[:-4]}.idx: holds {index.dtype} tokens, --dtype says {dtype}")
     return index.dtype, 0, index.lengths
   layout = token_layout(path, np.dtype(dtype) if dtype is not None else None)
+  if check_dtype and not path.endswith(".npy"):  # a raw file's dtype is only what --dtype says
+    with open(path, "rb") as f:
+      suspicion = dtype_suspicion(f.read(1 << 20), layout.dtype)
+    if suspicion:
+      raise DatasetError(f"{path}: {suspicion}; check --dtype (or pass --no-dtype-check)")
   if offsets:
     lengths = offsets_lengths(path, layout, path + OFFSETS_SUFFIX)
   elif eos_id is not None:
@@ -77,13 +83,17 @@ def build_flat_index(
     tokenizer: dict[str, Any] | None = None,
     data_root: str | None = None,
     on_file: Callable[[str], None] | None = None,
+    force: bool = False,
+    check_dtype: bool = True,
 ) -> Manifest:
   """Indexes `inputs` (Megatron prefixes, or flat token files) into `out_dir`.
 
   Flat files split into documents after each `eos_id`, at the starts in
   ``FILE.offsets.npy`` (`offsets`), or not at all. Raises `DatasetError`
   naming the file for anything that does not add up, `FileExistsError` if
-  `out_dir` already has a manifest; nothing is left behind on an error.
+  `out_dir` already has a manifest (unless `force`: rebuilt); nothing is
+  left behind on an error. A raw file whose ids look like another dtype
+  (`dtype_suspicion`) is an error unless `check_dtype` is off.
   """
   if fmt not in FLAT_FORMATS:
     raise ValueError(f"format: {fmt!r} is not one of {FLAT_FORMATS}")
@@ -97,7 +107,12 @@ def build_flat_index(
   stems = [os.path.basename(p)[:-4] if p.endswith((".bin", ".npy")) else os.path.basename(p) for p in paths]
   if len(set(stems)) < len(stems):
     raise ValueError("inputs: two token files share a name; index each directory on its own")
-  files_dir = os.path.commonpath([os.path.dirname(p) for p in paths])
+  directories = sorted({os.path.dirname(p) for p in paths})
+  if out_dir is None and len(directories) > 1:
+    raise ValueError(f"inputs: they lie in {len(directories)} directories ({', '.join(directories[:3])}"
+                     f"{', ...' if len(directories) > 3 else ''}); a dataset is one directory: pass --per-directory "
+                     "to index each as its own dataset, or --out DIR to make them one")
+  files_dir = os.path.commonpath(directories)
   out_dir = os.path.abspath(out_dir or files_dir)
   inside = all(os.path.commonpath([out_dir, p]) == out_dir for p in paths)
   root_dir = out_dir if inside and data_root is None else files_dir
@@ -105,11 +120,11 @@ def build_flat_index(
     data_root = "" if inside else root_dir
   elif not (os.path.isabs(data_root) or is_remote(data_root)):
     raise ValueError(f"data_root: {data_root!r} must be an absolute path or a gs:// or s3:// URL")
-  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
-    raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}")
+  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) and not force:
+    raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}; pass --force to rebuild it")
   name = check_name(name or os.path.basename(out_dir), "name")
   # Every file is checked before anything is written.
-  found = [_document_lengths(fmt, p, dtype, eos_id, offsets) for p in paths]
+  found = [_document_lengths(fmt, p, dtype, eos_id, offsets, check_dtype) for p in paths]
   dtypes = {d for d, _, _ in found}
   if len(dtypes) > 1:
     raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")

@@ -19,7 +19,9 @@ from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
-__all__ = ["build_index", "record_byte_lengths"]
+__all__ = ["build_index", "dtype_suspicion", "group_by_directory", "record_byte_lengths"]
+
+SAMPLE_RECORDS = 64  # records per shard whose tokens the dtype check looks at
 
 _CHUNK = 8192
 _SHARD_SUFFIX = ".array_record"
@@ -48,6 +50,16 @@ def record_byte_lengths(path: str) -> np.ndarray:
     _close_quietly(reader)
 
 
+def _sample_records(path: str, count: int) -> bytes:
+  """The bytes of up to SAMPLE_RECORDS records spread over a shard."""
+  reader = ArrayRecordReader(path)
+  try:
+    picks = np.unique(np.linspace(0, count - 1, min(count, SAMPLE_RECORDS)).astype(np.int64)).tolist()
+    return b"".join(reader.read(picks))
+  finally:
+    _close_quietly(reader)
+
+
 def _close_quietly(reader: ArrayRecordReader) -> None:
   """Closes a reader; a failure to close a file that already failed must not
   replace the error that says which file and why."""
@@ -57,6 +69,41 @@ def _close_quietly(reader: ArrayRecordReader) -> None:
     pass
 
 
+def dtype_suspicion(blob: bytes, dtype: np.dtype) -> str | None:
+  """What token statistics say about ids read as `dtype` from `blob` (whole records), or None.
+
+  uint32 ids read as uint16: every second uint16 is the high half of an
+  id, below 16 for every vocabulary under a million tokens, where the low
+  halves spread over 0..65,535. uint16 ids read as uint32: each value
+  packs two ids, the second one in the high half, so most values are 2^20 or
+  more: ids of a vocabulary of over a million tokens, which no tokenizer has.
+
+  >>> ids = np.arange(100, 100_000, 97, dtype="<u4").tobytes()
+  >>> dtype_suspicion(ids, np.dtype("<u2")), dtype_suspicion(ids, np.dtype("<u4"))
+  ('looks like uint32 ids read as uint16: 100% of the odd uint16 values are below 16, 0% of the even ones', None)
+  """
+  if len(blob) < 64:
+    return None
+  if np.dtype(dtype).itemsize == 2:
+    halves = np.frombuffer(blob[: len(blob) // 4 * 4], "<u2").reshape(-1, 2)
+    low_small, high_small = (halves[:, 0] < 16).mean(), (halves[:, 1] < 16).mean()
+    if high_small > 0.9 and low_small < 0.5:
+      return (f"looks like uint32 ids read as uint16: {high_small:.0%} of the odd uint16 values are below 16, "
+              f"{low_small:.0%} of the even ones")
+    return None
+  values = np.frombuffer(blob[: len(blob) // 4 * 4], "<u4")
+  large = (values >= 1 << 20).mean()
+  return f"looks like uint16 ids read as uint32: {large:.0%} of the ids are 2^20 or more" if large > 0.5 else None
+
+
+def group_by_directory(paths: Sequence[str]) -> dict[str, list[str]]:
+  """Shard paths per directory (sorted), for one dataset per directory."""
+  groups: dict[str, list[str]] = {}
+  for path in sorted(os.path.abspath(p) for p in paths):
+    groups.setdefault(os.path.dirname(path), []).append(path)
+  return groups
+
+
 def build_index(
     shard_paths: Sequence[str],
     dtype: str,
@@ -64,12 +111,18 @@ def build_index(
     name: str | None = None,
     tokenizer: dict[str, Any] | None = None,
     on_shard: Callable[[str], None] | None = None,
+    force: bool = False,
+    check_dtype: bool = True,
 ) -> Manifest:
   """Writes lengths indices for `shard_paths` and a manifest; returns it.
 
-  Raises `DatasetError` naming the shard for a missing or unreadable file or
-  a record whose byte length is not a whole number of `dtype` tokens, and
-  `FileExistsError` if the output directory already has a manifest.
+  Shards in several directories need an explicit `out_dir` (one dataset over
+  them all; or index each directory on its own: `group_by_directory`).
+  Raises `DatasetError` naming the shard for a missing or unreadable file, a
+  record whose byte length is not a whole number of `dtype` tokens, or
+  token statistics that say the dtype is wrong (`dtype_suspicion`; skip with
+  `check_dtype=False`), and `FileExistsError` if the output directory
+  already has a manifest (unless `force`: then it is rebuilt).
   """
   if not shard_paths:
     raise ValueError("shard_paths: give at least one shard")
@@ -81,17 +134,24 @@ def build_index(
     if not os.path.isfile(path):
       raise DatasetError(f"{path}: shard file does not exist")
   if out_dir is None:
-    out_dir = os.path.commonpath([os.path.dirname(p) for p in paths])
+    directories = sorted(group_by_directory(paths))
+    if len(directories) > 1:
+      raise ValueError(f"shards: they lie in {len(directories)} directories ({', '.join(directories[:3])}"
+                       f"{', ...' if len(directories) > 3 else ''}); a dataset is one directory: pass --per-directory "
+                       "to index each as its own dataset, or --out DIR to make them one")
+    out_dir = directories[0]
   out_dir = os.path.abspath(out_dir)
   for path in paths:
     if os.path.commonpath([out_dir, path]) != out_dir:
       raise ValueError(f"{path}: lies outside the output directory {out_dir}; a manifest names only "
                        "files inside its own directory (pass --out a directory that holds the shards)")
-  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
-    raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}")
+  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) and not force:
+    raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}; pass --force to rebuild it")
   name = check_name(name or os.path.basename(out_dir), "name")
   # Read and check every shard first: a bad one leaves no lengths file behind.
-  checked = [(path, _shard_lengths(path, np_dtype)) for path in paths]
+  checked = [(path, _shard_lengths(path, np_dtype, check_dtype)) for path in paths]
+  if force and os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
+    os.remove(os.path.join(out_dir, MANIFEST_NAME))
   shards, written = [], []
   try:
     for path, lengths in checked:
@@ -128,10 +188,14 @@ def build_index(
   return manifest
 
 
-def _shard_lengths(path: str, np_dtype: np.dtype) -> np.ndarray:
+def _shard_lengths(path: str, np_dtype: np.dtype, check_dtype: bool = True) -> np.ndarray:
   """The tokens of every record of a shard; DatasetError for a record that is
-  empty or not a whole number of tokens."""
+  empty or not a whole number of tokens, or tokens that look like another dtype."""
   byte_lengths = record_byte_lengths(path)
+  if check_dtype and byte_lengths.size:
+    suspicion = dtype_suspicion(_sample_records(path, byte_lengths.size), np_dtype)
+    if suspicion:
+      raise DatasetError(f"{path}: {suspicion}; check --dtype (or pass --no-dtype-check)")
   odd = np.flatnonzero(byte_lengths % np_dtype.itemsize)
   if odd.size:
     raise DatasetError(
