@@ -17,7 +17,8 @@ import zstandard
 
 from jaxdata import InputFormatError
 from jaxdata.cli import main
-from jaxdata.tools.convert import ConvertOptions, convert, plan_shards
+from jaxdata.tools.convert import ConvertOptions, convert
+from jaxdata.tools.shard_jobs import plan_shards
 from jaxdata.tools.convert_beam import convert_with_beam
 from jaxdata.tools.units import plan_units
 

@@ -6,12 +6,13 @@ the inputs are cut::
     inputs (sorted, include / exclude)  a.jsonl (1 GB)               b.parquet     c.txt.zst
       plan units (tools/units.py)       |u0|u1|u2| ... line-aligned  |row groups|  |whole|
       tokenize units (processes)        -> tokens + lengths per unit, in scratch files; progress by bytes and documents
-      write (in unit order)             -----------------------------------------> shards + manifest
+      plan shards (lengths only), write them (processes)  ------------------------> shards + manifest
 
 A shard is the longest run of the next documents whose bytes fit in
 `shard_bytes` (at least one): `plan_shards`, a function of the lengths
-alone, which is what lets the Beam pipeline (`jaxdata.tools.convert_beam`)
-write shards in parallel and still produce byte-identical files.
+alone, so the shards are written in parallel too (`shard_jobs`), here by
+the same processes and in the Beam pipeline (`jaxdata.tools.convert_beam`)
+by its workers, byte-identical either way.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jaxdata.sources.fileutil import check_name
-from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
-from jaxdata.sources.writer import DatasetWriter
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.tools.inputs import INPUT_FORMATS, TEXT_MODES, InvalidLog, detect_format, expand_inputs
 from jaxdata.tools.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
+from jaxdata.tools.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.tools.units import WorkUnit, iter_unit_documents, plan_units
 
-__all__ = ["ConvertOptions", "Progress", "UnitResult", "convert", "conversion_stats", "plan_shards", "tokenize_unit"]
+__all__ = ["ConvertOptions", "Progress", "UnitResult", "convert", "conversion_stats", "prepare_output", "tokenize_unit",
+           "unit_size"]
 
 # (phase, bytes done, bytes in all, documents so far); phase: "scan", "tokenize" or "write".
 Progress = Callable[[str, int, int, int], None]
@@ -173,21 +175,23 @@ def _tokenize_to_scratch(unit: WorkUnit, options: ConvertOptions, scratch: str,
   return result
 
 
-def plan_shards(lengths: np.ndarray, itemsize: int, shard_bytes: int) -> np.ndarray:
-  """End (exclusive document index) of every shard: each the longest run of the next
-  documents whose bytes fit in shard_bytes, at least one document (what DatasetWriter does).
+def _tokenize_batch(units: list[WorkUnit], options: ConvertOptions, scratch: str,
+                    on_progress: Callable[[int, int], None] = _shared_progress) -> list[UnitResult]:
+  """Several small units in one task (many small files would otherwise cost a task each)."""
+  return [_tokenize_to_scratch(unit, options, scratch, on_progress) for unit in units]
 
-  >>> plan_shards(np.array([3, 3, 5, 1, 1]), itemsize=2, shard_bytes=12).tolist()
-  [2, 3, 5]
-  """
-  ends = np.cumsum(np.asarray(lengths, np.int64)) * itemsize
-  cuts, start = [], 0
-  while start < ends.size:
-    base = int(ends[start - 1]) if start else 0
-    stop = max(int(np.searchsorted(ends, base + shard_bytes, side="right")), start + 1)
-    cuts.append(stop)
-    start = stop
-  return np.asarray(cuts, np.int64)
+
+def _batches(units: list[WorkUnit], unit_bytes: int) -> list[list[WorkUnit]]:
+  """Consecutive units grouped until each group holds about unit_bytes of input."""
+  groups: list[list[WorkUnit]] = [[]]
+  size = 0
+  for unit in units:
+    if groups[-1] and size + unit.size > unit_bytes:
+      groups.append([])
+      size = 0
+    groups[-1].append(unit)
+    size += unit.size
+  return groups
 
 
 def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], options: ConvertOptions) -> dict[str, Any]:
@@ -230,34 +234,56 @@ def unit_size(total_bytes: int, workers: int, options: ConvertOptions) -> int:
   return int(min(MAX_UNIT_BYTES, max(MIN_UNIT_BYTES, total_bytes // max(1, 4 * workers))))
 
 
-def _tokenize_all(units: list[WorkUnit], options: ConvertOptions, workers: int, scratch: str, total: int,
-                  progress: Progress) -> list[UnitResult]:
+def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor | None:
+  """The worker processes (None: work in this process), each told where to add its progress."""
   if workers <= 1:
-    done = [0, 0]
-
-    def local(done_bytes: int, documents: int) -> None:
-      done[0] += done_bytes
-      done[1] += documents
-      progress("tokenize", done[0], total, done[1])
-
-    return [_tokenize_to_scratch(unit, options, scratch, local) for unit in units]
+    _share_counters(None, None)
+    return None
   # spawn: safe when the caller has threads (or JAX) running; fork is not.
   context = multiprocessing.get_context("spawn")
-  done_bytes, done_documents = context.Value("q", 0), context.Value("q", 0)
-  with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_share_counters,
-                                              initargs=(done_bytes, done_documents)) as pool:
-    futures = [pool.submit(_tokenize_to_scratch, unit, options, scratch) for unit in units]
-    try:
-      pending = set(futures)
-      while pending:
-        finished, pending = concurrent.futures.wait(pending, timeout=0.2, return_when="FIRST_EXCEPTION")
-        for future in finished:
-          future.result()  # the first error, as soon as it happens
-        progress("tokenize", done_bytes.value, total, done_documents.value)
-      return [f.result() for f in futures]
-    finally:
-      # On an error, drop the units not yet started instead of tokenizing them.
-      pool.shutdown(wait=True, cancel_futures=True)
+  counters = (context.Value("q", 0), context.Value("q", 0))
+  pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_share_counters,
+                                                initargs=counters)
+  pool.counters = counters  # type: ignore[attr-defined]
+  return pool
+
+
+def _run(pool: concurrent.futures.ProcessPoolExecutor | None, function: Callable[..., Any], jobs: Sequence[Any],
+         args: tuple[Any, ...], on_done: Callable[[int, Any], None]) -> list[Any]:
+  """`function(job, *args)` for every job, in the pool or here, results in job order; `on_done(i, result)`
+  as each finishes (and every 0.2 s with i = -1 while waiting); the first error is raised at once."""
+  if pool is None:
+    results = []
+    for i, job in enumerate(jobs):
+      results.append(function(job, *args))
+      on_done(i, results[-1])
+    return results
+  futures = {pool.submit(function, job, *args): i for i, job in enumerate(jobs)}
+  try:
+    pending = set(futures)
+    while pending:
+      finished, pending = concurrent.futures.wait(pending, timeout=0.2, return_when="FIRST_EXCEPTION")
+      for future in finished:
+        on_done(futures[future], future.result())  # the first error, as soon as it happens
+      on_done(-1, None)
+    return [future.result() for future in sorted(futures, key=futures.get)]
+  except BaseException:
+    for future in futures:  # drop the jobs not yet started,
+      future.cancel()
+    concurrent.futures.wait(futures)  # and let the running ones end before their scratch files go
+    raise
+
+
+def _load_tokens(scratch: str, dtype: str) -> Callable[[int], np.ndarray]:
+  return lambda unit: np.memmap(os.path.join(scratch, f"{unit:07d}.tokens"), dtype, "r")
+
+
+def _load_lengths(scratch: str) -> Callable[[int], np.ndarray]:
+  return lambda unit: np.load(os.path.join(scratch, f"{unit:07d}.lengths.npy"))
+
+
+def _write_job(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str) -> ShardInfo:
+  return write_shard(job, out_dir, name, dtype, _load_tokens(scratch, dtype), _load_lengths(scratch))
 
 
 def convert(
@@ -295,19 +321,44 @@ def convert(
     scanned[0] += count
     progress("scan", scanned[0], total, 0)
 
-  units = plan_units(files, formats, options.text_mode, unit_size(total, workers, options), on_scan)
+  unit_bytes = unit_size(total, workers, options)
+  units = plan_units(files, formats, options.text_mode, unit_bytes, on_scan)
+  batches = _batches(units, unit_bytes)
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
-  with tempfile.TemporaryDirectory(prefix=".jaxdata-convert-", dir=parent) as scratch:
-    results = _tokenize_all(units, options, min(workers, len(units)), scratch, total, progress)
-    prepare_output(out_dir, overwrite)
-    writer = DatasetWriter(out_dir, name, dtype, tokenizer.identity(), options.shard_bytes)
-    written, documents = 0, 0
-    for unit, result in zip(units, results):
-      lengths = np.load(os.path.join(scratch, f"{unit.index:07d}.lengths.npy"))
-      if lengths.size:
-        writer.write_documents(np.fromfile(os.path.join(scratch, f"{unit.index:07d}.tokens"), dtype), lengths)
-      written += unit.size
-      documents += result.documents
-      progress("write", written, total, documents)
-    return writer.finish(conversion_stats(files, results, options))
+  pool = _executor(min(workers, len(batches)))
+  try:
+    with tempfile.TemporaryDirectory(prefix=".jaxdata-convert-", dir=parent) as scratch:
+      done = [0, 0]
+
+      def tokenized(i: int, result: list[UnitResult] | None) -> None:
+        if pool is not None:
+          done[:] = [pool.counters[0].value, pool.counters[1].value]  # type: ignore[attr-defined]
+        progress("tokenize", done[0], total, done[1])
+
+      def here(done_bytes: int, documents: int) -> None:  # no pool: progress straight from tokenize_unit
+        done[0] += done_bytes
+        done[1] += documents
+        progress("tokenize", done[0], total, done[1])
+
+      token_args = (options, scratch) if pool is not None else (options, scratch, here)
+      results = [r for batch in _run(pool, _tokenize_batch, batches, token_args, tokenized) for r in batch]
+      jobs = plan_shard_jobs([(u.index, _load_lengths(scratch)(u.index)) for u in units], dtype.itemsize,
+                             options.shard_bytes)
+      prepare_output(out_dir, overwrite)
+      os.makedirs(out_dir, exist_ok=True)
+      written = [0]
+
+      def shard_done(i: int, info: ShardInfo | None) -> None:
+        if info is not None:
+          written[0] += info.num_records
+        progress("write", written[0], sum(r.documents for r in results), written[0])
+
+      infos = _run(pool, _write_job, jobs, (out_dir, name, dtype.name, scratch), shard_done)
+      manifest = Manifest(name=name, dtype=dtype.name, tokenizer=tokenizer.identity(), shards=tuple(infos),
+                          stats=conversion_stats(files, results, options))
+      manifest.save(out_dir)
+      return manifest
+  finally:
+    if pool is not None:
+      pool.shutdown(wait=True, cancel_futures=True)

@@ -3,8 +3,8 @@
 The same three phases as `jaxdata.tools.convert`, each a Beam stage::
 
     Create(units) -> Reshuffle -> Tokenize (parallel)          tokens + lengths of each unit -> scratch
-      -> ToList -> PlanShards (one worker: lengths only)        plan_shards over all lengths, in unit order
-      -> Reshuffle -> WriteShards (parallel)                    each shard from its units' scratch tokens
+      -> ToList -> PlanShards (one worker: lengths only)        shard_jobs.plan_shard_jobs, in unit order
+      -> Reshuffle -> WriteShards (parallel)                    shard_jobs.write_shard from its units' tokens
       -> ToList -> Manifest                                     stats from every unit's counts
 
 Shard boundaries are `plan_shards` of the lengths (a function of the
@@ -26,21 +26,18 @@ import tempfile
 from typing import Any, Sequence
 
 import numpy as np
-from array_record.python.array_record_module import ArrayRecordWriter
 
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
-from jaxdata.sources.writer import WRITER_OPTIONS, finish_shard, shard_file_names
-from jaxdata.tools.convert import (
-    ConvertOptions, UnitResult, conversion_stats, plan_shards, prepare_output, tokenize_unit, unit_size,
-)
+from jaxdata.sources.writer import shard_file_names
+from jaxdata.tools.convert import ConvertOptions, UnitResult, conversion_stats, prepare_output, tokenize_unit, unit_size
+from jaxdata.tools.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.tools.inputs import detect_format, expand_inputs
 from jaxdata.tools.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.tools.units import WorkUnit, plan_units
 
-__all__ = ["ShardJob", "convert_with_beam", "plan_shard_jobs"]
+__all__ = ["convert_with_beam"]
 
-ShardJob = tuple[int, list[tuple[int, int, int]]]  # (shard index, [(unit, first document, end document)])
 BEAM_UNIT_WORKERS = 16  # units are cut as if for this many workers (a cluster has more than a laptop)
 
 
@@ -82,44 +79,23 @@ def _tokenize(unit: WorkUnit, options: ConvertOptions, scratch: str) -> UnitResu
   return result
 
 
-def plan_shard_jobs(results: list[UnitResult], scratch: str, itemsize: int, shard_bytes: int) -> list[ShardJob]:
-  """Every shard's pieces of units, from all units' lengths in unit order."""
-  results = sorted(results, key=lambda r: r.unit)
-  lengths = [np.load(io.BytesIO(_get(_join(scratch, f"{r.unit:07d}.lengths.npy")))) for r in results]
-  unit_starts = np.concatenate([[0], np.cumsum([part.size for part in lengths])])
-  ends = plan_shards(np.concatenate(lengths + [np.zeros(0, np.int64)]), itemsize, shard_bytes)
-  jobs, begin = [], 0
-  for index, end in enumerate(ends.tolist()):
-    pieces = []
-    for position, result in enumerate(results):
-      first, last = max(begin, int(unit_starts[position])), min(end, int(unit_starts[position + 1]))
-      if first < last:
-        pieces.append((result.unit, first - int(unit_starts[position]), last - int(unit_starts[position])))
-    jobs.append((index, pieces))
-    begin = end
-  return jobs
+def _unit_lengths(results: list[UnitResult], scratch: str, itemsize: int, shard_bytes: int) -> list[ShardJob]:
+  """The shard jobs, planned from every unit's lengths (read from scratch) in unit order."""
+  units = sorted(r.unit for r in results)
+  return plan_shard_jobs([(u, _array(_join(scratch, f"{u:07d}.lengths.npy"))) for u in units], itemsize, shard_bytes)
+
+
+def _array(path: str) -> np.ndarray:
+  return np.load(io.BytesIO(_get(path)), allow_pickle=False)
 
 
 def _write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str) -> ShardInfo:
-  index, pieces = job
-  np_dtype = np.dtype(dtype).newbyteorder("<")
+  """A shard written locally (into out_dir, or a temporary directory first for a bucket)."""
   local_dir = out_dir if not is_remote(out_dir) else tempfile.mkdtemp(prefix="jaxdata-shard-")
-  shard_name, lengths_name = shard_file_names(name, index)
-  writer = ArrayRecordWriter(os.path.join(local_dir, shard_name), WRITER_OPTIONS)
-  all_lengths = []
-  for unit, first, last in pieces:
-    tokens = np.load(io.BytesIO(_get(_join(scratch, f"{unit:07d}.tokens.npy"))))
-    lengths = np.load(io.BytesIO(_get(_join(scratch, f"{unit:07d}.lengths.npy"))))
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    payload = tokens[starts[first] : starts[last]].astype(np_dtype, copy=False).tobytes()
-    offsets = (starts[first : last + 1] - starts[first]) * np_dtype.itemsize
-    for begin, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
-      writer.write(payload[begin:end])
-    all_lengths.append(lengths[first:last])
-  writer.close()
-  info = finish_shard(local_dir, name, index, np.concatenate(all_lengths))
+  info = write_shard(job, local_dir, name, dtype, lambda u: _array(_join(scratch, f"{u:07d}.tokens.npy")),
+                     lambda u: _array(_join(scratch, f"{u:07d}.lengths.npy")))
   if local_dir != out_dir:
-    for file_name in (shard_name, lengths_name):
+    for file_name in shard_file_names(name, job[0]):
       with open(os.path.join(local_dir, file_name), "rb") as f:
         _put(_join(out_dir, file_name), f.read())
   return info
@@ -181,7 +157,7 @@ def convert_with_beam(
                  | "Tokenize" >> beam.Map(_tokenize, options, scratch))
       every_result = results | "AllUnits" >> beam.combiners.ToList()
       infos = (every_result
-               | "PlanShards" >> beam.FlatMap(plan_shard_jobs, scratch, dtype.itemsize, options.shard_bytes)
+               | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize, options.shard_bytes)
                | "SpreadShards" >> beam.Reshuffle()
                | "WriteShards" >> beam.Map(_write_shard, out_dir, name, dtype.name, scratch)
                | "AllShards" >> beam.combiners.ToList())

@@ -1,0 +1,89 @@
+"""Shards planned from lengths and written independently: the last phase of every converter.
+
+::
+
+    lengths of every unit, in unit order   [u0: 5 docs][u1: 3 docs][u2: 7 docs]
+    plan_shards (bytes <= shard_bytes)      shard 0 = u0[0:5] + u1[0:1]   shard 1 = u1[1:3] + u2[0:4]   ...
+    write_shard (any process, any order)    ArrayRecord records + lengths index -> ShardInfo
+
+Each shard is a pure function of the documents, so the local converter's
+process pool and Beam's workers write the same bytes as `DatasetWriter`
+fed the same documents in order.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordWriter
+
+from jaxdata.sources.manifest import ShardInfo
+from jaxdata.sources.writer import WRITER_OPTIONS, finish_shard, shard_file_names
+
+__all__ = ["ShardJob", "plan_shard_jobs", "plan_shards", "write_shard"]
+
+ShardJob = tuple[int, list[tuple[int, int, int]]]  # (shard index, [(unit, first document, end document)])
+Loader = Callable[[int], np.ndarray]  # unit index -> its tokens, or its lengths
+
+
+def plan_shards(lengths: np.ndarray, itemsize: int, shard_bytes: int) -> np.ndarray:
+  """End (exclusive document index) of every shard: each the longest run of the next
+  documents whose bytes fit in shard_bytes, at least one document (what DatasetWriter does).
+
+  >>> plan_shards(np.array([3, 3, 5, 1, 1]), itemsize=2, shard_bytes=12).tolist()
+  [2, 4, 5]
+  """
+  ends = np.cumsum(np.asarray(lengths, np.int64)) * itemsize
+  cuts, start = [], 0
+  while start < ends.size:
+    base = int(ends[start - 1]) if start else 0
+    stop = max(int(np.searchsorted(ends, base + shard_bytes, side="right")), start + 1)
+    cuts.append(stop)
+    start = stop
+  return np.asarray(cuts, np.int64)
+
+
+def plan_shard_jobs(unit_lengths: Sequence[tuple[int, np.ndarray]], itemsize: int, shard_bytes: int) -> list[ShardJob]:
+  """Every shard's pieces of units, from (unit index, lengths) of all units in unit order.
+
+  >>> plan_shard_jobs([(0, np.array([3, 3])), (1, np.array([5, 1]))], itemsize=2, shard_bytes=12)
+  [(0, [(0, 0, 2)]), (1, [(1, 0, 2)])]
+  """
+  unit_starts = np.concatenate([[0], np.cumsum([lengths.size for _, lengths in unit_lengths])]).astype(np.int64)
+  all_lengths = np.concatenate([lengths for _, lengths in unit_lengths] + [np.zeros(0, np.int64)])
+  jobs, begin = [], 0
+  for index, end in enumerate(plan_shards(all_lengths, itemsize, shard_bytes).tolist()):
+    first_unit = int(np.searchsorted(unit_starts, begin, side="right")) - 1
+    pieces = []
+    for position in range(first_unit, len(unit_lengths)):
+      start, stop = max(begin, int(unit_starts[position])), min(end, int(unit_starts[position + 1]))
+      if start >= end:
+        break
+      if start < stop:
+        pieces.append((unit_lengths[position][0], start - int(unit_starts[position]), stop - int(unit_starts[position])))
+    jobs.append((index, pieces))
+    begin = end
+  return jobs
+
+
+def write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, tokens_of: Loader, lengths_of: Loader) -> ShardInfo:
+  """Writes shard `job` into `out_dir` (a local directory) from its units' tokens; its manifest entry."""
+  index, pieces = job
+  np_dtype = np.dtype(dtype).newbyteorder("<")
+  shard_name, _ = shard_file_names(name, index)
+  writer = ArrayRecordWriter(os.path.join(out_dir, shard_name), WRITER_OPTIONS)
+  all_lengths = []
+  try:
+    for unit, first, last in pieces:
+      lengths = np.asarray(lengths_of(unit), np.int64)
+      starts = np.concatenate([[0], np.cumsum(lengths)])
+      payload = np.asarray(tokens_of(unit)[starts[first] : starts[last]]).astype(np_dtype, copy=False).tobytes()
+      offsets = ((starts[first : last + 1] - starts[first]) * np_dtype.itemsize).tolist()
+      for begin, end in zip(offsets[:-1], offsets[1:]):
+        writer.write(payload[begin:end])
+      all_lengths.append(lengths[first:last])
+  finally:
+    writer.close()
+  return finish_shard(out_dir, name, index, np.concatenate(all_lengths))
