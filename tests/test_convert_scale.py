@@ -198,3 +198,17 @@ def test_plan_shards_matches_the_writer_on_random_lengths():
       cut += step
     manifest = writer.finish()
     assert np.cumsum([s.num_records for s in manifest.shards]).tolist() == plan_shards(lengths, 2, shard_bytes).tolist()
+
+
+def test_a_tokenizer_file_of_the_wrong_kind_says_which_prefix_it_needs(tmp_path, capsys):
+  texts = [f"some text {i}" for i in range(30)]
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_prefix=str(tmp_path / "sp"), vocab_size=30,
+                                 hard_vocab_limit=False, minloglevel=2)
+  (tmp_path / "tok.json").write_text('{"not": "a tokenizer"}')
+  (tmp_path / "in.jsonl").write_text('{"text": "x"}\n')
+  for spec, hint in ((f"hf:{tmp_path / 'sp.model'}", "a SentencePiece model? use sp:FILE"),
+                     (f"sp:{tmp_path / 'tok.json'}", "a Hugging Face tokenizer? use hf:FILE")):
+    assert main(["convert", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "o"), "--name", "o", "-q",
+                 "--tokenizer", spec]) == 1
+    err = capsys.readouterr().err
+    assert hint in err and "Traceback" not in err
