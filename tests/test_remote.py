@@ -308,3 +308,39 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
   with Pipeline(config(flat_url, str(tmp_path / "meg-meta")), prefetch=0) as pipe:
     assert [digest(next(pipe)) for _ in range(30)] == want
     assert all(ds.remote is None for ds in pipe.reader.datasets)  # nothing went through the shard cache
+
+
+def test_the_beam_converter_reads_inputs_from_the_store_and_writes_the_local_bytes(stores, tmp_path):
+  """JSONL (plain, gzip, zstd), Parquet and text in moto S3, listed and read through Beam's S3 file system."""
+  import gzip  # noqa: PLC0415
+
+  import pyarrow as pa  # noqa: PLC0415
+  import pyarrow.parquet as pq  # noqa: PLC0415
+  import zstandard  # noqa: PLC0415
+
+  from jaxdata.tools.convert import ConvertOptions, convert  # noqa: PLC0415
+  from jaxdata.tools.convert_beam import convert_with_beam  # noqa: PLC0415
+
+  inputs = tmp_path / "inputs"
+  inputs.mkdir()
+  lines = [json.dumps({"text": f"document {i} " * (i % 9)}) if i % 50 != 3 else "{bad" for i in range(600)]
+  (inputs / "a.jsonl").write_text("\n".join(lines) + "\n")
+  (inputs / "b.jsonl.gz").write_bytes(gzip.compress(("\n".join(lines[:200]) + "\n").encode()))
+  (inputs / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(("\n".join(lines[200:]) + "\n").encode()))
+  pq.write_table(pa.table({"text": [f"row {i}" for i in range(300)]}), inputs / "d.parquet", row_group_size=50)
+  (inputs / "e.txt").write_text("a plain text file\nof two lines")
+  (inputs / ".hidden.jsonl").write_text("{broken")
+  server = stores["s3"]
+  url = server.upload(str(inputs), "jaxdata-test", "convert-inputs")
+  options = ConvertOptions(skip_invalid=True, shard_bytes=3_000, workers=1)
+  local = convert([str(inputs)], str(tmp_path / "local"), "mix", options)
+  beam_args = [f"--s3_endpoint_url={server.endpoint}", "--s3_access_key_id=test", "--s3_secret_access_key=test",
+               "--s3_region_name=us-east-1"]
+  remote = convert_with_beam([url + "/"], str(tmp_path / "remote"), "mix", options, beam_args)
+  assert remote.shards == local.shards and len(local.shards) > 5  # names, counts and sha256 of every shard
+  for shard in local.shards:
+    assert (tmp_path / "remote" / shard.lengths_path).read_bytes() == (tmp_path / "local" / shard.lengths_path).read_bytes()
+  assert [i["path"] for i in remote.stats["inputs"]] == [f"{url}/{n}" for n in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst",
+                                                                                 "d.parquet", "e.txt")]
+  counts = ("documents", "skipped_empty", "skipped_invalid")
+  assert [remote.stats[k] for k in counts] == [local.stats[k] for k in counts] and local.stats["skipped_invalid"] == 24

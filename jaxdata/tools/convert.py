@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxdata.sources.fileutil import check_name
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from jaxdata.tools.inputs import INPUT_FORMATS, TEXT_MODES, InvalidLog, detect_format, expand_inputs
+from jaxdata.tools.inputs import INPUT_FORMATS, TEXT_MODES, InvalidLog, detect_format, expand_inputs, file_sizes
 from jaxdata.tools.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 from jaxdata.tools.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.tools.units import WorkUnit, iter_unit_documents, plan_units
@@ -313,7 +313,8 @@ def convert(
   formats = [detect_format(f, options.input_format) for f in files]
   tokenizer = load_tokenizer(options.tokenizer)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size)
-  total = sum(os.path.getsize(f) for f in files)
+  sizes = file_sizes(files)
+  total = sum(sizes)
   workers = options.workers or os.cpu_count() or 1
   scanned = [0]
 
@@ -322,7 +323,7 @@ def convert(
     progress("scan", scanned[0], total, 0)
 
   unit_bytes = unit_size(total, workers, options)
-  units = plan_units(files, formats, options.text_mode, unit_bytes, on_scan)
+  units = plan_units(files, formats, options.text_mode, unit_bytes, on_scan, sizes)
   batches = _batches(units, unit_bytes)
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)

@@ -32,7 +32,8 @@ from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import shard_file_names
 from jaxdata.tools.convert import ConvertOptions, UnitResult, conversion_stats, prepare_output, tokenize_unit, unit_size
 from jaxdata.tools.shard_jobs import ShardJob, plan_shard_jobs, write_shard
-from jaxdata.tools.inputs import detect_format, expand_inputs
+from jaxdata.tools.inputs import detect_format, expand_inputs, file_sizes
+from jaxdata.tools.remote_inputs import set_options
 from jaxdata.tools.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.tools.units import WorkUnit, plan_units
 
@@ -133,6 +134,8 @@ def convert_with_beam(
   """
   beam = _beam()
   pipeline_options = importlib.import_module("apache_beam.options.pipeline_options")
+  options_obj = pipeline_options.PipelineOptions(list(beam_args))
+  set_options(options_obj)  # gs:// / s3:// inputs are listed here with the pipeline's settings
   files = expand_inputs(inputs, options.include, options.exclude)
   if not files:
     raise FileNotFoundError(f"input: no files found in {list(inputs)}")
@@ -144,9 +147,9 @@ def convert_with_beam(
       raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); pass --overwrite to replace it")
     prepare_output(out_dir, overwrite)
     os.makedirs(out_dir, exist_ok=True)
-  total = sum(os.path.getsize(f) for f in files)
-  units = plan_units(files, formats, options.text_mode, unit_size(total, BEAM_UNIT_WORKERS, options))
-  options_obj = pipeline_options.PipelineOptions(list(beam_args))
+  sizes = file_sizes(files)
+  units = plan_units(files, formats, options.text_mode, unit_size(sum(sizes), BEAM_UNIT_WORKERS, options),
+                     sizes=sizes)
   temp_location = options_obj.view_as(pipeline_options.GoogleCloudOptions).temp_location
   owned = scratch is None and not temp_location
   scratch = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else tempfile.mkdtemp(

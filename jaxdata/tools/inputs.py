@@ -8,7 +8,6 @@ counted in an `InvalidLog` instead of raising; nothing is dropped silently.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import glob
 import gzip
 import importlib
@@ -23,7 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jaxdata.errors import InputFormatError
+from jaxdata.sources.stores import is_remote
 from jaxdata.tools.formats import INPUT_FORMATS, TEXT_MODES
+from jaxdata.tools.remote_inputs import list_remote, matches, open_remote, remote_sizes
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidLog",
     "detect_format",
     "expand_inputs",
+    "file_sizes",
     "is_compressed",
     "iter_documents",
     "open_binary",
@@ -82,21 +84,19 @@ def expand_inputs(inputs: Sequence[str], include: Sequence[str] = (), exclude: S
   """
   found: list[str] = []
   for item in inputs:
-    if os.path.isdir(item):
+    if is_remote(item):  # gs://, s3://: through Beam's file systems
+      found.extend(list_remote(item))
+    elif os.path.isdir(item):
       for root, dirs, names in os.walk(item):
         dirs[:] = [d for d in dirs if not _hidden(d)]
         found.extend(os.path.join(root, n) for n in names if not _hidden(n))
     elif os.path.isfile(item):
       found.append(item)
     else:
-      matches = [m for m in glob.glob(item, recursive=True) if os.path.isfile(m)]
-      if not matches:
+      globbed = [m for m in glob.glob(item, recursive=True) if os.path.isfile(m)]
+      if not globbed:
         raise FileNotFoundError(f"input: {item} does not exist")
-      found.extend(matches)
-
-  def matches(path: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(os.path.basename(path), p) for p in patterns)
-
+      found.extend(globbed)
   kept = [f for f in found if (not include or matches(f, include)) and not matches(f, exclude)]
   # Sorting makes the output independent of the order files were listed in.
   return sorted(set(kept))
@@ -104,6 +104,13 @@ def expand_inputs(inputs: Sequence[str], include: Sequence[str] = (), exclude: S
 
 def is_compressed(path: str) -> bool:
   return path.endswith(COMPRESSED_SUFFIXES)
+
+
+def file_sizes(paths: Sequence[str]) -> list[int]:
+  """Bytes of every input (local or remote)."""
+  remote = [p for p in paths if is_remote(p)]
+  sizes = dict(zip(remote, remote_sizes(remote))) if remote else {}
+  return [sizes[p] if p in sizes else os.path.getsize(p) for p in paths]
 
 
 def detect_format(path: str, requested: str = "auto") -> str:
@@ -172,21 +179,22 @@ def iter_documents(
 
 
 def open_binary(path: str) -> IO[bytes]:
-  """The file's bytes, decompressed for .gz and .zst."""
+  """The file's bytes (local, gs:// or s3://), decompressed for .gz and .zst."""
+  raw = open_remote(path) if is_remote(path) else open(path, "rb")
   if path.endswith(".gz"):
-    return gzip.open(path, "rb")
+    return gzip.GzipFile(fileobj=raw, mode="rb")
   if path.endswith(".zst"):
-    return io.BufferedReader(_ZstdReader(path), buffer_size=1 << 20)
-  return open(path, "rb")
+    return io.BufferedReader(_ZstdReader(raw), buffer_size=1 << 20)
+  return raw
 
 
 class _ZstdReader(io.RawIOBase):
   """The frames of a .zst file, decompressed; a file that ends inside a frame raises ZstdError
   (zstandard's stream reader would end quietly, losing the rest of the frame)."""
 
-  def __init__(self, path: str) -> None:
+  def __init__(self, raw: IO[bytes]) -> None:
     self._zstd = _zstd_module()
-    self._raw = open(path, "rb")
+    self._raw = raw
     self._frame = self._zstd.ZstdDecompressor().decompressobj()
     self._pending = b""
     self._fed = False  # an empty file holds no frame, and is not truncated
@@ -276,7 +284,7 @@ def _has_lone_surrogate(text: str) -> bool:
 def _iter_parquet(path: str, column: str, invalid: InvalidLog, row_groups: tuple[int, int] | None, first: int,
                   on_bytes: Callable[[int], None]) -> Iterator[str]:
   try:
-    parquet = pq.ParquetFile(path)
+    parquet = pq.ParquetFile(open_remote(path) if is_remote(path) else path)
   except (pa.ArrowInvalid, OSError) as e:
     raise InputFormatError(f"{path}: not a readable Parquet file ({e})") from e
   schema = parquet.schema_arrow

@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterator
 
-import os
 import pyarrow.parquet as pq
 
-from jaxdata.tools.inputs import InvalidLog, iter_documents, is_compressed, open_binary
+from jaxdata.sources.stores import is_remote
+from jaxdata.tools.inputs import InvalidLog, file_sizes, iter_documents, is_compressed, open_binary
 
 __all__ = ["SCAN_BLOCK", "WorkUnit", "iter_unit_documents", "plan_units"]
 
@@ -67,12 +67,14 @@ def _line_cuts(path: str, unit_bytes: int, on_scan: Callable[[int], None]) -> li
 
 
 def plan_units(files: list[str], formats: list[str], text_mode: str, unit_bytes: int,
-               on_scan: Callable[[int], None] = lambda n: None) -> list[WorkUnit]:
-  """The units of every file, in input order."""
+               on_scan: Callable[[int], None] = lambda n: None, sizes: list[int] | None = None) -> list[WorkUnit]:
+  """The units of every file, in input order (a remote file is one unit)."""
   units: list[WorkUnit] = []
-  for file_index, (path, fmt) in enumerate(zip(files, formats)):
-    size = os.path.getsize(path)
-    if _splits_by_lines(fmt, text_mode) and not is_compressed(path) and size > unit_bytes:
+  sizes = sizes if sizes is not None else file_sizes(files)
+  for file_index, (path, fmt, size) in enumerate(zip(files, formats, sizes)):
+    if is_remote(path):
+      units.append(WorkUnit(len(units), file_index, path, fmt, size=size))
+    elif _splits_by_lines(fmt, text_mode) and not is_compressed(path) and size > unit_bytes:
       cuts = _line_cuts(path, unit_bytes, on_scan)
       bounds = [c[0] for c in cuts[1:]] + [size]
       for (start, line), end in zip(cuts, bounds):

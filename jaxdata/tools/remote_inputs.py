@@ -1,0 +1,62 @@
+"""Converter inputs in object storage (`gs://`, `s3://`), through Apache Beam's file systems.
+
+Used by the Beam converter, whose workers already have Beam and its
+options (credentials, `--s3_endpoint_url`, ...); the launching process gets
+the same options through `set_options`. Files are listed with their sizes
+and read whole (a remote file is one work unit); `.gz` / `.zst` are
+decompressed by the converter, not by Beam.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import os
+from typing import IO, Any, Sequence
+
+__all__ = ["list_remote", "open_remote", "remote_sizes", "set_options"]
+
+_GLOB = set("*?[")
+
+
+def _filesystems() -> Any:
+  try:
+    return importlib.import_module("apache_beam.io.filesystems").FileSystems
+  except ImportError as e:
+    raise ImportError(f"gs:// and s3:// inputs are read through Apache Beam: pip install 'jaxdata[beam]' ({e})") from e
+
+
+def set_options(options: Any) -> None:
+  """Beam pipeline options for this process's file systems (endpoints, credentials)."""
+  _filesystems().set_options(options)
+
+
+def list_remote(item: str) -> list[str]:
+  """The files a remote input names: itself, every file under it (a prefix), or a glob's matches;
+  hidden files (a path part starting with '.') and __pycache__ left out."""
+  filesystems = _filesystems()
+  pattern = item if _GLOB & set(item) else item.rstrip("/") + "/**"
+  found = [m.path for m in filesystems.match([item])[0].metadata_list] if not _GLOB & set(item) else []
+  if item.rstrip("/") in found:
+    return [item.rstrip("/")]
+  found = [m.path for m in filesystems.match([pattern])[0].metadata_list]
+  if not found:
+    raise FileNotFoundError(f"input: {item} does not exist")
+  prefix = item.split("*")[0].rsplit("/", 1)[0]
+  return [p for p in found if not any(part.startswith(".") or part == "__pycache__"
+                                      for part in p[len(prefix):].split("/"))]
+
+
+def remote_sizes(paths: Sequence[str]) -> list[int]:
+  results = _filesystems().match(list(paths))
+  return [r.metadata_list[0].size_in_bytes for r in results]
+
+
+def open_remote(path: str) -> IO[bytes]:
+  """The object's raw bytes (Beam's own decompression off)."""
+  compression = importlib.import_module("apache_beam.io.filesystem").CompressionTypes
+  return _filesystems().open(path, compression_type=compression.UNCOMPRESSED)
+
+
+def matches(path: str, patterns: Sequence[str]) -> bool:
+  return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(os.path.basename(path), p) for p in patterns)
