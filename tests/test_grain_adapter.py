@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import grain
+from absl import flags
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from jaxdata.pipeline.grain import PipelineDataset
 from pipeline_fixtures import coded_config
@@ -32,3 +34,13 @@ def test_grain_transforms_and_checkpoint_handler_work_on_the_pipeline(tmp_path):
   rest = [next(restored) for _ in range(5)]
   assert all(np.array_equal(a, b) for a, b in zip(rest, expected[3:]))
   manager.close()
+
+
+def test_grain_worker_processes_are_refused_naming_jaxdatas_own(tmp_path):
+  cfg = coded_config(tmp_path, [[5, 9, 3] * 10])
+  dataset = PipelineDataset(cfg, prefetch=0)
+  with pytest.raises(ValueError, match=r"mp_prefetch: .* use PipelineDataset\(cfg, workers=n\)"):
+    dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+  flags.FLAGS.mark_as_parsed()  # Grain's workers read absl flags; outside absl.app.run nobody parses them
+  with pytest.raises(Exception, match=r"mp_prefetch: Grain's worker processes slice"):  # also after a transform,
+    next(iter(dataset.map(len).mp_prefetch(grain.MultiprocessingOptions(num_workers=2))))  # raised in a worker

@@ -1,7 +1,11 @@
 """Use a `Pipeline` where Grain expects an `IterDataset` / `DatasetIterator`.
 
-Grain transforms chain on it, and Grain's own Orbax checkpoint handler saves
-and restores it (the iterator state is the pipeline's JSON state)::
+Grain transforms chain on it in the training process, and Grain's own Orbax
+checkpoint handler saves and restores it (the iterator state is the
+pipeline's JSON state). Grain's worker processes (`mp_prefetch`) cannot
+run it: they slice a dataset by worker, while a Pipeline is already one
+global, host-sharded stream; it is refused, naming jaxdata's own worker
+option (`Pipeline(..., workers=n)`, same output, same state)::
 
     dataset = PipelineDataset(cfg, mesh=mesh).map(lambda batch: batch["tokens"])
     iterator = iter(dataset)
@@ -17,7 +21,12 @@ import grain
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.pipeline import Pipeline
 
-__all__ = ["PipelineDataset", "PipelineDatasetIterator"]
+__all__ = ["MP_PREFETCH_REFUSED", "PipelineDataset", "PipelineDatasetIterator"]
+
+MP_PREFETCH_REFUSED = (
+    "PipelineDataset.mp_prefetch: Grain's worker processes slice a dataset per worker, but a jaxdata Pipeline is "
+    "one global stream already sharded by host; use PipelineDataset(cfg, workers=n) (or Pipeline(cfg, workers=n)): "
+    "n processes read and assemble with output and state identical to one")
 
 
 class PipelineDatasetIterator(grain.DatasetIterator):
@@ -50,6 +59,14 @@ class PipelineDataset(grain.IterDataset):
 
   def __iter__(self) -> PipelineDatasetIterator:
     return PipelineDatasetIterator(Pipeline(self.cfg, **self.pipeline_kwargs))
+
+  def mp_prefetch(self, *args: Any, **kwargs: Any) -> grain.IterDataset:
+    """Refused: Grain's workers would each slice the stream; use jaxdata's workers instead."""
+    raise ValueError(MP_PREFETCH_REFUSED)
+
+  def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+    """What Grain's workers call to take their slice (after a transform: `ds.map(f).mp_prefetch()`)."""
+    raise ValueError(MP_PREFETCH_REFUSED)
 
   def __str__(self) -> str:
     return f"PipelineDataset(datasets={list(self.cfg.names)})"
