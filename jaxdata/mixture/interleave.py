@@ -220,8 +220,9 @@ class RandomInterleave(Interleave):
   length of dataset i), so that tokens follow w_i.
   """
 
-  def __init__(self, seed: int, mean_lengths: Sequence[float] | None) -> None:
-    self.key = derive_key(seed, "interleave")
+  def __init__(self, seed: int, mean_lengths: Sequence[float] | None, epoch: int = 0) -> None:
+    # Epoch 0 keeps the key of every run before epochs existed; epoch e draws afresh.
+    self.key = derive_key(seed, "interleave") if not epoch else derive_key(seed, "interleave", epoch)
     self.mean_lengths = mean_lengths
     self.among: list[int] = []
     self.cumulative = np.zeros(0)
@@ -242,13 +243,14 @@ class RandomInterleave(Interleave):
 
 
 def make_interleave(
-    kind: str, seed: int, tokens_unit: bool, weights: Sequence[Fraction], mean_lengths: Sequence[float]
+    kind: str, seed: int, tokens_unit: bool, weights: Sequence[Fraction], mean_lengths: Sequence[float],
+    epoch: int = 0,
 ) -> Interleave:
-  """The strategy `mixture.interleave` names: "exact" or "random"."""
+  """The strategy `mixture.interleave` names: "exact" or "random" (its draws keyed by epoch too)."""
   if kind == "exact":
     return ExactInterleave(len(weights), tokens_unit, weights)
   if kind == "random":
-    return RandomInterleave(seed, mean_lengths if tokens_unit else None)
+    return RandomInterleave(seed, mean_lengths if tokens_unit else None, epoch)
   raise ValueError(f"mixture.interleave: {kind!r} is not one of exact, random")
 
 

@@ -159,9 +159,12 @@ class DocumentStream:
   """
 
   def __init__(
-      self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None
+      self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0
   ) -> None:
+    if not is_int(epoch) or epoch < 0:
+      raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
     self.cfg = cfg
+    self.epoch = epoch
     self.names = cfg.names
     if metadata is None:
       metadata = load_metadata(cfg)
@@ -177,6 +180,7 @@ class DocumentStream:
         raise ConfigError(f"datasets.{name}: the dataset has no records")
     largest_shard = max(int(m.shard_counts.max()) for m in metas)
     self.cursors: list[DatasetCursor] = []
+    self._order_inputs: list[tuple[DatasetSettings, DatasetMeta, ShuffleOptions]] = []
     for settings, meta in zip(cfg.dataset_settings(), metas):
       num_records = int(meta.shard_counts.sum())
       if meta.lengths.size != num_records:
@@ -197,19 +201,32 @@ class DocumentStream:
           reshuffle_on_repeat=settings.reshuffle_on_repeat,
           open_shards=settings.open_shards,
       )
-      if meta.pass_records is None:
-        order = DatasetOrder(settings.name, meta.shard_counts, options, cfg.seed)
-      else:
-        order = SampledOrder(settings.name, num_records, meta.pass_records, cfg.seed)
-      self.cursors.append(DatasetCursor(settings, order, meta.lengths))
+      self.cursors.append(DatasetCursor(settings, self._order(settings, meta, options, epoch), meta.lengths))
+      self._order_inputs.append((settings, meta, options))
     self.emitted = 0  # documents
     self.tokens = 0
     self.ended = False
     self.ended_by: str | None = None  # the dataset that ended the stream (not part of the state)
-    self.interleave = make_interleave(
-        cfg.mixture.interleave, cfg.seed, self.tokens_unit, self.schedule.exact_weights_at(0),
-        [c.mean_length for c in self.cursors],
+    self.interleave = self._interleave(epoch)
+
+  def _order(self, settings: DatasetSettings, meta: DatasetMeta, options: ShuffleOptions,
+             epoch: int) -> DatasetOrder | SampledOrder:
+    if meta.pass_records is None:
+      return DatasetOrder(settings.name, meta.shard_counts, options, self.cfg.seed, epoch)
+    return SampledOrder(settings.name, int(meta.shard_counts.sum()), meta.pass_records, self.cfg.seed, epoch)
+
+  def _interleave(self, epoch: int) -> Any:
+    return make_interleave(
+        self.cfg.mixture.interleave, self.cfg.seed, self.tokens_unit, self.schedule.exact_weights_at(0),
+        [c.mean_length for c in self.cursors], epoch,
     )
+
+  def _set_epoch(self, epoch: int) -> None:
+    """Every dataset's order (and the random interleave) keyed for `epoch`; cursors are set after."""
+    self.epoch = epoch
+    for cursor, (settings, meta, options) in zip(self.cursors, self._order_inputs):
+      cursor.order = self._order(settings, meta, options, epoch)
+    self.interleave = self._interleave(epoch)
 
   @property
   def units(self) -> int:
@@ -239,6 +256,7 @@ class DocumentStream:
     """JSON-able state; its size does not grow with dataset size or run length."""
     return {
         "version": STATE_VERSION,
+        "epoch": self.epoch,
         "unit": self.cfg.mixture.unit,
         "interleave": self.cfg.mixture.interleave,
         "emitted": self.emitted,
@@ -271,6 +289,9 @@ class DocumentStream:
     counters = [state.get(k) for k in ("emitted", "tokens")]
     if any(not is_int(v) or v < 0 for v in counters):
       raise ValueError(f"stream state: emitted and tokens must be ints >= 0, got {counters}")
+    epoch = state.get("epoch", 0)  # states written before epochs existed are epoch 0
+    if not is_int(epoch) or epoch < 0:
+      raise ValueError(f"stream state: epoch must be an int >= 0, got {epoch!r}")
     entries = []
     for cursor in self.cursors:
       entry = datasets[cursor.settings.name]
@@ -281,6 +302,8 @@ class DocumentStream:
       if values[1] > cursor.num_records:
         raise ValueError(f"{where}: position {values[1]} beyond the {cursor.num_records} records")
       entries.append(values)
+    if epoch != self.epoch:
+      self._set_epoch(epoch)
     self.interleave.set_state(state.get("segment"))
     for cursor, values in zip(self.cursors, entries):
       cursor.set(*values)

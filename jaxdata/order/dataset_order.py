@@ -10,6 +10,7 @@ Four levels, applied in this order (docs/order.md)::
       3. block size B          position i reads base[B*(i//B) + f_b(i % B)]   (keyed, per block b)
          or "global"           position i reads base[g(i)]                    (keyed, whole dataset)
       4. reshuffle_on_repeat   pass p > 0 uses keys of pass p (on) or of pass 0 (off)
+      5. epoch e               every pass is shifted by e: pass p uses the keys of pass e + p (or of e)
 
 Every key is `derive_key(seed, dataset, pass, level)`. Nothing of dataset
 size is ever built, so `records()` on a dataset of 10**12 records costs
@@ -81,7 +82,11 @@ class DatasetOrder:
       shard_counts: Sequence[int] | np.ndarray,
       options: ShuffleOptions,
       seed: int,
+      epoch: int = 0,
   ) -> None:
+    if not is_int(epoch) or epoch < 0:
+      raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
+    self.epoch = epoch
     counts = np.asarray(shard_counts, dtype=np.int64)
     if counts.ndim != 1 or counts.size == 0 or (counts < 0).any():
       raise ValueError(f"{name}: shard record counts must be a non-empty list of counts >= 0")
@@ -97,8 +102,8 @@ class DatasetOrder:
     self._lane_schedules: dict[int, ShardLanes] = {}
 
   def key_pass(self, pass_index: int) -> int:
-    """The pass whose keys pass `pass_index` uses."""
-    return pass_index if self.options.reshuffle_on_repeat else 0
+    """The pass whose keys pass `pass_index` uses (epoch e starts at the keys of pass e)."""
+    return self.epoch + (pass_index if self.options.reshuffle_on_repeat else 0)
 
   def records(self, pass_index: int, positions: np.ndarray) -> np.ndarray:
     """Global record index (shards in manifest order) at each position."""

@@ -4,7 +4,7 @@ For window datasets sampled with replacement (seed 003 §3). Draw i of the
 dataset is uniform over its N records (all eligible window starts, so a
 shard comes up in proportion to its L - T starts)::
 
-    draw index  c = pass * P + position          (P draws make a "pass": tokens / (T + 1))
+    draw index  c = (epoch + pass) * P + position     (P = U // T draws make a "pass")
     record      floor(uniform(key, c) * N)       key = derive_key(seed, dataset, "draws")
 
 No generator state: resume and elastic restore only need the cursor.
@@ -27,7 +27,7 @@ __all__ = ["SampledOrder"]
 class SampledOrder:
   """The `DatasetOrder` interface for with-replacement draws."""
 
-  def __init__(self, name: str, num_choices: int, pass_records: int, seed: int) -> None:
+  def __init__(self, name: str, num_choices: int, pass_records: int, seed: int, epoch: int = 0) -> None:
     if num_choices < 1 or pass_records < 1:
       raise ValueError(f"{name}: draws need num_choices >= 1 and pass_records >= 1, got "
                        f"{num_choices}, {pass_records}")
@@ -37,6 +37,7 @@ class SampledOrder:
     self.num_choices = int(num_choices)
     self.num_records = int(pass_records)  # positions per pass, as the cursor counts them
     self.key = derive_key(seed, name, "draws")
+    self.epoch = epoch  # epoch e starts at the draws of pass e
 
   def describe(self) -> str:
     return "draws=uniform"
@@ -46,6 +47,6 @@ class SampledOrder:
     positions = np.asarray(positions, dtype=np.int64)
     if pass_index < 0 or (positions.size and (positions.min() < 0 or positions.max() >= self.num_records)):
       raise ValueError(f"{self.name}: draws need pass >= 0 and positions in [0, {self.num_records})")
-    draws = uniform(self.key, pass_index * self.num_records + positions)
+    draws = uniform(self.key, (self.epoch + pass_index) * self.num_records + positions)
     # u < 1 and N < 2^52 keep floor(u N) <= N - 1; the clip only guards the rounding argument.
     return np.minimum((draws * self.num_choices).astype(np.int64), self.num_choices - 1)

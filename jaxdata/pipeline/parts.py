@@ -34,7 +34,7 @@ class Parts:
   fingerprint: dict[str, Any]
 
 
-def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None) -> Parts:
+def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None, epoch: int = 0) -> Parts:
   """Opens and checks every dataset of `cfg`; on an error nothing stays open."""
   datasets: list[Dataset] = []
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)  # one budget for all remote datasets
@@ -42,7 +42,7 @@ def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None 
     for d in cfg.dataset_settings():
       datasets.append(open_dataset(d.path, ReadOptions(num_threads=read_threads), cache, window_options(d), d.format))
     bound = token_bound(cfg, datasets)
-    planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
+    planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)}, epoch)
   except BaseException:  # re-raised: nothing may stay open
     for dataset in datasets:
       dataset.close()

@@ -81,12 +81,15 @@ class Pipeline:
       (default: the config's `stats_path`).
     read_log: if a list, (steps, dataset, records) of every read is appended
       (in-process reads only: not with `workers`).
+    epoch: start at pass `epoch` of every dataset's keyed order (and key the
+      random interleave by it): a loop that builds one pipeline per epoch
+      gets a fresh, reproducible order each time. The state records it.
   """
 
   def __init__(
       self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
       tpu: str | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int = READ_AHEAD,
-      read_threads: int = 1, stats_path: str | None = None, read_log: ReadLog | None = None,
+      read_threads: int = 1, stats_path: str | None = None, read_log: ReadLog | None = None, epoch: int = 0,
   ) -> None:
     _check_arguments(prefetch, workers, read_ahead_tokens, read_log)
     if tpu is not None:
@@ -101,7 +104,7 @@ class Pipeline:
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(),
                                   stats_path if stats_path is not None else cfg.stats_path)
-    parts = open_parts(cfg, read_threads, read_log)
+    parts = open_parts(cfg, read_threads, read_log, epoch)
     self.planner, self.reader, self.fingerprint = parts.planner, parts.reader, parts.fingerprint
     # The producer and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.
@@ -123,6 +126,7 @@ class Pipeline:
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._finalizer = weakref.finalize(self, self._resources.release)
     self._state = self._snapshot()
+    self._start = encoded_state(self._state)  # step 0, for set_epoch
     self._exhausted = False
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -190,6 +194,20 @@ class Pipeline:
     except ValueError as e:
       self._continue_from(self.get_state())  # back to just after the last batch handed out
       raise CheckpointError(f"pipeline state: {e}") from e
+
+  def set_epoch(self, epoch: int) -> None:
+    """Starts over at step 0 of epoch `epoch` (pass `epoch` of every dataset's keyed order), like
+    `DistributedSampler.set_epoch`: call it before each epoch of a loop that reuses one pipeline."""
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+      raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
+    start = json.loads(json.dumps(self._start))
+    start["stream"]["epoch"] = epoch
+    self.set_state(seal(start))
+
+  @property
+  def epoch(self) -> int:
+    """The epoch the batches come from."""
+    return self.planner.stream.epoch
 
   def stats(self) -> dict[str, Any]:
     """The last batch's statistics plus cumulative timings."""

@@ -38,11 +38,12 @@ class StepPlanner:
     cfg: the pipeline config.
     metadata: per dataset name, its `DatasetMeta`; None loads it from the
       datasets' directories (manifests and lengths indices only).
+    epoch: start every dataset at pass `epoch` of its keyed order.
   """
 
-  def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None) -> None:
+  def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:
     self.cfg = cfg
-    self.stream = DocumentStream(cfg, metadata)
+    self.stream = DocumentStream(cfg, metadata, epoch)
     self.packer = Packer(cfg, self.stream)
     self.step = 0  # the next step to plan
 
