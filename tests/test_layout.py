@@ -30,6 +30,7 @@ ALLOWED = {
     "research": {"config", "errors"},
     "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors"},
     "demo": {"config", "sources", "checkpoint", "pipeline", "tools", "errors"},
+    "integrations": {"config", "sources", "pipeline", "errors"},
     "cli": {"config", "sources", "pipeline", "tools", "demo", "errors", "__init__"},
     "__init__": {"_lazy"},
     "__main__": {"cli"},

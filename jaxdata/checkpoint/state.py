@@ -24,7 +24,7 @@ from jaxdata.checkpoint.fingerprint import describe_changes
 from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import CheckpointError, ConfigError
 
-__all__ = ["STATE_VERSION", "pipeline_state", "read_pipeline_state", "seal", "state_digest"]
+__all__ = ["STATE_VERSION", "epoch_start", "pipeline_state", "read_pipeline_state", "seal", "state_digest"]
 
 STATE_VERSION = 2
 _KEYS = ("step", "fingerprint", "stream", "packer", "tokens_per_source", "digest")
@@ -40,6 +40,15 @@ def state_digest(state: Mapping[str, Any]) -> str:
 def seal(state: dict[str, Any]) -> dict[str, Any]:
   """The state with its digest: an edited or damaged copy is refused on restore."""
   return {**state, "digest": state_digest(state)}
+
+
+def epoch_start(start: Mapping[str, Any], epoch: int) -> dict[str, Any]:
+  """The sealed state of step 0 (`start`, unsealed) moved to `epoch`."""
+  if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+    raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
+  state = json.loads(json.dumps(start))
+  state["stream"]["epoch"] = epoch
+  return seal(state)
 
 
 def pipeline_state(

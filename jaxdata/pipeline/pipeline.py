@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxdata.checkpoint.state import read_pipeline_state, seal
+from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError
 from jaxdata.pipeline.parts import open_parts, state_snapshot
@@ -66,12 +66,9 @@ class Pipeline:
       mesh over jax.devices() and its data axes.
     prefetch: steps planned and read ahead by a background thread; 0 reads
       in the calling thread. Output never depends on it.
-    workers: processes that read and assemble into shared memory, with one
-      more that plans (`jaxdata.pipeline.workers`), leaving the training
-      process only the copy to the devices; 0 does it all in this process.
-      With workers, each reader makes up to `prefetch` + 1 steps ahead into
-      its shared memory and no thread runs in this process. Output and state
-      never depend on it.
+    workers: processes that read and assemble into shared memory (each up to
+      `prefetch` + 1 steps ahead), plus one that plans (`jaxdata.pipeline.workers`);
+      0 does it all in this process. Output and state never depend on it.
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
       faster (at least one step, at most 64). Output never depends on it.
@@ -81,9 +78,8 @@ class Pipeline:
       (default: the config's `stats_path`).
     read_log: if a list, (steps, dataset, records) of every read is appended
       (in-process reads only: not with `workers`).
-    epoch: start at pass `epoch` of every dataset's keyed order (and key the
-      random interleave by it): a loop that builds one pipeline per epoch
-      gets a fresh, reproducible order each time. The state records it.
+    epoch: start at pass `epoch` of every dataset's keyed order (the random
+      interleave keyed by it too): a fresh, reproducible order per epoch.
   """
 
   def __init__(
@@ -178,14 +174,9 @@ class Pipeline:
     return seal(json.loads(json.dumps(encoded_state(self._state))))
 
   def set_state(self, state: Mapping[str, Any]) -> None:
-    """Continues from `state`; the next batches equal the original run's,
-    whatever the mesh, device count or host count of either run.
-
-    Raises `CheckpointError` if anything that determines the order changed
-    (the message lists what), or the state is malformed or newer than this
-    jaxdata; the pipeline is then left as it was. Only mixture weights,
-    schedules and pass policies may change.
-    """
+    """Continues from `state` (the next batches equal the original run's, on any mesh or host count).
+    `CheckpointError` (listing what changed) if anything that determines the order changed or the state
+    is malformed; the pipeline is then left as it was. Weights, schedules and pass policies may change."""
     state = read_pipeline_state(state, self.fingerprint, self.cfg.names)
     self._resources.stop_prefetch()
     self._resources.interrupted = False
@@ -196,17 +187,11 @@ class Pipeline:
       raise CheckpointError(f"pipeline state: {e}") from e
 
   def set_epoch(self, epoch: int) -> None:
-    """Starts over at step 0 of epoch `epoch` (pass `epoch` of every dataset's keyed order), like
-    `DistributedSampler.set_epoch`: call it before each epoch of a loop that reuses one pipeline."""
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-      raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
-    start = json.loads(json.dumps(self._start))
-    start["stream"]["epoch"] = epoch
-    self.set_state(seal(start))
+    """Starts over at step 0 of `epoch`, like `DistributedSampler.set_epoch` (before each epoch)."""
+    self.set_state(epoch_start(self._start, epoch))
 
   @property
   def epoch(self) -> int:
-    """The epoch the batches come from."""
     return self.planner.stream.epoch
 
   def stats(self) -> dict[str, Any]:

@@ -1,0 +1,82 @@
+"""`DatasetMeta`: what the mixture needs of a dataset, and loading it for a config.
+
+Record counts per shard and every length (memory-mapped, or constant for
+window datasets): planning never reads a token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.resolve import DatasetSettings
+from jaxdata.sources.lengths import ConstantLengths, DocumentLengths
+from jaxdata.sources.opening import Dataset, open_dataset
+from jaxdata.sources.remote import CacheOptions, default_cache_options
+from jaxdata.sources.windows import WindowOptions, WindowView
+
+__all__ = ["DatasetMeta", "load_metadata", "window_options"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetMeta:
+  """What the stream needs of a dataset: records per shard and every length
+  (an integer array, a memory-mapped `DocumentLengths` or `ConstantLengths`).
+
+  `pass_records` is set for a dataset drawn with replacement (windows):
+  its order is then `SampledOrder`, with that many draws per pass.
+  `pass_tokens` (window datasets) is what one pass trains, and
+  `segments` (drawn windows) the lengths of the token runs they come from:
+  what exposure needs to count passes and unique tokens seen.
+  """
+
+  shard_counts: np.ndarray
+  lengths: np.ndarray | DocumentLengths | ConstantLengths
+  pass_records: int | None = None
+  pass_tokens: int | None = None
+  segments: np.ndarray | None = None
+
+  @property
+  def supply(self) -> int:
+    """Tokens of one pass: every document's, or `pass_tokens`."""
+    return int(self.lengths.sum()) if self.pass_tokens is None else self.pass_tokens
+
+  @classmethod
+  def from_dataset(cls, dataset: Dataset) -> "DatasetMeta":
+    if not isinstance(dataset, WindowView):
+      return cls(dataset.shard_num_records.copy(), dataset.lengths)
+    segments = dataset.segment_lengths() if dataset.pass_records is not None else None
+    return cls(dataset.shard_num_records.copy(), dataset.lengths, dataset.pass_records, dataset.pass_tokens, segments)
+
+  @classmethod
+  def load(cls, path: str, cache: CacheOptions | None = None, windows: WindowOptions | None = None,
+           expected_format: str | None = None) -> "DatasetMeta":
+    with open_dataset(path, cache=cache, windows=windows, expected_format=expected_format) as dataset:
+      return cls.from_dataset(dataset)
+
+  @classmethod
+  def from_lengths(
+      cls, lengths: Sequence[int] | np.ndarray, shard_counts: Sequence[int] | None = None
+  ) -> "DatasetMeta":
+    if not (isinstance(lengths, np.ndarray) and lengths.dtype.kind in "iu"):
+      lengths = np.asarray(lengths, dtype=np.int64)  # integer arrays are kept as they are (no copy)
+    counts = np.asarray([lengths.size] if shard_counts is None else shard_counts, dtype=np.int64)
+    if counts.sum() != lengths.size:
+      raise ValueError(f"shard_counts sum to {counts.sum()}, but {lengths.size} lengths given")
+    return cls(counts, lengths)
+
+
+def window_options(settings: DatasetSettings) -> WindowOptions | None:
+  """A dataset's window sampling, None for a document dataset."""
+  if settings.window is None:
+    return None
+  return WindowOptions(settings.window, settings.with_replacement, settings.cross_documents)
+
+
+def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
+  """Every dataset's metadata, from its directory (remote ones through the config's cache)."""
+  cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
+  return {s.name: DatasetMeta.load(s.path, cache, window_options(s), s.format) for s in cfg.dataset_settings()}
