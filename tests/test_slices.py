@@ -10,7 +10,7 @@ import yaml
 
 from jaxdata import ConfigError, Pipeline
 from jaxdata.cli import main
-from jaxdata.pipeline.slices import available_slices, load_slice
+from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from pipeline_fixtures import coded_config
 
 REQUIRED = {"v4-8", "v4-32", "v5e-8", "v5e-256", "v5p-8", "v5p-128", "v6e-8", "v6e-256", "cpu-8", "cpu-2x4"}
@@ -29,8 +29,35 @@ def test_rows_per_host_and_the_divisibility_error():
   assert spec.rows_per_host(1024) == 1024 // 16
   with pytest.raises(ConfigError, match="global batch 1000 does not divide over the 64 data-parallel shards of v5p-128"):
     spec.rows_per_host(1000)
-  with pytest.raises(ConfigError, match="no slice config 'v9-1'"):
+  with pytest.raises(ConfigError, match="no slice 'v9-1'; built in: .*v5p-128.*; or give a slice YAML file's path"):
     load_slice("v9-1")
+
+
+def test_the_table_covers_the_families_at_their_usual_sizes():
+  names = set(available_slices())
+  for family, sizes in (("v4", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)),
+                        ("v5p", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288)),
+                        ("v5e", (1, 4, 8, 16, 32, 64, 128, 256)), ("v6e", (1, 4, 8, 16, 32, 64, 128, 256))):
+    assert {f"{family}-{n}" for n in sizes} <= names, family
+  v5p = load_slice("v5p-1024")  # TensorCores in the name: 512 chips, 128 hosts of 4
+  assert (v5p.chips, v5p.hosts, v5p.chips_per_host, v5p.topology, v5p.mesh_shape) == (512, 128, 4, "8x8x8", (128, 4, 1))
+  v6e = load_slice("v6e-64")  # chips in the name, 4 a host beyond one host's 8
+  assert (v6e.chips, v6e.hosts, v6e.topology) == (64, 16, "8x8")
+  assert load_slice("v5e-8").hosts == 1 and load_slice("v5e-8").chips_per_host == 8
+
+
+def test_a_slice_yaml_path_and_an_explicit_mesh(tmp_path, capsys):
+  path = tmp_path / "my-slice.yaml"
+  path.write_text(yaml.safe_dump({"name": "mine", "accelerator": "tpu-v5p", "chips": 16, "hosts": 4,
+                                  "chips_per_host": 4, "topology": "2x2x4",
+                                  "mesh": {"axes": ["replica", "data"], "shape": [4, 4]}, "data_axes": ["replica", "data"]}))
+  assert load_slice(str(path)).mesh_axes == ("replica", "data")
+  spec = explicit_slice([2, 4], ["data", "model"], ["data"], hosts=2)
+  assert (spec.chips, spec.hosts, spec.data_parallel) == (8, 2, 2)
+  assert main(["mesh", "--mesh-shape", "16x4x1", "--hosts", "16", "--global-batch", "128", "--seq-len", "512"]) == 0
+  assert "mesh: 64 chips, 16 hosts x 4" in capsys.readouterr().out
+  assert main(["mesh", "--tpu", str(path), "--global-batch", "32", "--seq-len", "64"]) == 0
+  assert main(["mesh", "--list"]) == 0 and "v6e-256" in capsys.readouterr().out
 
 
 def test_mesh_command_prints_per_host_figures(tmp_path, capsys):
@@ -53,10 +80,11 @@ def test_pipeline_from_a_slice_name(tmp_path):
   cfg = coded_config(tmp_path, [list(range(1, 60)), [9] * 80], exhausted_policy="repeat",
                      batch={"global_batch_size": 16})
   with Pipeline(cfg, prefetch=0) as reference, Pipeline(cfg, tpu="cpu-8") as on_slice, \
-       Pipeline(cfg, tpu="v5e-8") as on_v5e:
+       Pipeline(cfg, tpu="v5e-8") as on_v5e, \
+       Pipeline(cfg, tpu=explicit_slice([2, 4], ["data", "model"], ["data"])) as explicit:
     for _ in range(2):
       expected = next(reference)
-      for pipe in (on_slice, on_v5e):
+      for pipe in (on_slice, on_v5e, explicit):
         batch = next(pipe)
         assert all(np.array_equal(np.asarray(batch[k]), expected[k]) for k in expected)
   with pytest.raises(ConfigError, match="slice v5p-128 has 64 chips but 8 devices are visible"):

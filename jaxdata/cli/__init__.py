@@ -156,9 +156,15 @@ def _parser() -> argparse.ArgumentParser:
   p.set_defaults(handler="planning:bench")
 
   p = sub.add_parser("mesh", help="rows, tokens and documents per host of a TPU slice")
-  p.add_argument("--tpu", required=True, help="slice name, e.g. v5p-128 (see tpu_configs/)")
-  p.add_argument("--global-batch", type=int, required=True)
-  p.add_argument("--seq-len", type=int, required=True)
+  p.add_argument("--tpu", help="a slice: v4-8 .. v4-8192, v5e-1 .. v5e-256, v5p-8 .. v5p-12288, v6e-1 .. v6e-256 "
+                                "(`jaxdata mesh --list`), or a slice YAML file's path")
+  p.add_argument("--mesh-shape", help="instead of --tpu: an explicit mesh shape, e.g. 16x4x1")
+  p.add_argument("--mesh-axes", default="data,fsdp,tensor", help="with --mesh-shape: its axis names")
+  p.add_argument("--data-axes", default="data,fsdp", help="with --mesh-shape: the axes the batch rows are split over")
+  p.add_argument("--hosts", type=int, default=1, help="with --mesh-shape: hosts the devices spread over")
+  p.add_argument("--list", action="store_true", help="list the built-in slices and exit")
+  p.add_argument("--global-batch", type=int, help="rows of the global batch")
+  p.add_argument("--seq-len", type=int, help="tokens per row")
   p.add_argument("--config", help="pipeline YAML: plan real steps for documents and timing")
   p.add_argument("--steps", type=int, default=5, help="steps to plan with --config")
   p.set_defaults(handler="planning:mesh")

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jaxdata.config.loading import load_config
-from jaxdata.pipeline.slices import load_slice
+from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.bench import bench as bench_config
 from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
@@ -120,7 +120,18 @@ def report(args: argparse.Namespace, console: Console) -> int:
 
 
 def mesh(args: argparse.Namespace, console: Console) -> int:
-  spec = load_slice(args.tpu)
+  if args.list:
+    console.print(" ".join(available_slices()))
+    return 0
+  if (args.tpu is None) == (args.mesh_shape is None):
+    raise ValueError("mesh: give --tpu SLICE (or a slice YAML path) or --mesh-shape, one of them")
+  if args.global_batch is None or args.seq_len is None:
+    raise ValueError("mesh: --global-batch and --seq-len are required")
+  if args.tpu is not None:
+    spec = load_slice(args.tpu)
+  else:
+    shape = [int(x) for x in args.mesh_shape.lower().split("x")]
+    spec = explicit_slice(shape, args.mesh_axes.split(","), args.data_axes.split(","), args.hosts)
   rows = spec.rows_per_host(args.global_batch)  # raises a clear error if it does not divide
   report = mesh_report(spec, args.global_batch, args.seq_len, args.config, args.steps)
   console.print(

@@ -43,7 +43,7 @@ from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.sharding import batch_sharding, check_rows_divide, output_functions
-from jaxdata.pipeline.slices import load_slice, slice_mesh
+from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import READ_AHEAD
 from jaxdata.pipeline.window import END, Prepared, StepProducer
@@ -61,9 +61,9 @@ class Pipeline:
     cfg: the pipeline config.
     mesh: a `jax.sharding.Mesh`; None yields NumPy arrays of all rows.
     data_axes: mesh axes the rows are sharded over (others replicate).
-    tpu: instead of mesh / data_axes, a slice config name ("v5e-8",
-      "v5p-128", "cpu-8", ...; see `jaxdata.pipeline.slices`): its default
-      mesh over jax.devices() and its data axes.
+    tpu: instead of mesh / data_axes, a slice ("v5e-8", "v5p-128", a slice
+      YAML path, or `explicit_slice(shape, axes, data_axes)`; see
+      `jaxdata.pipeline.slices`): its default mesh over jax.devices().
     prefetch: steps planned and read ahead by a background thread; 0 reads
       in the calling thread. Output never depends on it.
     workers: processes that read and assemble into shared memory (each up to
@@ -84,14 +84,14 @@ class Pipeline:
 
   def __init__(
       self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
-      tpu: str | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int = READ_AHEAD,
+      tpu: str | SliceSpec | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int = READ_AHEAD,
       read_threads: int = 1, stats_path: str | None = None, read_log: ReadLog | None = None, epoch: int = 0,
   ) -> None:
     _check_arguments(prefetch, workers, read_ahead_tokens, read_log)
     if tpu is not None:
       if mesh is not None:
         raise ValueError("tpu: give a slice name or a mesh, not both")
-      spec = load_slice(tpu)
+      spec = tpu if isinstance(tpu, SliceSpec) else load_slice(tpu)
       mesh, data_axes = slice_mesh(spec), spec.data_axes
     sharding = None
     if mesh is not None:  # checked before any file is opened

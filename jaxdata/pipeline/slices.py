@@ -1,6 +1,9 @@
-"""TPU slice configs (`tpu_configs/*.yaml`, installed as `jaxdata.tpu_configs`) and their meshes.
+"""TPU slices and their meshes: a built-in table of the v4, v5e, v5p and v6e families, slice YAML files
+(`tpu_configs/*.yaml`, installed as `jaxdata.tpu_configs`, or your own path), or an explicit mesh.
 
-A slice file says how many chips and hosts a slice has and its default mesh::
+The table follows the families' naming (v4-N and v5p-N count TensorCores: N / 2
+chips, 4 per host, 3-D torus; v5e-N and v6e-N count chips: up to 8 on one host,
+else 4 per host, 2-D torus). A slice says how many chips and hosts it has and its default mesh::
 
     name: v5p-128            chips: 64   hosts: 16   chips_per_host: 4   topology: "4x4x4"
     mesh: {axes: [data, fsdp, tensor], shape: [16, 4, 1]}
@@ -16,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import math
-from typing import Any
+import os
+from typing import Any, Sequence
 
 import jax
 import numpy as np
@@ -25,9 +29,14 @@ from jax.sharding import Mesh
 
 from jaxdata.errors import ConfigError
 
-__all__ = ["SliceSpec", "available_slices", "load_slice", "slice_mesh"]
+__all__ = ["SliceSpec", "available_slices", "explicit_slice", "load_slice", "slice_mesh"]
 
 _PACKAGE = "jaxdata.tpu_configs"
+_TORUS_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8",
+             512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16", 4096: "16x16x16", 6144: "16x16x24"}
+_TORUS_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+_FAMILIES = {"v4": ("tpu-v4", _TORUS_3D, 2), "v5p": ("tpu-v5p", _TORUS_3D, 2),
+             "v5e": ("tpu-v5-lite", _TORUS_2D, 1), "v6e": ("tpu-v6e", _TORUS_2D, 1)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,18 +86,54 @@ class SliceSpec:
     return per_shard * max(shards)
 
 
+def _table() -> dict[str, SliceSpec]:
+  """Every built-in slice of the four families."""
+  table = {}
+  for family, (accelerator, topologies, cores_per_chip) in _FAMILIES.items():
+    for chips, topology in topologies.items():
+      if family == "v4" and chips > 4096:  # a v4 pod has 4,096 chips
+        continue
+      per_host = chips if (cores_per_chip == 1 and chips <= 8) else min(4, chips)
+      hosts = chips // per_host
+      name = f"{family}-{chips * cores_per_chip}"
+      table[name] = SliceSpec(name, accelerator, chips, hosts, per_host, topology, ("data", "fsdp", "tensor"),
+                              (hosts, per_host, 1), ("data", "fsdp"))
+  return table
+
+
 def available_slices() -> list[str]:
-  return sorted(
-      f.name[: -len(".yaml")] for f in importlib.resources.files(_PACKAGE).iterdir() if f.name.endswith(".yaml")
-  )
+  files = [f.name[: -len(".yaml")] for f in importlib.resources.files(_PACKAGE).iterdir() if f.name.endswith(".yaml")]
+  return sorted(set(files) | set(_table()), key=lambda n: (n.split("-")[0], int(n.split("-")[-1].split("x")[-1])))
+
+
+def explicit_slice(shape: Sequence[int], axes: Sequence[str], data_axes: Sequence[str], hosts: int = 1,
+                   name: str = "mesh") -> SliceSpec:
+  """A slice from an explicit mesh shape and axis names (devices spread evenly over `hosts`)."""
+  chips = math.prod(shape)
+  if hosts < 1 or chips % hosts:
+    raise ConfigError(f"tpu: {chips} devices do not split over {hosts} hosts")
+  return SliceSpec(name, "explicit", chips, hosts, chips // hosts, "x".join(str(s) for s in shape), tuple(axes),
+                   tuple(int(s) for s in shape), tuple(data_axes))
 
 
 def load_slice(name: str) -> SliceSpec:
-  """The slice config named `name` (for example "v5e-8", or "cpu-8" for tests)."""
+  """The slice `name`: a built-in one ("v5e-8", "v5p-1024", "cpu-8" for tests) or a slice YAML file's path."""
+  if name.endswith((".yaml", ".yml")) and os.path.isfile(name):
+    with open(name, encoding="utf-8") as f:
+      return _from_yaml(yaml.safe_load(f), name)
   resource = importlib.resources.files(_PACKAGE) / f"{name}.yaml"
-  if not resource.is_file():
-    raise ConfigError(f"tpu: no slice config {name!r}; available: {', '.join(available_slices())}")
-  raw: Any = yaml.safe_load(resource.read_text())
+  if resource.is_file():
+    return _from_yaml(yaml.safe_load(resource.read_text()), f"tpu_configs/{name}.yaml")
+  if name in _table():
+    return _table()[name]
+  raise ConfigError(f"tpu: no slice {name!r}; built in: {', '.join(available_slices())}; or give a slice YAML "
+                    "file's path, or an explicit mesh")
+
+
+def _from_yaml(raw: Any, where: str) -> SliceSpec:
+  if not isinstance(raw, dict):
+    raise ConfigError(f"{where}: not a slice config (a mapping with name, chips, hosts, mesh, data_axes)")
+  raw = dict(raw)
   try:
     mesh = raw.pop("mesh")
     return SliceSpec(
@@ -96,7 +141,7 @@ def load_slice(name: str) -> SliceSpec:
         data_axes=tuple(raw.pop("data_axes")), **raw,
     )
   except (KeyError, TypeError) as e:
-    raise ConfigError(f"tpu_configs/{name}.yaml: malformed slice config ({e})") from e
+    raise ConfigError(f"{where}: malformed slice config ({e})") from e
 
 
 def slice_mesh(spec: SliceSpec, devices: list[jax.Device] | None = None) -> Mesh:
