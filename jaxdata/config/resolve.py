@@ -82,6 +82,7 @@ class DatasetSettings:
   window: int | None = None
   with_replacement: bool = True
   cross_documents: bool = True
+  holdout: int | float | None = None
 
   def resolve_block_size(self, largest_shard: int, num_records: int) -> int | str | None:
     """The block size once record counts are known: "auto" becomes 8 x the
@@ -152,4 +153,5 @@ def resolve_dataset(d: DatasetConfig, top: DatasetDefaults, seq_len: int = 2048)
       window=(d.window or seq_len) if d.sampling == "windows" else None,
       with_replacement=d.with_replacement,
       cross_documents=d.cross_documents,
+      holdout=d.holdout,
   )

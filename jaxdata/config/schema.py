@@ -83,6 +83,7 @@ class DatasetConfig:
   window: int | None = None  # sampling windows: T (None: packing.seq_len)
   with_replacement: bool = True
   cross_documents: bool = True
+  holdout: int | float | None = None  # documents kept out of training for split="eval": a count or a fraction
 
   def __post_init__(self) -> None:
     where = f"datasets.{self.name}" if isinstance(self.name, str) else "datasets[].name"
@@ -110,6 +111,13 @@ class DatasetConfig:
     check_bool(self.cross_documents, f"{where}.cross_documents")
     if self.window is not None:
       check_int(self.window, f"{where}.window", 1)
+    if self.holdout is not None:
+      if isinstance(self.holdout, bool) or not isinstance(self.holdout, (int, float)) or self.holdout < 0 or (
+          isinstance(self.holdout, float) and self.holdout >= 1):
+        raise ConfigError(f"{where}.holdout: expected a count (int >= 0) or a fraction in [0, 1), "
+                          f"got {short(self.holdout)}")
+      if self.sampling == "windows":
+        raise ConfigError(f"{where}.holdout: not with sampling: windows (hold out a file instead)")
     if self.sampling != "windows":
       for field, default in (("window", None), ("with_replacement", True), ("cross_documents", True)):
         if getattr(self, field) != default:

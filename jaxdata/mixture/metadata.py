@@ -14,11 +14,13 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
 from jaxdata.sources.lengths import ConstantLengths, DocumentLengths
+from jaxdata.mixture.holdout import split_view
+from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.opening import Dataset, open_dataset
 from jaxdata.sources.remote import CacheOptions, default_cache_options
 from jaxdata.sources.windows import WindowOptions, WindowView
 
-__all__ = ["DatasetMeta", "load_metadata", "window_options"]
+__all__ = ["DatasetMeta", "load_metadata", "open_split", "window_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +79,21 @@ def window_options(settings: DatasetSettings) -> WindowOptions | None:
 
 
 def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
-  """Every dataset's metadata, from its directory (remote ones through the config's cache)."""
+  """Every dataset's training metadata, from its directory (remote ones through the config's cache)."""
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
-  return {s.name: DatasetMeta.load(s.path, cache, window_options(s), s.format) for s in cfg.dataset_settings()}
+  out = {}
+  for s in cfg.dataset_settings():
+    with open_split(s, ReadOptions(), cache, cfg.seed, "train") as dataset:
+      out[s.name] = DatasetMeta.from_dataset(dataset)
+  return out
+
+
+def open_split(settings: DatasetSettings, read_options: ReadOptions, cache: CacheOptions, seed: int,
+               split: str) -> Dataset:
+  """A dataset opened and seen as `split` sees it (windows, or without / only its held-out documents)."""
+  dataset = open_dataset(settings.path, read_options, cache, window_options(settings), settings.format)
+  try:
+    return split_view(dataset, settings, seed, split)
+  except BaseException:  # re-raised: nothing may stay open
+    dataset.close()
+    raise

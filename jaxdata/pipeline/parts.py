@@ -14,13 +14,14 @@ from typing import Any, Mapping
 from jaxdata.checkpoint.fingerprint import order_fingerprint
 from jaxdata.checkpoint.state import pipeline_state
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.mixture.stream import DatasetMeta, window_options
+from jaxdata.mixture.holdout import eval_config
+from jaxdata.mixture.metadata import DatasetMeta, open_split
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound
 from jaxdata.sources.dataset import ReadOptions
-from jaxdata.sources.opening import Dataset, open_dataset
+from jaxdata.sources.opening import Dataset
 from jaxdata.sources.remote import default_cache_options
 from jaxdata.sources.windows import WindowView
 
@@ -32,15 +33,22 @@ class Parts:
   planner: StepPlanner
   reader: DocumentReader
   fingerprint: dict[str, Any]
+  cfg: PipelineConfig  # the config the planner runs (the eval split's for split="eval")
 
 
-def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None, epoch: int = 0) -> Parts:
-  """Opens and checks every dataset of `cfg`; on an error nothing stays open."""
+def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None, epoch: int = 0,
+               split: str = "train") -> Parts:
+  """Opens and checks every dataset of `cfg` as `split` sees it; on an error nothing stays open."""
   datasets: list[Dataset] = []
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)  # one budget for all remote datasets
   try:
     for d in cfg.dataset_settings():
-      datasets.append(open_dataset(d.path, ReadOptions(num_threads=read_threads), cache, window_options(d), d.format))
+      if split == "eval" and not d.holdout:
+        continue
+      datasets.append(open_split(d, ReadOptions(num_threads=read_threads), cache, cfg.seed, split))
+    if split == "eval":
+      cfg = eval_config(cfg, {ds_name: ds.num_records for ds_name, ds in
+                              zip([d.name for d in cfg.dataset_settings() if d.holdout], datasets)})
     bound = token_bound(cfg, datasets)
     planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)}, epoch)
   except BaseException:  # re-raised: nothing may stay open
@@ -49,9 +57,17 @@ def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None 
     raise
   fingerprint = order_fingerprint(
       cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in planner.stream.cursors],
-      [ds.options.describe() if isinstance(ds, WindowView) else "" for ds in datasets],
+      [_sampling(ds, d) for ds, d in zip(datasets, cfg.dataset_settings())],
   )
-  return Parts(planner, DocumentReader(datasets, cfg.names, bound, read_log), fingerprint)
+  return Parts(planner, DocumentReader(datasets, cfg.names, bound, read_log), fingerprint, cfg)
+
+
+def _sampling(dataset: Dataset, settings: Any) -> str:
+  """What the fingerprint adds to a dataset's order: its windows, its holdout."""
+  parts = [dataset.options.describe()] if isinstance(dataset, WindowView) else []
+  if settings.holdout:
+    parts.append(f"holdout={settings.holdout}")
+  return " ".join(parts)
 
 
 def state_snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> dict[str, Any]:

@@ -72,20 +72,19 @@ class Pipeline:
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
       faster (at least one step, at most 64). Output never depends on it.
-    read_threads: threads reading the shards of one dataset concurrently
-      (the ArrayRecord reader holds the GIL, so more help only on slow storage).
-    stats_path: append one JSON line of `stats()` per step handed out
-      (default: the config's `stats_path`).
-    read_log: if a list, (steps, dataset, records) of every read is appended
-      (in-process reads only: not with `workers`).
+    read_threads: threads reading one dataset's shards at once (help only on slow storage).
+    stats_path: append a JSON line of `stats()` per step (default: the config's).
+    read_log: a list gets (steps, dataset, records) of every in-process read.
     epoch: start at pass `epoch` of every dataset's keyed order (the random
       interleave keyed by it too): a fresh, reproducible order per epoch.
+    split: "train", or "eval": each dataset's held-out documents (`holdout`) once.
   """
 
   def __init__(
       self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
       tpu: str | SliceSpec | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int = READ_AHEAD,
       read_threads: int = 1, stats_path: str | None = None, read_log: ReadLog | None = None, epoch: int = 0,
+      split: str = "train",
   ) -> None:
     _check_arguments(prefetch, workers, read_ahead_tokens, read_log)
     if tpu is not None:
@@ -97,10 +96,11 @@ class Pipeline:
     if mesh is not None:  # checked before any file is opened
       sharding = batch_sharding(mesh, data_axes)
       check_rows_divide(cfg, mesh, data_axes)
+    parts = open_parts(cfg, read_threads, read_log, epoch, split)
+    cfg = parts.cfg
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(),
                                   stats_path if stats_path is not None else cfg.stats_path)
-    parts = open_parts(cfg, read_threads, read_log, epoch)
     self.planner, self.reader, self.fingerprint = parts.planner, parts.reader, parts.fingerprint
     # The producer and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.

@@ -27,7 +27,8 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["ConstantLengths", "DocumentLengths", "IN_MEMORY_RECORDS", "load_lengths_file", "smallest_dtype"]
+__all__ = ["ConstantLengths", "DocumentLengths", "IN_MEMORY_RECORDS", "LengthsBase", "load_lengths_file",
+           "smallest_dtype"]
 
 IN_MEMORY_RECORDS = 1 << 24  # up to 16M documents (<= 64 MB) are concatenated into RAM
 _SCAN_CHUNK = 1 << 22  # totals are computed this many lengths at a time (bounded memory)
@@ -52,11 +53,14 @@ def _release_pages(array: np.ndarray) -> None:
       mapping.madvise(getattr(mmap, advice))
 
 
-class _Lengths:
-  """What both kinds of lengths share: a 1-D shape of `size` records."""
+class LengthsBase:
+  """What every kind of lengths shares: a 1-D shape of `size` records, totals computed once."""
 
   ndim = 1
   size: int
+  _sum: int
+  _min: int
+  _max: int
 
   @property
   def shape(self) -> tuple[int]:
@@ -66,7 +70,13 @@ class _Lengths:
     return self.size
 
   def sum(self) -> int:
-    raise NotImplementedError
+    return self._sum
+
+  def min(self) -> int:
+    return self._min
+
+  def max(self) -> int:
+    return self._max
 
   def mean(self) -> float:
     return self.sum() / self.size if self.size else 0.0
@@ -75,7 +85,7 @@ class _Lengths:
     return np.asarray(self).tolist()
 
 
-class DocumentLengths(_Lengths):
+class DocumentLengths(LengthsBase):
   """Read-only lengths of all documents, indexed like one 1-D integer array.
 
   Supports what planning needs: `len`, `size`, gathers by integer arrays,
@@ -114,15 +124,6 @@ class DocumentLengths(_Lengths):
       self.starts = np.array([0, self.size], dtype=np.int64)
     self.parts = parts
 
-  def sum(self) -> int:
-    return self._sum
-
-  def min(self) -> int:
-    return self._min
-
-  def max(self) -> int:
-    return self._max
-
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     whole = np.concatenate(self.parts) if len(self.parts) > 1 else np.asarray(self.parts[0])
     return whole.astype(dtype) if dtype is not None else whole
@@ -158,7 +159,7 @@ class DocumentLengths(_Lengths):
     return f"DocumentLengths({self.size} documents, {len(self.parts)} part(s), max {self._max})"
 
 
-class ConstantLengths(_Lengths):
+class ConstantLengths(LengthsBase):
   """`size` records of the same length (a window dataset's samples): the
   `DocumentLengths` interface in O(1) memory, however many records.
 
