@@ -46,6 +46,7 @@ CHOICES = {
 }
 # Keys that apply only beside another: their example is tried with it.
 REQUIRES = {("`datasets[]`", k): {"sampling": "windows"} for k in ("window", "with_replacement", "cross_documents")}
+REQUIRES[("`packing`", "group_by_length")] = {"mode": "none"}
 
 
 def _tables() -> dict[str, dict[str, dict[str, str]]]:
@@ -132,7 +133,7 @@ def _with_example(section: str, example: dict[str, Any]) -> dict[str, Any]:
   elif section == "`packing.warmup[]`":
     raw["packing"] = {"warmup": [{"until_step": 1000, "seq_len": 512, **example}]}
   else:
-    raw[section.strip("`")] = example
+    raw[section.strip("`")] = {**REQUIRES.get((section, *example), {}), **example}
   return raw
 
 

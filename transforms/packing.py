@@ -43,16 +43,8 @@ from jaxdata.transforms.fit import best_fit, first_fit
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
-    "Concat",
-    "DocumentColumns",
-    "DocumentSource",
-    "Fit",
-    "OnePerRow",
-    "Packer",
-    "PackingStrategy",
-    "StepPlan",
-    "balanced_rows",
-    "packing_strategy",
+    "Concat", "DocumentColumns", "DocumentSource", "Fit", "GroupedOnePerRow", "OnePerRow", "Packer",
+    "PackingStrategy", "StepPlan", "balanced_rows", "packing_strategy",
 ]
 
 
@@ -231,12 +223,41 @@ class OnePerRow(PackingStrategy):
     return pool.take(row), row, np.zeros(count, np.int64), pool.take(np.arange(count, len(pool)))
 
 
-def packing_strategy(packing: PackingConfig, windows: tuple[bool, ...] = ()) -> PackingStrategy:
+class GroupedOnePerRow(OnePerRow):
+  """Mode none with `group_by_length: M`: documents are pulled M batches at a time, sorted by
+  length (longest first) and cut into batches of similar lengths, whose order inside the group is
+  then shuffled (a generator keyed by the seed and the group's first document); the rest of a group
+  waits in the carry (part of the state), so resume stays exact::
+
+      pulled (M x rows docs, stream order)   7 2 9 3 8 1 ...
+      sorted by length, cut into batches     [9 8 7] [3 2 1] ...   less padding per batch
+      batch order shuffled                   [3 2 1] [9 8 7] ...   randomness kept at group level
+  """
+
+  def __init__(self, packing: PackingConfig, windows: tuple[bool, ...], seed: int) -> None:
+    super().__init__(packing, windows)
+    self.group, self.seed = packing.group_by_length, seed
+
+  def shortfall(self, carry: Pieces, rows: int, seq_len: int) -> int:
+    return 0 if len(carry) >= rows else self.group * rows - len(carry)
+
+  def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
+    return super().place(carry, self._grouped(new, rows) if len(new) else new, rows, seq_len)
+
+  def _grouped(self, pieces: Pieces, rows: int) -> Pieces:
+    order = np.argsort(-pieces.length, kind="stable")
+    batches = [order[i : i + rows] for i in range(0, order.size, rows)]
+    first = [int(pieces.dataset[0]), int(pieces.pass_index[0]), int(pieces.record[0])]
+    shuffled = np.random.default_rng([self.seed, *first]).permutation(len(batches))
+    return pieces.take(np.concatenate([batches[i] for i in shuffled]))
+
+
+def packing_strategy(packing: PackingConfig, windows: tuple[bool, ...] = (), seed: int = 0) -> PackingStrategy:
   """The strategy `packing.mode` names; `windows` marks window datasets (by index)."""
   if packing.mode == "concat":
     return Concat(packing, windows)
   if packing.mode == "none":
-    return OnePerRow(packing, windows)
+    return GroupedOnePerRow(packing, windows, seed) if packing.group_by_length else OnePerRow(packing, windows)
   return Fit(packing, best_fit if packing.mode == "best_fit" else first_fit, windows)
 
 
@@ -250,7 +271,7 @@ class Packer:
   def __init__(self, cfg: PipelineConfig, source: DocumentSource) -> None:
     self.cfg = cfg
     self.source = source
-    self.strategy = packing_strategy(cfg.packing, cfg.window_datasets)
+    self.strategy = packing_strategy(cfg.packing, cfg.window_datasets, cfg.seed)
     self.carry = Pieces.empty()
     self.done = False
 

@@ -49,7 +49,7 @@ def order_fingerprint(
       "packing": (
           f"mode={packing.mode} seq_len={packing.seq_len} long_docs={packing.long_docs} "
           f"bos={packing.bos_id if packing.add_bos else '-'} eos={packing.eos_id if packing.add_eos else '-'} "
-          f"pad={packing.pad_id} warmup={warmup}"
+          f"pad={packing.pad_id} warmup={warmup}" + (f" group={packing.group_by_length}" if packing.group_by_length else "")
       ),
       "global_batch_size": cfg.batch.global_batch_size,
   }

@@ -185,9 +185,14 @@ class PackingConfig:
   eos_id: int = 0
   pad_id: int = 0
   warmup: tuple[WarmupPhase, ...] = ()
+  group_by_length: int = 0  # mode none: rows of similar length together, within groups of this many batches
 
   def __post_init__(self) -> None:
     check_choice(self.mode, PACKING_MODES, "packing.mode")
+    check_int(self.group_by_length, "packing.group_by_length", 0)
+    if self.group_by_length and self.mode != "none":
+      raise ConfigError(f"packing.group_by_length: {self.group_by_length} groups unpacked rows; it needs mode: none "
+                        f"(packed rows are full already), got mode: {self.mode}")
     check_int(self.seq_len, "packing.seq_len", 2)
     check_choice(self.long_docs, LONG_DOCS, "packing.long_docs")
     for field in ("add_bos", "add_eos"):

@@ -49,6 +49,8 @@ class StatsRecorder:
     self.cumulative = [c + int(t) for c, t in zip(self.cumulative, per_source)]
     total = max(1, int(per_source.sum()))
     cumulative_total = max(1, sum(self.cumulative))
+    fill = np.bincount(plan.row, weights=plan.pieces.length, minlength=plan.rows)
+    longest = int(fill.max(initial=0))
     return {
         "step": plan.step,
         "rows": plan.rows,
@@ -59,6 +61,9 @@ class StatsRecorder:
         "target_share": dict(zip(self.names, self.schedule.weights_at(plan.step))),
         "unit": self.unit,
         "padding_fraction": plan.padding_fraction,
+        # The longest row's tokens: a loop may slice the batch to it (bucketed); what padding that leaves.
+        "longest_row": longest,
+        "padding_fraction_to_longest": 1.0 - plan.tokens / (plan.rows * longest) if longest else 0.0,
         "pieces_split": plan.split_pieces,
         "truncated_tokens": plan.truncated_tokens,
         "final": plan.final,
