@@ -40,6 +40,9 @@ def order_fingerprint(
   packing = cfg.packing
   sampling = list(sampling) or [""] * len(orders)
   warmup = ",".join(f"{p.seq_len}<{p.until_step}" for p in packing.warmup) or "-"
+  if packing.linear_warmup is not None:
+    linear = packing.linear_warmup
+    warmup = f"linear:{linear.start}->{packing.seq_len}/{linear.steps}x{linear.granularity}"
   return {
       "seed": cfg.seed,
       "datasets": list(cfg.names),

@@ -99,6 +99,7 @@ class PipelineConfig:
   packing: PackingConfig = PackingConfig()
   batch: BatchConfig = BatchConfig()
   stats_path: str | None = None  # Pipeline appends one JSON line of stats per step here
+  total_steps: int | None = None  # the run's length: lets step boundaries be fractions of it
   allow_mixed_tokenizers: bool = False  # datasets with different tokenizers may be mixed
 
   def __post_init__(self) -> None:
@@ -125,6 +126,9 @@ class PipelineConfig:
       check_int(self.stop_after_passes, "stop_after_passes", 1)
     check_int(self.open_shards, "open_shards", 1)
     check_int(self.cache_bytes, "cache_bytes", 1)
+    if self.total_steps is not None:
+      check_int(self.total_steps, "total_steps", 1)
+    self._resolve_fractions()
     if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir):
       raise ConfigError(f"cache_dir: expected a directory path, got {short(self.cache_dir)}")
     if self.tokens_per_step > MAX_TOKENS_PER_STEP:
@@ -145,6 +149,27 @@ class PipelineConfig:
             f"datasets.{setting.name}: weight 0 in every phase under stop_after_passes; "
             "it would never complete a pass and the stream would never end"
         )
+
+  def _resolve_fractions(self) -> None:
+    """Step boundaries given as fractions of total_steps (floats in (0, 1]) become steps."""
+    def steps(value: Any, where: str) -> Any:
+      if not isinstance(value, float):
+        return value
+      if self.total_steps is None:
+        raise ConfigError(f"{where}: {value} is a fraction of total_steps, but total_steps is not set")
+      if not 0 < value <= 1:
+        raise ConfigError(f"{where}: a fraction of total_steps must lie in (0, 1], got {value}")
+      return max(1, int(value * self.total_steps))
+
+    linear = self.packing.linear_warmup
+    if linear is not None and isinstance(linear.steps, float):
+      packing = dataclasses.replace(self.packing, linear_warmup=dataclasses.replace(
+          linear, steps=steps(linear.steps, "packing.linear_warmup.steps")))
+      object.__setattr__(self, "packing", packing)
+    if self.mixture.schedule:
+      phases = tuple(dataclasses.replace(p, until_step=steps(p.until_step, f"mixture.schedule[{i}].until_step"))
+                     for i, p in enumerate(self.mixture.schedule))
+      object.__setattr__(self, "mixture", dataclasses.replace(self.mixture, schedule=phases))
 
   def _check_per_dataset(self, field: str, check: Callable[[Any, str], None], allow_none: bool = False) -> None:
     value = getattr(self, field)
@@ -171,8 +196,15 @@ class PipelineConfig:
     return self.batch.global_batch_size * self.packing.seq_len
 
   def rows_at(self, step: int) -> int:
-    """Rows of the global batch at `step` (more during a sequence-length warmup)."""
-    return self.tokens_per_step // self.packing.seq_len_at(step)
+    """Rows of the global batch at `step` (more during a staircase warmup)."""
+    return self.rows_for(self.packing.seq_len_at(step))
+
+  def rows_for(self, seq_len: int) -> int:
+    """Rows of a step whose rows hold seq_len tokens: constant tokens per step (the staircase
+    warmup), or constant rows (the linear warmup: tokens per step grow with the length)."""
+    if self.packing.linear_warmup is not None:
+      return self.batch.global_batch_size
+    return self.tokens_per_step // seq_len
 
   def schedule(self) -> Schedule:
     phases = [(p.weights, p.until_step, p.ramp_steps) for p in self.mixture.phases()]

@@ -32,6 +32,7 @@ __all__ = [
     "EXHAUSTED_POLICIES",
     "INHERIT",
     "INTERLEAVES",
+    "LinearWarmup",
     "LONG_DOCS",
     "MixtureConfig",
     "PACKING_MODES",
@@ -168,6 +169,37 @@ class WarmupPhase:
 
 
 @dataclasses.dataclass(frozen=True)
+class LinearWarmup:
+  """Sequence length growing linearly from `start` to `packing.seq_len` over `steps` steps, rounded
+  down to multiples of `granularity` (never below `start`), at a constant number of rows.
+
+  `steps` may be a fraction of the config's `total_steps` (a float in (0, 1]); the config resolves it.
+
+  >>> LinearWarmup(start=512, steps=2000, granularity=64).length_at(1000, 2048)
+  1280
+  """
+
+  start: int
+  steps: int | float
+  granularity: int = 64
+
+  def __post_init__(self) -> None:
+    check_int(self.start, "packing.linear_warmup.start", 2)
+    check_int(self.granularity, "packing.linear_warmup.granularity", 1)
+    if isinstance(self.steps, float):
+      if not 0 < self.steps <= 1:
+        raise ConfigError(f"packing.linear_warmup.steps: a fraction must lie in (0, 1], got {self.steps}")
+    else:
+      check_int(self.steps, "packing.linear_warmup.steps", 1)
+
+  def length_at(self, step: int, final: int) -> int:
+    if step >= self.steps:
+      return final
+    grown = self.start + (final - self.start) * step // int(self.steps)
+    return min(final, max(self.start, grown // self.granularity * self.granularity))
+
+
+@dataclasses.dataclass(frozen=True)
 class PackingConfig:
   """Packing of documents into rows of `seq_len` tokens.
 
@@ -185,6 +217,7 @@ class PackingConfig:
   eos_id: int = 0
   pad_id: int = 0
   warmup: tuple[WarmupPhase, ...] = ()
+  linear_warmup: LinearWarmup | None = None
   group_by_length: int = 0  # mode none: rows of similar length together, within groups of this many batches
 
   def __post_init__(self) -> None:
@@ -206,6 +239,15 @@ class PackingConfig:
         for i, p in enumerate(self.warmup)
     )
     object.__setattr__(self, "warmup", phases)
+    if self.linear_warmup is not None:
+      linear = self.linear_warmup
+      if not isinstance(linear, LinearWarmup):
+        linear = LinearWarmup(**mapping(linear, "packing.linear_warmup"))
+        object.__setattr__(self, "linear_warmup", linear)
+      if phases:
+        raise ConfigError("packing.linear_warmup: give it or packing.warmup (the staircase), not both")
+      if linear.start >= self.seq_len:
+        raise ConfigError(f"packing.linear_warmup.start: {linear.start} must be below packing.seq_len {self.seq_len}")
     previous = 0
     for i, phase in enumerate(phases):
       where = f"packing.warmup[{i}]"
@@ -221,6 +263,8 @@ class PackingConfig:
     return int(self.add_bos) + int(self.add_eos)
 
   def seq_len_at(self, step: int) -> int:
+    if self.linear_warmup is not None:
+      return self.linear_warmup.length_at(step, self.seq_len)
     for phase in self.warmup:
       if step < phase.until_step:
         return phase.seq_len
@@ -228,6 +272,9 @@ class PackingConfig:
 
   def seq_lens(self) -> tuple[int, ...]:
     """Every row length the run uses, ascending."""
+    if self.linear_warmup is not None:
+      steps = int(self.linear_warmup.steps)
+      return tuple(sorted({self.seq_len, *(self.linear_warmup.length_at(s, self.seq_len) for s in range(steps))}))
     return tuple(sorted({self.seq_len, *(p.seq_len for p in self.warmup)}))
 
 

@@ -41,7 +41,7 @@ def check_rows_divide(cfg: PipelineConfig, mesh: Mesh, data_axes: Sequence[str])
   """Every step's rows (warmup included) must split evenly over the data-parallel shards."""
   shards = data_parallel_size(mesh, data_axes)
   for seq_len in cfg.packing.seq_lens():
-    rows = cfg.tokens_per_step // seq_len
+    rows = cfg.rows_for(seq_len)
     if rows % shards:
       raise ValueError(
           f"batch.global_batch_size: {rows} rows (at seq_len {seq_len}) do not divide over "

@@ -156,7 +156,7 @@ class WorkerProducer:
     self.local, self.recorder, self.fingerprint = local, recorder, fingerprint
     rows_by_seq_len = {}
     for seq_len in cfg.packing.seq_lens():
-      rows = cfg.tokens_per_step // seq_len
+      rows = cfg.rows_for(seq_len)
       rows_by_seq_len[seq_len] = rows_here(rows, seq_len).tolist()
     self.slot_tokens = max(len(r) * seq_len for seq_len, r in rows_by_seq_len.items())
 
