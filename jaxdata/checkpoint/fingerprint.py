@@ -54,7 +54,8 @@ def order_fingerprint(
           f"bos={packing.bos_id if packing.add_bos else '-'} eos={packing.eos_id if packing.add_eos else '-'} "
           f"pad={packing.pad_id} warmup={warmup}" + (f" group={packing.group_by_length}" if packing.group_by_length else "")
       ),
-      "global_batch_size": cfg.batch.global_batch_size,
+      "global_batch_size": cfg.batch.global_batch_size if not (cfg.batch.schedule or cfg.batch.ramp)
+      else cfg.batch.describe(),
   }
 
 

@@ -21,6 +21,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from jaxdata.checkpoint.fingerprint import describe_changes
+from jaxdata.config.schema import BatchConfig
 from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import CheckpointError, ConfigError
 
@@ -40,6 +41,14 @@ def state_digest(state: Mapping[str, Any]) -> str:
 def seal(state: dict[str, Any]) -> dict[str, Any]:
   """The state with its digest: an edited or damaged copy is refused on restore."""
   return {**state, "digest": state_digest(state)}
+
+
+def _batch_sizes_agree(saved: Any, current: Any, step: int) -> bool:
+  """A batch-size schedule may change from the restored step on: the steps before it are kept."""
+  try:
+    return BatchConfig.from_description(saved).agrees_before(BatchConfig.from_description(current), step)
+  except (ValueError, IndexError, ConfigError):
+    return False
 
 
 def epoch_start(start: Mapping[str, Any], epoch: int) -> dict[str, Any]:
@@ -87,14 +96,17 @@ def read_pipeline_state(
   if digest != state["digest"]:
     raise CheckpointError("pipeline state: its digest does not match its content: the state was edited "
                           "or damaged after it was saved")
+  step = state["step"]
+  if not is_int(step) or step < 0:
+    raise CheckpointError(f"pipeline state: step must be an int >= 0, got {step!r}")
   changes = describe_changes(state["fingerprint"], fingerprint)
+  if any(c.startswith("global_batch_size:") for c in changes) and _batch_sizes_agree(
+      state["fingerprint"].get("global_batch_size"), fingerprint.get("global_batch_size"), step):
+    changes = [c for c in changes if not c.startswith("global_batch_size:")]  # a change from this step on
   if changes:
     raise CheckpointError(
         "pipeline state: the config or data changed in what determines the order: " + "; ".join(changes)
     )
-  step = state["step"]
-  if not is_int(step) or step < 0:
-    raise CheckpointError(f"pipeline state: step must be an int >= 0, got {step!r}")
   cumulative = state["tokens_per_source"]
   if not isinstance(cumulative, Mapping) or set(cumulative) != set(names):
     raise CheckpointError(f"pipeline state: tokens_per_source must name {list(names)}")

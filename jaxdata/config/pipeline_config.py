@@ -161,6 +161,14 @@ class PipelineConfig:
         raise ConfigError(f"{where}: a fraction of total_steps must lie in (0, 1], got {value}")
       return max(1, int(value * self.total_steps))
 
+    ramp = self.batch.ramp
+    if ramp is not None and isinstance(ramp.steps, float):
+      object.__setattr__(self, "batch", dataclasses.replace(self.batch, ramp=dataclasses.replace(
+          ramp, steps=steps(ramp.steps, "batch.ramp.steps"))))
+    if any(isinstance(p.until_step, float) for p in self.batch.schedule):
+      phases = tuple(dataclasses.replace(p, until_step=steps(p.until_step, f"batch.schedule[{i}].until_step"))
+                     for i, p in enumerate(self.batch.schedule))
+      object.__setattr__(self, "batch", dataclasses.replace(self.batch, schedule=phases))
     linear = self.packing.linear_warmup
     if linear is not None and isinstance(linear.steps, float):
       packing = dataclasses.replace(self.packing, linear_warmup=dataclasses.replace(
@@ -191,20 +199,24 @@ class PipelineConfig:
 
   @property
   def tokens_per_step(self) -> int:
-    """Row slots per global batch: global_batch_size x seq_len, at every step
-    (a warmup phase has more, shorter rows)."""
-    return self.batch.global_batch_size * self.packing.seq_len
+    """Row slots of the largest global batch: its size x seq_len (a staircase warmup phase
+    has more, shorter rows; a batch schedule smaller batches before it)."""
+    largest = max([self.batch.global_batch_size, *(p.global_batch_size for p in self.batch.schedule)])
+    return largest * self.packing.seq_len
 
   def rows_at(self, step: int) -> int:
-    """Rows of the global batch at `step` (more during a staircase warmup)."""
-    return self.rows_for(self.packing.seq_len_at(step))
-
-  def rows_for(self, seq_len: int) -> int:
-    """Rows of a step whose rows hold seq_len tokens: constant tokens per step (the staircase
-    warmup), or constant rows (the linear warmup: tokens per step grow with the length)."""
+    """Rows of the global batch at `step`: the batch schedule's size, times seq_len / the step's
+    length during a staircase warmup (constant tokens); the linear warmup keeps the rows."""
+    size = self.batch.size_at(step)
     if self.packing.linear_warmup is not None:
-      return self.batch.global_batch_size
-    return self.tokens_per_step // seq_len
+      return size
+    return size * self.packing.seq_len // self.packing.seq_len_at(step)
+
+  def row_shapes(self) -> tuple[tuple[int, int], ...]:
+    """Every (rows, seq_len) a step of the run has."""
+    until = max(self.batch.changes_until, max((p.until_step for p in self.packing.warmup), default=0),
+                int(self.packing.linear_warmup.steps) if self.packing.linear_warmup is not None else 0)
+    return tuple(sorted({(self.rows_at(s), self.packing.seq_len_at(s)) for s in range(until + 1)}))
 
   def schedule(self) -> Schedule:
     phases = [(p.weights, p.until_step, p.ramp_steps) for p in self.mixture.phases()]

@@ -40,8 +40,7 @@ def data_parallel_size(mesh: Mesh, data_axes: Sequence[str]) -> int:
 def check_rows_divide(cfg: PipelineConfig, mesh: Mesh, data_axes: Sequence[str]) -> None:
   """Every step's rows (warmup included) must split evenly over the data-parallel shards."""
   shards = data_parallel_size(mesh, data_axes)
-  for seq_len in cfg.packing.seq_lens():
-    rows = cfg.rows_for(seq_len)
+  for rows, seq_len in cfg.row_shapes():
     if rows % shards:
       raise ValueError(
           f"batch.global_batch_size: {rows} rows (at seq_len {seq_len}) do not divide over "

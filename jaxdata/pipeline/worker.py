@@ -67,7 +67,7 @@ class WorkerSpec:
   memory_name: str  # the reader's slot ring ("" for the planner)
   slots: int
   slot_tokens: int  # the most tokens of this host's rows in any step
-  rows_by_seq_len: dict[int, list[int]]  # the global rows this host holds, per sequence length
+  rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
   read_ahead_tokens: int
   read_threads: int
 
@@ -182,8 +182,8 @@ class _Planning(_Role):
     super().__init__(conn)
     self.spec, self.planner = spec, parts.planner
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None)
-    rows = {int(k): np.asarray(v, np.int64) for k, v in spec.rows_by_seq_len.items()}
-    self.rows_here = lambda _rows, seq_len: rows[seq_len]
+    rows = {k: np.asarray(v, np.int64) for k, v in spec.rows_by_shape.items()}
+    self.rows_here = lambda num_rows, seq_len: rows[f"{num_rows}x{seq_len}"]
     self.snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder)
     self.credits = 0  # windows it may still send
     self.window_tokens = 1

@@ -154,14 +154,11 @@ class WorkerProducer:
       raise ValueError(f"workers: must be >= 1, got {count}")
     slots = max(slots, 2)  # one being copied out, one being made
     self.local, self.recorder, self.fingerprint = local, recorder, fingerprint
-    rows_by_seq_len = {}
-    for seq_len in cfg.packing.seq_lens():
-      rows = cfg.rows_for(seq_len)
-      rows_by_seq_len[seq_len] = rows_here(rows, seq_len).tolist()
-    self.slot_tokens = max(len(r) * seq_len for seq_len, r in rows_by_seq_len.items())
+    rows_by_shape = {f"{rows}x{seq_len}": rows_here(rows, seq_len).tolist() for rows, seq_len in cfg.row_shapes()}
+    self.slot_tokens = max(len(r) * int(key.split("x")[1]) for key, r in rows_by_shape.items())
 
     self.cfg = cfg
-    self.specs = [WorkerSpec(PLANNER, 0, count, "", slots, self.slot_tokens, rows_by_seq_len, read_ahead_tokens,
+    self.specs = [WorkerSpec(PLANNER, 0, count, "", slots, self.slot_tokens, rows_by_shape, read_ahead_tokens,
                              read_threads)]
     self.specs += [dataclasses.replace(self.specs[0], role=READER, index=i) for i in range(count)]
     self.handles: list[_Handle] = []  # the planner, then the readers; started after the first step
