@@ -87,3 +87,15 @@ def run_workers(script: str, argvs: list[list[str]], timeout: float = 300) -> No
   outputs = [p.communicate(timeout=timeout)[0] for p in procs]
   for p, output in zip(procs, outputs):
     assert p.returncode == 0, output[-3000:]
+
+
+def rebuilt_batch(out_dir: Any, processes: int, step: int, like: dict) -> dict:
+  """A global batch put back together from every process's saved row blocks (``p{i}_step{k}.npz``
+  holding ``FEATURE/START`` arrays), shaped like `like`; rows nobody saved stay -999."""
+  rebuilt = {name: np.full_like(np.asarray(value), -999) for name, value in like.items()}
+  for process in range(processes):
+    saved = np.load(os.path.join(str(out_dir), f"p{process}_step{step}.npz"))
+    for key in saved.files:
+      name, start = key.split("/")
+      rebuilt[name][int(start) : int(start) + saved[key].shape[0]] = saved[key]
+  return rebuilt

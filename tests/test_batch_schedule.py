@@ -11,7 +11,7 @@ import yaml
 
 from jaxdata import CheckpointError, Pipeline, PipelineConfig, load_config
 from checkpoint_property import assert_restores_exactly
-from pipeline_fixtures import digest, free_port, run_workers, write_coded_dataset
+from pipeline_fixtures import rebuilt_batch, digest, free_port, run_workers, write_coded_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 
@@ -68,12 +68,7 @@ def test_a_ramp_restored_mid_ramp_onto_other_host_counts_gives_the_same_batches(
     out.mkdir()
     launch(count, devices, str(out), "restore")
     for step, batch in enumerate(expected):
-      rebuilt = {name: np.full_like(value, -999) for name, value in batch.items()}
-      for process in range(count):
-        saved = np.load(out / f"p{process}_step{step}.npz")
-        for key in saved.files:
-          name, start = key.split("/")
-          rebuilt[name][int(start) : int(start) + saved[key].shape[0]] = saved[key]
+      rebuilt = rebuilt_batch(out, count, step, batch)
       for name in batch:
         assert np.array_equal(rebuilt[name], batch[name]), (count, step, name)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxdata import Pipeline, load_config
-from pipeline_fixtures import free_port, run_workers
+from pipeline_fixtures import rebuilt_batch, free_port, run_workers
 
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 SAVE_AT = 3
@@ -40,12 +40,7 @@ def test_elastic_resume_from_two_processes_onto_one_and_four(config, tmp_path):
     out.mkdir()
     launch(count, devices, config, ckpt, str(out), "restore", 4)
     for step, batch in enumerate(expected):
-      rebuilt = {name: np.full_like(value, -999) for name, value in batch.items()}
-      for process in range(count):
-        saved = np.load(out / f"p{process}_step{step}.npz")
-        for key in saved.files:
-          name, start = key.split("/")
-          rebuilt[name][int(start) : int(start) + saved[key].shape[0]] = saved[key]
+      rebuilt = rebuilt_batch(out, count, step, batch)
       for name in batch:
         assert np.array_equal(rebuilt[name], batch[name]), (count, step, name)
 

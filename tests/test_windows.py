@@ -191,7 +191,7 @@ def test_bos_or_eos_with_windows_is_a_config_error(tmp_path):
 def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
   import yaml  # noqa: PLC0415
 
-  from pipeline_fixtures import free_port, run_workers, write_coded_dataset  # noqa: PLC0415
+  from pipeline_fixtures import free_port, rebuilt_batch, run_workers, write_coded_dataset  # noqa: PLC0415
 
   path, _ = corpus_with_documents(tmp_path)
   write_coded_dataset(str(tmp_path / "docs"), 1, [9, 30, 14, 41, 2] * 30)
@@ -215,12 +215,7 @@ def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
     port = free_port()
     run_workers(worker, [[str(port), str(count), str(i), str(config), str(out_dir), str(steps)] for i in range(count)])
     for step in range(steps):
-      rebuilt = {name: np.full_like(value, -999) for name, value in expected[step].items()}
-      for process in range(count):
-        saved = np.load(out_dir / f"p{process}_step{step}.npz")
-        for key in saved.files:
-          name, start = key.split("/")
-          rebuilt[name][int(start) : int(start) + saved[key].shape[0]] = saved[key]
+      rebuilt = rebuilt_batch(out_dir, count, step, expected[step])
       for name in expected[step]:
         assert np.array_equal(rebuilt[name], expected[step][name]), (count, step, name)
     for process in range(count):  # the state is the same on every host, for any host count: it restores anywhere
