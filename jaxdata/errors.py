@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 
 class DatasetError(ValueError):
   """A dataset directory disagrees with its manifest, or a shard is unreadable.
@@ -27,3 +30,15 @@ class CheckpointError(ValueError):
   """A saved pipeline state cannot be restored: missing, corrupt, newer
   format, or taken with a config / data that orders batches differently.
   The message names the checkpoint path or what changed."""
+
+
+def optional_module(name: str, extra: str, purpose: str) -> Any:
+  """Imports an optional dependency, or raises an ImportError naming the extra that installs it.
+
+  >>> optional_module("json", "none", "reading JSON").dumps(1)
+  '1'
+  """
+  try:
+    return importlib.import_module(name)
+  except ImportError as e:
+    raise ImportError(f"{purpose} needs {name.split('.')[0]}: pip install 'jaxdata[{extra}]' ({e})") from e

@@ -14,8 +14,8 @@ import re
 import sys
 from typing import Sequence
 
-from rich.console import Console
 
+from jaxdata.cli.output import Console
 from jaxdata import __version__
 from jaxdata.tools.formats import INPUT_FORMATS, TEXT_MODES
 
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.width = max(console.width, 120)  # logs and pipes: do not squeeze tables
   try:
     return handler(args, console)
-  except (ValueError, OSError) as e:
+  except (ValueError, OSError, ImportError) as e:  # ImportError: an extra that is not installed
     # Our errors are ValueError subclasses (DatasetError, InputFormatError) or
     # OSError (missing / existing files); each message names file and problem.
     print(f"jaxdata {args.command}: error: {e}", file=sys.stderr)

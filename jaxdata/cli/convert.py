@@ -7,9 +7,8 @@ import shlex
 import importlib
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
+from jaxdata.cli.output import Console, progress_bar
 from jaxdata.tools.convert import ConvertOptions, convert as convert_files
 from jaxdata.tools.roundtrip import check_roundtrip
 from jaxdata.tools.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
@@ -32,11 +31,7 @@ def convert(args: argparse.Namespace, console: Console) -> int:
   warning = roundtrip_warning(load_tokenizer(options.tokenizer))
   if warning:
     console.print(f"warning: {warning}", style="bold yellow", markup=False)
-  progress = Progress(
-      TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-      TextColumn("{task.fields[documents]:,} documents"), TimeElapsedColumn(), console=console,
-      disable=args.quiet, refresh_per_second=5,
-  )
+  progress = progress_bar(console, args.quiet)
   tasks: dict[str, Any] = {}
 
   def on_progress(phase: str, done: int, total: int, documents: int) -> None:

@@ -6,9 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
 
+from jaxdata.cli.output import Console, Table
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, group_by_directory

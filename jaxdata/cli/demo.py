@@ -7,9 +7,8 @@ import dataclasses
 import json
 import os
 
-from rich.console import Console
-from rich.table import Table
 
+from jaxdata.cli.output import Console, Table
 from jaxdata.demo import DEVICES, default_cache_dir, xla_flags
 from jaxdata.demo.run import run_demo  # imports jax, whose backend reads XLA_FLAGS only when it starts
 

@@ -7,9 +7,8 @@ import dataclasses
 import json
 import os
 
-from rich.console import Console
-from rich.table import Table
 
+from jaxdata.cli.output import Console, Table
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.tools.audit import audit as audit_plan

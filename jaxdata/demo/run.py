@@ -28,7 +28,6 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import yaml
-from matplotlib.figure import Figure
 
 from jaxdata.checkpoint.orbax import Restore, Save
 from jaxdata.config.loading import load_config
@@ -36,6 +35,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.demo import DEVICES, default_cache_dir, model, xla_flags
 from jaxdata.demo.corpus import OWNER, Log, build_demo_corpus
 from jaxdata.sources.fileutil import claim_directory, clear_claimed
+from jaxdata.errors import optional_module
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.tools.audit import audit
 from jaxdata.sources.manifest import Manifest
@@ -90,9 +90,14 @@ def _model_state(cfg: PipelineConfig) -> dict[str, Any]:
   return {"params": params, "opt": {"step": jnp.zeros((), jnp.int32), "mu": zeros, "nu": zeros}}
 
 
-def _plot(history: list[dict[str, Any]], names: tuple[str, ...], path: str) -> None:
+def _plot(history: list[dict[str, Any]], names: tuple[str, ...], path: str) -> str:
+  """Draws the mixture plot; without matplotlib (`jaxdata[plots]`), says so instead of the path."""
+  try:
+    figure = optional_module("matplotlib.figure", "plots", "the demo's plot").Figure
+  except ImportError as e:
+    return f"(not drawn: {e})"
   steps = [h["step"] for h in history]
-  fig = Figure(figsize=(8, 4.5))  # no pyplot: the caller's matplotlib backend stays as it is
+  fig = figure(figsize=(8, 4.5))  # no pyplot: the caller's matplotlib backend stays as it is
   ax = fig.subplots()
   for i, name in enumerate(names):
     color = f"C{i}"
@@ -105,6 +110,7 @@ def _plot(history: list[dict[str, Any]], names: tuple[str, ...], path: str) -> N
   ax.legend(fontsize=7, ncol=3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
+  return path
 
 
 def run_demo(
@@ -163,8 +169,7 @@ def run_demo(
     resume_ok = resumed["digests"] == expected
     detail = (f"{check} batches after step {checkpoint_at} identical in a fresh process"
               if resume_ok else f"batches differ after restore at step {checkpoint_at}")
-  plot_path = os.path.join(out_dir, "mixture.png")
-  _plot(history, cfg.names, plot_path)
+  plot_path = _plot(history, cfg.names, os.path.join(out_dir, "mixture.png"))
   cumulative = {n: sum(h["tokens_per_source"][n] for h in history) for n in cfg.names}
   # What the stream took for these steps against what the schedule asked of it
   # (each step's weights times the units pulled for that step), from metadata.

@@ -18,10 +18,7 @@ import re
 import zlib
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from jaxdata.errors import InputFormatError
+from jaxdata.errors import InputFormatError, optional_module
 from jaxdata.sources.stores import is_remote
 from jaxdata.tools.formats import INPUT_FORMATS, TEXT_MODES
 from jaxdata.tools.remote_inputs import list_remote, matches, open_remote, remote_sizes
@@ -32,6 +29,7 @@ __all__ = [
     "TEXT_MODES",
     "InvalidLog",
     "detect_format",
+    "arrow",
     "expand_inputs",
     "file_sizes",
     "is_compressed",
@@ -129,6 +127,19 @@ def detect_format(path: str, requested: str = "auto") -> str:
   return _SUFFIX_FORMATS[suffix]
 
 
+def arrow() -> tuple[Any, Any]:
+  """pyarrow and pyarrow.parquet (`jaxdata[parquet]`), for Parquet inputs only."""
+  return (optional_module("pyarrow", "parquet", "reading Parquet"),
+          optional_module("pyarrow.parquet", "parquet", "reading Parquet"))
+
+
+def _arrow_errors() -> tuple[type[BaseException], ...]:
+  try:
+    return (arrow()[0].ArrowException,)
+  except ImportError:
+    return ()
+
+
 def _zstd_errors() -> tuple[type[BaseException], ...]:
   module = _zstd_module(required=False)
   return (module.ZstdError,) if module is not None else ()
@@ -174,7 +185,7 @@ def iter_documents(
   except (EOFError, zlib.error, gzip.BadGzipFile, *_zstd_errors()) as e:  # a truncated or foreign archive
     kind = "zstd" if path.endswith(".zst") else "gzip"
     raise InputFormatError(f"{path}: not a readable {kind} file ({str(e)[:200] or type(e).__name__})") from e
-  except pa.ArrowException as e:  # a damaged Parquet row group
+  except _arrow_errors() as e:  # a damaged Parquet row group
     raise InputFormatError(f"{path}: not a readable Parquet file ({str(e)[:200]})") from e
 
 
@@ -283,6 +294,7 @@ def _has_lone_surrogate(text: str) -> bool:
 
 def _iter_parquet(path: str, column: str, invalid: InvalidLog, row_groups: tuple[int, int] | None, first: int,
                   on_bytes: Callable[[int], None]) -> Iterator[str]:
+  pa, pq = arrow()
   try:
     parquet = pq.ParquetFile(open_remote(path) if is_remote(path) else path)
   except (pa.ArrowInvalid, OSError) as e:

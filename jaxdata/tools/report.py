@@ -16,11 +16,15 @@ import os
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
-from jaxdata.errors import InputFormatError
+from jaxdata.errors import InputFormatError, optional_module
 
 __all__ = ["load_stats", "plan_plot", "report_series", "write_report"]
+
+
+def _figure(**kwargs: Any) -> Any:
+  """A matplotlib Figure (no pyplot: the caller's backend stays as it is); plots are an extra."""
+  return optional_module("matplotlib.figure", "plots", "plotting").Figure(**kwargs)
 
 
 def load_stats(path: str) -> list[dict[str, Any]]:
@@ -78,7 +82,7 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   steps = series["steps"]
   paths = {name: os.path.join(out_dir, f"{name}.png") for name in ("shares", "sources", "padding")}
 
-  fig = Figure(figsize=(8, 4.5))
+  fig = _figure(figsize=(8, 4.5))
   ax = fig.subplots()
   for i, n in enumerate(series["datasets"]):
     ax.plot(steps, series["cumulative_share"][n], color=f"C{i}", lw=2, label=f"{n} realised")
@@ -88,7 +92,7 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   fig.tight_layout()
   fig.savefig(paths["shares"], dpi=100)
 
-  fig = Figure(figsize=(8, 4.5))
+  fig = _figure(figsize=(8, 4.5))
   ax = fig.subplots()
   ax.stackplot(steps, *[series["batch_share"][n] for n in series["datasets"]], labels=series["datasets"])
   ax.set(xlabel="step", ylabel="share of the batch's tokens", title="sources per batch", ylim=(0, 1))
@@ -96,7 +100,7 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   fig.tight_layout()
   fig.savefig(paths["sources"], dpi=100)
 
-  fig = Figure(figsize=(8, 3))
+  fig = _figure(figsize=(8, 3))
   ax = fig.subplots()
   ax.plot(steps, series["padding_fraction"])
   ax.set(xlabel="step", ylabel="padding fraction", title="padding per batch")
@@ -111,7 +115,7 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
 
 def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: str) -> None:
   """Weights over steps and cumulative passes per dataset (for `jaxdata plan`)."""
-  fig = Figure(figsize=(9, 6))
+  fig = _figure(figsize=(9, 6))
   top, bottom = fig.subplots(2, 1, sharex=True)
   steps = np.arange(weights_by_step.shape[0])
   per_step = np.full(steps.size, float(table.tokens_per_step))

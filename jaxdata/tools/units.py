@@ -20,10 +20,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterator
 
-import pyarrow.parquet as pq
 
 from jaxdata.sources.stores import is_remote
-from jaxdata.tools.inputs import InvalidLog, file_sizes, iter_documents, is_compressed, open_binary
+from jaxdata.tools.inputs import InvalidLog, arrow, file_sizes, iter_documents, is_compressed, open_binary
 
 __all__ = ["SCAN_BLOCK", "WorkUnit", "iter_unit_documents", "plan_units"]
 
@@ -88,7 +87,7 @@ def plan_units(files: list[str], formats: list[str], text_mode: str, unit_bytes:
 
 def _parquet_units(first_index: int, file_index: int, path: str, unit_bytes: int) -> list[WorkUnit]:
   """Runs of row groups of about unit_bytes (by their compressed size)."""
-  metadata = pq.ParquetFile(path).metadata
+  metadata = arrow()[1].ParquetFile(path).metadata
   units, group, row = [], 0, 0
   while group < metadata.num_row_groups:
     start, start_row, size = group, row, 0

@@ -1,0 +1,105 @@
+"""Terminal output: rich's console, tables and progress bars when `rich` is installed (`jaxdata[rich]`),
+plain text otherwise, with the same calls.
+
+>>> table = PlainTable(title="demo")
+>>> table.add_column("name"); table.add_column("tokens", justify="right")
+>>> table.add_row("web", "1,024")
+>>> print(table.render())
+demo
+name  tokens
+web    1,024
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+import time
+from typing import Any
+
+__all__ = ["Console", "PlainConsole", "PlainTable", "Table", "progress_bar"]
+
+_MARKUP = re.compile(r"\[/?[a-z ]+\]")
+
+
+def _rich(name: str) -> Any:
+  try:
+    return importlib.import_module(f"rich.{name}")
+  except ImportError:
+    return None
+
+
+class PlainTable:
+  """The part of rich's Table the CLI uses, rendered as aligned columns."""
+
+  def __init__(self, title: str | None = None, **_: Any) -> None:
+    self.title, self.columns, self.rows = title, [], []
+
+  def add_column(self, header: str, justify: str = "left", **_: Any) -> None:
+    self.columns.append((header, justify))
+
+  def add_row(self, *cells: Any) -> None:
+    self.rows.append([str(c) for c in cells])
+
+  def render(self) -> str:
+    widths = [max([len(h), *(len(r[i]) for r in self.rows)]) for i, (h, _) in enumerate(self.columns)]
+    def line(cells: list[str]) -> str:
+      return "  ".join(c.rjust(w) if justify == "right" else c.ljust(w)
+                       for c, w, (_, justify) in zip(cells, widths, self.columns)).rstrip()
+    lines = [self.title] if self.title else []
+    return "\n".join([*lines, line([h for h, _ in self.columns]), *(line(r) for r in self.rows)])
+
+
+class PlainConsole:
+  """The part of rich's Console the CLI uses: print text (markup stripped) or a table."""
+
+  def __init__(self, **_: Any) -> None:
+    self.width = 120
+    self.is_terminal = sys.stdout.isatty()
+
+  def print(self, value: Any = "", style: str | None = None, markup: bool = True, **_: Any) -> None:
+    text = value.render() if isinstance(value, PlainTable) else str(value)
+    print(_MARKUP.sub("", text) if markup else text)
+
+
+class _PlainProgress:
+  """Progress as a line on stderr at most once a second (and at the end of each phase)."""
+
+  def __init__(self, disable: bool) -> None:
+    self.disable, self.tasks, self.shown = disable, {}, 0.0
+
+  def __enter__(self) -> "_PlainProgress":
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    pass
+
+  def add_task(self, description: str, total: int = 0, **fields: Any) -> str:
+    self.tasks[description] = {"total": total, **fields}
+    return description
+
+  def update(self, task: str, completed: int = 0, **fields: Any) -> None:
+    now = time.monotonic()
+    if self.disable or (now - self.shown < 1.0 and completed < self.tasks[task]["total"]):
+      return
+    self.shown = now
+    extra = " ".join(f"{v:,} {k}" for k, v in fields.items() if isinstance(v, int))
+    print(f"{task}: {completed:,} / {self.tasks[task]['total']:,} {extra}".rstrip(), file=sys.stderr)
+
+
+_console, _table, _progress = _rich("console"), _rich("table"), _rich("progress")
+Console: Any = _console.Console if _console is not None else PlainConsole
+Table: Any = _table.Table if _table is not None else PlainTable
+
+
+def progress_bar(console: Any, disable: bool) -> Any:
+  """Bytes and documents of a conversion: rich's bar, or plain lines."""
+  if _progress is None:
+    return _PlainProgress(disable)
+  rich = _progress
+  return rich.Progress(
+      rich.TextColumn("{task.description}"), rich.BarColumn(), rich.DownloadColumn(), rich.TransferSpeedColumn(),
+      rich.TextColumn("{task.fields[documents]:,} documents"), rich.TimeElapsedColumn(), console=console,
+      disable=disable, refresh_per_second=5,
+  )
