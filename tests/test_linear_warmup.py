@@ -57,3 +57,16 @@ def test_batches_follow_the_warmup_and_resume_exactly_mid_warmup(tmp_path):
     return [digest(next(pipe)) for _ in range(n)]
 
   assert_restores_exactly(lambda: Pipeline(cfg, prefetch=0), advance, total=14, stops=range(14))
+
+
+def test_keep_tokens_shrinks_the_rows_as_the_length_grows(tmp_path):
+  cfg = coded_config(tmp_path, [np.random.default_rng(3).integers(2, 60, 400).tolist()], exhausted_policy="repeat",
+                     packing={"mode": "first_fit", "seq_len": 32, "linear_warmup": {
+                         "start": 8, "steps": 12, "granularity": 4, "keep": "tokens", "row_multiple": 2}},
+                     batch={"global_batch_size": 4})
+  expected = [max(2, 4 * 32 // max_seq_len(s, 8, 32, 12, 4) // 2 * 2) for s in range(16)]
+  assert [cfg.rows_at(s) for s in range(16)] == expected and expected[0] == 16 and expected[-1] == 4
+  with Pipeline(cfg, prefetch=0) as pipe:
+    shapes = [np.asarray(next(pipe)["tokens"]).shape for _ in range(16)]
+  assert shapes == [(expected[s], max_seq_len(s, 8, 32, 12, 4)) for s in range(16)]
+  assert all(rows * length <= 4 * 32 for rows, length in shapes)  # never more tokens than a full step

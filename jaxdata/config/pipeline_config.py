@@ -208,9 +208,11 @@ class PipelineConfig:
     """Rows of the global batch at `step`: the batch schedule's size, times seq_len / the step's
     length during a staircase warmup (constant tokens); the linear warmup keeps the rows."""
     size = self.batch.size_at(step)
-    if self.packing.linear_warmup is not None:
+    linear = self.packing.linear_warmup
+    if linear is not None and linear.keep == "rows":
       return size
-    return size * self.packing.seq_len // self.packing.seq_len_at(step)
+    rows = size * self.packing.seq_len // self.packing.seq_len_at(step)
+    return rows if linear is None else max(linear.row_multiple, rows // linear.row_multiple * linear.row_multiple)
 
   def row_shapes(self) -> tuple[tuple[int, int], ...]:
     """Every (rows, seq_len) a step of the run has."""

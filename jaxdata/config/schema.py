@@ -173,7 +173,9 @@ class WarmupPhase:
 @dataclasses.dataclass(frozen=True)
 class LinearWarmup:
   """Sequence length growing linearly from `start` to `packing.seq_len` over `steps` steps, rounded
-  down to multiples of `granularity` (never below `start`), at a constant number of rows.
+  down to multiples of `granularity` (never below `start`), at a constant number of rows (`keep:
+  rows`) or about constant tokens (`keep: tokens`: rows = size x seq_len // length, rounded down to
+  a multiple of `row_multiple`).
 
   `steps` may be a fraction of the config's `total_steps` (a float in (0, 1]); the config resolves it.
 
@@ -184,10 +186,14 @@ class LinearWarmup:
   start: int
   steps: int | float
   granularity: int = 64
+  keep: str = "rows"  # "rows": tokens per step grow with the length; "tokens": rows shrink as it grows
+  row_multiple: int = 1  # keep tokens: rows rounded down to a multiple of this (the data-parallel devices)
 
   def __post_init__(self) -> None:
     check_int(self.start, "packing.linear_warmup.start", 2)
     check_int(self.granularity, "packing.linear_warmup.granularity", 1)
+    check_choice(self.keep, ("rows", "tokens"), "packing.linear_warmup.keep")
+    check_int(self.row_multiple, "packing.linear_warmup.row_multiple", 1)
     if isinstance(self.steps, float):
       if not 0 < self.steps <= 1:
         raise ConfigError(f"packing.linear_warmup.steps: a fraction must lie in (0, 1], got {self.steps}")
