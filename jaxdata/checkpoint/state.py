@@ -21,7 +21,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from jaxdata.checkpoint.fingerprint import describe_changes
-from jaxdata.config.schema import BatchConfig
+from jaxdata.config.batch import BatchConfig
 from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import CheckpointError, ConfigError
 

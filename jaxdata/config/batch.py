@@ -1,0 +1,135 @@
+"""The global batch and its schedule: `BatchConfig`, with phases (`BatchPhase`) or a linear `BatchRamp`.
+
+The batch size is a pure function of step, so a restore onto any host count
+continues it; `describe` / `from_description` are what the checkpoint
+fingerprint records, and `agrees_before` lets a restore accept a schedule
+that changes only from the restored step on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jaxdata.config.validate import check_bool, check_int, mapping, short
+from jaxdata.errors import ConfigError
+
+__all__ = ["BatchConfig", "BatchPhase", "BatchRamp"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPhase:
+  """A batch-size schedule phase: `global_batch_size` rows until `until_step` (exclusive)."""
+
+  until_step: int | float
+  global_batch_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRamp:
+  """Global batch size rising linearly from `start` to `batch.global_batch_size` over `steps` steps,
+  rounded down to multiples of `granularity` (never below `start`).
+
+  >>> BatchRamp(start=64, steps=1000, granularity=32).size_at(500, 256)
+  160
+  """
+
+  start: int
+  steps: int | float
+  granularity: int = 1
+
+  def __post_init__(self) -> None:
+    check_int(self.start, "batch.ramp.start", 1)
+    check_int(self.granularity, "batch.ramp.granularity", 1)
+    if not (isinstance(self.steps, float) and 0 < self.steps <= 1):
+      check_int(self.steps, "batch.ramp.steps", 1)
+
+  def size_at(self, step: int, final: int) -> int:
+    if step >= self.steps:
+      return final
+    grown = self.start + (final - self.start) * step // int(self.steps)
+    return min(final, max(self.start, grown // self.granularity * self.granularity))
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchConfig:
+  """Global batch shape, its schedule, and what happens to the final partial batch.
+
+  `schedule` (phases of sizes until steps) or `ramp` (linear) change the
+  global batch size with the step; `global_batch_size` is the size after them.
+
+  >>> BatchConfig(global_batch_size=256, schedule=({"until_step": 100, "global_batch_size": 64},)).size_at(99)
+  64
+  """
+
+  global_batch_size: int = 8
+  drop_remainder: bool = True
+  schedule: tuple[BatchPhase, ...] = ()
+  ramp: BatchRamp | None = None
+
+  def __post_init__(self) -> None:
+    check_int(self.global_batch_size, "batch.global_batch_size", 1)
+    check_bool(self.drop_remainder, "batch.drop_remainder")
+    if not isinstance(self.schedule, (list, tuple)):
+      raise ConfigError(f"batch.schedule: expected a list of phases, got {short(self.schedule)}")
+    phases = tuple(p if isinstance(p, BatchPhase) else BatchPhase(**mapping(p, f"batch.schedule[{i}]"))
+                   for i, p in enumerate(self.schedule))
+    object.__setattr__(self, "schedule", phases)
+    previous = 0
+    for i, phase in enumerate(phases):
+      if not isinstance(phase.until_step, float):
+        check_int(phase.until_step, f"batch.schedule[{i}].until_step", previous + 1)
+        previous = phase.until_step
+      check_int(phase.global_batch_size, f"batch.schedule[{i}].global_batch_size", 1)
+    if self.ramp is not None and not isinstance(self.ramp, BatchRamp):
+      object.__setattr__(self, "ramp", BatchRamp(**mapping(self.ramp, "batch.ramp")))
+    if self.ramp is not None and phases:
+      raise ConfigError("batch.ramp: give it or batch.schedule, not both")
+
+  def size_at(self, step: int) -> int:
+    """The global batch size (rows, before any sequence-length warmup) at `step`."""
+    if self.ramp is not None:
+      return self.ramp.size_at(step, self.global_batch_size)
+    for phase in self.schedule:
+      if step < phase.until_step:
+        return phase.global_batch_size
+    return self.global_batch_size
+
+  @property
+  def changes_until(self) -> int:
+    """The step from which the size stays `global_batch_size`."""
+    if self.ramp is not None:
+      return int(self.ramp.steps)
+    return int(max((p.until_step for p in self.schedule), default=0))
+
+  @classmethod
+  def from_description(cls, value: Any) -> "BatchConfig":
+    """The schedule a fingerprint recorded (an int, or `describe()`'s string); ValueError if not one.
+
+    >>> BatchConfig.from_description("64<100,128<200,256").size_at(150)
+    128
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+      return cls(global_batch_size=value)
+    if not isinstance(value, str):
+      raise ValueError(f"not a batch schedule: {value!r}")
+    if value.startswith("ramp:"):
+      start, _, rest = value[5:].partition("->")
+      final, _, rest = rest.partition("/")
+      steps, _, granularity = rest.partition("x")
+      return cls(global_batch_size=int(final), ramp=BatchRamp(int(start), int(steps), int(granularity)))
+    *phases, final = value.split(",")
+    return cls(global_batch_size=int(final), schedule=tuple(
+        BatchPhase(int(p.split("<")[1]), int(p.split("<")[0])) for p in phases))
+
+  def agrees_before(self, other: "BatchConfig", step: int) -> bool:
+    """Whether both give the same size at every step before `step`."""
+    last = min(step, max(self.changes_until, other.changes_until) + 1)
+    return all(self.size_at(s) == other.size_at(s) for s in range(last)) and (
+        step <= last or self.global_batch_size == other.global_batch_size)
+
+  def describe(self) -> str:
+    """The schedule as the checkpoint fingerprint records it."""
+    if self.ramp is not None:
+      return f"ramp:{self.ramp.start}->{self.global_batch_size}/{self.ramp.steps}x{self.ramp.granularity}"
+    return ",".join([*(f"{p.global_batch_size}<{p.until_step}" for p in self.schedule), str(self.global_batch_size)])
