@@ -143,6 +143,14 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--json", action="store_true")
   p.set_defaults(handler="planning:audit")
 
+  p = sub.add_parser("doctor", help="check a run's stats (and per-source losses) for signs of a bad data order")
+  p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
+  p.add_argument("--losses", help="JSONL of {\"step\": N, \"losses\": {source: loss}} per step (optional)")
+  p.add_argument("--config", help="the run's pipeline YAML: with --hosts, checks the plan's host overlap")
+  p.add_argument("--hosts", type=int, default=0, help="hosts of the run, for the overlap check")
+  p.add_argument("--html", help="also write the checks as an HTML report here")
+  p.set_defaults(handler="planning:doctor")
+
   p = sub.add_parser("report", help="plots and deviations from a run's stats JSONL")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
   p.add_argument("--out", help="directory for the plots (default: STATS_report/)")

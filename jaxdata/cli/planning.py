@@ -14,9 +14,10 @@ from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.bench import bench as bench_config
 from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
+from jaxdata.tools.doctor import diagnose, load_losses, write_html
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
-from jaxdata.tools.report import plan_plot, write_report
+from jaxdata.tools.report import load_stats, plan_plot, write_report
 
 __all__ = ["audit", "bench", "mesh", "plan", "report"]
 
@@ -104,6 +105,24 @@ def audit(args: argparse.Namespace, console: Console) -> int:
     else:
       console.print("audit passed")
   return 0 if result.ok else 1
+
+
+def doctor(args: argparse.Namespace, console: Console) -> int:
+  stats = load_stats(args.stats)
+  losses = load_losses(args.losses) if args.losses else None
+  overlaps = None
+  if args.config and args.hosts:
+    overlaps = audit_plan(load_config(args.config), args.hosts, min(len(stats), 200)).piece_overlaps
+  checks = diagnose(stats, losses, overlaps)
+  for check in checks:
+    style = {"fail": "bold red", "warn": "bold yellow"}.get(check.status)
+    console.print(check.line(), style=style, markup=False)
+  if args.html:
+    console.print(f"report: {write_html(checks, args.html)}", markup=False)
+  failed = sum(c.status == "fail" for c in checks)
+  console.print(f"{failed} failed, {sum(c.status == 'warn' for c in checks)} warnings, "
+                f"{sum(c.status == 'ok' for c in checks)} ok")
+  return 1 if failed else 0
 
 
 def report(args: argparse.Namespace, console: Console) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+import numpy as np
+
 from jaxdata.checkpoint.fingerprint import order_fingerprint
 from jaxdata.checkpoint.state import pipeline_state
 from jaxdata.config.pipeline_config import PipelineConfig
@@ -34,6 +36,7 @@ class Parts:
   reader: DocumentReader
   fingerprint: dict[str, Any]
   cfg: PipelineConfig  # the config the planner runs (the eval split's for split="eval")
+  record_starts: list[np.ndarray]  # per dataset: its shards' first records
 
 
 def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None, epoch: int = 0,
@@ -59,7 +62,8 @@ def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None 
       cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in planner.stream.cursors],
       [_sampling(ds, d) for ds, d in zip(datasets, cfg.dataset_settings())],
   )
-  return Parts(planner, DocumentReader(datasets, cfg.names, bound, read_log), fingerprint, cfg)
+  return Parts(planner, DocumentReader(datasets, cfg.names, bound, read_log), fingerprint, cfg,
+               [np.asarray(ds.record_starts) for ds in datasets])
 
 
 def _sampling(dataset: Dataset, settings: Any) -> str:

@@ -100,7 +100,7 @@ class Pipeline:
     cfg = parts.cfg
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(),
-                                  stats_path if stats_path is not None else cfg.stats_path)
+                                  stats_path if stats_path is not None else cfg.stats_path, parts.record_starts)
     self.planner, self.reader, self.fingerprint = parts.planner, parts.reader, parts.fingerprint
     # The producer and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.

@@ -25,9 +25,11 @@ TIMERS = ("plan", "read", "assemble", "wait", "output")
 class StatsRecorder:
   """Builds each step's stats when it is planned; records them when it is handed out."""
 
-  def __init__(self, names: Sequence[str], unit: str, schedule: Schedule, path: str | None) -> None:
+  def __init__(self, names: Sequence[str], unit: str, schedule: Schedule, path: str | None,
+               record_starts: Sequence[np.ndarray] = ()) -> None:
     if path is not None:
       _check_stats_file(path)
+    self.record_starts = list(record_starts)  # per dataset: its shards' first records (shards read per step)
     self.names = tuple(names)
     self.unit = unit
     self.schedule = schedule
@@ -51,6 +53,8 @@ class StatsRecorder:
     cumulative_total = max(1, sum(self.cumulative))
     fill = np.bincount(plan.row, weights=plan.pieces.length, minlength=plan.rows)
     longest = int(fill.max(initial=0))
+    starts = plan.pieces.offset == 0  # documents begun this step
+    documents = np.bincount(plan.pieces.dataset[starts], minlength=len(self.names))
     return {
         "step": plan.step,
         "rows": plan.rows,
@@ -60,6 +64,8 @@ class StatsRecorder:
         "share_cumulative": dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
         "target_share": dict(zip(self.names, self.schedule.weights_at(plan.step))),
         "unit": self.unit,
+        "documents_per_source": dict(zip(self.names, documents.tolist())),
+        "shards": self._shards(plan),
         "padding_fraction": plan.padding_fraction,
         # The longest row's tokens: a loop may slice the batch to it (bucketed); what padding that leaves.
         "longest_row": longest,
@@ -70,6 +76,17 @@ class StatsRecorder:
         "passes": dict(passes),
         "time_s": {},
     }
+
+  def _shards(self, plan: StepPlan) -> dict[str, list[int]]:
+    """Per dataset, the shards this step's pieces lie in (for `jaxdata doctor`'s sawtooth check)."""
+    if not self.record_starts:
+      return {}
+    out = {}
+    for d, name in enumerate(self.names):
+      records = plan.pieces.record[plan.pieces.dataset == d]
+      if records.size:
+        out[name] = np.unique(np.searchsorted(self.record_starts[d], records, side="right") - 1).tolist()
+    return out
 
   def time(self, stats: dict[str, Any], timer: str, seconds: float) -> None:
     stats["time_s"][timer] = seconds

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from jaxdata.errors import InputFormatError, optional_module
 
-__all__ = ["load_stats", "plan_plot", "report_series", "write_report"]
+__all__ = ["jsonl_records", "load_stats", "plan_plot", "report_series", "write_report"]
 
 
 def _figure(**kwargs: Any) -> Any:
@@ -27,21 +27,25 @@ def _figure(**kwargs: Any) -> Any:
   return optional_module("matplotlib.figure", "plots", "plotting").Figure(**kwargs)
 
 
+def jsonl_records(path: str, what: str) -> Iterator[tuple[int, Any]]:
+  """(line number, parsed object) of every non-blank line; a line that is not JSON names file and line."""
+  with open(path) as f:
+    for number, line in enumerate(f, start=1):
+      if line.strip():
+        try:
+          yield number, json.loads(line)
+        except json.JSONDecodeError as e:
+          raise InputFormatError(f"{path}:{number}: not a JSON {what} ({e.msg})") from e
+
+
 def load_stats(path: str) -> list[dict[str, Any]]:
   """The step records of a stats JSONL file; errors name the file and line."""
   records = []
-  with open(path) as f:
-    for number, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise InputFormatError(f"{path}:{number}: not a JSON stats record ({e.msg})") from e
-      for key in ("step", "tokens_per_source", "target_share", "share_batch", "padding_fraction"):
-        if key not in record:
-          raise InputFormatError(f"{path}:{number}: stats record has no {key!r}")
-      records.append(record)
+  for number, record in jsonl_records(path, "stats record"):
+    for key in ("step", "tokens_per_source", "target_share", "share_batch", "padding_fraction"):
+      if not isinstance(record, dict) or key not in record:
+        raise InputFormatError(f"{path}:{number}: stats record has no {key!r}")
+    records.append(record)
   if not records:
     raise InputFormatError(f"{path}: no stats records")
   return records

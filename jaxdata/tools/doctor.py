@@ -1,0 +1,210 @@
+"""`jaxdata doctor`: seed 000's symptoms of a bad data order, checked on a run's stats (and losses).
+
+Each check states its statistic, its null and its threshold, and prints one
+line: ok / warn / fail, the figure, what it means, what to change::
+
+    histogram   D = sum_s sum_d (n_sd - N_s p_sd)^2 / (N_s p_sd) / ((S - 1)(K - 1))     documents per source and step,
+                p_sd from the step's target shares / the source's mean document length; ~1 under independent
+                random picks (chi-square), far below for the exact interleave. fail above 1 + 5 sqrt(2 / dof)
+    sawtooth    per source: shards read one after another (at most two a step, each over consecutive steps:
+                stored order). With a loss log: correlation r of the source's loss with the step's position
+                inside its shard (a sawtooth of the shard's period); warn above |r| > 3.5 / sqrt(n) (no relation)
+    boundaries  with a loss log: mean loss over w steps after each pass boundary minus the w steps before;
+                null: the same difference at every step whose windows hold no boundary; fail below -4 sigma
+    passes      implied passes per source (the stats' completed passes + the current pass's progress):
+                warn above 4 (a small source seen many times: memorisation)
+    overlap     with --config and --hosts: pieces planned onto two hosts in one step (`jaxdata audit`): fail if any
+
+Loss log: JSONL, one object per step: {"step": 12, "losses": {"web": 2.31, "code": 1.87}} (what
+`jaxdata.research.per_source_loss` gives, as floats per source name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from jaxdata.errors import InputFormatError
+from jaxdata.tools.report import jsonl_records
+
+__all__ = ["Check", "diagnose", "load_losses", "write_html"]
+
+MAX_PASSES = 4.0
+RUN_STEPS = 3  # a source reading shard by shard, each over this many steps or more, may show a sawtooth
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  name: str
+  status: str  # "ok", "warn" or "fail"
+  figure: str
+  meaning: str
+  advice: str = ""
+
+  def line(self) -> str:
+    tail = f" -> {self.advice}" if self.advice and self.status != "ok" else ""
+    return f"{self.status.upper():4s} {self.name}: {self.figure}. {self.meaning}{tail}"
+
+
+def load_losses(path: str) -> dict[int, dict[str, float]]:
+  """A loss log: {step: {source: loss}}; errors name the file and line."""
+  out: dict[int, dict[str, float]] = {}
+  for number, record in jsonl_records(path, "loss record"):
+    try:
+      out[int(record["step"])] = {str(k): float(v) for k, v in record["losses"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+      raise InputFormatError(f"{path}:{number}: expected {{\"step\": int, \"losses\": {{source: number}}}} "
+                             f"({type(e).__name__}: {str(e)[:100]})") from e
+  return out
+
+
+def _histogram(stats: Sequence[Mapping[str, Any]], names: list[str]) -> Check:
+  docs = np.array([[s["documents_per_source"].get(n, 0) for n in names] for s in stats], np.float64)
+  tokens = np.array([[s["tokens_per_source"].get(n, 0) for n in names] for s in stats], np.float64)
+  target = np.array([[s["target_share"].get(n, 0.0) for n in names] for s in stats], np.float64)
+  mean_length = tokens.sum(0) / np.maximum(docs.sum(0), 1)
+  rate = np.where(mean_length > 0, target / np.maximum(mean_length, 1e-9), 0.0) if stats[0]["unit"] == "tokens" \
+      else target
+  p = rate / np.maximum(rate.sum(1, keepdims=True), 1e-12)
+  n = docs.sum(1, keepdims=True)
+  live = (p > 0) & (n > 0)
+  expected = np.where(live, n * p, 1.0)
+  chi = float((np.where(live, (docs - expected) ** 2 / expected, 0.0)).sum())
+  dof = max(1, (len(stats) - 1) * (int((p > 0).any(0).sum()) - 1))
+  dispersion, bound = chi / dof, 1 + 5 * math.sqrt(2 / dof)
+  meaning = (f"per-step documents per source against the steps' targets, over {len(stats)} steps (1 = as random as "
+             f"independent picks, below 1 = steadier; above {bound:.2f}: swings beyond sampling noise)")
+  status = "fail" if dispersion > bound else "ok"
+  return Check("histogram", status, f"D = {dispersion:.2f}", meaning,
+               "mix inside every step: a block or global shuffle, or mixture.interleave exact")
+
+
+def _shard_spans(stats: Sequence[Mapping[str, Any]], name: str) -> list[int] | None:
+  """Steps each shard of `name` is read over, if the source reads shard by shard (at most two
+  shards a step, each shard in one run of consecutive steps); None if it mixes shards."""
+  seen: dict[int, list[int]] = {}
+  per_step = []
+  for position, s in enumerate(stats):
+    shards = s.get("shards", {}).get(name, [])
+    per_step.append(len(shards))
+    for shard in shards:
+      seen.setdefault(shard, []).append(position)
+  if not seen or np.mean([n for n in per_step if n]) > 2:
+    return None
+  spans = [steps[-1] - steps[0] + 1 for steps in seen.values() if len(steps) == steps[-1] - steps[0] + 1]
+  if len(spans) < 0.8 * len(seen):
+    return None
+  period = sum(1 for n in per_step if n) / len(seen)  # a shard's own steps (spans count the shared ones twice)
+  return [period] * len(spans)
+
+
+def _position_in_shard(stats: Sequence[Mapping[str, Any]], name: str) -> dict[int, int]:
+  """Per step, how many steps ago the shard `name` is reading now began."""
+  first: dict[int, int] = {}
+  out = {}
+  for s in stats:
+    shards = s.get("shards", {}).get(name)
+    if shards:
+      out[s["step"]] = s["step"] - first.setdefault(shards[-1], s["step"])
+  return out
+
+
+def _sawtooth(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]]) -> list[Check]:
+  checks = []
+  if not any(s.get("shards") for s in stats):
+    return [Check("sawtooth", "ok", "no shard record in these stats", "stats from before shards were recorded")]
+  for name in names:
+    spans = _shard_spans(stats, name)
+    if spans is None or np.mean(spans) < RUN_STEPS:
+      checks.append(Check(f"sawtooth {name}", "ok", "shards mixed within steps" if spans is None else
+                          f"shards of {np.mean(spans):.1f} steps", "no shard-length period to repeat"))
+      continue
+    period = int(round(float(np.mean(spans))))
+    if sum(1 for s in stats if s["step"] in losses and name in losses[s["step"]]) < 4 * period:
+      checks.append(Check(f"sawtooth {name}", "warn", f"reads one shard at a time, about {period} steps each",
+                          "the loss may rise and fall with each shard (pass a loss log to measure it)",
+                          "shuffle within shards (shuffle_within_shard, a block shuffle) or open_shards > 1"))
+      continue
+    # The sawtooth: the loss follows the position inside the shard being read (its period is the shard's
+    # length). Correlation of loss and position; under no relation |r| stays below 3.5 / sqrt(n).
+    position = _position_in_shard(stats, name)
+    steps = [s["step"] for s in stats if s["step"] in losses and name in losses[s["step"]] and s["step"] in position]
+    r = float(np.corrcoef([position[t] for t in steps], [losses[t][name] for t in steps])[0, 1]) if len(steps) > 3 \
+        else 0.0
+    r = 0.0 if math.isnan(r) else r
+    bound = 3.5 / math.sqrt(max(len(steps), 1))
+    status = "warn" if abs(r) > bound else "ok"
+    checks.append(Check(f"sawtooth {name}", status, f"loss vs position inside the shard (period {period} steps): "
+                        f"r = {r:.2f} (noise bound {bound:.2f})", "the loss rises and falls with each shard in order",
+                        "shuffle within shards (shuffle_within_shard, a block shuffle) or open_shards > 1"))
+  return checks
+
+
+def _boundaries(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]],
+                window: int = 5) -> list[Check]:
+  checks = []
+  for name in names:
+    steps = [s["step"] for s in stats if s["step"] in losses and name in losses[s["step"]]]
+    if len(steps) < 6 * window:
+      continue
+    loss = np.array([losses[s][name] for s in steps])
+    passes = {s["step"]: s.get("passes", {}).get(name, 0) for s in stats}
+    marks = [i for i in range(1, len(steps)) if passes.get(steps[i], 0) > passes.get(steps[i - 1], 0)]
+    marks = [i for i in marks if window <= i <= len(steps) - window]
+    if not marks:
+      continue
+    kernel = np.ones(window) / window
+    means = np.convolve(loss, kernel, mode="valid")  # means[i] = mean of loss[i : i + window]
+    jumps = means[window:] - means[:-window]  # after minus before, at every split point i = window ..
+    near = {i - window + k for i in marks for k in range(-window + 1, window) if 0 <= i - window + k < jumps.size}
+    null = np.delete(jumps, sorted(near))  # the split points whose windows hold no boundary
+    sigma = float(null.std()) or 1e-12
+    drop = float(np.mean([jumps[i - window] for i in marks if i - window < jumps.size]))
+    status = "fail" if drop < -4 * sigma else "ok"
+    checks.append(Check(f"boundaries {name}", status, f"loss change at {len(marks)} pass boundaries {drop:+.3f} "
+                        f"(null sigma {sigma:.3f})", "a drop right after a pass begins means the same data in "
+                        "the same order again", "reshuffle_on_repeat: true; Pipeline(epoch=e) per epoch"))
+  return checks
+
+
+def _passes(stats: Sequence[Mapping[str, Any]], names: list[str]) -> list[Check]:
+  last = stats[-1].get("passes", {})
+  checks = []
+  for name in names:
+    passes = float(last.get(name, 0))
+    status = "warn" if passes > MAX_PASSES else "ok"
+    checks.append(Check(f"passes {name}", status, f"{passes:.0f} completed passes",
+                        f"above {MAX_PASSES:g} a small source is memorised", "lower its weight, or add data"))
+  return checks
+
+
+def diagnose(stats: Sequence[Mapping[str, Any]], losses: Mapping[int, Mapping[str, float]] | None = None,
+             overlaps: int | None = None) -> list[Check]:
+  """Every check on `stats` (the pipeline's JSONL records), `losses` (a loss log) and `overlaps`
+  (pieces planned onto two hosts, from `jaxdata audit`)."""
+  if not stats:
+    raise InputFormatError("doctor: the stats hold no step")
+  names = list(stats[0]["tokens_per_source"])
+  losses = losses or {}
+  checks = [_histogram(stats, names), *_sawtooth(stats, names, losses), *_boundaries(stats, names, losses),
+            *_passes(stats, names)]
+  if overlaps is not None:
+    checks.append(Check("overlap", "fail" if overlaps else "ok", f"{overlaps} pieces on two hosts in one step",
+                        "every host must read different rows", "report a bug: the plan is host-independent"))
+  return checks
+
+
+def write_html(checks: Sequence[Check], path: str) -> str:
+  rows = "".join(f"<tr class={c.status}><td>{c.status}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.figure)}"
+                 f"</td><td>{html.escape(c.meaning)}</td><td>{html.escape(c.advice)}</td></tr>" for c in checks)
+  page = ("<html><head><meta charset=utf-8><title>jaxdata doctor</title><style>td{padding:4px 8px}"
+          ".fail{background:#fdd}.warn{background:#ffd}.ok{background:#dfd}</style></head><body><h1>jaxdata doctor"
+          f"</h1><table><tr><th>status</th><th>check</th><th>figure</th><th>meaning</th><th>what to change</th></tr>"
+          f"{rows}</table></body></html>")
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(page)
+  return path

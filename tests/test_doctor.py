@@ -1,0 +1,119 @@
+"""`jaxdata doctor` on runs made to show each of seed 000's symptoms, and on a healthy run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from jaxdata import Pipeline, load_config
+from jaxdata.cli import main
+from jaxdata.tools.doctor import diagnose
+from jaxdata.tools.report import load_stats
+from pipeline_fixtures import write_coded_dataset
+
+STEPS = 80
+
+
+def run(tmp_path, name: str, counts: tuple[int, int] = (400, 300), **top) -> tuple[str, list[dict]]:
+  """A run of STEPS steps over two datasets; returns its config path and its stats."""
+  rng = np.random.default_rng(4)
+  for d, count in enumerate(counts):
+    if not (tmp_path / f"d{d}").exists():
+      write_coded_dataset(str(tmp_path / f"d{d}"), d, rng.integers(2, 30, count).tolist(), shard_bytes=1200)
+  config = tmp_path / f"{name}.yaml"
+  raw = {"seed": 1, "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1"}],
+         "mixture": {"weights": {"d0": 0.6, "d1": 0.4}, "interleave": "random"}, "exhausted_policy": "repeat",
+         "shuffle_block_size": "global", "packing": {"mode": "first_fit", "seq_len": 32},
+         "batch": {"global_batch_size": 4}, "stats_path": f"{name}.jsonl"}
+  raw.update(top)
+  config.write_text(yaml.safe_dump(raw))
+  with Pipeline(load_config(str(config)), prefetch=0) as pipe:
+    for _ in range(STEPS):
+      next(pipe)
+  return str(config), load_stats(str(tmp_path / f"{name}.jsonl"))
+
+
+def write_losses(path, stats: list[dict], loss) -> str:
+  with open(path, "w") as f:
+    for s in stats:
+      f.write(json.dumps({"step": s["step"], "losses": {n: loss(s, n) for n in s["tokens_per_source"]}}) + "\n")
+  return str(path)
+
+
+def noise(s: dict, seed: int = 0) -> float:
+  return float(np.random.default_rng([seed, s["step"]]).normal(0, 0.05))
+
+
+def statuses(checks) -> dict[str, str]:
+  return {c.name: c.status for c in checks}
+
+
+def test_a_healthy_run_passes_every_check(tmp_path, capsys):
+  config, stats = run(tmp_path, "healthy")
+  losses = write_losses(tmp_path / "losses.jsonl", stats, lambda s, n: 2.0 + noise(s))
+  assert main(["doctor", str(tmp_path / "healthy.jsonl"), "--losses", losses, "--config", config, "--hosts", "2",
+               "--html", str(tmp_path / "doctor.html")]) == 0
+  printed = capsys.readouterr().out
+  assert "0 failed, 0 warnings" in printed and "OK   histogram: D = " in printed and "OK   overlap: 0 pieces" in printed
+  assert "<h1>jaxdata doctor</h1>" in (tmp_path / "doctor.html").read_text()
+
+
+def test_swinging_histograms_fail_against_their_null(tmp_path):
+  _, stats = run(tmp_path, "healthy")
+  swung = []
+  for s in stats:  # whole steps from one source, alternating: the totals stay, the steps swing
+    s = json.loads(json.dumps(s))
+    total = sum(s["documents_per_source"].values())
+    s["documents_per_source"] = {"d0": total, "d1": 0} if s["step"] % 2 else {"d0": 0, "d1": total}
+    swung.append(s)
+  assert statuses(diagnose(stats))["histogram"] == "ok"
+  assert statuses(diagnose(swung))["histogram"] == "fail"
+
+
+def test_an_unshuffled_dataset_read_shard_by_shard_shows_the_sawtooth(tmp_path):
+  _, stats = run(tmp_path, "stored", shuffle_block_size=None, shuffle_shards=False,
+                 mixture={"weights": {"d0": 0.5, "d1": 0.5}, "interleave": "exact"})
+  checks = statuses(diagnose(stats))
+  assert checks["sawtooth d0"] == "warn"  # one shard at a time, no loss log: a risk
+  # The loss follows the position inside each shard (what a model sees when each shard drifts in difficulty).
+  first_step = {}
+  for s in stats:
+    first_step.setdefault(s["shards"]["d0"][-1], s["step"])
+  losses = {s["step"]: {"d0": 2.0 + 0.1 * (s["step"] - first_step[s["shards"]["d0"][-1]]) + noise(s),
+                        "d1": 2.0 + noise(s, 1)} for s in stats}
+  measured = {c.name: c for c in diagnose(stats, losses)}
+  assert measured["sawtooth d0"].status == "warn" and "position inside the shard" in measured["sawtooth d0"].figure
+  healthy_losses = {s["step"]: {"d0": 2.0 + noise(s), "d1": 2.0 + noise(s, 1)} for s in stats}
+  assert statuses(diagnose(stats, healthy_losses))["sawtooth d0"] == "ok"
+
+
+def test_the_same_order_every_pass_shows_a_drop_at_each_boundary(tmp_path):
+  _, stats = run(tmp_path, "same", counts=(60, 40), reshuffle_on_repeat=False)
+  assert stats[-1]["passes"]["d1"] >= 2
+  # A model that memorises the order: every new pass of d1 starts lower.
+  drop = write_losses(tmp_path / "drop.jsonl", stats, lambda s, n: 3.0 - 0.3 * s["passes"][n] + noise(s))
+  flat = write_losses(tmp_path / "flat.jsonl", stats, lambda s, n: 3.0 + noise(s))
+  assert main(["doctor", str(tmp_path / "same.jsonl"), "--losses", drop]) == 1
+  from jaxdata.tools.doctor import load_losses  # noqa: PLC0415
+
+  assert statuses(diagnose(stats, load_losses(drop)))["boundaries d1"] == "fail"
+  assert statuses(diagnose(stats, load_losses(flat)))["boundaries d1"] == "ok"
+
+
+def test_many_passes_of_a_small_source_warn(tmp_path):
+  _, stats = run(tmp_path, "healthy")
+  tired = json.loads(json.dumps(stats))
+  tired[-1]["passes"]["d1"] = 9
+  assert statuses(diagnose(tired))["passes d1"] == "warn"
+
+
+def test_a_malformed_loss_log_is_named(tmp_path):
+  from jaxdata import InputFormatError  # noqa: PLC0415
+  from jaxdata.tools.doctor import load_losses  # noqa: PLC0415
+
+  (tmp_path / "bad.jsonl").write_text('{"step": 1, "losses": {"a": 1.0}}\n{"step": 2}\n')
+  with pytest.raises(InputFormatError, match=r"bad\.jsonl:2: expected"):
+    load_losses(str(tmp_path / "bad.jsonl"))
