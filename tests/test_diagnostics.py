@@ -309,3 +309,28 @@ def test_plan_warns_about_a_dataset_read_in_stored_order(tmp_path, capsys):
   warnings = json.loads(capsys.readouterr().out)["warnings"]
   assert [w.split(":")[0] for w in warnings] == ["one"]
   assert "read in stored order in runs of up to 50 documents (100% of it, 1 shard)" in warnings[0]
+
+
+def test_doremi_rounds_return_excess_and_average_over_training():
+  from jaxdata.research.mixing import doremi_average, doremi_round  # noqa: PLC0415
+
+  weights, history = {"a": 0.5, "b": 0.5}, []
+  for _ in range(3):  # a is always 1 nat worse than its reference, b matches it
+    result = doremi_round(weights, {"a": [3.0, 3.0], "b": [2.0]}, {"a": [2.0, 2.0], "b": [2.0]}, smoothing=0.0)
+    assert result.excess == {"a": 1.0, "b": 0.0}
+    weights = result.weights
+    history.append(weights)
+  # eta 0.1 by default: after round t, a's odds are exp(0.1 t) to 1.
+  assert history[2]["a"] == pytest.approx(np.exp(0.3) / (np.exp(0.3) + 1))
+  final = doremi_average(history)
+  assert final["a"] == pytest.approx(np.mean([h["a"] for h in history])) and sum(final.values()) == pytest.approx(1)
+
+
+def test_importance_weights_warn_when_a_small_q_ruins_the_variance():
+  with pytest.warns(RuntimeWarning, match=r"weight 50\.0 for 'rare' \(q = 0\.01\)"):
+    importance_weights({"rare": 0.5, "common": 0.5}, {"rare": 0.01, "common": 0.99})
+  import warnings  # noqa: PLC0415
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    importance_weights({"a": 0.5, "b": 0.5}, {"a": 0.4, "b": 0.6})  # close mixes: no warning

@@ -1,10 +1,16 @@
 """Helpers from the data-mixing literature: DoReMi weights, importance weights, per-source loss.
 
-DoReMi (Xie et al., 2023) domain-weight update, one round::
+DoReMi (Xie et al., 2023) domain-weight update, one round (`doremi_round`; `doremi_update` keeps
+only the weights), and the final weights as the average over rounds (`doremi_average`, the
+paper's step 3)::
 
     excess_d  = mean over d's tokens of max(proxy_loss - reference_loss, 0)   (clip, then average)
-    w'_d      ∝ w_d * exp(eta * excess_d)                                     (exponentiated gradient)
+    w'_d      ∝ w_d * exp(eta * excess_d)                                     (exponentiated gradient, eta 0.1)
     w_d(new)  = (1 - c) * w'_d + c / K                                        (smoothing toward uniform)
+    w_final   = mean over rounds t of w(t)
+
+The recipe (reference -> proxy -> main model) with jaxdata's stats and
+`per_source_loss` is in docs/research.md.
 
 >>> w = doremi_update({"a": 0.5, "b": 0.5}, {"a": [3.0, 1.0], "b": [2.0, 2.0]},
 ...                   {"a": [2.0, 2.0], "b": [2.0, 2.0]}, eta=1.0, smoothing=0.0)
@@ -14,9 +20,11 @@ DoReMi (Xie et al., 2023) domain-weight update, one round::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from typing import Any, Mapping
+import warnings
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +32,18 @@ import numpy as np
 
 from jaxdata.config.validate import require_keys
 
-__all__ = ["doremi_update", "importance_weights", "per_source_loss"]
+__all__ = ["DoReMiRound", "IW_ESS_WARNING", "doremi_average", "doremi_round", "doremi_update", "importance_weights",
+           "per_source_loss"]
+
+IW_ESS_WARNING = 0.5  # warn when importance weights leave less than this share of the effective sample size
+
+
+@dataclasses.dataclass(frozen=True)
+class DoReMiRound:
+  """One round's new weights and the excess loss of each domain that moved them."""
+
+  weights: dict[str, float]
+  excess: dict[str, float]
 
 
 def _losses(name: str, value: Any, domain: str) -> np.ndarray:
@@ -42,10 +61,38 @@ def doremi_update(
     weights: Mapping[str, float],
     proxy_loss: Mapping[str, Any],
     reference_loss: Mapping[str, Any],
-    eta: float = 1.0,
+    eta: float = 0.1,
     smoothing: float = 1e-3,
 ) -> dict[str, float]:
-  """One DoReMi round on per-token losses of each domain (NumPy or jnp arrays).
+  """One DoReMi round's new weights (see `doremi_round`)."""
+  return doremi_round(weights, proxy_loss, reference_loss, eta, smoothing).weights
+
+
+def doremi_average(rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
+  """The final DoReMi weights: the mean of every round's weights (renormalised).
+
+  >>> doremi_average([{"a": 0.5, "b": 0.5}, {"a": 0.7, "b": 0.3}])
+  {'a': 0.6, 'b': 0.4}
+  """
+  if not rounds:
+    raise ValueError("doremi_average: no rounds")
+  domains = list(rounds[0])
+  for i, r in enumerate(rounds):
+    if set(r) != set(domains):
+      raise ValueError(f"doremi_average: round {i} has domains {sorted(r)}, round 0 {sorted(domains)}")
+  mean = np.array([np.mean([float(r[d]) for r in rounds]) for d in domains])
+  return dict(zip(domains, np.round(mean / mean.sum(), 12).tolist()))
+
+
+def doremi_round(
+    weights: Mapping[str, float],
+    proxy_loss: Mapping[str, Any],
+    reference_loss: Mapping[str, Any],
+    eta: float = 0.1,
+    smoothing: float = 1e-3,
+) -> DoReMiRound:
+  """One DoReMi round on per-token losses of each domain (NumPy or jnp arrays): new weights and
+  the excess losses. `eta` 0.1 as seed 003 and the paper use.
 
   Raises ValueError for NaN / negative losses, proxy and reference shapes
   that differ, missing or extra domains, prior weights <= 0 or non-finite,
@@ -79,11 +126,15 @@ def doremi_update(
   updated = np.exp(logits)
   updated /= updated.sum()
   smoothed = (1 - smoothing) * updated + smoothing / len(domains)
-  return dict(zip(domains, smoothed.tolist()))
+  return DoReMiRound(dict(zip(domains, smoothed.tolist())), dict(zip(domains, excess)))
 
 
 def importance_weights(target: Mapping[str, float], sampling: Mapping[str, float]) -> dict[str, float]:
   """pi_d / q_d: reweights a loss on data drawn from q toward the target mix pi.
+
+  A small q_d gives a large weight and a noisy estimate: the effective sample size is the share
+  1 / (1 + chi2(pi || q)) of the tokens, chi2 = sum_d pi_d^2 / q_d - 1; below IW_ESS_WARNING a
+  RuntimeWarning names the domain with the largest weight.
 
   >>> importance_weights({"a": 0.5, "b": 0.5}, {"a": 0.25, "b": 0.75})
   {'a': 2.0, 'b': 0.6666666666666666}
@@ -98,6 +149,13 @@ def importance_weights(target: Mapping[str, float], sampling: Mapping[str, float
     if q == 0 and pi > 0:
       raise ValueError(f"importance_weights: {d!r} is never sampled (q = 0) but has target share {pi}")
     out[d] = pi / q if q > 0 else 0.0
+  chi2 = sum(float(target[d]) ** 2 / float(sampling[d]) for d in target if float(sampling[d]) > 0) - 1
+  ess = 1 / (1 + max(chi2, 0.0))
+  if ess < IW_ESS_WARNING:
+    worst = max(out, key=out.get)
+    warnings.warn(f"importance_weights: weight {out[worst]:.1f} for {worst!r} (q = {float(sampling[worst]):.3g}): "
+                  f"the weighted loss has the variance of {ess:.0%} of the tokens; sample {worst!r} more",
+                  RuntimeWarning, stacklevel=2)
   return out
 
 
