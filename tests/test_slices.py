@@ -89,3 +89,14 @@ def test_pipeline_from_a_slice_name(tmp_path):
         assert all(np.array_equal(np.asarray(batch[k]), expected[k]) for k in expected)
   with pytest.raises(ConfigError, match="slice v5p-128 has 64 chips but 8 devices are visible"):
     Pipeline(cfg, tpu="v5p-128")
+
+
+def test_every_command_option_has_help_text():
+  import argparse  # noqa: PLC0415
+
+  from jaxdata.cli import _parser  # noqa: PLC0415
+
+  commands = _parser()._subparsers._group_actions[0].choices
+  missing = [(name, action.dest) for name, sub in commands.items() for action in sub._actions
+             if not action.help and not isinstance(action, argparse._HelpAction)]
+  assert not missing, missing

@@ -27,7 +27,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.stream import DatasetMeta, load_metadata
 from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
-from jaxdata.tools.mixture_checks import residual_ratio, stored_order_warnings
+from jaxdata.tools.mixture_checks import residual_ratio, stored_order_warnings, weight_notices
 from jaxdata.transforms.packing import StepPlan
 
 __all__ = ["AuditResult", "audit", "audit_plans"]
@@ -173,7 +173,7 @@ def audit(
         f"no pass of any dataset completed within the {len(plans)} audited steps: exactly-once coverage "
         "was not checked (audit more steps)"
     )
-  result.warnings.extend(stored_order_warnings(cfg, metadata))
+  result.warnings.extend([*weight_notices(cfg), *stored_order_warnings(cfg, metadata)])
   taken = np.array([c.taken for c in stream.cursors], dtype=float)
   result.taken, result.target = dict(zip(cfg.names, taken.tolist())), dict(zip(cfg.names, targets.tolist()))
   if cfg.mixture.interleave == "exact":

@@ -31,7 +31,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
 from jaxdata.mixture.stream import DatasetMeta, DocumentStream, load_metadata
-from jaxdata.tools.mixture_checks import stored_order_warnings
+from jaxdata.tools.mixture_checks import stored_order_warnings, weight_notices
 
 __all__ = [
     "DatasetExposure",
@@ -206,7 +206,7 @@ def plan_run(
       draws = sum(row.processed_tokens) / settings.window
       seen = expected_unique_fraction(meta.segments, settings.window, draws)
       table.datasets[settings.name] = dataclasses.replace(row, unique_seen=seen)
-  warnings = [*table.warnings, *stored_order_warnings(cfg, metadata)]
+  warnings = [*weight_notices(cfg), *table.warnings, *stored_order_warnings(cfg, metadata)]
   if end is not None:
     warnings.insert(0, f"{end.describe()}, before the {tokens:,} tokens asked for; exposure is up to there")
   return table, end, warnings

@@ -31,7 +31,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.stream import DatasetMeta
 
-__all__ = ["ResidualRatio", "residual_ratio", "stored_order_warnings"]
+__all__ = ["ResidualRatio", "residual_ratio", "stored_order_warnings", "weight_notices"]
 
 STORED_ORDER_SHARE = 0.25  # warn when one shard in stored order holds this share of a dataset
 
@@ -89,3 +89,20 @@ def stored_order_warnings(cfg: PipelineConfig, metadata: Mapping[str, DatasetMet
           "the same every pass; set shuffle_within_shard: true or shuffle_block_size"
       )
   return warnings
+
+
+def weight_notices(cfg: PipelineConfig) -> list[str]:
+  """A notice per mixture phase whose weights do not sum to 1, with the normalised values used.
+
+  >>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a"}, {"name": "b"}], "mixture": {"weights": {"a": 0.6, "b": 0.5}}})
+  >>> weight_notices(cfg)
+  ['mixture weights sum to 1.1, not 1; used normalised: a 0.5455, b 0.4545']
+  """
+  notices = []
+  for i, phase in enumerate(cfg.mixture.phases()):
+    total = sum(float(w) for w in phase.weights.values())
+    if abs(total - 1) > 1e-9 and total > 0:
+      where = "mixture weights" if cfg.mixture.weights is not None else f"mixture.schedule[{i}] weights"
+      shares = ", ".join(f"{n} {float(w) / total:.4f}" for n, w in phase.weights.items())
+      notices.append(f"{where} sum to {total:g}, not 1; used normalised: {shares}")
+  return notices
