@@ -292,9 +292,10 @@ def test_audit_warns_when_nothing_was_checked_or_a_dataset_keeps_stored_order(ca
       "exhausted_policy": "repeat", "packing": {"seq_len": 16}, "batch": {"global_batch_size": 2}})
   metas = {"one": DatasetMeta.from_lengths([5] * 400), "many": DatasetMeta.from_lengths([5] * 400, [40] * 10)}
   result = audit(cfg, 1, 3, metas)
-  assert result.ok and len(result.warnings) == 2
+  assert result.ok and len(result.warnings) == 3
   assert "no pass of any dataset completed within the 3 audited steps" in result.warnings[0]
-  assert result.warnings[1].startswith("one: read in stored order in runs of up to 400 documents (100% of it, 1 shard)")
+  assert result.warnings[1] == "mixture weights sum to 2, not 1; used normalised: one 0.5000, many 0.5000"
+  assert result.warnings[2].startswith("one: read in stored order in runs of up to 400 documents (100% of it, 1 shard)")
 
 
 def test_plan_warns_about_a_dataset_read_in_stored_order(tmp_path, capsys):
@@ -303,7 +304,7 @@ def test_plan_warns_about_a_dataset_read_in_stored_order(tmp_path, capsys):
   path = tmp_path / "pipeline.yaml"
   path.write_text(yaml.safe_dump({
       "datasets": [{"name": "one", "path": "one"}, {"name": "many", "path": "many"}],
-      "mixture": {"weights": {"one": 1, "many": 1}}, "exhausted_policy": "repeat",
+      "mixture": {"weights": {"one": 0.5, "many": 0.5}}, "exhausted_policy": "repeat",
       "packing": {"seq_len": 16}, "batch": {"global_batch_size": 2}}))
   assert main(["plan", str(path), "--tokens", "1k", "--json"]) == 0
   warnings = json.loads(capsys.readouterr().out)["warnings"]
