@@ -17,6 +17,7 @@ from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
 from jaxdata.tools.doctor import diagnose, load_losses, write_html
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
+from jaxdata.tools.numbers import human_count
 from jaxdata.tools.report import load_stats, plan_plot, write_report
 
 __all__ = ["audit", "bench", "mesh", "plan", "report"]
@@ -36,7 +37,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
                       "read_windows": dataclasses.asdict(needs) if needs is not None else None,
                       "stream_end": dataclasses.asdict(end) if end is not None else None}, indent=1))
     return 0
-  out = Table(title=f"exposure over {table.total_tokens:,} tokens = {table.steps:,} steps of {tokens_per_step:,}")
+  out = Table(title=f"exposure over {human_count(table.total_tokens)} tokens = {table.steps:,} steps of "
+                    f"{human_count(tokens_per_step)}")
   windows = any(d.unique_seen is not None for d in table.datasets.values())
   for column in ("dataset", "phase", "unique U_d", "natural", "sampling w_d", "upsampling",
                  "processed", "passes (run)", "pass completes at step", *(["unique seen"] if windows else [])):
@@ -45,9 +47,9 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     for i, (start, end) in enumerate(table.phases):
       first = i == 0
       out.add_row(
-          name if first else "", f"{start}-{end}", f"{d.unique_tokens:,}" if first else "",
+          name if first else "", f"{start}-{end}", human_count(d.unique_tokens) if first else "",
           f"{d.natural_share:.4f}" if first else "", f"{d.sampling_share[i]:.4f}", f"{d.upsampling[i]:.2f}x",
-          f"{d.processed_tokens[i]:,.0f}", f"{d.passes:.3f}" if first else "",
+          human_count(d.processed_tokens[i]), f"{d.passes:.3f}" if first else "",
           ", ".join(str(s) for s in d.pass_completed_at_step[:6]) + (" ..." if len(d.pass_completed_at_step) > 6 else "")
           if first else "",
           *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if windows else []),

@@ -31,6 +31,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
 from jaxdata.mixture.stream import DatasetMeta, DocumentStream, load_metadata
+from jaxdata.tools.numbers import human_count
 from jaxdata.tools.mixture_checks import stored_order_warnings, weight_notices
 
 __all__ = [
@@ -143,7 +144,8 @@ def schedule_exposure(
         pass_completed_at_step=completed.astype(int).tolist(),
     )
     if passes > max_passes:
-      warnings.append(f"{name}: {passes:.2f} passes over {total_tokens:.3g} tokens exceeds {max_passes:g}")
+      warnings.append(f"{name}: {passes:.2f} passes over {human_count(total_tokens)} tokens exceeds {max_passes:g}: "
+                      "a small source seen that often is memorised (lower its weight or add data)")
   for (a, b), share_sum in zip(phases, np.sum([t.sampling_share for t in table.values()], axis=0)):
     if abs(share_sum - 1.0) > 1e-9:
       raise AssertionError(f"phase [{a}, {b}): sampling shares sum to {share_sum}")  # a bug, not bad input

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from jaxdata.errors import InputFormatError, optional_module
+from jaxdata.tools.numbers import human_count
 
 __all__ = ["jsonl_records", "load_stats", "plan_plot", "report_series", "write_report"]
 
@@ -127,7 +128,7 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
     top.plot(steps, weights_by_step[:, i], label=name)
     passes = np.cumsum(weights_by_step[:, i] * per_step) / table.datasets[name].unique_tokens
     bottom.plot(steps, passes, label=name)
-  top.set(ylabel="sampling share", title=f"jaxdata plan: {table.total_tokens:.3g} tokens")
+  top.set(ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens")
   bottom.set(xlabel="step", ylabel="cumulative passes")
   top.legend(fontsize=7)
   fig.tight_layout()
