@@ -178,6 +178,16 @@ def test_report_plots_and_data_match_the_pipeline_stats(pipeline_yaml, tmp_path,
     assert series["cumulative_share"][name] == pytest.approx([s["share_cumulative"][name] for s in seen])
     assert series["batch_share"][name] == pytest.approx([s["share_batch"][name] for s in seen])
   assert series["padding_fraction"] == pytest.approx([s["padding_fraction"] for s in seen])
+  # What the plots mark: each source's pass boundaries and the schedule's phase changes, from the stats.
+  for name in ("d0", "d1"):
+    expected = [s["step"] for k, s in enumerate(seen) if k and s["passes"][name] > seen[k - 1]["passes"][name]]
+    assert series["pass_boundaries"][name] == expected
+  assert series["phase_changes"] == [s["step"] for k, s in enumerate(seen)
+                                     if k and s["target_share"] != seen[k - 1]["target_share"]]
+  window = series["smoothing_steps"]
+  middle = len(seen) // 2
+  assert series["smoothed_share"]["d0"][middle] == pytest.approx(
+      np.mean([s["share_batch"]["d0"] for s in seen[middle - window // 2 : middle - window // 2 + window]]))
 
 
 def test_report_names_a_bad_stats_line(tmp_path, capsys):

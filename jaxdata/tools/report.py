@@ -64,6 +64,15 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
       np.cumsum(step_tokens)[:, None], 1)
   batch_share = tokens / np.maximum(step_tokens[:, None], 1)
   deviation = cumulative_share - cumulative_target
+  window = max(1, min(50, len(records) // 20))  # about 20 windows over the run
+  kernel = np.ones(window)
+  counts = np.convolve(np.ones(len(records)), kernel, mode="same")  # fewer steps at the edges: no dip there
+  smoothed = {n: (np.convolve(batch_share[:, i], kernel, mode="same") / counts).tolist() for i, n in enumerate(names)}
+  passes = [r.get("passes", {}) for r in records]
+  boundaries = {n: [records[k]["step"] for k in range(1, len(records)) if passes[k].get(n, 0) > passes[k - 1].get(n, 0)]
+                for n in names}
+  phase_changes = [records[k]["step"] for k in range(1, len(records)) if records[k]["target_share"] !=
+                   records[k - 1]["target_share"]]
   worst = np.abs(deviation).argmax(axis=0)
   return {
       "steps": [r["step"] for r in records],
@@ -71,6 +80,11 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
       "batch_share": {n: batch_share[:, i].tolist() for i, n in enumerate(names)},
       "cumulative_share": {n: cumulative_share[:, i].tolist() for i, n in enumerate(names)},
       "cumulative_target": {n: cumulative_target[:, i].tolist() for i, n in enumerate(names)},
+      "smoothed_share": smoothed,
+      "smoothing_steps": window,
+      "target_share": {n: targets[:, i].tolist() for i, n in enumerate(names)},
+      "pass_boundaries": boundaries,
+      "phase_changes": phase_changes,
       "padding_fraction": [r["padding_fraction"] for r in records],
       "largest_deviation": {
           n: {"step": records[worst[i]]["step"], "deviation": float(deviation[worst[i], i])}
@@ -99,16 +113,26 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
 
   fig = _figure(figsize=(8, 4.5))
   ax = fig.subplots()
-  ax.stackplot(steps, *[series["batch_share"][n] for n in series["datasets"]], labels=series["datasets"])
-  ax.set(xlabel="step", ylabel="share of the batch's tokens", title="sources per batch", ylim=(0, 1))
-  ax.legend(fontsize=7, loc="upper right")
+  for i, n in enumerate(series["datasets"]):
+    ax.plot(steps, series["smoothed_share"][n], color=f"C{i}", lw=2, label=f"{n} (mean of {series['smoothing_steps']} steps)")
+    ax.plot(steps, series["target_share"][n], color=f"C{i}", ls="--", lw=1, label=f"{n} target")
+    for boundary in series["pass_boundaries"][n]:
+      ax.axvline(boundary, color=f"C{i}", ls=":", lw=0.8, alpha=0.7)
+  for change in series["phase_changes"]:
+    ax.axvline(change, color="black", lw=1.2, alpha=0.6)
+  ax.set(xlabel="step (dotted: a pass of that source ends; black: a phase change)", ylabel="share of the batch's tokens",
+         title="sources per batch, smoothed, against the target", ylim=(0, 1))
+  ax.legend(fontsize=7, ncol=2, loc="upper right")
   fig.tight_layout()
   fig.savefig(paths["sources"], dpi=100)
 
   fig = _figure(figsize=(8, 3))
   ax = fig.subplots()
-  ax.plot(steps, series["padding_fraction"])
+  padding = np.asarray(series["padding_fraction"])
+  ax.plot(steps, padding, lw=0.8, label="per batch")
+  ax.axhline(float(padding.mean()), color="C3", ls="--", label=f"mean {padding.mean():.4f}")
   ax.set(xlabel="step", ylabel="padding fraction", title="padding per batch")
+  ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(paths["padding"], dpi=100)
 
