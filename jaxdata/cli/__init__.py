@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from typing import Sequence
@@ -185,8 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   module_name, function = args.handler.split(":")
   handler = getattr(importlib.import_module(f"jaxdata.cli.{module_name}"), function)
   console = Console(highlight=False)
-  if not console.is_terminal:
-    console.width = max(console.width, 120)  # logs and pipes: do not squeeze tables
+  if not console.is_terminal and "COLUMNS" not in os.environ:
+    console.width = max(console.width, 120)  # logs and pipes: do not squeeze tables (COLUMNS sets a width)
   try:
     return handler(args, console)
   except (ValueError, OSError, ImportError) as e:  # ImportError: an extra that is not installed

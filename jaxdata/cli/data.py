@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 
-from jaxdata.cli.output import Console, Table
+from jaxdata.cli.output import Console, Table, show
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, group_by_directory
@@ -48,7 +48,7 @@ def _render_summaries(summaries: list[dict[str, Any]], console: Console) -> None
   table = Table(title="jaxdata datasets")
   for column in ("dataset", "shards", "documents", "tokens", "length p50/p90/p99/max",
                  "dtype", "tokenizer", "skipped empty/invalid"):
-    table.add_column(column, justify="right", no_wrap=True)
+    table.add_column(column, justify="right")
   for s in summaries:
     p = s["length_percentiles"]
     tokenizer = s["tokenizer"].get("kind", "?")
@@ -59,7 +59,7 @@ def _render_summaries(summaries: list[dict[str, Any]], console: Console) -> None
         f"{p['p50']:.0f}/{p['p90']:.0f}/{p['p99']:.0f}/{s['max_length']}",
         s["dtype"], tokenizer, f"{s['skipped_empty']}/{s['skipped_invalid']}",
     )
-  console.print(table)
+  show(console, table)
 
 
 def inspect(args: argparse.Namespace, console: Console) -> int:

@@ -8,7 +8,7 @@ import json
 import os
 
 
-from jaxdata.cli.output import Console, Table
+from jaxdata.cli.output import Console, Table, show
 from jaxdata.demo import DEVICES, default_cache_dir, xla_flags
 from jaxdata.demo.run import run_demo  # imports jax, whose backend reads XLA_FLAGS only when it starts
 
@@ -26,7 +26,7 @@ def demo(args: argparse.Namespace, console: Console) -> int:
   for name in result.target_share:
     table.add_row(name, f"{result.target_share[name]:.4f}", f"{result.realised_share[name]:.4f}",
                   f"{result.tokens_per_source[name]:,}", str(result.passes[name]))
-  console.print(table)
+  show(console, table)
   console.print(f"shares of the tokens the stream pulled for these steps, against the schedule's weights; "
                 f"the exact interleave keeps them within one document (+-{result.share_bound:.4f})")
   console.print(f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}   packing efficiency "

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["Console", "PlainConsole", "PlainTable", "Table", "progress_bar"]
+__all__ = ["Console", "PlainConsole", "PlainTable", "Table", "progress_bar", "show"]
 
 _MARKUP = re.compile(r"\[/?[a-z ]+\]")
 
@@ -41,6 +41,19 @@ class PlainTable:
 
   def add_row(self, *cells: Any) -> None:
     self.rows.append([str(c) for c in cells])
+
+  def width(self) -> int:
+    """Characters of the widest rendered line."""
+    return max(len(line) for line in self.render().split("\n"))
+
+  def stacked(self) -> str:
+    """Each row as `column: value` lines: what a terminal too narrow for the table shows."""
+    lines = [self.title] if self.title else []
+    label = max(len(h) for h, _ in self.columns)
+    for row in self.rows:
+      lines.append("")
+      lines.extend(f"{h.rjust(label)}: {cell}" for (h, _), cell in zip(self.columns, row) if cell)
+    return "\n".join(lines)
 
   def render(self) -> str:
     widths = [max([len(h), *(len(r[i]) for r in self.rows)]) for i, (h, _) in enumerate(self.columns)]
@@ -90,7 +103,26 @@ class _PlainProgress:
 
 _console, _table, _progress = _rich("console"), _rich("table"), _rich("progress")
 Console: Any = _console.Console if _console is not None else PlainConsole
-Table: Any = _table.Table if _table is not None else PlainTable
+Table: Any = PlainTable  # rendered by `show`: rich's table when it fits the console, else stacked rows
+
+
+def show(console: Any, table: PlainTable) -> None:
+  """Prints `table` at the console's width: rich's table (or aligned text) when it fits, else one
+  `column: value` block per row, so nothing is cut at 80 columns."""
+  if _table is not None and not isinstance(console, PlainConsole):
+    rich_table = _table.Table(title=table.title)
+    for header, justify in table.columns:
+      rich_table.add_column(header, justify=justify)
+    for row in table.rows:
+      rich_table.add_row(*row)
+    natural = console.measure(rich_table, options=console.options.update(max_width=1 << 16)).maximum
+    if natural <= console.width:  # rich would squeeze (and cut) columns to fit: stack the rows instead
+      console.print(rich_table)
+      return
+  elif table.width() <= console.width:
+    console.print(table.render(), markup=False)
+    return
+  console.print(table.stacked(), markup=False)
 
 
 def progress_bar(console: Any, disable: bool) -> Any:

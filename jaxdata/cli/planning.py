@@ -8,7 +8,7 @@ import json
 import os
 
 
-from jaxdata.cli.output import Console, Table
+from jaxdata.cli.output import Console, Table, show
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.tools.audit import audit as audit_plan
@@ -54,9 +54,9 @@ def plan(args: argparse.Namespace, console: Console) -> int:
           if first else "",
           *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if windows else []),
       )
-  console.print(out)
+  show(console, out)
   if needs is not None:
-    console.print(read_window_table(needs, args, cfg.cache_bytes))
+    show(console, read_window_table(needs, args, cfg.cache_bytes))
   for i, (start, end) in enumerate(table.phases):
     total = sum(d.sampling_share[i] for d in table.datasets.values())
     console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
@@ -164,7 +164,7 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
   for host in range(spec.hosts):
     docs = report.documents_per_host[host] if report.documents_per_host else None
     table.add_row(str(host), str(rows), f"{rows * args.seq_len:,}", "-" if docs is None else f"{docs:.1f}")
-  console.print(table)
+  show(console, table)
   if report.spread is not None:
     console.print(f"documents read per host and step: max / mean = {report.spread:.2f}")
     if report.spread > SPREAD_WARNING:
