@@ -100,3 +100,15 @@ def test_every_command_option_has_help_text():
   missing = [(name, action.dest) for name, sub in commands.items() for action in sub._actions
              if not action.help and not isinstance(action, argparse._HelpAction)]
   assert not missing, missing
+
+
+def test_mesh_warns_when_the_data_is_smaller_than_the_steps_asked_for(tmp_path, capsys):
+  cfg = coded_config(tmp_path, [[5, 7, 3]], exhausted_policy="stop")
+  config = tmp_path / "tiny.yaml"
+  config.write_text(yaml.safe_dump({"datasets": [{"name": "d0", "path": cfg.datasets[0].path}],
+                                    "mixture": {"weights": {"d0": 1}}, "exhausted_policy": "stop"}))
+  assert main(["mesh", "--tpu", "v5p-8", "--global-batch", "8", "--seq-len", "64", "--config", str(config),
+               "--steps", "5"]) == 0
+  printed = capsys.readouterr().out
+  assert "warning: the data ends after 0 of the 5 steps asked for" in printed or \
+      "warning: the data ends after 1 of the 5 steps asked for" in printed

@@ -170,6 +170,8 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
     if report.spread > SPREAD_WARNING:
       console.print(f"warning: the busiest host reads {report.spread:.2f}x the mean (above {SPREAD_WARNING}); "
                     "every step waits for it", style="bold yellow")
+  for warning in report.warnings(args.steps):
+    console.print(f"warning: {warning}", style="bold yellow", markup=False)
   if report.plan_seconds is None:
     console.print("pass --config pipeline.yaml to measure planning time and documents per host")
   else:

@@ -23,6 +23,18 @@ SPREAD_WARNING = 1.25  # hosts wait for the slowest: warn when max / mean docume
 class MeshReport:
   documents_per_host: list[float] | None  # mean distinct documents read per step
   plan_seconds: float | None  # mean time to plan one global step here
+  planned_steps: int | None = None  # of the steps asked for: fewer when the data ends first
+
+  def warnings(self, steps: int) -> list[str]:
+    """Degenerate inputs said in plain words."""
+    out = []
+    if self.planned_steps is not None and self.planned_steps < steps:
+      out.append(f"the data ends after {self.planned_steps} of the {steps} steps asked for: the figures cover "
+                 "only those (smaller than a step: nothing to plan; set exhausted_policy: repeat to keep going)")
+    if self.documents_per_host is not None and min(self.documents_per_host, default=0) == 0:
+      out.append("some hosts read no document at all in the planned steps (their rows are padding): the batch "
+                 "has more rows than the data fills")
+    return out
 
   @property
   def spread(self) -> float | None:
@@ -58,5 +70,4 @@ def mesh_report(
       mine = plan.pieces.take(plan.in_rows(rows))
       documents[host] += len(set(zip(mine.dataset.tolist(), mine.record.tolist())))
     started = time.perf_counter()
-  planned = max(planned, 1)
-  return MeshReport((documents / planned).tolist(), elapsed / planned)
+  return MeshReport((documents / max(planned, 1)).tolist(), elapsed / max(planned, 1), planned)
