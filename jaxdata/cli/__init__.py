@@ -144,6 +144,15 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--json", action="store_true", help="print the result as JSON")
   p.set_defaults(handler="planning:audit")
 
+  p = sub.add_parser("ablate", help="seed 003's mixture ablation: the demo model on each candidate, same tokens")
+  p.add_argument("config", nargs="?", help="base pipeline YAML (default: the demo's datasets and weights)")
+  p.add_argument("--candidates", nargs="+", required=True,
+                 help="YAML files, each {name: ..., weights: {dataset: weight}} (or a config's mixture.weights)")
+  p.add_argument("--tokens", type=parse_size, default=200_000, help="valid tokens each candidate trains on")
+  p.add_argument("--cache-dir", help="the demo corpus' directory when no config is given")
+  p.add_argument("--png", help="also plot per-domain held-out loss per candidate here")
+  p.set_defaults(handler="demo:ablate")
+
   p = sub.add_parser("doctor", help="check a run's stats (and per-source losses) for signs of a bad data order")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
   p.add_argument("--losses", help="JSONL of {\"step\": N, \"losses\": {source: loss}} per step (optional)")

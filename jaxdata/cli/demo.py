@@ -10,7 +10,10 @@ import os
 
 from jaxdata.cli.output import Console, Table, show
 from jaxdata.demo import DEVICES, default_cache_dir, xla_flags
-from jaxdata.demo.run import run_demo  # imports jax, whose backend reads XLA_FLAGS only when it starts
+from jaxdata.demo.ablate import load_candidate, run_ablation
+from jaxdata.demo.corpus import build_demo_corpus
+from jaxdata.demo.run import demo_config, run_demo  # imports jax, whose backend reads XLA_FLAGS only when it starts
+from jaxdata.tools.report import ablation_plot
 
 __all__ = ["demo"]
 
@@ -37,3 +40,23 @@ def demo(args: argparse.Namespace, console: Console) -> int:
     with open(args.json, "w") as f:
       json.dump(dataclasses.asdict(result), f, indent=1)
   return 0 if result.resume_ok else 1
+
+
+def ablate(args: argparse.Namespace, console: Console) -> int:
+  cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
+  if args.config is None:
+    build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
+  base = demo_config(cache_dir, args.config)
+  candidates = [load_candidate(path) for path in args.candidates]
+  rows = run_ablation(base, candidates, args.tokens, log=lambda m: console.print(m, markup=False))
+  table = Table(title=f"mixture ablation: {args.tokens:,} valid tokens each, held-out loss per domain")
+  for column in ("candidate", "processed tokens", *(f"{n} tokens" for n in base.names),
+                 *(f"{n} loss" for n in base.names), "target loss"):
+    table.add_column(column, justify="right")
+  for row in rows:
+    table.add_row(row.name, f"{row.processed_tokens:,}", *(f"{row.tokens_by_domain[n]:,}" for n in base.names),
+                  *(f"{row.domain_loss[n]:.4f}" for n in base.names), f"{row.target_loss:.4f}")
+  show(console, table)
+  if args.png:
+    console.print(f"plot: {ablation_plot(rows, base.names, args.png)}", markup=False)
+  return 0

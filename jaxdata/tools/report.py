@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from jaxdata.errors import InputFormatError, optional_module
 from jaxdata.tools.numbers import human_count
 
-__all__ = ["jsonl_records", "load_stats", "plan_plot", "report_series", "write_report"]
+__all__ = ["ablation_plot", "jsonl_records", "load_stats", "plan_plot", "report_series", "write_report"]
 
 
 def _figure(**kwargs: Any) -> Any:
@@ -157,3 +157,19 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
   top.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
+
+
+def ablation_plot(rows: Any, names: Sequence[str], path: str) -> str:
+  """Per-domain held-out loss of each candidate (grouped bars), the target-mixture loss in the legend."""
+  fig = _figure(figsize=(8, 4))
+  ax = fig.subplots()
+  width = 0.8 / max(len(rows), 1)
+  for i, row in enumerate(rows):
+    ax.bar(np.arange(len(names)) + i * width, [row.domain_loss[n] for n in names], width,
+           label=f"{row.name} (target loss {row.target_loss:.3f})")
+  ax.set_xticks(np.arange(len(names)) + width * (len(rows) - 1) / 2, list(names))
+  ax.set(ylabel="held-out loss per token", title="mixture ablation: the same tokens, the same initialisation")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  return path

@@ -1,0 +1,137 @@
+"""`jaxdata ablate`: seed 003 §5's fixed-budget mixture comparison, with the demo's model.
+
+Every candidate mixture trains the same model from the same initialisation
+for the same number of valid (loss-bearing) tokens, then is evaluated on
+the same held-out documents::
+
+    base config (+ holdout per dataset)       the candidates differ only in mixture weights
+    for each candidate:  init (key 0) -> train until `tokens` valid tokens (the last batch's
+                         loss mask cut at the budget: processed tokens are equal exactly)
+                      -> Pipeline(split="eval"): mean loss per held-out token, per domain
+    table: processed tokens, tokens by domain, per-domain loss, loss under the fixed target mixture
+
+The target mixture is the base config's weights (its first phase).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import yaml
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.demo import model
+from jaxdata.errors import ConfigError
+from jaxdata.pipeline.pipeline import Pipeline
+from jaxdata.sources.manifest import Manifest
+
+__all__ = ["AblationRow", "ablation_config", "load_candidate", "run_ablation"]
+
+HOLDOUT = 0.05  # of every dataset, unless the base config sets its own
+
+
+@dataclasses.dataclass(frozen=True)
+class AblationRow:
+  name: str
+  weights: dict[str, float]
+  processed_tokens: int
+  tokens_by_domain: dict[str, int]
+  domain_loss: dict[str, float]
+  target_loss: float
+
+
+def ablation_config(base: PipelineConfig, weights: Mapping[str, float] | None = None) -> PipelineConfig:
+  """`base` with a holdout on every dataset (5% unless set), fixed weights (`weights`, or the base's
+  first phase), and every dataset repeating."""
+  raw = base.to_dict()
+  for entry in raw["datasets"]:
+    if entry.get("holdout") is None:
+      entry["holdout"] = HOLDOUT
+  target = dict(weights) if weights is not None else dict(base.mixture.phases()[0].weights)
+  unknown = set(target) - set(base.names)
+  if unknown:
+    raise ConfigError(f"ablate: candidate weights name {sorted(unknown)}, not datasets of the base config")
+  raw["mixture"] = {"weights": {n: float(target.get(n, 0.0)) for n in base.names}, "unit": base.mixture.unit,
+                    "interleave": base.mixture.interleave}
+  for key in ("max_repeats", "stop_after_passes", "stats_path"):
+    raw.pop(key, None)
+  raw["exhausted_policy"] = "repeat"
+  return PipelineConfig.from_dict(raw)
+
+
+def load_candidate(path: str) -> tuple[str, dict[str, float]]:
+  """(name, weights) of a candidate YAML: `{name: ..., weights: {...}}`, or a config's `mixture.weights`."""
+  with open(path, encoding="utf-8") as f:
+    raw = yaml.safe_load(f)
+  weights = raw.get("weights") if isinstance(raw, dict) else None
+  if weights is None and isinstance(raw, dict) and isinstance(raw.get("mixture"), dict):
+    weights = raw["mixture"].get("weights")
+  if not isinstance(weights, dict) or not weights:
+    raise ConfigError(f"{path}: a candidate needs weights: {{dataset: weight}} (or mixture.weights)")
+  name = raw.get("name") or os.path.splitext(os.path.basename(path))[0]
+  return str(name), {str(k): float(v) for k, v in weights.items()}
+
+
+@jax.jit
+def _token_losses(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+  log_probs = jax.nn.log_softmax(model.logits_fn(params, batch))
+  return -jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
+
+
+def _cut_at(batch: dict[str, np.ndarray], remaining: int) -> tuple[dict[str, np.ndarray], int]:
+  """The batch with its loss mask cut to the first `remaining` valid tokens (row-major); their count."""
+  mask = np.asarray(batch["loss_mask"])
+  valid = np.cumsum(mask.ravel()).reshape(mask.shape)
+  kept = np.where(valid <= remaining, mask, 0).astype(np.int32)
+  return {**batch, "loss_mask": kept}, int(kept.sum())
+
+
+def _evaluate(params: Any, cfg: PipelineConfig) -> dict[str, float]:
+  sums, counts = np.zeros(len(cfg.names)), np.zeros(len(cfg.names))
+  with Pipeline(cfg, prefetch=0, split="eval") as evaluation:
+    names = evaluation.cfg.names
+    for batch in evaluation:
+      losses = np.asarray(_token_losses(params, {k: jnp.asarray(v) for k, v in batch.items()}))
+      mask, sources = np.asarray(batch["loss_mask"]) == 1, np.asarray(batch["source_ids"])
+      for d, name in enumerate(names):
+        here = mask & (sources == d)
+        i = cfg.names.index(name)
+        sums[i] += float(losses[here].sum())
+        counts[i] += int(here.sum())
+  return {n: float(sums[i] / counts[i]) if counts[i] else float("nan") for i, n in enumerate(cfg.names)}
+
+
+def run_ablation(base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[str, float]]], tokens: int,
+                 log: Any = print) -> list[AblationRow]:
+  """Trains and evaluates every candidate (see the module docstring)."""
+  if tokens < 1:
+    raise ValueError(f"tokens: must be >= 1, got {tokens}")
+  target_cfg = ablation_config(base)
+  target = {n: float(w) for n, w in target_cfg.mixture.weights.items()}
+  total = sum(target.values())
+  vocab = max(int(Manifest.load(d.path).tokenizer.get("vocab_size") or 1 << 16) for d in base.datasets)
+  rows = []
+  for name, weights in candidates:
+    cfg = ablation_config(base, weights)
+    params = model.init_params(jax.random.key(0), vocab, cfg.packing.seq_len)
+    state = {"step": jnp.zeros((), jnp.int32), "mu": jax.tree.map(jnp.zeros_like, params),
+             "nu": jax.tree.map(jnp.zeros_like, params)}
+    processed, by_domain = 0, dict.fromkeys(cfg.names, 0)
+    with Pipeline(cfg, prefetch=0) as pipe:
+      while processed < tokens:
+        batch, valid = _cut_at(next(pipe), tokens - processed)
+        sources = np.asarray(batch["source_ids"])
+        for d, n in enumerate(cfg.names):
+          by_domain[n] += int(((sources == d) & (batch["loss_mask"] == 1)).sum())
+        params, state, _ = model.train_step(params, state, {k: jnp.asarray(v) for k, v in batch.items()})
+        processed += valid
+    losses = _evaluate(params, cfg)
+    target_loss = sum(target[n] / total * losses[n] for n in cfg.names)
+    rows.append(AblationRow(name, dict(cfg.mixture.weights), processed, by_domain, losses, float(target_loss)))
+    log(f"{name}: {processed:,} tokens trained, target-mixture loss {target_loss:.4f}")
+  return rows
