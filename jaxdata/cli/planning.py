@@ -85,14 +85,19 @@ def audit(args: argparse.Namespace, console: Console) -> int:
     print(json.dumps(result.to_json(), indent=1))
   else:
     console.print(f"audited {result.steps} steps for {result.hosts} hosts")
-    console.print(f"pieces on two hosts in one step: {result.piece_overlaps} (must be 0)")
-    console.print(f"documents read by two hosts in one step (split across hosts): {result.document_overlaps}")
-    console.print(f"complete passes checked for exactly-once coverage: {', '.join(result.passes_checked) or 'none'}")
+    console.print(f"pieces on two hosts in one step: {result.piece_overlaps} (must be 0: every host reads "
+                  "its own rows)")
+    console.print(f"documents read by two hosts in one step: {result.document_overlaps} (a long document split "
+                  "across hosts' rows; each host reads it: extra reads, not an error)")
+    console.print(f"complete passes checked for exactly-once coverage: {', '.join(result.passes_checked) or 'none'} "
+                  "(every document of the pass appears once)")
     if result.share_deviation:
       worst = max(result.share_deviation.items(), key=lambda kv: abs(kv[1]))
       unit = "documents" if result.share_bound == 1 else "tokens"
       console.print(f"largest deviation of the units taken from the schedule's target: {worst[0]} "
-                    f"{worst[1]:+.1f} {unit} (exact interleave bound: one document, {result.share_bound:.0f} {unit})")
+                    f"{worst[1]:+,.1f} {unit}. The exact interleave keeps every dataset within one document of "
+                    f"its target at any point (here up to {result.share_bound:,.0f} {unit}, the longest "
+                    "document); a larger deviation is a failure")
     if result.residual_ratio:
       ratios = ", ".join(f"{n} {r:.3f}" for n, r in result.residual_ratio.items())
       console.print(f"{result.residual_ratio_explained}: {ratios}", markup=False)

@@ -144,17 +144,30 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
 
 def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: str) -> None:
   """Weights over steps and cumulative passes per dataset (for `jaxdata plan`)."""
-  fig = _figure(figsize=(9, 6))
-  top, bottom = fig.subplots(2, 1, sharex=True)
+  fig = _figure(figsize=(9, 8))
+  top, middle, bottom = fig.subplots(3, 1, gridspec_kw={"height_ratios": [2, 2, 1.6]})
   steps = np.arange(weights_by_step.shape[0])
   per_step = np.full(steps.size, float(table.tokens_per_step))
   for i, name in enumerate(names):
     top.plot(steps, weights_by_step[:, i], label=name)
     passes = np.cumsum(weights_by_step[:, i] * per_step) / table.datasets[name].unique_tokens
-    bottom.plot(steps, passes, label=name)
-  top.set(ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens")
-  bottom.set(xlabel="step", ylabel="cumulative passes")
+    middle.plot(steps, passes, label=name)
+  for start, _ in table.phases[1:]:  # phase changes, on both step axes
+    for ax in (top, middle):
+      ax.axvline(start, color="black", lw=1, alpha=0.5)
+  top.set(ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens (black: a phase "
+          "change)")
+  middle.set(xlabel="step", ylabel="cumulative passes")
   top.legend(fontsize=7)
+  # Exposure per phase: the passes each dataset makes inside each phase.
+  width = 0.8 / max(len(names), 1)
+  for i, name in enumerate(names):
+    row = table.datasets[name]
+    bottom.bar(np.arange(len(table.phases)) + i * width, [t / row.unique_tokens for t in row.processed_tokens],
+               width, label=name)
+  bottom.set_xticks(np.arange(len(table.phases)) + width * (len(names) - 1) / 2,
+                    [f"phase {k}: steps {a}-{b}" for k, (a, b) in enumerate(table.phases)])
+  bottom.set(ylabel="passes in the phase")
   fig.tight_layout()
   fig.savefig(path, dpi=100)
 
