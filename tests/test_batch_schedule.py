@@ -90,3 +90,14 @@ def test_a_schedule_may_change_from_the_restored_step_on_but_not_before(config):
   with Pipeline(PipelineConfig.from_dict(raw), prefetch=0) as refused:
     with pytest.raises(CheckpointError, match=r"global_batch_size: ramp:8->32/8x8 -> 8<4,64"):
       refused.set_state(state)  # step 3 had 16 rows, the new schedule says 8
+
+
+def test_the_plan_counts_the_smaller_steps_of_a_ramp(config):
+  from jaxdata.tools.exposure import plan_run  # noqa: PLC0415
+
+  cfg = load_config(config)
+  table, _, _ = plan_run(cfg, 10_000, max_passes=1e9)
+  sizes = [cfg.rows_at(s) * 32 for s in range(100)]  # 256, 256, 256, 512, ... then 1,024 tokens a step
+  assert table.steps == int(np.searchsorted(np.cumsum(sizes), 10_000)) + 1  # more steps than 10,000 / 1,024
+  assert table.steps > -(-10_000 // cfg.tokens_per_step)
+  assert sum(sum(d.processed_tokens) for d in table.datasets.values()) == pytest.approx(10_000)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -43,6 +43,7 @@ __all__ = [
     "parse_tokens",
     "plan_run",
     "schedule_exposure",
+    "step_capacities",
     "simulate_end",
     "weights_by_step",
 ]
@@ -99,23 +100,44 @@ def _check_supply(unique_tokens: Mapping[str, float], names: list[str]) -> None:
       raise ValueError(f"unique_tokens: dataset {name!r} has supply {value!r}; it must be a positive number")
 
 
+def step_capacities(cfg: PipelineConfig, steps: int) -> np.ndarray:
+  """Row slots of each of the first `steps` steps: constant, or following a batch-size schedule or a
+  linear length warmup at constant rows (the figures then follow the steps' real sizes)."""
+  linear = cfg.packing.linear_warmup
+  until = max(cfg.batch.changes_until, int(linear.steps) if linear is not None else 0)
+  head = [cfg.rows_at(s) * cfg.packing.seq_len_at(s) for s in range(min(steps, until))]
+  final = cfg.rows_at(until) * cfg.packing.seq_len_at(until)
+  return np.concatenate([np.asarray(head, np.float64), np.full(max(0, steps - len(head)), float(final))])
+
+
 def schedule_exposure(
     unique_tokens: Mapping[str, float],
     schedule: Schedule,
     total_tokens: float,
     tokens_per_step: int,
     max_passes: float = 4.0,
+    capacities: Callable[[int], np.ndarray] | None = None,
 ) -> ExposureTable:
-  """The exposure table for a schedule over `total_tokens` processed tokens."""
+  """The exposure table for a schedule over `total_tokens` processed tokens; `capacities(n)` gives the
+  tokens of the first n steps when they vary (default: `tokens_per_step` each)."""
   names = list(schedule.names)
   _check_supply(unique_tokens, names)
   if not math.isfinite(total_tokens) or total_tokens <= 0:
     raise ValueError(f"total_tokens: must be a positive finite number, got {total_tokens!r}")
   if tokens_per_step <= 0:
     raise ValueError(f"tokens_per_step: must be positive, got {tokens_per_step!r}")
-  steps = max(1, math.ceil(total_tokens / tokens_per_step))
-  per_step = np.full(steps, float(tokens_per_step))
-  per_step[-1] = total_tokens - tokens_per_step * (steps - 1)  # the last step may be partial
+  if capacities is None:
+    steps = max(1, math.ceil(total_tokens / tokens_per_step))
+    per_step = np.full(steps, float(tokens_per_step))
+  else:  # smaller early steps: more of them reach the total
+    guess = max(1, math.ceil(total_tokens / tokens_per_step))
+    per_step = capacities(guess)
+    while per_step.sum() < total_tokens:
+      guess *= 2
+      per_step = capacities(guess)
+    steps = int(np.searchsorted(np.cumsum(per_step), total_tokens)) + 1
+    per_step = per_step[:steps].copy()
+  per_step[-1] = total_tokens - per_step[:-1].sum()  # the last step may be partial
   weights = weights_by_step(schedule, steps)  # [steps, datasets]
   processed = weights * per_step[:, None]
   supply = np.array([float(unique_tokens[n]) for n in names])
@@ -201,7 +223,10 @@ def plan_run(
   supply = {name: meta.supply for name, meta in metadata.items()}
   end = simulate_end(cfg, metadata, -(-tokens // cfg.tokens_per_step))
   total = min(tokens, end.tokens, end.steps * cfg.tokens_per_step) if end is not None else tokens
-  table = schedule_exposure(supply, cfg.schedule(), total, cfg.tokens_per_step, max_passes)
+  varies = bool(cfg.batch.schedule or cfg.batch.ramp or (cfg.packing.linear_warmup is not None
+                                                          and cfg.packing.linear_warmup.keep == "rows"))
+  table = schedule_exposure(supply, cfg.schedule(), total, cfg.tokens_per_step, max_passes,
+                            (lambda n: step_capacities(cfg, n)) if varies else None)
   for settings in cfg.dataset_settings():
     meta, row = metadata[settings.name], table.datasets[settings.name]
     if meta.segments is not None:
