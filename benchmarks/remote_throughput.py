@@ -5,7 +5,7 @@
 A quarter-size benchmark corpus in 256 KB shards (about 100 shards, 50 MB),
 uploaded to a local S3 server (moto, on 127.0.0.1, on the same two cores:
 its throughput bounds the remote figure here). The config is the
-streaming order of seed 000 scaled down to these small shards: open_shards 2
+two-level streaming order scaled down to these small shards: open_shards 2
 per dataset, blocks of 64 documents (16 for books, whose shards hold about 15
 long documents), a 256K-token read window, a cache of 10% of the corpus's bytes. Printed: non-padding tokens/s for local and remote, the bytes fetched
 per token read against the dataset's bytes per token (goal: <= 1.05x over a

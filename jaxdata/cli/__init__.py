@@ -1,4 +1,4 @@
-"""The ``jaxdata`` command: convert, index, inspect, plan, audit, report, bench, mesh, demo.
+"""The ``jaxdata`` command: convert, index, inspect, plan, audit, ablate, doctor, report, bench, mesh, demo.
 
 The parser is built from this module alone; a command's handler module
 (`jaxdata.cli.convert`, `.data`, `.planning`, `.demo`) is imported only when that
@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--json", action="store_true", help="print the result as JSON")
   p.set_defaults(handler="planning:audit")
 
-  p = sub.add_parser("ablate", help="seed 003's mixture ablation: the demo model on each candidate, same tokens")
+  p = sub.add_parser("ablate", help="mixture ablation: the demo model on each candidate mixture, the same tokens")
   p.add_argument("config", nargs="?", help="base pipeline YAML (default: the demo's datasets and weights)")
   p.add_argument("--candidates", nargs="+", required=True,
                  help="YAML files, each {name: ..., weights: {dataset: weight}} (or a config's mixture.weights)")

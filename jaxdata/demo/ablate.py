@@ -1,4 +1,4 @@
-"""`jaxdata ablate`: seed 003 §5's fixed-budget mixture comparison, with the demo's model.
+"""`jaxdata ablate`: a fixed-budget mixture comparison, with the demo's model.
 
 Every candidate mixture trains the same model from the same initialisation
 for the same number of valid (loss-bearing) tokens, then is evaluated on

@@ -1,4 +1,4 @@
-"""Held-out documents (seed 003 §1: per-domain loss on held-out data): chosen by a keyed order, never trained on.
+"""Held-out documents (per-domain loss on held-out data): chosen by a keyed order, never trained on.
 
 ::
 

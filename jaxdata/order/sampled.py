@@ -1,6 +1,6 @@
 """`SampledOrder`: draws with replacement, a pure function of (seed, dataset, draw index).
 
-For window datasets sampled with replacement (seed 003 §3). Draw i of the
+For window datasets sampled with replacement . Draw i of the
 dataset is uniform over its N records (all eligible window starts, so a
 shard comes up in proportion to its L - T starts)::
 

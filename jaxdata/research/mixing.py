@@ -92,7 +92,7 @@ def doremi_round(
     smoothing: float = 1e-3,
 ) -> DoReMiRound:
   """One DoReMi round on per-token losses of each domain (NumPy or jnp arrays): new weights and
-  the excess losses. `eta` 0.1 as seed 003 and the paper use.
+  the excess losses. `eta` 0.1 as the paper uses.
 
   Raises ValueError for NaN / negative losses, proxy and reference shapes
   that differ, missing or extra domains, prior weights <= 0 or non-finite,

@@ -1,4 +1,4 @@
-"""`WindowView`: a flat token dataset seen as `T + 1`-token windows (seed 003's sampling).
+"""`WindowView`: a flat token dataset seen as `T + 1`-token windows.
 
 A window is one sample that fills a row: T inputs and the T targets
 shifted by one. Its records are the windows a pass may use::
@@ -91,7 +91,7 @@ class WindowView(ShardedRecords):
     self._number_records(counts)
     self.lengths = ConstantLengths(options.window, self.num_records)
     # Passes of a with-replacement dataset count draws: one pass trains as many tokens as the dataset
-    # holds (U // T draws), so its passes are the seed's w D / U.
+    # holds (U // T draws), so its passes are w D / U.
     self.pass_records = max(1, dataset.num_tokens // options.window) if options.with_replacement else None
 
   @property

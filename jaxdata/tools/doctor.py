@@ -1,4 +1,4 @@
-"""`jaxdata doctor`: seed 000's symptoms of a bad data order, checked on a run's stats (and losses).
+"""`jaxdata doctor`: the symptoms of a bad data order, checked on a run's stats (and losses).
 
 Each check states its statistic, its null and its threshold, and prints one
 line: ok / warn / fail, the figure, what it means, what to change::
