@@ -8,7 +8,8 @@ import pytest
 from jaxdata import ConfigError, Pipeline, PipelineConfig
 from jaxdata.mixture.holdout import held_out_records
 from jaxdata.mixture.stream import load_metadata
-from pipeline_fixtures import coded_config, decode, digest
+from jaxdata.tools.cache_plan import cache_needs
+from pipeline_fixtures import coded_config, decode, digest, write_coded_dataset
 
 
 @pytest.fixture()
@@ -74,3 +75,17 @@ def test_a_holdout_that_leaves_nothing_or_an_eval_without_holdout_is_refused(cfg
     Pipeline(PipelineConfig.from_dict(raw), prefetch=0, split="eval")
   with pytest.raises(ConfigError, match=r"datasets\.x\.holdout: expected a count"):
     PipelineConfig.from_dict({"datasets": [{"name": "x", "holdout": 1.5}], "mixture": {"weights": {"x": 1}}})
+
+
+def test_the_cache_plan_reads_what_training_reads_not_the_held_out_documents(tmp_path):
+  """One 8-token document per shard (shard_bytes 32 = 8 ids), so a held-out
+  document is a held-out shard; one read window spans the whole single pass
+  (32 x 8 tokens = 4 whole steps of 4 x 16 < read_ahead_tokens), so the shards
+  it touches are exactly the training documents'."""
+  write_coded_dataset(str(tmp_path / "d0"), 0, [8] * 40, shard_bytes=32)
+  cfg = PipelineConfig.from_dict({
+      "datasets": [{"name": "d0", "path": str(tmp_path / "d0"), "holdout": 8}],
+      "mixture": {"weights": {"d0": 1}}, "stop_after_passes": 1,
+      "packing": {"mode": "first_fit", "seq_len": 16}, "batch": {"global_batch_size": 4}})
+  (need,) = cache_needs(cfg, hosts=1, windows=1, read_ahead_tokens=10_000).datasets
+  assert need.shards == 40 and need.max_shards == 32

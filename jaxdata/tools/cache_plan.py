@@ -24,11 +24,11 @@ import dataclasses
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.mixture.stream import DatasetMeta, window_options
+from jaxdata.mixture.metadata import open_split
+from jaxdata.mixture.stream import DatasetMeta
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.pipeline.steps import MAX_WINDOW_STEPS
-from jaxdata.sources.dataset import TokenDataset
-from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.remote import default_cache_options, is_remote
 
 __all__ = ["CacheNeeds", "DatasetCacheNeed", "cache_needs", "cache_warnings", "lru_fetched", "thrash_threshold"]
@@ -100,8 +100,8 @@ def thrash_threshold(windows: list[Window]) -> int:
 def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens: int) -> CacheNeeds:
   """Plans `windows` read windows of every host and measures what each dataset's windows touch."""
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
-  datasets = [open_dataset(s.path, cache=cache, windows=window_options(s), expected_format=s.format)
-              for s in cfg.dataset_settings()]
+  # What training reads: windows, and without the held-out documents (`holdout`).
+  datasets = [open_split(s, ReadOptions(), cache, cfg.seed, "train") for s in cfg.dataset_settings()]
   try:
     planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
     shard_bytes = [np.array([s.num_bytes for s in ds.manifest.shards], np.int64) for ds in datasets]
@@ -127,7 +127,7 @@ def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens
       ds.close()
   # The remote datasets that go through the shard cache (megatron / flat files are read by range,
   # uncached); for a config with none, all of them (what they would need once uploaded).
-  remote = [is_remote(d.path) and isinstance(ds, TokenDataset) for d, ds in zip(cfg.datasets, datasets)]
+  remote = [ds.remote is not None for ds in datasets]
   remote = remote if any(remote) else [True] * len(remote)
   window_bytes, thresholds = [], []
   for host_windows in open_windows:
