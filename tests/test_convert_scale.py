@@ -73,6 +73,8 @@ def test_beam_local_runner_writes_the_local_converters_bytes(corpus, tmp_path):
   assert local.stats["skipped_invalid"] == len(bad) + sum(i < 500 for i in bad) + sum(500 <= i < 900 for i in bad)
   assert [i["path"] for i in local.stats["inputs"]] == sorted(os.path.join(corpus, n) for n in os.listdir(corpus)
                                                                if not n.startswith((".", "__")))
+  with pytest.raises(FileExistsError, match=r"beam: already holds a dataset .* pass --overwrite"):
+    convert_with_beam([corpus], str(tmp_path / "beam"), "mix", OPTIONS, [])
 
 
 def test_the_output_depends_on_neither_units_nor_workers(corpus, tmp_path):

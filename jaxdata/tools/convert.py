@@ -213,12 +213,17 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
   }
 
 
+def refuse_existing(out_dir: str, overwrite: bool) -> None:
+  """Raises `FileExistsError` if `out_dir` holds a dataset and `overwrite` is not set."""
+  if not overwrite and os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
+    raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); pass --overwrite to replace it")
+
+
 def prepare_output(out_dir: str, overwrite: bool) -> None:
   """Refuses a directory that holds a dataset, unless `overwrite` (then only jaxdata's files leave)."""
   if not os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
     return
-  if not overwrite:
-    raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); pass --overwrite to replace it")
+  refuse_existing(out_dir, overwrite)
   manifest = Manifest.load(out_dir)
   os.remove(os.path.join(out_dir, MANIFEST_NAME))  # first: a half-removed dataset is never taken for whole
   for shard in manifest.shards:
@@ -304,8 +309,7 @@ def convert(
   """
   progress = on_progress or (lambda phase, done, total, documents: None)
   check_name(name, "name")  # a file-name prefix: nothing may land outside out_dir
-  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) and not overwrite:
-    raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); pass --overwrite to replace it")
+  refuse_existing(out_dir, overwrite)  # before any tokenizing
   files = expand_inputs(inputs, options.include, options.exclude)
   if not files:
     raise FileNotFoundError(f"input: no files found in {list(inputs)} (include {list(options.include)}, "

@@ -143,8 +143,6 @@ def convert_with_beam(
   tokenizer = load_tokenizer(options.tokenizer)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size)
   if not is_remote(out_dir):
-    if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) and not overwrite:
-      raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); pass --overwrite to replace it")
     prepare_output(out_dir, overwrite)
     os.makedirs(out_dir, exist_ok=True)
   sizes = file_sizes(files)
