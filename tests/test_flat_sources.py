@@ -260,3 +260,14 @@ def test_plain_numpy_arrays_are_read_in_place_past_their_header(tmp_path, docume
     build_flat_index("flat", [str(tmp_path / "c.npy")], out_dir=str(tmp_path / "other"))
   with pytest.raises(DatasetError, match=r"a\.npy: holds uint32 ids, --dtype says uint16"):
     build_flat_index("flat", [str(tmp_path / "a.npy")], dtype="uint16", out_dir=str(tmp_path / "other"))
+
+
+def test_out_of_range_reads_name_the_shard_or_record(tmp_path, documents):
+  prefixes = megatron_corpus(tmp_path / "meg", documents)
+  build_flat_index("megatron", prefixes)
+  with open_dataset(str(tmp_path / "meg")) as dataset:
+    with pytest.raises(IndexError, match=r"meg: shard id 9 out of range \[0, 2\)"):
+      dataset.read([0, 9], [0, 0])
+    last = int(dataset.shard_num_records[1])
+    with pytest.raises(IndexError, match=rf"record {last} out of range \[0, {last}\)"):
+      dataset.read([1], [last])

@@ -27,7 +27,7 @@ from jaxdata.sources.dataset import RaggedTokens, ReadOptions
 from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, file_sha256, sample_sha256
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest
-from jaxdata.sources.records import ShardedRecords
+from jaxdata.sources.records import ShardedRecords, check_range
 from jaxdata.sources.token_files import KvTokenFiles, MappedTokenFiles, TokenFiles, kv_root, read_object
 from jaxdata.sources.stores import is_remote
 
@@ -89,8 +89,7 @@ class FlatTokenDataset(ShardedRecords):
     record_ids = np.asarray(record_ids, dtype=np.int64).ravel()
     if shard_ids.shape != record_ids.shape:
       raise ValueError(f"read: {shard_ids.size} shard ids but {record_ids.size} record ids")
-    if shard_ids.size and ((shard_ids < 0) | (shard_ids >= self.num_shards)).any():
-      raise IndexError(f"{self.path}: shard id out of range [0, {self.num_shards})")
+    check_range(shard_ids, self.num_shards, "shard id", self.path)
     bad = np.flatnonzero((record_ids < 0) | (record_ids >= self.shard_num_records[shard_ids]))
     if bad.size:
       i = bad[0]
