@@ -195,6 +195,9 @@ def test_a_file_shorter_than_a_window_is_named(tmp_path):
   with pytest.raises(DatasetError, match=r"short\.bin: the file must hold at least 5 tokens for windows of 4 \+ 1"):
     open_dataset(str(tmp_path), windows=WindowOptions(4))
   assert open_dataset(str(tmp_path), windows=WindowOptions(3)).shard_num_records.tolist() == [26, 1]
+  # Inside documents only: short.bin's one document is shorter than 4 + 1 tokens.
+  with pytest.raises(DatasetError, match=r"short\.bin: a document must hold at least 5 tokens for windows of 4 \+ 1"):
+    open_dataset(str(tmp_path), windows=WindowOptions(4, cross_documents=False))
 
 
 def test_windows_of_an_arrayrecord_dataset_are_refused_with_the_reason(tmp_path):

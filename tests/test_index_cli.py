@@ -34,6 +34,8 @@ def test_shards_of_several_directories_are_refused_or_indexed_one_dataset_each(t
   shards = shards_in(tmp_path / "web", rng, "<u2", 50_000) + shards_in(tmp_path / "code", rng, "<u2", 50_000)
   assert main(["index", *shards, "--dtype", "uint16"]) == 1
   assert "they lie in 2 directories" in capsys.readouterr().err and not (tmp_path / "manifest.json").exists()
+  assert main(["index", *shards, "--dtype", "uint16", "--per-directory", "--out", str(tmp_path)]) == 1
+  assert "--per-directory: writes each directory's index beside its files; it takes no --out" in capsys.readouterr().err
   assert main(["index", *shards, "--dtype", "uint16", "--per-directory", "-q"]) == 0
   for name in ("web", "code"):
     with TokenDataset(str(tmp_path / name)) as dataset:
