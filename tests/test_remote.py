@@ -3,21 +3,30 @@ batches as local files, a bounded cache, named errors, refused changes."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
+import zstandard
 
 import object_store
+from flat_fixtures import random_documents, write_flat, write_megatron
 import test_multihost
 from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
 from jaxdata import TokenDataset, load_config
+from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.remote import CacheOptions, RemotePath
 from jaxdata.sources.stores import open_store
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
+from jaxdata.tools.convert import ConvertOptions, convert
+from jaxdata.tools.convert_beam import convert_with_beam
 from pipeline_fixtures import digest, write_coded_dataset
 
 STEPS = 200
@@ -273,8 +282,6 @@ def test_a_later_run_reuses_the_shards_it_finds_cached(stores, local, reference,
 def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batches(stores, scheme, tmp_path):
   """Megatron and flat files in a bucket, read by range through tensorstore (no shard cache):
   documents and windows equal the local run's, metadata beside the files or kept apart."""
-  from flat_fixtures import random_documents, write_flat, write_megatron  # noqa: PLC0415
-  from jaxdata.sources.flat_index import build_flat_index  # noqa: PLC0415
 
   documents = random_documents(np.random.default_rng(5), 160, eos_id=0)
   write_flat(str(tmp_path / "flat" / "a.bin"), documents[:90])
@@ -310,16 +317,28 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
     assert all(ds.remote is None for ds in pipe.reader.datasets)  # nothing went through the shard cache
 
 
+def test_a_flat_read_from_a_store_that_goes_away_names_the_file_after_retries(stores, tmp_path):
+  """tensorstore retries a failed range read 4 times (0.25 s to 2 s apart), then a DatasetError names the file."""
+  write_flat(str(tmp_path / "flat" / "a.bin"), random_documents(np.random.default_rng(6), 40, eos_id=0))
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=0)
+  server = stores["s3"]
+  url = server.upload(str(tmp_path / "flat"), "jaxdata-test", "flat-outage")
+  with open_dataset(url) as dataset:
+    first = dataset.read_global(np.arange(5)).to_list()
+    server.kill()
+    try:
+      with pytest.raises(DatasetError, match=r"s3://jaxdata-test/flat-outage/a\.bin: read failed after retries"):
+        dataset.read_global(np.arange(5, 10))
+    finally:
+      server.start()  # an in-memory store comes back empty
+      server.upload(str(tmp_path / "flat"), "jaxdata-test", "flat-outage")
+    assert [d.tolist() for d in dataset.read_global(np.arange(5)).to_list()] == [d.tolist() for d in first]
+
+
 def test_the_beam_converter_reads_inputs_from_the_store_and_writes_the_local_bytes(stores, tmp_path):
   """JSONL (plain, gzip, zstd), Parquet and text in moto S3, listed and read through Beam's S3 file system."""
-  import gzip  # noqa: PLC0415
 
-  import pyarrow as pa  # noqa: PLC0415
-  import pyarrow.parquet as pq  # noqa: PLC0415
-  import zstandard  # noqa: PLC0415
 
-  from jaxdata.tools.convert import ConvertOptions, convert  # noqa: PLC0415
-  from jaxdata.tools.convert_beam import convert_with_beam  # noqa: PLC0415
 
   inputs = tmp_path / "inputs"
   inputs.mkdir()
