@@ -7,15 +7,20 @@ import os
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
-from jaxdata import Pipeline, PipelineConfig
+from jaxdata import ConfigError, Pipeline, PipelineConfig
+from jaxdata.mixture.stream import load_metadata
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.windows import WindowOptions
+from jaxdata.tools.audit import audit
+from jaxdata.tools.exposure import expected_unique_fraction, plan_run
+from jaxdata.tools.mixture_checks import stored_order_warnings
 from checkpoint_property import assert_restores_exactly
 from flat_fixtures import random_documents, write_flat
-from pipeline_fixtures import digest
+from pipeline_fixtures import digest, free_port, rebuilt_batch, run_workers, write_coded_dataset
 
 T = 4
 SEED_003_WEIGHTS = {"web": 0.70, "code": 0.15, "books": 0.08, "arxiv": 0.04, "wiki": 0.03}
@@ -157,7 +162,6 @@ def test_windows_inside_documents_never_cross_a_boundary(tmp_path):
 
 
 def test_a_window_dataset_mixes_with_document_datasets_by_tokens(tmp_path):
-  from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415 -- only this test needs it
 
   path, _ = corpus_with_documents(tmp_path)
   write_coded_dataset(str(tmp_path / "docs"), 1, [7, 30, 12, 40, 3] * 40)
@@ -179,7 +183,6 @@ def test_a_window_dataset_mixes_with_document_datasets_by_tokens(tmp_path):
 
 
 def test_bos_or_eos_with_windows_is_a_config_error(tmp_path):
-  from jaxdata import ConfigError  # noqa: PLC0415
 
   with pytest.raises(ConfigError, match=r"datasets\.w: sampling: windows takes token windows as they lie"):
     PipelineConfig.from_dict({"datasets": [{"name": "w", "sampling": "windows"}], "mixture": {"weights": {"w": 1}},
@@ -189,9 +192,7 @@ def test_bos_or_eos_with_windows_is_a_config_error(tmp_path):
 
 
 def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
-  import yaml  # noqa: PLC0415
 
-  from pipeline_fixtures import free_port, rebuilt_batch, run_workers, write_coded_dataset  # noqa: PLC0415
 
   path, _ = corpus_with_documents(tmp_path)
   write_coded_dataset(str(tmp_path / "docs"), 1, [9, 30, 14, 41, 2] * 30)
@@ -223,7 +224,6 @@ def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
 
 
 def test_expected_unique_fraction_matches_simulated_draws():
-  from jaxdata.tools.exposure import expected_unique_fraction  # noqa: PLC0415
 
   segments, window, draws, reps = np.array([13, 5, 40, 4]), 4, 30, 4000
   starts = segments - window
@@ -242,7 +242,6 @@ def test_expected_unique_fraction_matches_simulated_draws():
 
 
 def test_the_plan_reports_passes_and_unique_tokens_seen_of_window_datasets(tmp_path):
-  from jaxdata.tools.exposure import expected_unique_fraction, plan_run  # noqa: PLC0415
 
   cfg = seed_003_config(tmp_path)
   tokens = 40_000
@@ -258,9 +257,6 @@ def test_the_plan_reports_passes_and_unique_tokens_seen_of_window_datasets(tmp_p
 
 
 def test_audit_checks_window_passes_and_lets_draws_repeat(tmp_path):
-  from jaxdata.tools.audit import audit  # noqa: PLC0415
-  from jaxdata.tools.mixture_checks import stored_order_warnings  # noqa: PLC0415
-  from jaxdata.mixture.stream import load_metadata  # noqa: PLC0415
 
   path, _ = corpus_with_documents(tmp_path, count=60)
   cfg = PipelineConfig.from_dict({
