@@ -12,7 +12,8 @@ from jaxdata.demo.corpus import build_demo_corpus
 from jaxdata.demo.run import demo_config
 
 
-def test_three_candidates_train_equal_tokens_and_report_held_out_losses(tmp_path, capsys):
+def test_three_candidates_train_equal_tokens_and_report_held_out_losses(tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv("COLUMNS", "80")
   cache = str(tmp_path / "cache")
   build_demo_corpus(cache, lambda m: None)
   base = demo_config(cache)
@@ -26,6 +27,7 @@ def test_three_candidates_train_equal_tokens_and_report_held_out_losses(tmp_path
   assert main(["ablate", "--cache-dir", cache, "--candidates", *paths, "--tokens", "8k",
                "--png", str(tmp_path / "ablation.png")]) == 0
   printed = capsys.readouterr().out
+  assert not [line for line in printed.splitlines() if len(line) > 80]  # fits an 80-column terminal
   assert printed.count("8,000") >= 3  # processed tokens: equal for every candidate
   assert (tmp_path / "ablation.png").read_bytes()[:4] == b"\x89PNG"
   rows = run_ablation(base, [("web", candidates["web-heavy"]), ("code", candidates["code-heavy"])], 6_000,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -16,7 +17,7 @@ def demo_run(tmp_path_factory) -> tuple[dict, str]:
   summary = tmp / "summary.json"
   out = subprocess.run(
       ["jaxdata", "demo", "--cache-dir", str(tmp / "cache"), "--json", str(summary)],
-      capture_output=True, text=True, timeout=600,
+      capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "80"},
   )
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   return json.loads(summary.read_text()), out.stdout
@@ -42,6 +43,12 @@ def test_demo_shares_follow_the_targets_within_the_interleave_bound(demo_run):
   assert "within one document" in " ".join(stdout.split())
   # Every demo document fits in one step.
   assert result["max_document_tokens"] < result["capacity"]
+
+
+def test_demo_output_fits_80_columns(demo_run):
+  _, stdout = demo_run
+  wide = [line for line in stdout.splitlines() if len(line) > 80]
+  assert not wide, wide[:3]
 
 
 def test_demo_writes_a_mixture_plot(demo_run):

@@ -105,6 +105,12 @@ def test_plan_command_json_png_and_warnings(pipeline_yaml, tmp_path, capsys):
   assert "phase 0 (steps 0-3): sampling shares sum to 1.000000" in out
   assert f"warning: the stream ends after about {end['steps']} steps" in out
   assert "warning: d0:" in out  # about 2 passes of d0 before the end, above 1.5
+  # Every column is explained in words under the table (unique seen only for window draws).
+  assert "what the columns mean:" in out
+  for column in ("unique U_d", "natural", "sampling w_d", "upsampling", "processed", "passes (run)",
+                 "pass completes at step"):
+    assert f" {column}: " in out, column
+  assert "unique seen:" not in out
 
 
 # ------------------------------------------------------------------ audit

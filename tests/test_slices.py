@@ -72,6 +72,10 @@ def test_mesh_command_prints_per_host_figures(tmp_path, capsys):
   assert "v5p-128: 64 chips, 16 hosts x 4" in out
   assert out.count("4,096") == 16  # 8 rows x 512 tokens on each of the 16 hosts
   assert "planning one global step on this machine" in out
+  said = " ".join(out.split())
+  for column in ("rows", "tokens / step", "documents read / step"):
+    assert f" {column}: " in said, column
+  assert "Every step waits for the busiest host" in said
   assert main(["mesh", "--tpu", "v5e-256", "--global-batch", "1000", "--seq-len", "2048"]) == 1
   assert "does not divide over the 256 data-parallel shards" in capsys.readouterr().err
 

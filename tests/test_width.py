@@ -1,4 +1,7 @@
-"""Every command's output fits an 80-column terminal: wide tables turn into one block per row."""
+"""Every command's output fits an 80-column terminal: wide tables turn into one block per row.
+
+`demo` and `ablate` train a model, so their width is checked where they already
+run: tests/test_demo.py and tests/test_ablate.py."""
 
 from __future__ import annotations
 

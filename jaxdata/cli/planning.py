@@ -8,6 +8,7 @@ import json
 import os
 
 
+from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, WINDOWS_LEGEND, print_legend
 from jaxdata.cli.output import Console, Table, show
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
@@ -17,7 +18,7 @@ from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
 from jaxdata.tools.doctor import diagnose, load_losses, write_html
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
-from jaxdata.tools.numbers import human_count
+from jaxdata.tools.numbers import human_bytes, human_count
 from jaxdata.tools.report import load_stats, plan_plot, write_report
 
 __all__ = ["audit", "bench", "mesh", "plan", "report"]
@@ -55,8 +56,14 @@ def plan(args: argparse.Namespace, console: Console) -> int:
           *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if windows else []),
       )
   show(console, out)
+  print_legend(console, PLAN_LEGEND + (WINDOWS_LEGEND if windows else ()))
   if needs is not None:
-    show(console, read_window_table(needs, args, cfg.cache_bytes))
+    show(console, read_window_table(needs, args))
+    hosts = f"{args.hosts} host" + ("s" if args.hosts != 1 else "")
+    console.print(f"Over {args.windows} read windows of {human_count(args.read_ahead_tokens)} tokens ({hosts}): "
+                  f"a cache below {human_bytes(needs.thrash_bytes)} makes remote reads fetch the same shards "
+                  f"again within these windows (one window holds up to {human_bytes(needs.max_remote_bytes)}; "
+                  f"cache_bytes is {human_bytes(cfg.cache_bytes)}).", markup=False)
   for i, (start, end) in enumerate(table.phases):
     total = sum(d.sampling_share[i] for d in table.datasets.values())
     console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
@@ -67,15 +74,13 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
-def read_window_table(needs: CacheNeeds, args: argparse.Namespace, cache_bytes: int) -> Table:
-  out = Table(title=f"what one host's read windows touch ({args.windows} windows of {args.read_ahead_tokens:,} "
-                    f"tokens, {args.hosts} hosts): remote reads thrash below a cache of {needs.thrash_bytes:,} bytes "
-                    f"(one window: up to {needs.max_remote_bytes:,}; cache_bytes {cache_bytes:,})")
+def read_window_table(needs: CacheNeeds, args: argparse.Namespace) -> Table:
+  out = Table(title="shards per read window, one host")
   for column in ("dataset", "where", "shards", "per window mean", "max", "max bytes"):
     out.add_column(column, justify="right")
   for n in needs.datasets:
     out.add_row(n.name, "remote" if n.remote else "local", f"{n.shards:,}", f"{n.mean_shards:.1f}",
-                f"{n.max_shards:,}", f"{n.max_bytes:,}")
+                f"{n.max_shards:,}", human_bytes(n.max_bytes))
   return out
 
 
@@ -170,6 +175,7 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
     docs = report.documents_per_host[host] if report.documents_per_host else None
     table.add_row(str(host), str(rows), f"{rows * args.seq_len:,}", "-" if docs is None else f"{docs:.1f}")
   show(console, table)
+  print_legend(console, MESH_LEGEND)
   if report.spread is not None:
     console.print(f"documents read per host and step: max / mean = {report.spread:.2f}")
     if report.spread > SPREAD_WARNING:

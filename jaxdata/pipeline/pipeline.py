@@ -6,10 +6,10 @@ Every process runs the same plan and reads only its own rows::
       -> rows held here (from the sharding)                                    sharding.py
       -> batched reads of those rows' documents, many steps per call           reader.py, window.py
       -> assemble_rows (NumPy)                                                 window.py
+      -> jax.Array (make_array_from_callback)                                  sharding.py
     a background thread runs this `prefetch` steps ahead (prefetch.py), or with
     `workers=n` steps are planned in one worker process and read and assembled
-    in n others (workers.py);
-      -> jax.Array (make_array_from_callback), in the caller's thread           sharding.py
+    in n others (workers.py) and the global arrays are made in the caller's thread.
     get_state() is the state after the last batch handed out, never the prefetcher's.
 
 Failure semantics (docs/state.md): an exception while producing step s, or
@@ -117,6 +117,7 @@ class Pipeline:
       except BaseException:  # re-raised: nothing may stay open
         self.reader.close()
         raise
+    self._produce = _producing(self.producer, self._output, self._rows_here, self.recorder)
     self._resources = _Resources(self.reader, self.producer)
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
@@ -136,11 +137,9 @@ class Pipeline:
     started = time.perf_counter()
     try:
       # With workers, steps are made ahead in their shared memory: no thread here.
-      item = self._resources.take(self.producer, 0 if isinstance(self.producer, WorkerProducer) else self.prefetch)
+      item = self._resources.take(self._produce, 0 if isinstance(self.producer, WorkerProducer) else self.prefetch)
       if isinstance(item, Prepared):
         self.recorder.time(item.stats, "wait", time.perf_counter() - started)
-        if self._output is not None:
-          item = _global_batch(item, self._output, self._rows_here, self.recorder)
         self.recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
     except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
       self._resources.stop_prefetch(wait=False)
@@ -217,10 +216,23 @@ def _check_arguments(prefetch: int, workers: int, read_ahead_tokens: int, read_l
     raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
 
 
-def _global_batch(item: Prepared, output: Callable[..., dict[str, Any]],
-                  rows_here: Callable[[int, int], np.ndarray], recorder: StatsRecorder) -> Prepared:
-  """The step's NumPy rows as global arrays, made in the caller's thread (one
-  place for both producers; the training thread owns its devices' transfers)."""
+def _producing(producer: StepProducer | WorkerProducer, output: Callable[..., dict[str, Any]] | None,
+               rows_here: Callable[[int, int], np.ndarray], recorder: StatsRecorder) -> Callable[[], Prepared | Any]:
+  """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays."""
+  if output is None:
+    return producer.produce
+  return functools.partial(_global_batch, producer.produce, output, rows_here, recorder)
+
+
+def _global_batch(produce: Callable[[], Prepared | Any], output: Callable[..., dict[str, Any]],
+                  rows_here: Callable[[int, int], np.ndarray], recorder: StatsRecorder) -> Prepared | Any:
+  """The next step with its NumPy rows as global arrays. Made where the step
+  is made (the prefetch thread when there is one): done in the training
+  thread instead, the two threads hand the GIL back and forth for every
+  transfer and mesh output ran 25-40% slower (benchmarks/pipeline_throughput)."""
+  item = produce()
+  if not isinstance(item, Prepared):
+    return item
   started = time.perf_counter()
   rows, seq_len = item.stats["rows"], item.stats["seq_len"]
   batch = output(item.batch, rows, seq_len, rows_here(rows, seq_len))
@@ -239,12 +251,12 @@ class _Resources:
     self.stopped: list[Prefetcher] = []  # told to stop, not yet joined (after Ctrl-C)
     self.interrupted = False
 
-  def take(self, producer: StepProducer | WorkerProducer, depth: int) -> Prepared | Any:
-    """The next step (or END) from the producer, through the prefetch thread if depth > 0."""
+  def take(self, produce: Callable[[], Prepared | Any], depth: int) -> Prepared | Any:
+    """The next step (or END) from `produce`, through the prefetch thread if depth > 0."""
     if depth == 0:
-      return producer.produce()
+      return produce()
     if self.prefetcher is None:
-      self.prefetcher = Prefetcher(producer.produce, depth, lambda item: item is END)
+      self.prefetcher = Prefetcher(produce, depth, lambda item: item is END)
     item = self.prefetcher.get()
     if isinstance(item, BaseException):
       raise item
