@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import signal
+import subprocess
 
 import jax
 import numpy as np
@@ -189,15 +190,31 @@ def test_a_worker_that_dies_while_starting_is_named_by_wait_ready(cfg):
 
 
 def test_close_stops_the_workers_and_frees_the_shared_memory(cfg):
+  named_before, rings_before = set(os.listdir("/dev/shm")), _slot_descriptors()
   pipe = ready(Pipeline(cfg, prefetch=1, workers=2))
   assert all(h.spec.read_ahead_tokens == READ_AHEAD for h in pipe.producer.handles)
   next(pipe)
   processes = [h.process for h in pipe.producer.handles]
   assert len(processes) == 3  # the planner and two readers
-  names = [h.memory.name for h in pipe.producer.readers]
+  # The slot rings are anonymous: nothing named in /dev/shm, no resource-tracker process.
+  assert set(os.listdir("/dev/shm")) == named_before
+  children = subprocess.run(["ps", "-o", "args=", "--ppid", str(os.getpid())], capture_output=True, text=True).stdout
+  assert "resource_tracker" not in children and children.count("jaxdata.pipeline.worker") == 3
+  assert len(_slot_descriptors()) > len(rings_before)
   pipe.close()
   assert all(p.poll() is not None for p in processes)
-  assert not any(os.path.exists(f"/dev/shm/{name.lstrip('/')}") for name in names)
+  assert _slot_descriptors() == rings_before  # unmapped and closed here too
+
+
+def _slot_descriptors() -> list[str]:
+  """This process's open descriptors of slot rings."""
+  links = []
+  for fd in os.listdir("/proc/self/fd"):
+    try:
+      links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:  # the listing's own descriptor, closed meanwhile
+      pass
+  return [link for link in links if "jaxdata-slots" in link]
 
 
 def test_an_unreferenced_pipeline_stops_its_workers(cfg):

@@ -35,7 +35,6 @@ import functools
 import json
 import sys
 import time
-from multiprocessing import resource_tracker, shared_memory
 from multiprocessing.connection import Connection
 from typing import Any, Mapping
 
@@ -44,6 +43,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
+from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import (
     MAX_WINDOW_STEPS, LocalStep, ReadStep, assemble, decode_window, encode_window, plan_window, read_window,
@@ -64,7 +64,8 @@ class WorkerSpec:
   role: str  # PLANNER or READER
   index: int  # the reader's index (0 for the planner)
   readers: int
-  memory_name: str  # the reader's slot ring ("" for the planner)
+  memory_fd: int  # the reader's slot ring, an inherited descriptor (-1 for the planner)
+  memory_bytes: int
   slots: int
   slot_tokens: int  # the most tokens of this host's rows in any step
   rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
@@ -117,9 +118,7 @@ def serve(conn: Connection, cfg: PipelineConfig, spec: WorkerSpec) -> None:
   memory = None
   try:
     if spec.role == READER:
-      memory = shared_memory.SharedMemory(spec.memory_name)
-      # The main process owns (and unlinks) the memory; this process's tracker must not.
-      resource_tracker.unregister(memory._name, "shared_memory")  # noqa: SLF001 -- the name the tracker knows
+      memory = SharedBuffer.attach(spec.memory_fd, spec.memory_bytes)
     send(conn, {"kind": "ready", "fingerprint": parts.fingerprint})
     role = _Planning(conn, cfg, spec, parts) if spec.role == PLANNER else _Reading(conn, cfg, spec, parts, memory.buf)
     role.run()

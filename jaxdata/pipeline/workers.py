@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 import weakref
-from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -37,6 +36,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError
 from jaxdata.pipeline.planner import encoded_state
+from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
 from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, send, slot_views
@@ -54,13 +54,14 @@ _ERRORS: dict[str, type[Exception]] = {
 class _Handle:
   """One worker process, its pipe and (a reader's) shared memory ring."""
 
-  def __init__(self, cfg: PipelineConfig, spec: WorkerSpec, memory: shared_memory.SharedMemory | None) -> None:
+  def __init__(self, cfg: PipelineConfig, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
     self.cfg, self.spec, self.memory = cfg, spec, memory
     self.name = "jaxdata planner" if spec.role == PLANNER else f"jaxdata reader {spec.index}"
     ours, theirs = socket.socketpair()
+    inherited = [theirs.fileno()] + ([memory.fd] if memory is not None else [])
     with theirs:
       self.process = subprocess.Popen(
-          [sys.executable, "-m", "jaxdata.pipeline.worker", str(theirs.fileno())], pass_fds=[theirs.fileno()]
+          [sys.executable, "-m", "jaxdata.pipeline.worker", str(theirs.fileno())], pass_fds=inherited
       )
     self.conn = Connection(ours.detach())
     send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
@@ -122,7 +123,6 @@ class _Handle:
     self.conn.close()
     if self.memory is not None:
       self.memory.close()
-      self.memory.unlink()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,11 +158,11 @@ class WorkerProducer:
     self.slot_tokens = max(len(r) * int(key.split("x")[1]) for key, r in rows_by_shape.items())
 
     self.cfg = cfg
-    self.specs = [WorkerSpec(PLANNER, 0, count, "", slots, self.slot_tokens, rows_by_shape, read_ahead_tokens,
+    self.specs = [WorkerSpec(PLANNER, 0, count, -1, 0, slots, self.slot_tokens, rows_by_shape, read_ahead_tokens,
                              read_threads)]
     self.specs += [dataclasses.replace(self.specs[0], role=READER, index=i) for i in range(count)]
     self.handles: list[_Handle] = []  # the planner, then the readers; started after the first step
-    # At exit too: the workers stop and the shared memory is unlinked.
+    # At exit too: the workers stop and the shared memory is released.
     self._finalizer = weakref.finalize(self, _close_all, self.handles)
     self.generation = 0
     self.next_step = start_state["step"]
@@ -192,8 +192,8 @@ class WorkerProducer:
         memory = None
         if spec.role == READER:
           size = spec.slots * len(FEATURES) * spec.slot_tokens * 4
-          memory = shared_memory.SharedMemory(create=True, size=max(1, size))
-          spec = dataclasses.replace(spec, memory_name=memory.name)
+          memory = SharedBuffer.create(size)
+          spec = dataclasses.replace(spec, memory_fd=memory.fd, memory_bytes=memory.size)
         self.handles.append(_Handle(self.cfg, spec, memory))
     except BaseException:  # re-raised: the workers started so far are stopped
       _close_all(self.handles)
