@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +16,7 @@ from jaxdata import DatasetMeta, Pipeline, PipelineConfig, load_config
 from jaxdata.cli import main
 from jaxdata.tools.audit import audit, audit_plans
 from jaxdata.tools.exposure import exposure, parse_tokens, schedule_exposure
-from jaxdata.research.mixing import doremi_update, importance_weights, per_source_loss
+from jaxdata.research.mixing import doremi_average, doremi_round, doremi_update, importance_weights, per_source_loss
 from jaxdata.config.schedule import Schedule
 from jaxdata.pipeline.planner import StepPlanner
 from pipeline_fixtures import coded_config, write_coded_dataset
@@ -329,8 +330,6 @@ def test_plan_warns_about_a_dataset_read_in_stored_order(tmp_path, capsys):
 
 
 def test_doremi_rounds_return_excess_and_average_over_training():
-  from jaxdata.research.mixing import doremi_average, doremi_round  # noqa: PLC0415
-
   weights, history = {"a": 0.5, "b": 0.5}, []
   for _ in range(3):  # a is always 1 nat worse than its reference, b matches it
     result = doremi_round(weights, {"a": [3.0, 3.0], "b": [2.0]}, {"a": [2.0, 2.0], "b": [2.0]}, smoothing=0.0)
@@ -346,8 +345,6 @@ def test_doremi_rounds_return_excess_and_average_over_training():
 def test_importance_weights_warn_when_a_small_q_ruins_the_variance():
   with pytest.warns(RuntimeWarning, match=r"weight 50\.0 for 'rare' \(q = 0\.01\)"):
     importance_weights({"rare": 0.5, "common": 0.5}, {"rare": 0.01, "common": 0.99})
-  import warnings  # noqa: PLC0415
-
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     importance_weights({"a": 0.5, "b": 0.5}, {"a": 0.4, "b": 0.6})  # close mixes: no warning
