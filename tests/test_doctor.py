@@ -7,9 +7,12 @@ import json
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings, strategies as st
 
 from jaxdata import Pipeline, load_config
+from jaxdata.pipeline.stats import MAX_LISTED_SHARDS, _ShardNumbering
 from jaxdata.cli import main
+from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.tools.doctor import diagnose
 from jaxdata.tools.report import load_stats
 from pipeline_fixtures import write_coded_dataset
@@ -117,3 +120,43 @@ def test_a_malformed_loss_log_is_named(tmp_path):
   (tmp_path / "bad.jsonl").write_text('{"step": 1, "losses": {"a": 1.0}}\n{"step": 2}\n')
   with pytest.raises(InputFormatError, match=r"bad\.jsonl:2: expected"):
     load_losses(str(tmp_path / "bad.jsonl"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=6), min_size=1, max_size=4), st.integers(0, 2**31))
+def test_one_search_finds_every_records_shard(shard_sizes, seed):
+  # Empty shards included: they share their start with the next shard and must never be named.
+  starts = [np.concatenate([[0], np.cumsum(sizes)]) for sizes in shard_sizes]
+  numbering = _ShardNumbering(starts)
+  rng = np.random.default_rng(seed)
+  for d, s in enumerate(starts):
+    if s[-1] == 0:
+      continue
+    records = rng.integers(0, s[-1], 20)
+    naive = np.searchsorted(s, records, side="right") - 1
+    assert np.array_equal(numbering.of(np.full(20, d), records) - numbering.base[d], naive)
+    assert (np.asarray(shard_sizes[d])[naive] > 0).all()
+
+
+def test_a_global_shuffle_lists_eight_shards_and_counts_them_all(tmp_path):
+  # Tiny shards (400 bytes) and a global shuffle: a step touches many shards of each source.
+  config, stats = run(tmp_path, "wide", batch={"global_batch_size": 16})
+  wide = [s for s in stats if max(s["shard_count"].values()) > MAX_LISTED_SHARDS]
+  assert wide  # the cap is exercised
+  cfg = load_config(config)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    starts = [np.asarray(d.record_starts) for d in pipe.reader.datasets]
+  from_plans = {}
+  for plan in StepPlanner(cfg).plans():
+    if plan.step >= len(stats):
+      break
+    per = {}
+    for d, name in enumerate(cfg.names):
+      records = plan.pieces.record[plan.pieces.dataset == d]
+      if records.size:
+        per[name] = np.unique(np.searchsorted(starts[d], records, side="right") - 1).tolist()
+    from_plans[plan.step] = per
+  for s in stats:
+    expected = from_plans[s["step"]]
+    assert s["shard_count"] == {name: len(ids) for name, ids in expected.items()}
+    assert s["shards"] == {name: ids[:MAX_LISTED_SHARDS] for name, ids in expected.items()}

@@ -20,6 +20,7 @@ from jaxdata.transforms.packing import StepPlan
 __all__ = ["StatsRecorder", "TIMERS"]
 
 TIMERS = ("plan", "read", "assemble", "wait", "output")
+MAX_LISTED_SHARDS = 8  # per source and step: enough for the sawtooth check; a global shuffle touches hundreds
 
 
 class StatsRecorder:
@@ -29,7 +30,7 @@ class StatsRecorder:
                record_starts: Sequence[np.ndarray] = ()) -> None:
     if path is not None:
       _check_stats_file(path)
-    self.record_starts = list(record_starts)  # per dataset: its shards' first records (shards read per step)
+    self.shards = _ShardNumbering(record_starts) if len(record_starts) else None  # shards read per step
     self.names = tuple(names)
     self.unit = unit
     self.schedule = schedule
@@ -65,7 +66,7 @@ class StatsRecorder:
         "target_share": dict(zip(self.names, self.schedule.weights_at(plan.step))),
         "unit": self.unit,
         "documents_per_source": dict(zip(self.names, documents.tolist())),
-        "shards": self._shards(plan),
+        **self._shards(plan),
         "padding_fraction": plan.padding_fraction,
         # The longest row's tokens: a loop may slice the batch to it (bucketed); what padding that leaves.
         "longest_row": longest,
@@ -77,16 +78,20 @@ class StatsRecorder:
         "time_s": {},
     }
 
-  def _shards(self, plan: StepPlan) -> dict[str, list[int]]:
-    """Per dataset, the shards this step's pieces lie in (for `jaxdata doctor`'s sawtooth check)."""
-    if not self.record_starts:
-      return {}
-    out = {}
-    for d, name in enumerate(self.names):
-      records = plan.pieces.record[plan.pieces.dataset == d]
-      if records.size:
-        out[name] = np.unique(np.searchsorted(self.record_starts[d], records, side="right") - 1).tolist()
-    return out
+  def _shards(self, plan: StepPlan) -> dict[str, Any]:
+    """Per dataset, how many shards this step's pieces lie in and the first
+    MAX_LISTED_SHARDS of them (for `jaxdata doctor`'s sawtooth check)."""
+    if self.shards is None:
+      return {"shards": {}, "shard_count": {}}
+    ids = np.unique(self.shards.of(plan.pieces.dataset, plan.pieces.record))
+    owner = self.shards.dataset[ids]
+    counts = np.bincount(owner, minlength=len(self.names))
+    first = np.cumsum(counts) - counts  # ids are sorted, so each dataset's shards are one run
+    listed, count = {}, {}
+    for d in np.flatnonzero(counts).tolist():
+      name, run = self.names[d], ids[first[d] : first[d] + min(counts[d], MAX_LISTED_SHARDS)]
+      listed[name], count[name] = (run - self.shards.base[d]).tolist(), int(counts[d])
+    return {"shards": listed, "shard_count": count}
 
   def time(self, stats: dict[str, Any], timer: str, seconds: float) -> None:
     stats["time_s"][timer] = seconds
@@ -121,3 +126,22 @@ def _check_stats_file(path: str) -> None:
   if not isinstance(record, dict) or "step" not in record or "tokens_per_source" not in record:
     raise ConfigError(f"stats_path: {path} exists and is not a jaxdata stats file; not appending to it "
                       "(choose a new path)")
+
+
+class _ShardNumbering:
+  """Every dataset's shards numbered together, so one search finds the shard of
+  any (dataset, record): shard g holds records [start[g], start[g + 1]) of the
+  concatenated datasets."""
+
+  def __init__(self, record_starts: Sequence[np.ndarray]) -> None:
+    totals = np.array([int(starts[-1]) for starts in record_starts], np.int64)
+    self.record_base = np.cumsum(totals) - totals  # the concatenation's first record of each dataset
+    counts = np.array([len(starts) - 1 for starts in record_starts], np.int64)
+    self.base = np.cumsum(counts) - counts  # the first global shard of each dataset
+    self.start = np.concatenate([np.asarray(starts[:-1], np.int64) + offset
+                                 for starts, offset in zip(record_starts, self.record_base)])
+    self.dataset = np.repeat(np.arange(len(counts)), counts)
+
+  def of(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:
+    """Global shard of each (dataset, record); empty shards are never found."""
+    return np.searchsorted(self.start, self.record_base[dataset] + record, side="right") - 1

@@ -90,7 +90,7 @@ def _shard_spans(stats: Sequence[Mapping[str, Any]], name: str) -> list[int] | N
   per_step = []
   for position, s in enumerate(stats):
     shards = s.get("shards", {}).get(name, [])
-    per_step.append(len(shards))
+    per_step.append(s.get("shard_count", {}).get(name, len(shards)))  # the list stops at MAX_LISTED_SHARDS
     for shard in shards:
       seen.setdefault(shard, []).append(position)
   if not seen or np.mean([n for n in per_step if n]) > 2:
