@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from jaxdata import CheckpointError, Pipeline, PipelineConfig, load_config
+from jaxdata.tools.exposure import plan_run
 from checkpoint_property import assert_restores_exactly
 from pipeline_fixtures import rebuilt_batch, digest, free_port, run_workers, write_coded_dataset
 
@@ -93,8 +94,6 @@ def test_a_schedule_may_change_from_the_restored_step_on_but_not_before(config):
 
 
 def test_the_plan_counts_the_smaller_steps_of_a_ramp(config):
-  from jaxdata.tools.exposure import plan_run  # noqa: PLC0415
-
   cfg = load_config(config)
   table, _, _ = plan_run(cfg, 10_000, max_passes=1e9)
   sizes = [cfg.rows_at(s) * 32 for s in range(100)]  # 256, 256, 256, 512, ... then 1,024 tokens a step

@@ -8,7 +8,9 @@ import gzip
 import json
 import os
 import random
+import tempfile
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -21,6 +23,7 @@ from jaxdata.tools.convert import ConvertOptions, convert
 from jaxdata.tools.shard_jobs import plan_shards
 from jaxdata.tools.convert_beam import convert_with_beam
 from jaxdata.tools.units import plan_units
+from jaxdata.sources.writer import DatasetWriter
 
 
 def text(rng: random.Random) -> str:
@@ -183,10 +186,6 @@ def test_a_normalising_tokenizer_is_warned_and_the_roundtrip_check_counts_mismat
 
 
 def test_plan_shards_matches_the_writer_on_random_lengths():
-  from jaxdata.sources.writer import DatasetWriter  # noqa: PLC0415
-  import numpy as np  # noqa: PLC0415
-  import tempfile  # noqa: PLC0415
-
   rng = np.random.default_rng(0)
   for trial in range(30):
     lengths = rng.integers(1, 60, int(rng.integers(1, 300)))

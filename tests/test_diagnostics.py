@@ -127,8 +127,6 @@ def test_audit_passes_on_the_real_plan(pipeline_yaml, capsys):
 
 
 def planned(config_path: str, steps: int):
-  from jaxdata import load_config  # noqa: PLC0415 -- keeps the fixture-driven import local to the helper
-
   cfg = load_config(config_path)
   planner = StepPlanner(cfg)
   plans = list(planner.plans(steps))
@@ -164,8 +162,6 @@ def test_audit_fails_on_a_broken_plan(pipeline_yaml):
 
 
 def test_report_plots_and_data_match_the_pipeline_stats(pipeline_yaml, tmp_path, capsys):
-  from jaxdata import load_config  # noqa: PLC0415
-
   cfg = load_config(pipeline_yaml)
   with Pipeline(cfg, prefetch=2) as pipe:
     seen = []

@@ -9,11 +9,11 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from jaxdata import Pipeline, load_config
+from jaxdata import Pipeline, load_config, InputFormatError
 from jaxdata.pipeline.stats import MAX_LISTED_SHARDS, _ShardNumbering
 from jaxdata.cli import main
 from jaxdata.pipeline.planner import StepPlanner
-from jaxdata.tools.doctor import diagnose
+from jaxdata.tools.doctor import diagnose, load_losses
 from jaxdata.tools.report import load_stats
 from pipeline_fixtures import write_coded_dataset
 
@@ -100,7 +100,6 @@ def test_the_same_order_every_pass_shows_a_drop_at_each_boundary(tmp_path):
   drop = write_losses(tmp_path / "drop.jsonl", stats, lambda s, n: 3.0 - 0.3 * s["passes"][n] + noise(s))
   flat = write_losses(tmp_path / "flat.jsonl", stats, lambda s, n: 3.0 + noise(s))
   assert main(["doctor", str(tmp_path / "same.jsonl"), "--losses", drop]) == 1
-  from jaxdata.tools.doctor import load_losses  # noqa: PLC0415
 
   assert statuses(diagnose(stats, load_losses(drop)))["boundaries d1"] == "fail"
   assert statuses(diagnose(stats, load_losses(flat)))["boundaries d1"] == "ok"
@@ -114,9 +113,6 @@ def test_many_passes_of_a_small_source_warn(tmp_path):
 
 
 def test_a_malformed_loss_log_is_named(tmp_path):
-  from jaxdata import InputFormatError  # noqa: PLC0415
-  from jaxdata.tools.doctor import load_losses  # noqa: PLC0415
-
   (tmp_path / "bad.jsonl").write_text('{"step": 1, "losses": {"a": 1.0}}\n{"step": 2}\n')
   with pytest.raises(InputFormatError, match=r"bad\.jsonl:2: expected"):
     load_losses(str(tmp_path / "bad.jsonl"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxdata import Pipeline
+from jaxdata import Pipeline, PipelineConfig
 from jaxdata.mixture.stream import DocumentStream
 from pipeline_fixtures import coded_config, decode, digest
 
@@ -29,8 +29,6 @@ def epoch_documents(cfg, epoch: int) -> list[tuple[int, int]]:
 
 
 def single(cfg):
-  from jaxdata import PipelineConfig  # noqa: PLC0415
-
   raw = cfg.to_dict()
   raw.update(datasets=raw["datasets"][:1], mixture={"weights": {"d0": 1}})
   return PipelineConfig.from_dict(raw)
@@ -52,7 +50,6 @@ def test_the_random_interleave_is_drawn_afresh_each_epoch(cfg):
 
 def test_epoch_e_is_pass_e_of_the_keyed_order(cfg):
   """With repeat, epoch 1 starts where the dataset's pass 1 begins in epoch 0's stream."""
-  from jaxdata import PipelineConfig  # noqa: PLC0415
 
   raw = single(cfg).to_dict()
   raw.update(exhausted_policy="repeat")

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from jaxdata import DatasetError, Pipeline, PipelineConfig
+from jaxdata.cli import main
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.windows import WindowOptions
 from checkpoint_property import assert_restores_exactly
 from flat_fixtures import random_documents, write_flat, write_megatron
-from pipeline_fixtures import digest
+from pipeline_fixtures import digest, write_coded_dataset
 
 EOS = 0
 
@@ -201,16 +202,12 @@ def test_a_file_shorter_than_a_window_is_named(tmp_path):
 
 
 def test_windows_of_an_arrayrecord_dataset_are_refused_with_the_reason(tmp_path):
-  from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415 -- only this test needs it
-
   write_coded_dataset(str(tmp_path / "ar"), 0, [10, 20])
   with pytest.raises(DatasetError, match=r"ar: sampling: windows reads token ranges in place"):
     open_dataset(str(tmp_path / "ar"), windows=WindowOptions(4))
 
 
 def test_the_index_command_indexes_in_place_and_inspect_reads_it(tmp_path, documents, capsys):
-  from jaxdata.cli import main  # noqa: PLC0415
-
   prefixes = megatron_corpus(tmp_path / "meg", documents)
   assert main(["index", "--format", "megatron", prefixes[0] + ".bin", prefixes[1], "-q"]) == 0
   assert main(["inspect", "--json", "--verify", str(tmp_path / "meg")]) == 0

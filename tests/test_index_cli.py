@@ -9,6 +9,7 @@ import pytest
 
 from jaxdata import DatasetError, TokenDataset
 from jaxdata.cli import main
+from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, dtype_suspicion
 from test_sources import write_raw_shard
 
@@ -78,8 +79,6 @@ def test_reindexing_needs_force_and_rebuilds(tmp_path, capsys):
 
 
 def test_flat_files_get_the_same_dtype_check(tmp_path):
-  from jaxdata.sources.flat_index import build_flat_index  # noqa: PLC0415
-
   rng = np.random.default_rng(4)
   zipf_ids(rng, 100_000, 60_000).astype("<u4").tofile(tmp_path / "t.bin")
   with pytest.raises(DatasetError, match=r"t\.bin: looks like uint32 ids read as uint16"):

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from jax.sharding import Mesh
 
 from checkpoint_property import assert_restores_exactly
-from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
+from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts, DatasetError
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.transforms.packing import balanced_rows
 from jaxdata.transforms.pieces import Pieces
@@ -303,8 +303,6 @@ def test_pieces_for_hosts_partition_each_step(mixed_cfg):
 
 
 def test_a_shard_corrupted_mid_run_raises_a_named_error_from_the_prefetcher(tmp_path):
-  from jaxdata import DatasetError  # noqa: PLC0415
-
   cfg = coded_config(tmp_path, [[20] * 200], exhausted_policy="repeat", shuffle_block_size="global")
   with Pipeline(cfg, prefetch=2, read_ahead_tokens=64) as pipe:
     next(pipe)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import yaml
 
 from jaxdata import ConfigError, Pipeline
-from jaxdata.cli import main
+from jaxdata.cli import _parser, main
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from pipeline_fixtures import coded_config
 
@@ -96,10 +97,6 @@ def test_pipeline_from_a_slice_name(tmp_path):
 
 
 def test_every_command_option_has_help_text():
-  import argparse  # noqa: PLC0415
-
-  from jaxdata.cli import _parser  # noqa: PLC0415
-
   commands = _parser()._subparsers._group_actions[0].choices
   missing = [(name, action.dest) for name, sub in commands.items() for action in sub._actions
              if not action.help and not isinstance(action, argparse._HelpAction)]
