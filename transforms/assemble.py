@@ -26,6 +26,8 @@ BOS, EOS). No Python loop over documents or pieces.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from jaxdata.config.schema import PackingConfig
@@ -53,6 +55,14 @@ def padded_buffer(parts: list[np.ndarray], seq_len: int, pad_id: int) -> np.ndar
     dtype = np.dtype(np.int32)
   tail = np.full(seq_len + 1, pad_id, dtype)
   return np.concatenate([tail[:1], *parts, tail], dtype=dtype, casting="same_kind")
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_slots(grid: int, dtype: type) -> np.ndarray:
+  """0 .. grid - 1, read-only: a step's slot numbers (cached: the same few step shapes recur)."""
+  slots = np.arange(grid, dtype=dtype)
+  slots.flags.writeable = False
+  return slots
 
 
 def _check_layout(dst: np.ndarray, lengths: np.ndarray, fill: np.ndarray, seq_len: int) -> None:
@@ -114,13 +124,30 @@ def assemble_rows(
   # the gather from the buffer takes intp indices in "clip" mode: no bounds pass
   # (the runs were checked to lie inside the buffer just above).
   src = np.repeat(run_src - run_dst, run_len)
-  src += np.arange(grid)
+  src += _grid_slots(grid, np.intp)
   shape = (num_rows, seq_len)
+  run_row = run_dst // seq_len
+  # Segment ids: 1 + the rank of a piece among its row's runs (padding comes last, gets 0).
+  rank = np.arange(run_dst.size) - np.searchsorted(run_row, run_row, side="left") + 1
+  source = np.concatenate([pieces.dataset[order], np.full(short.size, -1)]).astype(np.int32)[run_order]
+  # Run-length features straight from np.repeat; copied only when `out` is given.
+  filled = {"segment_ids": np.repeat(np.where(is_piece, rank, 0).astype(np.int32), run_len),
+            "source_ids": np.repeat(source, run_len),
+            "loss_mask": np.repeat(is_piece.astype(np.int32), run_len)}
+  # Positions: the slot minus its run's first slot, 0 on padding (in int32 unless the grid is larger).
+  slot_dtype = np.int32 if grid < 2**31 else np.int64
+  positions = _grid_slots(grid, slot_dtype) - np.repeat(run_dst.astype(slot_dtype), run_len)
+  positions *= filled["loss_mask"]
+  filled["positions"] = positions.astype(np.int32, copy=False)
   if out is None:
-    out = {name: np.empty(shape, np.int32) for name in FEATURES}
+    out = {name: filled[name].reshape(shape) if name in filled else np.empty(shape, np.int32)
+           for name in FEATURES}
   elif any(out[name].shape != shape or out[name].dtype != np.int32 or not out[name].flags.c_contiguous
            for name in FEATURES):
     raise ValueError(f"assemble: out must hold a contiguous int32 {shape} array for each of {FEATURES}")
+  else:
+    for name, values in filled.items():
+      np.copyto(out[name].reshape(-1), values)
   flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
   if buffer.dtype == np.int32:
     buffer.take(src, out=flat["tokens"], mode="clip")
@@ -130,16 +157,6 @@ def assemble_rows(
   flat["targets"][:-1] = flat["tokens"][1:]
   run_last = run_dst + run_len - 1
   flat["targets"][run_last] = buffer[run_src + run_len]
-  run_row = run_dst // seq_len
-  # Segment ids: 1 + the rank of a piece among its row's runs (padding comes last, gets 0).
-  rank = np.arange(run_dst.size) - np.searchsorted(run_row, run_row, side="left") + 1
-  np.copyto(flat["segment_ids"], np.repeat(np.where(is_piece, rank, 0).astype(np.int32), run_len))
-  source = np.concatenate([pieces.dataset[order], np.full(short.size, -1)]).astype(np.int32)[run_order]
-  np.copyto(flat["source_ids"], np.repeat(source, run_len))
-  np.copyto(flat["loss_mask"], np.repeat(is_piece.astype(np.int32), run_len))
-  positions = flat["positions"]  # within[i] = src[i] - its run's first source slot; 0 on padding
-  np.subtract(src, np.repeat(run_src, run_len), out=positions, casting="unsafe")
-  positions *= flat["loss_mask"]
   if not count:
     return out
   tokens, targets, loss_mask = flat["tokens"], flat["targets"], flat["loss_mask"]
