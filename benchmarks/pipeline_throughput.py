@@ -11,7 +11,8 @@ Grain: per dataset MapDataset.source(ArrayRecordDataSource).shuffle().repeat(),
 decoded to int32, documents split to <= 2048 tokens (FlatMap), mixed with
 per-piece weights that give the same token shares, FirstFitPackIterDataset
 with 32 bins, batch 32; run single-process and with mp_prefetch(2).
-jaxdata: in process (`workers=0`) and with worker processes, NumPy output and
+jaxdata: in process (`workers=0`), with the planner in a process of its own
+(`planner_process=True`) and with worker processes, NumPy output and
 `jax.Array` output on an 8-device CPU mesh.
 
 Every configuration runs in its own subprocess (its peak RSS is that of its
@@ -49,12 +50,19 @@ ROWS = 32
 WARMUP, STEPS, RESTORE_AT = 150, 300, 1000
 CHECK_EVERY = 10  # mesh rows: every 10th batch is copied back to the host and counted
 FEED_TOKENS_PER_S = 2_000_000  # the training-thread check's feeding rate
-JAXDATA_KINDS = {  # name: (mesh devices, workers)
-    "jaxdata": (0, 0),
-    "jaxdata-mesh8": (8, 0),
-    "jaxdata-workers1": (0, 1),
-    "jaxdata-mesh8-workers1": (8, 1),
-    "jaxdata-mesh8-workers2": (8, 2),
+JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices, Pipeline arguments)
+    "jaxdata": (0, {}),
+    "jaxdata-mesh8": (8, {}),
+    "jaxdata-planner": (0, {"planner_process": True}),
+    "jaxdata-mesh8-planner": (8, {"planner_process": True}),
+    "jaxdata-workers1": (0, {"workers": 1}),
+    "jaxdata-mesh8-workers1": (8, {"workers": 1}),
+    "jaxdata-mesh8-workers2": (8, {"workers": 2}),
+}
+TRAINING_KINDS: dict[str, dict[str, Any]] = {  # the training-thread check: name -> Pipeline arguments
+    "training-thread-in-process": {},
+    "training-thread-planner": {"planner_process": True},
+    "training-thread-workers1": {"workers": 1},
 }
 GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
 
@@ -118,14 +126,14 @@ def _measured(take: Any, source_key: str, valid_key: str | None, stated: Any = N
           "shares": (per_source / real).tolist()}
 
 
-def run_jaxdata(corpus: str, mesh_devices: int, workers: int) -> dict[str, Any]:
+def run_jaxdata(corpus: str, mesh_devices: int, arguments: dict[str, Any]) -> dict[str, Any]:
   import jaxdata  # noqa: PLC0415
 
   pipeline_class = jaxdata.Pipeline  # imports the pipeline modules now, outside the timed start
   cfg = jaxdata_config(corpus)
   mesh = _mesh(mesh_devices)
   started = time.perf_counter()
-  pipe = pipeline_class(cfg, mesh=mesh, prefetch=2, workers=workers)
+  pipe = pipeline_class(cfg, mesh=mesh, prefetch=2, **arguments)
   next(pipe)
   first = time.perf_counter() - started
   stated = None
@@ -138,7 +146,7 @@ def run_jaxdata(corpus: str, mesh_devices: int, workers: int) -> dict[str, Any]:
   expected = _digest(next(pipe))
   pipe.close()
   started = time.perf_counter()
-  restored = pipeline_class(cfg, mesh=mesh, prefetch=2, workers=workers)
+  restored = pipeline_class(cfg, mesh=mesh, prefetch=2, **arguments)
   restored.set_state(state)
   batch = next(restored)
   restore = time.perf_counter() - started
@@ -245,7 +253,7 @@ def _python_work(iterations: int) -> int:
   return total
 
 
-def run_training_thread(corpus: str, workers: int) -> dict[str, Any]:
+def run_training_thread(corpus: str, arguments: dict[str, Any]) -> dict[str, Any]:
   """Work rate of a Python-bound loop alone and while it also takes a batch
   every 65,536 / 2M seconds from a pipeline (prefetch 2): `phases`
   alternations of `phase_s` each way; the slowdown compares the medians. Also
@@ -270,7 +278,7 @@ def run_training_thread(corpus: str, workers: int) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     return done / elapsed, in_next / elapsed
 
-  pipe = jaxdata.Pipeline(jaxdata_config(corpus), prefetch=2, workers=workers)
+  pipe = jaxdata.Pipeline(jaxdata_config(corpus), prefetch=2, **arguments)
   for _ in range(50):
     next(pipe)  # past start-up (workers ready, read window grown)
   alone, fed, in_next = [], [], []
@@ -319,14 +327,14 @@ def measure(kind: str, corpus: str) -> dict[str, Any]:
 
 def run_kind(kind: str, corpus: str) -> dict[str, Any]:
   if kind in JAXDATA_KINDS:
-    devices, workers = JAXDATA_KINDS[kind]
+    devices, arguments = JAXDATA_KINDS[kind]
     if devices:  # before jax starts its backend
       os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    return run_jaxdata(corpus, devices, workers)
+    return run_jaxdata(corpus, devices, arguments)
   if kind in GRAIN_KINDS:
     return run_grain(corpus, GRAIN_KINDS[kind])
-  if kind.startswith("training-thread-workers"):
-    return run_training_thread(corpus, int(kind.rsplit("workers", 1)[1]))
+  if kind in TRAINING_KINDS:
+    return run_training_thread(corpus, TRAINING_KINDS[kind])
   return run_ceiling(corpus)
 
 
@@ -360,7 +368,7 @@ def main() -> None:
     print(json.dumps(run_kind(args.run, args.corpus)))
     return
   make_corpus(args.corpus)
-  kinds = [*JAXDATA_KINDS, *GRAIN_KINDS, "ceiling", "training-thread-workers0", "training-thread-workers1"]
+  kinds = [*JAXDATA_KINDS, *GRAIN_KINDS, "ceiling", *TRAINING_KINDS]
   runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
   for repetition in range(args.repetitions):  # interleaved: drifts of the machine hit every kind alike
     for kind in kinds:
@@ -393,9 +401,9 @@ def main() -> None:
           f"(goal <= +100 MB)")
   one, two = (results[f"jaxdata-mesh8-workers{n}"]["tokens_per_s"] for n in (1, 2))
   print(f"\nworker scaling (mesh output): 1 -> 2 workers: {one / 1e6:.2f} M -> {two / 1e6:.2f} M ({two / one:.2f}x)")
-  for workers in (0, 1):
-    r = results[f"training-thread-workers{workers}"]
-    print(f"Python-bound training thread fed {FEED_TOKENS_PER_S / 1e6:.0f}M tokens/s, workers={workers}: "
+  for kind in TRAINING_KINDS:
+    r = results[kind]
+    print(f"Python-bound training thread fed {FEED_TOKENS_PER_S / 1e6:.0f}M tokens/s, {kind.split('-', 2)[2]}: "
           f"{100 * r['slowdown']:+.1f}% slower (goal <= 5%); {100 * r['in_next']:.1f}% of its time inside next()")
   spread = host_spread(args.corpus)
   print(f"documents read per host per step, v5p-128 (16 hosts), 1024 x 4096: max / mean {spread:.2f} (goal <= 1.25)")

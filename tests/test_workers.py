@@ -72,6 +72,20 @@ def test_workers_give_the_in_process_batches_and_states(cfg, reference, workers,
     assert run(pipe, STEPS) == reference
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_planner_process_gives_the_in_process_batches_and_states(cfg, reference, prefetch):
+  # workers=0: only the planning leaves; this process reads and assembles the planner's windows.
+  with Pipeline(cfg, prefetch=prefetch, planner_process=True) as pipe:
+    ready(pipe)
+    assert [h.name for h in pipe.producer.handles] == ["jaxdata planner"]
+    assert not pipe.producer.makes_steps_ahead  # so the prefetch thread runs here
+    assert run(pipe, STEPS) == reference
+    assert pipe.producer.from_workers >= STEPS - prefetch  # planned by the planner process
+    assert set(pipe.stats()["time_s"]) == {"plan", "read", "assemble", "wait"}
+  with Pipeline(cfg, prefetch=prefetch, planner_process=True) as pipe:  # without waiting: a seamless hand-over
+    assert run(pipe, STEPS) == reference
+
+
 def test_a_window_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
   planner = StepPlanner(cfg)
   recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None)
@@ -98,17 +112,19 @@ def test_workers_on_a_mesh_give_the_same_global_arrays(cfg):
   mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
   with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
     want = [digest(next(pipe)) for _ in range(8)]
-  with Pipeline(cfg, mesh=mesh, prefetch=1, workers=2) as pipe:
-    ready(pipe)
-    batches = [next(pipe) for _ in range(8)]
-    assert [digest(b) for b in batches] == want
-    assert batches[0]["tokens"].sharding == NamedSharding(mesh, PartitionSpec(("data",), None))
-    assert set(pipe.stats()["time_s"]) == {"plan", "read", "assemble", "wait", "output"}
+  for kind in ({"workers": 2}, {"planner_process": True}):
+    with Pipeline(cfg, mesh=mesh, prefetch=1, **kind) as pipe:
+      ready(pipe)
+      batches = [next(pipe) for _ in range(8)]
+      assert [digest(b) for b in batches] == want, kind
+      assert batches[0]["tokens"].sharding == NamedSharding(mesh, PartitionSpec(("data",), None))
+      assert set(pipe.stats()["time_s"]) == {"plan", "read", "assemble", "wait", "output"}
 
 
-def test_state_at_every_step_restores_the_same_remaining_output(cfg):
+@pytest.mark.parametrize("kind", [{"workers": 2}, {"planner_process": True}])
+def test_state_at_every_step_restores_the_same_remaining_output(cfg, kind):
   def make() -> Pipeline:
-    return ready(Pipeline(cfg, prefetch=0, workers=2))
+    return ready(Pipeline(cfg, prefetch=0, **kind))
 
   def advance(pipe: Pipeline, n: int) -> list[tuple]:
     return [digest(next(pipe)) for _ in range(n)]
@@ -116,8 +132,9 @@ def test_state_at_every_step_restores_the_same_remaining_output(cfg):
   assert_restores_exactly(make, advance, total=12, stops=[0, 5, 11])
 
 
-def test_set_state_while_running_restarts_the_workers(cfg, reference):
-  with Pipeline(cfg, prefetch=2, workers=2) as pipe:
+@pytest.mark.parametrize("kind", [{"workers": 2}, {"planner_process": True}])
+def test_set_state_while_running_restarts_the_workers(cfg, reference, kind):
+  with Pipeline(cfg, prefetch=2, **kind) as pipe:
     ready(pipe)
     run(pipe, 15)
     pipe.set_state(json.loads(reference[6][1]))
@@ -133,10 +150,10 @@ def _corrupt(path: str) -> bytes:
   return original
 
 
-@pytest.mark.parametrize("workers", [0, 1])
-def test_a_shard_corrupted_under_a_reader_is_a_named_error_and_the_step_is_retried(cfg, reference, workers):
+@pytest.mark.parametrize("kind", [{}, {"workers": 1}, {"planner_process": True}])
+def test_a_shard_corrupted_under_a_reader_is_a_named_error_and_the_step_is_retried(cfg, reference, kind):
   shards = sorted(f for f in os.listdir(cfg.datasets[0].path) if f.endswith(".array_record"))
-  with Pipeline(cfg, prefetch=0, workers=workers) as pipe:
+  with Pipeline(cfg, prefetch=0, **kind) as pipe:
     ready(pipe)
     assert run(pipe, 2) == reference[:2]
     originals = {s: _corrupt(os.path.join(cfg.datasets[0].path, s)) for s in shards}
@@ -161,9 +178,11 @@ def test_a_shard_corrupted_under_a_reader_is_a_named_error_and_the_step_is_retri
     assert rest == reference[done:]
 
 
-@pytest.mark.parametrize("victim_index,name", [(0, "jaxdata planner"), (2, "jaxdata reader 1")])
-def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, victim_index, name):
-  with Pipeline(cfg, prefetch=0, workers=2) as pipe:
+@pytest.mark.parametrize("kind,victim_index,name", [({"workers": 2}, 0, "jaxdata planner"),
+                                                    ({"workers": 2}, 2, "jaxdata reader 1"),
+                                                    ({"planner_process": True}, 0, "jaxdata planner")])
+def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, kind, victim_index, name):
+  with Pipeline(cfg, prefetch=0, **kind) as pipe:
     ready(pipe)
     assert run(pipe, 3) == reference[:3]
     victim = pipe.producer.handles[victim_index].process
@@ -224,13 +243,15 @@ def _slot_descriptors() -> list[str]:
   return [link for link in links if "jaxdata-slots" in link]
 
 
-def test_an_unreferenced_pipeline_stops_its_workers(cfg):
-  pipe = ready(Pipeline(cfg, prefetch=1, workers=1))
+@pytest.mark.parametrize("kind,count", [({"workers": 1}, 2), ({"planner_process": True}, 1)])
+def test_an_unreferenced_pipeline_stops_its_workers(cfg, kind, count):
+  pipe = ready(Pipeline(cfg, prefetch=1, **kind))
   next(pipe)
   processes = [h.process for h in pipe.producer.handles]
+  assert len(processes) == count
   del pipe
   gc.collect()
-  assert [p.wait(timeout=10) for p in processes] == [0, 0]
+  assert [p.wait(timeout=10) for p in processes] == [0] * count
 
 
 def test_workers_must_be_a_count_and_exclude_the_read_log(cfg):

@@ -171,6 +171,8 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--steps", type=int, default=100, help="steps to time (after one untimed step)")
   p.add_argument("--prefetch", type=int, default=2, help="steps planned and read ahead by a background thread")
   p.add_argument("--workers", type=int, default=0, help="worker processes (see docs/performance.md)")
+  p.add_argument("--planner-process", action="store_true",
+                 help="plan in a process of its own; read and assemble here (see docs/performance.md)")
   p.set_defaults(handler="planning:bench")
 
   p = sub.add_parser("mesh", help="rows, tokens and documents per host of a TPU slice")

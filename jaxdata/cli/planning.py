@@ -192,7 +192,7 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
 
 
 def bench(args: argparse.Namespace, console: Console) -> int:
-  result = bench_config(load_config(args.config), args.steps, args.prefetch, args.workers)
+  result = bench_config(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
   console.print(f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
                 f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "
                 f"first batch {result.first_batch_seconds:.2f}s")

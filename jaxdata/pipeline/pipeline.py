@@ -69,6 +69,7 @@ class Pipeline:
     workers: processes that read and assemble into shared memory (each up to
       `prefetch` + 1 steps ahead), plus one that plans (`jaxdata.pipeline.workers`);
       0 does it all in this process. Output and state never depend on it.
+    planner_process: with workers=0, plan in a process of its own; this process reads and assembles.
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
       faster (at least one step, at most 64). Output never depends on it.
@@ -82,9 +83,9 @@ class Pipeline:
 
   def __init__(
       self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
-      tpu: str | SliceSpec | None = None, prefetch: int = 2, workers: int = 0, read_ahead_tokens: int = READ_AHEAD,
-      read_threads: int = 1, stats_path: str | None = None, read_log: ReadLog | None = None, epoch: int = 0,
-      split: str = "train",
+      tpu: str | SliceSpec | None = None, prefetch: int = 2, workers: int = 0, planner_process: bool = False,
+      read_ahead_tokens: int = READ_AHEAD, read_threads: int = 1, stats_path: str | None = None,
+      read_log: ReadLog | None = None, epoch: int = 0, split: str = "train",
   ) -> None:
     _check_arguments(prefetch, workers, read_ahead_tokens, read_log)
     if tpu is not None:
@@ -109,7 +110,7 @@ class Pipeline:
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
     self.producer: StepProducer | WorkerProducer = StepProducer(
         cfg, self.planner, self.reader, self.recorder, self._rows_here, read_ahead_tokens, self._snapshot)
-    if workers:
+    if workers or planner_process:
       try:
         self.producer = WorkerProducer(cfg, workers, self.producer, self.recorder, self.fingerprint, self._rows_here,
                                        prefetch + 1, read_ahead_tokens, read_threads,
@@ -137,7 +138,7 @@ class Pipeline:
     started = time.perf_counter()
     try:
       # With workers, steps are made ahead in their shared memory: no thread here.
-      item = self._resources.take(self._produce, 0 if isinstance(self.producer, WorkerProducer) else self.prefetch)
+      item = self._resources.take(self._produce, 0 if self.producer.makes_steps_ahead else self.prefetch)
       if isinstance(item, Prepared):
         self.recorder.time(item.stats, "wait", time.perf_counter() - started)
         self.recorder.handed_out(item.stats)  # before the state advances: a failure retries the step

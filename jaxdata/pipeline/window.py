@@ -90,6 +90,8 @@ class StepProducer:
     self.window_tokens = 1  # grows to read_ahead_tokens; one step first
     self.ahead: PlannedWindow | None = None  # with remote data: the next window, its shards being fetched
 
+  makes_steps_ahead = False  # steps are made when asked for (on the prefetch thread, if any)
+
   def produce(self) -> Prepared | _End:
     """The next step."""
     if not self.window:

@@ -77,7 +77,7 @@ class WorkerSpec:
     """Windows the planner may send before the first is handed out: one
     being handed out and one read ahead in all, and one more per extra
     reader (windows go to the readers in turn)."""
-    return self.readers + 1
+    return max(2, self.readers + 1)
 
 
 def slot_views(buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_len: int) -> dict[str, np.ndarray]:

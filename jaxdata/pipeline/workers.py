@@ -11,6 +11,12 @@ each step's rows out of shared memory and makes the batch (global
     reader:    read the window's documents, assemble step by step into its slot ring  --slot-->  main
     main:      step s: its state and stats (from the planner), its rows (from its reader's slot, copied out)
 
+With no readers (`Pipeline(planner_process=True)`, `workers=0`) only the
+planner is a process: the main process reads and assembles each window
+itself, on its prefetch thread, while the planner plans the next one::
+
+    main:      window w: read its documents (one call per dataset), assemble step s
+
 Until every worker has opened its files, steps are made in process (the
 first batch does not wait for process start-up). Then the workers start from
 the state after the last step made, and a restart (`set_state`, an error)
@@ -23,12 +29,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import socket
-import subprocess
-import sys
 import time
 import weakref
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -37,92 +39,19 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.shared_buffer import SharedBuffer
+from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.steps import LocalStep, ReadStep, assemble, decode_window, read_window
 from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
-from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, send, slot_views
+from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, slot_views
 from jaxdata.transforms.assemble import FEATURES
 
 __all__ = ["WorkerProducer"]
 
-POLL_S = 0.1  # how often a wait checks that the worker is alive (and lets Ctrl-C in)
 _ERRORS: dict[str, type[Exception]] = {
     e.__name__: e for e in (DatasetError, ConfigError, CheckpointError, InputFormatError, ValueError,
                             IndexError, KeyError, OSError, RuntimeError, MemoryError)
 }
-
-
-class _Handle:
-  """One worker process, its pipe and (a reader's) shared memory ring."""
-
-  def __init__(self, cfg: PipelineConfig, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
-    self.cfg, self.spec, self.memory = cfg, spec, memory
-    self.name = "jaxdata planner" if spec.role == PLANNER else f"jaxdata reader {spec.index}"
-    ours, theirs = socket.socketpair()
-    inherited = [theirs.fileno()] + ([memory.fd] if memory is not None else [])
-    with theirs:
-      self.process = subprocess.Popen(
-          [sys.executable, "-m", "jaxdata.pipeline.worker", str(theirs.fileno())], pass_fds=inherited
-      )
-    self.conn = Connection(ours.detach())
-    send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
-    self.ready = False
-    self.failed = False  # it sent an error instead of "ready" (and exits)
-
-  def receive(self) -> dict[str, Any]:
-    """The next message, waiting for it (in POLL_S slices: Ctrl-C gets in)."""
-    while not self.conn.poll(POLL_S):
-      if self.process.poll() is not None:
-        raise self.gone()
-    return self._read()
-
-  def receive_ready(self) -> dict[str, Any] | None:
-    """The next message if one has arrived, else None."""
-    return self._read() if self.conn.poll(0) else None
-
-  def payload(self) -> bytes:
-    """The raw bytes that follow a window's header (already sent with it)."""
-    try:
-      return self.conn.recv_bytes()
-    except (EOFError, OSError):
-      raise self.gone() from None
-
-  def _read(self) -> dict[str, Any]:
-    try:
-      return json.loads(self.conn.recv_bytes())
-    except (EOFError, OSError):  # OSError: reset by a process that was killed
-      raise self.gone() from None
-
-  def send(self, message: dict[str, Any], payload: bytes | None = None) -> None:
-    try:
-      send(self.conn, message, payload)
-    except OSError:  # BrokenPipeError, ConnectionResetError: the process was killed
-      raise self.gone() from None
-
-  def gone(self) -> RuntimeError:
-    try:
-      code = self.process.wait(timeout=1)
-    except subprocess.TimeoutExpired:
-      return RuntimeError(f"{self.name} (pid {self.process.pid}) closed its pipe")
-    return RuntimeError(f"{self.name} (pid {self.process.pid}) exited with code {code}")
-
-  def respawned(self) -> "_Handle":
-    """A new process in place of a dead one, on the same shared memory."""
-    self.conn.close()
-    return _Handle(self.cfg, self.spec, self.memory)
-
-  def close(self) -> None:
-    try:
-      send(self.conn, {"kind": "stop"})
-    except (BrokenPipeError, OSError):
-      pass
-    try:
-      self.process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-      self.process.kill()
-      self.process.wait()
-    self.conn.close()
-    if self.memory is not None:
-      self.memory.close()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +65,16 @@ class _Coming:
   state: dict[str, Any]
   stats: dict[str, Any]
   closes_window: bool  # the window's last step: handing it out gives the planner a credit
+  window: "_LocalWindow | None" = None  # without readers: the window this process reads
+
+
+@dataclasses.dataclass
+class _LocalWindow:
+  """A planner's window that this process reads (at its first step) and assembles."""
+
+  steps: list[LocalStep]
+  items: collections.deque[ReadStep] | None = None
+  read_s: float = 0.0  # per step
 
 
 class WorkerProducer:
@@ -150,8 +89,8 @@ class WorkerProducer:
       fingerprint: dict[str, Any], rows_here: RowsHere, slots: int,
       read_ahead_tokens: int, read_threads: int, start_state: dict[str, Any],
   ) -> None:
-    if count < 1:
-      raise ValueError(f"workers: must be >= 1, got {count}")
+    if count < 0:
+      raise ValueError(f"workers: must be >= 0, got {count}")
     slots = max(slots, 2)  # one being copied out, one being made
     self.local, self.recorder, self.fingerprint = local, recorder, fingerprint
     rows_by_shape = {f"{rows}x{seq_len}": rows_here(rows, seq_len).tolist() for rows, seq_len in cfg.row_shapes()}
@@ -161,9 +100,9 @@ class WorkerProducer:
     self.specs = [WorkerSpec(PLANNER, 0, count, -1, 0, slots, self.slot_tokens, rows_by_shape, read_ahead_tokens,
                              read_threads)]
     self.specs += [dataclasses.replace(self.specs[0], role=READER, index=i) for i in range(count)]
-    self.handles: list[_Handle] = []  # the planner, then the readers; started after the first step
+    self.handles: list[WorkerHandle] = []  # the planner, then the readers; started after the first step
     # At exit too: the workers stop and the shared memory is released.
-    self._finalizer = weakref.finalize(self, _close_all, self.handles)
+    self._finalizer = weakref.finalize(self, close_all, self.handles)
     self.generation = 0
     self.next_step = start_state["step"]
     self.last_state = start_state  # after the last step made: where workers start from
@@ -175,12 +114,18 @@ class WorkerProducer:
     self.unexpected_exit: RuntimeError | None = None  # a worker exited while starting, without an error
 
   @property
-  def planner(self) -> _Handle:
+  def planner(self) -> WorkerHandle:
     return self.handles[0]
 
   @property
-  def readers(self) -> list[_Handle]:
+  def readers(self) -> list[WorkerHandle]:
     return self.handles[1:]
+
+  @property
+  def makes_steps_ahead(self) -> bool:
+    """Whether reader processes make the steps ahead (else this process
+    makes them, on its prefetch thread, from the planner's windows)."""
+    return len(self.specs) > 1
 
   def spawn(self) -> None:
     """Starts the worker processes (once; the first step is made in process
@@ -194,9 +139,9 @@ class WorkerProducer:
           size = spec.slots * len(FEATURES) * spec.slot_tokens * 4
           memory = SharedBuffer.create(size)
           spec = dataclasses.replace(spec, memory_fd=memory.fd, memory_bytes=memory.size)
-        self.handles.append(_Handle(self.cfg, spec, memory))
+        self.handles.append(WorkerHandle(self.cfg, spec, memory))
     except BaseException:  # re-raised: the workers started so far are stopped
-      _close_all(self.handles)
+      close_all(self.handles)
       raise
 
   def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -250,6 +195,8 @@ class WorkerProducer:
 
   def _take(self, coming: _Coming) -> Prepared:
     """Step `coming` from its reader's slot (copied out, then the slot is freed)."""
+    if coming.window is not None:
+      return self._take_local(coming, coming.window)
     handle = self.readers[coming.reader]
     while True:
       message = handle.receive()
@@ -278,6 +225,26 @@ class WorkerProducer:
     self.per_reader[coming.reader] += 1
     return Prepared(arrays, coming.state, stats)
 
+  def _take_local(self, coming: _Coming, window: _LocalWindow) -> Prepared:
+    """Step `coming` read (with the rest of its window, at its first step) and assembled here."""
+    if window.items is None:
+      started = time.perf_counter()
+      window.items = collections.deque(read_window(self.local.reader, window.steps, self.cfg.packing.pad_id))
+      window.read_s = (time.perf_counter() - started) / len(window.steps)
+    item = window.items.popleft()
+    started = time.perf_counter()
+    arrays = assemble(item, self.cfg.packing)
+    if coming.closes_window:
+      self.planner.send({"kind": "credit", "generation": self.generation})
+    stats = coming.stats
+    for timer, seconds in stats["time_s"].items():  # the planner's
+      self.recorder.timers[timer] += seconds
+    self.recorder.time(stats, "read", window.read_s)
+    self.recorder.time(stats, "assemble", time.perf_counter() - started)
+    self.next_step += 1
+    self.from_workers += 1
+    return Prepared(arrays, coming.state, stats)
+
   def _forward(self, wait: bool) -> None:
     """Takes the planner's messages (waiting for one if `wait`), forwards
     its windows to the readers and queues their steps."""
@@ -294,12 +261,16 @@ class WorkerProducer:
         continue
       steps = message["steps"]
       if steps:
-        reader = self.windows % len(self.readers)
-        self.readers[reader].send({"kind": "window", "generation": self.generation, "steps": steps}, payload)
+        reader, window = -1, None
+        if self.readers:
+          reader = self.windows % len(self.readers)
+          self.readers[reader].send({"kind": "window", "generation": self.generation, "steps": steps}, payload)
+        else:
+          window = _LocalWindow(decode_window(steps, payload))
         self.windows += 1
         for i, (header, state, stats) in enumerate(zip(steps, message["states"], message["stats"])):
           self.coming.append(_Coming(header["step"], reader, header["num_rows"], header["seq_len"], state, stats,
-                                     i == len(steps) - 1))
+                                     i == len(steps) - 1, window))
       if message["ended"]:
         self.coming.append(END)
 
@@ -347,8 +318,3 @@ class WorkerProducer:
     portable = json.loads(json.dumps(encoded_state(state)))
     self.planner.send({"kind": "start", "generation": self.generation, "state": portable})
     self.started = True
-
-
-def _close_all(handles: list[_Handle]) -> None:
-  while handles:
-    handles.pop().close()

@@ -1,4 +1,4 @@
-"""`bench`: throughput of a pipeline config on this host (NumPy output; in process or with workers)."""
+"""`bench`: throughput of a pipeline config on this host (NumPy output; in process, planner process or workers)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,11 @@ class BenchResult:
     return self.real_tokens / max(self.steps * self.rows * self.seq_len, 1)
 
 
-def bench(cfg: PipelineConfig, steps: int, prefetch: int = 2, workers: int = 0) -> BenchResult:
+def bench(cfg: PipelineConfig, steps: int, prefetch: int = 2, workers: int = 0,
+          planner_process: bool = False) -> BenchResult:
   """Times the first batch, then `steps` more; counts non-padding tokens."""
   started = time.perf_counter()
-  with Pipeline(cfg, prefetch=prefetch, workers=workers) as pipe:
+  with Pipeline(cfg, prefetch=prefetch, workers=workers, planner_process=planner_process) as pipe:
     next(pipe)
     first = time.perf_counter() - started
     started = time.perf_counter()

@@ -1,0 +1,104 @@
+"""`WorkerHandle`: one worker process of a pipeline, its pipe and (a reader's) slot ring.
+
+The main process talks to a worker through a socket pair (JSON messages, a
+window's pieces as raw bytes after their header; `jaxdata.pipeline.worker`
+is the other end). A worker that dies is named in the error its handle
+raises and can be started again on the same shared memory (`respawned`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.pipeline.shared_buffer import SharedBuffer
+from jaxdata.pipeline.worker import PLANNER, WorkerSpec, send
+
+__all__ = ["POLL_S", "WorkerHandle", "close_all"]
+
+POLL_S = 0.1  # how often a wait checks that the worker is alive (and lets Ctrl-C in)
+
+
+class WorkerHandle:
+  """One worker process, its pipe and (a reader's) shared memory ring."""
+
+  def __init__(self, cfg: PipelineConfig, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
+    self.cfg, self.spec, self.memory = cfg, spec, memory
+    self.name = "jaxdata planner" if spec.role == PLANNER else f"jaxdata reader {spec.index}"
+    ours, theirs = socket.socketpair()
+    inherited = [theirs.fileno()] + ([memory.fd] if memory is not None else [])
+    with theirs:
+      self.process = subprocess.Popen(
+          [sys.executable, "-m", "jaxdata.pipeline.worker", str(theirs.fileno())], pass_fds=inherited
+      )
+    self.conn = Connection(ours.detach())
+    send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
+    self.ready = False
+    self.failed = False  # it sent an error instead of "ready" (and exits)
+
+  def receive(self) -> dict[str, Any]:
+    """The next message, waiting for it (in POLL_S slices: Ctrl-C gets in)."""
+    while not self.conn.poll(POLL_S):
+      if self.process.poll() is not None:
+        raise self.gone()
+    return self._read()
+
+  def receive_ready(self) -> dict[str, Any] | None:
+    """The next message if one has arrived, else None."""
+    return self._read() if self.conn.poll(0) else None
+
+  def payload(self) -> bytes:
+    """The raw bytes that follow a window's header (already sent with it)."""
+    try:
+      return self.conn.recv_bytes()
+    except (EOFError, OSError):
+      raise self.gone() from None
+
+  def _read(self) -> dict[str, Any]:
+    try:
+      return json.loads(self.conn.recv_bytes())
+    except (EOFError, OSError):  # OSError: reset by a process that was killed
+      raise self.gone() from None
+
+  def send(self, message: dict[str, Any], payload: bytes | None = None) -> None:
+    try:
+      send(self.conn, message, payload)
+    except OSError:  # BrokenPipeError, ConnectionResetError: the process was killed
+      raise self.gone() from None
+
+  def gone(self) -> RuntimeError:
+    try:
+      code = self.process.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+      return RuntimeError(f"{self.name} (pid {self.process.pid}) closed its pipe")
+    return RuntimeError(f"{self.name} (pid {self.process.pid}) exited with code {code}")
+
+  def respawned(self) -> "WorkerHandle":
+    """A new process in place of a dead one, on the same shared memory."""
+    self.conn.close()
+    return WorkerHandle(self.cfg, self.spec, self.memory)
+
+  def close(self) -> None:
+    try:
+      send(self.conn, {"kind": "stop"})
+    except (BrokenPipeError, OSError):
+      pass
+    try:
+      self.process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      self.process.kill()
+      self.process.wait()
+    self.conn.close()
+    if self.memory is not None:
+      self.memory.close()
+
+
+def close_all(handles: list[WorkerHandle]) -> None:
+  while handles:
+    handles.pop().close()
