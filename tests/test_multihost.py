@@ -6,6 +6,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 import yaml
 
 from jaxdata import Pipeline, load_config
@@ -96,12 +97,14 @@ def test_two_processes_build_the_single_process_global_batch(tmp_path):
     assert state == expected_state  # identical on every host
 
 
-def test_two_processes_with_worker_processes_build_the_same_global_batch(tmp_path):
-  """Each host's worker assembles exactly that host's rows (taken from the mesh)."""
+@pytest.mark.parametrize("workers", [1, -1])  # -1: planner_process=True
+def test_two_processes_with_worker_processes_build_the_same_global_batch(tmp_path, workers):
+  """Each host's worker assembles exactly that host's rows (taken from the mesh);
+  with only a planner process, each host plans in it and assembles its rows itself."""
   config = write_two_datasets(tmp_path)
   out_dir = tmp_path / "out"
   out_dir.mkdir()
-  run_processes(2, config, str(out_dir), workers=1)
+  run_processes(2, config, str(out_dir), workers=workers)
   cfg = load_config(config)
   with Pipeline(cfg, prefetch=0) as reference:
     expected = [next(reference) for _ in range(STEPS)]
