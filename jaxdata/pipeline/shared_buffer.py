@@ -7,7 +7,7 @@ end, and no `multiprocessing` resource-tracker process is started::
 
     main:    SharedBuffer.create(size)  -> fd, mapping
              Popen(..., pass_fds=[fd])   the worker gets the same descriptor number
-    worker:  SharedBuffer.attach(fd, size)
+    worker:  SharedBuffer(fd, size)            the same size, from the worker's spec
     both:    close() when done; the memory goes with the last mapping
 """
 
@@ -30,7 +30,7 @@ class SharedBuffer:
 
   @classmethod
   def create(cls, size: int) -> "SharedBuffer":
-    size = max(1, size)
+    """A new buffer of `size` >= 1 bytes (zeros)."""
     if hasattr(os, "memfd_create"):
       fd = os.memfd_create("jaxdata-slots")
     else:  # not Linux: an unlinked temporary file serves the same purpose
@@ -38,15 +38,6 @@ class SharedBuffer:
       os.unlink(path)
     os.ftruncate(fd, size)
     return cls(fd, size)
-
-  @classmethod
-  def attach(cls, fd: int, size: int) -> "SharedBuffer":
-    """The buffer whose descriptor this process inherited."""
-    return cls(fd, size)
-
-  @property
-  def closed(self) -> bool:
-    return self._mapping.closed
 
   def close(self) -> None:
     """Unmaps and closes the descriptor (views into `buf` must be gone)."""

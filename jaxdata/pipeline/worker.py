@@ -65,12 +65,16 @@ class WorkerSpec:
   index: int  # the reader's index (0 for the planner)
   readers: int
   memory_fd: int  # the reader's slot ring, an inherited descriptor (-1 for the planner)
-  memory_bytes: int
   slots: int
   slot_tokens: int  # the most tokens of this host's rows in any step
   rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
   read_ahead_tokens: int
   read_threads: int
+
+  @property
+  def ring_bytes(self) -> int:
+    """The size of a reader's slot ring: `slots` steps of every feature, int32."""
+    return max(1, self.slots * len(FEATURES) * self.slot_tokens * 4)
 
   @property
   def windows_ahead(self) -> int:
@@ -118,7 +122,7 @@ def serve(conn: Connection, cfg: PipelineConfig, spec: WorkerSpec) -> None:
   memory = None
   try:
     if spec.role == READER:
-      memory = SharedBuffer.attach(spec.memory_fd, spec.memory_bytes)
+      memory = SharedBuffer(spec.memory_fd, spec.ring_bytes)  # the descriptor this process inherited
     send(conn, {"kind": "ready", "fingerprint": parts.fingerprint})
     role = _Planning(conn, cfg, spec, parts) if spec.role == PLANNER else _Reading(conn, cfg, spec, parts, memory.buf)
     role.run()

@@ -44,7 +44,6 @@ from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import LocalStep, ReadStep, assemble, decode_window, read_window
 from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
 from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, slot_views
-from jaxdata.transforms.assemble import FEATURES
 
 __all__ = ["WorkerProducer"]
 
@@ -97,7 +96,7 @@ class WorkerProducer:
     self.slot_tokens = max(len(r) * int(key.split("x")[1]) for key, r in rows_by_shape.items())
 
     self.cfg = cfg
-    self.specs = [WorkerSpec(PLANNER, 0, count, -1, 0, slots, self.slot_tokens, rows_by_shape, read_ahead_tokens,
+    self.specs = [WorkerSpec(PLANNER, 0, count, -1, slots, self.slot_tokens, rows_by_shape, read_ahead_tokens,
                              read_threads)]
     self.specs += [dataclasses.replace(self.specs[0], role=READER, index=i) for i in range(count)]
     self.handles: list[WorkerHandle] = []  # the planner, then the readers; started after the first step
@@ -136,9 +135,8 @@ class WorkerProducer:
       for spec in self.specs:
         memory = None
         if spec.role == READER:
-          size = spec.slots * len(FEATURES) * spec.slot_tokens * 4
-          memory = SharedBuffer.create(size)
-          spec = dataclasses.replace(spec, memory_fd=memory.fd, memory_bytes=memory.size)
+          memory = SharedBuffer.create(spec.ring_bytes)
+          spec = dataclasses.replace(spec, memory_fd=memory.fd)
         self.handles.append(WorkerHandle(self.cfg, spec, memory))
     except BaseException:  # re-raised: the workers started so far are stopped
       close_all(self.handles)
