@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import jax
 import numpy as np
@@ -84,6 +85,23 @@ def test_a_planner_process_gives_the_in_process_batches_and_states(cfg, referenc
     assert set(pipe.stats()["time_s"]) == {"plan", "read", "assemble", "wait"}
   with Pipeline(cfg, prefetch=prefetch, planner_process=True) as pipe:  # without waiting: a seamless hand-over
     assert run(pipe, STEPS) == reference
+
+
+def test_a_planner_without_readers_stays_two_windows_ahead(cfg):
+  # docs/performance.md: one window being read here, one planned; no more until a credit comes back.
+  with Pipeline(cfg, prefetch=0, planner_process=True) as pipe:
+    producer = ready(pipe).producer
+    producer._start(producer.last_state)
+    deadline = time.monotonic() + 30
+    while producer.windows < 2 and time.monotonic() < deadline:
+      producer._forward(wait=False)
+      time.sleep(0.01)
+    time.sleep(0.5)  # time enough to plan many more windows if it were not held back
+    producer._forward(wait=False)
+    assert producer.windows == 2
+    assert run(pipe, 1)  # the first window's single step closes it: a credit, one more window
+    producer._forward(wait=True)
+    assert producer.windows == 3
 
 
 def test_a_window_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
@@ -257,6 +275,8 @@ def test_an_unreferenced_pipeline_stops_its_workers(cfg, kind, count):
 def test_workers_must_be_a_count_and_exclude_the_read_log(cfg):
   with pytest.raises(ValueError, match="workers: must be an int >= 0, got -1"):
     Pipeline(cfg, workers=-1)
+  with pytest.raises(ValueError, match="planner_process: must be True or False, got 'yes'"):
+    Pipeline(cfg, planner_process="yes")
   with pytest.raises(ValueError, match="read_log: not available with workers"):
     Pipeline(cfg, workers=1, read_log=[])
 

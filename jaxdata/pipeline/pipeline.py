@@ -87,7 +87,7 @@ class Pipeline:
       read_ahead_tokens: int = READ_AHEAD, read_threads: int = 1, stats_path: str | None = None,
       read_log: ReadLog | None = None, epoch: int = 0, split: str = "train",
   ) -> None:
-    _check_arguments(prefetch, workers, read_ahead_tokens, read_log)
+    _check_arguments(prefetch, workers, planner_process, read_ahead_tokens, read_log)
     if tpu is not None:
       if mesh is not None:
         raise ValueError("tpu: give a slice name or a mesh, not both")
@@ -206,11 +206,14 @@ class Pipeline:
     self.producer.restart(self._state)
 
 
-def _check_arguments(prefetch: int, workers: int, read_ahead_tokens: int, read_log: ReadLog | None) -> None:
+def _check_arguments(prefetch: int, workers: int, planner_process: bool, read_ahead_tokens: int,
+                     read_log: ReadLog | None) -> None:
   if prefetch < 0:
     raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
   if not isinstance(workers, int) or workers < 0:
     raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
+  if not isinstance(planner_process, bool):
+    raise ValueError(f"planner_process: must be True or False, got {planner_process!r}")
   if workers and read_log is not None:
     raise ValueError("read_log: not available with workers (the reads happen in the worker processes)")
   if not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:

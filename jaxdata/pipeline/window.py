@@ -69,6 +69,8 @@ class StepProducer:
     snapshot: called after each planned step; gives the state to hand out with it.
   """
 
+  makes_steps_ahead = False  # steps are made when asked for (on the prefetch thread, if any)
+
   def __init__(
       self,
       cfg: PipelineConfig,
@@ -89,8 +91,6 @@ class StepProducer:
     self.window: collections.deque[_Ready | _End] = collections.deque()
     self.window_tokens = 1  # grows to read_ahead_tokens; one step first
     self.ahead: PlannedWindow | None = None  # with remote data: the next window, its shards being fetched
-
-  makes_steps_ahead = False  # steps are made when asked for (on the prefetch thread, if any)
 
   def produce(self) -> Prepared | _End:
     """The next step."""
