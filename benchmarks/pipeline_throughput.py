@@ -12,8 +12,8 @@ decoded to int32, documents split to <= 2048 tokens (FlatMap), mixed with
 per-piece weights that give the same token shares, FirstFitPackIterDataset
 with 32 bins, batch 32; run single-process and with mp_prefetch(2).
 jaxdata: in process (`workers=0`), with the planner in a process of its own
-(`planner_process=True`) and with worker processes, NumPy output and
-`jax.Array` output on an 8-device CPU mesh.
+(`planner_process`, the default with a mesh) and with worker processes, NumPy
+output and `jax.Array` output on an 8-device CPU mesh.
 
 Every configuration runs in its own subprocess (its peak RSS is that of its
 whole process tree, workers included, sampled every 50 ms); all of them run
@@ -23,6 +23,9 @@ and times a new pipeline's restore + first batch (checked equal to the
 original's next batch). Both sides print the token shares they realised
 (mesh rows count from the pipeline's per-step stats and copy every 10th
 batch back to check them: a training loop never copies its batches back).
+Every row also prints the CPU time its whole process tree spent per 65,536
+non-padding tokens and the cores it kept busy, and the ceiling's; from them,
+the CPU a 0.6 share of the ceiling would allow on this machine's cores.
 Also printed: the raw read ceiling, the per-host spread of documents read on
 a v5p-128 slice (1024 x 4096), and how much a Python-bound "training loop"
 thread slows down while a pipeline feeds it 2M tokens/s.
@@ -51,16 +54,16 @@ WARMUP, STEPS, RESTORE_AT = 150, 300, 1000
 CHECK_EVERY = 10  # mesh rows: every 10th batch is copied back to the host and counted
 FEED_TOKENS_PER_S = 2_000_000  # the training-thread check's feeding rate
 JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices, Pipeline arguments)
-    "jaxdata": (0, {}),
-    "jaxdata-mesh8": (8, {}),
+    "jaxdata": (0, {}),  # the defaults: NumPy output plans in process
     "jaxdata-planner": (0, {"planner_process": True}),
-    "jaxdata-mesh8-planner": (8, {"planner_process": True}),
+    "jaxdata-mesh8": (8, {}),  # the defaults: with a mesh, the planner is a process of its own
+    "jaxdata-mesh8-in-process": (8, {"planner_process": False}),
     "jaxdata-workers1": (0, {"workers": 1}),
     "jaxdata-mesh8-workers1": (8, {"workers": 1}),
     "jaxdata-mesh8-workers2": (8, {"workers": 2}),
 }
 TRAINING_KINDS: dict[str, dict[str, Any]] = {  # the training-thread check: name -> Pipeline arguments
-    "training-thread-in-process": {},
+    "training-thread-in-process": {"planner_process": False},
     "training-thread-planner": {"planner_process": True},
     "training-thread-workers1": {"workers": 1},
 }
@@ -108,7 +111,7 @@ def _measured(take: Any, source_key: str, valid_key: str | None, stated: Any = N
   for _ in range(WARMUP):
     take()
   real, per_source = 0, np.zeros(len(TOKEN_SHARES))
-  started = time.perf_counter()
+  cpu_started, started = _tree_cpu_s(os.getpid()), time.perf_counter()
   for step in range(STEPS):
     batch = take()
     if stated is not None and step % CHECK_EVERY:
@@ -122,8 +125,27 @@ def _measured(take: Any, source_key: str, valid_key: str | None, stated: Any = N
     real += count
     per_source += sources
   seconds = time.perf_counter() - started
+  cpu = _tree_cpu_s(os.getpid()) - cpu_started
   return {"tokens_per_s": real / seconds, "efficiency": real / (STEPS * ROWS * SEQ_LEN),
-          "shares": (per_source / real).tolist()}
+          "shares": (per_source / real).tolist(), **_cpu_figures(cpu, seconds, real)}
+
+
+def _cpu_figures(cpu_s: float, seconds: float, tokens: int) -> dict[str, float]:
+  """CPU time (the whole process tree) per 65,536 tokens, and the cores it kept busy."""
+  return {"cpu_ms_per_64k": 1e3 * cpu_s * 65_536 / tokens, "cores": cpu_s / seconds}
+
+
+def _tree_cpu_s(pid: int) -> float:
+  """User + system CPU seconds of a process and its live descendants."""
+  total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+  for current in _tree_pids(pid):
+    try:
+      with open(f"/proc/{current}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:  # the process ended meanwhile
+      continue
+    total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+  return total
 
 
 def run_jaxdata(corpus: str, mesh_devices: int, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -237,12 +259,13 @@ def run_ceiling(corpus: str) -> dict[str, Any]:
   per_round = np.maximum(1, np.round(4096 * rates / rates.sum()).astype(int))
   rng = np.random.default_rng(0)
   target = STEPS * ROWS * SEQ_LEN
-  tokens, started = 0, time.perf_counter()
+  tokens, cpu_started, started = 0, _tree_cpu_s(os.getpid()), time.perf_counter()
   while tokens < target:
     for dataset, count in zip(datasets, per_round):
       picks = rng.choice(dataset.num_records, min(int(count), dataset.num_records), replace=False)
       tokens += dataset.read_global(picks).tokens.size
-  return {"tokens_per_s": tokens / (time.perf_counter() - started)}
+  seconds = time.perf_counter() - started
+  return {"tokens_per_s": tokens / seconds, **_cpu_figures(_tree_cpu_s(os.getpid()) - cpu_started, seconds, tokens)}
 
 
 def _python_work(iterations: int) -> int:
@@ -291,16 +314,27 @@ def run_training_thread(corpus: str, arguments: dict[str, Any]) -> dict[str, Any
   return {"slowdown": 1 - statistics.median(fed) / statistics.median(alone), "in_next": statistics.median(in_next)}
 
 
-def _tree_rss_mb(pid: int) -> float:
-  """RSS of a process and all its descendants (from /proc; children through
+def _tree_pids(pid: int) -> list[int]:
+  """A process and all its descendants (children through
   /proc/PID/task/TID/children, so a sample reads a few files, not all of /proc)."""
-  total, stack = 0.0, [pid]
+  found, stack = [], [pid]
   while stack:
     current = stack.pop()
+    found.append(current)
     try:
       for task in os.listdir(f"/proc/{current}/task"):
         with open(f"/proc/{current}/task/{task}/children") as f:
           stack.extend(int(child) for child in f.read().split())
+    except OSError:  # the process ended meanwhile
+      continue
+  return found
+
+
+def _tree_rss_mb(pid: int) -> float:
+  """RSS of a process and all its descendants (from /proc)."""
+  total = 0.0
+  for current in _tree_pids(pid):
+    try:
       with open(f"/proc/{current}/status") as f:
         total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024
     except OSError:  # the process ended meanwhile
@@ -358,6 +392,21 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
   return out
 
 
+def _print_ceiling_budget(results: dict[str, dict[str, Any]], ceiling: float) -> None:
+  """What a 0.6 share of the ceiling asks of this machine's cores: every
+  65,536 tokens may then cost at most cores / (0.6 x ceiling) of CPU, the
+  read (at the ceiling's own CPU cost) included."""
+  cores = len(os.sched_getaffinity(0))
+  budget_ms = 1e3 * cores * 65_536 / (0.6 * ceiling)
+  read_ms = results["ceiling"]["cpu_ms_per_64k"]
+  print(f"\n0.6 of the ceiling on {cores} cores allows {budget_ms:.2f} CPU-ms per 65,536 tokens, reading included "
+        f"(the ceiling's reads cost {read_ms:.2f}); used:")
+  for kind in JAXDATA_KINDS:
+    used = results[kind]["cpu_ms_per_64k"]
+    verdict = "within it" if used <= budget_ms else f"{used / budget_ms:.2f}x over: out of reach on {cores} cores"
+    print(f"  {kind:24s} {used:5.2f} ms ({verdict})")
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--corpus", default="/tmp/jaxdata-bench")
@@ -379,16 +428,19 @@ def main() -> None:
   print(f"medians of {args.repetitions} interleaved runs; {STEPS} steps measured after {WARMUP}; "
         f"restore after {RESTORE_AT} steps\n")
   print(f"{'':24s} {'non-pad tok/s':>13s} {'efficiency':>10s} {'first batch':>11s} {'restore+first':>13s} "
-        f"{'peak RSS (tree)':>15s}   realised token shares {names}")
+        f"{'peak RSS (tree)':>15s} {'CPU ms/64Ki':>11s} {'cores':>5s}   realised token shares {names}")
   for kind in [*JAXDATA_KINDS, *GRAIN_KINDS]:
     r = results[kind]
     shares = " / ".join(f"{s:.3f}" for s in r["shares"])
     same = "" if r["restore_identical"] else "  (restored batch DIFFERS)"
     print(f"{kind:24s} {r['tokens_per_s'] / 1e6:11.2f} M {r['efficiency']:10.4f} {r['first_batch_s']:9.3f} s "
-          f"{r['restore_s']:11.3f} s {r['peak_rss_mb']:12.0f} MB   {shares}{same}")
-  print(f"{'target shares':24s} {'':70s}   " + " / ".join(f"{s:.3f}" for s in TOKEN_SHARES.values()))
+          f"{r['restore_s']:11.3f} s {r['peak_rss_mb']:12.0f} MB {r['cpu_ms_per_64k']:11.2f} {r['cores']:5.2f}   "
+          f"{shares}{same}")
+  print(f"{'target shares':24s} {'':88s}   " + " / ".join(f"{s:.3f}" for s in TOKEN_SHARES.values()))
   ceiling = results["ceiling"]["tokens_per_s"]
-  print(f"{'raw read ceiling':24s} {ceiling / 1e6:11.2f} M")
+  r = results["ceiling"]
+  print(f"{'raw read ceiling':24s} {ceiling / 1e6:11.2f} M {'':58s} {r['cpu_ms_per_64k']:11.2f} {r['cores']:5.2f}")
+  _print_ceiling_budget(results, ceiling)
   best_grain_kind = max(GRAIN_KINDS, key=lambda k: results[k]["tokens_per_s"])
   best_grain = results[best_grain_kind]["tokens_per_s"]
   grain_rss = results["grain"]["peak_rss_mb"]

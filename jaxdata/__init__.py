@@ -58,6 +58,7 @@ __all__ = [
     "TokenizerSpec",
     "WarmupPhase",
     "WindowOptions",
+    "WorkerStartError",
     "build_flat_index",
     "build_index",
     "checkpoint",
@@ -84,7 +85,8 @@ __getattr__, __dir__ = lazy_exports(
         **dict.fromkeys(
             ("BatchConfig", "DatasetConfig", "MixtureConfig", "PackingConfig", "Phase", "PipelineConfig",
              "Schedule", "WarmupPhase", "load_config"), _CONFIG),
-        **dict.fromkeys(("CheckpointError", "ConfigError", "DatasetError", "InputFormatError"), _ERRORS),
+        **dict.fromkeys(("CheckpointError", "ConfigError", "DatasetError", "InputFormatError", "WorkerStartError"),
+                      _ERRORS),
         **dict.fromkeys(
             ("DatasetWriter", "DocumentLengths", "FlatTokenDataset", "Manifest", "RaggedTokens", "ReadOptions",
              "ShardInfo", "TokenDataset", "WindowOptions", "build_flat_index", "build_index", "open_dataset"),

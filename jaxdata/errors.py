@@ -32,6 +32,11 @@ class CheckpointError(ValueError):
   The message names the checkpoint path or what changed."""
 
 
+class WorkerStartError(RuntimeError):
+  """A pipeline's worker or planner process could not be started, or exited
+  before it had opened the data; the message names the process and its exit."""
+
+
 def optional_module(name: str, extra: str, purpose: str) -> Any:
   """Imports an optional dependency, or raises an ImportError naming the extra that installs it.
 

@@ -275,7 +275,7 @@ def test_an_unreferenced_pipeline_stops_its_workers(cfg, kind, count):
 def test_workers_must_be_a_count_and_exclude_the_read_log(cfg):
   with pytest.raises(ValueError, match="workers: must be an int >= 0, got -1"):
     Pipeline(cfg, workers=-1)
-  with pytest.raises(ValueError, match="planner_process: must be True or False, got 'yes'"):
+  with pytest.raises(ValueError, match="planner_process: must be True, False or None, got 'yes'"):
     Pipeline(cfg, planner_process="yes")
   with pytest.raises(ValueError, match="read_log: not available with workers"):
     Pipeline(cfg, workers=1, read_log=[])

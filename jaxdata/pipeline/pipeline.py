@@ -7,7 +7,9 @@ Every process runs the same plan and reads only its own rows::
       -> batched reads of those rows' documents, many steps per call           reader.py, window.py
       -> assemble_rows (NumPy)                                                 window.py
       -> jax.Array (make_array_from_callback)                                  sharding.py
-    a background thread runs this `prefetch` steps ahead (prefetch.py), or with
+    a background thread runs this `prefetch` steps ahead (prefetch.py). With a
+    mesh (on >= 2 cores) the planning runs in a process of its own and this
+    process reads, assembles and makes the arrays from its windows; with
     `workers=n` steps are planned in one worker process and read and assembled
     in n others (workers.py) and the global arrays are made in the caller's thread.
     get_state() is the state after the last batch handed out, never the prefetcher's.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 import weakref
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -69,7 +72,8 @@ class Pipeline:
     workers: processes that read and assemble into shared memory (each up to
       `prefetch` + 1 steps ahead), plus one that plans (`jaxdata.pipeline.workers`);
       0 does it all in this process. Output and state never depend on it.
-    planner_process: with workers=0, plan in a process of its own; this process reads and assembles.
+    planner_process: with workers=0, plan in a process of its own (this one reads and assembles);
+      None: where that is faster, with a mesh on >= 2 cores (in process, warned, if it cannot start).
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
       faster (at least one step, at most 64). Output never depends on it.
@@ -83,16 +87,12 @@ class Pipeline:
 
   def __init__(
       self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
-      tpu: str | SliceSpec | None = None, prefetch: int = 2, workers: int = 0, planner_process: bool = False,
+      tpu: str | SliceSpec | None = None, prefetch: int = 2, workers: int = 0, planner_process: bool | None = None,
       read_ahead_tokens: int = READ_AHEAD, read_threads: int = 1, stats_path: str | None = None,
       read_log: ReadLog | None = None, epoch: int = 0, split: str = "train",
   ) -> None:
     _check_arguments(prefetch, workers, planner_process, read_ahead_tokens, read_log)
-    if tpu is not None:
-      if mesh is not None:
-        raise ValueError("tpu: give a slice name or a mesh, not both")
-      spec = tpu if isinstance(tpu, SliceSpec) else load_slice(tpu)
-      mesh, data_axes = slice_mesh(spec), spec.data_axes
+    mesh, data_axes = _mesh_and_axes(tpu, mesh, data_axes)
     sharding = None
     if mesh is not None:  # checked before any file is opened
       sharding = batch_sharding(mesh, data_axes)
@@ -110,11 +110,11 @@ class Pipeline:
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
     self.producer: StepProducer | WorkerProducer = StepProducer(
         cfg, self.planner, self.reader, self.recorder, self._rows_here, read_ahead_tokens, self._snapshot)
-    if workers or planner_process:
+    if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
         self.producer = WorkerProducer(cfg, workers, self.producer, self.recorder, self.fingerprint, self._rows_here,
-                                       prefetch + 1, read_ahead_tokens, read_threads,
-                                       self._snapshot())
+                                       prefetch + 1, read_ahead_tokens, read_threads, self._snapshot(),
+                                       fall_back=planner_process is None and not workers)
       except BaseException:  # re-raised: nothing may stay open
         self.reader.close()
         raise
@@ -206,14 +206,39 @@ class Pipeline:
     self.producer.restart(self._state)
 
 
-def _check_arguments(prefetch: int, workers: int, planner_process: bool, read_ahead_tokens: int,
+def _mesh_and_axes(tpu: str | SliceSpec | None, mesh: Mesh | None,
+                   data_axes: Sequence[str]) -> tuple[Mesh | None, Sequence[str]]:
+  """The mesh and data axes given, or a slice's default ones."""
+  if tpu is None:
+    return mesh, data_axes
+  if mesh is not None:
+    raise ValueError("tpu: give a slice name or a mesh, not both")
+  spec = tpu if isinstance(tpu, SliceSpec) else load_slice(tpu)
+  return slice_mesh(spec), spec.data_axes
+
+
+def planner_process_helps(mesh: Mesh | None, workers: int) -> bool:
+  """Where `planner_process=None` plans in a process of its own: where that
+  is faster (benchmarks/pipeline_throughput: mesh output, 2 cores) and no
+  worker processes plan already. With NumPy output (tests, notebooks,
+  evaluation on the host) no process is started unasked."""
+  return mesh is not None and not workers and _usable_cores() >= 2
+
+
+def _usable_cores() -> int:
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+def _check_arguments(prefetch: int, workers: int, planner_process: bool | None, read_ahead_tokens: int,
                      read_log: ReadLog | None) -> None:
   if prefetch < 0:
     raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
   if not isinstance(workers, int) or workers < 0:
     raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
-  if not isinstance(planner_process, bool):
-    raise ValueError(f"planner_process: must be True or False, got {planner_process!r}")
+  if planner_process is not None and not isinstance(planner_process, bool):
+    raise ValueError(f"planner_process: must be True, False or None, got {planner_process!r}")
   if workers and read_log is not None:
     raise ValueError("read_log: not available with workers (the reads happen in the worker processes)")
   if not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.errors import WorkerStartError
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.worker import PLANNER, WorkerSpec, send
 
@@ -31,12 +33,20 @@ class WorkerHandle:
   def __init__(self, cfg: PipelineConfig, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
     self.cfg, self.spec, self.memory = cfg, spec, memory
     self.name = "jaxdata planner" if spec.role == PLANNER else f"jaxdata reader {spec.index}"
-    ours, theirs = socket.socketpair()
+    try:
+      ours, theirs = socket.socketpair()
+    except OSError as e:  # no descriptor left
+      raise WorkerStartError(f"{self.name} could not be started: {e}") from e
     inherited = [theirs.fileno()] + ([memory.fd] if memory is not None else [])
-    with theirs:
-      self.process = subprocess.Popen(
-          [sys.executable, "-m", "jaxdata.pipeline.worker", str(theirs.fileno())], pass_fds=inherited
-      )
+    try:
+      with theirs:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "jaxdata.pipeline.worker", str(theirs.fileno())], pass_fds=inherited,
+            env=_child_environment(),
+        )
+    except OSError as e:  # no process left, an interpreter that cannot be run
+      ours.close()
+      raise WorkerStartError(f"{self.name} could not be started: {e}") from e
     self.conn = Connection(ours.detach())
     send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
     self.ready = False
@@ -97,6 +107,18 @@ class WorkerHandle:
     self.conn.close()
     if self.memory is not None:
       self.memory.close()
+
+
+def _child_environment() -> dict[str, str]:
+  """This environment, with this interpreter's import path first: the worker
+  imports the jaxdata this process runs, also one found through `sys.path`
+  changes a script made (as `multiprocessing`'s spawn does)."""
+  env = dict(os.environ)
+  path = [entry for entry in sys.path if entry]
+  if env.get("PYTHONPATH"):
+    path.append(env["PYTHONPATH"])
+  env["PYTHONPATH"] = os.pathsep.join(path)
+  return env
 
 
 def close_all(handles: list[WorkerHandle]) -> None:

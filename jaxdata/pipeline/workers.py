@@ -30,13 +30,14 @@ import collections
 import dataclasses
 import json
 import time
+import warnings
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError
+from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
@@ -46,6 +47,8 @@ from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
 from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, slot_views
 
 __all__ = ["WorkerProducer"]
+
+STARTS_BEFORE_GIVING_UP = 3  # a worker that exits before it is ready this many times in a row is not started again
 
 _ERRORS: dict[str, type[Exception]] = {
     e.__name__: e for e in (DatasetError, ConfigError, CheckpointError, InputFormatError, ValueError,
@@ -80,13 +83,15 @@ class WorkerProducer:
   """Produces `Prepared` steps like `StepProducer`, from worker processes.
 
   `local` makes the steps until the workers are ready; it shares the
-  pipeline's planner, so its states are the pipeline's.
+  pipeline's planner, so its states are the pipeline's. With `fall_back`,
+  workers that cannot start (`WorkerStartError`) leave every step to `local`,
+  with a warning, instead of failing them.
   """
 
   def __init__(
       self, cfg: PipelineConfig, count: int, local: StepProducer, recorder: StatsRecorder,
       fingerprint: dict[str, Any], rows_here: RowsHere, slots: int,
-      read_ahead_tokens: int, read_threads: int, start_state: dict[str, Any],
+      read_ahead_tokens: int, read_threads: int, start_state: dict[str, Any], fall_back: bool = False,
   ) -> None:
     if count < 0:
       raise ValueError(f"workers: must be >= 0, got {count}")
@@ -111,6 +116,9 @@ class WorkerProducer:
     self.from_workers = 0  # steps handed out that workers made
     self.per_reader = [0] * count  # of those, how many each reader made
     self.unexpected_exit: RuntimeError | None = None  # a worker exited while starting, without an error
+    self.failed_starts = 0  # in a row: workers that exited before they were ready
+    self.fall_back = fall_back
+    self.fell_back = False  # the workers could not start: every step is made here
 
   @property
   def planner(self) -> WorkerHandle:
@@ -156,12 +164,14 @@ class WorkerProducer:
       time.sleep(0.01)
 
   def produce(self) -> Prepared | Any:
+    if self.fell_back:
+      return self._produce_here()
     if not self.handles:
       item = self._produce_here()
-      self.spawn()
+      self._starting(self.spawn)
       return item
-    if not self.started and self._workers_ready():
-      self._start(self.last_state)
+    if not self.started and self._starting(self._workers_ready):
+      self._starting(lambda: self._start(self.last_state))
     if not self.started:  # not ready yet (or a worker that died is being replaced)
       return self._produce_here()
     self._forward(wait=False)  # windows that arrived go to their readers now, to be read ahead
@@ -180,10 +190,24 @@ class WorkerProducer:
     self.local.restart(state)
     self.last_state, self.next_step = state, state["step"]
     if self.started:
-      self._start(state)
+      self._starting(lambda: self._start(state))
 
   def close(self) -> None:
     self._finalizer()
+
+  def _starting(self, step: Callable[[], Any]) -> Any:
+    """Runs a start-up step (spawn, check readiness, start); a worker that
+    cannot start raises, or with `fall_back` leaves the steps to this process."""
+    try:
+      return step()
+    except WorkerStartError as error:
+      if not self.fall_back:
+        raise
+      warnings.warn(f"jaxdata: {error}; planning in this process instead (as with planner_process=False)",
+                    RuntimeWarning, stacklevel=2)
+      self.fell_back, self.started = True, False
+      close_all(self.handles)
+      return False
 
   def _produce_here(self) -> Prepared | Any:
     item = self.local.produce()
@@ -283,6 +307,11 @@ class WorkerProducer:
         except RuntimeError as exited:  # start it again
           if not handle.failed:  # (one that sent its error exits as told)
             self.unexpected_exit = exited
+            self.failed_starts += 1
+            if self.failed_starts >= STARTS_BEFORE_GIVING_UP:
+              self.failed_starts = 0  # raised once; the next call starts it again (a retry)
+              raise WorkerStartError(f"{exited} before it was ready, "
+                                     f"{STARTS_BEFORE_GIVING_UP} times in a row") from None
           self.handles[i] = handle.respawned()
           break
         if message is None:
@@ -292,6 +321,7 @@ class WorkerProducer:
           handle.failed = True
           break
         if message["kind"] == "ready":
+          self.failed_starts = 0
           if message["fingerprint"] != json.loads(json.dumps(self.fingerprint)):
             raise DatasetError("a dataset changed while the pipeline started: its worker process "
                                "opened files that order batches differently")

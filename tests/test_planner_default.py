@@ -1,0 +1,126 @@
+"""The planner process by default where it is faster (with a mesh), and the
+fallback to planning in process when it cannot run."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdata import Pipeline, PipelineConfig, WorkerStartError
+from jaxdata.pipeline.pipeline import planner_process_helps
+from jaxdata.pipeline.window import StepProducer
+from jaxdata.pipeline.worker_handle import _child_environment
+from jaxdata.pipeline.workers import STARTS_BEFORE_GIVING_UP, WorkerProducer
+from pipeline_fixtures import coded_config, digest
+
+DEADLINE_S = 60.0  # for a process to start (or fail to) while steps are taken slowly
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory) -> PipelineConfig:
+  rng = np.random.default_rng(12)
+  tmp = tmp_path_factory.mktemp("planner_default")
+  return coded_config(tmp, [rng.integers(1, 90, 150).tolist(), rng.integers(1, 40, 260).tolist()],
+                      exhausted_policy="repeat", shuffle_block_size="global",
+                      packing={"seq_len": 32, "add_bos": True}, batch={"global_batch_size": 16})
+
+
+@pytest.fixture(scope="module")
+def mesh() -> jax.sharding.Mesh:
+  return jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def reference(cfg: PipelineConfig, mesh: jax.sharding.Mesh, steps: int) -> list[tuple]:
+  with Pipeline(cfg, mesh=mesh, prefetch=0, planner_process=False) as pipe:
+    return [digest(next(pipe)) for _ in range(steps)]
+
+
+def test_with_a_mesh_the_planner_is_a_process_by_default(cfg, mesh):
+  assert planner_process_helps(mesh, workers=0) == (len(os.sched_getaffinity(0)) >= 2)
+  want = reference(cfg, mesh, 20)
+  with Pipeline(cfg, mesh=mesh, prefetch=2) as pipe:
+    assert isinstance(pipe.producer, WorkerProducer) and pipe.producer.fall_back
+    assert [digest(next(pipe)) for _ in range(2)] == want[:2]
+    pipe.producer.wait_ready()
+    assert [h.name for h in pipe.producer.handles] == ["jaxdata planner"]
+    assert [digest(next(pipe)) for _ in range(18)] == want[2:]
+    assert pipe.producer.from_workers > 0  # planned by the process
+
+
+@pytest.mark.parametrize("mesh_given,arguments,kind", [
+    (False, {}, StepProducer),  # NumPy output: no process unasked
+    (True, {"planner_process": False}, StepProducer),
+    (False, {"planner_process": True}, WorkerProducer),
+])
+def test_the_default_starts_no_process_where_it_is_not_asked_for(cfg, mesh, mesh_given, arguments, kind):
+  with Pipeline(cfg, mesh=mesh if mesh_given else None, prefetch=0, **arguments) as pipe:
+    assert type(pipe.producer) is kind
+    if kind is WorkerProducer:
+      assert not pipe.producer.fall_back  # asked for: a failure is an error
+  with Pipeline(cfg, mesh=mesh, prefetch=0, workers=1) as pipe:
+    assert not pipe.producer.fall_back and len(pipe.producer.specs) == 2  # a planner and one reader, as asked
+
+
+def _run_until(pipe: Pipeline, done) -> list[tuple]:
+  """Steps, slowly (a start-up has time to end), until done() or DEADLINE_S."""
+  got, deadline = [], time.monotonic() + DEADLINE_S
+  while not done() and time.monotonic() < deadline:
+    got.append(digest(next(pipe)))
+    time.sleep(0.01)
+  return got
+
+
+@pytest.mark.parametrize("interpreter,message", [
+    # Exits at once (as one that cannot import jaxdata would): three start-ups, then the fallback.
+    ("/bin/false", rf"jaxdata planner \(pid \d+\) exited with code 1 before it was ready, "
+                   rf"{STARTS_BEFORE_GIVING_UP} times in a row"),
+    # Cannot be started at all: the fallback at once.
+    ("/nonexistent/python3", r"jaxdata planner could not be started: .*No such file or directory.*"),
+])
+def test_a_default_planner_that_cannot_run_falls_back_with_a_warning(cfg, mesh, monkeypatch, interpreter, message):
+  monkeypatch.setattr(sys, "executable", interpreter)
+  with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
+    with pytest.warns(RuntimeWarning, match=message + "; planning in this process instead"):
+      got = _run_until(pipe, lambda: pipe.producer.fell_back)
+    assert pipe.producer.fell_back and not pipe.producer.handles  # nothing left running
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")  # warned once, not at every step
+      got += [digest(next(pipe)) for _ in range(10)]
+    pipe.set_state(pipe.get_state())  # a restart does not try again
+    got += [digest(next(pipe)) for _ in range(3)]
+    assert pipe.producer.fell_back and not pipe.producer.handles
+  assert got == reference(cfg, mesh, len(got))  # nothing skipped or repeated
+
+
+def test_an_asked_for_planner_that_cannot_run_is_an_error_then_is_retried(cfg, mesh, monkeypatch):
+  monkeypatch.setattr(sys, "executable", "/bin/false")
+  with Pipeline(cfg, mesh=mesh, prefetch=0, planner_process=True) as pipe:
+    got, errors, deadline = [], [], time.monotonic() + DEADLINE_S
+    while not errors and time.monotonic() < deadline:
+      try:
+        got.append(digest(next(pipe)))  # made in process meanwhile
+      except WorkerStartError as error:
+        errors.append(str(error))
+      time.sleep(0.01)
+    assert errors and "jaxdata planner" in errors[0] and "before it was ready" in errors[0]
+    monkeypatch.undo()  # the interpreter is back: the next calls start the planner again
+    got += _run_until(pipe, lambda: pipe.producer.from_workers > 0)
+    before = pipe.producer.from_workers
+    assert before > 0
+    got += [digest(next(pipe)) for _ in range(5)]
+    assert pipe.producer.from_workers == before + 5  # the planner made them
+  assert got == reference(cfg, mesh, len(got))
+
+
+def test_the_worker_imports_from_this_process_path(monkeypatch):
+  monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+  monkeypatch.setattr(sys, "path", ["", "/a/script/dir", *sys.path[1:]])
+  path = _child_environment()["PYTHONPATH"].split(os.pathsep)
+  assert path[0] == "/a/script/dir" and "" not in path
+  assert path[-1] == "/somewhere/else" and path[1:-1] == [p for p in sys.path[2:] if p]
