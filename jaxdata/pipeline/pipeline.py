@@ -45,7 +45,7 @@ from jaxdata.pipeline.parts import open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
-from jaxdata.pipeline.sharding import batch_sharding, check_rows_divide, output_functions
+from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import READ_AHEAD
@@ -109,7 +109,8 @@ class Pipeline:
     rows_here, self._output = output_functions(sharding)
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
     self.producer: StepProducer | WorkerProducer = StepProducer(
-        cfg, self.planner, self.reader, self.recorder, self._rows_here, read_ahead_tokens, self._snapshot)
+        cfg, self.planner, self.reader, self.recorder, self._rows_here, read_ahead_tokens, self._snapshot,
+        aligned=aliases_host_memory(sharding))
     if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
         self.producer = WorkerProducer(cfg, workers, self.producer, self.recorder, self.fingerprint, self._rows_here,

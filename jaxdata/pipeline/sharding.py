@@ -21,7 +21,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxdata.config.pipeline_config import PipelineConfig
 
 __all__ = [
-    "batch_sharding", "check_rows_divide", "data_parallel_size", "global_arrays", "local_rows", "output_functions",
+    "aliases_host_memory", "batch_sharding", "check_rows_divide", "data_parallel_size", "global_arrays", "local_rows",
+    "output_functions",
 ]
 
 
@@ -46,6 +47,13 @@ def check_rows_divide(cfg: PipelineConfig, mesh: Mesh, data_axes: Sequence[str])
           f"batch.global_batch_size: {rows} rows (at seq_len {seq_len}) do not divide over "
           f"the {shards} data-parallel shards of mesh axes {tuple(data_axes)}"
       )
+
+
+def aliases_host_memory(sharding: jax.sharding.Sharding | None) -> bool:
+  """Whether this process's devices are CPU devices: jax then uses aligned
+  host memory in place (`make_array_from_callback` copies nothing), so rows
+  assembled into aligned memory save a copy of every step."""
+  return sharding is not None and all(d.platform == "cpu" for d in sharding.addressable_devices)
 
 
 def local_rows(sharding: jax.sharding.Sharding, shape: tuple[int, int]) -> np.ndarray:

@@ -27,16 +27,17 @@ from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.transforms.assemble import assemble_rows, follow_boundaries, padded_buffer
+from jaxdata.transforms.assemble import FEATURES, assemble_rows, follow_boundaries, padded_buffer
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
-    "LocalStep", "MAX_WINDOW_STEPS", "PlannedWindow", "READ_AHEAD", "ReadStep", "RowsHere", "assemble", "decode_window",
-    "encode_window", "plan_window", "read_window",
+    "ALIGNMENT", "LocalStep", "MAX_WINDOW_STEPS", "PlannedWindow", "READ_AHEAD", "ReadStep", "RowsHere",
+    "aligned_arrays", "assemble", "decode_window", "encode_window", "plan_window", "read_window",
 ]
 
 MAX_WINDOW_STEPS = 64
 READ_AHEAD = 1 << 22  # the default read window: tokens of this host's rows, in process or in each reader
+ALIGNMENT = 64  # bytes: XLA's CPU client uses host memory aligned to this in place
 
 RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
 
@@ -137,6 +138,17 @@ def read_window(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> 
                         (inner_piece[here] - first, inner_offset[here])))
     first += len(s.pieces)
   return out
+
+
+def aligned_arrays(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
+  """Fresh int32 [num_rows, seq_len] arrays of every feature, each starting on
+  a 64-byte boundary (one allocation): on CPU devices jax uses such host
+  memory in place instead of copying it."""
+  size = num_rows * seq_len * 4
+  block = np.empty(len(FEATURES) * size + ALIGNMENT, np.uint8)
+  first = -block.ctypes.data % ALIGNMENT
+  return {name: block[first + f * size : first + (f + 1) * size].view(np.int32).reshape(num_rows, seq_len)
+          for f, name in enumerate(FEATURES)}
 
 
 def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:

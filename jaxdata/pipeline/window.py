@@ -26,7 +26,9 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import LocalStep, PlannedWindow, ReadStep, RowsHere, assemble, plan_window, read_window
+from jaxdata.pipeline.steps import (
+    LocalStep, PlannedWindow, ReadStep, RowsHere, aligned_arrays, assemble, plan_window, read_window,
+)
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["END", "Prepared", "RowsHere", "StepProducer", "grown_window"]
@@ -67,6 +69,8 @@ class StepProducer:
     rows_here: which global rows of a step this host assembles (its
       NumPy rows, which the pipeline turns into global arrays).
     snapshot: called after each planned step; gives the state to hand out with it.
+    aligned: assemble into fresh 64-byte-aligned memory (`aligned_arrays`),
+      which global arrays on CPU devices then use in place instead of copying.
   """
 
   makes_steps_ahead = False  # steps are made when asked for (on the prefetch thread, if any)
@@ -80,8 +84,10 @@ class StepProducer:
       rows_here: RowsHere,
       read_ahead_tokens: int,
       snapshot: Callable[[], dict[str, Any]],
+      aligned: bool = False,
   ) -> None:
     self.cfg = cfg
+    self.aligned = aligned
     self.planner = planner
     self.reader = reader
     self.recorder = recorder
@@ -100,9 +106,14 @@ class StepProducer:
     if isinstance(ready, _End):
       return ready
     started = time.perf_counter()
-    arrays = assemble(ready.item, self.cfg.packing)
+    step = ready.item.local
+    arrays = assemble(ready.item, self.cfg.packing, self.out_for(step.num_rows, step.seq_len))
     self.recorder.time(ready.stats, "assemble", time.perf_counter() - started)
     return Prepared(arrays, ready.state, ready.stats)
+
+  def out_for(self, num_rows: int, seq_len: int) -> dict[str, Any] | None:
+    """Where a step's rows go: aligned memory, or None (NumPy's own allocations)."""
+    return aligned_arrays(num_rows, seq_len) if self.aligned else None
 
   def restart(self, state: dict[str, Any]) -> None:
     """Drops what was planned ahead; the planner has been set to `state`."""

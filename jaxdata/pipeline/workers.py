@@ -232,7 +232,11 @@ class WorkerProducer:
     views = slot_views(handle.memory.buf, message["slot"], self.slot_tokens, coming.num_rows, coming.seq_len)
     # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
     started = time.perf_counter()
-    arrays = {name: np.array(view) for name, view in views.items()}
+    out = self.local.out_for(coming.num_rows, coming.seq_len)
+    arrays = {name: np.array(view) for name, view in views.items()} if out is None else out
+    if out is not None:
+      for name, view in views.items():
+        np.copyto(out[name], view)
     handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
     if coming.closes_window:
       self.planner.send({"kind": "credit", "generation": self.generation})
@@ -255,7 +259,7 @@ class WorkerProducer:
       window.read_s = (time.perf_counter() - started) / len(window.steps)
     item = window.items.popleft()
     started = time.perf_counter()
-    arrays = assemble(item, self.cfg.packing)
+    arrays = assemble(item, self.cfg.packing, self.local.out_for(item.local.num_rows, item.local.seq_len))
     if coming.closes_window:
       self.planner.send({"kind": "credit", "generation": self.generation})
     stats = coming.stats
