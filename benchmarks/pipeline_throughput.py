@@ -62,10 +62,11 @@ JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices,
     "jaxdata-mesh8-workers1": (8, {"workers": 1}),
     "jaxdata-mesh8-workers2": (8, {"workers": 2}),
 }
-TRAINING_KINDS: dict[str, dict[str, Any]] = {  # the training-thread check: name -> Pipeline arguments
-    "training-thread-in-process": {"planner_process": False},
-    "training-thread-planner": {"planner_process": True},
-    "training-thread-workers1": {"workers": 1},
+TRAINING_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # the training-thread check: (mesh devices, arguments)
+    "training-thread-in-process": (0, {"planner_process": False}),
+    "training-thread-planner": (0, {"planner_process": True}),
+    "training-thread-workers1": (0, {"workers": 1}),
+    "training-thread-mesh8": (8, {}),  # the defaults with a mesh: the planner process
 }
 GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
 
@@ -276,7 +277,7 @@ def _python_work(iterations: int) -> int:
   return total
 
 
-def run_training_thread(corpus: str, arguments: dict[str, Any]) -> dict[str, Any]:
+def run_training_thread(corpus: str, mesh_devices: int, arguments: dict[str, Any]) -> dict[str, Any]:
   """Work rate of a Python-bound loop alone and while it also takes a batch
   every 65,536 / 2M seconds from a pipeline (prefetch 2): `phases`
   alternations of `phase_s` each way; the slowdown compares the medians. Also
@@ -301,7 +302,7 @@ def run_training_thread(corpus: str, arguments: dict[str, Any]) -> dict[str, Any
     elapsed = time.perf_counter() - started
     return done / elapsed, in_next / elapsed
 
-  pipe = jaxdata.Pipeline(jaxdata_config(corpus), prefetch=2, **arguments)
+  pipe = jaxdata.Pipeline(jaxdata_config(corpus), mesh=_mesh(mesh_devices), prefetch=2, **arguments)
   for _ in range(50):
     next(pipe)  # past start-up (workers ready, read window grown)
   alone, fed, in_next = [], [], []
@@ -360,15 +361,15 @@ def measure(kind: str, corpus: str) -> dict[str, Any]:
 
 
 def run_kind(kind: str, corpus: str) -> dict[str, Any]:
-  if kind in JAXDATA_KINDS:
-    devices, arguments = JAXDATA_KINDS[kind]
+  if kind in JAXDATA_KINDS or kind in TRAINING_KINDS:
+    devices, arguments = JAXDATA_KINDS[kind] if kind in JAXDATA_KINDS else TRAINING_KINDS[kind]
     if devices:  # before jax starts its backend
       os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    if kind in TRAINING_KINDS:
+      return run_training_thread(corpus, devices, arguments)
     return run_jaxdata(corpus, devices, arguments)
   if kind in GRAIN_KINDS:
     return run_grain(corpus, GRAIN_KINDS[kind])
-  if kind in TRAINING_KINDS:
-    return run_training_thread(corpus, TRAINING_KINDS[kind])
   return run_ceiling(corpus)
 
 
