@@ -13,7 +13,9 @@ from jax.sharding import Mesh
 
 from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts, DatasetError
+from jaxdata.pipeline import sharding as sharding_module
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
+from jaxdata.pipeline.sharding import batch_sharding, global_arrays, local_rows
 from jaxdata.transforms.packing import balanced_rows
 from jaxdata.transforms.pieces import Pieces
 from pipeline_fixtures import FEATURES, FIRST_CODE, code, coded_config, decode, digest
@@ -282,6 +284,34 @@ def test_on_cpu_devices_the_global_arrays_use_the_assembled_rows_in_place(mixed_
       assert pointers[0] % 64 == 0
       assert np.diff(pointers).tolist() == [expected["tokens"].nbytes] * (len(FEATURES) - 1)
       assert all(np.array_equal(np.asarray(batch[key]), expected[key]) for key in FEATURES)
+
+
+@pytest.mark.parametrize("layout", [((8,), ("data",), ("data",)), ((4, 2), ("data", "model"), ("data",)),
+                                    ((2, 2, 2), ("data", "fsdp", "model"), ("data", "fsdp"))])
+def test_the_batched_transfer_and_the_public_callback_make_the_same_arrays(monkeypatch, layout):
+  # global_arrays hands each device's block to jax's batched transfer; where that
+  # private function is missing it falls back to make_array_from_callback.
+  shape, names, data_axes = layout
+  sharding = batch_sharding(Mesh(np.array(jax.devices()[:8]).reshape(shape), names), data_axes)
+  rows = local_rows(sharding, (16, 24))
+  arrays = {"tokens": np.arange(16 * 24, dtype=np.int32).reshape(16, 24)[rows], "other": np.ones((16, 24), np.int32)}
+  batched = global_arrays(arrays, sharding, (16, 24), rows)
+  monkeypatch.setattr(sharding_module, "_BATCHED_PUT", None)
+  public = global_arrays(arrays, sharding, (16, 24), rows)
+  for name in arrays:
+    assert batched[name].sharding == public[name].sharding == sharding
+    assert np.array_equal(np.asarray(batched[name]), np.asarray(public[name]))
+    assert [(s.device, s.index) for s in batched[name].addressable_shards] == \
+        [(s.device, s.index) for s in public[name].addressable_shards]
+    for shard in batched[name].addressable_shards:
+      assert np.array_equal(np.asarray(shard.data), np.asarray(public[name])[shard.index])
+
+
+def test_rows_that_are_not_this_process_s_are_named(monkeypatch):
+  sharding = batch_sharding(Mesh(np.array(jax.devices()[:8]), ("data",)), ("data",))
+  half = np.arange(8)  # rows 8..15 belong to devices of this process too
+  with pytest.raises(ValueError, match=r"sharding: device .* holds rows 8:10 of \(16, 4\), not a \(2, 4\) block"):
+    global_arrays({"tokens": np.zeros((8, 4), np.int32)}, sharding, (16, 4), half)
 
 
 def test_prefetched_steps_are_already_global_arrays(mixed_cfg):
