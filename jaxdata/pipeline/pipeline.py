@@ -6,7 +6,7 @@ Every process runs the same plan and reads only its own rows::
       -> rows held here (from the sharding)                                    sharding.py
       -> batched reads of those rows' documents, many steps per call           reader.py, window.py
       -> assemble_rows (NumPy)                                                 window.py
-      -> jax.Array (make_array_from_callback)                                  sharding.py
+      -> jax.Array (one batched transfer per feature)                          sharding.py
     a background thread runs this `prefetch` steps ahead (prefetch.py). With a
     mesh (on >= 2 cores) the planning runs in a process of its own and this
     process reads, assembles and makes the arrays from its windows; with

@@ -8,6 +8,9 @@ arithmetic: device ids need not be contiguous per process)::
 
     mesh (data=4, model=2), 8 rows:  device (d, m) holds rows 2d .. 2d+1
     process 0 owns devices (0,*), (1,*)  ->  rows 0..3; both model replicas read the same rows
+
+Each feature's global array is one batched transfer of every device's block
+(see `_batched_put`).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def check_rows_divide(cfg: PipelineConfig, mesh: Mesh, data_axes: Sequence[str])
 
 def aliases_host_memory(sharding: jax.sharding.Sharding | None) -> bool:
   """Whether this process's devices are CPU devices: jax then uses aligned
-  host memory in place (`make_array_from_callback` copies nothing), so rows
+  host memory in place (the transfer copies nothing), so rows
   assembled into aligned memory save a copy of every step."""
   return sharding is not None and all(d.platform == "cpu" for d in sharding.addressable_devices)
 
