@@ -106,10 +106,13 @@ class StepProducer:
     if isinstance(ready, _End):
       return ready
     started = time.perf_counter()
-    step = ready.item.local
-    arrays = assemble(ready.item, self.cfg.packing, self.out_for(step.num_rows, step.seq_len))
+    arrays = self.assemble_step(ready.item)
     self.recorder.time(ready.stats, "assemble", time.perf_counter() - started)
     return Prepared(arrays, ready.state, ready.stats)
+
+  def assemble_step(self, item: ReadStep) -> dict[str, Any]:
+    """A read step's rows (in fresh aligned memory when `aligned`)."""
+    return assemble(item, self.cfg.packing, self.out_for(item.local.num_rows, item.local.seq_len))
 
   def out_for(self, num_rows: int, seq_len: int) -> dict[str, Any] | None:
     """Where a step's rows go: aligned memory, or None (NumPy's own allocations)."""

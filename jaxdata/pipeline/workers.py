@@ -42,7 +42,7 @@ from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import LocalStep, ReadStep, assemble, decode_window, read_window
+from jaxdata.pipeline.steps import LocalStep, ReadStep, decode_window, read_window
 from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
 from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, slot_views
 
@@ -232,11 +232,11 @@ class WorkerProducer:
     views = slot_views(handle.memory.buf, message["slot"], self.slot_tokens, coming.num_rows, coming.seq_len)
     # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
     started = time.perf_counter()
-    out = self.local.out_for(coming.num_rows, coming.seq_len)
-    arrays = {name: np.array(view) for name, view in views.items()} if out is None else out
-    if out is not None:
-      for name, view in views.items():
-        np.copyto(out[name], view)
+    arrays = self.local.out_for(coming.num_rows, coming.seq_len)
+    if arrays is None:
+      arrays = {name: np.empty_like(view) for name, view in views.items()}
+    for name, view in views.items():
+      np.copyto(arrays[name], view)
     handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
     if coming.closes_window:
       self.planner.send({"kind": "credit", "generation": self.generation})
@@ -259,7 +259,7 @@ class WorkerProducer:
       window.read_s = (time.perf_counter() - started) / len(window.steps)
     item = window.items.popleft()
     started = time.perf_counter()
-    arrays = assemble(item, self.cfg.packing, self.local.out_for(item.local.num_rows, item.local.seq_len))
+    arrays = self.local.assemble_step(item)
     if coming.closes_window:
       self.planner.send({"kind": "credit", "generation": self.generation})
     stats = coming.stats
