@@ -53,6 +53,13 @@ def test_with_a_mesh_the_planner_is_a_process_by_default(cfg, mesh):
     assert pipe.producer.from_workers > 0  # planned by the process
 
 
+def test_on_one_usable_core_the_default_plans_in_process(cfg, mesh, monkeypatch):
+  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})  # e.g. a job pinned to one core
+  assert not planner_process_helps(mesh, workers=0)
+  with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
+    assert type(pipe.producer) is StepProducer
+
+
 @pytest.mark.parametrize("mesh_given,arguments,kind", [
     (False, {}, StepProducer),  # NumPy output: no process unasked
     (True, {"planner_process": False}, StepProducer),
