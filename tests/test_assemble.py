@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxdata.config.schema import PackingConfig
+from jaxdata.transforms import kernels
 from jaxdata.transforms.assemble import FEATURES, assemble_rows, padded_buffer
 from jaxdata.transforms.pieces import Pieces
 
@@ -57,9 +58,13 @@ def random_case(rng: np.random.Generator, packing: PackingConfig, rows: int, seq
   return pieces, place[:, 0], place[:, 1], docs
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["C", "NumPy"])  # both loops of kernels.write_runs
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.int32])  # the buffer keeps the first two
 @pytest.mark.parametrize("add_bos,add_eos", [(False, False), (True, False), (False, True), (True, True)])
-def test_matches_reference(add_bos: bool, add_eos: bool, dtype: type) -> None:
+def test_matches_reference(add_bos: bool, add_eos: bool, dtype: type, native: bool,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+  assert kernels._native is not None, "the C extension jaxdata.transforms._native was not built (pip install -e . compiles it)"
+  monkeypatch.setattr(kernels, "NATIVE", native)
   packing = PackingConfig(seq_len=16, add_bos=add_bos, add_eos=add_eos, bos_id=1, eos_id=7, pad_id=3)
   rng = np.random.default_rng(int(add_bos) * 2 + int(add_eos))
   for _ in range(40):

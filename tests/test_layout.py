@@ -38,20 +38,22 @@ ALLOWED = {
 HEAVY = ("jax", "grain", "orbax", "pyarrow", "matplotlib")
 
 
-def _modules() -> dict[str, str]:
+def _modules(suffix: str = ".py") -> dict[str, str]:
   """Module name -> file, for jaxdata/ and transforms/ (installed as jaxdata.transforms)."""
   found = {}
   for root, package in (("jaxdata", "jaxdata"), ("transforms", "jaxdata.transforms")):
     for directory, _, files in os.walk(os.path.join(REPO, root)):
       for name in files:
-        if name.endswith(".py"):
-          relative = os.path.relpath(os.path.join(directory, name), os.path.join(REPO, root))[:-3]
+        if name.endswith(suffix):
+          relative = os.path.relpath(os.path.join(directory, name), os.path.join(REPO, root))[:-len(suffix)]
           parts = [p for p in relative.split(os.sep) if p != "__init__"]
           found[".".join([package, *parts])] = os.path.join(directory, name)
   return found
 
 
 MODULES = _modules()
+# C extensions (transforms/_native.c -> jaxdata.transforms._native): import targets that import nothing.
+EXTENSIONS = set(_modules(".c"))
 
 
 def _stage(module: str) -> str:
@@ -64,7 +66,10 @@ def _stage(module: str) -> str:
 def _imports(path: str) -> list[tuple[str, bool]]:
   """(imported jaxdata module, at module level?) for every import in a file."""
   tree = ast.parse(open(path).read())
+  # Module level: the module's statements, and those of its module-level try blocks
+  # (an optional extension imported with a fallback still runs at import).
   top_level = {id(node) for node in tree.body}
+  top_level |= {id(inner) for node in tree.body if isinstance(node, ast.Try) for inner in node.body}
   out = []
   for node in ast.walk(tree):
     names = []
@@ -74,7 +79,8 @@ def _imports(path: str) -> list[tuple[str, bool]]:
       names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
     for name in names:
       if name == "jaxdata" or name.startswith("jaxdata."):
-        target = max((m for m in MODULES if name == m or name.startswith(m + ".")), key=len, default=None)
+        target = max((m for m in (*MODULES, *EXTENSIONS) if name == m or name.startswith(m + ".")), key=len,
+                     default=None)
         if target is not None:
           out.append((target, id(node) in top_level))
   return out

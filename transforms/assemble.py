@@ -14,7 +14,8 @@ For the rows a host holds, every piece becomes a run of columns::
 Rows fill from column 0, so the pieces sorted by (row, column), with one
 padding run at the end of each row that is not full, tile the flat
 [rows * seq_len] grid exactly. Every feature is then a run-length fill or a
-shifted contiguous gather over the grid::
+shifted contiguous copy over the grid, which `kernels.write_runs` writes run
+by run (in C, with the GIL released, where the extension was built)::
 
     grid   | piece a       | piece b | pad  | piece c          | piece d   |
     src    s_a s_a+1 ...    s_b ...   P P+1  s_c ...            (P: the pad run in the buffer)
@@ -26,11 +27,10 @@ BOS, EOS). No Python loop over documents or pieces.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from jaxdata.config.schema import PackingConfig
+from jaxdata.transforms.kernels import write_runs
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["FEATURES", "assemble_rows", "follow_boundaries", "padded_buffer"]
@@ -55,14 +55,6 @@ def padded_buffer(parts: list[np.ndarray], seq_len: int, pad_id: int) -> np.ndar
     dtype = np.dtype(np.int32)
   tail = np.full(seq_len + 1, pad_id, dtype)
   return np.concatenate([tail[:1], *parts, tail], dtype=dtype, casting="same_kind")
-
-
-@functools.lru_cache(maxsize=4)
-def _grid_slots(grid: int, dtype: type) -> np.ndarray:
-  """0 .. grid - 1, read-only: a step's slot numbers (cached: the same few step shapes recur)."""
-  slots = np.arange(grid, dtype=dtype)
-  slots.flags.writeable = False
-  return slots
 
 
 def _check_layout(dst: np.ndarray, lengths: np.ndarray, fill: np.ndarray, seq_len: int) -> None:
@@ -99,7 +91,6 @@ def assemble_rows(
       concatenated parts that `buffer` was made from.
   """
   count = len(pieces)
-  grid = num_rows * seq_len
   if buffer.dtype.kind not in "iu" or buffer.dtype.itemsize > 4 or buffer.size < seq_len + 2:
     raise ValueError("assemble: buffer must be the array padded_buffer makes")
   pad_run = buffer.size - (seq_len + 1)  # where the pad ids start
@@ -119,44 +110,19 @@ def assemble_rows(
   run_src = np.concatenate([piece_src, np.full(short.size, pad_run)])[run_order]
   if run_src.size and (run_src.min() < 0 or (run_src + run_len).max() >= buffer.size):
     raise ValueError("assemble: a piece's tokens lie outside the buffer (doc_start or offset out of range)")
-  # Every grid slot i of a run: src = i - the run's start + the run's first source slot.
-  # Run-length fills are np.repeat (a fill loop, several times faster than a gather);
-  # the gather from the buffer takes intp indices in "clip" mode: no bounds pass
-  # (the runs were checked to lie inside the buffer just above).
-  src = np.repeat(run_src - run_dst, run_len)
-  src += _grid_slots(grid, np.intp)
-  shape = (num_rows, seq_len)
   run_row = run_dst // seq_len
   # Segment ids: 1 + the rank of a piece among its row's runs (padding comes last, gets 0).
   rank = np.arange(run_dst.size) - np.searchsorted(run_row, run_row, side="left") + 1
-  source = np.concatenate([pieces.dataset[order], np.full(short.size, -1)]).astype(np.int32)[run_order]
-  # Run-length features straight from np.repeat; copied only when `out` is given.
-  filled = {"segment_ids": np.repeat(np.where(is_piece, rank, 0).astype(np.int32), run_len),
-            "source_ids": np.repeat(source, run_len),
-            "loss_mask": np.repeat(is_piece.astype(np.int32), run_len)}
-  # Positions: the slot minus its run's first slot, 0 on padding (in int32 unless the grid is larger).
-  slot_dtype = np.int32 if grid < 2**31 else np.int64
-  positions = _grid_slots(grid, slot_dtype) - np.repeat(run_dst.astype(slot_dtype), run_len)
-  positions *= filled["loss_mask"]
-  filled["positions"] = positions.astype(np.int32, copy=False)
+  run_segment = np.where(is_piece, rank, 0).astype(np.int32)
+  run_source = np.concatenate([pieces.dataset[order], np.full(short.size, -1)]).astype(np.int32)[run_order]
+  shape = (num_rows, seq_len)
   if out is None:
-    out = {name: filled[name].reshape(shape) if name in filled else np.empty(shape, np.int32)
-           for name in FEATURES}
+    out = {name: np.empty(shape, np.int32) for name in FEATURES}
   elif any(out[name].shape != shape or out[name].dtype != np.int32 or not out[name].flags.c_contiguous
            for name in FEATURES):
     raise ValueError(f"assemble: out must hold a contiguous int32 {shape} array for each of {FEATURES}")
-  else:
-    for name, values in filled.items():
-      np.copyto(out[name].reshape(-1), values)
   flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
-  if buffer.dtype == np.int32:
-    buffer.take(src, out=flat["tokens"], mode="clip")
-  else:  # a narrower buffer: gather in its dtype, widen while copying
-    flat["tokens"][...] = buffer.take(src, mode="clip")
-  # Targets: inside a run, the next slot's token (a copy); at a run's last slot, the token after it.
-  flat["targets"][:-1] = flat["tokens"][1:]
-  run_last = run_dst + run_len - 1
-  flat["targets"][run_last] = buffer[run_src + run_len]
+  write_runs(buffer, run_src, run_dst, run_len, run_segment, run_source, flat)
   if not count:
     return out
   tokens, targets, loss_mask = flat["tokens"], flat["targets"], flat["loss_mask"]

@@ -39,7 +39,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schema import PackingConfig
 from jaxdata.transforms.balance import balanced_rows
-from jaxdata.transforms.fit import best_fit, first_fit
+from jaxdata.transforms.kernels import best_fit_rows, first_fit_rows
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
@@ -101,7 +101,7 @@ class StepPlan:
 
 
 Placement = tuple[Pieces, np.ndarray, np.ndarray, Pieces]  # placed, row, column, carry
-Placer = Callable[[list[int], int, int, list[int]], list[int]]  # (lengths, rows, seq_len, documents) -> rows
+Placer = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]  # (lengths, documents, rows, seq_len) -> rows
 
 
 class PackingStrategy(abc.ABC):
@@ -258,7 +258,7 @@ def packing_strategy(packing: PackingConfig, windows: tuple[bool, ...] = (), see
     return Concat(packing, windows)
   if packing.mode == "none":
     return GroupedOnePerRow(packing, windows, seed) if packing.group_by_length else OnePerRow(packing, windows)
-  return Fit(packing, best_fit if packing.mode == "best_fit" else first_fit, windows)
+  return Fit(packing, best_fit_rows if packing.mode == "best_fit" else first_fit_rows, windows)
 
 
 class Packer:
@@ -334,7 +334,7 @@ def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer,
   document's pieces stay in offset order: all but its last are seq_len long)."""
   order = np.argsort(-new.length, kind="stable")
   pool = Pieces.concatenate([carry, new.take(order)])
-  row_of = np.asarray(placer(pool.length.tolist(), rows, seq_len, _split_documents(pool, tail)), dtype=np.int64)
+  row_of = placer(pool.length, _split_documents(pool, tail), rows, seq_len)
   placed = pool.take(np.flatnonzero(row_of >= 0))
   row = row_of[row_of >= 0]
   # Columns: pieces fill each row in placement order.
@@ -348,7 +348,7 @@ def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer,
   return placed, row, column, pool.take(np.flatnonzero(row_of < 0))
 
 
-def _split_documents(pool: Pieces, tail: Callable[[np.ndarray], np.ndarray]) -> list[int]:
+def _split_documents(pool: Pieces, tail: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
   """Per piece, an id shared by the pieces of one split document; -1 for a whole document."""
   ids = np.full(len(pool), -1, dtype=np.int64)
   split = np.flatnonzero(pool.length < pool.doc_length - tail(pool.dataset))
@@ -358,7 +358,7 @@ def _split_documents(pool: Pieces, tail: Callable[[np.ndarray], np.ndarray]) -> 
     new_document = np.ones(split.size, dtype=bool)
     new_document[1:] = np.any([k[order][1:] != k[order][:-1] for k in keys], axis=0)
     ids[split[order]] = np.cumsum(new_document) - 1
-  return ids.tolist()
+  return ids
 
 
 def _concat(carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:

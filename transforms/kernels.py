@@ -1,0 +1,119 @@
+"""The two per-step loops, in C where it was built, in NumPy otherwise.
+
+`write_runs` fills a step's six features from runs of grid slots, and
+`first_fit_rows` / `best_fit_rows` place pieces into rows. The C versions
+(`jaxdata.transforms._native`, compiled from ``transforms/_native.c`` at
+install) write
+every feature of a run in one pass, with no per-token index array. They
+keep the GIL for calls as short as a step's (~0.07 ms for 32 x 2048: giving
+it to a busy training thread would cost up to a 5 ms switch interval to get
+it back) and release it for calls of more than ~1M items. Both versions give identical outputs (tests/test_kernels.py);
+the install leaves the extension out where no C compiler is found, and
+``JAXDATA_NATIVE=0`` chooses the NumPy versions (to compare, or to debug).
+
+>>> import numpy as np
+>>> first_fit_rows(np.array([3, 3, 2, 2]), None, rows=2, seq_len=5).tolist()
+[0, 1, 0, 1]
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+from jaxdata.transforms.fit import best_fit, first_fit
+
+try:
+  import jaxdata.transforms._native as _native
+except ImportError:  # built without a C compiler: the NumPy versions below
+  _native = None
+
+__all__ = ["NATIVE", "best_fit_rows", "first_fit_rows", "write_runs"]
+
+
+def _native_wanted() -> bool:
+  value = os.environ.get("JAXDATA_NATIVE", "1")
+  if value not in ("0", "1"):
+    raise ValueError(f"JAXDATA_NATIVE: {value!r} is not 0 (NumPy loops) or 1 (C loops where built)")
+  return value == "1"
+
+
+NATIVE: bool = _native is not None and _native_wanted()  # the C loops run
+
+
+def write_runs(
+    buffer: np.ndarray,
+    run_src: np.ndarray,
+    run_dst: np.ndarray,
+    run_len: np.ndarray,
+    run_segment: np.ndarray,
+    run_source: np.ndarray,
+    flat: dict[str, np.ndarray],
+    native: bool | None = None,
+) -> None:
+  """For each run r (`run_len[r]` grid slots from `run_dst[r]`)::
+
+      tokens[d + j]  = buffer[s + j]        targets[d + j] = buffer[s + j + 1]
+      segment_ids    = run_segment[r]       source_ids     = run_source[r]
+      positions      = j, loss_mask = 1     (0 and 0 where run_segment[r] == 0: padding)
+
+  with s = `run_src[r]`, d = `run_dst[r]`. `flat` holds the six features as
+  flat contiguous int32 arrays of one size; the runs must tile them in grid
+  order (the NumPy version relies on it). `native` None: `NATIVE`.
+  """
+  if NATIVE if native is None else native:
+    _native.write_runs(
+        buffer, buffer.dtype.char, *(np.ascontiguousarray(a, np.int64) for a in (run_src, run_dst, run_len)),
+        *(np.ascontiguousarray(a, np.int32) for a in (run_segment, run_source)),
+        *(flat[name] for name in ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")),
+    )
+    return
+  grid = flat["tokens"].size
+  # Every slot i of a run reads src = i - the run's start + the run's first source slot; the
+  # gather takes intp indices in "clip" mode (no bounds pass: the caller checked the runs).
+  src = np.repeat(run_src - run_dst, run_len)
+  src += _grid_slots(grid, np.intp)
+  if buffer.dtype == np.int32:
+    buffer.take(src, out=flat["tokens"], mode="clip")
+  else:  # a narrower buffer: gather in its dtype, widen while copying
+    flat["tokens"][...] = buffer.take(src, mode="clip")
+  # Targets: inside a run, the next slot's token; at a run's last slot, the token after it.
+  flat["targets"][:-1] = flat["tokens"][1:]
+  flat["targets"][run_dst + run_len - 1] = buffer[run_src + run_len]
+  flat["segment_ids"][...] = np.repeat(run_segment, run_len)
+  flat["source_ids"][...] = np.repeat(run_source, run_len)
+  flat["loss_mask"][...] = np.repeat((run_segment != 0).astype(np.int32), run_len)
+  slot_dtype = np.int32 if grid < 2**31 else np.int64
+  positions = _grid_slots(grid, slot_dtype) - np.repeat(run_dst.astype(slot_dtype), run_len)
+  positions *= flat["loss_mask"]
+  flat["positions"][...] = positions
+
+
+def first_fit_rows(
+    lengths: np.ndarray, documents: np.ndarray | None, rows: int, seq_len: int, native: bool | None = None
+) -> np.ndarray:
+  """`fit.first_fit` on arrays: the row of each piece (-1: no room), int64."""
+  lengths = np.ascontiguousarray(lengths, np.int64)
+  if NATIVE if native is None else native:
+    out = np.empty(lengths.size, np.int64)
+    _native.first_fit(lengths, None if documents is None else np.ascontiguousarray(documents, np.int64),
+                      rows, seq_len, out)
+    return out
+  placed = first_fit(lengths.tolist(), rows, seq_len, None if documents is None else documents.tolist())
+  return np.asarray(placed, dtype=np.int64)
+
+
+def best_fit_rows(lengths: np.ndarray, documents: np.ndarray | None, rows: int, seq_len: int) -> np.ndarray:
+  """`fit.best_fit` on arrays (Python only: its sorted keys are not a hot path here)."""
+  placed = best_fit(np.asarray(lengths).tolist(), rows, seq_len, None if documents is None else documents.tolist())
+  return np.asarray(placed, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_slots(grid: int, dtype: type) -> np.ndarray:
+  """0 .. grid - 1, read-only: a step's slot numbers (cached: the same few step shapes recur)."""
+  slots = np.arange(grid, dtype=dtype)
+  slots.flags.writeable = False
+  return slots
