@@ -110,7 +110,7 @@ class Pipeline:
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
     self.producer: StepProducer | WorkerProducer = StepProducer(
         cfg, self.planner, self.reader, self.recorder, self._rows_here, read_ahead_tokens, self._snapshot,
-        aligned=aliases_host_memory(sharding))
+        aligned=aliases_host_memory(sharding), background_reads=prefetch > 0)
     if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
         self.producer = WorkerProducer(cfg, workers, self.producer, self.recorder, self.fingerprint, self._rows_here,
@@ -316,5 +316,5 @@ class _Resources:
     if any(thread.is_alive() for thread in threads):
       return  # a stalled read: leave its files to the process's end rather than hang
     self.prefetcher, self.stopped = None, []
-    self.producer.close()
-    self.reader.close()
+    if self.producer.close(max(0.0, deadline - time.monotonic())):  # False: its read thread is stalled
+      self.reader.close()

@@ -11,6 +11,13 @@ batched reads are fastest::
     read every document of the window's pieces on this host       -> one flat token buffer
     next(): pop a step, assemble its rows (NumPy; the pipeline makes the global arrays)
 
+With `background_reads` (the pipeline's prefetch thread is running and
+the data is local), each window is read on a thread of its own
+(`ReadAhead`) while the window before it is assembled, and the window after
+it is planned while it is read: reads, which run mostly without the GIL,
+overlap planning and assembly, which hold it. Remote data keeps its own
+fetch-ahead (the next window's shards are fetched while this one is read).
+
 Nothing here depends on how far ahead it reads: a step's batch is a pure
 function of its plan.
 """
@@ -18,12 +25,15 @@ function of its plan.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
+import functools
 import time
 from typing import Any, Callable
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.read_ahead import ReadAhead
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import (
@@ -71,6 +81,8 @@ class StepProducer:
     snapshot: called after each planned step; gives the state to hand out with it.
     aligned: assemble into fresh 64-byte-aligned memory (`aligned_arrays`),
       which global arrays on CPU devices then use in place instead of copying.
+    background_reads: read windows of local data on a thread of their own
+      (`read_ahead`), one window ahead of assembly.
   """
 
   makes_steps_ahead = False  # steps are made when asked for (on the prefetch thread, if any)
@@ -85,9 +97,14 @@ class StepProducer:
       read_ahead_tokens: int,
       snapshot: Callable[[], dict[str, Any]],
       aligned: bool = False,
+      background_reads: bool = False,
   ) -> None:
     self.cfg = cfg
     self.aligned = aligned
+    self.read_ahead = None
+    if background_reads and not reader.remote:
+      self.read_ahead = ReadAhead(functools.partial(read_window, reader, pad_id=cfg.packing.pad_id))
+    self.pending: collections.deque[tuple[PlannedWindow, concurrent.futures.Future]] = collections.deque()
     self.planner = planner
     self.reader = reader
     self.recorder = recorder
@@ -124,11 +141,19 @@ class StepProducer:
     self.window.clear()
     self.window_tokens = 1
     self.ahead = None
+    for _, read in self.pending:
+      read.cancel()  # skipped if not begun; a read under way finishes unused
+    self.pending.clear()
 
-  def close(self) -> None:
-    """Nothing of its own to release (the pipeline closes the reader)."""
+  def close(self, timeout_s: float) -> bool:
+    """Stops the read thread; whether no read is still under way after
+    `timeout_s` (the pipeline closes the reader only then)."""
+    return self.read_ahead is None or self.read_ahead.close(timeout_s)
 
   def _fill(self) -> None:
+    if self.read_ahead is not None:
+      self._fill_from_background()
+      return
     planned, self.ahead = self.ahead or self._plan(), None
     if self.reader.remote and not planned.ended:
       # Remote shards: plan the next window now and start fetching its shards while this one is read.
@@ -142,6 +167,23 @@ class StepProducer:
     if planned.ended:
       self.window.append(END)
 
+
+  def _fill_from_background(self) -> None:
+    if not self.pending:
+      self._plan_and_read()
+    if len(self.pending) == 1 and not self.pending[0][0].ended:
+      self._plan_and_read()  # the next window: planned now, read while this one is assembled
+    planned, read = self.pending.popleft()
+    items, seconds = read.result()
+    for stats in planned.stats:
+      self.recorder.time(stats, "read", seconds / len(items))
+    self.window.extend(_Ready(*ready) for ready in zip(items, planned.states, planned.stats))
+    if planned.ended:
+      self.window.append(END)
+
+  def _plan_and_read(self) -> None:
+    planned = self._plan()
+    self.pending.append((planned, self.read_ahead.submit(planned.steps)))
 
   def _plan(self) -> PlannedWindow:
     planned = plan_window(self.planner, self.recorder, self.rows_here, self.window_tokens, self.snapshot)
