@@ -17,6 +17,9 @@ the data is local), each window is read on a thread of its own
 it is planned while it is read: reads, which run mostly without the GIL,
 overlap planning and assembly, which hold it. Remote data keeps its own
 fetch-ahead (the next window's shards are fetched while this one is read).
+Windows planned by a planner process are read on the prefetch thread (see
+workers.py): there, reading ahead did not add speed and cost a
+Python-bound training loop more of the GIL.
 
 Nothing here depends on how far ahead it reads: a step's batch is a pure
 function of its plan.

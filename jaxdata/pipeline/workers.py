@@ -27,7 +27,6 @@ those of the in-process path.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
 import json
 import time
@@ -78,7 +77,6 @@ class _LocalWindow:
   steps: list[LocalStep]
   items: collections.deque[ReadStep] | None = None
   read_s: float = 0.0  # per step
-  read: concurrent.futures.Future | None = None  # read on the read-ahead thread, if there is one
 
 
 class WorkerProducer:
@@ -257,10 +255,7 @@ class WorkerProducer:
 
   def _take_local(self, coming: _Coming, window: _LocalWindow) -> Prepared:
     """Step `coming` read (with the rest of its window, at its first step) and assembled here."""
-    if window.items is None and window.read is not None:
-      items, seconds = window.read.result()
-      window.items, window.read_s = collections.deque(items), seconds / len(window.steps)
-    elif window.items is None:
+    if window.items is None:
       started = time.perf_counter()
       window.items = collections.deque(read_window(self.local.reader, window.steps, self.cfg.packing.pad_id))
       window.read_s = (time.perf_counter() - started) / len(window.steps)
@@ -300,8 +295,6 @@ class WorkerProducer:
           self.readers[reader].send({"kind": "window", "generation": self.generation, "steps": steps}, payload)
         else:
           window = _LocalWindow(decode_window(steps, payload))
-          if self.local.read_ahead is not None:  # read while the windows before it are assembled
-            window.read = self.local.read_ahead.submit(window.steps)
         self.windows += 1
         for i, (header, state, stats) in enumerate(zip(steps, message["states"], message["stats"])):
           self.coming.append(_Coming(header["step"], reader, header["num_rows"], header["seq_len"], state, stats,
@@ -352,9 +345,6 @@ class WorkerProducer:
       return
     self.generation += 1
     self.local.restart(state)
-    for coming in self.coming:  # windows dropped: their reads are skipped if not begun
-      if isinstance(coming, _Coming) and coming.window is not None and coming.window.read is not None:
-        coming.window.read.cancel()
     self.coming.clear()
     self.windows = 0
     for reader in self.readers:
