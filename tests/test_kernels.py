@@ -81,8 +81,8 @@ def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing()
     kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1]), one, one,
                        {**flat, "positions": np.zeros(4, np.int32)}, native=True)
   with pytest.raises(ValueError, match="buffer kind d is not one of"):
-    kernels.write_runs(buffer.astype(np.float64), np.array([0]), np.array([0]), np.array([1]), one, one, flat,
-                       native=True)
+    kernels._native.write_runs(buffer.astype(np.float64), "d", np.array([0]), np.array([0]), np.array([1]), one,
+                               one, *flat.values())
   with pytest.raises((ValueError, BufferError)):  # NumPy: "ndarray is not C-contiguous"
     kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1]), one, one,
                        {**flat, "tokens": np.zeros(16, np.int32)[::2]}, native=True)
@@ -91,6 +91,16 @@ def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing()
     readonly.flags.writeable = False
     kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1]), one, one,
                        {**flat, "loss_mask": readonly}, native=True)
+
+
+def test_a_buffer_in_the_other_byte_order_is_read_right() -> None:
+  rng = np.random.default_rng(8)
+  buffer = rng.integers(0, 60_000, 300).astype(np.uint16)
+  runs = random_runs(rng, 120, buffer.size)
+  want = written(True, buffer, runs, 120)
+  swapped = buffer.astype(buffer.dtype.newbyteorder())  # the same values, stored big-endian
+  got = written(True, swapped, runs, 120)
+  assert all(np.array_equal(got[name], want[name]) for name in FEATURES)
 
 
 def test_first_fit_in_c_equals_the_python_reference() -> None:

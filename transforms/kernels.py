@@ -41,6 +41,8 @@ def _native_wanted() -> bool:
 
 
 NATIVE: bool = _native is not None and _native_wanted()  # the C loops run
+# Buffer dtypes the C loop reads (native byte order), as (kind, itemsize) -> its type code.
+_BUFFER_KINDS = {("i", 1): "b", ("u", 1): "B", ("i", 2): "h", ("u", 2): "H", ("i", 4): "i", ("u", 4): "I"}
 
 
 def write_runs(
@@ -61,11 +63,13 @@ def write_runs(
 
   with s = `run_src[r]`, d = `run_dst[r]`. `flat` holds the six features as
   flat contiguous int32 arrays of one size; the runs must tile them in grid
-  order (the NumPy version relies on it). `native` None: `NATIVE`.
+  order (the NumPy version relies on it). `native` None: `NATIVE`; a
+  buffer in another byte order always takes the NumPy version.
   """
-  if NATIVE if native is None else native:
+  kind = _BUFFER_KINDS.get((buffer.dtype.kind, buffer.dtype.itemsize)) if buffer.dtype.isnative else None
+  if (NATIVE if native is None else native) and kind is not None:
     _native.write_runs(
-        buffer, buffer.dtype.char, *(np.ascontiguousarray(a, np.int64) for a in (run_src, run_dst, run_len)),
+        buffer, kind, *(np.ascontiguousarray(a, np.int64) for a in (run_src, run_dst, run_len)),
         *(np.ascontiguousarray(a, np.int32) for a in (run_segment, run_source)),
         *(flat[name] for name in ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")),
     )
