@@ -70,6 +70,7 @@ TRAINING_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # the training-thread
     "training-thread-planner": (0, {"planner_process": True}),
     "training-thread-workers1": (0, {"workers": 1}),
     "training-thread-mesh8": (8, {}),  # the defaults with a mesh: the planner process
+    "training-thread-mesh8-in-process": (8, {"planner_process": False}),
 }
 GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
 NO_C = "-no-C"  # a kind named with this suffix runs with JAXDATA_NATIVE=0 (jaxdata.transforms.kernels)
