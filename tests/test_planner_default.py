@@ -4,6 +4,7 @@ fallback to planning in process when it cannot run."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -122,6 +123,29 @@ def test_an_asked_for_planner_that_cannot_run_is_an_error_then_is_retried(cfg, m
     assert before > 0
     got += [digest(next(pipe)) for _ in range(5)]
     assert pipe.producer.from_workers == before + 5  # the planner made them
+  assert got == reference(cfg, mesh, len(got))
+
+
+def test_a_planner_that_exits_before_it_reads_its_config_counts_as_an_exit(cfg, mesh, monkeypatch):
+  # The race CI once lost: /bin/false exited before the config was sent, and the send's
+  # BrokenPipeError escaped from a respawn instead of counting as an exit before "ready".
+  real_popen = subprocess.Popen
+
+  def exited_popen(*args, **kwargs):
+    process = real_popen(*args, **kwargs)
+    process.wait()  # gone before anything is sent to it
+    return process
+
+  monkeypatch.setattr(sys, "executable", "/bin/false")
+  monkeypatch.setattr(subprocess, "Popen", exited_popen)
+  with Pipeline(cfg, mesh=mesh, prefetch=0, planner_process=True) as pipe:
+    got, errors, deadline = [], [], time.monotonic() + DEADLINE_S
+    while not errors and time.monotonic() < deadline:
+      try:
+        got.append(digest(next(pipe)))
+      except WorkerStartError as error:
+        errors.append(str(error))
+    assert errors and "exited with code 1 before it was ready" in errors[0]
   assert got == reference(cfg, mesh, len(got))
 
 

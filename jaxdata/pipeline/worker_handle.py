@@ -48,7 +48,10 @@ class WorkerHandle:
       ours.close()
       raise WorkerStartError(f"{self.name} could not be started: {e}") from e
     self.conn = Connection(ours.detach())
-    send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
+    try:
+      send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
+    except OSError:  # BrokenPipeError: it exited before reading its config; the next receive says how
+      pass
     self.ready = False
     self.failed = False  # it sent an error instead of "ready" (and exits)
 
