@@ -186,6 +186,18 @@ def test_jaxdata_native_0_runs_the_numpy_loops_with_the_same_batches() -> None:
   assert c[1] == numpy[1] and len(c[1]) == len(hashlib.sha256().hexdigest())
 
 
+def test_without_the_extension_the_numpy_loops_run() -> None:
+  # An install without a C compiler has no jaxdata.transforms._native: importing it fails.
+  script = ("import sys; sys.modules['jaxdata.transforms._native'] = None\n"
+            "from jaxdata.transforms import kernels\n"
+            "import numpy as np\n"
+            "print(kernels._native, kernels.NATIVE, kernels.first_fit_rows(np.array([3, 3, 2]), None, 2, 5).tolist())")
+  done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                        env={k: v for k, v in os.environ.items() if k != "JAXDATA_NATIVE"})
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.split("\n")[0] == "None False [0, 1, 0]"
+
+
 def test_an_invalid_jaxdata_native_is_a_named_error() -> None:
   done = subprocess.run([sys.executable, "-c", "import jaxdata.transforms.kernels"],
                         env={**os.environ, "JAXDATA_NATIVE": "yes"}, capture_output=True, text=True, timeout=60)
