@@ -145,7 +145,10 @@ class StepProducer:
     self.window_tokens = 1
     self.ahead = None
     for _, read in self.pending:
-      read.cancel()  # skipped if not begun; a read under way finishes unused
+      read.cancel()  # skipped if not begun
+    # A read under way finishes unused; waited for, so that no stale read is still
+    # using the reader when another thread reads next (workers.py reads on the prefetch thread).
+    concurrent.futures.wait([read for _, read in self.pending])
     self.pending.clear()
 
   def close(self, timeout_s: float) -> bool:
