@@ -290,6 +290,7 @@ class _Resources:
     item = self.prefetcher.get()
     if isinstance(item, BaseException):
       raise item
+    self.prefetcher.hold(item)  # freed on the prefetch thread once the next item is handed out
     return item
 
   def stop_prefetch(self, wait: bool = True) -> None:

@@ -4,6 +4,14 @@ An exception in the producer is handed to the consumer as an item (and
 ends the thread), so it surfaces in `next()` in the training loop::
 
     producer thread:  produce() -> queue (maxsize depth) -> get() in the caller
+
+`hold` keeps the item handed out last until the next one is handed out,
+and then lets the producer thread drop it after its next item: the last
+reference to a batch of jax arrays then goes away on that thread. Freeing
+jax arrays releases the GIL; in the caller's thread that handed the GIL to
+the busy producer thread and cost a Python-bound training loop up to a
+switch interval each step (~4% of its time fed 2M tokens/s over an
+8-device mesh, against 0.016 ms a step for the free itself).
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ class Prefetcher:
     self.last = last
     self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
     self.stopping = threading.Event()
+    self._held: Any = None  # handed out last; the caller may still use it
+    self._retired: list[Any] = []  # handed out before: dropped by the producer thread
     self.thread = threading.Thread(target=self._run, name="jaxdata-prefetch", daemon=True)
     self.thread.start()
 
@@ -37,6 +47,12 @@ class Prefetcher:
       except queue.Empty:
         if not self.thread.is_alive() and self.queue.empty():
           raise RuntimeError("prefetch thread ended without handing out an item") from None
+
+  def hold(self, item: Any) -> None:
+    """Keeps `item` (just handed out) until the next one is, then retires the
+    one before it for the producer thread to drop."""
+    self._retired.append(self._held)
+    self._held = item
 
   def stop(self, wait: bool = True) -> None:
     """Stops the thread (and waits for it, unless `wait` is false: then it
@@ -51,6 +67,7 @@ class Prefetcher:
         item: Any = self.produce()
       except Exception as error:  # noqa: BLE001 -- handed to the consumer, which re-raises it
         item = error
+      self._retired.clear()  # after a whole item: the caller has long dropped its own references
       while not self.stopping.is_set():
         try:
           self.queue.put(item, timeout=0.1)
