@@ -167,12 +167,7 @@ class StepProducer:
       self.reader.prefetch(Pieces.concatenate([s.pieces for s in self.ahead.steps]))
     started = time.perf_counter()
     items = read_window(self.reader, planned.steps, self.cfg.packing.pad_id)
-    for stats in planned.stats:
-      self.recorder.time(stats, "read", (time.perf_counter() - started) / len(items))
-    self.window.extend(_Ready(*ready) for ready in zip(items, planned.states, planned.stats))
-    if planned.ended:
-      self.window.append(END)
-
+    self._queue(planned, items, time.perf_counter() - started)
 
   def _fill_from_background(self) -> None:
     if not self.pending:
@@ -180,9 +175,12 @@ class StepProducer:
     if len(self.pending) == 1 and not self.pending[0][0].ended:
       self._plan_and_read()  # the next window: planned now, read while this one is assembled
     planned, read = self.pending.popleft()
-    items, seconds = read.result()
+    self._queue(planned, *read.result())
+
+  def _queue(self, planned: PlannedWindow, items: list[ReadStep], read_s: float) -> None:
+    """A read window's steps, ready to assemble (and END after the last)."""
     for stats in planned.stats:
-      self.recorder.time(stats, "read", seconds / len(items))
+      self.recorder.time(stats, "read", read_s / len(items))
     self.window.extend(_Ready(*ready) for ready in zip(items, planned.states, planned.stats))
     if planned.ended:
       self.window.append(END)
