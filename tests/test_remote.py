@@ -89,6 +89,7 @@ def test_a_remote_dataset_gives_the_local_batches_through_a_small_cache(stores, 
   cfg = remote_config(local, urls, str(tmp_path / "cache"), budget)
   # Windows of 4 steps (1,024 tokens, about 25 documents per dataset) touch about 4 shards per dataset.
   with Pipeline(cfg, prefetch=2, read_ahead_tokens=1024) as pipe:
+    assert pipe.producer.read_ahead is None  # remote data keeps its own fetch-ahead (no read thread)
     got = [digest(next(pipe)) for _ in range(STEPS)]
     caches = [dataset.remote.cache for dataset in pipe.reader.datasets]
     fetched = [dataset.remote.fetched_bytes for dataset in pipe.reader.datasets]
