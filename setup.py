@@ -1,9 +1,16 @@
-"""The C loops of jaxdata (transforms/_native.c); everything else is in pyproject.toml.
+"""The C loops of jaxdata; everything else is in pyproject.toml.
 
-The extension is optional: where it cannot be compiled, the install still
-succeeds and jaxdata runs the same steps with NumPy (`jaxdata.transforms.kernels`).
+  transforms/_native.c          -> jaxdata.transforms._native   (assembly, first-fit placement)
+  jaxdata/mixture/_exact_pick.c -> jaxdata.mixture._exact_pick  (the exact interleave's pick loop)
+
+Both are optional: where they cannot be compiled, the install still succeeds
+and jaxdata runs the same steps in Python / NumPy (`JAXDATA_NATIVE` in
+`jaxdata.config.native`).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("jaxdata.transforms._native", ["transforms/_native.c"], optional=True)])
+setup(ext_modules=[
+    Extension("jaxdata.transforms._native", ["transforms/_native.c"], optional=True),
+    Extension("jaxdata.mixture._exact_pick", ["jaxdata/mixture/_exact_pick.c"], optional=True),
+])

@@ -202,4 +202,4 @@ def test_an_invalid_jaxdata_native_is_a_named_error() -> None:
   done = subprocess.run([sys.executable, "-c", "import jaxdata.transforms.kernels"],
                         env={**os.environ, "JAXDATA_NATIVE": "yes"}, capture_output=True, text=True, timeout=60)
   assert done.returncode != 0
-  assert "JAXDATA_NATIVE: 'yes' is not 0 (NumPy loops) or 1 (C loops where built)" in done.stderr
+  assert "JAXDATA_NATIVE: 'yes' is not 0 (Python / NumPy loops) or 1 (C loops where built)" in done.stderr

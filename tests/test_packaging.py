@@ -42,7 +42,8 @@ def test_normal_install_has_jaxdata_transforms_and_no_top_level_transforms(tmp_p
   assert "jaxdata/transforms/__init__.py" in names
   assert "jaxdata/tpu_configs/__init__.py" in names
   assert not [n for n in names if n.startswith(("transforms/", "tpu_configs/"))]
-  assert [n for n in names if n.startswith("jaxdata/transforms/_native.") and n.endswith(".so")]  # the C loops
+  for extension in ("jaxdata/transforms/_native.", "jaxdata/mixture/_exact_pick."):  # the C loops
+    assert [n for n in names if n.startswith(extension) and n.endswith(".so")], extension
   site = tmp_path / "site"
   subprocess.run(
       [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
@@ -50,14 +51,16 @@ def test_normal_install_has_jaxdata_transforms_and_no_top_level_transforms(tmp_p
   )
   probe = (
       "import jaxdata.transforms, jaxdata.tpu_configs, os;"
-      "from jaxdata.transforms import kernels;"
-      "print(os.path.dirname(jaxdata.transforms.__file__), os.path.dirname(kernels._native.__file__))"
+      "from jaxdata.transforms import kernels; from jaxdata.mixture import pick_loops;"
+      "print(os.path.dirname(jaxdata.transforms.__file__), os.path.dirname(kernels._native.__file__),"
+      "      os.path.dirname(pick_loops._exact_pick.__file__))"
   )
   out = subprocess.run(
       [sys.executable, "-c", probe], check=True, cwd=tmp_path, capture_output=True, text=True,
       env={**os.environ, "PYTHONPATH": str(site)},
   ).stdout.split()
-  assert len(out) == 2 and all(os.path.samefile(path, site / "jaxdata" / "transforms") for path in out)
+  assert len(out) == 3 and all(os.path.samefile(path, site / "jaxdata" / "transforms") for path in out[:2])
+  assert os.path.samefile(out[2], site / "jaxdata" / "mixture")
 
 
 def test_console_script_lists_commands():

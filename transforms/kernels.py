@@ -19,10 +19,10 @@ the install leaves the extension out where no C compiler is found, and
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 
+from jaxdata.config.native import native_wanted
 from jaxdata.transforms.fit import best_fit, first_fit
 
 try:
@@ -33,14 +33,7 @@ except ImportError:  # built without a C compiler: the NumPy versions below
 __all__ = ["NATIVE", "best_fit_rows", "first_fit_rows", "write_runs"]
 
 
-def _native_wanted() -> bool:
-  value = os.environ.get("JAXDATA_NATIVE", "1")
-  if value not in ("0", "1"):
-    raise ValueError(f"JAXDATA_NATIVE: {value!r} is not 0 (NumPy loops) or 1 (C loops where built)")
-  return value == "1"
-
-
-NATIVE: bool = _native is not None and _native_wanted()  # the C loops run
+NATIVE: bool = _native is not None and native_wanted()  # the C loops run
 # Buffer dtypes the C loop reads (native byte order), as (kind, itemsize) -> its type code.
 _BUFFER_KINDS = {("i", 1): "b", ("u", 1): "B", ("i", 2): "h", ("u", 2): "H", ("i", 4): "i", ("u", 4): "I"}
 

@@ -96,8 +96,10 @@ class StepPlan:
     return 1.0 - self.tokens / (self.rows * self.seq_len)
 
   def in_rows(self, rows: np.ndarray) -> np.ndarray:
-    """Indices of the pieces that lie in `rows`."""
-    return np.flatnonzero(np.isin(self.row, rows))
+    """Indices of the pieces that lie in `rows` (row numbers of this step)."""
+    inside = np.zeros(self.rows, bool)  # a lookup table: no sort, unlike np.isin
+    inside[rows] = True
+    return np.flatnonzero(inside[self.row])
 
 
 Placement = tuple[Pieces, np.ndarray, np.ndarray, Pieces]  # placed, row, column, carry

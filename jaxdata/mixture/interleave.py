@@ -26,7 +26,8 @@ stream was cut into calls.
 Random interleave: the dataset of document n is a counter-based draw for n.
 
 The mode string is read once, by `make_interleave`; the stream then talks to
-an `Interleave` object (`begin` a step, `pick` documents, state).
+an `Interleave` object (`begin` a step, `pick` documents, state). The loops
+themselves are in `jaxdata.mixture.pick_loops` (the exact one in C where built).
 """
 
 from __future__ import annotations
@@ -40,23 +41,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from jaxdata.config.validate import is_int
-from jaxdata.order.cursor import END_OF_BUFFER, END_OF_DATASET
-from jaxdata.order.feistel import derive_key, uniform
+from jaxdata.mixture.pick_loops import PickLoop, PickResult, pick_exact, pick_random
+from jaxdata.order.feistel import derive_key
 
 __all__ = [
     "ExactInterleave",
     "Interleave",
-    "PassMarks",
-    "PickLoop",
-    "PickResult",
     "RandomInterleave",
     "Segment",
     "StreamPosition",
     "make_interleave",
     "scale_weights",
 ]
-
-_DRAW_CHUNK = 4096
 
 
 def scale_weights(weights: Sequence[Fraction]) -> tuple[list[int], int]:
@@ -127,37 +123,6 @@ class Segment:
 
 
 @dataclasses.dataclass(frozen=True)
-class PickResult:
-  """The datasets picked, in order, whether the stream ended, and the dataset
-  that ended it (the one that could not supply, or completed the last pass)."""
-
-  choices: list[int]
-  ended: bool
-  ended_by: int = -1
-
-
-@dataclasses.dataclass
-class PickLoop:
-  """What one pick loop reads and advances.
-
-  `lengths[i]` is dataset i's look-ahead buffer as encoded lengths (see
-  `DatasetCursor.encoded_lengths`; None for a dataset not eligible now) and
-  `cursor[i]` its next unread entry (advanced in place); `marks` tracks
-  stop_after_passes. The loop stops after `doc_limit` documents or once
-  `token_limit` tokens are reached (the crossing document included), each
-  document counting its length plus `overhead` (the BOS / EOS a packer adds).
-  """
-
-  eligible: list[int]
-  lengths: list[list[int] | None]
-  cursor: list[int]
-  marks: PassMarks
-  doc_limit: int
-  token_limit: int
-  overhead: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
 class StreamPosition:
   """Where the stream stands: units emitted (tokens or documents, per the
   mixture unit), units taken from each dataset, documents emitted."""
@@ -203,7 +168,9 @@ class ExactInterleave(Interleave):
       self.exact = tuple(weights)
 
   def pick(self, loop: PickLoop, position: StreamPosition) -> PickResult:
-    return _pick_exact(self.segment, loop, position.units, position.taken, self.tokens_unit)
+    segment = self.segment
+    return pick_exact(segment.weights, segment.scale, segment.deficits_at(position.units, position.taken), loop,
+                      self.tokens_unit)
 
   def get_state(self) -> dict[str, Any]:
     return self.segment.to_json()
@@ -233,7 +200,7 @@ class RandomInterleave(Interleave):
     self.cumulative = np.cumsum(scale) / math.fsum(scale)
 
   def pick(self, loop: PickLoop, position: StreamPosition) -> PickResult:
-    return _pick_random(self.key, self.cumulative, self.among, position.emitted, loop)
+    return pick_random(self.key, self.cumulative, self.among, position.emitted, loop)
 
   def get_state(self) -> None:
     return None
@@ -252,144 +219,3 @@ def make_interleave(
   if kind == "random":
     return RandomInterleave(seed, mean_lengths if tokens_unit else None, epoch)
   raise ValueError(f"mixture.interleave: {kind!r} is not one of exact, random")
-
-
-def _ratio(numerator: int, denominator: int) -> float:
-  """numerator / denominator, correctly rounded; +-inf past the float range
-  (a weight many orders of magnitude below the others)."""
-  try:
-    return numerator / denominator
-  except OverflowError:
-    return math.inf if numerator > 0 else -math.inf
-
-
-def _keys(units: int, shift: int, weight: int, scale: int, margin: int) -> tuple[float, float]:
-  """(due, release) of a dataset's next document of `units` units, in units
-  after the pick loop's start. The loop inlines the same expressions."""
-  return _ratio((scale - margin) * units + shift, weight), _ratio(margin * units + shift, weight) - units
-
-
-class PassMarks:
-  """The rare path of the pick loops: a negative (marked) length.
-
-  `watch[i]` counts the pass completions dataset i still needs; `remaining`
-  how many datasets still need some (-1: no stop_after_passes dataset, so
-  that end never comes).
-  """
-
-  def __init__(self, watch: list[int], remaining: int) -> None:
-    self.watch = watch
-    self.remaining = remaining
-
-  def read(self, dataset: int, encoded: int) -> tuple[int, bool, bool]:
-    """(length, ends the stream before this document, ends it after)."""
-    if encoded == END_OF_DATASET:
-      return 0, True, False  # the picked dataset cannot supply a next document
-    if encoded == END_OF_BUFFER:
-      raise RuntimeError("look-ahead buffer ran dry inside a pick loop")  # ensure() prevents it
-    self.watch[dataset] -= 1  # the document completes a pass
-    if self.watch[dataset] == 0:
-      self.remaining -= 1
-      return ~encoded, False, self.remaining == 0  # every stop_after_passes dataset is done
-    return ~encoded, False, False
-
-
-def _pick_exact(
-    segment: Segment, loop: PickLoop, units: int, taken: list[int], tokens_unit: bool
-) -> PickResult:
-  eligible, lengths, cursor, marks = loop.eligible, loop.lengths, loop.cursor, loop.marks
-  doc_limit, token_limit, overhead = loop.doc_limit, loop.token_limit, loop.overhead
-  weights, scale = segment.weights, segment.scale
-  positive = sum(1 for i in eligible if weights[i] > 0)
-  margin = scale // (2 * positive - 2) if positive > 1 else 0  # exact: see scale_weights
-  due_scale = scale - margin
-  # Keys are measured from this loop's start, so the floats stay small (exact
-  # ints below 2**53) however long the run: shift[i] = -deficit_i, in 1/scale units.
-  shift = [-d for d in segment.deficits_at(units, taken)]
-  due = [math.inf] * len(lengths)
-  release = [math.inf] * len(lengths)
-  for i in eligible:
-    due[i], release[i] = _keys(_units_of(lengths[i][cursor[i]], tokens_unit), shift[i], weights[i], scale, margin)
-  order = tuple(eligible)
-  choices: list[int] = []
-  append = choices.append
-  count = tokens = 0
-  t = 0.0  # units since this loop's start
-  while True:
-    best, best_due = -1, math.inf
-    for i in order:
-      if t > release[i] and due[i] < best_due:
-        best, best_due = i, due[i]
-    if best < 0:  # nothing released: the one due first
-      for i in order:
-        if due[i] < best_due:
-          best, best_due = i, due[i]
-    at = cursor[best]
-    length = lengths[best][at]
-    last = False
-    if length < 0:
-      length, ended, last = marks.read(best, length)
-      if ended:
-        return PickResult(choices, True, best)
-    cursor[best] = at + 1
-    step_units = length if tokens_unit else 1
-    t += step_units
-    tokens += length + overhead
-    append(best)
-    count += 1
-    if last:
-      return PickResult(choices, True, best)
-    if count >= doc_limit or tokens >= token_limit:
-      return PickResult(choices, False)
-    # The keys of best's next document (_keys inlined: this is the hot path).
-    n = lengths[best][at + 1] if tokens_unit else 1
-    if n < 0:
-      n = 1 if n <= END_OF_BUFFER else ~n
-    shift[best] += scale * step_units
-    weight = weights[best]
-    try:
-      due[best] = (due_scale * n + shift[best]) / weight
-      release[best] = (margin * n + shift[best]) / weight - n
-    except OverflowError:
-      due[best], release[best] = _keys(n, shift[best], weight, scale, margin)
-
-
-# The two loops repeat their few lines of bookkeeping on purpose: a shared
-# per-document helper call would cost the exact loop a fifth of its speed.
-def _pick_random(key: int, cumulative: np.ndarray, among: list[int], counter: int, loop: PickLoop) -> PickResult:
-  lengths, cursor, marks = loop.lengths, loop.cursor, loop.marks
-  doc_limit, token_limit, overhead = loop.doc_limit, loop.token_limit, loop.overhead
-  draws: list[int] = []
-  choices: list[int] = []
-  append = choices.append
-  count = tokens = 0
-  while True:
-    if count == len(draws):
-      counters = np.arange(counter + count, counter + count + _DRAW_CHUNK)
-      slots = np.searchsorted(cumulative, uniform(key, counters), side="right")
-      draws.extend(np.asarray(among)[np.minimum(slots, len(among) - 1)].tolist())
-    best = draws[count]
-    at = cursor[best]
-    length = lengths[best][at]
-    last = False
-    if length < 0:
-      length, ended, last = marks.read(best, length)
-      if ended:
-        return PickResult(choices, True, best)
-    cursor[best] = at + 1
-    tokens += length + overhead
-    append(best)
-    count += 1
-    if last:
-      return PickResult(choices, True, best)
-    if count >= doc_limit or tokens >= token_limit:
-      return PickResult(choices, False)
-
-
-def _units_of(encoded: int, tokens_unit: bool) -> int:
-  """Units of an encoded length; an end mark counts as one (it is never emitted)."""
-  if not tokens_unit:
-    return 1
-  if encoded >= 0:
-    return encoded
-  return 1 if encoded <= END_OF_BUFFER else ~encoded

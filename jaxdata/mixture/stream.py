@@ -29,7 +29,8 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import ConfigError
-from jaxdata.mixture.interleave import PassMarks, PickLoop, StreamPosition, make_interleave
+from jaxdata.mixture.interleave import StreamPosition, make_interleave
+from jaxdata.mixture.pick_loops import PassMarks, PickLoop
 from jaxdata.order.cursor import DatasetCursor
 from jaxdata.config.resolve import DatasetSettings
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
