@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -264,6 +267,20 @@ def test_bench_command_reports_throughput(pipeline_yaml, capsys, workers):
   assert main(["bench", pipeline_yaml, "--steps", "5", "--workers", workers]) == 0
   out = capsys.readouterr().out
   assert "5 steps of 8 x 32" in out and "non-padding tokens/s" in out and "time per step: plan" in out
+  assert "C loops: in C: assembly, first-fit placement, exact interleave picks" in out  # both extensions built
+
+
+def test_bench_names_the_loops_that_run_in_python() -> None:
+  # A fresh interpreter for each: JAXDATA_NATIVE is read at import, and an install
+  # without a compiler has no extension modules (importing them fails).
+  script = "from jaxdata.tools.bench import c_loops; print(c_loops())"
+  missing = "import sys; sys.modules['jaxdata.mixture._exact_pick'] = None\n" + script
+  for code, native, expected in ((script, "0", "off (JAXDATA_NATIVE=0): every loop runs in Python / NumPy"),
+                                 (missing, "1", "not built: exact interleave picks run in Python / NumPy")):
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "JAXDATA_NATIVE": native},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(expected), done.stdout
 
 
 # ------------------------------------------------------------------ audit statistics

@@ -30,10 +30,11 @@ try:
 except ImportError:  # built without a C compiler: the NumPy versions below
   _native = None
 
-__all__ = ["NATIVE", "best_fit_rows", "first_fit_rows", "write_runs"]
+__all__ = ["BUILT", "NATIVE", "best_fit_rows", "first_fit_rows", "write_runs"]
 
 
-NATIVE: bool = _native is not None and native_wanted()  # the C loops run
+BUILT: bool = _native is not None  # the extension was compiled at install
+NATIVE: bool = BUILT and native_wanted()  # the C loops run
 # Buffer dtypes the C loop reads (native byte order), as (kind, itemsize) -> its type code.
 _BUFFER_KINDS = {("i", 1): "b", ("u", 1): "B", ("i", 2): "h", ("u", 2): "H", ("i", 4): "i", ("u", 4): "I"}
 

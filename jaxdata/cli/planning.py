@@ -13,7 +13,7 @@ from jaxdata.cli.output import Console, Table, show
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.tools.audit import audit as audit_plan
-from jaxdata.tools.bench import bench as bench_config
+from jaxdata.tools.bench import bench as bench_config, c_loops
 from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
 from jaxdata.tools.doctor import diagnose, load_losses, write_html
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
@@ -197,4 +197,5 @@ def bench(args: argparse.Namespace, console: Console) -> int:
                 f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "
                 f"first batch {result.first_batch_seconds:.2f}s")
   console.print("time per step: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in result.time_per_step_s.items()))
+  console.print(f"C loops: {c_loops()}")
   return 0

@@ -29,10 +29,11 @@ try:
 except ImportError:  # built without a C compiler: the Python loop below
   _exact_pick = None
 
-__all__ = ["NATIVE", "PassMarks", "PickLoop", "PickResult", "pick_exact", "pick_random"]
+__all__ = ["BUILT", "NATIVE", "PassMarks", "PickLoop", "PickResult", "pick_exact", "pick_random"]
 
 _DRAW_CHUNK = 4096
-NATIVE: bool = _exact_pick is not None and native_wanted()  # the exact pick loop runs in C
+BUILT: bool = _exact_pick is not None  # the extension was compiled at install
+NATIVE: bool = BUILT and native_wanted()  # the exact pick loop runs in C
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,10 +8,29 @@ import time
 
 import numpy as np
 
+from jaxdata.config.native import native_wanted
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.mixture import pick_loops
 from jaxdata.pipeline.pipeline import Pipeline
+from jaxdata.transforms import kernels
 
-__all__ = ["BenchResult", "bench"]
+__all__ = ["BenchResult", "bench", "c_loops"]
+
+
+def c_loops() -> str:
+  """Which of jaxdata's loops run in C here (a bench figure depends on it).
+
+  >>> c_loops().startswith(("in C:", "off", "not built"))
+  True
+  """
+  if not native_wanted():
+    return "off (JAXDATA_NATIVE=0): every loop runs in Python / NumPy"
+  missing = [name for name, built in (("assembly and first-fit placement", kernels.BUILT),
+                                      ("exact interleave picks", pick_loops.BUILT)) if not built]
+  if not missing:
+    return "in C: assembly, first-fit placement, exact interleave picks"
+  return (f"not built: {', '.join(missing)} run in Python / NumPy, a step ~0.5 ms slower "
+          "(reinstall jaxdata where a C compiler and the Python headers are found)")
 
 
 @dataclasses.dataclass(frozen=True)
