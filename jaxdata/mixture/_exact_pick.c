@@ -12,8 +12,9 @@
  *     DONE       a limit was reached: the loop is over
  *     ONE_PICK   the next pick reads a marked length (a pass end, the end of
  *                a dataset): Python makes that one pick, then calls again
- *     OUT_OF_RANGE  a number left the exact range, or the state is one
- *                Python would raise on: Python finishes the loop
+ *     OUT_OF_RANGE  a number would leave the exact range, or the state is
+ *                one this loop leaves to Python (no dataset due, a list
+ *                too short, a weight of 0): Python finishes the loop
  *
  * Nothing is committed for the pick it stops before; the lists it was given
  * (cursor, shift, due, release, choices) hold the loop's state on return.
