@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import copy
 import os
+import random
 import subprocess
 import sys
 from fractions import Fraction
@@ -82,7 +83,7 @@ def run(case: dict[str, Any], native: bool) -> tuple[Any, list[int], list[int], 
   segment = case["segment"]  # picking from its start: its deficits apply as they are
   try:
     result: Any = pick_exact(segment.weights, segment.scale, segment.deficits, loop, case["tokens_unit"], native)
-  except (RuntimeError, IndexError) as e:
+  except (RuntimeError, IndexError, ZeroDivisionError) as e:
     result = (type(e).__name__, str(e))
   return result, loop.cursor, loop.marks.watch, loop.marks.remaining
 
@@ -178,3 +179,29 @@ def test_without_the_extension_the_python_loop_runs() -> None:
                         env={k: v for k, v in os.environ.items() if k != "JAXDATA_NATIVE"})
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.strip() == "None False [0, 1, 0]"
+
+
+def test_c_and_python_agree_at_the_edges_of_the_exact_range() -> None:
+  # Scales and deficits at and around 2**53 (where C must hand over), document lengths
+  # up to 2**40, weights of 0 among the eligible datasets (Python raises before the loop),
+  # limits up to 2**62: the same results, errors and cursors either way.
+  rng = random.Random(7)
+  for _ in range(4000):
+    k = rng.randint(1, 5)
+    scale = rng.choice([1, 2, 6, 2**20, 2**30 + 1, 2**45, 2**52, 2**53 - 1, 2**53, 2**53 + 2])
+    cuts = sorted(rng.randint(0, scale) for _ in range(k - 1))
+    weights = [b - a for a, b in zip([0, *cuts], [*cuts, scale])]
+    lengths: list[list[int] | None] = []
+    for _ in range(k):
+      run_lengths = [rng.choice([1, 2, 3, 1000, 2**20, 2**31, 2**40]) for _ in range(rng.randint(1, 30))]
+      if rng.random() < 0.2:
+        run_lengths[0] = ~run_lengths[0]
+      lengths.append(run_lengths + [rng.choice([END_OF_DATASET, END_OF_BUFFER])])
+    eligible = [i for i in range(k) if weights[i] > 0 or rng.random() < 0.1] or [0]
+    spread = rng.choice([0, 1, 2**30, 2**52, 2**53 - 5, 2**60])
+    loop = PickLoop(eligible, lengths, [0] * k, PassMarks([rng.randint(0, 2) for _ in range(k)], rng.choice([-1, 1, 2])),
+                    doc_limit=rng.randint(1, 40), token_limit=rng.choice([1, 100, 2**35, 2**62]),
+                    overhead=rng.choice([0, 1, 2]))
+    case = {"segment": Segment(0, 0, scale, weights, [rng.randint(-spread, spread) for _ in range(k)], [0] * k),
+            "tokens_unit": rng.random() < 0.7, "loop": loop}
+    assert run(case, True) == run(case, False)
