@@ -15,7 +15,7 @@ Rows fill from column 0, so the pieces sorted by (row, column), with one
 padding run at the end of each row that is not full, tile the flat
 [rows * seq_len] grid exactly. Every feature is then a run-length fill or a
 shifted contiguous copy over the grid, which `kernels.write_runs` writes run
-by run (in C, with the GIL released, where the extension was built)::
+by run (in C where the extension was built; it keeps the GIL for a step's grid)::
 
     grid   | piece a       | piece b | pad  | piece c          | piece d   |
     src    s_a s_a+1 ...    s_b ...   P P+1  s_c ...            (P: the pad run in the buffer)
