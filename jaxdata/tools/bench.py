@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 
-from jaxdata.config.native import native_wanted
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture import pick_loops
 from jaxdata.pipeline.pipeline import Pipeline
@@ -18,15 +17,16 @@ __all__ = ["BenchResult", "bench", "c_loops"]
 
 
 def c_loops() -> str:
-  """Which of jaxdata's loops run in C here (a bench figure depends on it).
+  """Which of jaxdata's loops run in C here (a bench figure depends on it), as
+  the modules decided at import.
 
   >>> c_loops().startswith(("in C:", "off", "not built"))
   True
   """
-  if not native_wanted():
+  modules = (("assembly and first-fit placement", kernels), ("exact interleave picks", pick_loops))
+  if any(module.BUILT and not module.NATIVE for _, module in modules):
     return "off (JAXDATA_NATIVE=0): every loop runs in Python / NumPy"
-  missing = [name for name, built in (("assembly and first-fit placement", kernels.BUILT),
-                                      ("exact interleave picks", pick_loops.BUILT)) if not built]
+  missing = [name for name, module in modules if not module.BUILT]
   if not missing:
     return "in C: assembly, first-fit placement, exact interleave picks"
   return (f"not built: {', '.join(missing)} run in Python / NumPy, a step ~0.5 ms slower "
