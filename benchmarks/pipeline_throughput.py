@@ -14,8 +14,9 @@ with 32 bins, batch 32; run single-process and with mp_prefetch(2).
 jaxdata: in process (`workers=0`), with the planner in a process of its own
 (`planner_process`, the default with a mesh) and with worker processes, NumPy
 output and `jax.Array` output on an 8-device CPU mesh; `jaxdata-mesh8-no-C`
-runs the mesh defaults with JAXDATA_NATIVE=0 (assembly and first-fit in
-NumPy and Python instead of C), for what the C loops bring.
+runs the mesh defaults with JAXDATA_NATIVE=0 (assembly, first-fit and the
+exact interleave's picks in NumPy and Python instead of C), for what the C
+loops bring.
 
 Every configuration runs in its own subprocess (its peak RSS is that of its
 whole process tree, workers included, sampled every 50 ms); all of them run
@@ -60,7 +61,7 @@ JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices,
     "jaxdata-planner": (0, {"planner_process": True}),
     "jaxdata-mesh8": (8, {}),  # the defaults: with a mesh, the planner is a process of its own
     "jaxdata-mesh8-in-process": (8, {"planner_process": False}),
-    "jaxdata-mesh8-no-C": (8, {}),  # the defaults with JAXDATA_NATIVE=0: the NumPy loops (see NO_C)
+    "jaxdata-mesh8-no-C": (8, {}),  # the defaults with JAXDATA_NATIVE=0: the Python / NumPy loops (see NO_C)
     "jaxdata-workers1": (0, {"workers": 1}),
     "jaxdata-mesh8-workers1": (8, {"workers": 1}),
     "jaxdata-mesh8-workers2": (8, {"workers": 2}),
@@ -73,7 +74,7 @@ TRAINING_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # the training-thread
     "training-thread-mesh8-in-process": (8, {"planner_process": False}),
 }
 GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
-NO_C = "-no-C"  # a kind named with this suffix runs with JAXDATA_NATIVE=0 (jaxdata.transforms.kernels)
+NO_C = "-no-C"  # a kind named with this suffix runs with JAXDATA_NATIVE=0 (jaxdata.config.native)
 
 
 def jaxdata_config(corpus: str) -> Any:
