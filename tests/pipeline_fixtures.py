@@ -89,6 +89,20 @@ def run_workers(script: str, argvs: list[list[str]], timeout: float = 300) -> No
     assert p.returncode == 0, output[-3000:]
 
 
+def fresh_python(script: str, native: str | None = None, missing: str | None = None) -> str:
+  """stdout of `script` in a fresh interpreter (the C loops' switches are read at
+  import), with JAXDATA_NATIVE=`native` (None: unset) and, if `missing` names a
+  C extension, without it (as on an install without a compiler: importing it fails)."""
+  if missing is not None:
+    script = f"import sys; sys.modules[{missing!r}] = None\n" + script
+  env = {k: v for k, v in os.environ.items() if k != "JAXDATA_NATIVE"}
+  if native is not None:
+    env["JAXDATA_NATIVE"] = native
+  done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+  assert done.returncode == 0, done.stderr[-2000:]
+  return done.stdout
+
+
 def rebuilt_batch(out_dir: Any, processes: int, step: int, like: dict) -> dict:
   """A global batch put back together from every process's saved row blocks (``p{i}_step{k}.npz``
   holding ``FEATURE/START`` arrays), shaped like `like`; rows nobody saved stay -999."""

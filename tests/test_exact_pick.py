@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import collections
 import copy
-import os
 import random
-import subprocess
-import sys
 from fractions import Fraction
 from typing import Any
 
@@ -20,6 +17,7 @@ from jaxdata.mixture import pick_loops
 from jaxdata.mixture.interleave import Segment, scale_weights
 from jaxdata.mixture.pick_loops import PassMarks, PickLoop, pick_exact
 from jaxdata.order.cursor import END_OF_BUFFER, END_OF_DATASET
+from pipeline_fixtures import fresh_python
 
 
 def test_the_extension_is_built_and_used_by_default() -> None:
@@ -160,25 +158,16 @@ def test_the_c_loop_refuses_lists_of_different_sizes() -> None:
 
 def test_jaxdata_native_0_runs_the_python_loop() -> None:
   script = "from jaxdata.mixture import pick_loops; print(pick_loops.NATIVE)"
-  for value, expected in (("0", "False"), ("1", "True")):
-    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "JAXDATA_NATIVE": value},
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == expected
+  assert [fresh_python(script, native).strip() for native in ("0", "1")] == ["False", "True"]
 
 
 def test_without_the_extension_the_python_loop_runs() -> None:
-  # An install without a C compiler has no jaxdata.mixture._exact_pick: importing it fails.
-  script = ("import sys; sys.modules['jaxdata.mixture._exact_pick'] = None\n"
-            "from jaxdata.mixture import pick_loops\n"
+  script = ("from jaxdata.mixture import pick_loops\n"
             "from jaxdata.order.cursor import END_OF_DATASET\n"
             "loop = pick_loops.PickLoop([0, 1], [[3, 3, END_OF_DATASET], [1, 1, END_OF_DATASET]], [0, 0],\n"
             "                           pick_loops.PassMarks([0, 0], -1), doc_limit=3, token_limit=100)\n"
             "print(pick_loops._exact_pick, pick_loops.NATIVE, pick_loops.pick_exact([1, 1], 2, [0, 0], loop, False).choices)")
-  done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                        env={k: v for k, v in os.environ.items() if k != "JAXDATA_NATIVE"})
-  assert done.returncode == 0, done.stderr[-2000:]
-  assert done.stdout.strip() == "None False [0, 1, 0]"
+  assert fresh_python(script, missing="jaxdata.mixture._exact_pick").strip() == "None False [0, 1, 0]"
 
 
 def test_c_and_python_agree_at_the_edges_of_the_exact_range() -> None:
