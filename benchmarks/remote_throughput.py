@@ -47,9 +47,10 @@ def config(paths: dict[str, str], cache_dir: str, cache_bytes: int) -> jaxdata.P
   })
 
 
-def run(cfg: jaxdata.PipelineConfig) -> tuple[float, dict[str, float], dict[str, int], Any]:
-  """(non-pad tokens/s, share of the tokens per dataset, bytes fetched per dataset, the cache)."""
-  with jaxdata.Pipeline(cfg, prefetch=2, read_ahead_tokens=1 << 18) as pipe:
+def run(cfg: jaxdata.PipelineConfig, planner_process: bool = False) -> tuple[float, dict[str, float], dict[str, int], Any]:
+  """(non-pad tokens/s, share of the tokens per dataset, bytes fetched per dataset, the cache).
+  `planner_process`: windows planned by a planner process and read here (the default with a mesh)."""
+  with jaxdata.Pipeline(cfg, prefetch=2, read_ahead_tokens=1 << 18, planner_process=planner_process) as pipe:
     started, tokens = time.perf_counter(), 0
     for _ in range(STEPS):
       tokens += int(np.count_nonzero(next(pipe)["segment_ids"]))
@@ -78,6 +79,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache_dir:
       local_rate, *_ = run(config(paths, cache_dir, cache_bytes))
       remote_rate, shares, fetched, cache = run(config(urls, cache_dir, cache_bytes))
+    with tempfile.TemporaryDirectory() as cache_dir:  # a cold cache again
+      planner_rate, _, _, planner_cache = run(config(urls, cache_dir, cache_bytes), planner_process=True)
   finally:
     servers.close()
   total_tokens = STEPS * 32 * 2048
@@ -90,10 +93,12 @@ def main() -> None:
     passes = share * total_tokens / tokens[name]
     print(f"{name:8s} {passes:6.2f}  {fetched[name] / (sizes[name] * passes):6.3f}x  "
           f"({fetched[name] / 1e6:.1f} MB fetched, {sizes[name] / 1e6:.1f} MB per pass)")
-  gets = cache.hits + cache.prefetched + cache.misses
-  print(f"shard gets: {cache.hits / gets:.1%} present, {cache.prefetched / gets:.1%} on their way, "
-        f"{cache.misses / gets:.1%} fetched on demand; {cache.ahead_gets / gets:.1%} asked for a window ahead; "
-        f"peak held {cache.peak_bytes / 1e6:.1f} MB")
+  for label, shard_cache in (("planned in process", cache), ("planner process", planner_cache)):
+    gets = shard_cache.hits + shard_cache.prefetched + shard_cache.misses
+    print(f"shard gets, {label}: {shard_cache.hits / gets:.1%} present, {shard_cache.prefetched / gets:.1%} on "
+          f"their way, {shard_cache.misses / gets:.1%} fetched on demand; {shard_cache.ahead_gets / gets:.1%} asked "
+          f"for a window ahead; peak held {shard_cache.peak_bytes / 1e6:.1f} MB")
+  print(f"remote with a planner process (the default with a mesh): {planner_rate / 1e6:.2f} M non-pad tokens/s")
 
 
 if __name__ == "__main__":

@@ -242,14 +242,20 @@ def test_each_host_fetches_only_the_shards_of_its_own_rows(stores, tmp_path):
   assert any(fetched_any)  # some host skipped some shards
 
 
-def test_the_next_windows_shards_are_fetched_while_one_is_read(stores, local, reference, tmp_path):
+@pytest.mark.parametrize("planner_process", [False, True])
+def test_the_next_windows_shards_are_fetched_while_one_is_read(stores, local, reference, tmp_path, planner_process):
   """Every shard read after the first window was asked for a window ahead
-  (with room for everything, so none is dropped for lack of it)."""
+  (with room for everything, so none is dropped for lack of it): planned
+  in process, or by a planner process whose windows this process reads."""
   server = stores["s3"]
-  urls = [server.upload(d.path, "jaxdata-test", f"ahead/{d.name}") for d in local.datasets]
+  urls = [server.upload(d.path, "jaxdata-test", f"ahead-{planner_process}/{d.name}") for d in local.datasets]
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * dataset_bytes(local))
-  with Pipeline(cfg, prefetch=0, read_ahead_tokens=1024) as pipe:
-    got = [digest(next(pipe)) for _ in range(40)]
+  with Pipeline(cfg, prefetch=0, read_ahead_tokens=1024, planner_process=planner_process) as pipe:
+    got = [digest(next(pipe))]
+    if planner_process:
+      pipe.producer.wait_ready()  # from the next step on, the planner process plans every window
+    got += [digest(next(pipe)) for _ in range(39)]
+    assert not planner_process or pipe.producer.from_workers == 39
     cache = pipe.reader.datasets[0].remote.cache
     first_window = StepPlanner(cfg).plan()  # the first window is one step
     first_shards = {(d, int(s)) for d, dataset in enumerate(pipe.reader.datasets)

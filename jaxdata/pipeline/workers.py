@@ -16,6 +16,7 @@ planner is a process: the main process reads and assembles each window
 itself, on its prefetch thread, while the planner plans the next one::
 
     main:      window w: read its documents (one call per dataset), assemble step s
+               (remote shards: each window's are requested as it arrives, so they download ahead)
 
 Until every worker has opened its files, steps are made in process (the
 first batch does not wait for process start-up). Then the workers start from
@@ -45,6 +46,7 @@ from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import LocalStep, ReadStep, decode_window, read_window
 from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
 from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, slot_views
+from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["WorkerProducer"]
 
@@ -295,6 +297,8 @@ class WorkerProducer:
           self.readers[reader].send({"kind": "window", "generation": self.generation, "steps": steps}, payload)
         else:
           window = _LocalWindow(decode_window(steps, payload))
+          if self.local.reader.remote:  # its shards are fetched from now on, while earlier windows are read
+            self.local.reader.prefetch(Pieces.concatenate([s.pieces for s in window.steps]))
         self.windows += 1
         for i, (header, state, stats) in enumerate(zip(steps, message["states"], message["stats"])):
           self.coming.append(_Coming(header["step"], reader, header["num_rows"], header["seq_len"], state, stats,
