@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +24,7 @@ from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.remote import CacheOptions, RemotePath
 from jaxdata.sources.stores import open_store
+from jaxdata.pipeline import reader as reader_module
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from jaxdata.tools.convert import ConvertOptions, convert
@@ -322,6 +324,57 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
   with Pipeline(config(flat_url, str(tmp_path / "meg-meta")), prefetch=0) as pipe:
     assert [digest(next(pipe)) for _ in range(30)] == want
     assert all(ds.remote is None for ds in pipe.reader.datasets)  # nothing went through the shard cache
+
+
+def test_windows_from_a_planner_process_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeypatch):
+  """Flat files in a bucket with a planner process (the default with a mesh):
+  each window's byte ranges are read on the read-ahead thread, a window
+  ahead, and the batches (after set_state, and after a failed read is
+  raised at its step and retried) are the local run's."""
+  write_flat(str(tmp_path / "flat" / "a.bin"), random_documents(np.random.default_rng(7), 120, eos_id=0))
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=0)
+  url = stores["s3"].upload(str(tmp_path / "flat"), "jaxdata-test", "flat-planner")
+
+  def config(path: str) -> PipelineConfig:
+    return PipelineConfig.from_dict({
+        "seed": 3, "exhausted_policy": "repeat", "shuffle_block_size": "global",
+        "datasets": [{"name": "draws", "path": path, "sampling": "windows", "window": 16},
+                     {"name": "docs", "path": path}],
+        "mixture": {"weights": {"draws": 0.5, "docs": 0.5}},
+        "packing": {"mode": "first_fit", "seq_len": 16}, "batch": {"global_batch_size": 8}})
+
+  with Pipeline(config(str(tmp_path / "flat")), prefetch=0) as pipe:
+    want = [digest(next(pipe)) for _ in range(70)]
+  threads: set[str] = set()
+  failing = {"now": False}
+  real = reader_module._read_with_retries
+
+  def read(dataset, records):
+    threads.add(threading.current_thread().name)
+    if failing["now"]:
+      raise OSError(5, "Input/output error (injected)")
+    return real(dataset, records)
+
+  monkeypatch.setattr(reader_module, "_read_with_retries", read)
+  with Pipeline(config(url), prefetch=2, read_ahead_tokens=256, planner_process=True) as pipe:
+    got = [digest(next(pipe))]
+    pipe.producer.wait_ready()
+    got += [digest(next(pipe)) for _ in range(24)]
+    state = pipe.get_state()
+    got += [digest(next(pipe)) for _ in range(5)]
+    pipe.set_state(state)  # windows read ahead are dropped; the same steps again
+    got += [digest(next(pipe)) for _ in range(15)]
+    failing["now"] = True
+    with pytest.raises(OSError, match="injected"):
+      while True:
+        got.append(digest(next(pipe)))
+    failing["now"] = False
+    assert len(got) < 45 + 20  # raised at the first step of a window not yet read (windows of ~8 steps)
+    got += [digest(next(pipe)) for _ in range(30 + 45 - len(got))]  # retried from the step that failed
+    from_planner = pipe.producer.from_workers
+  assert got == want[:30] + want[25:70]
+  assert threads == {"jaxdata-read-ahead"}  # never on the prefetch thread, which assembles meanwhile
+  assert from_planner >= 60
 
 
 def test_a_flat_read_from_a_store_that_goes_away_names_the_file_after_retries(stores, tmp_path):

@@ -77,6 +77,11 @@ class DocumentReader:
     return parts, doc_start, (np.concatenate(inner_piece), np.concatenate(inner_offset))
 
   @property
+  def reads_ranges_from_store(self) -> bool:
+    """Whether a read waits on object storage for byte ranges (flat files in a store)."""
+    return any(dataset.reads_ranges_from_store for dataset in self.datasets)
+
+  @property
   def remote(self) -> bool:
     """Whether any dataset is in object storage (then reads fetch shards)."""
     return any(dataset.remote is not None for dataset in self.datasets)

@@ -19,7 +19,8 @@ overlap planning and assembly, which hold it. Remote data keeps its own
 fetch-ahead (the next window's shards are fetched while this one is read).
 Windows planned by a planner process are read on the prefetch thread (see
 workers.py): there, reading ahead did not add speed and cost a
-Python-bound training loop more of the GIL.
+Python-bound training loop more of the GIL; only windows that wait on a
+store's byte ranges (flat files in object storage) are read ahead there.
 
 Nothing here depends on how far ahead it reads: a step's batch is a pure
 function of its plan.

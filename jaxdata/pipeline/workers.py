@@ -16,7 +16,8 @@ planner is a process: the main process reads and assembles each window
 itself, on its prefetch thread, while the planner plans the next one::
 
     main:      window w: read its documents (one call per dataset), assemble step s
-               (remote shards: each window's are requested as it arrives, so they download ahead)
+               (remote shards: each window's are requested as it arrives, so they download ahead;
+               flat files in a store: each window is read a window ahead on the read-ahead thread)
 
 Until every worker has opened its files, steps are made in process (the
 first batch does not wait for process start-up). Then the workers start from
@@ -28,6 +29,7 @@ those of the in-process path.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import json
 import time
@@ -79,6 +81,7 @@ class _LocalWindow:
   steps: list[LocalStep]
   items: collections.deque[ReadStep] | None = None
   read_s: float = 0.0  # per step
+  read: concurrent.futures.Future | None = None  # its read on the read-ahead thread, once started
 
 
 class WorkerProducer:
@@ -114,6 +117,11 @@ class WorkerProducer:
     self.last_state = start_state  # after the last step made: where workers start from
     self.started = False
     self.coming: collections.deque[_Coming | BaseException | Any] = collections.deque()  # or END
+    # Windows that wait on a store's byte ranges are read a window ahead on the read-ahead thread
+    # (local reads stay on the prefetch thread: a read thread there cost a training loop more of the GIL).
+    self.reads_ahead = local.read_ahead is not None and local.reader.reads_ranges_from_store
+    self.unread: collections.deque[_LocalWindow] = collections.deque()  # forwarded, their reads not started
+    self.reading: _LocalWindow | None = None  # read ahead (or being read), not assembled from yet
     self.windows = 0  # forwarded since the last start: the next goes to reader windows % count
     self.from_workers = 0  # steps handed out that workers made
     self.per_reader = [0] * count  # of those, how many each reader made
@@ -258,9 +266,15 @@ class WorkerProducer:
   def _take_local(self, coming: _Coming, window: _LocalWindow) -> Prepared:
     """Step `coming` read (with the rest of its window, at its first step) and assembled here."""
     if window.items is None:
-      started = time.perf_counter()
-      window.items = collections.deque(read_window(self.local.reader, window.steps, self.cfg.packing.pad_id))
-      window.read_s = (time.perf_counter() - started) / len(window.steps)
+      if window.read is not None:
+        items, read_s = window.read.result()
+        self.reading = None
+        self._read_next_window()
+      else:
+        started = time.perf_counter()
+        items = read_window(self.local.reader, window.steps, self.cfg.packing.pad_id)
+        read_s = time.perf_counter() - started
+      window.items, window.read_s = collections.deque(items), read_s / len(window.steps)
     item = window.items.popleft()
     started = time.perf_counter()
     arrays = self.local.assemble_step(item)
@@ -299,12 +313,29 @@ class WorkerProducer:
           window = _LocalWindow(decode_window(steps, payload))
           if self.local.reader.remote:  # its shards are fetched from now on, while earlier windows are read
             self.local.reader.prefetch(Pieces.concatenate([s.pieces for s in window.steps]))
+          if self.reads_ahead:
+            self.unread.append(window)
+            self._read_next_window()
         self.windows += 1
         for i, (header, state, stats) in enumerate(zip(steps, message["states"], message["stats"])):
           self.coming.append(_Coming(header["step"], reader, header["num_rows"], header["seq_len"], state, stats,
                                      i == len(steps) - 1, window))
       if message["ended"]:
         self.coming.append(END)
+
+  def _read_next_window(self) -> None:
+    """Starts reading the next forwarded window on the read-ahead thread, one
+    window ahead of the one being assembled (at most two windows are held)."""
+    if self.reading is None and self.unread:
+      self.reading = self.unread.popleft()
+      self.reading.read = self.local.read_ahead.submit(self.reading.steps)
+
+  def _drop_windows(self) -> None:
+    """Forgets the windows planned before a (re)start; a read not begun yet is skipped."""
+    if self.reading is not None:
+      self.reading.read.cancel()
+    self.reading = None
+    self.unread.clear()
 
   def _workers_ready(self) -> bool:
     """Whether every worker has opened its files; raises a worker's error
@@ -350,6 +381,7 @@ class WorkerProducer:
     self.generation += 1
     self.local.restart(state)
     self.coming.clear()
+    self._drop_windows()
     self.windows = 0
     for reader in self.readers:
       reader.send({"kind": "start", "generation": self.generation})

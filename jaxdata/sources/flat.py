@@ -61,6 +61,7 @@ class FlatTokenDataset(ShardedRecords):
     if self.data_root is None:
       raise DatasetError(f"{self.path}/manifest.json: data_root {root!r} must be empty, absolute or a gs:// or "
                          "s3:// URL")
+    self.reads_ranges_from_store = is_remote(self.data_root)
     shards = self.manifest.shards
     self._number_records([s.num_records for s in shards])
     self.shard_tokens = np.array([s.num_tokens for s in shards], dtype=np.int64)

@@ -36,6 +36,8 @@ class ShardedRecords:
   shard_num_records: np.ndarray
   record_starts: np.ndarray
   what = "record"  # how errors name one record
+  # Reads fetch byte ranges from object storage as they go (no shard cache): a read waits on the store.
+  reads_ranges_from_store = False
 
   def _number_records(self, counts: Sequence[int] | np.ndarray) -> None:
     self.shard_num_records = np.asarray(counts, dtype=np.int64)

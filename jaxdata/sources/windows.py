@@ -71,6 +71,7 @@ class WindowView(ShardedRecords):
   def __init__(self, dataset: FlatTokenDataset, options: WindowOptions) -> None:
     self.dataset, self.options = dataset, options
     self.path, self.manifest, self.remote, self.dtype = dataset.path, dataset.manifest, None, dataset.dtype
+    self.reads_ranges_from_store = dataset.reads_ranges_from_store
     span = options.window + 1
     # Per shard: cumulative records of its eligible documents (cross_documents: false), or None.
     self._documents: list[tuple[np.ndarray, np.ndarray] | None] = []
