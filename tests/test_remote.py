@@ -326,14 +326,15 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
     assert all(ds.remote is None for ds in pipe.reader.datasets)  # nothing went through the shard cache
 
 
-def test_windows_from_a_planner_process_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeypatch):
-  """Flat files in a bucket with a planner process (the default with a mesh):
-  each window's byte ranges are read on the read-ahead thread, a window
+@pytest.mark.parametrize("planner_process", [False, True])
+def test_windows_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeypatch, planner_process):
+  """Flat files in a bucket, planned in process or by a planner process (the
+  default with a mesh): each window's byte ranges are read on the read-ahead thread, a window
   ahead, and the batches (after set_state, and after a failed read is
   raised at its step and retried) are the local run's."""
   write_flat(str(tmp_path / "flat" / "a.bin"), random_documents(np.random.default_rng(7), 120, eos_id=0))
   build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=0)
-  url = stores["s3"].upload(str(tmp_path / "flat"), "jaxdata-test", "flat-planner")
+  url = stores["s3"].upload(str(tmp_path / "flat"), "jaxdata-test", f"flat-planner-{planner_process}")
 
   def config(path: str) -> PipelineConfig:
     return PipelineConfig.from_dict({
@@ -356,9 +357,10 @@ def test_windows_from_a_planner_process_that_read_from_a_store_are_read_ahead(st
     return real(dataset, records)
 
   monkeypatch.setattr(reader_module, "_read_with_retries", read)
-  with Pipeline(config(url), prefetch=2, read_ahead_tokens=256, planner_process=True) as pipe:
+  with Pipeline(config(url), prefetch=2, read_ahead_tokens=256, planner_process=planner_process) as pipe:
     got = [digest(next(pipe))]
-    pipe.producer.wait_ready()
+    if planner_process:
+      pipe.producer.wait_ready()  # from the next step on, the planner process plans every window
     got += [digest(next(pipe)) for _ in range(24)]
     state = pipe.get_state()
     got += [digest(next(pipe)) for _ in range(5)]
@@ -371,10 +373,10 @@ def test_windows_from_a_planner_process_that_read_from_a_store_are_read_ahead(st
     failing["now"] = False
     assert len(got) < 45 + 20  # raised at the first step of a window not yet read (windows of ~8 steps)
     got += [digest(next(pipe)) for _ in range(30 + 45 - len(got))]  # retried from the step that failed
-    from_planner = pipe.producer.from_workers
+    from_planner = pipe.producer.from_workers if planner_process else None
   assert got == want[:30] + want[25:70]
   assert threads == {"jaxdata-read-ahead"}  # never on the prefetch thread, which assembles meanwhile
-  assert from_planner >= 60
+  assert not planner_process or from_planner >= 60
 
 
 def test_a_flat_read_from_a_store_that_goes_away_names_the_file_after_retries(stores, tmp_path):
