@@ -1,9 +1,9 @@
 """`open_parts`: what a pipeline plans and reads with, opened from a config.
 
 Used by `Pipeline` and by its worker processes, which open the same files
-and must arrive at the same fingerprint::
+from the same `PipelineSpec` and must arrive at the same fingerprint::
 
-    config -> datasets (checked; any format, windows where sampled) -> token bound, StepPlanner, DocumentReader, order fingerprint
+    spec: config, split, epoch -> datasets (checked; any format, windows where sampled) -> token bound, StepPlanner, DocumentReader, order fingerprint
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from jaxdata.mixture.holdout import eval_config
 from jaxdata.mixture.metadata import DatasetMeta, open_split
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
+from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound
 from jaxdata.sources.dataset import ReadOptions
@@ -39,21 +40,22 @@ class Parts:
   record_starts: list[np.ndarray]  # per dataset: its shards' first records
 
 
-def open_parts(cfg: PipelineConfig, read_threads: int, read_log: ReadLog | None = None, epoch: int = 0,
-               split: str = "train") -> Parts:
-  """Opens and checks every dataset of `cfg` as `split` sees it; on an error nothing stays open."""
+def open_parts(spec: PipelineSpec, read_log: ReadLog | None = None) -> Parts:
+  """Opens and checks every dataset of the spec's config as its split sees it; on an error nothing stays open."""
+  cfg, split = spec.config, spec.split
   datasets: list[Dataset] = []
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)  # one budget for all remote datasets
   try:
     for d in cfg.dataset_settings():
       if split == "eval" and not d.holdout:
         continue
-      datasets.append(open_split(d, ReadOptions(num_threads=read_threads), cache, cfg.seed, split))
+      datasets.append(open_split(d, ReadOptions(num_threads=spec.read_threads), cache, cfg.seed, split))
     if split == "eval":
       cfg = eval_config(cfg, {ds_name: ds.num_records for ds_name, ds in
                               zip([d.name for d in cfg.dataset_settings() if d.holdout], datasets)})
     bound = token_bound(cfg, datasets)
-    planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)}, epoch)
+    planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)},
+                           spec.epoch)
   except BaseException:  # re-raised: nothing may stay open
     for dataset in datasets:
       dataset.close()

@@ -46,6 +46,7 @@ from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
+from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import READ_AHEAD
@@ -97,7 +98,8 @@ class Pipeline:
     if mesh is not None:  # checked before any file is opened
       sharding = batch_sharding(mesh, data_axes)
       check_rows_divide(cfg, mesh, data_axes)
-    parts = open_parts(cfg, read_threads, read_log, epoch, split)
+    spec = PipelineSpec(cfg, split=split, epoch=epoch, read_threads=read_threads)  # what worker processes get too
+    parts = open_parts(spec, read_log)
     cfg = parts.cfg
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(),
@@ -113,8 +115,8 @@ class Pipeline:
         aligned=aliases_host_memory(sharding), background_reads=prefetch > 0)
     if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
-        self.producer = WorkerProducer(cfg, workers, self.producer, self.recorder, self.fingerprint, self._rows_here,
-                                       prefetch + 1, read_ahead_tokens, read_threads, self._snapshot(),
+        self.producer = WorkerProducer(spec, cfg, workers, self.producer, self.recorder, self.fingerprint,
+                                       self._rows_here, prefetch + 1, read_ahead_tokens, self._snapshot(),
                                        fall_back=planner_process is None and not workers)
       except BaseException:  # re-raised: nothing may stay open
         self.reader.close()

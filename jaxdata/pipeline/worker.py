@@ -21,7 +21,9 @@ array (no pickle)::
     either -> main   {"kind": "ready", "fingerprint": F}               datasets open (or "error")
 
 A worker is `python -m jaxdata.pipeline.worker FD`, FD one end of a
-socket pair; its first message is {"config": cfg.to_dict(), "spec": ...}.
+socket pair; its first message is {"pipeline": PipelineSpec.to_dict(),
+"worker": WorkerSpec fields}: the pipeline's spec whole (config, split,
+epoch, ...), so it opens exactly the parts the pipeline opened.
 It imports neither jax nor the training script, so it starts in about the
 time it takes to import NumPy and open the files.
 """
@@ -41,6 +43,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.shared_buffer import SharedBuffer
@@ -59,7 +62,7 @@ PLANNER, READER = "planner", "reader"
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
-  """What one worker needs besides the config."""
+  """What one worker needs besides the pipeline's `PipelineSpec`: its role and the host's rows."""
 
   role: str  # PLANNER or READER
   index: int  # the reader's index (0 for the planner)
@@ -69,7 +72,6 @@ class WorkerSpec:
   slot_tokens: int  # the most tokens of this host's rows in any step
   rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
   read_ahead_tokens: int
-  read_threads: int
 
   @property
   def ring_bytes(self) -> int:
@@ -105,17 +107,16 @@ def main(argv: list[str]) -> None:
   conn = Connection(int(argv[1]))
   try:
     setup = json.loads(conn.recv_bytes())
-    spec = WorkerSpec(**setup["spec"])
-    cfg = PipelineConfig.from_dict(setup["config"])
   except EOFError:  # the main process went away before it sent anything
     return
-  serve(conn, cfg, spec)
+  serve(conn, setup["pipeline"], WorkerSpec(**setup["worker"]))
 
 
-def serve(conn: Connection, cfg: PipelineConfig, spec: WorkerSpec) -> None:
+def serve(conn: Connection, pipeline: Mapping[str, Any], spec: WorkerSpec) -> None:
   """Runs a worker until told to stop or the main process goes away."""
   try:
-    parts = open_parts(cfg, spec.read_threads)
+    parts = open_parts(PipelineSpec.from_dict(pipeline))
+    cfg = parts.cfg  # the config the pipeline's planner runs (the eval split's for split="eval")
   except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
     send(conn, error_message(error, -1))
     return

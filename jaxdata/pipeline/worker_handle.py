@@ -17,9 +17,9 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import WorkerStartError
 from jaxdata.pipeline.shared_buffer import SharedBuffer
+from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.worker import PLANNER, WorkerSpec, send
 
 __all__ = ["POLL_S", "WorkerHandle", "close_all"]
@@ -30,8 +30,8 @@ POLL_S = 0.1  # how often a wait checks that the worker is alive (and lets Ctrl-
 class WorkerHandle:
   """One worker process, its pipe and (a reader's) shared memory ring."""
 
-  def __init__(self, cfg: PipelineConfig, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
-    self.cfg, self.spec, self.memory = cfg, spec, memory
+  def __init__(self, pipeline: PipelineSpec, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
+    self.pipeline, self.spec, self.memory = pipeline, spec, memory
     self.name = "jaxdata planner" if spec.role == PLANNER else f"jaxdata reader {spec.index}"
     try:
       ours, theirs = socket.socketpair()
@@ -49,7 +49,7 @@ class WorkerHandle:
       raise WorkerStartError(f"{self.name} could not be started: {e}") from e
     self.conn = Connection(ours.detach())
     try:
-      send(self.conn, {"config": cfg.to_dict(), "spec": dataclasses.asdict(spec)})
+      send(self.conn, {"pipeline": pipeline.to_dict(), "worker": dataclasses.asdict(spec)})
     except OSError:  # BrokenPipeError: it exited before reading its config; the next receive says how
       pass
     self.ready = False
@@ -95,7 +95,7 @@ class WorkerHandle:
   def respawned(self) -> "WorkerHandle":
     """A new process in place of a dead one, on the same shared memory."""
     self.conn.close()
-    return WorkerHandle(self.cfg, self.spec, self.memory)
+    return WorkerHandle(self.pipeline, self.spec, self.memory)
 
   def close(self) -> None:
     try:

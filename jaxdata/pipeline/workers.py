@@ -43,6 +43,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.shared_buffer import SharedBuffer
+from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import LocalStep, ReadStep, decode_window, read_window
@@ -88,15 +89,17 @@ class WorkerProducer:
   """Produces `Prepared` steps like `StepProducer`, from worker processes.
 
   `local` makes the steps until the workers are ready; it shares the
-  pipeline's planner, so its states are the pipeline's. With `fall_back`,
+  pipeline's planner, so its states are the pipeline's. Every worker opens
+  its parts from `spec`, the pipeline's own; `cfg` is the config its planner
+  runs (the eval split's for split="eval"). With `fall_back`,
   workers that cannot start (`WorkerStartError`) leave every step to `local`,
   with a warning, instead of failing them.
   """
 
   def __init__(
-      self, cfg: PipelineConfig, count: int, local: StepProducer, recorder: StatsRecorder,
+      self, spec: PipelineSpec, cfg: PipelineConfig, count: int, local: StepProducer, recorder: StatsRecorder,
       fingerprint: dict[str, Any], rows_here: RowsHere, slots: int,
-      read_ahead_tokens: int, read_threads: int, start_state: dict[str, Any], fall_back: bool = False,
+      read_ahead_tokens: int, start_state: dict[str, Any], fall_back: bool = False,
   ) -> None:
     if count < 0:
       raise ValueError(f"workers: must be >= 0, got {count}")
@@ -105,9 +108,8 @@ class WorkerProducer:
     rows_by_shape = {f"{rows}x{seq_len}": rows_here(rows, seq_len).tolist() for rows, seq_len in cfg.row_shapes()}
     self.slot_tokens = max(len(r) * int(key.split("x")[1]) for key, r in rows_by_shape.items())
 
-    self.cfg = cfg
-    self.specs = [WorkerSpec(PLANNER, 0, count, -1, slots, self.slot_tokens, rows_by_shape, read_ahead_tokens,
-                             read_threads)]
+    self.cfg, self.spec = cfg, spec
+    self.specs = [WorkerSpec(PLANNER, 0, count, -1, slots, self.slot_tokens, rows_by_shape, read_ahead_tokens)]
     self.specs += [dataclasses.replace(self.specs[0], role=READER, index=i) for i in range(count)]
     self.handles: list[WorkerHandle] = []  # the planner, then the readers; started after the first step
     # At exit too: the workers stop and the shared memory is released.
@@ -155,7 +157,7 @@ class WorkerProducer:
         if spec.role == READER:
           memory = SharedBuffer.create(spec.ring_bytes)
           spec = dataclasses.replace(spec, memory_fd=memory.fd)
-        self.handles.append(WorkerHandle(self.cfg, spec, memory))
+        self.handles.append(WorkerHandle(self.spec, spec, memory))
     except BaseException:  # re-raised: the workers started so far are stopped
       close_all(self.handles)
       raise

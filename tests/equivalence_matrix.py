@@ -1,0 +1,345 @@
+"""The equivalence matrix: every feature in every execution mode gives the reference's batches.
+
+Generated from two lists, FEATURES and MODES: a new feature or mode joins by
+one line. The reference of a feature is its pipeline in process, prefetch=0,
+NumPy output. A cell runs the feature in a mode for STEPS steps with a
+get_state / set_state round trip after SPLIT steps, then restores the state
+taken there on a fresh pipeline; all three sequences (first part, rest after
+the round trip, rest after the restore) must equal the reference's, batch by
+batch, all six arrays (or the integration's own keys) byte for byte::
+
+    reference  = feature in process, prefetch 0            b0 b1 b2 b3 | b4 ... b9
+    cell       = feature in mode:  b0..b3, S = get_state, set_state(S), b4..b9
+    restored   = fresh pipeline in mode, set_state(S):                  b4..b9
+
+Modes that need another interpreter (the C loops off: `JAXDATA_NATIVE` is
+read at import; two `jax.distributed` processes) run this file as a script::
+
+    python equivalence_matrix.py cell DATA.json MODE OUT.json FEATURE...        one process
+    python equivalence_matrix.py host DATA.json PORT N I OUT_DIR FEATURE...      process I of N
+
+Data is small and the runs short so that the whole matrix fits the CI budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+STEPS, SPLIT = 10, 4
+ROWS, SEQ_LEN = 8, 16  # 8 rows: one per device of the 8-device mesh
+
+Data = Mapping[str, str]  # "d0", "d1", "d2", "flat", "meg", and "s3:d0", "gs:d0", ... once uploaded
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+
+def write_data(root: str) -> dict[str, str]:
+  """Three coded ArrayRecord datasets (pass ends come within STEPS), flat and Megatron files."""
+  sys.path.insert(0, os.path.dirname(__file__))
+  from flat_fixtures import random_documents, write_flat, write_megatron  # noqa: PLC0415 -- tests/ on the path
+  from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415
+  from jaxdata.sources.flat_index import build_flat_index  # noqa: PLC0415
+
+  rng = np.random.default_rng(29)
+  data = {}
+  for d, (count, longest) in enumerate([(90, 40), (50, 20), (40, 10)]):
+    data[f"d{d}"] = os.path.join(root, f"d{d}")
+    write_coded_dataset(data[f"d{d}"], d, rng.integers(1, longest, count).tolist(), shard_bytes=300)
+  documents = random_documents(rng, 150, eos_id=0, max_length=30)
+  data["flat"] = os.path.join(root, "flat")
+  write_flat(os.path.join(data["flat"], "a.bin"), documents[:80])
+  write_flat(os.path.join(data["flat"], "b.bin"), documents[80:])
+  build_flat_index("flat", [os.path.join(data["flat"], f) for f in ("a.bin", "b.bin")], dtype="uint16", eos_id=0)
+  data["meg"] = os.path.join(root, "meg")
+  os.makedirs(data["meg"])
+  write_megatron(os.path.join(data["meg"], "m"), [[d] for d in documents[:100]] + [d for d in [[d1, d2] for d1, d2
+                 in zip(documents[100::2], documents[101::2])]])
+  build_flat_index("megatron", [os.path.join(data["meg"], "m")])
+  data["cache"] = os.path.join(root, "cache")
+  return data
+
+
+# ------------------------------------------------------------------------------------------- features
+
+
+def _config(data: Data, names: tuple[str, ...] = ("d0", "d1", "d2"), prefix: str = "",
+            **overrides: Any) -> Any:
+  from jaxdata import PipelineConfig  # noqa: PLC0415 -- imported after the mode's environment is set
+
+  raw: dict[str, Any] = {
+      "seed": 29,
+      "datasets": [{"name": n, "path": data[prefix + n]} for n in names],
+      "mixture": {"weights": {n: 1 + i for i, n in enumerate(names)}},
+      "shuffle_block_size": "global",
+      "packing": {"mode": "first_fit", "seq_len": SEQ_LEN},
+      "batch": {"global_batch_size": ROWS},
+      "cache_dir": data["cache"],
+      "allow_mixed_tokenizers": True,  # coded, Megatron and flat ids side by side
+  }
+  for key, value in overrides.items():
+    raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
+  return PipelineConfig.from_dict(raw)
+
+
+def _with_datasets(cfg: Any, **per_dataset: dict[str, Any]) -> Any:
+  from jaxdata import PipelineConfig  # noqa: PLC0415
+
+  raw = cfg.to_dict()
+  for entry in raw["datasets"]:
+    entry.update(per_dataset.get(entry["name"], {}))
+  return PipelineConfig.from_dict(raw)
+
+
+def _maxtext_values(data: Data) -> dict[str, Any]:
+  return {"grain_train_files": f"{data['d0']}/*.array_record,0.7;{data['d1']}/*.array_record,0.3",
+          "grain_file_type": "arrayrecord", "data_shuffle_seed": 3, "max_target_length": SEQ_LEN,
+          "global_batch_size_to_load": ROWS, "packing": True, "add_bos": False, "add_eos": False,
+          "grain_worker_count": 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+  """One row of the matrix: a config (and pipeline arguments), and what iterates it."""
+
+  name: str
+  config: Callable[[Data], Any]
+  arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # split, epoch
+  entrance: str = "pipeline"  # "pipeline", "maxtext" (MaxTextPipeline), "grain" (PipelineDataset)
+  store: str | None = None  # "s3" or "gs": needs that emulator
+  multihost: bool = False  # in the representative subset run on 2 jax.distributed processes
+
+
+FEATURES = [
+    Feature("token-mixture-pass-ends", lambda d: _config(d), multihost=True),
+    Feature("document-mixture-random", lambda d: _config(
+        d, mixture={"unit": "documents", "interleave": "random"}, exhausted_policy="repeat", max_repeats=3)),
+    Feature("shard-and-within-shard", lambda d: _config(d, shuffle_block_size=None, shuffle_within_shard=True)),
+    Feature("block-shuffle", lambda d: _config(d, shuffle_block_size=7, reshuffle_on_repeat=False)),
+    Feature("open-shards", lambda d: _config(d, shuffle_block_size=5, open_shards=2), multihost=True),
+    Feature("schedule-phases-ramp", lambda d: _config(d, mixture={"weights": None, "schedule": [
+        {"until_step": 3, "weights": {"d0": 1, "d1": 0, "d2": 0}},
+        {"weights": {"d0": 1, "d1": 2, "d2": 2}, "ramp_steps": 3}]}, exhausted_policy="repeat")),
+    Feature("fractional-phases", lambda d: _config(d, total_steps=STEPS, exhausted_policy="repeat", mixture={
+        "weights": None, "schedule": [{"until_step": 0.4, "weights": {"d0": 0, "d1": 1, "d2": 1}},
+                                      {"weights": {"d0": 3, "d1": 1, "d2": 0}}]})),
+    Feature("linear-length-warmup", lambda d: _config(
+        d, packing={"linear_warmup": {"start": 8, "steps": 6, "granularity": 4}})),
+    Feature("batch-size-ramp", lambda d: _config(
+        d, batch={"global_batch_size": 2 * ROWS, "ramp": {"start": ROWS, "steps": 6, "granularity": ROWS}}),
+        multihost=True),
+    Feature("epoch", lambda d: _config(d, exhausted_policy="repeat"), {"epoch": 1}),
+    Feature("holdout-eval", lambda d: _with_datasets(_config(d), d0={"holdout": 0.5}, d1={"holdout": 20}),
+            {"split": "eval"}, multihost=True),
+    Feature("holdout-train", lambda d: _with_datasets(_config(d), d0={"holdout": 0.5}, d1={"holdout": 20})),
+    Feature("group-by-length", lambda d: _config(d, packing={"mode": "none", "group_by_length": 3},
+                                                  exhausted_policy="repeat")),
+    Feature("windows-with-replacement", lambda d: _config(
+        d, names=("flat",), exhausted_policy="repeat", datasets=[
+            {"name": "flat", "path": d["flat"], "sampling": "windows"}])),
+    Feature("windows-permuted", lambda d: _config(
+        d, names=("flat",), exhausted_policy="repeat", datasets=[
+            {"name": "flat", "path": d["flat"], "sampling": "windows", "window": 8, "with_replacement": False}])),
+    Feature("megatron-and-flat", lambda d: _config(d, names=("d0", "flat", "meg"), exhausted_policy="repeat")),
+    Feature("remote-s3", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="s3:"), store="s3"),
+    Feature("remote-gs", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="gs:"), store="gs"),
+    Feature("maxtext", _maxtext_values, entrance="maxtext"),
+    Feature("grain-adapter", lambda d: _config(d), entrance="grain"),
+    Feature("realistic-combination", lambda d: _with_datasets(_config(
+        d, open_shards=2, shuffle_block_size=9, exhausted_policy="repeat",
+        packing={"mode": "best_fit", "add_eos": True, "eos_id": 1, "linear_warmup": {"start": 8, "steps": 5}},
+        mixture={"weights": None, "schedule": [{"until_step": 5, "weights": {"d0": 1, "d1": 1, "d2": 1}},
+                                               {"weights": {"d0": 2, "d1": 1, "d2": 0}, "ramp_steps": 2}]}),
+        d0={"holdout": 10}), multihost=True),
+]
+
+
+# ---------------------------------------------------------------------------------------------- modes
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+  """One column: pipeline arguments, NumPy or mesh output, and where it runs."""
+
+  name: str
+  arguments: Mapping[str, Any]
+  mesh: bool = False
+  runs: str = "here"  # "here", "native-off" (a fresh interpreter, JAXDATA_NATIVE=0), "two-hosts"
+
+  @property
+  def uses_workers(self) -> bool:
+    return bool(self.arguments.get("workers")) or bool(self.arguments.get("planner_process")) or (
+        self.mesh and self.arguments.get("planner_process") is None)
+
+
+REFERENCE = Mode("reference", {"prefetch": 0, "planner_process": False})
+MODES = [
+    Mode("prefetch2", {"prefetch": 2, "planner_process": False}),
+    Mode("planner-process", {"prefetch": 2, "planner_process": True}),
+    Mode("workers1", {"prefetch": 2, "workers": 1}),
+    Mode("workers2", {"prefetch": 1, "workers": 2}),
+    Mode("mesh8", {"prefetch": 2, "planner_process": False}, mesh=True),
+    Mode("mesh8-planner-default", {"prefetch": 2}, mesh=True),  # the default with a mesh: a planner process
+    Mode("mesh8-workers2", {"prefetch": 2, "workers": 2}, mesh=True),
+    Mode("native-off", {"prefetch": 2, "planner_process": False}, runs="native-off"),
+    Mode("two-hosts", {"prefetch": 2}, mesh=True, runs="two-hosts"),  # each host: 4 devices, a planner process
+]
+
+
+# --------------------------------------------------------------------------------------------- a cell
+
+
+def digest(batch: Mapping[str, Any]) -> list[str]:
+  """A batch as comparable text, key by key (hashes of the bytes, with dtype and shape)."""
+  import hashlib  # noqa: PLC0415
+
+  out = []
+  for key in sorted(batch):
+    array = np.asarray(batch[key])
+    out.append(f"{key}:{array.dtype}:{array.shape}:{hashlib.sha256(array.tobytes()).hexdigest()[:24]}")
+  return out
+
+
+def open_iterator(feature: Feature, data: Data, mode: Mode, mesh: Any = None) -> Any:
+  """The feature's iterator in `mode` (get_state / set_state / close); `.pipeline` is its Pipeline where wrapped."""
+  from jaxdata import Pipeline  # noqa: PLC0415
+
+  arguments = {**feature.arguments, **mode.arguments}
+  if feature.entrance == "maxtext":
+    from jaxdata.integrations.maxtext import MaxTextPipeline  # noqa: PLC0415 -- optional: jax at import
+
+    return MaxTextPipeline(feature.config(data), mesh, **arguments)
+  if feature.entrance == "grain":
+    from jaxdata.pipeline.grain import PipelineDataset  # noqa: PLC0415 -- optional: grain at import
+
+    return iter(PipelineDataset(feature.config(data), mesh=mesh, **arguments))
+  return Pipeline(feature.config(data), mesh=mesh, **arguments)
+
+
+def pipeline_of(iterator: Any) -> Any:
+  return getattr(iterator, "pipeline", iterator)
+
+
+def wait_for_workers(iterator: Any) -> None:
+  """Until the worker processes are ready, steps are made in process: wait, so that the cell's are theirs."""
+  from jaxdata.pipeline.workers import WorkerProducer  # noqa: PLC0415
+
+  producer = pipeline_of(iterator).producer
+  if isinstance(producer, WorkerProducer):
+    producer.wait_ready()
+
+
+def steps_from_workers(iterator: Any) -> int | None:
+  from jaxdata.pipeline.workers import WorkerProducer  # noqa: PLC0415
+
+  producer = pipeline_of(iterator).producer
+  return producer.from_workers if isinstance(producer, WorkerProducer) else None
+
+
+def take(iterator: Any, count: int, summary: Callable[[Any], list[str]] = digest) -> list[list[str]]:
+  """Up to `count` batches' digests (fewer where the stream ends)."""
+  out = []
+  for _ in range(count):
+    try:
+      out.append(summary(next(iterator)))
+    except StopIteration:
+      break
+  return out
+
+
+def run_cell(feature: Feature, data: Data, mode: Mode, mesh: Any = None,
+             summary: Callable[[Any], list[str]] = digest) -> dict[str, Any]:
+  """The cell's three sequences, and how many steps worker processes made (None: no workers)."""
+  with_workers = mode.uses_workers
+  iterator = open_iterator(feature, data, mode, mesh)
+  try:
+    if with_workers:
+      wait_for_workers(iterator)
+    first = take(iterator, SPLIT, summary)
+    state = iterator.get_state()
+    iterator.set_state(json.loads(json.dumps(state)))  # a round trip through JSON, as a checkpoint makes it
+    rest = take(iterator, STEPS - SPLIT, summary)
+    from_workers = steps_from_workers(iterator)
+  finally:
+    iterator.close()
+  fresh = open_iterator(feature, data, mode, mesh)
+  try:
+    if with_workers:
+      wait_for_workers(fresh)
+    fresh.set_state(json.loads(json.dumps(state)))
+    restored = take(fresh, STEPS - SPLIT, summary)
+  finally:
+    fresh.close()
+  return {"first": first, "rest": rest, "restored": restored, "from_workers": from_workers}
+
+
+def reference(feature: Feature, data: Data) -> list[list[str]]:
+  iterator = open_iterator(feature, data, REFERENCE)
+  try:
+    return take(iterator, STEPS)
+  finally:
+    iterator.close()
+
+
+def local_mesh() -> Any:
+  import jax  # noqa: PLC0415
+
+  devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
+  return jax.sharding.Mesh(devices, ("data",))
+
+
+# ------------------------------------------------------------------------------- other interpreters
+
+
+def _by_name(names: list[str]) -> Iterator[Feature]:
+  known = {f.name: f for f in FEATURES}
+  return (known[n] for n in names)
+
+
+def _cell_main(data_json: str, mode_name: str, out: str, *feature_names: str) -> None:
+  """Every named feature's cell in `mode` (JAXDATA_NATIVE etc. set by the caller)."""
+  mode = {m.name: m for m in MODES}[mode_name]
+  data = json.loads(open(data_json).read())
+  results = {}
+  for feature in _by_name(list(feature_names)):
+    results[feature.name] = run_cell(feature, data, dataclasses.replace(mode, runs="here"),
+                                     local_mesh() if mode.mesh else None)
+  with open(out, "w") as f:
+    json.dump(results, f)
+
+
+def _host_main(data_json: str, port: str, count: str, index: str, out_dir: str, *feature_names: str) -> None:
+  """Process `index` of `count`: every named feature's cell over a mesh of all processes' devices;
+  saves per feature the digests of the global batches (gathered from all processes)."""
+  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  import jax  # noqa: PLC0415 -- after the device count above
+
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(f"localhost:{port}", int(count), int(index))
+  data = json.loads(open(data_json).read())
+  mode = {m.name: m for m in MODES}["two-hosts"]
+  results = {}
+  for feature in _by_name(list(feature_names)):
+    results[feature.name] = run_cell(feature, data, mode, local_mesh(), _gathered_digest)
+  with open(os.path.join(out_dir, f"host{index}.json"), "w") as f:
+    json.dump(results, f)
+  jax.distributed.shutdown()
+
+
+def _gathered_digest(batch: Mapping[str, Any]) -> list[str]:
+  """The whole global batch, gathered from every process's rows (a collective: every host calls it)."""
+  from jax.experimental import multihost_utils  # noqa: PLC0415
+
+  return digest({k: multihost_utils.process_allgather(v, tiled=True) for k, v in batch.items()})
+
+
+if __name__ == "__main__":
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  {"cell": _cell_main, "host": _host_main}[sys.argv[1]](*sys.argv[2:])
