@@ -56,3 +56,18 @@ def random_documents(rng: np.random.Generator, count: int, eos_id: int, vocab: i
     body = rng.integers(eos_id + 1, vocab, size=int(rng.integers(0, max_length)))
     docs.append([*body.tolist(), eos_id])
   return docs
+
+
+def lying_megatron(prefix: str, documents: list[list[int]], stored: np.dtype, claimed_code: int) -> None:
+  """A .bin of `stored` ids whose .idx claims another dtype, with sizes scaled so the byte counts still add up."""
+  scale = np.dtype(stored).itemsize / {8: 2, 4: 4}[claimed_code]
+  with open(prefix + ".bin", "wb") as f:
+    for doc in documents:
+      f.write(np.asarray(doc, stored).tobytes())
+  sizes = (np.array([len(d) for d in documents]) * scale).astype(np.int32)
+  pointers = np.concatenate([[0], np.cumsum(sizes.astype(np.int64) * {8: 2, 4: 4}[claimed_code])[:-1]])
+  with open(prefix + ".idx", "wb") as f:
+    f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", claimed_code))
+    f.write(struct.pack("<Q", len(documents)) + struct.pack("<Q", len(documents) + 1))
+    f.write(sizes.astype("<i4").tobytes() + pointers.astype("<i8").tobytes())
+    f.write(np.arange(len(documents) + 1, dtype="<i8").tobytes())

@@ -36,7 +36,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jaxdata  # noqa: E402
 from jaxdata.checkpoint import seal  # noqa: E402
 from jaxdata.cli import main as cli  # noqa: E402
+from jaxdata.research.mixing import doremi_average  # noqa: E402
 from jaxdata.sources.fileutil import claim_directory, clear_claimed  # noqa: E402
+from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron  # noqa: E402
+from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
+from jaxdata.sources.opening import open_dataset  # noqa: E402
 from pipeline_fixtures import write_coded_dataset  # noqa: E402
 
 HANG_SECONDS = 20
@@ -161,6 +165,29 @@ def _index_and_check_clean(root: str) -> None:
       raise AssertionError(f"a failed index left {left} behind")
 
 
+def _flat_index(root: str, **options: Any) -> Any:
+  """A flat uint16 file of 60 documents ending in id 0, indexed with `options`."""
+  rng = np.random.default_rng(0)
+  write_flat(os.path.join(root, "a.bin"), random_documents(rng, 60, eos_id=0, max_length=30))
+  return build_flat_index("flat", [os.path.join(root, "a.bin")], dtype="uint16", **options)
+
+
+def _tampered_flat_index(root: str, name: str) -> None:
+  """Swaps documents 3 and 4 of one index file (the other left as written), then opens the dataset."""
+  _flat_index(root, eos_id=0)
+  values = np.load(os.path.join(root, name))
+  values[[3, 4]] = values[[4, 3]]
+  np.save(os.path.join(root, name), values)
+  open_dataset(root).close()
+
+
+def _lying_megatron(root: str, stored: Any, claimed_code: int) -> None:
+  rng = np.random.default_rng(1)
+  lying_megatron(os.path.join(root, "m"), [rng.integers(1, 361, 2 * int(rng.integers(1, 40))).tolist()
+                                           for _ in range(300)], np.dtype(stored), claimed_code)
+  build_flat_index("megatron", [os.path.join(root, "m")])
+
+
 def _bomb() -> str:
   lines = ["a: &a [x,x,x,x,x,x,x,x,x]"]
   for i in range(1, 9):
@@ -274,6 +301,30 @@ CASES = [
         zlib.compress(b"[" + b"0," * (1 << 22) + b"0]", 9)).decode()), reseal=True), jaxdata.CheckpointError, "carry"),
     Case("state of a newer format", lambda r: _restore(r, _set(["version"], 99)), jaxdata.CheckpointError, "version 99"),
     Case("state of an older format", lambda r: _restore(r, _set(["version"], 1)), jaxdata.CheckpointError, "version 1"),
+    # --- flat and Megatron files
+    Case("Megatron .idx claiming uint16 over int32 ids", lambda r: _lying_megatron(r, np.int32, 8), jaxdata.DatasetError, "m.bin"),
+    Case("Megatron .idx claiming int32 over uint16 ids", lambda r: _lying_megatron(r, np.uint16, 4), jaxdata.DatasetError, "m.bin"),
+    Case("Megatron .idx with trailing bytes", lambda r: (write_megatron(os.path.join(r, "m"), [[[5, 6, 7]]] * 40),
+                                                         open(os.path.join(r, "m.idx"), "ab").write(b"\0" * 3),
+                                                         build_flat_index("megatron", [os.path.join(r, "m")])),
+         jaxdata.DatasetError, "m.idx"),
+    Case("eos_id beyond uint16", lambda r: _flat_index(r, eos_id=70000), ValueError, "eos_id: 70000"),
+    Case("eos_id of -1", lambda r: _flat_index(r, eos_id=-1), ValueError, "eos_id: -1"),
+    Case("eos_id of 10**30", lambda r: _flat_index(r, eos_id=10**30), ValueError, "eos_id: 1000000000000000000000000000000"),
+    Case(".npy header shape disagrees with its size", lambda r: (
+        np.save(os.path.join(r, "t.npy"), np.arange(1, 500, dtype=np.uint16) % 7),
+        os.truncate(os.path.join(r, "t.npy"), os.path.getsize(os.path.join(r, "t.npy")) - 8),
+        build_flat_index("flat", [os.path.join(r, "t.npy")], eos_id=0)), jaxdata.DatasetError, "t.npy"),
+    Case("flat lengths permuted, ends still agreeing", lambda r: _tampered_flat_index(r, "a.lengths.npy"),
+         jaxdata.DatasetError, "a.lengths.npy"),
+    Case("flat starts tampered, ends still agreeing", lambda r: _tampered_flat_index(r, "a.starts.npy"),
+         jaxdata.DatasetError, "a.starts.npy"),
+    # --- research helpers
+    Case("doremi_average of a negative weight", lambda r: doremi_average([{"a": -1.0, "b": 0.5}]), ValueError, "'a'"),
+    Case("doremi_average of NaN", lambda r: doremi_average([{"a": 0.5, "b": 0.5}, {"a": float("nan"), "b": 1.0}]),
+         ValueError, "round 1 weight 'a'"),
+    Case("doremi_average of infinity", lambda r: doremi_average([{"a": float("inf"), "b": 1.0}]), ValueError, "'a'"),
+    Case("doremi_average of all zeros", lambda r: doremi_average([{"a": 0.0, "b": 0.0}]), ValueError, "round 0"),
 ]
 
 

@@ -44,8 +44,11 @@ def test_out_of_range_and_non_integer_indices_are_refused():
     lengths[np.array([0.5])]
 
 
-def test_a_dataset_keeps_its_lengths_memory_mapped_in_the_smallest_dtype(tmp_path, monkeypatch):
+def test_a_dataset_reads_small_lengths_files_and_keeps_large_ones_memory_mapped(tmp_path, monkeypatch):
   write_coded_dataset(str(tmp_path / "one"), 0, [3, 9, 4] * 50, shard_bytes=1 << 20)
+  with TokenDataset(str(tmp_path / "one")) as one:  # read whole: truncating the file cannot end the process
+    assert one.num_shards == 1 and not isinstance(one.lengths.parts[0], np.memmap)
+  monkeypatch.setattr(lengths_module, "IN_MEMORY_BYTES", 0)  # the layout of a huge dataset
   with TokenDataset(str(tmp_path / "one")) as one:
     assert one.num_shards == 1 and isinstance(one.lengths.parts[0], np.memmap)  # no copy at all
   write_coded_dataset(str(tmp_path / "many"), 0, [3, 9, 4] * 50)
@@ -66,6 +69,7 @@ def test_opening_scans_lengths_without_keeping_them_resident(tmp_path, monkeypat
   """The totals are computed from memory maps whose pages are dropped after
   the scan: 32 MB of lengths add far less than that to resident memory."""
   monkeypatch.setattr(lengths_module, "IN_MEMORY_RECORDS", 0)  # the layout of a huge dataset
+  monkeypatch.setattr(lengths_module, "IN_MEMORY_BYTES", 0)
   paths = []
   for s in range(2):
     path = str(tmp_path / f"shard-{s}.npy")

@@ -73,6 +73,9 @@ def doremi_average(rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
   >>> doremi_average([{"a": 0.5, "b": 0.5}, {"a": 0.7, "b": 0.3}])
   {'a': 0.6, 'b': 0.4}
+
+  Raises ValueError for no rounds, rounds with other domains, a weight that
+  is not a finite number >= 0, and a round whose weights sum to 0.
   """
   if not rounds:
     raise ValueError("doremi_average: no rounds")
@@ -80,7 +83,17 @@ def doremi_average(rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
   for i, r in enumerate(rounds):
     if set(r) != set(domains):
       raise ValueError(f"doremi_average: round {i} has domains {sorted(r)}, round 0 {sorted(domains)}")
-  mean = np.array([np.mean([float(r[d]) for r in rounds]) for d in domains])
+    for d in domains:
+      w = r[d]
+      if isinstance(w, bool) or not isinstance(w, (int, float, np.number)) or not math.isfinite(w) or w < 0:
+        raise ValueError(f"doremi_average: round {i} weight {d!r} must be a finite number >= 0, got {w!r}")
+    if not any(float(r[d]) > 0 for d in domains):
+      raise ValueError(f"doremi_average: round {i} has no positive weight")
+  # Each round as a distribution (scaled by its max first, so huge weights cannot overflow), then their mean.
+  shares = np.array([[float(r[d]) for d in domains] for r in rounds])
+  shares /= shares.max(axis=1, keepdims=True)
+  shares /= shares.sum(axis=1, keepdims=True)
+  mean = shares.mean(axis=0)
   return dict(zip(domains, np.round(mean / mean.sum(), 12).tolist()))
 
 

@@ -21,8 +21,12 @@ import hashlib
 import os
 import re
 import shutil
+from typing import Mapping
 
-__all__ = ["MARKER", "check_name", "claim_directory", "clear_claimed", "file_sha256", "is_claimed", "sample_sha256"]
+import numpy as np
+
+__all__ = ["MARKER", "check_name", "claim_directory", "clear_claimed", "file_sha256", "index_sha256", "is_claimed",
+           "replace_arrays", "sample_sha256"]
 
 SAMPLE_BLOCKS = 16  # blocks of 4 KiB, evenly spaced, first and last included
 SAMPLE_BLOCK = 4096
@@ -50,6 +54,34 @@ def file_sha256(path: str) -> str:
     for block in iter(lambda: f.read(1 << 20), b""):
       digest.update(block)
   return digest.hexdigest()
+
+
+def index_sha256(lengths: np.ndarray, starts: np.ndarray) -> str:
+  """Hex sha256 of a flat shard's document index: its lengths (as little-endian
+  uint32) and starts (int64). Another order, start or length changes it."""
+  digest = hashlib.sha256()
+  for values, dtype in ((lengths, "<u4"), (starts, "<i8")):
+    digest.update(np.ascontiguousarray(values, dtype=dtype).tobytes())
+  return digest.hexdigest()
+
+
+def replace_arrays(arrays: Mapping[str, np.ndarray]) -> list[str]:
+  """Writes every `.npy` file of `arrays` (path -> values) next to its place,
+  then renames them all into place; returns the paths. Nothing is replaced
+  unless every file was written, and a process that has an old file open or
+  memory-mapped keeps reading the old file (a rename, never a truncation)."""
+  temporary = {path: f"{path}.tmp-{os.getpid()}.npy" for path in arrays}
+  try:
+    for path, values in arrays.items():
+      np.save(temporary[path], values)
+  except BaseException:  # re-raised: the files in place stay untouched
+    for tmp in temporary.values():
+      if os.path.exists(tmp):
+        os.remove(tmp)
+    raise
+  for path, tmp in temporary.items():
+    os.replace(tmp, path)
+  return list(arrays)
 
 
 def sample_sha256(path: str) -> str:

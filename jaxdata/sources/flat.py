@@ -24,7 +24,7 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import RaggedTokens, ReadOptions
-from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, file_sha256, sample_sha256
+from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, file_sha256, index_sha256, sample_sha256
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest
 from jaxdata.sources.records import ShardedRecords, check_range
@@ -79,6 +79,12 @@ class FlatTokenDataset(ShardedRecords):
       if starts.size and (int(starts[0]) != 0 or int(starts[-1]) + last != total):
         raise DatasetError(f"{self._named(shard.starts_path)}: documents start at {int(starts[0])} and the last ends "
                            f"at {int(starts[-1]) + last}; {shard.path} has {total} tokens (metadata of another file?)")
+    # Then the whole index against its hash: swapped starts or permuted lengths whose ends agree.
+    for shard, shard_lengths, starts in zip(shards, lengths, self.doc_starts):
+      if shard.index_sha256 and index_sha256(shard_lengths, starts) != shard.index_sha256:
+        raise DatasetError(f"{self._named(shard.lengths_path)}, {self._named(shard.starts_path)}: the document "
+                           f"index of {shard.path} differs from the one manifest.json lists (index_sha256); "
+                           "edited or from another file? Rebuild it with `jaxdata index`")
     self.files = self._open_files(read_options)
 
   def shard_path(self, shard: int) -> str:

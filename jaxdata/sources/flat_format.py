@@ -83,6 +83,10 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
   if size < needed or doc_entries < 1:
     raise DatasetError(f"{idx_path}: {size} bytes, but its header promises {sequences} sequences and "
                        f"{doc_entries} document index entries ({needed} bytes); truncated?")
+  if size > needed:
+    raise DatasetError(f"{idx_path}: {size - needed} bytes after the {sequences} sequences and {doc_entries} "
+                       f"document index entries its header promises ({needed} bytes); jaxdata reads text-only "
+                       "indexes (no multimodal sequence modes): another file appended, or a wrong header?")
   mapped = np.memmap(idx_path, np.uint8, "r")
   sizes = np.frombuffer(mapped, "<i4", sequences, _HEADER).astype(np.int64)
   pointers = np.frombuffer(mapped, "<i8", sequences, _HEADER + 4 * sequences)
@@ -138,6 +142,9 @@ def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
     if len(shape) != 1 or fortran or name is None:
       raise DatasetError(f"{path}: a token .npy must be a 1-D little-endian uint16, uint32 or int32 array, got "
                          f"shape {shape} dtype {found}")
+    if shape[0] * found.itemsize != size - offset:
+      raise DatasetError(f"{path}: its .npy header says {shape[0]} ids ({shape[0] * found.itemsize} bytes), the file "
+                         f"holds {size - offset} bytes after the header (truncated, or the header of another array?)")
     if dtype is not None and np.dtype(dtype).name != name:
       raise DatasetError(f"{path}: holds {found} ids, --dtype says {np.dtype(dtype).name}")
     dtype = np.dtype(name)

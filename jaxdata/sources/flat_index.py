@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
+from jaxdata.sources.fileutil import check_name, file_sha256, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index, token_layout
 from jaxdata.sources.index import dtype_suspicion
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
@@ -55,14 +55,15 @@ def _document_lengths(fmt: str, path: str, dtype: str | None, eos_id: int | None
   if fmt == "megatron":
     index = read_megatron_index(path[:-4] + ".idx", path)
     if dtype is not None and dtype != index.dtype:
-      raise DatasetError(f"{path[:-4]}.idx: holds {index.dtype} tokens, --dtype says {dtype}")
+      raise DatasetError(f"{path[:-4]}.idx: holds {index.dtype} tokens, dtype says {dtype}")
+    if check_dtype:  # the .idx's dtype code is only what its writer said
+      _check_ids_look_like(path, np.dtype(index.dtype), f"{path[:-4]}.idx says {index.dtype}")
     return index.dtype, 0, index.lengths
   layout = token_layout(path, np.dtype(dtype) if dtype is not None else None)
-  if check_dtype and not path.endswith(".npy"):  # a raw file's dtype is only what --dtype says
-    with open(path, "rb") as f:
-      suspicion = dtype_suspicion(f.read(1 << 20), layout.dtype)
-    if suspicion:
-      raise DatasetError(f"{path}: {suspicion}; check --dtype (or pass --no-dtype-check)")
+  if check_dtype and not path.endswith(".npy"):  # a raw file's dtype is only what dtype says
+    _check_ids_look_like(path, layout.dtype, f"dtype says {layout.dtype.name}")
+  if eos_id is not None:
+    _check_eos_id(eos_id, layout.dtype)
   if offsets:
     lengths = offsets_lengths(path, layout, path + OFFSETS_SUFFIX)
   elif eos_id is not None:
@@ -70,6 +71,25 @@ def _document_lengths(fmt: str, path: str, dtype: str | None, eos_id: int | None
   else:
     lengths = np.array([layout.count], np.int64)  # no boundaries: the file is one document
   return layout.dtype.name, layout.offset, lengths
+
+
+def _check_ids_look_like(path: str, dtype: np.dtype, claim: str) -> None:
+  """A `DatasetError` where the file's first MiB of ids looks like another dtype (`dtype_suspicion`)."""
+  with open(path, "rb") as f:
+    suspicion = dtype_suspicion(f.read(1 << 20), dtype)
+  if suspicion:
+    raise DatasetError(f"{path}: {suspicion} ({claim}); check the dtype, or index with check_dtype=False "
+                       "if the ids really are so")
+
+
+def _check_eos_id(eos_id: Any, dtype: np.dtype) -> None:
+  """An EOS id the token dtype can hold (else no id equals it and the file would be one document)."""
+  if isinstance(eos_id, bool) or not isinstance(eos_id, (int, np.integer)):
+    raise ValueError(f"eos_id: expected an int, got {eos_id!r}")
+  top = int(np.iinfo(dtype).max)
+  if not 0 <= int(eos_id) <= top:
+    shown = str(int(eos_id)) if len(str(int(eos_id))) <= 40 else f"an int of {len(str(int(eos_id)))} digits"
+    raise ValueError(f"eos_id: {shown} is not a {dtype.name} id (0..{top})")
 
 
 def build_flat_index(
@@ -133,21 +153,23 @@ def build_flat_index(
       raise DatasetError(f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
                          "boundaries (eos_id or offsets)")
   os.makedirs(out_dir, exist_ok=True)
-  shards, written = [], []
+  shards, arrays = [], {}
+  for path, stem, (_, data_offset, lengths) in zip(paths, stems, found):
+    lengths_name, starts_name = f"{stem}.lengths.npy", f"{stem}.starts.npy"
+    stored_lengths, starts = lengths.astype(LENGTHS_DTYPE), (np.cumsum(lengths) - lengths).astype(np.int64)
+    arrays[os.path.join(out_dir, lengths_name)] = stored_lengths
+    arrays[os.path.join(out_dir, starts_name)] = starts
+    shards.append(ShardInfo(
+        path=os.path.relpath(path, root_dir), lengths_path=lengths_name, starts_path=starts_name,
+        num_records=int(lengths.size), num_tokens=int(lengths.sum()), num_bytes=os.path.getsize(path),
+        sha256=file_sha256(path), sample_sha256=sample_sha256(path), data_offset=data_offset,
+        index_sha256=index_sha256(stored_lengths, starts),
+    ))
+    if on_file is not None:
+      on_file(path)
+  # Renamed into place, never rewritten in place: a run reading the old files keeps reading them.
+  written = replace_arrays(arrays)
   try:
-    for path, stem, (_, data_offset, lengths) in zip(paths, stems, found):
-      lengths_name, starts_name = f"{stem}.lengths.npy", f"{stem}.starts.npy"
-      for file_name, values in ((lengths_name, lengths.astype(LENGTHS_DTYPE)),
-                                (starts_name, np.cumsum(lengths) - lengths)):
-        np.save(os.path.join(out_dir, file_name), values.astype(values.dtype, copy=False))
-        written.append(os.path.join(out_dir, file_name))
-      shards.append(ShardInfo(
-          path=os.path.relpath(path, root_dir), lengths_path=lengths_name, starts_path=starts_name,
-          num_records=int(lengths.size), num_tokens=int(lengths.sum()), num_bytes=os.path.getsize(path),
-          sha256=file_sha256(path), sample_sha256=sample_sha256(path), data_offset=data_offset,
-      ))
-      if on_file is not None:
-        on_file(path)
     manifest = Manifest(
         name=name, dtype=dtypes.pop(), tokenizer=tokenizer or {"kind": "unknown"}, shards=tuple(shards),
         stats={"indexed_by": f"jaxdata index --format {fmt}"}, format=fmt, data_root=data_root,

@@ -15,7 +15,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
+from jaxdata.sources.fileutil import check_name, file_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
@@ -152,26 +152,27 @@ def build_index(
   checked = [(path, _shard_lengths(path, np_dtype, check_dtype)) for path in paths]
   if force and os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
     os.remove(os.path.join(out_dir, MANIFEST_NAME))
-  shards, written = [], []
+  shards, arrays = [], {}
+  for path, lengths in checked:
+    stem = path[: -len(_SHARD_SUFFIX)] if path.endswith(_SHARD_SUFFIX) else path
+    lengths_path = stem + ".lengths.npy"
+    arrays[lengths_path] = lengths
+    shards.append(
+        ShardInfo(
+            path=os.path.relpath(path, out_dir),
+            lengths_path=os.path.relpath(lengths_path, out_dir),
+            num_records=int(lengths.size),
+            num_tokens=int(lengths.sum(dtype=np.int64)),
+            num_bytes=os.path.getsize(path),
+            sha256=file_sha256(path),
+            sample_sha256=sample_sha256(path),
+        )
+    )
+    if on_shard is not None:
+      on_shard(path)
+  # Renamed into place, never rewritten in place: a run reading the old files keeps reading them.
+  written = replace_arrays(arrays)
   try:
-    for path, lengths in checked:
-      stem = path[: -len(_SHARD_SUFFIX)] if path.endswith(_SHARD_SUFFIX) else path
-      lengths_path = stem + ".lengths.npy"
-      np.save(lengths_path, lengths)
-      written.append(lengths_path)
-      shards.append(
-          ShardInfo(
-              path=os.path.relpath(path, out_dir),
-              lengths_path=os.path.relpath(lengths_path, out_dir),
-              num_records=int(lengths.size),
-              num_tokens=int(lengths.sum(dtype=np.int64)),
-              num_bytes=os.path.getsize(path),
-              sha256=file_sha256(path),
-              sample_sha256=sample_sha256(path),
-          )
-      )
-      if on_shard is not None:
-        on_shard(path)
     manifest = Manifest(
         name=name,
         dtype=np_dtype.name,

@@ -20,6 +20,7 @@ so planning and checks never scan all documents again.
 from __future__ import annotations
 
 import io
+import os
 import mmap
 from typing import Any, Sequence
 
@@ -27,10 +28,11 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["ConstantLengths", "DocumentLengths", "IN_MEMORY_RECORDS", "LengthsBase", "load_lengths_file",
+__all__ = ["ConstantLengths", "DocumentLengths", "IN_MEMORY_BYTES", "IN_MEMORY_RECORDS", "LengthsBase", "load_lengths_file",
            "smallest_dtype"]
 
 IN_MEMORY_RECORDS = 1 << 24  # up to 16M documents (<= 64 MB) are concatenated into RAM
+IN_MEMORY_BYTES = 1 << 27  # per-document .npy files up to 128 MiB (16M starts, 32M lengths) are read, not mapped
 _SCAN_CHUNK = 1 << 22  # totals are computed this many lengths at a time (bounded memory)
 
 
@@ -209,7 +211,10 @@ def load_lengths_file(local_file: str | bytes, named: str, num_records: int, sha
     if isinstance(local_file, bytes):
       values = np.load(io.BytesIO(local_file), allow_pickle=False)
     else:
-      values = np.load(local_file, mmap_mode="r", allow_pickle=False)
+      # Read whole up to IN_MEMORY_BYTES: a file truncated while a run maps it would end the process
+      # with SIGBUS; larger ones stay mapped (docs/state.md: replace them by rename, as `jaxdata index` does).
+      small = os.path.getsize(local_file) <= IN_MEMORY_BYTES
+      values = np.load(local_file, mmap_mode=None if small else "r", allow_pickle=False)
   except (ValueError, EOFError, OSError) as e:  # a zero-byte or foreign file raises EOFError
     raise DatasetError(f"{named}: not a readable .npy array ({str(e)[:200] or type(e).__name__})") from e
   widest = 8 if what != "lengths index" else 4

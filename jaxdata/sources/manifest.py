@@ -47,6 +47,7 @@ class ShardInfo:
   sample_sha256: str = ""  # fileutil.sample_sha256; empty in format 1 manifests
   starts_path: str = ""  # megatron / flat: each document's first token (int64 .npy); "" for arrayrecord
   data_offset: int = 0  # flat: bytes before the first token (a .npy file's header)
+  index_sha256: str = ""  # megatron / flat: fileutil.index_sha256 of its lengths and starts; "" if indexed before
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -98,7 +99,8 @@ class Manifest:
         "dtype": self.dtype,
         "tokenizer": self.tokenizer,
         "shards": [
-            [s.path, s.num_records, s.num_tokens, s.sha256] for s in self.shards
+            [s.path, s.num_records, s.num_tokens, s.sha256] + ([s.index_sha256] if s.index_sha256 else [])
+            for s in self.shards
         ],
     }
     if self.format != "arrayrecord":  # unchanged for every dataset written before flat sources
@@ -184,6 +186,7 @@ class Manifest:
               starts_path=_inside(_field(entry, "starts_path", str, where), f"{where}.starts_path")
               if entry.get("starts_path", "") != "" else "",
               data_offset=_field(entry, "data_offset", int, where) if "data_offset" in entry else 0,
+              index_sha256=_field(entry, "index_sha256", str, where) if "index_sha256" in entry else "",
           )
       )
     try:

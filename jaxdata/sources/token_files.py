@@ -126,14 +126,27 @@ class MappedTokenFiles(TokenFiles):
 
   def __init__(self, paths: Sequence[str], dtype: np.dtype, sizes: Sequence[int], offsets: Sequence[int],
                hasher: Callable[[str], str]) -> None:
-    self.paths = list(paths)
+    self.paths, self.sizes = list(paths), list(sizes)
     self.maps = [np.memmap(p, dtype, "r", offset=offset, shape=((size - offset) // dtype.itemsize,))
                  for p, size, offset in zip(paths, sizes, offsets)]
+    # Held open to check, before every read, that the file was not truncated under its map (SIGBUS).
+    self.handles = [os.open(p, os.O_RDONLY) for p in self.paths]
     self.dtype = dtype
     self.hasher = hasher
 
+  def check_sizes(self, shards: Sequence[int]) -> None:
+    """A `DatasetError` naming a mapped file that shrank since it was opened: reading it would end
+    the process with SIGBUS. (A file replaced by rename keeps its old content mapped: nothing to see.)"""
+    for shard in shards:
+      now = os.fstat(self.handles[shard]).st_size
+      if now < self.sizes[shard]:
+        raise DatasetError(f"{self.paths[shard]}: {now} bytes now, {self.sizes[shard]} when the dataset was "
+                           "opened: truncated during the run (write token files elsewhere and rename them into "
+                           "place); restart once the file is whole")
+
   def gather(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     shards = np.unique(shard_ids).tolist()
+    self.check_sizes(shards)
     if counts.size and (counts == counts[0]).all():  # windows: one [ranges, width] gather per shard
       width = np.arange(int(counts[0]))
       if len(shards) == 1:
@@ -156,6 +169,9 @@ class MappedTokenFiles(TokenFiles):
 
   def close(self) -> None:
     self.maps = []
+    handles, self.handles = self.handles, []
+    for handle in handles:
+      os.close(handle)
 
 
 class KvTokenFiles(TokenFiles):
