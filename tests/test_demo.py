@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from jaxdata.cli import main
 from jaxdata.demo.corpus import build_demo_corpus
 
 
@@ -66,3 +67,18 @@ def test_demo_corpus_is_reused(tmp_path):
   logs.clear()
   build_demo_corpus(str(tmp_path), logs.append)
   assert [line.split()[0] for line in logs] == ["reusing"] * 3
+
+
+def test_a_directory_with_a_file_named_like_the_demos_stamp_is_refused_and_kept(tmp_path):
+  """A user's file called corpus_version proves nothing: the directory is refused, every file kept."""
+  (tmp_path / "corpus_version").write_text("my notes")
+  (tmp_path / "thesis.txt").write_text("years of work")
+  with pytest.raises(FileExistsError, match="was not created by jaxdata demo"):
+    build_demo_corpus(str(tmp_path), print)
+  assert sorted(os.listdir(tmp_path)) == ["corpus_version", "thesis.txt"]
+  assert (tmp_path / "thesis.txt").read_text() == "years of work"
+  (tmp_path / "c.yaml").write_text("name: even\nweights: {synthetic: 1, code: 1, docs: 1}\n")
+  for command in (["demo", "--cache-dir", str(tmp_path)],
+                  ["ablate", "--candidates", str(tmp_path / "c.yaml"), "--cache-dir", str(tmp_path)]):
+    assert main(command) != 0
+    assert sorted(os.listdir(tmp_path)) == ["c.yaml", "corpus_version", "thesis.txt"]

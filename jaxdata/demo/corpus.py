@@ -24,7 +24,7 @@ import pydoc_data.topics
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import TokenDataset
-from jaxdata.sources.fileutil import MARKER, claim_directory, clear_claimed
+from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.sources.manifest import MANIFEST_NAME
 from jaxdata.tools.convert import ConvertOptions, convert
 
@@ -94,11 +94,9 @@ def build_demo_corpus(cache_dir: str, log: Log = print) -> dict[str, str]:
   """Converts (or reuses) the demo datasets; returns {name: dataset dir}."""
   raw_dir = os.path.join(cache_dir, "raw")
   stamp = os.path.join(cache_dir, "corpus_version")
-  if os.path.isfile(stamp) and not os.path.islink(stamp):
-    # jaxdata 0.1 wrote only this stamp, when it created the directory: adopt it.
-    with open(os.path.join(cache_dir, MARKER), "w", encoding="utf-8") as f:
-      f.write(OWNER)
-  claim_directory(cache_dir, OWNER)  # refuses a non-empty directory the demo did not create
+  # Refuses a non-empty directory the demo did not create (its marker): a file that happens to be
+  # named like the demo's stamp proves nothing, so nothing is ever adopted and cleared.
+  claim_directory(cache_dir, OWNER)
   if not os.path.exists(stamp) or open(stamp).read() != CORPUS_VERSION:
     clear_claimed(cache_dir, OWNER)  # built by another jaxdata version: rebuild
   os.makedirs(raw_dir, exist_ok=True)
