@@ -105,3 +105,61 @@ def servers() -> Iterator[dict[str, ObjectStoreServer]]:
       server.kill()
     os.environ.clear()
     os.environ.update(saved)
+
+
+class CorruptingProxy:
+  """An HTTP proxy on 127.0.0.1 in front of a store that can damage the bodies of ranged GET responses
+  (one byte flipped in the middle), as a faulty network path or store would: `corrupt = True`."""
+
+  def __init__(self, target: str) -> None:
+    import http.client  # noqa: PLC0415 -- only the proxy needs them
+    import http.server  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    import urllib.parse  # noqa: PLC0415
+
+    self.corrupt = False
+    self.damaged = 0  # responses damaged so far
+    proxy = self
+    host, port = urllib.parse.urlsplit(target).hostname, urllib.parse.urlsplit(target).port
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+      protocol_version = "HTTP/1.1"
+
+      def log_message(self, *args: Any) -> None:
+        pass
+
+      def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        connection = http.client.HTTPConnection(host, port, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        connection.request(self.command, self.path, body=body or None, headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+        if proxy.corrupt and self.command == "GET" and "Range" in self.headers and len(data) > 16:
+          data = bytearray(data)
+          data[len(data) // 2] ^= 0x5A
+          data = bytes(data)
+          proxy.damaged += 1
+        self.send_response(response.status)
+        for key, value in response.getheaders():
+          if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+          self.wfile.write(data)
+        connection.close()
+
+      do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+    self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    self.thread.start()
+
+  @property
+  def endpoint(self) -> str:
+    return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+  def close(self) -> None:
+    self.server.shutdown()
+    self.server.server_close()

@@ -425,3 +425,85 @@ def test_the_beam_converter_reads_inputs_from_the_store_and_writes_the_local_byt
                                                                                  "d.parquet", "e.txt")]
   counts = ("documents", "skipped_empty", "skipped_invalid")
   assert [remote.stats[k] for k in counts] == [local.stats[k] for k in counts] and local.stats["skipped_invalid"] == 24
+
+
+def flat_in_store(server: object_store.ObjectStoreServer, tmp_path, name: str) -> tuple[PipelineConfig, PipelineConfig]:
+  """A flat dataset (two token files) read locally, and the same files in the store with local metadata."""
+  documents = random_documents(np.random.default_rng(9), 400, eos_id=0, max_length=200)
+  files = tmp_path / f"{name}-files"
+  write_flat(str(files / "a.bin"), documents[:200])
+  write_flat(str(files / "b.bin"), documents[200:])
+  url = server.upload(str(files), "jaxdata-test", name)
+  build_flat_index("flat", [str(files / "a.bin"), str(files / "b.bin")], dtype="uint16", eos_id=0,
+                   out_dir=str(tmp_path / f"{name}-meta"), data_root=url)
+  build_flat_index("flat", [str(files / "a.bin"), str(files / "b.bin")], dtype="uint16", eos_id=0)
+
+  def config(path: str) -> PipelineConfig:
+    return PipelineConfig.from_dict({"seed": 3, "datasets": [{"name": "docs", "path": path}],
+                                     "mixture": {"weights": {"docs": 1}}, "exhausted_policy": "repeat",
+                                     "shuffle_block_size": "global", "packing": {"mode": "first_fit", "seq_len": 64},
+                                     "batch": {"global_batch_size": 8}})
+  return config(str(files)), config(str(tmp_path / f"{name}-meta"))
+
+
+def take_until_error(pipe: Pipeline, steps: int) -> tuple[list, DatasetError | None]:
+  got = []
+  try:
+    for _ in range(steps):
+      got.append(digest(next(pipe)))
+  except DatasetError as error:
+    return got, error
+  return got, None
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_byte_range_reads_are_pinned_to_the_indexed_object(stores, scheme, tmp_path):
+  """A token object replaced mid-run by one of the same size is refused at the next read that touches it:
+  every batch handed out is the local run's, then a DatasetError names the object (S3: its ETag changed;
+  the GCS emulator names no generation: the block checksums catch it)."""
+  server = stores[scheme]
+  local_cfg, remote_cfg = flat_in_store(server, tmp_path, f"pinned-{scheme}")
+  want = digests(local_cfg, 60, prefetch=0)
+  with Pipeline(remote_cfg, prefetch=0) as pipe:
+    got = [digest(next(pipe)) for _ in range(5)]
+    url = f"{scheme}://jaxdata-test/pinned-{scheme}/a.bin"
+    original = (tmp_path / f"pinned-{scheme}-files" / "a.bin").read_bytes()
+    server.put(url, bytes(b ^ 0x01 for b in original))  # same size, every id off by one
+    more, error = take_until_error(pipe, 55)
+    assert error is not None, "a replaced object was read without an error"
+    assert url in str(error) and ("object changed" in str(error) or "block checksum" in str(error)), str(error)
+    assert got + more == want[: 5 + len(more)]  # nothing wrong was handed out
+    server.put(url, original)  # back as indexed: the same step is retried and the run goes on
+    if scheme == "s3":  # (its ETag is the indexed object's again)
+      rest = [digest(next(pipe)) for _ in range(5)]
+      assert got + more + rest == want[: 10 + len(more)]
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_corrupt_response_bodies_are_refused_never_used(stores, scheme, tmp_path):
+  """A path that damages every ranged response (one byte flipped): a DatasetError naming the object at the
+  first step that reads, every batch before it right; once the path is healthy the step is retried."""
+  server = stores[scheme]
+  local_cfg, remote_cfg = flat_in_store(server, tmp_path, f"corrupt-{scheme}")
+  want = digests(local_cfg, 30, prefetch=0)
+  proxy = object_store.CorruptingProxy(server.endpoint)
+  variable = "AWS_ENDPOINT_URL" if scheme == "s3" else "TENSORSTORE_GCS_HTTP_URL"
+  saved = os.environ.get(variable)
+  os.environ[variable] = proxy.endpoint  # read when the dataset opens its store
+  try:
+    with Pipeline(remote_cfg, prefetch=0) as pipe:
+      got = [digest(next(pipe)) for _ in range(3)]
+      proxy.corrupt = True
+      more, error = take_until_error(pipe, 27)
+      assert error is not None and proxy.damaged > 0, "damaged bodies were read without an error"
+      assert f"{scheme}://jaxdata-test/corrupt-{scheme}/" in str(error) and "block checksum" in str(error), str(error)
+      assert got + more == want[: 3 + len(more)]
+      proxy.corrupt = False
+      got += more + [digest(next(pipe)) for _ in range(27 - len(more))]
+    assert got == want
+  finally:
+    if saved is None:
+      os.environ.pop(variable, None)
+    else:
+      os.environ[variable] = saved
+    proxy.close()

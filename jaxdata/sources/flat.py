@@ -24,9 +24,10 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import RaggedTokens, ReadOptions
+from jaxdata.sources.block_sums import BLOCK_BYTES
 from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, file_sha256, index_sha256, sample_sha256
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
-from jaxdata.sources.manifest import Manifest
+from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.records import ShardedRecords, check_range
 from jaxdata.sources.token_files import KvTokenFiles, MappedTokenFiles, TokenFiles, kv_root, read_object
 from jaxdata.sources.stores import is_remote
@@ -171,12 +172,22 @@ class FlatTokenDataset(ShardedRecords):
       raise DatasetError(f"{named}: {what} of {shard} is missing; rebuild it with `jaxdata index`")
     return load_lengths_file(named, named, num_records, shard, what)
 
+  def _block_sums(self, shard: ShardInfo) -> np.ndarray | None:
+    """The token file's block checksums (None where it was indexed without them)."""
+    if not shard.blocks_path:
+      return None
+    if shard.block_bytes != BLOCK_BYTES:
+      raise DatasetError(f"{self.path}/manifest.json: {shard.path} has checksums of {shard.block_bytes}-byte blocks; "
+                         f"this jaxdata checks {BLOCK_BYTES}-byte blocks (rebuild the index with `jaxdata index`)")
+    return self._metadata(shard.blocks_path, -(-shard.num_bytes // BLOCK_BYTES), shard.path, "block checksums")
+
   def _open_files(self, read_options: ReadOptions) -> TokenFiles:
     paths = [self._data(s.path) for s in self.manifest.shards]
     if is_remote(self.data_root) or read_options.flat_reader == "tensorstore":
       files: TokenFiles = KvTokenFiles(kv_root(self.data_root), [s.path for s in self.manifest.shards], paths,
                                        self.dtype, [s.num_bytes for s in self.manifest.shards],
-                                       [s.data_offset for s in self.manifest.shards])
+                                       [s.data_offset for s in self.manifest.shards],
+                                       [self._block_sums(s) for s in self.manifest.shards])
       for shard_id, shard in enumerate(self.manifest.shards):
         files.check_sample(shard_id, shard.num_bytes, shard.sample_sha256, SAMPLE_BLOCKS, SAMPLE_BLOCK)
       return files

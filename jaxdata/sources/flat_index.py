@@ -1,10 +1,11 @@
 """`build_flat_index`: jaxdata metadata for Megatron and flat token files, tokens left in place.
 
-Per token file it writes two small arrays and, last, one manifest::
+Per token file it writes three small arrays and, last, one manifest::
 
     OUT/manifest.json            format megatron|flat, dtype, data_root, per file: size, sha256, counts
     OUT/<stem>.lengths.npy       uint32 tokens of every document
     OUT/<stem>.starts.npy        int64 first token of every document
+    OUT/<stem>.blocks.npy        uint64 checksum of every 32 KiB block (block_sums: reads from a store are checked)
 
 OUT defaults to the token files' directory (`data_root` stays empty and
 the directory moves as a whole). Another OUT, for a corpus that must stay
@@ -28,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jaxdata.errors import DatasetError
+from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
 from jaxdata.sources.fileutil import check_name, file_sha256, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index, token_layout
 from jaxdata.sources.index import dtype_suspicion
@@ -155,15 +157,16 @@ def build_flat_index(
   os.makedirs(out_dir, exist_ok=True)
   shards, arrays = [], {}
   for path, stem, (_, data_offset, lengths) in zip(paths, stems, found):
-    lengths_name, starts_name = f"{stem}.lengths.npy", f"{stem}.starts.npy"
+    lengths_name, starts_name, blocks_name = f"{stem}.lengths.npy", f"{stem}.starts.npy", f"{stem}.blocks.npy"
     stored_lengths, starts = lengths.astype(LENGTHS_DTYPE), (np.cumsum(lengths) - lengths).astype(np.int64)
     arrays[os.path.join(out_dir, lengths_name)] = stored_lengths
     arrays[os.path.join(out_dir, starts_name)] = starts
+    arrays[os.path.join(out_dir, blocks_name)] = file_block_sums(path)  # each store read is checked against them
     shards.append(ShardInfo(
         path=os.path.relpath(path, root_dir), lengths_path=lengths_name, starts_path=starts_name,
         num_records=int(lengths.size), num_tokens=int(lengths.sum()), num_bytes=os.path.getsize(path),
         sha256=file_sha256(path), sample_sha256=sample_sha256(path), data_offset=data_offset,
-        index_sha256=index_sha256(stored_lengths, starts),
+        index_sha256=index_sha256(stored_lengths, starts), blocks_path=blocks_name, block_bytes=BLOCK_BYTES,
     ))
     if on_file is not None:
       on_file(path)

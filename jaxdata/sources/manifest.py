@@ -48,6 +48,8 @@ class ShardInfo:
   starts_path: str = ""  # megatron / flat: each document's first token (int64 .npy); "" for arrayrecord
   data_offset: int = 0  # flat: bytes before the first token (a .npy file's header)
   index_sha256: str = ""  # megatron / flat: fileutil.index_sha256 of its lengths and starts; "" if indexed before
+  blocks_path: str = ""  # megatron / flat: block_sums of the token file (uint64 .npy), checked on reads from a store
+  block_bytes: int = 0  # the block size of blocks_path
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -187,6 +189,9 @@ class Manifest:
               if entry.get("starts_path", "") != "" else "",
               data_offset=_field(entry, "data_offset", int, where) if "data_offset" in entry else 0,
               index_sha256=_field(entry, "index_sha256", str, where) if "index_sha256" in entry else "",
+              blocks_path=_inside(_field(entry, "blocks_path", str, where), f"{where}.blocks_path")
+              if entry.get("blocks_path", "") != "" else "",
+              block_bytes=_field(entry, "block_bytes", int, where) if "block_bytes" in entry else 0,
           )
       )
     try:

@@ -4,9 +4,11 @@ Both gather many ranges into one array in request order::
 
     MappedTokenFiles   per shard touched: one fancy-index gather from its np.memmap
     KvTokenFiles       ranges sorted per shard, neighbours closer than MERGE_GAP bytes merged,
-                       one kvstore read per merged range, all issued at once in a tensorstore
-                       Batch (retried by tensorstore, then a DatasetError naming the file),
-                       then one gather out of the fetched bytes
+                       widened to whole 32 KiB blocks, one kvstore read per merged range, all
+                       issued at once in a tensorstore Batch (retried by tensorstore, then a
+                       DatasetError naming the file); every response from the object version
+                       the first read saw (generation / ETag) and every block matching the
+                       index's checksum (block_sums); then one gather out of the fetched bytes
 
 tensorstore is imported when a kvstore is first opened: `import jaxdata` stays light.
 """
@@ -22,6 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jaxdata.errors import DatasetError
+from jaxdata.sources.block_sums import BLOCK_BYTES, bad_block
 from jaxdata.sources.stores import RemotePath, is_remote
 
 __all__ = ["KvTokenFiles", "MERGE_GAP", "MappedTokenFiles", "TokenFiles", "kv_root", "ranges_index", "read_object"]
@@ -75,7 +78,8 @@ def _read(store: Any, key: str, named: str, byte_range: slice | None = None, bat
   return future if batch is not None else _value(future, named)
 
 
-def _value(future: Any, named: str) -> bytes:
+def _result(future: Any, named: str) -> Any:
+  """A read's result (value and stamp); failures name `named`."""
   try:
     result = future.result()
   except (ValueError, OSError) as e:  # tensorstore reports store errors as ValueError (status text)
@@ -84,7 +88,15 @@ def _value(future: Any, named: str) -> bytes:
     raise DatasetError(f"{named}: read failed after retries ({str(e)[:300]})") from e
   if result.state != "value":
     raise DatasetError(f"{named}: object is missing")
-  return result.value
+  return result
+
+
+def _value(future: Any, named: str) -> bytes:
+  return _result(future, named).value
+
+
+def _shown(generation: bytes | None) -> str:
+  return (generation or b"").lstrip(b"\0").decode("ascii", "replace")[:60] or "?"
 
 
 def read_object(root: str, relative: str) -> bytes:
@@ -178,10 +190,40 @@ class KvTokenFiles(TokenFiles):
   """Files under a tensorstore kvstore (file, gcs or s3 driver)."""
 
   def __init__(self, spec: dict[str, Any], keys: Sequence[str], named: Sequence[str], dtype: np.dtype,
-               sizes: Sequence[int], offsets: Sequence[int]) -> None:
+               sizes: Sequence[int], offsets: Sequence[int], sums: Sequence[np.ndarray | None] | None = None) -> None:
     self.store = _open_kvstore(spec)
     self.keys, self.named, self.dtype, self.sizes = list(keys), list(named), dtype, list(sizes)
     self.offsets = np.asarray(offsets, np.int64)  # bytes before each file's first token
+    self.sums = list(sums) if sums is not None else [None] * len(self.keys)  # block_sums per file, or None
+    # Each object's generation (GCS) or ETag (S3), pinned by its first read: bytes of any other are refused.
+    self.generations: list[bytes | None] = [None] * len(self.keys)
+
+  def _bytes(self, future: Any, shard: int) -> bytes:
+    """A read's bytes, refused if they come from another version of the object than the first read's."""
+    result = _result(future, self.named[shard])
+    generation = result.stamp.generation
+    if any(generation):  # a store that names no generation (an emulator) leaves the block checks
+      if self.generations[shard] is None:
+        self.generations[shard] = generation
+      elif generation != self.generations[shard]:
+        raise DatasetError(f"{self.named[shard]}: the object changed while the pipeline read it (generation / "
+                           f"ETag {_shown(self.generations[shard])} when opened, now {_shown(generation)}); "
+                           "its tokens would differ from the indexed ones: re-index it and restart")
+    return result.value
+
+  def _checked(self, data: bytes, shard: int, begin: int, end: int, first_block: int) -> bytes:
+    """Bytes [begin, end) of the file out of `data`, whole blocks from `first_block`, each block
+    checked against the index's sums (where the file has them)."""
+    sums = self.sums[shard]
+    if sums is None:
+      return data
+    bad = bad_block(data, first_block, sums)
+    if bad is not None:
+      raise DatasetError(f"{self.named[shard]}: bytes {bad * BLOCK_BYTES}..{min((bad + 1) * BLOCK_BYTES, self.sizes[shard])}"
+                         " as read differ from the indexed file (block checksum): a corrupt or truncated response, or "
+                         "the object was replaced; its tokens are not used")
+    at = begin - first_block * BLOCK_BYTES
+    return data[at : at + end - begin]
 
   def check_sample(self, shard: int, num_bytes: int, expected: str, blocks: int, block: int) -> None:
     """The file's sampled hash (`fileutil.sample_sha256`, by range reads) against the manifest's."""
@@ -193,7 +235,7 @@ class KvTokenFiles(TokenFiles):
                  for i in range(blocks)]
     digest = hashlib.sha256(str(num_bytes).encode())
     for future in futures:
-      digest.update(_value(future, self.named[shard]))
+      digest.update(self._bytes(future, shard))
     if digest.hexdigest() != expected:
       raise DatasetError(f"{self.named[shard]}: content differs from the file manifest.json lists (sampled hash; "
                          "replaced, truncated or resized?)")
@@ -209,14 +251,23 @@ class KvTokenFiles(TokenFiles):
     first = np.flatnonzero(new)
     request_end = np.maximum.reduceat(s_end, first)
     request_shard, request_start = s_shard[first], s_start[first]
+    # Byte ranges, widened to whole checksum blocks where the file has block sums.
+    begin_bytes = self.offsets[request_shard] + request_start * item
+    end_bytes = self.offsets[request_shard] + request_end * item
+    checked = np.array([self.sums[shard] is not None for shard in range(len(self.keys))])[request_shard]
+    first_block = np.where(checked, begin_bytes // BLOCK_BYTES, 0)
+    read_begin = np.where(checked, first_block * BLOCK_BYTES, begin_bytes)
+    read_end = np.where(checked, np.minimum(-(-end_bytes // BLOCK_BYTES) * BLOCK_BYTES,
+                                            np.asarray(self.sizes, np.int64)[request_shard]), end_bytes)
     ts = _tensorstore()
+    requests = list(zip(request_shard.tolist(), read_begin.tolist(), read_end.tolist()))
     with ts.Batch() as batch:
-      base = self.offsets[request_shard].tolist()
-      futures = [_read(self.store, self.keys[shard], self.named[shard], slice(at + begin * item, at + end * item), batch)
-                 for shard, at, begin, end in zip(request_shard.tolist(), base, request_start.tolist(),
-                                                  request_end.tolist())]
-    fetched = np.frombuffer(b"".join(_value(f, self.named[s]) for f, s in zip(futures, request_shard.tolist())),
-                            self.dtype)
+      futures = [_read(self.store, self.keys[shard], self.named[shard], slice(lo, hi), batch)
+                 for shard, lo, hi in requests]
+    fetched = np.frombuffer(b"".join(
+        self._checked(self._bytes(future, shard), shard, lo, hi, block)
+        for future, shard, lo, hi, block in zip(futures, request_shard.tolist(), begin_bytes.tolist(),
+                                                end_bytes.tolist(), first_block.tolist())), self.dtype)
     # Where each range starts in `fetched`: its request's base + its offset inside the request.
     request_base = np.cumsum(request_end - request_start) - (request_end - request_start)
     owner = np.cumsum(new) - 1
@@ -226,7 +277,10 @@ class KvTokenFiles(TokenFiles):
 
   def sha256(self, shard: int) -> str:
     digest = hashlib.sha256()
+    ts = _tensorstore()
     for at in range(0, self.sizes[shard], _HASH_CHUNK):
-      digest.update(_read(self.store, self.keys[shard], self.named[shard],
-                          slice(at, min(at + _HASH_CHUNK, self.sizes[shard]))))
+      with ts.Batch() as batch:
+        future = _read(self.store, self.keys[shard], self.named[shard],
+                       slice(at, min(at + _HASH_CHUNK, self.sizes[shard])), batch)
+      digest.update(self._bytes(future, shard))
     return digest.hexdigest()
