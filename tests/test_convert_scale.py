@@ -8,6 +8,8 @@ import gzip
 import json
 import os
 import random
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -17,11 +19,12 @@ import pytest
 import sentencepiece as spm
 import zstandard
 
-from jaxdata import InputFormatError
+from jaxdata import InputFormatError, TokenDataset
 from jaxdata.cli import main
 from jaxdata.tools.convert import ConvertOptions, convert
 from jaxdata.tools.shard_jobs import plan_shards
 from jaxdata.tools.convert_beam import convert_with_beam
+from jaxdata.tools.tokenizers import ByteTokenizer
 from jaxdata.tools.units import plan_units
 from jaxdata.sources.writer import DatasetWriter
 
@@ -213,3 +216,38 @@ def test_a_tokenizer_file_of_the_wrong_kind_says_which_prefix_it_needs(tmp_path,
                  "--tokenizer", spec]) == 1
     err = capsys.readouterr().err
     assert hint in err and "Traceback" not in err
+
+def test_two_beam_conversions_sharing_a_temp_location_keep_their_own_data(tmp_path):
+  """Each run's scratch is a folder of its own, removed at the end: two conversions at once with one
+  --temp_location write each its own corpus (checked document by document), and leave no scratch."""
+  corpora = []
+  for i, words in enumerate((["alpha", "beta"], ["gamma", "delta"])):
+    rng = random.Random(i)
+    path = tmp_path / f"in{i}.jsonl"
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 80))) for _ in range(1500)]
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    corpora.append((path, texts))
+  temp = tmp_path / "temp"
+  runs = [subprocess.Popen(["jaxdata", "convert", str(path), "--out", str(tmp_path / f"out{i}"),
+                            "--name", f"c{i}", "-q", "--runner", "beam", "--shard-size", "20000",
+                            "--beam-options", f"--temp_location={temp} --direct_num_workers=2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+          for i, (path, _) in enumerate(corpora)]
+  for run in runs:
+    output = run.communicate(timeout=300)[0]
+    assert run.returncode == 0, output[-2000:]
+  for i, (_, texts) in enumerate(corpora):
+    with TokenDataset(str(tmp_path / f"out{i}")) as dataset:
+      dataset.verify()
+      read = dataset.read_global(np.arange(dataset.num_records)).to_list()
+      assert sorted(ByteTokenizer().decode(d) for d in read) == sorted(texts)
+  assert os.listdir(temp / "jaxdata-scratch") == []  # every run removed its folder
+
+
+def test_a_cluster_runner_with_local_scratch_or_output_is_refused_before_it_runs(corpus, tmp_path):
+  for args, named in ((["--runner=DataflowRunner", "--temp_location=gs://b/tmp"], "out_dir"),
+                      (["--runner=DataflowRunner", "--gcp_temp_location=/tmp/x"], "scratch")):
+    out = str(tmp_path / "o") if named == "out_dir" else "gs://bucket/out"
+    with pytest.raises(ValueError, match=rf"{named}: .* the DataflowRunner runs on other machines"):
+      convert_with_beam([corpus], out, "mix", OPTIONS, args)
+  assert not os.path.exists(tmp_path / "o")

@@ -399,9 +399,6 @@ def test_a_flat_read_from_a_store_that_goes_away_names_the_file_after_retries(st
 
 def test_the_beam_converter_reads_inputs_from_the_store_and_writes_the_local_bytes(stores, tmp_path):
   """JSONL (plain, gzip, zstd), Parquet and text in moto S3, listed and read through Beam's S3 file system."""
-
-
-
   inputs = tmp_path / "inputs"
   inputs.mkdir()
   lines = [json.dumps({"text": f"document {i} " * (i % 9)}) if i % 50 != 3 else "{bad" for i in range(600)]
@@ -425,6 +422,12 @@ def test_the_beam_converter_reads_inputs_from_the_store_and_writes_the_local_byt
                                                                                  "d.parquet", "e.txt")]
   counts = ("documents", "skipped_empty", "skipped_invalid")
   assert [remote.stats[k] for k in counts] == [local.stats[k] for k in counts] and local.stats["skipped_invalid"] == 24
+  # Scratch and output in the bucket: the same shards, and the run's scratch folder is gone afterwards.
+  in_bucket = convert_with_beam([url + "/"], "s3://jaxdata-test/beam-out", "mix", options,
+                                beam_args + ["--temp_location=s3://jaxdata-test/beam-temp"])
+  assert in_bucket.shards == local.shards
+  left = server.client().list_objects_v2(Bucket="jaxdata-test", Prefix="beam-temp/").get("Contents", [])
+  assert [o["Key"] for o in left] == []
 
 
 def flat_in_store(server: object_store.ObjectStoreServer, tmp_path, name: str) -> tuple[PipelineConfig, PipelineConfig]:

@@ -22,7 +22,9 @@ from __future__ import annotations
 import importlib
 import io
 import os
+import shutil
 import tempfile
+import uuid
 from typing import Any, Sequence
 
 import numpy as np
@@ -116,6 +118,33 @@ def _write_manifest(infos: list[ShardInfo], results: list[UnitResult], out_dir: 
     manifest.save(out_dir)
 
 
+LOCAL_RUNNERS = ("DirectRunner", "PrismRunner", "InteractiveRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+
+
+def _check_shared_storage(runner: Any, out_dir: str, scratch: str | None) -> None:
+  """On a cluster runner every worker must reach the output and the scratch: refuse local paths."""
+  name = runner if isinstance(runner, str) else type(runner).__name__
+  if name.split(".")[-1] in LOCAL_RUNNERS:
+    return
+  if not is_remote(out_dir):
+    raise ValueError(f"out_dir: {out_dir!r} is a local path, but the {name} runs on other machines: give a "
+                     "gs:// or s3:// output")
+  if scratch is None or not is_remote(scratch):
+    raise ValueError(f"scratch: {scratch or 'a local temporary directory'!r} is not shared storage, but the {name} "
+                     "runs on other machines: give --temp_location (or --gcp_temp_location) gs://... or s3://...")
+
+
+def _remove_scratch(scratch: str) -> None:
+  """Deletes this run's scratch folder and everything in it (local or in a bucket)."""
+  if not is_remote(scratch):
+    shutil.rmtree(scratch, ignore_errors=True)
+    return
+  filesystems = _filesystems()
+  found = filesystems.match([_join(scratch, "*")])[0].metadata_list
+  if found:
+    filesystems.delete([entry.path for entry in found])
+
+
 def convert_with_beam(
     inputs: Sequence[str],
     out_dir: str,
@@ -127,15 +156,26 @@ def convert_with_beam(
 ) -> Manifest:
   """`convert` as a Beam pipeline (options from `beam_args`, e.g. ``--runner=DataflowRunner``).
 
-  `scratch` (default: `--temp_location`'s ``jaxdata-scratch``, else a
-  local temporary directory) holds the tokenized units between stages: on a
-  cluster it must be shared storage (gs://, s3://). Returns the manifest
-  (read back when `out_dir` is local).
+  `scratch` (default: `--temp_location`'s, else `--gcp_temp_location`'s
+  ``jaxdata-scratch``, else a local temporary directory) holds the tokenized
+  units between stages, in a folder of this run's own (a random name), so
+  conversions that share a temp location never see each other's units; the
+  folder is removed when the run ends, whether it succeeded or not. On a
+  cluster runner (anything but the local Direct / Prism runners) scratch
+  and `out_dir` must be shared storage (gs://, s3://): a local path there is
+  a `ValueError` before anything runs. Returns the manifest (read back when
+  `out_dir` is local).
   """
   beam = _beam()
   pipeline_options = importlib.import_module("apache_beam.options.pipeline_options")
   options_obj = pipeline_options.PipelineOptions(list(beam_args))
   set_options(options_obj)  # gs:// / s3:// inputs are listed here with the pipeline's settings
+  # --gcp_temp_location is the Java SDK's (and Dataflow's docs') name: Beam's Python options drop it as unknown.
+  temp_location = (options_obj.view_as(pipeline_options.GoogleCloudOptions).temp_location
+                   or options_obj.get_all_options(retain_unknown_options=True).get("gcp_temp_location"))
+  runner = options_obj.view_as(pipeline_options.StandardOptions).runner or "DirectRunner"
+  root = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else None)
+  _check_shared_storage(runner, out_dir, root)
   files = expand_inputs(inputs, options.include, options.exclude)
   if not files:
     raise FileNotFoundError(f"input: no files found in {list(inputs)}")
@@ -148,10 +188,11 @@ def convert_with_beam(
   sizes = file_sizes(files)
   units = plan_units(files, formats, options.text_mode, unit_size(sum(sizes), BEAM_UNIT_WORKERS, options),
                      sizes=sizes)
-  temp_location = options_obj.view_as(pipeline_options.GoogleCloudOptions).temp_location
-  owned = scratch is None and not temp_location
-  scratch = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else tempfile.mkdtemp(
-      prefix=".jaxdata-beam-", dir=os.path.dirname(os.path.abspath(out_dir)) if not is_remote(out_dir) else None))
+  if root is None:  # a local run: a fresh temporary directory is this run's alone
+    scratch = tempfile.mkdtemp(prefix=".jaxdata-beam-",
+                               dir=os.path.dirname(os.path.abspath(out_dir)) if not is_remote(out_dir) else None)
+  else:  # runs that share a temp location each get a folder of their own
+    scratch = _join(root, uuid.uuid4().hex)
   try:
     with beam.Pipeline(options=options_obj) as pipeline:
       results = (pipeline | "Units" >> beam.Create(units) | "SpreadUnits" >> beam.Reshuffle()
@@ -165,8 +206,5 @@ def convert_with_beam(
       _ = infos | "Manifest" >> beam.Map(_write_manifest, beam.pvalue.AsSingleton(every_result), out_dir, name,
                                          dtype.name, tokenizer.identity(), files, options)
   finally:
-    if owned:
-      for entry in os.listdir(scratch):
-        os.remove(os.path.join(scratch, entry))
-      os.rmdir(scratch)
+    _remove_scratch(scratch)
   return Manifest.parse(_get(_join(out_dir, MANIFEST_NAME)), _join(out_dir, MANIFEST_NAME))
