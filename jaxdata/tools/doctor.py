@@ -5,10 +5,12 @@ line: ok / warn / fail, the figure, what it means, what to change::
 
     histogram   D = sum_s sum_d (n_sd - N_s p_sd)^2 / (N_s p_sd) / ((S - 1)(K - 1))     documents per source and step,
                 p_sd from the step's target shares / the source's mean document length; ~1 under independent
-                random picks (chi-square), far below for the exact interleave. fail above 1 + 5 sqrt(2 / dof)
-    sawtooth    per source: shards read one after another (at most two a step, each over consecutive steps:
-                stored order). With a loss log: correlation r of the source's loss with the step's position
-                inside its shard (a sawtooth of the shard's period); warn above |r| > 3.5 / sqrt(n) (no relation)
+                random picks (chi-square), far below for the exact interleave. fail above 1 + 5 sqrt(2 / dof);
+                the cause named: the data where a source's documents average >= 10% of a step's tokens
+    sawtooth    per source: two or more shards read one after another (at most two a step, each over consecutive
+                steps: stored order). With a loss log: correlation r of the source's loss, less its running mean
+                over one period (the training trend), with the step's position inside its shard (a sawtooth of
+                the shard's period); warn above |r| > 3.5 / sqrt(n) (no relation)
     boundaries  with a loss log: mean loss over w steps after each pass boundary minus the w steps before;
                 null: the same difference at every step whose windows hold no boundary; fail below -4 sigma
     passes      implied passes per source (the stats' completed passes + the current pass's progress):
@@ -35,6 +37,8 @@ __all__ = ["Check", "diagnose", "load_losses", "write_html"]
 
 MAX_PASSES = 4.0
 RUN_STEPS = 3  # a source reading shard by shard, each over this many steps or more, may show a sawtooth
+MIN_SHARDS = 2  # a sawtooth repeats with each shard: one shard over the whole run has no period
+COARSE_DOCUMENT = 0.1  # a source whose documents average this share of a step's tokens swings whatever the order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +83,21 @@ def _histogram(stats: Sequence[Mapping[str, Any]], names: list[str]) -> Check:
   meaning = (f"per-step documents per source against the steps' targets, over {len(stats)} steps (1 = as random as "
              f"independent picks, below 1 = steadier; above {bound:.2f}: swings beyond sampling noise)")
   status = "fail" if dispersion > bound else "ok"
-  return Check("histogram", status, f"D = {dispersion:.2f}", meaning,
-               "mix inside every step: a block or global shuffle, or mixture.interleave exact")
+  return Check("histogram", status, f"D = {dispersion:.2f}", meaning, _histogram_cause(tokens, docs, names))
+
+
+def _histogram_cause(tokens: np.ndarray, docs: np.ndarray, names: list[str]) -> str:
+  """What to change for swinging histograms: where a source's documents are a large part of a step,
+  no order can mix inside a step (the data is the cause); else the order is."""
+  step_tokens = float(tokens.sum(1).mean())
+  mean_length = tokens.sum(0) / np.maximum(docs.sum(0), 1)
+  coarse = [(n, float(m)) for n, m in zip(names, mean_length) if m >= COARSE_DOCUMENT * step_tokens]
+  if coarse:
+    named = ", ".join(f"{n} {m:,.0f}" for n, m in sorted(coarse, key=lambda x: -x[1]))
+    return (f"the data, not the order: documents average {named} tokens against {step_tokens:,.0f} tokens a step, "
+            "so a few documents fill whole steps; the cumulative shares still follow the targets. For steadier "
+            "steps: more tokens per step (rows or seq_len), or cut long documents into pieces")
+  return "mix inside every step: a block or global shuffle, or mixture.interleave exact"
 
 
 def _shard_spans(stats: Sequence[Mapping[str, Any]], name: str) -> list[int] | None:
@@ -96,8 +113,8 @@ def _shard_spans(stats: Sequence[Mapping[str, Any]], name: str) -> list[int] | N
   if not seen or np.mean([n for n in per_step if n]) > 2:
     return None
   spans = [steps[-1] - steps[0] + 1 for steps in seen.values() if len(steps) == steps[-1] - steps[0] + 1]
-  if len(spans) < 0.8 * len(seen):
-    return None
+  if len(spans) < 0.8 * len(seen) or len(seen) < MIN_SHARDS:
+    return None  # (one shard the whole run: its order inside cannot be seen from shards, nor repeat)
   period = sum(1 for n in per_step if n) / len(seen)  # a shard's own steps (spans count the shared ones twice)
   return [period] * len(spans)
 
@@ -133,8 +150,13 @@ def _sawtooth(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapp
     # length). Correlation of loss and position; under no relation |r| stays below 3.5 / sqrt(n).
     position = _position_in_shard(stats, name)
     steps = [s["step"] for s in stats if s["step"] in losses and name in losses[s["step"]] and s["step"] in position]
-    r = float(np.corrcoef([position[t] for t in steps], [losses[t][name] for t in steps])[0, 1]) if len(steps) > 3 \
-        else 0.0
+    # The training trend (a falling loss) is removed first: the loss minus its running mean over one period,
+    # which averages a sawtooth out, so only the ups and downs within each shard remain.
+    loss = np.array([losses[t][name] for t in steps], np.float64)
+    if loss.size > period:
+      trend = np.convolve(loss, np.ones(period) / period, mode="same")
+      loss = loss - trend
+    r = float(np.corrcoef([position[t] for t in steps], loss)[0, 1]) if len(steps) > 3 else 0.0
     r = 0.0 if math.isnan(r) else r
     bound = 3.5 / math.sqrt(max(len(steps), 1))
     status = "warn" if abs(r) > bound else "ok"

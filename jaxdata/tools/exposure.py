@@ -31,6 +31,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
 from jaxdata.mixture.stream import DatasetMeta, DocumentStream, load_metadata
+from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.tools.numbers import human_count
 from jaxdata.tools.mixture_checks import stored_order_warnings, weight_notices
 
@@ -117,16 +118,21 @@ def schedule_exposure(
     tokens_per_step: int,
     max_passes: float = 4.0,
     capacities: Callable[[int], np.ndarray] | None = None,
+    steps: int | None = None,
 ) -> ExposureTable:
   """The exposure table for a schedule over `total_tokens` processed tokens; `capacities(n)` gives the
-  tokens of the first n steps when they vary (default: `tokens_per_step` each)."""
+  tokens of the first n steps when they vary (default: `tokens_per_step` each). `steps`, where known
+  (the packer planned them), spreads the tokens over exactly that many steps, in proportion to their slots."""
   names = list(schedule.names)
   _check_supply(unique_tokens, names)
   if not math.isfinite(total_tokens) or total_tokens <= 0:
     raise ValueError(f"total_tokens: must be a positive finite number, got {total_tokens!r}")
   if tokens_per_step <= 0:
     raise ValueError(f"tokens_per_step: must be positive, got {tokens_per_step!r}")
-  if capacities is None:
+  if steps is not None:
+    slots = capacities(steps) if capacities is not None else np.full(steps, float(tokens_per_step))
+    per_step = slots * (total_tokens / slots.sum())
+  elif capacities is None:
     steps = max(1, math.ceil(total_tokens / tokens_per_step))
     per_step = np.full(steps, float(tokens_per_step))
   else:  # smaller early steps: more of them reach the total
@@ -191,23 +197,39 @@ class StreamEnd:
             f"{self.ended_by} {why}")
 
 
+PACKED_SAMPLE_STEPS = 2000  # planned with the real packer: exact ends within, the fill measured for later
+
+
 def simulate_end(
     cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None, max_steps: int
 ) -> StreamEnd | None:
-  """Replays the stream step by step, as a packer without padding would pull
-  it (until step s's tokens, BOS / EOS included, reach (s + 1) x tokens per
-  step, with step s's weights), until it ends or `max_steps` steps; None if
-  it does not end by then. The pipeline's padding (about 1% for the fit
-  modes) moves its end a few percent later."""
+  """Where the stream ends within `max_steps` steps (None if it does not end by then).
+
+  The real packer plans the first PACKED_SAMPLE_STEPS steps: a stream that
+  ends there ends exactly where the pipeline's does. Past that, the stream
+  is replayed step by step as the packer pulls it (until step s's tokens,
+  BOS / EOS included, reach (s + 1) x the tokens a step holds, with step
+  s's weights), a step holding the share of its slots that the planned
+  steps filled (padding: the fit modes leave a few percent empty).
+  """
   settings = {s.name: s for s in cfg.dataset_settings()}
   if all(s.policy == "repeat" and s.max_passes is None for s in settings.values()):
     return None  # nothing can end the stream
+  planner = StepPlanner(cfg, metadata)
+  filled = slots = 0
+  for plan in planner.plans(min(max_steps, PACKED_SAMPLE_STEPS)):
+    filled, slots = filled + plan.tokens, slots + plan.rows * plan.seq_len
+  if planner.done:
+    stream = planner.stream
+    name = stream.ended_by or cfg.names[0]
+    return StreamEnd(planner.step, filled, name, settings[name].policy)
+  fill = filled / slots if slots else 1.0
   stream = DocumentStream(cfg, metadata)
   extra = cfg.packing.special_tokens
   for step in range(max_steps):
-    need = (step + 1) * cfg.tokens_per_step - (stream.tokens + extra * stream.emitted)
+    need = (step + 1) * cfg.tokens_per_step * fill - (stream.tokens + extra * stream.emitted)
     if need > 0:
-      stream.take(step, max_tokens=need, token_overhead=extra)
+      stream.take(step, max_tokens=int(math.ceil(need)), token_overhead=extra)
     if stream.ended:
       name = stream.ended_by or cfg.names[0]
       return StreamEnd(step + 1, stream.tokens + extra * stream.emitted, name, settings[name].policy)
@@ -226,7 +248,8 @@ def plan_run(
   varies = bool(cfg.batch.schedule or cfg.batch.ramp or (cfg.packing.linear_warmup is not None
                                                           and cfg.packing.linear_warmup.keep == "rows"))
   table = schedule_exposure(supply, cfg.schedule(), total, cfg.tokens_per_step, max_passes,
-                            (lambda n: step_capacities(cfg, n)) if varies else None)
+                            (lambda n: step_capacities(cfg, n)) if varies else None,
+                            end.steps if end is not None and total == end.tokens else None)
   for settings in cfg.dataset_settings():
     meta, row = metadata[settings.name], table.datasets[settings.name]
     if meta.segments is not None:
