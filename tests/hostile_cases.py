@@ -37,6 +37,8 @@ import jaxdata  # noqa: E402
 from jaxdata.checkpoint import seal  # noqa: E402
 from jaxdata.cli import main as cli  # noqa: E402
 from jaxdata.research.mixing import doremi_average  # noqa: E402
+from jaxdata.demo.ablate import load_candidate  # noqa: E402
+from jaxdata.integrations.maxtext import maxtext_config  # noqa: E402
 from jaxdata.sources.fileutil import claim_directory, clear_claimed  # noqa: E402
 from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron  # noqa: E402
 from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
@@ -188,6 +190,14 @@ def _lying_megatron(root: str, stored: Any, claimed_code: int) -> None:
   build_flat_index("megatron", [os.path.join(root, "m")])
 
 
+def _small_config(root: str) -> str:
+  path = os.path.join(root, "small.yaml")
+  with open(path, "w") as f:
+    f.write(f"datasets: [{{name: d0, path: {_dataset(root)}}}]\nmixture: {{weights: {{d0: 1}}}}\n"
+            "exhausted_policy: repeat\npacking: {seq_len: 16}\nbatch: {global_batch_size: 16}\n")
+  return path
+
+
 def _bomb() -> str:
   lines = ["a: &a [x,x,x,x,x,x,x,x,x]"]
   for i in range(1, 9):
@@ -253,6 +263,13 @@ CASES = [
         jaxdata.PipelineConfig.from_dict({"datasets": [{"name": "d0", "path": _dataset(r)}], "mixture": {"weights": {"d0": 1}}}),
         stats_path=(open(os.path.join(r, "notes.txt"), "w").write("mine\n") and os.path.join(r, "notes.txt")))),
          jaxdata.ConfigError, "notes.txt"),
+    Case("stats_path in a missing directory", lambda r: jaxdata.Pipeline(dataclasses.replace(
+        jaxdata.PipelineConfig.from_dict({"datasets": [{"name": "d0", "path": _dataset(r)}], "mixture": {"weights": {"d0": 1}}}),
+        stats_path=os.path.join(r, "no-such-dir", "stats.jsonl"))), jaxdata.ConfigError, "no-such-dir"),
+    Case("a packing.warmup phase with an unknown key", lambda r: _config(r, BASE_YAML + "packing: {seq_len: 64, warmup: [{until_step: 3, seq_len: 32, sq_len: 1}]}\n"),
+         jaxdata.ConfigError, "'sq_len'"),
+    Case("a !!set as mixture weights", lambda r: _config(r, "datasets: [{name: a}]\nmixture: {weights: !!set {a}}\n"), jaxdata.ConfigError, "!!set"),
+    Case("a !!set as a mapping key", lambda r: _config(r, "? !!set {a}\n: 1\n"), jaxdata.ConfigError, "!!set"),
     # --- commands
     Case("convert --name escaping the output", lambda r: _cli("convert", (open(os.path.join(r, "a.jsonl"), "w").write('{"text": "x"}\n') and os.path.join(r, "a.jsonl")),
                                                                 "--out", os.path.join(r, "out"), "--name", "../../escaped", "-q"),
@@ -301,6 +318,19 @@ CASES = [
         zlib.compress(b"[" + b"0," * (1 << 22) + b"0]", 9)).decode()), reseal=True), jaxdata.CheckpointError, "carry"),
     Case("state of a newer format", lambda r: _restore(r, _set(["version"], 99)), jaxdata.CheckpointError, "version 99"),
     Case("state of an older format", lambda r: _restore(r, _set(["version"], 1)), jaxdata.CheckpointError, "version 1"),
+    Case("state with a pass of 2**63", lambda r: _restore(r, _set(["stream", "datasets", "d0", "pass"], 2**63), reseal=True),
+         jaxdata.CheckpointError, "datasets.d0"),
+    Case("a list as a MaxText mixture weight", lambda r: maxtext_config(
+        {"grain_train_files": "", "grain_train_mixture_config_path": (open(os.path.join(r, "m.json"), "w").write(
+            json.dumps({"web": {"path": f"{r}/*.array_record", "weight": [1]}})) and os.path.join(r, "m.json"))}),
+         jaxdata.ConfigError, "'web'.weight"),
+    Case("a list as an ablate candidate weight", lambda r: load_candidate(
+        (open(os.path.join(r, "c.yaml"), "w").write("name: x\nweights: {a: [1]}\n") and os.path.join(r, "c.yaml"))),
+         jaxdata.ConfigError, "weights.a"),
+    Case("plan --hosts 1000000000", lambda r: _cli("plan", _small_config(r), "--hosts", "1000000000", "--tokens", "1M"),
+         CliError, "1000000000 hosts"),
+    Case("audit --steps 10**12", lambda r: _cli("audit", _small_config(r), "--hosts", "1", "--steps", str(10**12)),
+         CliError, "steps"),
     # --- flat and Megatron files
     Case("Megatron .idx claiming uint16 over int32 ids", lambda r: _lying_megatron(r, np.int32, 8), jaxdata.DatasetError, "m.bin"),
     Case("Megatron .idx claiming int32 over uint16 ids", lambda r: _lying_megatron(r, np.uint16, 4), jaxdata.DatasetError, "m.bin"),

@@ -18,6 +18,24 @@ from jaxdata.tools.report import ablation_plot
 __all__ = ["demo"]
 
 
+UNSETTLED_BOUND = 0.05  # one document past this share of what was pulled: the shares have not settled
+
+
+def share_claim(interleave: str, bound: float) -> str:
+  """What the realised shares may be held to: only what is true for this run.
+
+  >>> share_claim("exact", 0.002)
+  'the exact interleave keeps them within one document (+-0.0020)'
+  >>> share_claim("exact", 1.3)
+  'one document is 130% of the units pulled: too few steps for the shares to settle (run more --steps)'
+  """
+  if interleave != "exact":
+    return "the random interleave follows the targets in expectation only (each pick is a random draw)"
+  if bound >= UNSETTLED_BOUND:
+    return f"one document is {bound:.0%} of the units pulled: too few steps for the shares to settle (run more --steps)"
+  return f"the exact interleave keeps them within one document (+-{bound:.4f})"
+
+
 def demo(args: argparse.Namespace, console: Console) -> int:
   os.environ["XLA_FLAGS"] = xla_flags()  # before JAX starts its backend
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
@@ -31,7 +49,7 @@ def demo(args: argparse.Namespace, console: Console) -> int:
                   f"{result.tokens_per_source[name]:,}", str(result.passes[name]))
   show(console, table)
   console.print(f"shares of the tokens the stream pulled for these steps, against the schedule's weights; "
-                f"the exact interleave keeps them within one document (+-{result.share_bound:.4f})")
+                f"{share_claim(result.interleave, result.share_bound)}")
   console.print(f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}   packing efficiency "
                 f"{result.efficiency:.4f}   {result.tokens_per_second:,.0f} tokens/s (pipeline + training)")
   console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)

@@ -11,6 +11,7 @@ import os
 from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, WINDOWS_LEGEND, print_legend
 from jaxdata.cli.output import Console, Table, show
 from jaxdata.config.loading import load_config
+from jaxdata.pipeline.planner import check_host_count
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.bench import bench as bench_config, c_loops
@@ -26,6 +27,8 @@ __all__ = ["audit", "bench", "mesh", "plan", "report"]
 
 def plan(args: argparse.Namespace, console: Console) -> int:
   cfg = load_config(args.config)
+  if args.windows > 0:
+    check_host_count(cfg, args.hosts)  # before the exposure's planning, not after it
   schedule = cfg.schedule()
   tokens_per_step = cfg.tokens_per_step
   table, end, warnings = plan_run(cfg, parse_tokens(args.tokens), args.max_passes)
@@ -124,6 +127,7 @@ def doctor(args: argparse.Namespace, console: Console) -> int:
   losses = load_losses(args.losses) if args.losses else None
   overlaps = None
   if args.config and args.hosts:
+    check_host_count(load_config(args.config), args.hosts)
     overlaps = audit_plan(load_config(args.config), args.hosts, min(len(stats), 200)).piece_overlaps
   checks = diagnose(stats, losses, overlaps)
   for check in checks:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxdata.config.validate import check_bool, check_int, mapping, short
+from jaxdata.config.validate import build, check_bool, check_int, mapping, short
 from jaxdata.errors import ConfigError
 
 __all__ = ["BatchConfig", "BatchPhase", "BatchRamp"]
@@ -72,7 +72,7 @@ class BatchConfig:
     check_bool(self.drop_remainder, "batch.drop_remainder")
     if not isinstance(self.schedule, (list, tuple)):
       raise ConfigError(f"batch.schedule: expected a list of phases, got {short(self.schedule)}")
-    phases = tuple(p if isinstance(p, BatchPhase) else BatchPhase(**mapping(p, f"batch.schedule[{i}]"))
+    phases = tuple(p if isinstance(p, BatchPhase) else build(BatchPhase, p, f"batch.schedule[{i}]")
                    for i, p in enumerate(self.schedule))
     object.__setattr__(self, "schedule", phases)
     previous = 0
@@ -82,7 +82,7 @@ class BatchConfig:
         previous = phase.until_step
       check_int(phase.global_batch_size, f"batch.schedule[{i}].global_batch_size", 1)
     if self.ramp is not None and not isinstance(self.ramp, BatchRamp):
-      object.__setattr__(self, "ramp", BatchRamp(**mapping(self.ramp, "batch.ramp")))
+      object.__setattr__(self, "ramp", build(BatchRamp, self.ramp, "batch.ramp"))
     if self.ramp is not None and phases:
       raise ConfigError("batch.ramp: give it or batch.schedule, not both")
 

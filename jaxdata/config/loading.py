@@ -6,6 +6,7 @@ The loader is PyYAML's safe loader with limits for hostile files:
     aliases     at most 64 `*alias` uses (an alias bomb of 641 bytes expands past memory)
     keys        a key given twice in one mapping is an error (not "the last wins")
     timestamps  stay strings (2026-01-01 is not a date object)
+    types       !!set, !!binary, !!omap and !!pairs are refused (a config is JSON-shaped)
 
 >>> import tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "twice.yaml")
@@ -61,6 +62,15 @@ class _ConfigLoader(yaml.SafeLoader):
 
 
 _ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+
+
+def _not_a_config_value(loader: _ConfigLoader, node: Any) -> None:
+  raise ConfigError(f"line {node.start_mark.line + 1}: {node.tag.rsplit(':', 1)[-1]} values (!!{node.tag.rsplit(':', 1)[-1]}) "
+                    "are not config values; write a list or a mapping")
+
+
+for _tag in ("set", "binary", "omap", "pairs"):  # YAML types a JSON-shaped config has no use for
+  _ConfigLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _not_a_config_value)
 
 
 def load_config(path: str) -> PipelineConfig:

@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from jaxdata.config.validate import (
+    build,
     check_block_size,
     check_bool,
     check_choice,
@@ -244,14 +245,14 @@ class PackingConfig:
     if not isinstance(self.warmup, (list, tuple)):
       raise ConfigError(f"packing.warmup: expected a list of phases, got {short(self.warmup)}")
     phases = tuple(
-        p if isinstance(p, WarmupPhase) else WarmupPhase(**mapping(p, f"packing.warmup[{i}]"))
+        p if isinstance(p, WarmupPhase) else build(WarmupPhase, p, f"packing.warmup[{i}]")
         for i, p in enumerate(self.warmup)
     )
     object.__setattr__(self, "warmup", phases)
     if self.linear_warmup is not None:
       linear = self.linear_warmup
       if not isinstance(linear, LinearWarmup):
-        linear = LinearWarmup(**mapping(linear, "packing.linear_warmup"))
+        linear = build(LinearWarmup, linear, "packing.linear_warmup")
         object.__setattr__(self, "linear_warmup", linear)
       if phases:
         raise ConfigError("packing.linear_warmup: give it or packing.warmup (the staircase), not both")

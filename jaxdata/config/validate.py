@@ -14,6 +14,10 @@ jaxdata.errors.ConfigError: batch.global_batch_size: expected an int >= 1, got 0
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import math
+
 import reprlib
 from typing import Any, Collection, Mapping, Sequence
 
@@ -60,6 +64,27 @@ def check_int(value: Any, where: str, minimum: int, maximum: int | None = None) 
     raise ConfigError(f"{where}: expected an int >= {minimum}{upper}, got {short(value)}")
 
 
+def weight(value: Any, where: str) -> float:
+  """A mixture weight: a finite number >= 0 (not a bool, list or string), as a float.
+
+  >>> weight(3, "w")
+  3.0
+  >>> weight([1], "mixture.json: web.weight")
+  Traceback (most recent call last):
+  ...
+  jaxdata.errors.ConfigError: mixture.json: web.weight: expected a number >= 0, got [1]
+  """
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise ConfigError(f"{where}: expected a number >= 0, got {short(value)}")
+  try:
+    number = float(value)
+  except OverflowError as e:
+    raise ConfigError(f"{where}: {short(value)} is beyond float range") from e
+  if not math.isfinite(number) or number < 0:
+    raise ConfigError(f"{where}: expected a number >= 0, got {short(value)}")
+  return number
+
+
 def check_bool(value: Any, where: str) -> None:
   if not isinstance(value, bool):
     raise ConfigError(f"{where}: expected true or false, got {short(value)}")
@@ -85,9 +110,30 @@ def mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def no_unknown_keys(raw: Mapping[str, Any], allowed: Collection[str], where: str) -> None:
+  """A `ConfigError` naming the first key of `raw` not in `allowed`, with the closest allowed one.
+
+  >>> no_unknown_keys({"sed": 1}, ["seed", "datasets"], "config")
+  Traceback (most recent call last):
+  ...
+  jaxdata.errors.ConfigError: config: unknown key 'sed' (did you mean 'seed'? allowed: datasets, seed)
+  """
   unknown = sorted(set(raw) - set(allowed), key=str)  # keys may be ints, dates, ... from YAML
   if unknown:
-    raise ConfigError(f"{where}: unknown key {short(unknown[0])} (allowed: {', '.join(sorted(allowed))})")
+    close = difflib.get_close_matches(str(unknown[0]), [str(a) for a in allowed], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ConfigError(f"{where}: unknown key {short(unknown[0])} ({hint}allowed: {', '.join(sorted(allowed))})")
+
+
+def build(cls: type, raw: Any, where: str) -> Any:
+  """`cls(**raw)` for a frozen dataclass of options, with unknown and missing keys named (not a TypeError)."""
+  given = mapping(raw, where)
+  fields = dataclasses.fields(cls)
+  no_unknown_keys(given, [f.name for f in fields], where)
+  missing = [f.name for f in fields if f.name not in given and f.default is dataclasses.MISSING
+             and f.default_factory is dataclasses.MISSING]
+  if missing:
+    raise ConfigError(f"{where}: missing {short(missing[0])}")
+  return cls(**given)
 
 
 def require_keys(given: Any, expected: Sequence[str], where: str, value: str) -> None:

@@ -26,11 +26,12 @@ import yaml
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.demo import model
+from jaxdata.config.validate import weight
 from jaxdata.errors import ConfigError
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
 
-__all__ = ["AblationRow", "ablation_config", "load_candidate", "run_ablation"]
+__all__ = ["AblationRow", "ablation_config", "load_candidate", "run_ablation", "share_drift"]
 
 HOLDOUT = 0.05  # of every dataset, unless the base config sets its own
 
@@ -74,7 +75,7 @@ def load_candidate(path: str) -> tuple[str, dict[str, float]]:
   if not isinstance(weights, dict) or not weights:
     raise ConfigError(f"{path}: a candidate needs weights: {{dataset: weight}} (or mixture.weights)")
   name = raw.get("name") or os.path.splitext(os.path.basename(path))[0]
-  return str(name), {str(k): float(v) for k, v in weights.items()}
+  return str(name), {str(k): weight(v, f"{path}: weights.{k}") for k, v in weights.items()}
 
 
 @jax.jit
@@ -106,6 +107,28 @@ def _evaluate(params: Any, cfg: PipelineConfig) -> dict[str, float]:
   return {n: float(sums[i] / counts[i]) if counts[i] else float("nan") for i, n in enumerate(cfg.names)}
 
 
+SHARE_TOLERANCE = 0.05  # a candidate whose trained shares drift further from its weights is named
+
+
+def share_drift(weights: Mapping[str, float], trained: Mapping[str, int]) -> str:
+  """"" where every dataset's share of the trained tokens is within SHARE_TOLERANCE of its weight's,
+  else the shares trained against the weights, in words.
+
+  >>> share_drift({"a": 1, "b": 1}, {"a": 84_477, "b": 115_523})
+  'a 42.2% (weight 50.0%), b 57.8% (weight 50.0%)'
+  >>> share_drift({"a": 1, "b": 1}, {"a": 99, "b": 101})
+  ''
+  """
+  total_weight, total = sum(weights.values()), sum(trained.values())
+  if not total or not total_weight:
+    return ""
+  shares = {n: trained.get(n, 0) / total for n in weights}
+  target = {n: w / total_weight for n, w in weights.items()}
+  if max(abs(shares[n] - target[n]) for n in weights) <= SHARE_TOLERANCE:
+    return ""
+  return ", ".join(f"{n} {shares[n]:.1%} (weight {target[n]:.1%})" for n in weights)
+
+
 def run_ablation(base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[str, float]]], tokens: int,
                  log: Any = print) -> list[AblationRow]:
   """Trains and evaluates every candidate (see the module docstring)."""
@@ -134,4 +157,8 @@ def run_ablation(base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[s
     target_loss = sum(target[n] / total * losses[n] for n in cfg.names)
     rows.append(AblationRow(name, dict(cfg.mixture.weights), processed, by_domain, losses, float(target_loss)))
     log(f"{name}: {processed:,} tokens trained, target-mixture loss {target_loss:.4f}")
+    off = share_drift(dict(cfg.mixture.weights), by_domain)
+    if off:
+      log(f"warning: {name} trained {off}; its documents are large against {tokens:,} tokens (or the loss "
+          "mask drops each document's last token): the comparison is not of these weights; raise --tokens")
   return rows

@@ -57,6 +57,7 @@ class DemoResult:
   target_share: dict[str, float]  # of the units the stream pulled for the steps run
   realised_share: dict[str, float]
   share_bound: float  # the exact interleave's bound (one document), as a share
+  interleave: str  # the config's mixture.interleave: the bound holds for "exact" only
   tokens_per_source: dict[str, int]
   passes: dict[str, int]
   efficiency: float
@@ -182,6 +183,7 @@ def run_demo(
       target_share={n: stream.target[n] / target for n in cfg.names},
       realised_share={n: stream.taken[n] / pulled for n in cfg.names},
       share_bound=stream.share_bound / pulled,
+      interleave=cfg.mixture.interleave,
       tokens_per_source=cumulative,
       passes=history[-1]["passes"],
       efficiency=real_tokens / (steps * cfg.tokens_per_step),

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.validate import short, weight
 from jaxdata.errors import ConfigError
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
@@ -77,7 +78,11 @@ def _mixture_file(path: str) -> list[tuple[str, str, float]]:
   for name, entry in raw.items():
     if not isinstance(entry, dict) or "path" not in entry or "weight" not in entry:
       raise ConfigError(f"grain_train_mixture_config_path: {path}: {name!r} needs 'path' and 'weight'")
-    out.append((name, entry["path"], float(entry["weight"])))
+    if not isinstance(entry["path"], str):
+      raise ConfigError(f"grain_train_mixture_config_path: {path}: {name!r}.path: expected a glob, got "
+                        f"{short(entry['path'])}")
+    out.append((name, entry["path"], weight(entry["weight"], f"grain_train_mixture_config_path: {path}: "
+                                                              f"{name!r}.weight")))
   return out
 
 

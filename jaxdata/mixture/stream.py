@@ -39,6 +39,8 @@ from jaxdata.mixture.metadata import DatasetMeta, load_metadata, window_options
 
 __all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION", "load_metadata", "window_options"]
 
+MAX_COUNTER = 2**62  # passes, positions and counters of a restored state stay below (int64 arithmetic)
+
 STATE_VERSION = 2  # 2: exact rational interleave segments (with "scale")
 # One pick loop takes at most this many documents / tokens: look-ahead buffers
 # of either size can then never run dry inside it.
@@ -224,18 +226,18 @@ class DocumentStream:
       got = sorted(datasets) if isinstance(datasets, Mapping) else datasets
       raise ValueError(f"stream state: datasets {got} do not match the config's {list(self.names)}")
     counters = [state.get(k) for k in ("emitted", "tokens")]
-    if any(not is_int(v) or v < 0 for v in counters):
-      raise ValueError(f"stream state: emitted and tokens must be ints >= 0, got {counters}")
+    if any(not is_int(v) or not 0 <= v < MAX_COUNTER for v in counters):
+      raise ValueError(f"stream state: emitted and tokens must be ints in [0, 2**62), got {counters}")
     epoch = state.get("epoch", 0)  # states written before epochs existed are epoch 0
-    if not is_int(epoch) or epoch < 0:
-      raise ValueError(f"stream state: epoch must be an int >= 0, got {epoch!r}")
+    if not is_int(epoch) or not 0 <= epoch < MAX_COUNTER:
+      raise ValueError(f"stream state: epoch must be an int in [0, 2**62), got {epoch!r}")
     entries = []
     for cursor in self.cursors:
       entry = datasets[cursor.settings.name]
       where = f"stream state: datasets.{cursor.settings.name}"
       values = [entry.get(k) if isinstance(entry, Mapping) else None for k in ("pass", "position", "taken")]
-      if any(not is_int(v) or v < 0 for v in values):
-        raise ValueError(f"{where}: expected ints pass, position, taken >= 0; got {entry!r}")
+      if any(not is_int(v) or not 0 <= v < MAX_COUNTER for v in values):
+        raise ValueError(f"{where}: expected ints pass, position, taken in [0, 2**62); got {str(entry)[:200]}")
       if values[1] > cursor.num_records:
         raise ValueError(f"{where}: position {values[1]} beyond the {cursor.num_records} records")
       entries.append(values)

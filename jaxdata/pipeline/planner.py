@@ -28,7 +28,7 @@ from jaxdata.mixture.stream import DatasetMeta, DocumentStream
 from jaxdata.transforms.packing import Packer, StepPlan
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["StepPlanner", "encoded_state", "host_row_blocks", "pieces_for_hosts"]
+__all__ = ["StepPlanner", "check_host_count", "encoded_state", "host_row_blocks", "pieces_for_hosts"]
 
 
 class StepPlanner:
@@ -118,6 +118,17 @@ def pieces_for_hosts(
   """
   plan = StepPlanner(cfg, metadata).plan_at(step)
   return [plan.pieces.take(plan.in_rows(rows)) for rows in host_row_blocks(plan.rows, num_hosts)]
+
+
+def check_host_count(cfg: PipelineConfig, num_hosts: Any) -> None:
+  """Before any planning: `num_hosts` must be an int >= 1 dividing the rows of every step shape of the run."""
+  if isinstance(num_hosts, bool) or not isinstance(num_hosts, int) or num_hosts < 1:
+    raise ValueError(f"num_hosts: expected an int >= 1, got {num_hosts!r}")
+  rows = sorted({r for r, _ in cfg.row_shapes()})
+  bad = [r for r in rows if r % num_hosts]
+  if bad:
+    raise ValueError(f"num_hosts: {num_hosts} hosts cannot split the {bad[0]} rows of a step evenly (steps of this "
+                     f"config have {', '.join(map(str, rows))} rows); use a host count that divides them")
 
 
 def host_row_blocks(rows: int, num_hosts: int) -> list[np.ndarray]:

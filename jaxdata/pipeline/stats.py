@@ -112,6 +112,9 @@ def _check_stats_file(path: str) -> None:
   """Appending is allowed to a new or empty file, or to one this recorder
   wrote (its first line a stats record): never to any other file."""
   if not os.path.lexists(path):
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+      raise ConfigError(f"stats_path: {path}: its directory {directory} does not exist (create it, or fix the path)")
     return
   if not os.path.isfile(path) or os.path.islink(path):
     raise ConfigError(f"stats_path: {path} exists and is not a regular file")

@@ -26,7 +26,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.stream import DatasetMeta, load_metadata
 from jaxdata.sources.lengths import DocumentLengths
-from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
+from jaxdata.pipeline.planner import StepPlanner, check_host_count, host_row_blocks
 from jaxdata.tools.mixture_checks import residual_ratio, stored_order_warnings, weight_notices
 from jaxdata.transforms.packing import StepPlan
 
@@ -55,6 +55,9 @@ class AuditResult:
 
   def to_json(self) -> dict[str, Any]:
     return {**dataclasses.asdict(self), "ok": self.ok}
+
+
+MAX_AUDIT_STEPS = 100_000  # every plan is held to check whole passes: ~KB a step
 
 
 def audit_plans(
@@ -143,7 +146,12 @@ def audit_plans(
 def audit(
     cfg: PipelineConfig, hosts: int, steps: int, metadata: Mapping[str, DatasetMeta] | None = None
 ) -> AuditResult:
-  """Plans `steps` steps for `hosts` hosts from metadata alone and checks them."""
+  """Plans `steps` steps for `hosts` hosts from metadata alone and checks them (at most MAX_AUDIT_STEPS:
+  every plan is kept to check the passes)."""
+  check_host_count(cfg, hosts)
+  if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_AUDIT_STEPS:
+    raise ValueError(f"steps: expected an int in [1, {MAX_AUDIT_STEPS:,}] (the audit keeps every planned step "
+                     f"in memory), got {steps!r}")
   if metadata is None:
     metadata = load_metadata(cfg)
   planner = StepPlanner(cfg, metadata)

@@ -26,7 +26,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.metadata import open_split
 from jaxdata.mixture.stream import DatasetMeta
-from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
+from jaxdata.pipeline.planner import StepPlanner, check_host_count, host_row_blocks
 from jaxdata.pipeline.steps import MAX_WINDOW_STEPS
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.remote import default_cache_options, is_remote
@@ -99,6 +99,7 @@ def thrash_threshold(windows: list[Window]) -> int:
 
 def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens: int) -> CacheNeeds:
   """Plans `windows` read windows of every host and measures what each dataset's windows touch."""
+  check_host_count(cfg, hosts)
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
   # What training reads: windows, and without the held-out documents (`holdout`).
   datasets = [open_split(s, ReadOptions(), cache, cfg.seed, "train") for s in cfg.dataset_settings()]
