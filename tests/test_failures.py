@@ -171,3 +171,9 @@ def test_exiting_with_a_busy_prefetch_thread_is_a_clean_exit(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "terminate called" not in out.stderr
+
+
+def test_a_dataset_smaller_than_one_step_warns_instead_of_yielding_nothing_silently(tmp_path):
+  cfg = coded_config(tmp_path, [[5, 9, 3, 7] * 10], batch={"global_batch_size": 64}, packing={"seq_len": 64})
+  with Pipeline(cfg, prefetch=0) as pipe, pytest.warns(RuntimeWarning, match=r"ended before one whole step \(4,096"):
+    assert list(pipe) == []

@@ -357,3 +357,28 @@ def test_truncating_the_files_of_a_running_flat_dataset_is_a_named_error_not_sig
                         capture_output=True, text=True, timeout=120)
   assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # SIGBUS: -7
   assert "a.bin: 64 bytes now" in done.stdout and "truncated during the run" in done.stdout, done.stdout
+
+
+def test_links_out_of_the_dataset_or_its_data_root_are_refused(tmp_path, documents):
+  write_flat(str(tmp_path / "ds" / "a.bin"), documents, np.uint16)
+  build_flat_index("flat", [str(tmp_path / "ds" / "a.bin")], dtype="uint16", eos_id=EOS)
+  open_dataset(str(tmp_path / "ds")).close()
+  (tmp_path / "elsewhere").mkdir()
+  for name in ("a.bin", "a.starts.npy"):  # a token file, then an index file, moved out and linked back
+    os.replace(tmp_path / "ds" / name, tmp_path / "elsewhere" / name)
+    os.symlink(tmp_path / "elsewhere" / name, tmp_path / "ds" / name)
+    with pytest.raises(DatasetError, match=rf"ds/{name}: a link that resolves outside the dataset directory"):
+      open_dataset(str(tmp_path / "ds"))
+    os.remove(tmp_path / "ds" / name)
+    os.replace(tmp_path / "elsewhere" / name, tmp_path / "ds" / name)
+
+
+def test_a_data_root_elsewhere_does_not_tell_the_sizes_of_its_files(tmp_path, documents):
+  write_flat(str(tmp_path / "corpus" / "a.bin"), documents, np.uint16)
+  build_flat_index("flat", [str(tmp_path / "corpus" / "a.bin")], out_dir=str(tmp_path / "meta"), dtype="uint16",
+                   eos_id=EOS)
+  secret = tmp_path / "corpus" / "a.bin"
+  secret.write_bytes(b"\0" * 1234)  # another file where the manifest points
+  with pytest.raises(DatasetError, match=r"a\.bin: its size on disk differs from manifest\.json") as error:
+    open_dataset(str(tmp_path / "meta"))
+  assert "1234" not in str(error.value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import threading
 
 import numpy as np
@@ -22,6 +23,7 @@ from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
 from jaxdata import TokenDataset, load_config
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
+from jaxdata.sources import remote as remote_module
 from jaxdata.sources.remote import CacheOptions, RemotePath
 from jaxdata.sources.stores import open_store
 from jaxdata.pipeline import reader as reader_module
@@ -510,3 +512,15 @@ def test_corrupt_response_bodies_are_refused_never_used(stores, scheme, tmp_path
     else:
       os.environ[variable] = saved
     proxy.close()
+
+
+def test_a_cache_directory_without_room_for_the_cache_is_said_at_open(stores, local, tmp_path, monkeypatch):
+  """A disk with less free space than the cache may hold (the dataset, or cache_bytes) is a ConfigError when the
+  pipeline opens, naming the directory and both figures; not ENOSPC after retries mid-run."""
+  server = stores["s3"]
+  urls = [server.upload(d.path, "jaxdata-test", f"room/{d.name}") for d in local.datasets]
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), 1 << 40)
+  total = shutil.disk_usage(tmp_path)
+  monkeypatch.setattr(remote_module.shutil, "disk_usage", lambda path: total._replace(free=1000))
+  with pytest.raises(ConfigError, match=r"cache_dir: .*cache.* has 1,000 bytes free .* lower cache_bytes or free space"):
+    Pipeline(cfg, prefetch=0)

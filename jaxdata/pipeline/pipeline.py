@@ -32,6 +32,7 @@ import functools
 import json
 import os
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -154,6 +155,10 @@ class Pipeline:
       raise
     if item is END:
       self._exhausted = True
+      if self._state["step"] == 0:
+        warnings.warn(f"jaxdata: the stream ended before one whole step ({self.cfg.tokens_per_step:,} tokens): "
+                      "no batch (batch.drop_remainder drops the partial one); the datasets are smaller than a "
+                      "step under their pass policies", RuntimeWarning, stacklevel=2)
       raise StopIteration
     self._state = item.state
     return item.batch

@@ -170,6 +170,7 @@ class FlatTokenDataset(ShardedRecords):
       return load_lengths_file(local, named, num_records, shard, what)
     if not os.path.isfile(named):
       raise DatasetError(f"{named}: {what} of {shard} is missing; rebuild it with `jaxdata index`")
+    _check_inside(named, self.path, "the dataset directory")
     return load_lengths_file(named, named, num_records, shard, what)
 
   def _block_sums(self, shard: ShardInfo) -> np.ndarray | None:
@@ -191,14 +192,23 @@ class FlatTokenDataset(ShardedRecords):
       for shard_id, shard in enumerate(self.manifest.shards):
         files.check_sample(shard_id, shard.num_bytes, shard.sample_sha256, SAMPLE_BLOCKS, SAMPLE_BLOCK)
       return files
+    external = bool(self.manifest.data_root)  # token files the manifest names in a directory of its choosing
     for path, shard in zip(paths, self.manifest.shards):
       if not os.path.isfile(path):
         raise DatasetError(f"{path}: token file is missing (listed in manifest.json)")
+      _check_inside(path, self.data_root, "its data_root" if external else "the dataset directory")
       size = os.path.getsize(path)
-      if size != shard.num_bytes:
-        raise DatasetError(f"{path}: {size} bytes on disk, manifest.json lists {shard.num_bytes} (truncated or "
-                           "replaced?)")
+      if size != shard.num_bytes:  # (the size of a file elsewhere is not told: the manifest chose the file)
+        on_disk = "its size on disk differs from" if external else f"{size} bytes on disk,"
+        raise DatasetError(f"{path}: {on_disk} manifest.json lists {shard.num_bytes} (truncated or replaced?)")
       if sample_sha256(path) != shard.sample_sha256:
         raise DatasetError(f"{path}: content differs from the file manifest.json lists (sampled hash; replaced?)")
     return MappedTokenFiles(paths, self.dtype, [s.num_bytes for s in self.manifest.shards],
                             [s.data_offset for s in self.manifest.shards], file_sha256)
+
+
+def _check_inside(path: str, root: str, what: str) -> None:
+  """A file that resolves (through links) outside `root` is refused, as for ArrayRecord shards."""
+  real_root = os.path.realpath(root)
+  if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
+    raise DatasetError(f"{path}: a link that resolves outside {what}; a dataset's files must lie inside it")

@@ -21,16 +21,18 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import errno
 import functools
 import hashlib
 import os
+import shutil
 import threading
 import warnings
 from typing import Callable
 
 import numpy as np
 
-from jaxdata.errors import DatasetError
+from jaxdata.errors import ConfigError, DatasetError
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
 from jaxdata.sources.stores import ObjectStore, RemotePath, is_remote, open_store, with_retries
@@ -185,7 +187,7 @@ class ShardCache:
       return
     partial = f"{target}.partial-{os.getpid()}-{threading.get_ident()}"
     try:
-      with_retries(shard.url, lambda: shard.store.download(shard.key, partial), shard.store.errors)
+      with_retries(shard.url, lambda: _download(shard, partial, self.directory), shard.store.errors)
       if not _matches(partial, shard):
         raise DatasetError(f"{shard.url}: differs from the shard manifest.json lists (size or content hash): "
                            "changed on the server after the manifest was written?")
@@ -199,6 +201,17 @@ class ShardCache:
         self.pending_bytes.pop(shard.name, None)
       if os.path.exists(partial):
         os.unlink(partial)
+
+
+def _download(shard: CachedShard, partial: str, directory: str) -> None:
+  """One download; a full disk is a `DatasetError` at once (retrying cannot make room)."""
+  try:
+    shard.store.download(shard.key, partial)
+  except OSError as e:
+    if e.errno != errno.ENOSPC:
+      raise
+    raise DatasetError(f"{shard.url}: no space left in the cache directory {directory} "
+                       f"({shutil.disk_usage(directory).free:,} bytes free): lower cache_bytes or free space") from e
 
 
 def _matches(path: str, shard: CachedShard) -> bool:
@@ -267,6 +280,18 @@ class RemoteShards:
         for i, s in enumerate(self.manifest.shards)
     ]
     list(self.cache.pool.map(self._fetch_lengths, range(len(self.shards))))
+    self._check_room(options)
+
+  def _check_room(self, options: CacheOptions) -> None:
+    """The cache directory must have room for what the cache may hold of this dataset (all of it, or
+    cache_bytes): a disk that fills up mid-run would fail a step (ENOSPC), so it is said now."""
+    need = min(self.cache.cache_bytes, sum(s.num_bytes for s in self.shards))
+    room = shutil.disk_usage(self.cache.directory).free + self.cache.held()
+    if room < need:
+      raise ConfigError(f"cache_dir: {self.cache.directory} has {room:,} bytes free (with the cached shards), and "
+                        f"the cache may hold {need:,} bytes of {self.location.url} (cache_bytes "
+                        f"{self.cache.cache_bytes:,}, the dataset {sum(s.num_bytes for s in self.shards):,}): lower "
+                        "cache_bytes or free space")
 
   @property
   def fetched_bytes(self) -> int:

@@ -80,12 +80,14 @@ def _modules(scheme: str, *names: str) -> list[Any]:
 
 class _S3Store:
   def __init__(self, bucket: str) -> None:
-    boto3, config, exceptions = _modules("s3", "boto3", "botocore.config", "botocore.exceptions")
+    boto3, config, exceptions, transfers = _modules("s3", "boto3", "botocore.config", "botocore.exceptions",
+                                                    "boto3.exceptions")
     # One attempt per call: FETCH_ATTEMPTS retries above it, so a failure surfaces in seconds.
     settings = config.Config(connect_timeout=5, read_timeout=30, retries={"total_max_attempts": 1})
     self.client = boto3.client("s3", config=settings)
     self.bucket = bucket
-    self.errors = (exceptions.BotoCoreError, exceptions.ClientError, OSError)
+    # boto3's own (Boto3Error: RetriesExceededError on bodies cut short every time, S3TransferFailedError) too.
+    self.errors = (exceptions.BotoCoreError, exceptions.ClientError, transfers.Boto3Error, OSError)
 
   def read(self, key: str, limit: int) -> bytes:
     return self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{limit - 1}")["Body"].read()
