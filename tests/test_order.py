@@ -11,7 +11,10 @@ from hypothesis import given, strategies as st
 from jaxdata import DatasetMeta, DatasetOrder, DocumentStream, PipelineConfig, ShuffleOptions
 from jaxdata.config import DatasetSettings
 from jaxdata.order.feistel import derive_key
+from jaxdata.order import permutation
 from jaxdata.order.permutation import permute
+from jaxdata.pipeline.planner import StepPlanner
+from pipeline_fixtures import coded_config
 
 PRIMES = [2, 3, 5, 7, 11, 13, 17, 31, 61, 127]
 shard_counts = st.lists(
@@ -159,3 +162,20 @@ def test_invalid_positions_and_options_are_named():
     ShuffleOptions(block_size=0)
   with pytest.raises(ValueError, match="web: the dataset has no records"):
     DatasetOrder("web", [0, 0], ShuffleOptions(), 0)
+
+
+def test_a_long_run_holds_its_live_passes_permutations_not_every_pass(tmp_path, monkeypatch):
+  """The permutation cache drops what the stream stopped asking for: over many passes of repeating
+  datasets it holds the same entries at pass 40 as at pass 20 (it grew with every pass before)."""
+  cache = permutation._PermutationCache(permutation._CACHE_ENTRIES)
+  monkeypatch.setattr(permutation, "_CACHE", cache)
+  cfg = coded_config(tmp_path, [[3, 5, 2, 4] * 100, [2, 6, 3] * 100], exhausted_policy="repeat",
+                     shuffle_block_size="global", shuffle_within_shard=True)
+  planner = StepPlanner(cfg)
+  held = []
+  while len(held) < 3:
+    planner.plan()
+    passes = planner.stream.cursors[0].pass_index
+    if passes in (20, 40, 60) and len(held) < (20, 40, 60).index(passes) + 1:
+      held.append(cache.entries)
+  assert held[0] > 0 and held[2] <= held[1] <= held[0] * 1.5 + 1024, held

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxdata.config.validate import is_int
 from jaxdata.order.feistel import derive_key
-from jaxdata.order.permutation import permute
+from jaxdata.order.permutation import forget_permutations, permute
 from jaxdata.order.streaming import ShardLanes
 
 __all__ = ["DatasetOrder", "ShuffleOptions"]
@@ -100,6 +100,7 @@ class DatasetOrder:
       raise ValueError(f"{name}: the dataset has no records")
     self._shard_orders: dict[int, np.ndarray] = {}
     self._lane_schedules: dict[int, ShardLanes] = {}
+    self._newest_key_pass = -1  # the cached permutations of passes two behind it are freed
 
   def key_pass(self, pass_index: int) -> int:
     """The pass whose keys pass `pass_index` uses (epoch e starts at the keys of pass e)."""
@@ -116,7 +117,17 @@ class DatasetOrder:
           f"{positions.min()}..{positions.max()}"
       )
     key_pass = self.key_pass(pass_index)
+    if key_pass > self._newest_key_pass:
+      self._moved_to(key_pass)
     return self._base(key_pass, self._outer(key_pass, positions))
+
+  def _moved_to(self, key_pass: int) -> None:
+    """The stream reached `key_pass`: it straddles at most it and the pass before, so the cached
+    permutations of older passes are freed (a long run's memory stays flat; a rewind recomputes them)."""
+    older = {k for k in (self._newest_key_pass - 1, self._newest_key_pass) if 0 <= k < key_pass - 1}
+    self._newest_key_pass = key_pass
+    forget_permutations({derive_key(self.seed, self.name, k, level) for k in older
+                         for level in ("global", "block", "within", "shards")})
 
   def _outer(self, key_pass: int, positions: np.ndarray) -> np.ndarray:
     """Level 3: block or global shuffle of positions (identity when off)."""

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxdata.order.feistel import GOLDEN, check_domain, derive_key, feistel_permute, mix64
 
-__all__ = ["EXACT_MAX", "derive_key", "permute"]
+__all__ = ["EXACT_MAX", "derive_key", "forget_permutations", "permute"]
 
 EXACT_MAX = 1 << 20
 _SMALL = 256  # groups below this size are sorted together, vectorised, uncached
@@ -147,7 +147,19 @@ class _PermutationCache:
     return image
 
 
+  def forget(self, keys: set[int]) -> None:
+    """Drops every permutation of these keys (a finished pass's: the stream will not ask again)."""
+    with self.lock:
+      for entry in [e for e in self.table if e[0] in keys]:
+        self.entries -= self.table.pop(entry).size
+
+
 _CACHE = _PermutationCache(_CACHE_ENTRIES)
+
+
+def forget_permutations(keys: set[int]) -> None:
+  """Frees the cached permutations of `keys` (recomputed, identical, if ever asked for again)."""
+  _CACHE.forget(keys)
 
 
 def _sorted_once(x: np.ndarray, sizes: np.ndarray, key: int, tweaks: np.ndarray) -> np.ndarray:
