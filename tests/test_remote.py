@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import threading
 
@@ -169,8 +170,13 @@ def test_a_cache_smaller_than_one_read_warns_and_still_reads_right(stores, local
   server = stores["s3"]
   urls = [server.upload(d.path, "jaxdata-test", f"tiny/{d.name}") for d in local.datasets]
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * largest_shard(local))  # two shards
-  with pytest.warns(UserWarning, match=r"s3://jaxdata-test/tiny/d\d: one read needs \d+ shards .* raise cache_bytes"):
+  with pytest.warns(UserWarning) as warned:
     assert digests(cfg, 30, prefetch=0) == reference[:30]
+  messages = [str(w.message) for w in warned]
+  assert any(re.search(r"s3://jaxdata-test/tiny/d\d: one read needs \d+ shards .* raise cache_bytes", m) for m in messages)
+  # At the end, the most it held at once (the first warning quoted only the first such read).
+  peak = [m for m in messages if "the shard cache held up to" in m]
+  assert len(peak) == 1 and int(re.search(r"up to ([\d,]+) bytes", peak[0]).group(1).replace(",", "")) > 2 * largest_shard(local)
 
 
 def test_the_plan_names_the_cache_a_read_window_needs(stores, local, tmp_path):

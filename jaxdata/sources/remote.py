@@ -243,6 +243,10 @@ def release_cache(cache: ShardCache) -> None:
       return
     _SHARED.pop(cache.directory, None)
   cache.pool.shutdown(wait=True, cancel_futures=True)
+  if cache.peak_bytes > cache.cache_bytes:  # the warning at the first such read quoted that read, not the peak
+    warnings.warn(f"{cache.directory}: the shard cache held up to {cache.peak_bytes:,} bytes at once, above "
+                  f"cache_bytes {cache.cache_bytes:,} (reads that needed more shards than fit); raise cache_bytes "
+                  "to at least that", stacklevel=2)
 
 
 def default_cache_options(cache_dir: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> CacheOptions:
