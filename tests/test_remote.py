@@ -430,10 +430,15 @@ def test_the_beam_converter_reads_inputs_from_the_store_and_writes_the_local_byt
                                                                                  "d.parquet", "e.txt")]
   counts = ("documents", "skipped_empty", "skipped_invalid")
   assert [remote.stats[k] for k in counts] == [local.stats[k] for k in counts] and local.stats["skipped_invalid"] == 24
-  # Scratch and output in the bucket: the same shards, and the run's scratch folder is gone afterwards.
-  in_bucket = convert_with_beam([url + "/"], "s3://jaxdata-test/beam-out", "mix", options,
+  # Scratch and output in the bucket (one small input): the local converter's shards, and the run's
+  # scratch folder is gone afterwards.
+  small = tmp_path / "small"
+  small.mkdir()
+  (small / "e.txt").write_text((inputs / "e.txt").read_text())
+  small_url = server.upload(str(small), "jaxdata-test", "convert-small")
+  in_bucket = convert_with_beam([small_url + "/"], "s3://jaxdata-test/beam-out", "small", options,
                                 beam_args + ["--temp_location=s3://jaxdata-test/beam-temp"])
-  assert in_bucket.shards == local.shards
+  assert in_bucket.shards == convert([str(small)], str(tmp_path / "small-local"), "small", options).shards
   left = server.client().list_objects_v2(Bucket="jaxdata-test", Prefix="beam-temp/").get("Contents", [])
   assert [o["Key"] for o in left] == []
 

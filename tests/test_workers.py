@@ -18,6 +18,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxdata import DatasetError, Pipeline, PipelineConfig
 from jaxdata.pipeline.pipeline import READ_AHEAD
 from jaxdata.pipeline.parts import open_parts
+from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import assemble, decode_window, encode_window, plan_window, read_window
@@ -117,7 +118,7 @@ def test_a_window_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
     for name in ("dataset", "pass_index", "record", "offset", "length", "doc_length"):
       assert getattr(sent.pieces, name).tolist() == getattr(got.pieces, name).tolist()
     assert sent.local_row.tolist() == got.local_row.tolist() and sent.column.tolist() == got.column.tolist()
-  parts = open_parts(cfg, 1)
+  parts = open_parts(PipelineSpec(cfg))
   try:
     for sent, got in zip(read_window(parts.reader, window.steps, 0), read_window(parts.reader, decoded, 0)):
       want, have = assemble(sent, cfg.packing), assemble(got, cfg.packing)

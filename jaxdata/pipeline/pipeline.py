@@ -155,10 +155,7 @@ class Pipeline:
       raise
     if item is END:
       self._exhausted = True
-      if self._state["step"] == 0:
-        warnings.warn(f"jaxdata: the stream ended before one whole step ({self.cfg.tokens_per_step:,} tokens): "
-                      "no batch (batch.drop_remainder drops the partial one); the datasets are smaller than a "
-                      "step under their pass policies", RuntimeWarning, stacklevel=2)
+      _warn_if_no_step(self._state["step"], self.cfg.tokens_per_step)
       raise StopIteration
     self._state = item.state
     return item.batch
@@ -212,6 +209,13 @@ class Pipeline:
     self._state = self._snapshot()
     self._exhausted = False
     self.producer.restart(self._state)
+
+
+def _warn_if_no_step(step: int, tokens_per_step: int) -> None:
+  if step == 0:
+    warnings.warn(f"jaxdata: the stream ended before one whole step ({tokens_per_step:,} tokens): no batch "
+                  "(batch.drop_remainder drops the partial one); the datasets are smaller than a step under "
+                  "their pass policies", RuntimeWarning, stacklevel=3)
 
 
 def _mesh_and_axes(tpu: str | SliceSpec | None, mesh: Mesh | None,

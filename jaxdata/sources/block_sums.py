@@ -18,7 +18,7 @@ passes with probability about 2**-64. It is a check against damage and
 mix-ups, computed with NumPy at memory speed, not a cryptographic seal (the
 manifest's sha256 is that, for the whole file).
 
->>> data = np.arange(10_000, dtype=np.uint16).tobytes()
+>>> data = np.arange(40_000, dtype=np.uint16).tobytes()  # 80,000 bytes: blocks 0, 1 and a short 2
 >>> sums = block_sums(data)
 >>> bad_block(data[BLOCK_BYTES:], 1, sums) is None
 True
