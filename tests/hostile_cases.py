@@ -73,7 +73,8 @@ def _edit_manifest(root: str, edit: Callable[[dict], Any]) -> str:
 
 def _manifest_fingerprint(manifest: dict) -> str:
   shards = [jaxdata.ShardInfo(**{k: v for k, v in s.items()}) for s in manifest["shards"]]
-  return jaxdata.Manifest(manifest["name"], manifest["dtype"], manifest["tokenizer"], tuple(shards)).fingerprint
+  return jaxdata.Manifest(manifest["name"], manifest["dtype"], manifest["tokenizer"], tuple(shards),
+                          format=manifest.get("format", "arrayrecord")).fingerprint
 
 
 def _resealed_manifest(root: str, edit: Callable[[dict], Any]) -> str:
@@ -172,6 +173,32 @@ def _flat_index(root: str, **options: Any) -> Any:
   rng = np.random.default_rng(0)
   write_flat(os.path.join(root, "a.bin"), random_documents(rng, 60, eos_id=0, max_length=30))
   return build_flat_index("flat", [os.path.join(root, "a.bin")], dtype="uint16", **options)
+
+
+def _linked_flat(root: str) -> None:
+  """The dataset's token file moved out of its directory and linked back in."""
+  data = os.path.join(root, "ds")
+  os.makedirs(data)
+  _flat_index(data, eos_id=0)
+  os.replace(os.path.join(data, "a.bin"), os.path.join(root, "a.bin"))
+  os.symlink(os.path.join(root, "a.bin"), os.path.join(data, "a.bin"))
+  open_dataset(data).close()
+
+
+def _foreign_data_root(root: str) -> None:
+  """A manifest edited (and resealed) to read /etc/passwd as tokens: refused without telling its size."""
+  _flat_index(root, eos_id=0)
+  manifest = json.load(open(os.path.join(root, "manifest.json")))
+  manifest["data_root"] = "/etc"
+  manifest["shards"][0]["path"] = "passwd"
+  manifest["fingerprint"] = _manifest_fingerprint(manifest)
+  json.dump(manifest, open(os.path.join(root, "manifest.json"), "w"))
+  try:
+    open_dataset(root).close()
+  except jaxdata.DatasetError as e:
+    if str(os.path.getsize("/etc/passwd")) in str(e):
+      raise AssertionError(f"the error tells the size of /etc/passwd: {e}") from e
+    raise
 
 
 def _tampered_flat_index(root: str, name: str) -> None:
@@ -345,6 +372,9 @@ CASES = [
         np.save(os.path.join(r, "t.npy"), np.arange(1, 500, dtype=np.uint16) % 7),
         os.truncate(os.path.join(r, "t.npy"), os.path.getsize(os.path.join(r, "t.npy")) - 8),
         build_flat_index("flat", [os.path.join(r, "t.npy")], eos_id=0)), jaxdata.DatasetError, "t.npy"),
+    Case("a flat token file linked in from outside the dataset", lambda r: _linked_flat(r), jaxdata.DatasetError,
+         "a link that resolves outside"),
+    Case("a data_root pointing at other files", lambda r: _foreign_data_root(r), jaxdata.DatasetError, "passwd"),
     Case("flat lengths permuted, ends still agreeing", lambda r: _tampered_flat_index(r, "a.lengths.npy"),
          jaxdata.DatasetError, "a.lengths.npy"),
     Case("flat starts tampered, ends still agreeing", lambda r: _tampered_flat_index(r, "a.starts.npy"),
