@@ -9,7 +9,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 import tempfile
 
 import numpy as np

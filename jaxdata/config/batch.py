@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxdata.config.validate import build, check_bool, check_int, mapping, short
+from jaxdata.config.validate import build, check_bool, check_int, short
 from jaxdata.errors import ConfigError
 
 __all__ = ["BatchConfig", "BatchPhase", "BatchRamp"]

@@ -21,7 +21,6 @@ from jaxdata.config.validate import (
     check_choice,
     check_int,
     MAX_ID,
-    mapping,
     short,
 )
 from jaxdata.config.batch import BatchConfig, BatchPhase, BatchRamp
