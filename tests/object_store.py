@@ -109,7 +109,8 @@ def servers() -> Iterator[dict[str, ObjectStoreServer]]:
 
 class CorruptingProxy:
   """An HTTP proxy on 127.0.0.1 in front of a store that can damage the bodies of ranged GET responses
-  (one byte flipped in the middle), as a faulty network path or store would: `corrupt = True`."""
+  (one byte flipped in the middle: `corrupt = True`), or cut every GET body short, closing the connection
+  half way (`truncate = True`), as a faulty network path or store would."""
 
   def __init__(self, target: str) -> None:
     import http.client  # noqa: PLC0415 -- only the proxy needs them
@@ -117,7 +118,7 @@ class CorruptingProxy:
     import threading  # noqa: PLC0415
     import urllib.parse  # noqa: PLC0415
 
-    self.corrupt = False
+    self.corrupt = self.truncate = False
     self.damaged = 0  # responses damaged so far
     proxy = self
     host, port = urllib.parse.urlsplit(target).hostname, urllib.parse.urlsplit(target).port
@@ -146,7 +147,12 @@ class CorruptingProxy:
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        if self.command != "HEAD":
+        if proxy.truncate and self.command == "GET" and len(data) > 16:
+          proxy.damaged += 1
+          self.wfile.write(data[: len(data) // 2])  # then the connection ends: a body cut short
+          self.wfile.flush()
+          self.close_connection = True
+        elif self.command != "HEAD":
           self.wfile.write(data)
         connection.close()
 

@@ -535,3 +535,26 @@ def test_a_cache_directory_without_room_for_the_cache_is_said_at_open(stores, lo
   monkeypatch.setattr(remote_module.shutil, "disk_usage", lambda path: total._replace(free=1000))
   with pytest.raises(ConfigError, match=r"cache_dir: .*cache.* has 1,000 bytes free .* lower cache_bytes or free space"):
     Pipeline(cfg, prefetch=0)
+
+
+def test_shards_whose_bodies_are_cut_short_every_time_are_named_after_retries(stores, local, reference, tmp_path):
+  """boto3's own error for a body that never arrives whole (RetriesExceededError) is retried, then a
+  DatasetError names the shard; once the path is healthy the step is retried and the run goes on."""
+  server = stores["s3"]
+  urls = [server.upload(d.path, "jaxdata-test", f"cut/{d.name}") for d in local.datasets]
+  cfg = remote_config(local, urls, str(tmp_path / "cache"), 1 << 30)
+  proxy = object_store.CorruptingProxy(server.endpoint)
+  saved = os.environ["AWS_ENDPOINT_URL"]
+  os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+  try:
+    with Pipeline(cfg, prefetch=0) as pipe:  # manifests and lengths read whole; no shard yet
+      proxy.truncate = True
+      with pytest.raises(DatasetError, match=r"s3://jaxdata-test/cut/d\d/.*array_record: fetch failed after 4 "
+                                             r"attempts \(RetriesExceededError"):
+        next(pipe)
+      assert proxy.damaged > 0 and pipe.get_state()["step"] == 0
+      proxy.truncate = False
+      assert [digest(next(pipe)) for _ in range(10)] == reference[:10]
+  finally:
+    os.environ["AWS_ENDPOINT_URL"] = saved
+    proxy.close()
