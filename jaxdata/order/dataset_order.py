@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxdata.config.validate import is_int
 from jaxdata.order.feistel import derive_key
-from jaxdata.order.permutation import forget_permutations, permute
+from jaxdata.order.permutation import CACHED_MIN, forget_permutations, permute
 from jaxdata.order.streaming import ShardLanes
 
 __all__ = ["DatasetOrder", "ShuffleOptions"]
@@ -101,6 +101,7 @@ class DatasetOrder:
     self._shard_orders: dict[int, np.ndarray] = {}
     self._lane_schedules: dict[int, ShardLanes] = {}
     self._newest_key_pass = -1  # the cached permutations of passes two behind it are freed
+    self._cached_levels = self._levels_in_cache()
 
   def key_pass(self, pass_index: int) -> int:
     """The pass whose keys pass `pass_index` uses (epoch e starts at the keys of pass e)."""
@@ -126,8 +127,22 @@ class DatasetOrder:
     permutations of older passes are freed (a long run's memory stays flat; a rewind recomputes them)."""
     older = {k for k in (self._newest_key_pass - 1, self._newest_key_pass) if 0 <= k < key_pass - 1}
     self._newest_key_pass = key_pass
-    forget_permutations({derive_key(self.seed, self.name, k, level) for k in older
-                         for level in ("global", "block", "within", "shards")})
+    if older and self._cached_levels:
+      forget_permutations({derive_key(self.seed, self.name, k, level) for k in older for level in self._cached_levels})
+
+  def _levels_in_cache(self) -> tuple[str, ...]:
+    """The levels whose permutations can be large enough to be cached (CACHED_MIN entries or more)."""
+    block, largest_shard = self.options.block_size, int(self.shard_counts.max())
+    levels = []
+    if block == "global" and self.num_records >= CACHED_MIN:
+      levels.append("global")
+    elif block is not None and block != "global" and min(block, self.num_records) >= CACHED_MIN:
+      levels.append("block")
+    if self.options.shuffle_within_shard and largest_shard >= CACHED_MIN:
+      levels.append("within")
+    if self.options.shuffle_shards and self.shard_counts.size >= CACHED_MIN:
+      levels.append("shards")
+    return tuple(levels)
 
   def _outer(self, key_pass: int, positions: np.ndarray) -> np.ndarray:
     """Level 3: block or global shuffle of positions (identity when off)."""

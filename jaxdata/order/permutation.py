@@ -30,10 +30,11 @@ import numpy as np
 
 from jaxdata.order.feistel import GOLDEN, check_domain, derive_key, feistel_permute, mix64
 
-__all__ = ["EXACT_MAX", "derive_key", "forget_permutations", "permute"]
+__all__ = ["CACHED_MIN", "EXACT_MAX", "derive_key", "forget_permutations", "permute"]
 
 EXACT_MAX = 1 << 20
 _SMALL = 256  # groups below this size are sorted together, vectorised, uncached
+CACHED_MIN = _SMALL  # the smallest permutation the cache holds
 _SMALL_BATCH = 1 << 14  # positions per vectorised batch: at most 4M keys sorted at once
 _CACHE_ENTRIES = 1 << 23  # cached permutation entries (int32): 32 MB at most
 _U64 = np.uint64
