@@ -6,7 +6,7 @@ A flat uint16 file of random ids is indexed (`jaxdata index`: lengths,
 starts and block checksums) and uploaded to a local moto S3 server on
 127.0.0.1 (the same two cores). The same 4,096 uniform windows of 2,049
 tokens are read per call through `KvTokenFiles.gather`, with the block
-checks (reads widened to whole 32 KiB blocks, each block summed and
+checks (reads widened to whole 8 KiB blocks, each block summed and
 compared) and with the checks off (the exact ranges, no sums), interleaved;
 printed: medians of tokens/s, and the bytes the requests cover per token wanted.
 Both sides read byte-identical tokens (checked).

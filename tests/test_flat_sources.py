@@ -81,8 +81,8 @@ def test_index_writes_only_metadata_and_can_live_elsewhere(tmp_path, documents):
   manifest = build_flat_index("flat", [str(corpus / "a.bin")], out_dir=str(meta), dtype="uint16", eos_id=EOS)
   assert {p: os.path.getsize(corpus / p) for p in os.listdir(corpus)} == before  # nothing added or changed
   assert sorted(os.listdir(meta)) == ["a.blocks.npy", "a.lengths.npy", "a.starts.npy", "manifest.json"]
-  # 4 bytes of lengths + 8 of starts per document, 8 per 32 KiB block (+ .npy headers): no tokens copied.
-  blocks = -(-os.path.getsize(corpus / "a.bin") // (32 << 10))
+  # 4 bytes of lengths + 8 of starts per document, 8 per 8 KiB block (+ .npy headers): no tokens copied.
+  blocks = -(-os.path.getsize(corpus / "a.bin") // (8 << 10))
   assert sum(os.path.getsize(meta / p) for p in os.listdir(meta) if p.endswith(".npy")) <= (
       12 * len(documents) + 8 * blocks + 3 * 128)
   assert manifest.data_root == str(corpus)

@@ -5,7 +5,7 @@ Per token file it writes three small arrays and, last, one manifest::
     OUT/manifest.json            format megatron|flat, dtype, data_root, per file: size, sha256, counts
     OUT/<stem>.lengths.npy       uint32 tokens of every document
     OUT/<stem>.starts.npy        int64 first token of every document
-    OUT/<stem>.blocks.npy        uint64 checksum of every 32 KiB block (block_sums: reads from a store are checked)
+    OUT/<stem>.blocks.npy        uint64 checksum of every 8 KiB block (block_sums: reads from a store are checked)
 
 OUT defaults to the token files' directory (`data_root` stays empty and
 the directory moves as a whole). Another OUT, for a corpus that must stay

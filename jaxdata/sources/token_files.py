@@ -4,7 +4,7 @@ Both gather many ranges into one array in request order::
 
     MappedTokenFiles   per shard touched: one fancy-index gather from its np.memmap
     KvTokenFiles       ranges sorted per shard, neighbours closer than MERGE_GAP bytes merged,
-                       widened to whole 32 KiB blocks, one kvstore read per merged range, all
+                       widened to whole 8 KiB blocks, one kvstore read per merged range, all
                        issued at once in a tensorstore Batch (retried by tensorstore, then a
                        DatasetError naming the file); every response from the object version
                        the first read saw (generation / ETag) and every block matching the
