@@ -141,8 +141,9 @@ class MappedTokenFiles(TokenFiles):
     self.paths, self.sizes = list(paths), list(sizes)
     self.maps = [np.memmap(p, dtype, "r", offset=offset, shape=((size - offset) // dtype.itemsize,))
                  for p, size, offset in zip(paths, sizes, offsets)]
-    # Held open to check, before every read, that the file was not truncated under its map (SIGBUS).
-    self.handles = [os.open(p, os.O_RDONLY) for p in self.paths]
+    # Each file's inode, to check before every read that the file mapped was not truncated (SIGBUS);
+    # no descriptor is held (a dataset may have more files than a process may open).
+    self.inodes = [os.stat(p).st_ino for p in self.paths]
     self.dtype = dtype
     self.hasher = hasher
 
@@ -150,8 +151,12 @@ class MappedTokenFiles(TokenFiles):
     """A `DatasetError` naming a mapped file that shrank since it was opened: reading it would end
     the process with SIGBUS. (A file replaced by rename keeps its old content mapped: nothing to see.)"""
     for shard in shards:
-      now = os.fstat(self.handles[shard]).st_size
-      if now < self.sizes[shard]:
+      try:
+        found = os.stat(self.paths[shard])
+      except FileNotFoundError:  # removed: the mapped file lives on until it is unmapped
+        continue
+      now = found.st_size
+      if found.st_ino == self.inodes[shard] and now < self.sizes[shard]:
         raise DatasetError(f"{self.paths[shard]}: {now} bytes now, {self.sizes[shard]} when the dataset was "
                            "opened: truncated during the run (write token files elsewhere and rename them into "
                            "place); restart once the file is whole")
@@ -181,9 +186,6 @@ class MappedTokenFiles(TokenFiles):
 
   def close(self) -> None:
     self.maps = []
-    handles, self.handles = self.handles, []
-    for handle in handles:
-      os.close(handle)
 
 
 class KvTokenFiles(TokenFiles):
