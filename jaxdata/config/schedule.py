@@ -16,11 +16,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import numbers
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
-from jaxdata.config.validate import is_int, require_keys, short
+from jaxdata.config.validate import is_int, require_keys, short, weight
 from jaxdata.errors import ConfigError
 
 __all__ = ["Schedule", "exact_weights", "normalize_weights"]
@@ -32,18 +31,7 @@ def _checked_values(weights: Any, names: Sequence[str], where: str) -> list[floa
   require_keys(weights, names, where, "weight (name every dataset once)")
   values = []
   for name in names:
-    value = weights[name]
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-      raise ConfigError(f"{where}: weight of {short(name)} must be a number, got {short(value)}")
-    try:
-      value = float(value)
-    except OverflowError:  # an int beyond the float range
-      raise ConfigError(f"{where}: weight of {name!r} must be finite, got an int of {value.bit_length()} bits") from None
-    if not math.isfinite(value):
-      raise ConfigError(f"{where}: weight of {short(name)} must be finite, got {value}")
-    if value < 0:
-      raise ConfigError(f"{where}: weight of {short(name)} must be >= 0, got {value}")
-    values.append(value)
+    values.append(weight(weights[name], f"{where}: weight of {short(name)}"))
   if max(values) <= 0:
     raise ConfigError(f"{where}: weights must have a positive sum, all are 0")
   return values

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-
+import numbers
 import reprlib
 from typing import Any, Collection, Mapping, Sequence
 
@@ -64,24 +64,27 @@ def check_int(value: Any, where: str, minimum: int, maximum: int | None = None) 
     raise ConfigError(f"{where}: expected an int >= {minimum}{upper}, got {short(value)}")
 
 
-def weight(value: Any, where: str) -> float:
-  """A mixture weight: a finite number >= 0 (not a bool, list or string), as a float.
+def weight(value: Any, label: str) -> float:
+  """A mixture weight: a finite real number >= 0 (not a bool, list or string), as a float;
+  errors read "LABEL must be ...", e.g. label "weights: weight of 'web'".
 
   >>> weight(3, "w")
   3.0
-  >>> weight([1], "mixture.json: web.weight")
+  >>> weight([1], "mixture.json: 'web'.weight")
   Traceback (most recent call last):
   ...
-  jaxdata.errors.ConfigError: mixture.json: web.weight: expected a number >= 0, got [1]
+  jaxdata.errors.ConfigError: mixture.json: 'web'.weight must be a number, got [1]
   """
-  if isinstance(value, bool) or not isinstance(value, (int, float)):
-    raise ConfigError(f"{where}: expected a number >= 0, got {short(value)}")
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise ConfigError(f"{label} must be a number, got {short(value)}")
   try:
     number = float(value)
-  except OverflowError as e:
-    raise ConfigError(f"{where}: {short(value)} is beyond float range") from e
-  if not math.isfinite(number) or number < 0:
-    raise ConfigError(f"{where}: expected a number >= 0, got {short(value)}")
+  except OverflowError:  # an int beyond the float range
+    raise ConfigError(f"{label} must be finite, got an int of {int(value).bit_length()} bits") from None
+  if not math.isfinite(number):
+    raise ConfigError(f"{label} must be finite, got {number}")
+  if number < 0:
+    raise ConfigError(f"{label} must be >= 0, got {number}")
   return number
 
 

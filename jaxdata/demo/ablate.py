@@ -75,7 +75,7 @@ def load_candidate(path: str) -> tuple[str, dict[str, float]]:
   if not isinstance(weights, dict) or not weights:
     raise ConfigError(f"{path}: a candidate needs weights: {{dataset: weight}} (or mixture.weights)")
   name = raw.get("name") or os.path.splitext(os.path.basename(path))[0]
-  return str(name), {str(k): weight(v, f"{path}: weights.{k}") for k, v in weights.items()}
+  return str(name), {str(k): weight(v, f"{path}: weight of {k!r}") for k, v in weights.items()}
 
 
 @jax.jit

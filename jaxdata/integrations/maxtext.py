@@ -82,7 +82,7 @@ def _mixture_file(path: str) -> list[tuple[str, str, float]]:
       raise ConfigError(f"grain_train_mixture_config_path: {path}: {name!r}.path: expected a glob, got "
                         f"{short(entry['path'])}")
     out.append((name, entry["path"], weight(entry["weight"], f"grain_train_mixture_config_path: {path}: "
-                                                              f"{name!r}.weight")))
+                                                              f"weight of {name!r}")))
   return out
 
 
