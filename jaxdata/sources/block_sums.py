@@ -30,6 +30,8 @@ True
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = ["BLOCK_BYTES", "bad_block", "block_sums", "file_block_sums"]
@@ -72,8 +74,9 @@ def block_sums(data: bytes | memoryview | np.ndarray, first_block: int = 0) -> n
     return sums + lengths
 
 
-def file_block_sums(path: str) -> np.ndarray:
-  """Every block's sum of a local file, reading it 64 MiB at a time."""
+def file_block_sums(path: str, digest: Any = None) -> np.ndarray:
+  """Every block's sum of a local file, reading it 64 MiB at a time; `digest` (a hashlib object), if
+  given, is fed the same bytes, so indexing reads a file once for both."""
   out = []
   with open(path, "rb") as f:
     block = 0
@@ -81,6 +84,8 @@ def file_block_sums(path: str) -> np.ndarray:
       chunk = f.read(_CHUNK_BLOCKS * BLOCK_BYTES)
       if not chunk:
         break
+      if digest is not None:
+        digest.update(chunk)
       out.append(block_sums(chunk, block))
       block += _CHUNK_BLOCKS
   return np.concatenate(out) if out else np.zeros(0, np.uint64)

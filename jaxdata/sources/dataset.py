@@ -24,7 +24,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.fileutil import file_sha256, sample_sha256
+from jaxdata.sources.fileutil import check_inside, file_sha256, sample_sha256
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
@@ -267,11 +267,8 @@ class TokenDataset(ShardedRecords):
     shard_file = os.path.join(self.path, shard.path)
     if not os.path.isfile(shard_file):
       raise DatasetError(f"{shard_file}: shard file is missing (listed in manifest.json)")
-    root = os.path.realpath(self.path)
     for listed in (shard.path, shard.lengths_path):
-      if os.path.commonpath([root, os.path.realpath(os.path.join(self.path, listed))]) != root:
-        raise DatasetError(f"{os.path.join(self.path, listed)}: a link that resolves outside the dataset "
-                           "directory; a dataset's files must lie inside it")
+      check_inside(os.path.join(self.path, listed), self.path, "the dataset directory")
     size = os.path.getsize(shard_file)
     if size != shard.num_bytes:
       raise DatasetError(

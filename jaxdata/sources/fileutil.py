@@ -25,7 +25,9 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["MARKER", "check_name", "claim_directory", "clear_claimed", "file_sha256", "index_sha256", "is_claimed",
+from jaxdata.errors import DatasetError
+
+__all__ = ["MARKER", "check_inside", "check_name", "claim_directory", "clear_claimed", "file_sha256", "index_sha256", "is_claimed",
            "replace_arrays", "sample_sha256"]
 
 SAMPLE_BLOCKS = 16  # blocks of 4 KiB, evenly spaced, first and last included
@@ -54,6 +56,13 @@ def file_sha256(path: str) -> str:
     for block in iter(lambda: f.read(1 << 20), b""):
       digest.update(block)
   return digest.hexdigest()
+
+
+def check_inside(path: str, root: str, what: str) -> None:
+  """A `DatasetError` for a file that resolves (through links) outside `root`: a dataset's files lie inside it."""
+  real_root = os.path.realpath(root)
+  if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
+    raise DatasetError(f"{path}: a link that resolves outside {what}; a dataset's files must lie inside it")
 
 
 def index_sha256(lengths: np.ndarray, starts: np.ndarray) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import RaggedTokens, ReadOptions
 from jaxdata.sources.block_sums import BLOCK_BYTES
-from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, file_sha256, index_sha256, sample_sha256
+from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, check_inside, file_sha256, index_sha256, sample_sha256
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.records import ShardedRecords, check_range
@@ -170,7 +170,7 @@ class FlatTokenDataset(ShardedRecords):
       return load_lengths_file(local, named, num_records, shard, what)
     if not os.path.isfile(named):
       raise DatasetError(f"{named}: {what} of {shard} is missing; rebuild it with `jaxdata index`")
-    _check_inside(named, self.path, "the dataset directory")
+    check_inside(named, self.path, "the dataset directory")
     return load_lengths_file(named, named, num_records, shard, what)
 
   def _block_sums(self, shard: ShardInfo) -> np.ndarray | None:
@@ -196,7 +196,7 @@ class FlatTokenDataset(ShardedRecords):
     for path, shard in zip(paths, self.manifest.shards):
       if not os.path.isfile(path):
         raise DatasetError(f"{path}: token file is missing (listed in manifest.json)")
-      _check_inside(path, self.data_root, "its data_root" if external else "the dataset directory")
+      check_inside(path, self.data_root, "its data_root" if external else "the dataset directory")
       size = os.path.getsize(path)
       if size != shard.num_bytes:  # (the size of a file elsewhere is not told: the manifest chose the file)
         on_disk = "its size on disk differs from" if external else f"{size} bytes on disk,"
@@ -206,9 +206,3 @@ class FlatTokenDataset(ShardedRecords):
     return MappedTokenFiles(paths, self.dtype, [s.num_bytes for s in self.manifest.shards],
                             [s.data_offset for s in self.manifest.shards], file_sha256)
 
-
-def _check_inside(path: str, root: str, what: str) -> None:
-  """A file that resolves (through links) outside `root` is refused, as for ArrayRecord shards."""
-  real_root = os.path.realpath(root)
-  if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
-    raise DatasetError(f"{path}: a link that resolves outside {what}; a dataset's files must lie inside it")

@@ -23,6 +23,7 @@ their sha256, and for the EOS scan of a flat file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Callable, Sequence
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
-from jaxdata.sources.fileutil import check_name, file_sha256, index_sha256, replace_arrays, sample_sha256
+from jaxdata.sources.fileutil import check_name, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index, token_layout
 from jaxdata.sources.index import dtype_suspicion
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
@@ -161,11 +162,12 @@ def build_flat_index(
     stored_lengths, starts = lengths.astype(LENGTHS_DTYPE), (np.cumsum(lengths) - lengths).astype(np.int64)
     arrays[os.path.join(out_dir, lengths_name)] = stored_lengths
     arrays[os.path.join(out_dir, starts_name)] = starts
-    arrays[os.path.join(out_dir, blocks_name)] = file_block_sums(path)  # each store read is checked against them
+    digest = hashlib.sha256()  # fed by the same read as the block sums
+    arrays[os.path.join(out_dir, blocks_name)] = file_block_sums(path, digest)  # store reads are checked against them
     shards.append(ShardInfo(
         path=os.path.relpath(path, root_dir), lengths_path=lengths_name, starts_path=starts_name,
         num_records=int(lengths.size), num_tokens=int(lengths.sum()), num_bytes=os.path.getsize(path),
-        sha256=file_sha256(path), sample_sha256=sample_sha256(path), data_offset=data_offset,
+        sha256=digest.hexdigest(), sample_sha256=sample_sha256(path), data_offset=data_offset,
         index_sha256=index_sha256(stored_lengths, starts), blocks_path=blocks_name, block_bytes=BLOCK_BYTES,
     ))
     if on_file is not None:

@@ -30,7 +30,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
-from jaxdata.mixture.stream import DatasetMeta, DocumentStream, load_metadata
+from jaxdata.mixture.stream import DatasetMeta, load_metadata
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.tools.numbers import human_count
 from jaxdata.tools.mixture_checks import stored_order_warnings, weight_notices
@@ -206,8 +206,8 @@ def simulate_end(
   """Where the stream ends within `max_steps` steps (None if it does not end by then).
 
   The real packer plans the first PACKED_SAMPLE_STEPS steps: a stream that
-  ends there ends exactly where the pipeline's does. Past that, the stream
-  is replayed step by step as the packer pulls it (until step s's tokens,
+  ends there ends exactly where the pipeline's does. Past that, the same
+  stream is pulled on step by step as the packer pulls it (until step s's tokens,
   BOS / EOS included, reach (s + 1) x the tokens a step holds, with step
   s's weights), a step holding the share of its slots that the planned
   steps filled (padding: the fit modes leave a few percent empty).
@@ -224,9 +224,9 @@ def simulate_end(
     name = stream.ended_by or cfg.names[0]
     return StreamEnd(planner.step, filled, name, settings[name].policy)
   fill = filled / slots if slots else 1.0
-  stream = DocumentStream(cfg, metadata)
+  stream = planner.stream  # where the planned steps left it (with the packer's carry pulled ahead)
   extra = cfg.packing.special_tokens
-  for step in range(max_steps):
+  for step in range(planner.step, max_steps):
     need = (step + 1) * cfg.tokens_per_step * fill - (stream.tokens + extra * stream.emitted)
     if need > 0:
       stream.take(step, max_tokens=int(math.ceil(need)), token_overhead=extra)
