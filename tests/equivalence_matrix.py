@@ -59,8 +59,9 @@ def write_data(root: str) -> dict[str, str]:
   build_flat_index("flat", [os.path.join(data["flat"], f) for f in ("a.bin", "b.bin")], dtype="uint16", eos_id=0)
   data["meg"] = os.path.join(root, "meg")
   os.makedirs(data["meg"])
-  write_megatron(os.path.join(data["meg"], "m"), [[d] for d in documents[:100]] + [d for d in [[d1, d2] for d1, d2
-                 in zip(documents[100::2], documents[101::2])]])
+  # 100 documents of one sequence, then 25 of two sequences each
+  write_megatron(os.path.join(data["meg"], "m"),
+                 [[d] for d in documents[:100]] + [[a, b] for a, b in zip(documents[100::2], documents[101::2])])
   build_flat_index("megatron", [os.path.join(data["meg"], "m")])
   data["cache"] = os.path.join(root, "cache")
   return data

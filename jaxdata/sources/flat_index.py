@@ -89,9 +89,9 @@ def _check_eos_id(eos_id: Any, dtype: np.dtype) -> None:
   """An EOS id the token dtype can hold (else no id equals it and the file would be one document)."""
   if isinstance(eos_id, bool) or not isinstance(eos_id, (int, np.integer)):
     raise ValueError(f"eos_id: expected an int, got {eos_id!r}")
-  top = int(np.iinfo(dtype).max)
+  top, digits = int(np.iinfo(dtype).max), str(int(eos_id))
   if not 0 <= int(eos_id) <= top:
-    shown = str(int(eos_id)) if len(str(int(eos_id))) <= 40 else f"an int of {len(str(int(eos_id)))} digits"
+    shown = digits if len(digits) <= 40 else f"an int of {len(digits)} digits"
     raise ValueError(f"eos_id: {shown} is not a {dtype.name} id (0..{top})")
 
 

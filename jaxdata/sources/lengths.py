@@ -20,16 +20,16 @@ so planning and checks never scan all documents again.
 from __future__ import annotations
 
 import io
-import os
 import mmap
+import os
 from typing import Any, Sequence
 
 import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["ConstantLengths", "DocumentLengths", "IN_MEMORY_BYTES", "IN_MEMORY_RECORDS", "LengthsBase", "load_lengths_file",
-           "smallest_dtype"]
+__all__ = ["ConstantLengths", "DocumentLengths", "IN_MEMORY_BYTES", "IN_MEMORY_RECORDS", "LengthsBase",
+           "load_lengths_file", "smallest_dtype"]
 
 IN_MEMORY_RECORDS = 1 << 24  # up to 16M documents (<= 64 MB) are concatenated into RAM
 IN_MEMORY_BYTES = 1 << 27  # per-document .npy files up to 128 MiB (16M starts, 32M lengths) are read, not mapped
@@ -212,7 +212,7 @@ def load_lengths_file(local_file: str | bytes, named: str, num_records: int, sha
       values = np.load(io.BytesIO(local_file), allow_pickle=False)
     else:
       # Read whole up to IN_MEMORY_BYTES: a file truncated while a run maps it would end the process
-      # with SIGBUS; larger ones stay mapped (docs/state.md: replace them by rename, as `jaxdata index` does).
+      # with SIGBUS; larger ones stay mapped (docs/formats.md: replace them by rename, as `jaxdata index` does).
       small = os.path.getsize(local_file) <= IN_MEMORY_BYTES
       values = np.load(local_file, mmap_mode=None if small else "r", allow_pickle=False)
   except (ValueError, EOFError, OSError) as e:  # a zero-byte or foreign file raises EOFError

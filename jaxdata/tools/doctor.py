@@ -83,14 +83,13 @@ def _histogram(stats: Sequence[Mapping[str, Any]], names: list[str]) -> Check:
   meaning = (f"per-step documents per source against the steps' targets, over {len(stats)} steps (1 = as random as "
              f"independent picks, below 1 = steadier; above {bound:.2f}: swings beyond sampling noise)")
   status = "fail" if dispersion > bound else "ok"
-  return Check("histogram", status, f"D = {dispersion:.2f}", meaning, _histogram_cause(tokens, docs, names))
+  return Check("histogram", status, f"D = {dispersion:.2f}", meaning, _histogram_cause(tokens, mean_length, names))
 
 
-def _histogram_cause(tokens: np.ndarray, docs: np.ndarray, names: list[str]) -> str:
+def _histogram_cause(tokens: np.ndarray, mean_length: np.ndarray, names: list[str]) -> str:
   """What to change for swinging histograms: where a source's documents are a large part of a step,
   no order can mix inside a step (the data is the cause); else the order is."""
   step_tokens = float(tokens.sum(1).mean())
-  mean_length = tokens.sum(0) / np.maximum(docs.sum(0), 1)
   coarse = [(n, float(m)) for n, m in zip(names, mean_length) if m >= COARSE_DOCUMENT * step_tokens]
   if coarse:
     named = ", ".join(f"{n} {m:,.0f}" for n, m in sorted(coarse, key=lambda x: -x[1]))
