@@ -256,7 +256,7 @@ class KvTokenFiles(TokenFiles):
     # Byte ranges, widened to whole checksum blocks where the file has block sums.
     begin_bytes = self.offsets[request_shard] + request_start * item
     end_bytes = self.offsets[request_shard] + request_end * item
-    checked = np.array([self.sums[shard] is not None for shard in range(len(self.keys))])[request_shard]
+    checked = np.array([self.sums[shard] is not None for shard in request_shard.tolist()], bool)  # per request
     first_block = np.where(checked, begin_bytes // BLOCK_BYTES, 0)
     read_begin = np.where(checked, first_block * BLOCK_BYTES, begin_bytes)
     read_end = np.where(checked, np.minimum(-(-end_bytes // BLOCK_BYTES) * BLOCK_BYTES,
