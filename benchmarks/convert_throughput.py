@@ -27,8 +27,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxdata.tools.convert import ConvertOptions, convert
-from jaxdata.tools.convert_beam import convert_with_beam
+from jaxdata.conversion.local_runner import convert
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.beam_runner import convert_with_beam
 
 WORDS = np.array("the of and to in is was for on that with as by at from his her it an were are which this be or "
                  "had not but first one their its new after who they have two has been other when there all during "

@@ -41,7 +41,7 @@ from flat_fixtures import write_megatron  # noqa: E402 -- the tests' reference M
 import jaxdata  # noqa: E402
 from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
 from jaxdata.sources.opening import open_dataset  # noqa: E402
-from jaxdata.sources.windows import WindowOptions  # noqa: E402
+from jaxdata.sources.sampling_windows import WindowOptions  # noqa: E402
 
 TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
 T = 2048

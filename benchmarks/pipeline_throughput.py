@@ -313,7 +313,7 @@ def run_training_thread(corpus: str, mesh_devices: int, arguments: dict[str, Any
 
   pipe = jaxdata.Pipeline(jaxdata_config(corpus), mesh=_mesh(mesh_devices), prefetch=2, **arguments)
   for _ in range(50):
-    next(pipe)  # past start-up (workers ready, read window grown)
+    next(pipe)  # past start-up (workers ready, read span grown)
   alone, fed, in_next = [], [], []
   for _ in range(phases):
     alone.append(work_rate(None)[0])  # the pipeline idles: its prefetched steps are ready

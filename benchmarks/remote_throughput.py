@@ -7,7 +7,7 @@ uploaded to a local S3 server (moto, on 127.0.0.1, on the same two cores:
 its throughput bounds the remote figure here). The config is the
 two-level streaming order scaled down to these small shards: open_shards 2
 per dataset, blocks of 64 documents (16 for books, whose shards hold about 15
-long documents), a 256K-token read window, a cache of 10% of the corpus's bytes. Printed: non-padding tokens/s for local and remote, the bytes fetched
+long documents), a 256K-token read span, a cache of 10% of the corpus's bytes. Printed: non-padding tokens/s for local and remote, the bytes fetched
 per token read against the dataset's bytes per token (goal: <= 1.05x over a
 pass), and how each shard get was served (present, prefetched, fetched on
 demand). Grain has no remote ArrayRecord source to compare with.

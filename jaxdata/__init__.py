@@ -77,7 +77,7 @@ __all__ = [
 _CONFIG = "jaxdata.config"
 _ERRORS = "jaxdata.errors"
 _SOURCES = "jaxdata.sources"
-_TOKENIZERS = "jaxdata.tools.tokenizers"
+_TOKENIZERS = "jaxdata.conversion.tokenizers"
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -94,10 +94,10 @@ __getattr__, __dir__ = lazy_exports(
         **dict.fromkeys(
             ("ByteTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "TokenizerSpec",
              "load_tokenizer"), _TOKENIZERS),
-        "ConvertOptions": "jaxdata.tools.convert",
-        "from_hf_dataset": "jaxdata.tools.from_python",
-        "from_iterable": "jaxdata.tools.from_python",
-        "convert": "jaxdata.tools.convert",
+        "ConvertOptions": "jaxdata.conversion.options",
+        "from_hf_dataset": "jaxdata.conversion.from_python",
+        "from_iterable": "jaxdata.conversion.from_python",
+        "convert": "jaxdata.conversion.local_runner",
         "DatasetOrder": "jaxdata.order.dataset_order",
         "ShuffleOptions": "jaxdata.order.dataset_order",
         **dict.fromkeys(("DatasetMeta", "DocBatch", "DocRef", "DocumentStream"), "jaxdata.mixture.stream"),

@@ -1,8 +1,11 @@
-"""Lazy package exports: a name is imported the first time it is used.
+"""Lazy imports: a module is imported the first time one of its names is used.
 
 `import jaxdata` and the CLI stay light (no jax, grain, orbax, pyarrow or
-matplotlib) until a name that needs them is touched; the import happens
-through `importlib`, never through a function-local import statement.
+matplotlib) until a name that needs them is touched. This module (and
+`jaxdata.errors.optional_module` for optional extras) is the only place
+that imports by name; every other import is a statement at module level.
+`tests/test_layout.py` reads the string literals given to `lazy_exports`
+and `lazy_module` as imports, so the layering rule covers them too.
 
 >>> getattr_, dir_ = lazy_exports("demo", {"sqrt": "math"}, {"jsonmod": "json"})
 >>> getattr_("sqrt")(9.0), getattr_("jsonmod").__name__, dir_()
@@ -14,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Mapping
 
-__all__ = ["lazy_exports"]
+__all__ = ["LazyModule", "lazy_exports", "lazy_module"]
 
 
 def lazy_exports(
@@ -43,3 +46,26 @@ def lazy_exports(
     return sorted({*attributes, *modules, *eager})
 
   return getattr_, dir_
+
+
+class LazyModule:
+  """A module imported on its first attribute access.
+
+  >>> json_module = lazy_module("json")
+  >>> json_module.dumps([1])
+  '[1]'
+  """
+
+  def __init__(self, name: str) -> None:
+    self._name = name
+
+  def __getattr__(self, attribute: str) -> Any:
+    return getattr(importlib.import_module(self._name), attribute)
+
+  def __repr__(self) -> str:
+    return f"<lazy module {self._name!r}>"
+
+
+def lazy_module(name: str) -> LazyModule:
+  """`name` (a literal module name), imported when one of its attributes is first used."""
+  return LazyModule(name)

@@ -47,3 +47,15 @@ def optional_module(name: str, extra: str, purpose: str) -> Any:
     return importlib.import_module(name)
   except ImportError as e:
     raise ImportError(f"{purpose} needs {name.split('.')[0]}: pip install 'jaxdata[{extra}]' ({e})") from e
+
+
+def installed_module(name: str) -> Any:
+  """The module if it can be imported, else None (for a feature with a plain fallback).
+
+  >>> installed_module("json").dumps(2), installed_module("no_such_module_here")
+  ('2', None)
+  """
+  try:
+    return importlib.import_module(name)
+  except ImportError:
+    return None

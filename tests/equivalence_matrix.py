@@ -229,7 +229,7 @@ def pipeline_of(iterator: Any) -> Any:
 
 def wait_for_workers(iterator: Any) -> None:
   """Until the worker processes are ready, steps are made in process: wait, so that the cell's are theirs."""
-  from jaxdata.pipeline.workers import WorkerProducer  # noqa: PLC0415
+  from jaxdata.pipeline.worker_producer import WorkerProducer  # noqa: PLC0415
 
   producer = pipeline_of(iterator).producer
   if isinstance(producer, WorkerProducer):
@@ -237,7 +237,7 @@ def wait_for_workers(iterator: Any) -> None:
 
 
 def steps_from_workers(iterator: Any) -> int | None:
-  from jaxdata.pipeline.workers import WorkerProducer  # noqa: PLC0415
+  from jaxdata.pipeline.worker_producer import WorkerProducer  # noqa: PLC0415
 
   producer = pipeline_of(iterator).producer
   return producer.from_workers if isinstance(producer, WorkerProducer) else None

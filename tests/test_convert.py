@@ -24,7 +24,7 @@ from jaxdata import (
     load_tokenizer,
 )
 from jaxdata.cli import main
-from jaxdata.tools.tokenizers import dtype_for_vocab_size
+from jaxdata.conversion.tokenizers import dtype_for_vocab_size
 
 
 def read_all(directory: str) -> list[list[int]]:

@@ -20,11 +20,12 @@ import zstandard
 
 from jaxdata import InputFormatError, TokenDataset
 from jaxdata.cli import main
-from jaxdata.tools.convert import ConvertOptions, convert
-from jaxdata.tools.shard_jobs import plan_shards
-from jaxdata.tools.convert_beam import convert_with_beam
-from jaxdata.tools.tokenizers import ByteTokenizer
-from jaxdata.tools.units import plan_units
+from jaxdata.conversion.local_runner import convert
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.shard_jobs import plan_shards
+from jaxdata.conversion.beam_runner import convert_with_beam
+from jaxdata.conversion.tokenizers import ByteTokenizer
+from jaxdata.conversion.work_units import plan_units
 from jaxdata.sources.writer import DatasetWriter
 
 

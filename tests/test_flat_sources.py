@@ -19,7 +19,7 @@ from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.manifest import Manifest
 from jaxdata.sources.opening import open_dataset
-from jaxdata.sources.windows import WindowOptions
+from jaxdata.sources.sampling_windows import WindowOptions
 from checkpoint_property import assert_restores_exactly
 from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron
 from pipeline_fixtures import digest, write_coded_dataset

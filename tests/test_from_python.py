@@ -8,7 +8,7 @@ import pytest
 
 import jaxdata
 from jaxdata import InputFormatError, TokenDataset
-from jaxdata.tools.tokenizers import ByteTokenizer
+from jaxdata.conversion.tokenizers import ByteTokenizer
 
 
 def read_all(path: str) -> list[list[int]]:

@@ -79,7 +79,7 @@ def test_a_holdout_that_leaves_nothing_or_an_eval_without_holdout_is_refused(cfg
 
 def test_the_cache_plan_reads_what_training_reads_not_the_held_out_documents(tmp_path):
   """One 8-token document per shard (shard_bytes 32 = 8 ids), so a held-out
-  document is a held-out shard; one read window spans the whole single pass
+  document is a held-out shard; one read span spans the whole single pass
   (32 x 8 tokens = 4 whole steps of 4 x 16 < read_ahead_tokens), so the shards
   it touches are exactly the training documents'."""
   write_coded_dataset(str(tmp_path / "d0"), 0, [8] * 40, shard_bytes=32)

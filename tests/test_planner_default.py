@@ -15,9 +15,9 @@ import pytest
 
 from jaxdata import Pipeline, PipelineConfig, WorkerStartError
 from jaxdata.pipeline.pipeline import planner_process_helps
-from jaxdata.pipeline.window import StepProducer
+from jaxdata.pipeline.step_producer import StepProducer
 from jaxdata.pipeline.worker_handle import _child_environment
-from jaxdata.pipeline.workers import STARTS_BEFORE_GIVING_UP, WorkerProducer
+from jaxdata.pipeline.worker_producer import STARTS_BEFORE_GIVING_UP, WorkerProducer
 from pipeline_fixtures import coded_config, digest
 
 DEADLINE_S = 60.0  # for a process to start (or fail to) while steps are taken slowly

@@ -1,5 +1,5 @@
 """Windows read on a thread of their own (`ReadAhead`), one ahead of assembly:
-in order, errors where the window is needed, dropped windows skipped, the
+in order, errors where the span is needed, dropped spans skipped, the
 same batches as reading in the prefetch thread, and nothing left running."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ def test_reads_run_one_at_a_time_in_the_order_asked() -> None:
   calls: list[int] = []
   running = threading.Semaphore(1)
 
-  def read(window: int) -> int:
+  def read(span: int) -> int:
     assert running.acquire(blocking=False), "two reads at once"
-    calls.append(window)
+    calls.append(span)
     running.release()
-    return window * 10
+    return span * 10
 
   reads = ReadAhead(read)
   futures = [reads.submit(w) for w in range(20)]
@@ -33,11 +33,11 @@ def test_reads_run_one_at_a_time_in_the_order_asked() -> None:
   assert reads.close(WAIT_S)
 
 
-def test_an_error_is_raised_where_the_window_is_needed_and_later_reads_go_on() -> None:
-  def read(window: int) -> int:
-    if window == 1:
+def test_an_error_is_raised_where_the_span_is_needed_and_later_reads_go_on() -> None:
+  def read(span: int) -> int:
+    if span == 1:
       raise OSError(5, "Input/output error (injected)")
-    return window
+    return span
 
   reads = ReadAhead(read)
   first, failing, third = (reads.submit(w) for w in range(3))
@@ -48,15 +48,15 @@ def test_an_error_is_raised_where_the_window_is_needed_and_later_reads_go_on() -
   assert reads.close(WAIT_S)
 
 
-def test_a_dropped_window_is_not_read_and_a_stalled_read_is_reported_by_close() -> None:
+def test_a_dropped_span_is_not_read_and_a_stalled_read_is_reported_by_close() -> None:
   started, release = threading.Event(), threading.Event()
   calls: list[str] = []
 
-  def read(window: str) -> str:
-    calls.append(window)
+  def read(span: str) -> str:
+    calls.append(span)
     started.set()
     release.wait(WAIT_S)
-    return window
+    return span
 
   reads = ReadAhead(read)
   stalled = reads.submit("stalled")
@@ -96,11 +96,11 @@ def test_the_pipeline_reads_on_its_own_thread_with_the_same_batches_and_stops_it
 
   monkeypatch.setattr(TokenDataset, "read", read)
   before = read_threads()
-  with Pipeline(cfg, prefetch=2, read_ahead_tokens=600) as pipe:  # windows of a few steps: many reads
+  with Pipeline(cfg, prefetch=2, read_ahead_tokens=600) as pipe:  # spans of a few steps: many reads
     got = [digest(next(pipe)) for _ in range(25)]
     state = pipe.get_state()
     got += [digest(next(pipe)) for _ in range(5)]
-    pipe.set_state(state)  # windows read ahead are dropped; the same steps again
+    pipe.set_state(state)  # spans read ahead are dropped; the same steps again
     got += [digest(next(pipe)) for _ in range(15)]
     assert len(read_threads()) == len(before) + 1
   assert got == want[:30] + want[25:40]
@@ -108,7 +108,7 @@ def test_the_pipeline_reads_on_its_own_thread_with_the_same_batches_and_stops_it
   assert read_threads() == before  # close() ended it
 
 
-def test_a_read_error_in_a_window_read_ahead_is_raised_at_its_first_step_then_retried(cfg, monkeypatch):
+def test_a_read_error_in_a_span_read_ahead_is_raised_at_its_first_step_then_retried(cfg, monkeypatch):
   with Pipeline(cfg, prefetch=0, read_ahead_tokens=600) as pipe:
     want = [digest(next(pipe)) for _ in range(30)]
   failures = {"left": 0}

@@ -30,8 +30,9 @@ from jaxdata.sources.stores import open_store
 from jaxdata.pipeline import reader as reader_module
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
-from jaxdata.tools.convert import ConvertOptions, convert
-from jaxdata.tools.convert_beam import convert_with_beam
+from jaxdata.conversion.local_runner import convert
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.beam_runner import convert_with_beam
 from pipeline_fixtures import digest, write_coded_dataset
 
 STEPS = 200
@@ -179,7 +180,7 @@ def test_a_cache_smaller_than_one_read_warns_and_still_reads_right(stores, local
   assert len(peak) == 1 and int(re.search(r"up to ([\d,]+) bytes", peak[0]).group(1).replace(",", "")) > 2 * largest_shard(local)
 
 
-def test_the_plan_names_the_cache_a_read_window_needs(stores, local, tmp_path):
+def test_the_plan_names_the_cache_a_read_span_needs(stores, local, tmp_path):
   server = stores["gs"]
   urls = [server.upload(d.path, "jaxdata-test", f"plan/{d.name}") for d in local.datasets]
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 14 * largest_shard(local))
@@ -195,7 +196,7 @@ def test_the_plan_names_the_cache_a_read_window_needs(stores, local, tmp_path):
   assert f"below the {needs.thrash_bytes:,} bytes under which the planned windows would fetch" in warning
 
 
-def test_a_pinned_read_window_stays_cached_until_it_is_read(stores, local, tmp_path):
+def test_a_pinned_read_span_stays_cached_until_it_is_read(stores, local, tmp_path):
   server = stores["gs"]
   url = server.upload(local.datasets[0].path, "jaxdata-test", "pinned/d0")
   shard = largest_shard(local)
@@ -267,9 +268,9 @@ def test_the_next_windows_shards_are_fetched_while_one_is_read(stores, local, re
     got += [digest(next(pipe)) for _ in range(39)]
     assert not planner_process or pipe.producer.from_workers == 39
     cache = pipe.reader.datasets[0].remote.cache
-    first_window = StepPlanner(cfg).plan()  # the first window is one step
+    first_span = StepPlanner(cfg).plan()  # the first read span is one step
     first_shards = {(d, int(s)) for d, dataset in enumerate(pipe.reader.datasets)
-                    for s in dataset.locate(first_window.pieces.record[first_window.pieces.dataset == d])[0]}
+                    for s in dataset.locate(first_span.pieces.record[first_span.pieces.dataset == d])[0]}
   assert got == reference[:40]
   gets = cache.hits + cache.prefetched + cache.misses
   assert gets > 10 * len(first_shards) and gets - cache.ahead_gets <= len(first_shards)

@@ -123,7 +123,7 @@ def test_a_checkpoint_does_not_restore_under_another_open_shards(tmp_path):
 
 @pytest.mark.parametrize("lanes", [2, 4])
 def test_a_read_window_touches_about_k_shards_of_each_dataset(tmp_path, lanes):
-  """`jaxdata plan`'s read-window measurement. Shards hold about 42 documents
+  """`jaxdata plan`'s read-span measurement. Shards hold about 42 documents
   (3,360 bytes of ids of mean length 20); a 1,024-token window takes about 26
   documents of each dataset, which with blocks of 16 spans at most
   (26 + 2 x 16) / k + 1 < 42 rounds of each lane: every lane touches at most

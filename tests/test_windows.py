@@ -14,7 +14,7 @@ from jaxdata import ConfigError, Pipeline, PipelineConfig
 from jaxdata.mixture.stream import load_metadata
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
-from jaxdata.sources.windows import WindowOptions
+from jaxdata.sources.sampling_windows import WindowOptions
 from jaxdata.tools.audit import audit
 from jaxdata.tools.exposure import expected_unique_fraction, plan_run
 from jaxdata.tools.mixture_checks import stored_order_warnings

@@ -17,12 +17,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdata import DatasetError, Pipeline, PipelineConfig
 from jaxdata.pipeline.pipeline import READ_AHEAD
-from jaxdata.pipeline.parts import open_parts
+from jaxdata.pipeline.pipeline_parts import open_parts
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import assemble, decode_window, encode_window, plan_window, read_window
-from jaxdata.pipeline.workers import WorkerProducer
+from jaxdata.pipeline.read_spans import assemble, decode_span, encode_span, plan_span, read_span
+from jaxdata.pipeline.worker_producer import WorkerProducer
 from checkpoint_property import assert_restores_exactly
 from pipeline_fixtures import coded_config, digest
 
@@ -88,39 +88,39 @@ def test_a_planner_process_gives_the_in_process_batches_and_states(cfg, referenc
     assert run(pipe, STEPS) == reference
 
 
-def test_a_planner_without_readers_stays_two_windows_ahead(cfg):
-  # docs/performance.md: one window being read here, one planned; no more until a credit comes back.
+def test_a_planner_without_readers_stays_two_spans_ahead(cfg):
+  # docs/performance.md: one span being read here, one planned; no more until a credit comes back.
   with Pipeline(cfg, prefetch=0, planner_process=True) as pipe:
     producer = ready(pipe).producer
     producer._start(producer.last_state)
     deadline = time.monotonic() + 30
-    while producer.windows < 2 and time.monotonic() < deadline:
+    while producer.spans < 2 and time.monotonic() < deadline:
       producer._forward(wait=False)
       time.sleep(0.01)
-    time.sleep(0.5)  # time enough to plan many more windows if it were not held back
+    time.sleep(0.5)  # time enough to plan many more spans if it were not held back
     producer._forward(wait=False)
-    assert producer.windows == 2
-    assert run(pipe, 1)  # the first window's single step closes it: a credit, one more window
+    assert producer.spans == 2
+    assert run(pipe, 1)  # the first span's single step closes it: a credit, one more span
     producer._forward(wait=True)
-    assert producer.windows == 3
+    assert producer.spans == 3
 
 
-def test_a_window_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
+def test_a_span_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
   planner = StepPlanner(cfg)
   recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None)
   rows = np.array([1, 4, 5, 6, 11])  # a host's rows need not be contiguous
-  window = plan_window(planner, recorder, lambda _rows, _seq_len: rows, 2_000, dict)
-  assert len(window.steps) == 2_000 // (rows.size * 32) + 1 and not window.ended
-  header, payload = encode_window(window.steps)
-  decoded = decode_window(json.loads(json.dumps(header)), bytes(payload))
-  for sent, got in zip(window.steps, decoded, strict=True):
+  span = plan_span(planner, recorder, lambda _rows, _seq_len: rows, 2_000, dict)
+  assert len(span.steps) == 2_000 // (rows.size * 32) + 1 and not span.ended
+  header, payload = encode_span(span.steps)
+  decoded = decode_span(json.loads(json.dumps(header)), bytes(payload))
+  for sent, got in zip(span.steps, decoded, strict=True):
     assert (sent.step, sent.seq_len, sent.num_rows) == (got.step, got.seq_len, got.num_rows)
     for name in ("dataset", "pass_index", "record", "offset", "length", "doc_length"):
       assert getattr(sent.pieces, name).tolist() == getattr(got.pieces, name).tolist()
     assert sent.local_row.tolist() == got.local_row.tolist() and sent.column.tolist() == got.column.tolist()
   parts = open_parts(PipelineSpec(cfg))
   try:
-    for sent, got in zip(read_window(parts.reader, window.steps, 0), read_window(parts.reader, decoded, 0)):
+    for sent, got in zip(read_span(parts.reader, span.steps, 0), read_span(parts.reader, decoded, 0)):
       want, have = assemble(sent, cfg.packing), assemble(got, cfg.packing)
       assert all(np.array_equal(want[name], have[name]) for name in want)
   finally:
@@ -239,7 +239,7 @@ def test_close_stops_the_workers_and_frees_the_shared_memory(cfg):
   # (Another test in this process may have started a tracker already: only a new one counts.)
   children = _children()
   assert ("resource_tracker" in children) == ("resource_tracker" in children_before)
-  assert children.count("jaxdata.pipeline.worker") == 3
+  assert children.count("jaxdata.pipeline.worker_process") == 3
   assert len(_slot_descriptors()) > len(rings_before)
   pipe.close()
   assert all(p.poll() is not None for p in processes)

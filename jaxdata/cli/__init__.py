@@ -1,24 +1,24 @@
 """The ``jaxdata`` command: convert, index, inspect, plan, audit, ablate, doctor, report, bench, mesh, demo.
 
-The parser is built from this module alone; a command's handler module
-(`jaxdata.cli.convert`, `.data`, `.planning`, `.demo`) is imported only when that
-command runs, so `jaxdata --help` and `jaxdata inspect` never load jax,
-grain, orbax, pyarrow or matplotlib.
+Each command's handler is a function of a handler module (`jaxdata.cli.convert`,
+`.data`, `.planning`, `.demo`); those modules are light and reach what needs
+jax through `jaxdata._lazy.lazy_module`, so `jaxdata --help` and `jaxdata
+inspect` never load jax, grain, orbax, pyarrow or matplotlib.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import re
 import sys
 from typing import Sequence
 
 
-from jaxdata.cli.output import Console
 from jaxdata import __version__
-from jaxdata.tools.formats import INPUT_FORMATS, TEXT_MODES
+from jaxdata.cli import convert as convert_command, data, demo, planning
+from jaxdata.cli.output import Console
+from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
 
 __all__ = ["main", "parse_size"]
 
@@ -55,11 +55,12 @@ def _parser() -> argparse.ArgumentParser:
       prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common]
   )
   parser.add_argument("--version", action="version", version=f"jaxdata {__version__}")
-  sub = parser.add_subparsers(dest="command", required=True)
-  add_parser = sub.add_parser
-  sub.add_parser = lambda *a, **k: add_parser(*a, parents=[common], **k)  # type: ignore[method-assign]
+  commands = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
-  p = sub.add_parser("convert", help="tokenize JSONL / Parquet / text into a dataset")
+  def command(name: str, help: str) -> argparse.ArgumentParser:
+    return commands.add_parser(name, help=help, description=help, parents=[common])
+
+  p = command("convert", "tokenize JSONL / Parquet / text into a dataset")
   p.add_argument("inputs", nargs="+", help="files, directories or globs")
   p.add_argument("--out", required=True, help="dataset directory to write")
   p.add_argument("--name", required=True, help="dataset name")
@@ -85,9 +86,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--beam-options", default="",
                  help="Beam pipeline options, e.g. '--runner=DataflowRunner --project=P --region=R "
                       "--temp_location=gs://B/tmp' (default: the local DirectRunner)")
-  p.set_defaults(handler="convert:convert")
+  p.set_defaults(handler=convert_command.convert)
 
-  p = sub.add_parser("index", help="metadata for token files other tools wrote (no tokens copied)")
+  p = command("index", "metadata for token files other tools wrote (no tokens copied)")
   p.add_argument("shards", nargs="+",
                  help="ArrayRecord shards, Megatron prefixes (or their .bin / .idx), or flat token files (raw or .npy)")
   p.add_argument("--format", default="arrayrecord", choices=("arrayrecord", "megatron", "flat"),
@@ -108,74 +109,75 @@ def _parser() -> argparse.ArgumentParser:
                  help="do not refuse ids whose statistics look like another dtype (uint32 read as uint16, ...)")
   p.add_argument("--name", help="dataset name (default: the directory name)")
   p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
-  p.set_defaults(handler="data:index")
+  p.set_defaults(handler=data.index)
 
-  p = sub.add_parser("inspect", help="table of shards, documents, tokens, lengths")
+  p = command("inspect", "table of shards, documents, tokens, lengths")
   p.add_argument("datasets", nargs="+", help="dataset directories")
   p.add_argument("--json", action="store_true", help="print JSON instead of a table")
   p.add_argument("--verify", action="store_true",
                  help="also re-hash every shard and check every record (reads all data)")
-  p.set_defaults(handler="data:inspect")
+  p.set_defaults(handler=data.inspect)
 
-  p = sub.add_parser("demo", help="end to end: corpus, pipeline on 8 emulated devices, training, resume")
+  p = command("demo", "end to end: corpus, pipeline on 8 emulated devices, training, resume")
   p.add_argument("--cache-dir", help="where the corpus is kept (default: ~/.cache/jaxdata/demo)")
   p.add_argument("--config", help="your own pipeline YAML (its datasets) instead of the embedded demo")
   p.add_argument("--steps", type=int, default=40, help="training steps of the demo model")
   p.add_argument("--checkpoint-at", type=int, default=20, help="step at which model and pipeline are saved, then restored")
   p.add_argument("--out", help="run directory for checkpoints and the plot (default: CACHE/run)")
   p.add_argument("--json", help="also write the summary as JSON here")
-  p.set_defaults(handler="demo:demo")
+  p.set_defaults(handler=demo.demo)
 
-  p = sub.add_parser("plan", help="exposure per dataset and phase before a run")
+  p = command("plan", "exposure per dataset and phase before a run")
   p.add_argument("config", help="pipeline YAML")
   p.add_argument("--tokens", required=True, help="tokens to process, e.g. 20e9 or 20B")
   p.add_argument("--max-passes", type=float, default=4.0, help="warn above this many passes")
   p.add_argument("--json", action="store_true", help="print the table as JSON")
   p.add_argument("--png", help="write weights over steps and cumulative passes here")
-  p.add_argument("--hosts", type=int, default=1, help="hosts splitting the rows, for the read-window table")
-  p.add_argument("--windows", type=int, default=32, help="read windows per host to replay (0: skip the table)")
+  p.add_argument("--hosts", type=int, default=1, help="hosts splitting the rows, for the read-span table")
+  p.add_argument("--read-spans", "--windows", dest="read_spans", type=int, default=32,
+                 help="read spans per host to replay (0: skip the table)")
   p.add_argument("--read-ahead-tokens", type=int, default=1 << 22, help="the pipeline's read_ahead_tokens")
-  p.set_defaults(handler="planning:plan")
+  p.set_defaults(handler=planning.plan)
 
-  p = sub.add_parser("audit", help="plan S steps for H hosts and check them")
+  p = command("audit", "plan S steps for H hosts and check them")
   p.add_argument("config", help="pipeline YAML")
   p.add_argument("--hosts", type=int, required=True, help="hosts to plan for (each reads its block of rows)")
   p.add_argument("--steps", type=int, required=True, help="steps to plan and check")
   p.add_argument("--json", action="store_true", help="print the result as JSON")
-  p.set_defaults(handler="planning:audit")
+  p.set_defaults(handler=planning.audit)
 
-  p = sub.add_parser("ablate", help="mixture ablation: the demo model on each candidate mixture, the same tokens")
+  p = command("ablate", "mixture ablation: the demo model on each candidate mixture, the same tokens")
   p.add_argument("config", nargs="?", help="base pipeline YAML (default: the demo's datasets and weights)")
   p.add_argument("--candidates", nargs="+", required=True,
                  help="YAML files, each {name: ..., weights: {dataset: weight}} (or a config's mixture.weights)")
   p.add_argument("--tokens", type=parse_size, default=200_000, help="valid tokens each candidate trains on")
   p.add_argument("--cache-dir", help="the demo corpus' directory when no config is given")
   p.add_argument("--png", help="also plot per-domain held-out loss per candidate here")
-  p.set_defaults(handler="demo:ablate")
+  p.set_defaults(handler=demo.ablate)
 
-  p = sub.add_parser("doctor", help="check a run's stats (and per-source losses) for signs of a bad data order")
+  p = command("doctor", "check a run's stats (and per-source losses) for signs of a bad data order")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
   p.add_argument("--losses", help="JSONL of {\"step\": N, \"losses\": {source: loss}} per step (optional)")
   p.add_argument("--config", help="the run's pipeline YAML: with --hosts, checks the plan's host overlap")
   p.add_argument("--hosts", type=int, default=0, help="hosts of the run, for the overlap check")
   p.add_argument("--html", help="also write the checks as an HTML report here")
-  p.set_defaults(handler="planning:doctor")
+  p.set_defaults(handler=planning.doctor)
 
-  p = sub.add_parser("report", help="plots and deviations from a run's stats JSONL")
+  p = command("report", "plots and deviations from a run's stats JSONL")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
   p.add_argument("--out", help="directory for the plots (default: STATS_report/)")
-  p.set_defaults(handler="planning:report")
+  p.set_defaults(handler=planning.report)
 
-  p = sub.add_parser("bench", help="throughput of a pipeline config on this machine (one host, NumPy)")
+  p = command("bench", "throughput of a pipeline config on this machine (one host, NumPy)")
   p.add_argument("config", help="pipeline YAML")
   p.add_argument("--steps", type=int, default=100, help="steps to time (after one untimed step)")
   p.add_argument("--prefetch", type=int, default=2, help="steps planned and read ahead by a background thread")
   p.add_argument("--workers", type=int, default=0, help="worker processes (see docs/performance.md)")
   p.add_argument("--planner-process", action="store_true",
                  help="plan in a process of its own; read and assemble here (see docs/performance.md)")
-  p.set_defaults(handler="planning:bench")
+  p.set_defaults(handler=planning.bench)
 
-  p = sub.add_parser("mesh", help="rows, tokens and documents per host of a TPU slice")
+  p = command("mesh", "rows, tokens and documents per host of a TPU slice")
   p.add_argument("--tpu", help="a slice: v4-8 .. v4-8192, v5e-1 .. v5e-256, v5p-8 .. v5p-12288, v6e-1 .. v6e-256 "
                                 "(`jaxdata mesh --list`), or a slice YAML file's path")
   p.add_argument("--mesh-shape", help="instead of --tpu: an explicit mesh shape, e.g. 16x4x1")
@@ -187,20 +189,18 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--seq-len", type=int, help="tokens per row")
   p.add_argument("--config", help="pipeline YAML: plan real steps for documents and timing")
   p.add_argument("--steps", type=int, default=5, help="steps to plan with --config")
-  p.set_defaults(handler="planning:mesh")
+  p.set_defaults(handler=planning.mesh)
   return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   args.quiet = getattr(args, "quiet", False)
-  module_name, function = args.handler.split(":")
-  handler = getattr(importlib.import_module(f"jaxdata.cli.{module_name}"), function)
   console = Console(highlight=False)
   if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = max(console.width, 120)  # logs and pipes: do not squeeze tables (COLUMNS sets a width)
   try:
-    return handler(args, console)
+    return args.handler(args, console)
   except (ValueError, OSError, ImportError) as e:  # ImportError: an extra that is not installed
     # Our errors are ValueError subclasses (DatasetError, InputFormatError) or
     # OSError (missing / existing files); each message names file and problem.

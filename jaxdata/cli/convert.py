@@ -1,17 +1,18 @@
-"""Handler of `jaxdata convert` (imported when it runs: the readers load pyarrow)."""
+"""Handler of `jaxdata convert`: the local or the Beam runner, with progress bars and a summary."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
-import importlib
 from typing import Any
 
 
 from jaxdata.cli.output import Console, progress_bar
-from jaxdata.tools.convert import ConvertOptions, convert as convert_files
-from jaxdata.tools.roundtrip import check_roundtrip
-from jaxdata.tools.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
+from jaxdata.conversion.beam_runner import convert_with_beam
+from jaxdata.conversion.local_runner import convert as convert_files
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.roundtrip import check_roundtrip
+from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
 
 __all__ = ["convert"]
 
@@ -41,8 +42,7 @@ def convert(args: argparse.Namespace, console: Console) -> int:
 
   with progress:
     if args.runner == "beam":
-      beam = importlib.import_module("jaxdata.tools.convert_beam")
-      manifest = beam.convert_with_beam(args.inputs, args.out, args.name, options, shlex.split(args.beam_options),
+      manifest = convert_with_beam(args.inputs, args.out, args.name, options, shlex.split(args.beam_options),
                                         overwrite=args.overwrite)
     else:
       manifest = convert_files(args.inputs, args.out, args.name, options, on_progress, overwrite=args.overwrite)

@@ -12,7 +12,7 @@ from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.tools.summary import summarize
-from jaxdata.tools.tokenizers import TokenizerSpec, load_tokenizer
+from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
 
 __all__ = ["index", "inspect"]
 

@@ -1,4 +1,4 @@
-"""Handler of `jaxdata demo` (imported when it runs, after XLA_FLAGS is set)."""
+"""Handlers of `jaxdata demo` and `ablate`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ import json
 import os
 
 
+from jaxdata._lazy import lazy_module
 from jaxdata.cli.output import Console, Table, show
 from jaxdata.demo import DEVICES, default_cache_dir, xla_flags
-from jaxdata.demo.ablate import load_candidate, run_ablation
 from jaxdata.demo.corpus import build_demo_corpus
-from jaxdata.demo.run import demo_config, run_demo  # imports jax, whose backend reads XLA_FLAGS only when it starts
 from jaxdata.tools.report import ablation_plot
 
-__all__ = ["demo"]
+__all__ = ["ablate", "demo"]
+
+# Both train a model with jax: imported when a command runs (jax reads XLA_FLAGS when its backend starts).
+ablation = lazy_module("jaxdata.demo.ablate")
+demo_run = lazy_module("jaxdata.demo.run")
 
 
 UNSETTLED_BOUND = 0.05  # one document past this share of what was pulled: the shares have not settled
@@ -39,7 +42,7 @@ def share_claim(interleave: str, bound: float) -> str:
 def demo(args: argparse.Namespace, console: Console) -> int:
   os.environ["XLA_FLAGS"] = xla_flags()  # before JAX starts its backend
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
-  result = run_demo(cache_dir, args.config, steps=args.steps, checkpoint_at=args.checkpoint_at,
+  result = demo_run.run_demo(cache_dir, args.config, steps=args.steps, checkpoint_at=args.checkpoint_at,
                     out_dir=args.out, log=lambda m: console.print(m, markup=False))
   table = Table(title=f"jaxdata demo: {result.steps} steps on {DEVICES} emulated devices")
   for column in ("dataset", "target share", "realised share", "tokens in batches", "passes done"):
@@ -64,9 +67,9 @@ def ablate(args: argparse.Namespace, console: Console) -> int:
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
   if args.config is None:
     build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
-  base = demo_config(cache_dir, args.config)
-  candidates = [load_candidate(path) for path in args.candidates]
-  rows = run_ablation(base, candidates, args.tokens, log=lambda m: console.print(m, markup=False))
+  base = demo_run.demo_config(cache_dir, args.config)
+  candidates = [ablation.load_candidate(path) for path in args.candidates]
+  rows = ablation.run_ablation(base, candidates, args.tokens, log=lambda m: console.print(m, markup=False))
   table = Table(title=f"mixture ablation: {args.tokens:,} valid tokens each, held-out loss per domain")
   for column in ("candidate", "processed tokens", *(f"{n} tokens" for n in base.names),
                  *(f"{n} loss" for n in base.names), "target loss"):

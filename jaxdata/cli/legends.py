@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Sequence
 
-__all__ = ["MESH_LEGEND", "PLAN_LEGEND", "WINDOWS_LEGEND", "print_legend"]
+__all__ = ["MESH_LEGEND", "PLAN_LEGEND", "SAMPLING_WINDOWS_LEGEND", "print_legend"]
 
 PLAN_LEGEND = (
     ("unique U_d", "tokens in the dataset, each counted once."),
@@ -27,7 +27,7 @@ PLAN_LEGEND = (
     ("pass completes at step", "the steps at which a full pass over the dataset ends (the first six). A loss "
                                "that drops right after them points at memorisation (jaxdata doctor checks it)."),
 )
-WINDOWS_LEGEND = (
+SAMPLING_WINDOWS_LEGEND = (
     ("unique seen", "window datasets drawn with replacement: the expected share of the dataset's tokens that "
                     "fall inside at least one window drawn; the rest is never trained on."),
 )

@@ -12,11 +12,12 @@ web    1,024
 
 from __future__ import annotations
 
-import importlib
 import re
 import sys
 import time
 from typing import Any
+
+from jaxdata.errors import installed_module
 
 __all__ = ["Console", "PlainConsole", "PlainTable", "Table", "progress_bar", "show"]
 
@@ -24,10 +25,7 @@ _MARKUP = re.compile(r"\[/?[a-z ]+\]")
 
 
 def _rich(name: str) -> Any:
-  try:
-    return importlib.import_module(f"rich.{name}")
-  except ImportError:
-    return None
+  return installed_module(f"rich.{name}")
 
 
 class PlainTable:

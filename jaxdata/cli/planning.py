@@ -1,4 +1,4 @@
-"""Handlers of `jaxdata plan`, `audit`, `report`, `mesh` and `bench` (imported when one runs)."""
+"""Handlers of `jaxdata plan`, `audit`, `doctor`, `report`, `mesh` and `bench`."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import json
 import os
 
 
-from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, WINDOWS_LEGEND, print_legend
+from jaxdata._lazy import lazy_module
+from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, SAMPLING_WINDOWS_LEGEND, print_legend
 from jaxdata.cli.output import Console, Table, show
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.planner import check_host_count
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.tools.audit import audit as audit_plan
-from jaxdata.tools.bench import bench as bench_config, c_loops
 from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
 from jaxdata.tools.doctor import diagnose, load_losses, write_html
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
@@ -24,28 +24,30 @@ from jaxdata.tools.report import load_stats, plan_plot, write_report
 
 __all__ = ["audit", "bench", "mesh", "plan", "report"]
 
+bench_module = lazy_module("jaxdata.tools.bench")  # runs a Pipeline: jax only when `jaxdata bench` runs
+
 
 def plan(args: argparse.Namespace, console: Console) -> int:
   cfg = load_config(args.config)
-  if args.windows > 0:
+  if args.read_spans > 0:
     check_host_count(cfg, args.hosts)  # before the exposure's planning, not after it
   schedule = cfg.schedule()
   tokens_per_step = cfg.tokens_per_step
   table, end, warnings = plan_run(cfg, parse_tokens(args.tokens), args.max_passes)
   if args.png:
     plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
-  needs = cache_needs(cfg, args.hosts, args.windows, args.read_ahead_tokens) if args.windows > 0 else None
+  needs = cache_needs(cfg, args.hosts, args.read_spans, args.read_ahead_tokens) if args.read_spans > 0 else None
   warnings += cache_warnings(needs, cfg.cache_bytes) if needs is not None else []
   if args.json:
     print(json.dumps({**table.to_json(), "warnings": warnings,
-                      "read_windows": dataclasses.asdict(needs) if needs is not None else None,
+                      "read_spans": dataclasses.asdict(needs) if needs is not None else None,
                       "stream_end": dataclasses.asdict(end) if end is not None else None}, indent=1))
     return 0
   out = Table(title=f"exposure over {human_count(table.total_tokens)} tokens = {table.steps:,} steps of "
                     f"{human_count(tokens_per_step)}")
-  windows = any(d.unique_seen is not None for d in table.datasets.values())
+  sampled = any(d.unique_seen is not None for d in table.datasets.values())
   for column in ("dataset", "phase", "unique U_d", "natural", "sampling w_d", "upsampling",
-                 "processed", "passes (run)", "pass completes at step", *(["unique seen"] if windows else [])):
+                 "processed", "passes (run)", "pass completes at step", *(["unique seen"] if sampled else [])):
     out.add_column(column, justify="right")
   for name, d in table.datasets.items():
     for i, (start, end) in enumerate(table.phases):
@@ -56,16 +58,16 @@ def plan(args: argparse.Namespace, console: Console) -> int:
           human_count(d.processed_tokens[i]), f"{d.passes:.3f}" if first else "",
           ", ".join(str(s) for s in d.pass_completed_at_step[:6]) + (" ..." if len(d.pass_completed_at_step) > 6 else "")
           if first else "",
-          *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if windows else []),
+          *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if sampled else []),
       )
   show(console, out)
-  print_legend(console, PLAN_LEGEND + (WINDOWS_LEGEND if windows else ()))
+  print_legend(console, PLAN_LEGEND + (SAMPLING_WINDOWS_LEGEND if sampled else ()))
   if needs is not None:
-    show(console, read_window_table(needs, args))
+    show(console, read_span_table(needs, args))
     hosts = f"{args.hosts} host" + ("s" if args.hosts != 1 else "")
-    console.print(f"Over {args.windows} read windows of {human_count(args.read_ahead_tokens)} tokens ({hosts}): "
+    console.print(f"Over {args.read_spans} read spans of {human_count(args.read_ahead_tokens)} tokens ({hosts}): "
                   f"a cache below {human_bytes(needs.thrash_bytes)} makes remote reads fetch the same shards "
-                  f"again within these windows (one window holds up to {human_bytes(needs.max_remote_bytes)}; "
+                  f"again within these spans (one span holds up to {human_bytes(needs.max_remote_bytes)}; "
                   f"cache_bytes is {human_bytes(cfg.cache_bytes)}).", markup=False)
   for i, (start, end) in enumerate(table.phases):
     total = sum(d.sampling_share[i] for d in table.datasets.values())
@@ -77,9 +79,9 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
-def read_window_table(needs: CacheNeeds, args: argparse.Namespace) -> Table:
-  out = Table(title="shards per read window, one host")
-  for column in ("dataset", "where", "shards", "per window mean", "max", "max bytes"):
+def read_span_table(needs: CacheNeeds, args: argparse.Namespace) -> Table:
+  out = Table(title="shards per read span, one host")
+  for column in ("dataset", "where", "shards", "per span mean", "max", "max bytes"):
     out.add_column(column, justify="right")
   for n in needs.datasets:
     out.add_row(n.name, "remote" if n.remote else "local", f"{n.shards:,}", f"{n.mean_shards:.1f}",
@@ -196,10 +198,10 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
 
 
 def bench(args: argparse.Namespace, console: Console) -> int:
-  result = bench_config(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
+  result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
   console.print(f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
                 f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "
                 f"first batch {result.first_batch_seconds:.2f}s")
   console.print("time per step: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in result.time_per_step_s.items()))
-  console.print(f"C loops: {c_loops()}")
+  console.print(f"C loops: {bench_module.c_loops()}")
   return 0

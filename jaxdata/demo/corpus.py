@@ -26,7 +26,8 @@ from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import TokenDataset
 from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.sources.manifest import MANIFEST_NAME
-from jaxdata.tools.convert import ConvertOptions, convert
+from jaxdata.conversion.local_runner import convert
+from jaxdata.conversion.options import ConvertOptions
 
 __all__ = ["Log", "OWNER", "build_demo_corpus"]
 

@@ -18,7 +18,7 @@ from jaxdata.mixture.holdout import split_view
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.opening import Dataset, open_dataset
 from jaxdata.sources.remote import CacheOptions, default_cache_options
-from jaxdata.sources.windows import WindowOptions, WindowView
+from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 
 __all__ = ["DatasetMeta", "load_metadata", "open_split", "window_options"]
 

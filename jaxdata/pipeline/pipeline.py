@@ -42,7 +42,7 @@ from jax.sharding import Mesh
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError
-from jaxdata.pipeline.parts import open_parts, state_snapshot
+from jaxdata.pipeline.pipeline_parts import open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
@@ -50,9 +50,9 @@ from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import READ_AHEAD
-from jaxdata.pipeline.window import END, Prepared, StepProducer
-from jaxdata.pipeline.workers import WorkerProducer
+from jaxdata.pipeline.read_spans import READ_AHEAD
+from jaxdata.pipeline.step_producer import END, Prepared, StepProducer
+from jaxdata.pipeline.worker_producer import WorkerProducer
 
 __all__ = ["Pipeline"]
 
@@ -72,7 +72,7 @@ class Pipeline:
     prefetch: steps planned and read ahead by a background thread; 0 reads
       in the calling thread. Output never depends on it.
     workers: processes that read and assemble into shared memory (each up to
-      `prefetch` + 1 steps ahead), plus one that plans (`jaxdata.pipeline.workers`);
+      `prefetch` + 1 steps ahead), plus one that plans (`jaxdata.pipeline.worker_producer`);
       0 does it all in this process. Output and state never depend on it.
     planner_process: with workers=0, plan in a process of its own (this one reads and assembles);
       None: where that is faster, with a mesh on >= 2 cores (in process, warned, if it cannot start).

@@ -17,7 +17,7 @@ from jaxdata.pipeline.vocabulary import TokenBound
 from jaxdata.sources.dataset import RaggedTokens
 from jaxdata.sources.opening import Dataset
 from jaxdata.sources.token_files import ranges_index
-from jaxdata.sources.windows import WindowView
+from jaxdata.sources.sampling_windows import WindowView
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["Boundaries", "DocumentReader", "READ_ATTEMPTS", "ReadLog"]

@@ -22,12 +22,14 @@ import math
 import os
 from typing import Any, Sequence
 
-import jax
 import numpy as np
 import yaml
-from jax.sharding import Mesh
 
+from jaxdata._lazy import lazy_module
 from jaxdata.errors import ConfigError
+
+jax = lazy_module("jax")  # only `slice_mesh` needs it: `jaxdata mesh` and the planner stay light
+jax_sharding = lazy_module("jax.sharding")
 
 __all__ = ["SliceSpec", "available_slices", "explicit_slice", "load_slice", "slice_mesh"]
 
@@ -144,7 +146,7 @@ def _from_yaml(raw: Any, where: str) -> SliceSpec:
     raise ConfigError(f"{where}: malformed slice config ({e})") from e
 
 
-def slice_mesh(spec: SliceSpec, devices: list[jax.Device] | None = None) -> Mesh:
+def slice_mesh(spec: SliceSpec, devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
   """The slice's default mesh over `devices` (default: all of jax.devices())."""
   devices = list(jax.devices()) if devices is None else list(devices)
   if len(devices) != spec.chips:
@@ -152,4 +154,4 @@ def slice_mesh(spec: SliceSpec, devices: list[jax.Device] | None = None) -> Mesh
         f"tpu: slice {spec.name} has {spec.chips} chips but {len(devices)} devices are visible"
     )
   ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
-  return Mesh(np.array(ordered).reshape(spec.mesh_shape), spec.mesh_axes)
+  return jax_sharding.Mesh(np.array(ordered).reshape(spec.mesh_shape), spec.mesh_axes)

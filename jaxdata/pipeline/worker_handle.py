@@ -1,7 +1,7 @@
 """`WorkerHandle`: one worker process of a pipeline, its pipe and (a reader's) slot ring.
 
 The main process talks to a worker through a socket pair (JSON messages, a
-window's pieces as raw bytes after their header; `jaxdata.pipeline.worker`
+span's pieces as raw bytes after their header; `jaxdata.pipeline.worker_process`
 is the other end). A worker that dies is named in the error its handle
 raises and can be started again on the same shared memory (`respawned`).
 """
@@ -20,7 +20,7 @@ from typing import Any
 from jaxdata.errors import WorkerStartError
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.worker import PLANNER, WorkerSpec, send
+from jaxdata.pipeline.worker_process import PLANNER, WorkerSpec, send
 
 __all__ = ["POLL_S", "WorkerHandle", "close_all"]
 
@@ -41,7 +41,7 @@ class WorkerHandle:
     try:
       with theirs:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "jaxdata.pipeline.worker", str(theirs.fileno())], pass_fds=inherited,
+            [sys.executable, "-m", "jaxdata.pipeline.worker_process", str(theirs.fileno())], pass_fds=inherited,
             env=_child_environment(),
         )
     except OSError as e:  # no process left, an interpreter that cannot be run
@@ -67,7 +67,7 @@ class WorkerHandle:
     return self._read() if self.conn.poll(0) else None
 
   def payload(self) -> bytes:
-    """The raw bytes that follow a window's header (already sent with it)."""
+    """The raw bytes that follow a span's header (already sent with it)."""
     try:
       return self.conn.recv_bytes()
     except (EOFError, OSError):

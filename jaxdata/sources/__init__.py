@@ -18,7 +18,7 @@ from jaxdata.sources.index import build_index
 from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.sources.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.opening import open_dataset
-from jaxdata.sources.windows import WindowOptions, WindowView
+from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 from jaxdata.sources.writer import DatasetWriter
 
 __all__ = [

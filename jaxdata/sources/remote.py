@@ -85,7 +85,7 @@ class ShardCache:
     os.makedirs(directory, exist_ok=True)
     self.present: collections.OrderedDict[str, CachedShard] = collections.OrderedDict()  # LRU first
     self.users = 0  # datasets holding it (see shared_cache)
-    self.pinned: collections.Counter[str] = collections.Counter()  # shards a read window needs: never evicted
+    self.pinned: collections.Counter[str] = collections.Counter()  # shards a read span needs: never evicted
     self.pending: dict[str, concurrent.futures.Future[None]] = {}
     self.pending_bytes: dict[str, int] = {}  # of the fetches under way
     self.lock = threading.Lock()
@@ -122,7 +122,7 @@ class ShardCache:
         self.pending[shard.name] = self.pool.submit(self._fetch, shard)
 
   def pin(self, shards: list[CachedShard]) -> None:
-    """Keeps these shards (one read window's, of every dataset) until `unpin`,
+    """Keeps these shards (one read span's, of every dataset) until `unpin`,
     and starts fetching them."""
     with self.lock:
       self.pinned.update(shard.name for shard in shards)
@@ -314,11 +314,11 @@ class RemoteShards:
       self.warned = True
       warnings.warn(f"{self.location.url}: one read needs {len(shards)} shards ({need:,} bytes), more than the "
                     f"{self.cache.cache_bytes:,} bytes of cache_bytes: they are held until the read ends; "
-                    "raise cache_bytes (`jaxdata plan` prints what each read window needs)", stacklevel=2)
+                    "raise cache_bytes (`jaxdata plan` prints what each read span needs)", stacklevel=2)
     self.cache.want([self.shards[s] for s in shards], ahead)
 
   def pin(self, shards: np.ndarray) -> list[CachedShard]:
-    """Pins these shards (a read window's) in the cache; give the result to `unpin`."""
+    """Pins these shards (a read span's) in the cache; give the result to `unpin`."""
     pinned = [self.shards[s] for s in np.unique(shards).tolist()]
     self.cache.pin(pinned)
     return pinned

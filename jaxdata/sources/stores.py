@@ -12,12 +12,11 @@ raises a `DatasetError` naming the object.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import time
 from typing import Any, Callable, Protocol
 
-from jaxdata.errors import DatasetError
+from jaxdata.errors import DatasetError, optional_module
 
 __all__ = ["FETCH_ATTEMPTS", "ObjectStore", "RemotePath", "is_remote", "open_store", "with_retries"]
 
@@ -72,10 +71,7 @@ class RemotePath:
 
 def _modules(scheme: str, *names: str) -> list[Any]:
   """The provider's client modules (the `remote` extra), imported on first use: `import jaxdata` stays light."""
-  try:
-    return [importlib.import_module(name) for name in names]
-  except ImportError as e:
-    raise ImportError(f"{scheme}:// datasets need {names[0]}: pip install 'jaxdata[remote]' ({e})") from e
+  return [optional_module(name, "remote", f"{scheme}:// datasets") for name in names]
 
 
 class _S3Store:

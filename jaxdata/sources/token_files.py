@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import abc
 import hashlib
-import importlib
 import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxdata._lazy import lazy_module
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, bad_block
 from jaxdata.sources.stores import RemotePath, is_remote
@@ -34,8 +34,7 @@ _HASH_CHUNK = 16 << 20
 _RETRIES = {"max_retries": 4, "initial_delay": "0.25s", "max_delay": "2s"}
 
 
-def _tensorstore() -> Any:
-  return importlib.import_module("tensorstore")
+tensorstore = lazy_module("tensorstore")  # a core dependency, imported when a token file is first opened
 
 
 def kv_root(root: str) -> dict[str, Any]:
@@ -64,7 +63,7 @@ def kv_root(root: str) -> dict[str, Any]:
 
 
 def _open_kvstore(spec: dict[str, Any]) -> Any:
-  ts = _tensorstore()
+  ts = tensorstore
   context = ts.Context({"gcs_request_retries": _RETRIES, "s3_request_retries": _RETRIES})
   return ts.KvStore.open(spec, context=context).result()
 
@@ -229,7 +228,7 @@ class KvTokenFiles(TokenFiles):
 
   def check_sample(self, shard: int, num_bytes: int, expected: str, blocks: int, block: int) -> None:
     """The file's sampled hash (`fileutil.sample_sha256`, by range reads) against the manifest's."""
-    ts = _tensorstore()
+    ts = tensorstore
     last = max(num_bytes - block, 0)
     with ts.Batch() as batch:
       futures = [_read(self.store, self.keys[shard], self.named[shard],
@@ -261,7 +260,7 @@ class KvTokenFiles(TokenFiles):
     read_begin = np.where(checked, first_block * BLOCK_BYTES, begin_bytes)
     read_end = np.where(checked, np.minimum(-(-end_bytes // BLOCK_BYTES) * BLOCK_BYTES,
                                             np.asarray(self.sizes, np.int64)[request_shard]), end_bytes)
-    ts = _tensorstore()
+    ts = tensorstore
     requests = list(zip(request_shard.tolist(), read_begin.tolist(), read_end.tolist()))
     with ts.Batch() as batch:
       futures = [_read(self.store, self.keys[shard], self.named[shard], slice(lo, hi), batch)
@@ -279,7 +278,7 @@ class KvTokenFiles(TokenFiles):
 
   def sha256(self, shard: int) -> str:
     digest = hashlib.sha256()
-    ts = _tensorstore()
+    ts = tensorstore
     for at in range(0, self.sizes[shard], _HASH_CHUNK):
       with ts.Batch() as batch:
         future = _read(self.store, self.keys[shard], self.named[shard],

@@ -1,18 +1,18 @@
-"""How much of each dataset one host reads per read window: the cache a remote run needs.
+"""How much of each dataset one host reads per read span: the cache a remote run needs.
 
-A host reads its rows' documents a window at a time (`read_ahead_tokens` of
-its rows). Every shard a window touches must be in the cache at once, so the
-most bytes of remote shards any window touches is the least `cache_bytes`
-can be. Whether a shard is still there when a later window needs it again
-depends on the order: the windows are replayed through the pipeline's
+A host reads its rows' documents a span at a time (`read_ahead_tokens` of
+its rows). Every shard a span touches must be in the cache at once, so the
+most bytes of remote shards any span touches is the least `cache_bytes`
+can be. Whether a shard is still there when a later span needs it again
+depends on the order: the spans are replayed through the pipeline's
 least-recently-used cache, and the smallest cache that fetches at most 5%
 more than the distinct shards touched is the size below which reads thrash
 (with a global shuffle: nearly the whole dataset; with `open_shards: k`:
 about k shards per dataset and the next ones)::
 
-    plan steps (metadata only)  ->  host h's pieces, grouped into windows of read_ahead_tokens
-      -> per window and dataset: distinct shards, their bytes (manifest)  ->  mean / max over windows
-      -> every host's windows through an LRU cache of C bytes              ->  smallest C within 5%
+    plan steps (metadata only)  ->  host h's pieces, grouped into spans of read_ahead_tokens
+      -> per span and dataset: distinct shards, their bytes (manifest)  ->  mean / max over spans
+      -> every host's spans through an LRU cache of C bytes              ->  smallest C within 5%
 
 >>> # jaxdata plan pipeline.yaml --hosts 16 prints this table (see docs/remote.md)
 """
@@ -27,7 +27,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.metadata import open_split
 from jaxdata.mixture.stream import DatasetMeta
 from jaxdata.pipeline.planner import StepPlanner, check_host_count, host_row_blocks
-from jaxdata.pipeline.steps import MAX_WINDOW_STEPS
+from jaxdata.pipeline.read_spans import MAX_SPAN_STEPS
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.remote import default_cache_options, is_remote
 
@@ -36,36 +36,36 @@ __all__ = ["CacheNeeds", "DatasetCacheNeed", "cache_needs", "cache_warnings", "l
 
 @dataclasses.dataclass(frozen=True)
 class DatasetCacheNeed:
-  """One dataset, over the windows planned, for the busiest host."""
+  """One dataset, over the spans planned, for the busiest host."""
 
   name: str
   remote: bool
   shards: int  # in the dataset
-  mean_shards: float  # touched per window
+  mean_shards: float  # touched per span
   max_shards: int
-  max_bytes: int  # the most bytes of shards one window touches: below this, reads thrash
+  max_bytes: int  # the most bytes of shards one span touches: below this, reads thrash
   dataset_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
 class CacheNeeds:
   datasets: list[DatasetCacheNeed]
-  max_remote_bytes: int  # the remote shards one window of one host touches, at most
+  max_remote_bytes: int  # the remote shards one span of one host touches, at most
   thrash_bytes: int  # the smallest cache that fetches <= REFETCH_LIMIT x the distinct remote shards touched
   # (both over every dataset when none is remote: what they would need in object storage)
 
 
 REFETCH_LIMIT = 1.05
-Window = dict[tuple[int, int], int]  # (dataset, shard) -> bytes, for the remote datasets
+Span = dict[tuple[int, int], int]  # (dataset, shard) -> bytes, for the remote datasets
 
 
-def lru_fetched(windows: list[Window], capacity: int) -> int:
-  """Bytes an LRU cache of `capacity` fetches for these windows in turn (a
-  window's shards all stay until it is read, as in `ShardCache`)."""
+def lru_fetched(spans: list[Span], capacity: int) -> int:
+  """Bytes an LRU cache of `capacity` fetches for these spans in turn (a
+  span's shards all stay until it is read, as in `ShardCache`)."""
   present: collections.OrderedDict[tuple[int, int], int] = collections.OrderedDict()
   fetched = held = 0
-  for window in windows:
-    for key, size in window.items():
+  for span in spans:
+    for key, size in span.items():
       if key in present:
         present.move_to_end(key)
       else:
@@ -75,53 +75,53 @@ def lru_fetched(windows: list[Window], capacity: int) -> int:
     for key in list(present):
       if held <= capacity:
         break
-      if key not in window:
+      if key not in span:
         held -= present.pop(key)
   return fetched
 
 
-def thrash_threshold(windows: list[Window]) -> int:
+def thrash_threshold(spans: list[Span]) -> int:
   """The smallest capacity (to a shard's size) within REFETCH_LIMIT of the distinct bytes."""
-  distinct: Window = {}
-  for window in windows:
-    distinct.update(window)
+  distinct: Span = {}
+  for span in spans:
+    distinct.update(span)
   floor = sum(distinct.values())
-  low, high = max((sum(w.values()) for w in windows), default=0), floor
+  low, high = max((sum(w.values()) for w in spans), default=0), floor
   step = max(1, min(distinct.values(), default=1))
   while high - low > step:  # fetched bytes only fall as the capacity grows
     middle = (low + high) // 2
-    if lru_fetched(windows, middle) <= REFETCH_LIMIT * floor:
+    if lru_fetched(spans, middle) <= REFETCH_LIMIT * floor:
       high = middle
     else:
       low = middle
   return high
 
 
-def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens: int) -> CacheNeeds:
-  """Plans `windows` read windows of every host and measures what each dataset's windows touch."""
+def cache_needs(cfg: PipelineConfig, hosts: int, spans: int, read_ahead_tokens: int) -> CacheNeeds:
+  """Plans `spans` read spans of every host and measures what each dataset's spans touch."""
   check_host_count(cfg, hosts)
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
-  # What training reads: windows, and without the held-out documents (`holdout`).
+  # What training reads: spans, and without the held-out documents (`holdout`).
   datasets = [open_split(s, ReadOptions(), cache, cfg.seed, "train") for s in cfg.dataset_settings()]
   try:
     planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)})
     shard_bytes = [np.array([s.num_bytes for s in ds.manifest.shards], np.int64) for ds in datasets]
     starts = [ds.record_starts for ds in datasets]
-    touched: list[list[np.ndarray]] = [[] for _ in datasets]  # per dataset: shard sets of every (host, window)
-    open_windows: list[list[tuple[set[int], ...]]] = [[] for _ in range(hosts)]
+    touched: list[list[np.ndarray]] = [[] for _ in datasets]  # per dataset: shard sets of every (host, span)
+    open_spans: list[list[tuple[set[int], ...]]] = [[] for _ in range(hosts)]
     filled, steps = [0] * hosts, [0] * hosts
     for plan in planner.plans():
       for host, rows in enumerate(host_row_blocks(plan.rows, hosts)):
         pieces = plan.pieces.take(plan.in_rows(rows))
-        if not open_windows[host] or filled[host] >= read_ahead_tokens or steps[host] == MAX_WINDOW_STEPS:
-          open_windows[host].append(tuple(set() for _ in datasets))
+        if not open_spans[host] or filled[host] >= read_ahead_tokens or steps[host] == MAX_SPAN_STEPS:
+          open_spans[host].append(tuple(set() for _ in datasets))
           filled[host] = steps[host] = 0
         for d in range(len(datasets)):
           records = pieces.record[pieces.dataset == d]
-          open_windows[host][-1][d].update((np.searchsorted(starts[d], records, side="right") - 1).tolist())
+          open_spans[host][-1][d].update((np.searchsorted(starts[d], records, side="right") - 1).tolist())
         filled[host] += rows.size * plan.seq_len
         steps[host] += 1
-      if min(len(w) for w in open_windows) > windows:
+      if min(len(w) for w in open_spans) > spans:
         break
   finally:
     for ds in datasets:
@@ -130,16 +130,16 @@ def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens
   # uncached); for a config with none, all of them (what they would need once uploaded).
   remote = [ds.remote is not None for ds in datasets]
   remote = remote if any(remote) else [True] * len(remote)
-  window_bytes, thresholds = [], []
-  for host_windows in open_windows:
-    replay: list[Window] = []
-    for window in host_windows[:windows]:
+  span_bytes, thresholds = [], []
+  for host_spans in open_spans:
+    replay: list[Span] = []
+    for span in host_spans[:spans]:
       replay.append({})
-      for d, shards in enumerate(window):
+      for d, shards in enumerate(span):
         touched[d].append(np.fromiter(shards, np.int64, len(shards)))
         if remote[d]:
           replay[-1].update({(d, s): int(shard_bytes[d][s]) for s in shards})
-      window_bytes.append(sum(replay[-1].values()))
+      span_bytes.append(sum(replay[-1].values()))
     thresholds.append(thrash_threshold(replay))
   return CacheNeeds([
       DatasetCacheNeed(
@@ -150,14 +150,14 @@ def cache_needs(cfg: PipelineConfig, hosts: int, windows: int, read_ahead_tokens
           int(shard_bytes[i].sum()),
       )
       for i, d in enumerate(cfg.datasets)
-  ], max(window_bytes, default=0), max(thresholds, default=0))
+  ], max(span_bytes, default=0), max(thresholds, default=0))
 
 
 def cache_warnings(needs: CacheNeeds, cache_bytes: int) -> list[str]:
   """A warning if cache_bytes is below the size where reads thrash."""
   if needs.thrash_bytes <= cache_bytes:
     return []
-  return [f"cache_bytes {cache_bytes:,} is below the {needs.thrash_bytes:,} bytes under which the planned windows "
-          f"would fetch remote shards more than {REFETCH_LIMIT - 1:.0%} beyond once (one window alone touches up to "
+  return [f"cache_bytes {cache_bytes:,} is below the {needs.thrash_bytes:,} bytes under which the planned spans "
+          f"would fetch remote shards more than {REFETCH_LIMIT - 1:.0%} beyond once (one span alone touches up to "
           f"{needs.max_remote_bytes:,}); raise cache_bytes, or read fewer shards at a time (open_shards with an "
           "int shuffle_block_size)"]

@@ -12,7 +12,7 @@ line: ok / warn / fail, the figure, what it means, what to change::
                 over one period (the training trend), with the step's position inside its shard (a sawtooth of
                 the shard's period); warn above |r| > 3.5 / sqrt(n) (no relation)
     boundaries  with a loss log: mean loss over w steps after each pass boundary minus the w steps before;
-                null: the same difference at every step whose windows hold no boundary; fail below -4 sigma
+                null: the same difference at every step whose averages hold no boundary; fail below -4 sigma
     passes      implied passes per source (the stats' completed passes + the current pass's progress):
                 warn above 4 (a small source seen many times: memorisation)
     overlap     with --config and --hosts: pieces planned onto two hosts in one step (`jaxdata audit`): fail if any
@@ -166,25 +166,25 @@ def _sawtooth(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapp
 
 
 def _boundaries(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]],
-                window: int = 5) -> list[Check]:
+                half_width: int = 5) -> list[Check]:
   checks = []
   for name in names:
     steps = [s["step"] for s in stats if s["step"] in losses and name in losses[s["step"]]]
-    if len(steps) < 6 * window:
+    if len(steps) < 6 * half_width:
       continue
     loss = np.array([losses[s][name] for s in steps])
     passes = {s["step"]: s.get("passes", {}).get(name, 0) for s in stats}
     marks = [i for i in range(1, len(steps)) if passes.get(steps[i], 0) > passes.get(steps[i - 1], 0)]
-    marks = [i for i in marks if window <= i <= len(steps) - window]
+    marks = [i for i in marks if half_width <= i <= len(steps) - half_width]
     if not marks:
       continue
-    kernel = np.ones(window) / window
-    means = np.convolve(loss, kernel, mode="valid")  # means[i] = mean of loss[i : i + window]
-    jumps = means[window:] - means[:-window]  # after minus before, at every split point i = window ..
-    near = {i - window + k for i in marks for k in range(-window + 1, window) if 0 <= i - window + k < jumps.size}
-    null = np.delete(jumps, sorted(near))  # the split points whose windows hold no boundary
+    kernel = np.ones(half_width) / half_width
+    means = np.convolve(loss, kernel, mode="valid")  # means[i] = mean of loss[i : i + half_width]
+    jumps = means[half_width:] - means[:-half_width]  # after minus before, at every split point i = half_width ..
+    near = {i - half_width + k for i in marks for k in range(-half_width + 1, half_width) if 0 <= i - half_width + k < jumps.size}
+    null = np.delete(jumps, sorted(near))  # the split points whose averages hold no boundary
     sigma = float(null.std()) or 1e-12
-    drop = float(np.mean([jumps[i - window] for i in marks if i - window < jumps.size]))
+    drop = float(np.mean([jumps[i - half_width] for i in marks if i - half_width < jumps.size]))
     status = "fail" if drop < -4 * sigma else "ok"
     checks.append(Check(f"boundaries {name}", status, f"loss change at {len(marks)} pass boundaries {drop:+.3f} "
                         f"(null sigma {sigma:.3f})", "a drop right after a pass begins means the same data in "

@@ -64,8 +64,8 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
       np.cumsum(step_tokens)[:, None], 1)
   batch_share = tokens / np.maximum(step_tokens[:, None], 1)
   deviation = cumulative_share - cumulative_target
-  window = max(1, min(50, len(records) // 20))  # about 20 windows over the run
-  kernel = np.ones(window)
+  smoothing = max(1, min(50, len(records) // 20))  # about 20 averages over the run
+  kernel = np.ones(smoothing)
   counts = np.convolve(np.ones(len(records)), kernel, mode="same")  # fewer steps at the edges: no dip there
   smoothed = {n: (np.convolve(batch_share[:, i], kernel, mode="same") / counts).tolist() for i, n in enumerate(names)}
   passes = [r.get("passes", {}) for r in records]
@@ -81,7 +81,7 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
       "cumulative_share": {n: cumulative_share[:, i].tolist() for i, n in enumerate(names)},
       "cumulative_target": {n: cumulative_target[:, i].tolist() for i, n in enumerate(names)},
       "smoothed_share": smoothed,
-      "smoothing_steps": window,
+      "smoothing_steps": smoothing,
       "target_share": {n: targets[:, i].tolist() for i, n in enumerate(names)},
       "pass_boundaries": boundaries,
       "phase_changes": phase_changes,

@@ -26,7 +26,7 @@ from jaxdata.pipeline.vocabulary import token_bound
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.opening import Dataset
 from jaxdata.sources.remote import default_cache_options
-from jaxdata.sources.windows import WindowView
+from jaxdata.sources.sampling_windows import WindowView
 
 __all__ = ["Parts", "open_parts", "state_snapshot"]
 

@@ -2,22 +2,22 @@
 
 Planning, reading, decompression and assembly leave the training process:
 one planning process and `count` reading processes (spawned, so they hold
-no copy of jax or the caller's state; see `jaxdata.pipeline.worker`). The
-main process forwards the planner's windows to the readers in turn, copies
+no copy of jax or the caller's state; see `jaxdata.pipeline.worker_process`). The
+main process forwards the planner's spans to the readers in turn, copies
 each step's rows out of shared memory and makes the batch (global
 `jax.Array`s or NumPy), so the training thread keeps its GIL::
 
-    planner:   plan windows of steps (state + stats per step)  --window w-->  main  --window w-->  reader w % count
-    reader:    read the window's documents, assemble step by step into its slot ring  --slot-->  main
+    planner:   plan spans of steps (state + stats per step)  --span w-->  main  --span w-->  reader w % count
+    reader:    read the span's documents, assemble step by step into its slot ring  --slot-->  main
     main:      step s: its state and stats (from the planner), its rows (from its reader's slot, copied out)
 
 With no readers (`Pipeline(planner_process=True)`, `workers=0`) only the
-planner is a process: the main process reads and assembles each window
+planner is a process: the main process reads and assembles each span
 itself, on its prefetch thread, while the planner plans the next one::
 
-    main:      window w: read its documents (one call per dataset), assemble step s
-               (remote shards: each window's are requested as it arrives, so they download ahead;
-               flat files in a store: each window is read a window ahead on the read-ahead thread)
+    main:      span w: read its documents (one call per dataset), assemble step s
+               (remote shards: each span's are requested as it arrives, so they download ahead;
+               flat files in a store: each span is read a span ahead on the read-ahead thread)
 
 Until every worker has opened its files, steps are made in process (the
 first batch does not wait for process start-up). Then the workers start from
@@ -46,9 +46,9 @@ from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import LocalStep, ReadStep, decode_window, read_window
-from jaxdata.pipeline.window import END, Prepared, RowsHere, StepProducer
-from jaxdata.pipeline.worker import PLANNER, READER, WorkerSpec, slot_views
+from jaxdata.pipeline.read_spans import LocalStep, ReadStep, decode_span, read_span
+from jaxdata.pipeline.step_producer import END, Prepared, RowsHere, StepProducer
+from jaxdata.pipeline.worker_process import PLANNER, READER, WorkerSpec, slot_views
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["WorkerProducer"]
@@ -71,13 +71,13 @@ class _Coming:
   seq_len: int
   state: dict[str, Any]
   stats: dict[str, Any]
-  closes_window: bool  # the window's last step: handing it out gives the planner a credit
-  window: "_LocalWindow | None" = None  # without readers: the window this process reads
+  closes_span: bool  # the span's last step: handing it out gives the planner a credit
+  span: "_LocalSpan | None" = None  # without readers: the span this process reads
 
 
 @dataclasses.dataclass
-class _LocalWindow:
-  """A planner's window that this process reads (at its first step) and assembles."""
+class _LocalSpan:
+  """A planner's span that this process reads (at its first step) and assembles."""
 
   steps: list[LocalStep]
   items: collections.deque[ReadStep] | None = None
@@ -119,12 +119,12 @@ class WorkerProducer:
     self.last_state = start_state  # after the last step made: where workers start from
     self.started = False
     self.coming: collections.deque[_Coming | BaseException | Any] = collections.deque()  # or END
-    # Windows that wait on a store's byte ranges are read a window ahead on the read-ahead thread
+    # Spans that wait on a store's byte ranges are read a span ahead on the read-ahead thread
     # (local reads stay on the prefetch thread: a read thread there cost a training loop more of the GIL).
     self.reads_ahead = local.read_ahead is not None and local.reader.reads_ranges_from_store
-    self.unread: collections.deque[_LocalWindow] = collections.deque()  # forwarded, their reads not started
-    self.reading: _LocalWindow | None = None  # read ahead (or being read), not assembled from yet
-    self.windows = 0  # forwarded since the last start: the next goes to reader windows % count
+    self.unread: collections.deque[_LocalSpan] = collections.deque()  # forwarded, their reads not started
+    self.reading: _LocalSpan | None = None  # read ahead (or being read), not assembled from yet
+    self.spans = 0  # forwarded since the last start: the next goes to reader spans % count
     self.from_workers = 0  # steps handed out that workers made
     self.per_reader = [0] * count  # of those, how many each reader made
     self.unexpected_exit: RuntimeError | None = None  # a worker exited while starting, without an error
@@ -143,7 +143,7 @@ class WorkerProducer:
   @property
   def makes_steps_ahead(self) -> bool:
     """Whether reader processes make the steps ahead (else this process
-    makes them, on its prefetch thread, from the planner's windows)."""
+    makes them, on its prefetch thread, from the planner's spans)."""
     return len(self.specs) > 1
 
   def spawn(self) -> None:
@@ -186,7 +186,7 @@ class WorkerProducer:
       self._starting(lambda: self._start(self.last_state))
     if not self.started:  # not ready yet (or a worker that died is being replaced)
       return self._produce_here()
-    self._forward(wait=False)  # windows that arrived go to their readers now, to be read ahead
+    self._forward(wait=False)  # spans that arrived go to their readers now, to be read ahead
     while not self.coming:
       self._forward(wait=True)
     coming = self.coming.popleft()
@@ -231,8 +231,8 @@ class WorkerProducer:
 
   def _take(self, coming: _Coming) -> Prepared:
     """Step `coming` from its reader's slot (copied out, then the slot is freed)."""
-    if coming.window is not None:
-      return self._take_local(coming, coming.window)
+    if coming.span is not None:
+      return self._take_local(coming, coming.span)
     handle = self.readers[coming.reader]
     while True:
       message = handle.receive()
@@ -252,7 +252,7 @@ class WorkerProducer:
     for name, view in views.items():
       np.copyto(arrays[name], view)
     handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
-    if coming.closes_window:
+    if coming.closes_span:
       self.planner.send({"kind": "credit", "generation": self.generation})
     stats = coming.stats
     stats["time_s"].update(message["time_s"])
@@ -265,27 +265,27 @@ class WorkerProducer:
     self.per_reader[coming.reader] += 1
     return Prepared(arrays, coming.state, stats)
 
-  def _take_local(self, coming: _Coming, window: _LocalWindow) -> Prepared:
-    """Step `coming` read (with the rest of its window, at its first step) and assembled here."""
-    if window.items is None:
-      if window.read is not None:
-        items, read_s = window.read.result()
+  def _take_local(self, coming: _Coming, span: _LocalSpan) -> Prepared:
+    """Step `coming` read (with the rest of its span, at its first step) and assembled here."""
+    if span.items is None:
+      if span.read is not None:
+        items, read_s = span.read.result()
         self.reading = None
-        self._read_next_window()
+        self._read_next_span()
       else:
         started = time.perf_counter()
-        items = read_window(self.local.reader, window.steps, self.cfg.packing.pad_id)
+        items = read_span(self.local.reader, span.steps, self.cfg.packing.pad_id)
         read_s = time.perf_counter() - started
-      window.items, window.read_s = collections.deque(items), read_s / len(window.steps)
-    item = window.items.popleft()
+      span.items, span.read_s = collections.deque(items), read_s / len(span.steps)
+    item = span.items.popleft()
     started = time.perf_counter()
     arrays = self.local.assemble_step(item)
-    if coming.closes_window:
+    if coming.closes_span:
       self.planner.send({"kind": "credit", "generation": self.generation})
     stats = coming.stats
     for timer, seconds in stats["time_s"].items():  # the planner's
       self.recorder.timers[timer] += seconds
-    self.recorder.time(stats, "read", window.read_s)
+    self.recorder.time(stats, "read", span.read_s)
     self.recorder.time(stats, "assemble", time.perf_counter() - started)
     self.next_step += 1
     self.from_workers += 1
@@ -293,13 +293,13 @@ class WorkerProducer:
 
   def _forward(self, wait: bool) -> None:
     """Takes the planner's messages (waiting for one if `wait`), forwards
-    its windows to the readers and queues their steps."""
+    its spans to the readers and queues their steps."""
     while True:
       message = self.planner.receive() if wait else self.planner.receive_ready()
       if message is None:
         return
       wait = False
-      payload = self.planner.payload() if message["kind"] == "window" else b""
+      payload = self.planner.payload() if message["kind"] == "span" else b""
       if message.get("generation") != self.generation:
         continue
       if message["kind"] == "error":
@@ -307,33 +307,33 @@ class WorkerProducer:
         continue
       steps = message["steps"]
       if steps:
-        reader, window = -1, None
+        reader, span = -1, None
         if self.readers:
-          reader = self.windows % len(self.readers)
-          self.readers[reader].send({"kind": "window", "generation": self.generation, "steps": steps}, payload)
+          reader = self.spans % len(self.readers)
+          self.readers[reader].send({"kind": "span", "generation": self.generation, "steps": steps}, payload)
         else:
-          window = _LocalWindow(decode_window(steps, payload))
-          if self.local.reader.remote:  # its shards are fetched from now on, while earlier windows are read
-            self.local.reader.prefetch(Pieces.concatenate([s.pieces for s in window.steps]))
+          span = _LocalSpan(decode_span(steps, payload))
+          if self.local.reader.remote:  # its shards are fetched from now on, while earlier spans are read
+            self.local.reader.prefetch(Pieces.concatenate([s.pieces for s in span.steps]))
           if self.reads_ahead:
-            self.unread.append(window)
-            self._read_next_window()
-        self.windows += 1
+            self.unread.append(span)
+            self._read_next_span()
+        self.spans += 1
         for i, (header, state, stats) in enumerate(zip(steps, message["states"], message["stats"])):
           self.coming.append(_Coming(header["step"], reader, header["num_rows"], header["seq_len"], state, stats,
-                                     i == len(steps) - 1, window))
+                                     i == len(steps) - 1, span))
       if message["ended"]:
         self.coming.append(END)
 
-  def _read_next_window(self) -> None:
-    """Starts reading the next forwarded window on the read-ahead thread, one
-    window ahead of the one being assembled (at most two windows are held)."""
+  def _read_next_span(self) -> None:
+    """Starts reading the next forwarded span on the read-ahead thread, one
+    span ahead of the one being assembled (at most two spans are held)."""
     if self.reading is None and self.unread:
       self.reading = self.unread.popleft()
       self.reading.read = self.local.read_ahead.submit(self.reading.steps)
 
-  def _drop_windows(self) -> None:
-    """Forgets the windows planned before a (re)start; a read not begun yet is skipped."""
+  def _drop_spans(self) -> None:
+    """Forgets the spans planned before a (re)start; a read not begun yet is skipped."""
     if self.reading is not None:
       self.reading.read.cancel()
     self.reading = None
@@ -383,8 +383,8 @@ class WorkerProducer:
     self.generation += 1
     self.local.restart(state)
     self.coming.clear()
-    self._drop_windows()
-    self.windows = 0
+    self._drop_spans()
+    self.spans = 0
     for reader in self.readers:
       reader.send({"kind": "start", "generation": self.generation})
     portable = json.loads(json.dumps(encoded_state(state)))

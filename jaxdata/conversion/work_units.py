@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 
 from jaxdata.sources.stores import is_remote
-from jaxdata.tools.inputs import InvalidLog, arrow, file_sizes, iter_documents, is_compressed, open_binary
+from jaxdata.conversion.inputs import InvalidLog, arrow, file_sizes, iter_documents, is_compressed, open_binary
 
 __all__ = ["SCAN_BLOCK", "WorkUnit", "iter_unit_documents", "plan_units"]
 

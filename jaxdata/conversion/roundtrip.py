@@ -14,10 +14,10 @@ from typing import Sequence
 import numpy as np
 
 from jaxdata.sources.dataset import TokenDataset
-from jaxdata.tools.convert import ConvertOptions
-from jaxdata.tools.inputs import InvalidLog, detect_format, expand_inputs
-from jaxdata.tools.tokenizers import load_tokenizer
-from jaxdata.tools.units import iter_unit_documents, plan_units
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.inputs import InvalidLog, detect_format, expand_inputs
+from jaxdata.conversion.tokenizers import load_tokenizer
+from jaxdata.conversion.work_units import iter_unit_documents, plan_units
 
 __all__ = ["RoundtripReport", "check_roundtrip"]
 

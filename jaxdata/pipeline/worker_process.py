@@ -1,26 +1,26 @@
 """The body of a pipeline worker process: a planner, or a reader that assembles into shared memory.
 
 With `workers=n` there are n + 1 of them. The planner plans every step
-(planning is sequential and cheap) and sends windows of this host's pieces;
-the main process forwards window w to reader w % n, which reads its
+(planning is sequential and cheap) and sends spans of this host's pieces;
+the main process forwards span w to reader w % n, which reads its
 documents in one batched call and assembles each step into a free slot of
 its shared memory ring. Planning, reading and assembly run on different
 cores, and none of them holds the training process's GIL. Messages are
-JSON over a pipe; a window's pieces follow their header as one raw int64
+JSON over a pipe; a span's pieces follow their header as one raw int64
 array (no pickle)::
 
     main -> planner  {"kind": "start", "generation": g, "state": S}    plan on from state S
-                     {"kind": "credit", "generation": g}               a window was handed out: plan one more
-    planner -> main  {"kind": "window", "generation": g, "steps": [...], "states": [...], "stats": [...],
+                     {"kind": "credit", "generation": g}               a span was handed out: plan one more
+    planner -> main  {"kind": "span", "generation": g, "steps": [...], "states": [...], "stats": [...],
                       "ended": bool} + pieces                          (or "error")
     main -> reader   {"kind": "start", "generation": g}                drop everything; every slot free
-                     {"kind": "window", "generation": g, "steps": [...]} + pieces
+                     {"kind": "span", "generation": g, "steps": [...]} + pieces
                      {"kind": "free", "generation": g, "slot": i}     the main process copied slot i out
     reader -> main   {"kind": "step", "generation": g, "step": s, "slot": i, "time_s": {...}}   (or "error")
     main -> either   {"kind": "stop"}
     either -> main   {"kind": "ready", "fingerprint": F}               datasets open (or "error")
 
-A worker is `python -m jaxdata.pipeline.worker FD`, FD one end of a
+A worker is `python -m jaxdata.pipeline.worker_process FD`, FD one end of a
 socket pair; its first message is {"pipeline": PipelineSpec.to_dict(),
 "worker": WorkerSpec fields}: the pipeline's spec whole (config, split,
 epoch, ...), so it opens exactly the parts the pipeline opened.
@@ -44,14 +44,14 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.parts import Parts, open_parts, state_snapshot
+from jaxdata.pipeline.pipeline_parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import (
-    MAX_WINDOW_STEPS, LocalStep, ReadStep, assemble, decode_window, encode_window, plan_window, read_window,
+from jaxdata.pipeline.read_spans import (
+    MAX_SPAN_STEPS, LocalStep, ReadStep, assemble, decode_span, encode_span, plan_span, read_span,
 )
-from jaxdata.pipeline.window import grown_window
+from jaxdata.pipeline.step_producer import grown_span
 from jaxdata.transforms.assemble import FEATURES
 from jaxdata.transforms.pieces import Pieces
 
@@ -79,10 +79,10 @@ class WorkerSpec:
     return max(1, self.slots * len(FEATURES) * self.slot_tokens * 4)
 
   @property
-  def windows_ahead(self) -> int:
-    """Windows the planner may send before the first is handed out: one
+  def spans_ahead(self) -> int:
+    """Spans the planner may send before the first is handed out: one
     being handed out and one read ahead in all, and one more per extra
-    reader (windows go to the readers in turn)."""
+    reader (spans go to the readers in turn)."""
     return max(2, self.readers + 1)
 
 
@@ -103,7 +103,7 @@ def send(conn: Connection, message: Mapping[str, Any], payload: bytes | None = N
 
 
 def main(argv: list[str]) -> None:
-  """`python -m jaxdata.pipeline.worker FD`."""
+  """`python -m jaxdata.pipeline.worker_process FD`."""
   conn = Connection(int(argv[1]))
   try:
     setup = json.loads(conn.recv_bytes())
@@ -152,7 +152,7 @@ class _Role(abc.ABC):
     while True:
       while self.waiting() or self.conn.poll():
         message = json.loads(self.conn.recv_bytes())
-        payload = self.conn.recv_bytes() if message["kind"] == "window" else b""  # always: it follows its header
+        payload = self.conn.recv_bytes() if message["kind"] == "span" else b""  # always: it follows its header
         if message["kind"] == "stop":
           return
         if message["kind"] == "start":
@@ -180,7 +180,7 @@ class _Role(abc.ABC):
 
 
 class _Planning(_Role):
-  """Plans windows while it holds credits; the stream's end or an error idles it."""
+  """Plans spans while it holds credits; the stream's end or an error idles it."""
 
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts) -> None:
     super().__init__(conn)
@@ -189,8 +189,8 @@ class _Planning(_Role):
     rows = {k: np.asarray(v, np.int64) for k, v in spec.rows_by_shape.items()}
     self.rows_here = lambda num_rows, seq_len: rows[f"{num_rows}x{seq_len}"]
     self.snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder)
-    self.credits = 0  # windows it may still send
-    self.window_tokens = 1
+    self.credits = 0  # spans it may still send
+    self.span_tokens = 1
     self.idle = True
 
   def waiting(self) -> bool:
@@ -200,7 +200,7 @@ class _Planning(_Role):
     state = message["state"]
     self.planner.set_state(state)  # checked by the main process already
     self.recorder.restore(state["tokens_per_source"])
-    self.credits, self.window_tokens, self.idle = self.spec.windows_ahead, 1, False
+    self.credits, self.span_tokens, self.idle = self.spec.spans_ahead, 1, False
 
   def handle(self, message: dict[str, Any], payload: bytes) -> None:
     if message["kind"] == "credit":
@@ -208,23 +208,23 @@ class _Planning(_Role):
 
   def work(self) -> None:
     try:
-      window = plan_window(self.planner, self.recorder, self.rows_here, self.window_tokens, self.snapshot)
+      span = plan_span(self.planner, self.recorder, self.rows_here, self.span_tokens, self.snapshot)
     except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
       send(self.conn, error_message(error, self.generation))
       self.idle = True
       return
-    self.window_tokens = grown_window(window.steps, self.spec.read_ahead_tokens)
-    header, payload = encode_window(window.steps)
+    self.span_tokens = grown_span(span.steps, self.spec.read_ahead_tokens)
+    header, payload = encode_span(span.steps)
     send(self.conn, {
-        "kind": "window", "generation": self.generation, "steps": header,
-        "states": [encoded_state(s) for s in window.states], "stats": window.stats, "ended": window.ended,
+        "kind": "span", "generation": self.generation, "steps": header,
+        "states": [encoded_state(s) for s in span.states], "stats": span.stats, "ended": span.ended,
     }, payload)
     self.credits -= 1
-    self.idle = window.ended
+    self.idle = span.ended
 
 
 class _Reading(_Role):
-  """Reads a window when its turn comes (its remote shards are fetched from
+  """Reads a span when its turn comes (its remote shards are fetched from
   its arrival on); assembles its steps, in order, into free slots."""
 
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts,
@@ -232,7 +232,7 @@ class _Reading(_Role):
     super().__init__(conn)
     self.cfg, self.spec, self.reader, self.buffer = cfg, spec, parts.reader, buffer
     self.free: set[int] = set()
-    self.unread: collections.deque[list[LocalStep]] = collections.deque()  # windows received, in order
+    self.unread: collections.deque[list[LocalStep]] = collections.deque()  # spans received, in order
     # Steps read and not yet assembled, in order; a failed read waits here
     # as its error, so that it is raised at the step that needs it.
     self.pending: collections.deque[tuple[ReadStep, float] | BaseException] = collections.deque()
@@ -241,9 +241,9 @@ class _Reading(_Role):
     return not self._read_next() and (not self.pending or not self.free)
 
   def _read_next(self) -> bool:
-    """Whether to read the next window now: nothing else is left to assemble,
-    or every slot is full (idle time) and at most one window waits read."""
-    return bool(self.unread) and (not self.pending or (not self.free and len(self.pending) <= MAX_WINDOW_STEPS))
+    """Whether to read the next span now: nothing else is left to assemble,
+    or every slot is full (idle time) and at most one span waits read."""
+    return bool(self.unread) and (not self.pending or (not self.free and len(self.pending) <= MAX_SPAN_STEPS))
 
   def start(self, message: dict[str, Any]) -> None:
     self.free = set(range(self.spec.slots))
@@ -251,8 +251,8 @@ class _Reading(_Role):
     self.unread.clear()
 
   def handle(self, message: dict[str, Any], payload: bytes) -> None:
-    if message["kind"] == "window":
-      steps = decode_window(message["steps"], payload)
+    if message["kind"] == "span":
+      steps = decode_span(message["steps"], payload)
       if self.reader.remote:
         self.reader.prefetch(Pieces.concatenate([s.pieces for s in steps]))
       self.unread.append(steps)
@@ -285,8 +285,8 @@ class _Reading(_Role):
   def _read(self, steps: list[LocalStep]) -> None:
     started = time.perf_counter()
     try:
-      items = read_window(self.reader, steps, self.cfg.packing.pad_id)
-    except Exception as error:  # noqa: BLE001 -- raised in the main process at the window's first step
+      items = read_span(self.reader, steps, self.cfg.packing.pad_id)
+    except Exception as error:  # noqa: BLE001 -- raised in the main process at the span's first step
       self.pending.append(error)
       return
     share = (time.perf_counter() - started) / max(1, len(items))

@@ -1,18 +1,18 @@
-"""Windows of steps: planned (`plan_window`), then read (`read_window`), then assembled.
+"""Read spans: consecutive steps planned (`plan_span`), read together (`read_span`), then assembled.
 
 The in-process producer runs the three stages in one thread; with worker
-processes, a planning process runs the first and sends each window to a
+processes, a planning process runs the first and sends each span to a
 reading process, which runs the other two::
 
-    plan_window:  plan s .. s+k until the window holds `tokens` of this host's rows
+    plan_span:    plan s .. s+k until the span holds `tokens` of this host's rows
                   -> [LocalStep] (the pieces in this host's rows, where they go) + state and stats per step
-    encode_window / decode_window: the LocalSteps as a JSON header and one binary array (no pickle)
-    read_window:  every document of the window's pieces, one batched read per dataset
+    encode_span / decode_span: the LocalSteps as a JSON header and one binary array (no pickle)
+    read_span:    every document of the span's pieces, one batched read per dataset
                   -> [ReadStep] sharing one padded token buffer
     assemble:     ReadStep -> int32 [local rows, seq_len] arrays
 
 A step's batch is a pure function of its LocalStep: nothing depends on the
-window's size or on which process reads it.
+span's size or on which process reads it.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from jaxdata.transforms.assemble import FEATURES, assemble_rows, follow_boundari
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
-    "ALIGNMENT", "LocalStep", "MAX_WINDOW_STEPS", "PlannedWindow", "READ_AHEAD", "ReadStep", "RowsHere",
-    "aligned_arrays", "assemble", "decode_window", "encode_window", "plan_window", "read_window",
+    "ALIGNMENT", "LocalStep", "MAX_SPAN_STEPS", "PlannedSpan", "READ_AHEAD", "ReadStep", "RowsHere",
+    "aligned_arrays", "assemble", "decode_span", "encode_span", "plan_span", "read_span",
 ]
 
-MAX_WINDOW_STEPS = 64
-READ_AHEAD = 1 << 22  # the default read window: tokens of this host's rows, in process or in each reader
+MAX_SPAN_STEPS = 64
+READ_AHEAD = 1 << 22  # the default read span: tokens of this host's rows, in process or in each reader
 ALIGNMENT = 64  # bytes: XLA's CPU client uses host memory aligned to this in place
 
 RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
@@ -57,7 +57,7 @@ class LocalStep:
 
 
 @dataclasses.dataclass
-class PlannedWindow:
+class PlannedSpan:
   """Consecutive steps, each with the pipeline state after it and its stats."""
 
   steps: list[LocalStep]
@@ -68,41 +68,41 @@ class PlannedWindow:
 
 @dataclasses.dataclass(frozen=True)
 class ReadStep:
-  """A LocalStep whose documents are read (the window's buffer is shared)."""
+  """A LocalStep whose documents are read (the span's buffer is shared)."""
 
   local: LocalStep
   buffer: np.ndarray  # see `padded_buffer`
   doc_start: np.ndarray  # per piece
-  boundaries: Boundaries  # document starts inside window pieces (piece index in this step, offset)
+  boundaries: Boundaries  # document starts inside span pieces (piece index in this step, offset)
 
 
-def plan_window(
+def plan_span(
     planner: StepPlanner, recorder: StatsRecorder, rows_here: RowsHere, tokens: int,
     snapshot: Callable[[], dict[str, Any]],
-) -> PlannedWindow:
+) -> PlannedSpan:
   """Plans steps until they hold `tokens` of this host's rows (at least one
-  step, at most MAX_WINDOW_STEPS) or the stream ends."""
+  step, at most MAX_SPAN_STEPS) or the stream ends."""
   started = time.perf_counter()
-  window = PlannedWindow([], [], [], False)
+  span = PlannedSpan([], [], [], False)
   local_tokens = 0
-  while local_tokens < tokens and len(window.steps) < MAX_WINDOW_STEPS:
+  while local_tokens < tokens and len(span.steps) < MAX_SPAN_STEPS:
     plan = planner.plan()
     if plan is None:
       break
-    window.stats.append(recorder.planned(plan, planner.stream.passes_completed()))
+    span.stats.append(recorder.planned(plan, planner.stream.passes_completed()))
     rows = rows_here(plan.rows, plan.seq_len)
     index = plan.in_rows(rows)
-    window.steps.append(LocalStep(plan.step, plan.seq_len, rows.size, plan.pieces.take(index),
+    span.steps.append(LocalStep(plan.step, plan.seq_len, rows.size, plan.pieces.take(index),
                                   np.searchsorted(rows, plan.row[index]), plan.column[index]))
-    window.states.append(snapshot())
+    span.states.append(snapshot())
     local_tokens += rows.size * plan.seq_len
-  window.ended = not window.steps or planner.done
-  for stats in window.stats:
-    recorder.time(stats, "plan", (time.perf_counter() - started) / len(window.steps))
-  return window
+  span.ended = not span.steps or planner.done
+  for stats in span.stats:
+    recorder.time(stats, "plan", (time.perf_counter() - started) / len(span.steps))
+  return span
 
 
-def encode_window(steps: list[LocalStep]) -> tuple[list[dict[str, int]], bytes]:
+def encode_span(steps: list[LocalStep]) -> tuple[list[dict[str, int]], bytes]:
   """(a JSON-able header per step, every step's pieces as one int64 array's bytes)."""
   header = [{"step": s.step, "seq_len": s.seq_len, "num_rows": s.num_rows, "pieces": len(s.pieces)} for s in steps]
   columns = [np.concatenate([getattr(s.pieces, f) for s in steps] or [np.zeros(0, np.int64)]) for f in _COLUMNS]
@@ -111,8 +111,8 @@ def encode_window(steps: list[LocalStep]) -> tuple[list[dict[str, int]], bytes]:
   return header, np.stack(columns).astype(np.int64).tobytes()
 
 
-def decode_window(header: list[dict[str, int]], payload: bytes) -> list[LocalStep]:
-  """Inverse of `encode_window`."""
+def decode_span(header: list[dict[str, int]], payload: bytes) -> list[LocalStep]:
+  """Inverse of `encode_span`."""
   total = sum(h["pieces"] for h in header)
   columns = np.frombuffer(payload, np.int64).reshape(len(_COLUMNS) + 2, total)
   steps, first = [], 0
@@ -124,7 +124,7 @@ def decode_window(header: list[dict[str, int]], payload: bytes) -> list[LocalSte
   return steps
 
 
-def read_window(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> list[ReadStep]:
+def read_span(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> list[ReadStep]:
   """Reads every document of the steps' pieces in one call per dataset."""
   if not steps:
     return []

@@ -1,6 +1,6 @@
 """Conversion as an Apache Beam pipeline: the local converter's output, at corpus scale.
 
-The same three phases as `jaxdata.tools.convert`, each a Beam stage::
+The same three phases as `jaxdata.conversion.local_runner`, each a Beam stage::
 
     Create(units) -> Reshuffle -> Tokenize (parallel)          tokens + lengths of each unit -> scratch
       -> ToList -> PlanShards (one worker: lengths only)        shard_jobs.plan_shard_jobs, in unit order
@@ -19,7 +19,6 @@ or `gs://` / `s3://` on a cluster); `pip install 'jaxdata[beam]'`.
 
 from __future__ import annotations
 
-import importlib
 import io
 import os
 import shutil
@@ -29,30 +28,33 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from jaxdata.errors import optional_module
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import shard_file_names
-from jaxdata.tools.convert import ConvertOptions, UnitResult, conversion_stats, prepare_output, tokenize_unit, unit_size
-from jaxdata.tools.shard_jobs import ShardJob, plan_shard_jobs, write_shard
-from jaxdata.tools.inputs import detect_format, expand_inputs, file_sizes
-from jaxdata.tools.remote_inputs import set_options
-from jaxdata.tools.tokenizers import dtype_for_vocab_size, load_tokenizer
-from jaxdata.tools.units import WorkUnit, plan_units
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.output import prepare_output
+from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, unit_size
+from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
+from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
+from jaxdata.conversion.remote_inputs import set_options
+from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
+from jaxdata.conversion.work_units import WorkUnit, plan_units
 
 __all__ = ["convert_with_beam"]
 
 BEAM_UNIT_WORKERS = 16  # units are cut as if for this many workers (a cluster has more than a laptop)
 
 
+_PURPOSE = "the Beam converter"
+
+
 def _beam() -> Any:
-  try:
-    return importlib.import_module("apache_beam")
-  except ImportError as e:
-    raise ImportError(f"--runner beam needs Apache Beam: pip install 'jaxdata[beam]' ({e})") from e
+  return optional_module("apache_beam", "beam", _PURPOSE)
 
 
 def _filesystems() -> Any:
-  return importlib.import_module("apache_beam.io.filesystems").FileSystems
+  return optional_module("apache_beam.io.filesystems", "beam", _PURPOSE).FileSystems
 
 
 def _join(root: str, name: str) -> str:
@@ -167,7 +169,7 @@ def convert_with_beam(
   `out_dir` is local).
   """
   beam = _beam()
-  pipeline_options = importlib.import_module("apache_beam.options.pipeline_options")
+  pipeline_options = optional_module("apache_beam.options.pipeline_options", "beam", _PURPOSE)
   options_obj = pipeline_options.PipelineOptions(list(beam_args))
   set_options(options_obj)  # gs:// / s3:// inputs are listed here with the pipeline's settings
   # --gcp_temp_location is the Java SDK's (and Dataflow's docs') name: Beam's Python options drop it as unknown.

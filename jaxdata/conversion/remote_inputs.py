@@ -10,9 +10,10 @@ decompressed by the converter, not by Beam.
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import os
 from typing import IO, Any, Sequence
+
+from jaxdata.errors import optional_module
 
 __all__ = ["list_remote", "open_remote", "remote_sizes", "set_options"]
 
@@ -20,10 +21,7 @@ _GLOB = set("*?[")
 
 
 def _filesystems() -> Any:
-  try:
-    return importlib.import_module("apache_beam.io.filesystems").FileSystems
-  except ImportError as e:
-    raise ImportError(f"gs:// and s3:// inputs are read through Apache Beam: pip install 'jaxdata[beam]' ({e})") from e
+  return optional_module("apache_beam.io.filesystems", "beam", "gs:// and s3:// inputs (read through Apache Beam)").FileSystems
 
 
 def set_options(options: Any) -> None:
@@ -54,7 +52,7 @@ def remote_sizes(paths: Sequence[str]) -> list[int]:
 
 def open_remote(path: str) -> IO[bytes]:
   """The object's raw bytes (Beam's own decompression off)."""
-  compression = importlib.import_module("apache_beam.io.filesystem").CompressionTypes
+  compression = optional_module("apache_beam.io.filesystem", "beam", "gs:// and s3:// inputs").CompressionTypes
   return _filesystems().open(path, compression_type=compression.UNCOMPRESSED)
 
 

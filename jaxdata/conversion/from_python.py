@@ -22,8 +22,8 @@ import numpy as np
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.manifest import Manifest
 from jaxdata.sources.writer import DatasetWriter
-from jaxdata.tools.convert import prepare_output
-from jaxdata.tools.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
+from jaxdata.conversion.output import prepare_output
+from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 
 __all__ = ["from_hf_dataset", "from_iterable"]
 

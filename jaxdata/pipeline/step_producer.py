@@ -1,25 +1,25 @@
 """`StepProducer`: planned, read and assembled steps, one at a time.
 
 Reads are batched across steps: the producer plans steps until it holds
-its window of this host's tokens (1 to 64 steps), reads all their documents
+its span of this host's tokens (1 to 64 steps), reads all their documents
 in one call per dataset, and assembles each step only when it is asked
-for. The window starts at one step (a fast first batch, also after a
+for. The span starts at one step (a fast first batch, also after a
 restore) and doubles with every read up to `read_ahead_tokens`, where
 batched reads are fastest::
 
-    plan s, s+1, ... s+k  (state and stats snapshot after each)  -> window
-    read every document of the window's pieces on this host       -> one flat token buffer
+    plan s, s+1, ... s+k  (state and stats snapshot after each)  -> span
+    read every document of the span's pieces on this host       -> one flat token buffer
     next(): pop a step, assemble its rows (NumPy; the pipeline makes the global arrays)
 
 With `background_reads` (the pipeline's prefetch thread is running and
-the data is local), each window is read on a thread of its own
-(`ReadAhead`) while the window before it is assembled, and the window after
+the data is local), each span is read on a thread of its own
+(`ReadAhead`) while the span before it is assembled, and the span after
 it is planned while it is read: reads, which run mostly without the GIL,
 overlap planning and assembly, which hold it. Remote data keeps its own
-fetch-ahead (the next window's shards are fetched while this one is read).
-Windows planned by a planner process are read on the prefetch thread (see
+fetch-ahead (the next span's shards are fetched while this one is read).
+Spans planned by a planner process are read on the prefetch thread (see
 workers.py): there, reading ahead did not add speed and cost a
-Python-bound training loop more of the GIL; only windows that wait on a
+Python-bound training loop more of the GIL; only spans that wait on a
 store's byte ranges (flat files in object storage) are read ahead there.
 
 Nothing here depends on how far ahead it reads: a step's batch is a pure
@@ -40,12 +40,12 @@ from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.read_ahead import ReadAhead
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.steps import (
-    LocalStep, PlannedWindow, ReadStep, RowsHere, aligned_arrays, assemble, plan_window, read_window,
+from jaxdata.pipeline.read_spans import (
+    LocalStep, PlannedSpan, ReadStep, RowsHere, aligned_arrays, assemble, plan_span, read_span,
 )
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["END", "Prepared", "RowsHere", "StepProducer", "grown_window"]
+__all__ = ["END", "Prepared", "RowsHere", "StepProducer", "grown_span"]
 
 
 @dataclasses.dataclass
@@ -85,8 +85,8 @@ class StepProducer:
     snapshot: called after each planned step; gives the state to hand out with it.
     aligned: assemble into fresh 64-byte-aligned memory (`aligned_arrays`),
       which global arrays on CPU devices then use in place instead of copying.
-    background_reads: read windows of local data on a thread of their own
-      (`read_ahead`), one window ahead of assembly.
+    background_reads: read spans of local data on a thread of their own
+      (`read_ahead`), one span ahead of assembly.
   """
 
   makes_steps_ahead = False  # steps are made when asked for (on the prefetch thread, if any)
@@ -107,23 +107,23 @@ class StepProducer:
     self.aligned = aligned
     self.read_ahead = None
     if background_reads and not reader.remote:
-      self.read_ahead = ReadAhead(functools.partial(read_window, reader, pad_id=cfg.packing.pad_id))
-    self.pending: collections.deque[tuple[PlannedWindow, concurrent.futures.Future]] = collections.deque()
+      self.read_ahead = ReadAhead(functools.partial(read_span, reader, pad_id=cfg.packing.pad_id))
+    self.pending: collections.deque[tuple[PlannedSpan, concurrent.futures.Future]] = collections.deque()
     self.planner = planner
     self.reader = reader
     self.recorder = recorder
     self.rows_here = rows_here
     self.read_ahead_tokens = read_ahead_tokens
     self.snapshot = snapshot
-    self.window: collections.deque[_Ready | _End] = collections.deque()
-    self.window_tokens = 1  # grows to read_ahead_tokens; one step first
-    self.ahead: PlannedWindow | None = None  # with remote data: the next window, its shards being fetched
+    self.span: collections.deque[_Ready | _End] = collections.deque()
+    self.span_tokens = 1  # grows to read_ahead_tokens; one step first
+    self.ahead: PlannedSpan | None = None  # with remote data: the next span, its shards being fetched
 
   def produce(self) -> Prepared | _End:
     """The next step."""
-    if not self.window:
+    if not self.span:
       self._fill()
-    ready = self.window.popleft()
+    ready = self.span.popleft()
     if isinstance(ready, _End):
       return ready
     started = time.perf_counter()
@@ -142,8 +142,8 @@ class StepProducer:
   def restart(self, state: dict[str, Any]) -> None:
     """Drops what was planned ahead; the planner has been set to `state`."""
     del state  # the planner is shared and already set
-    self.window.clear()
-    self.window_tokens = 1
+    self.span.clear()
+    self.span_tokens = 1
     self.ahead = None
     for _, read in self.pending:
       read.cancel()  # skipped if not begun
@@ -163,39 +163,39 @@ class StepProducer:
       return
     planned, self.ahead = self.ahead or self._plan(), None
     if self.reader.remote and not planned.ended:
-      # Remote shards: plan the next window now and start fetching its shards while this one is read.
+      # Remote shards: plan the next span now and start fetching its shards while this one is read.
       self.ahead = self._plan()
       self.reader.prefetch(Pieces.concatenate([s.pieces for s in self.ahead.steps]))
     started = time.perf_counter()
-    items = read_window(self.reader, planned.steps, self.cfg.packing.pad_id)
+    items = read_span(self.reader, planned.steps, self.cfg.packing.pad_id)
     self._queue(planned, items, time.perf_counter() - started)
 
   def _fill_from_background(self) -> None:
     if not self.pending:
       self._plan_and_read()
     if len(self.pending) == 1 and not self.pending[0][0].ended:
-      self._plan_and_read()  # the next window: planned now, read while this one is assembled
+      self._plan_and_read()  # the next span: planned now, read while this one is assembled
     planned, read = self.pending.popleft()
     self._queue(planned, *read.result())
 
-  def _queue(self, planned: PlannedWindow, items: list[ReadStep], read_s: float) -> None:
-    """A read window's steps, ready to assemble (and END after the last)."""
+  def _queue(self, planned: PlannedSpan, items: list[ReadStep], read_s: float) -> None:
+    """A read span's steps, ready to assemble (and END after the last)."""
     for stats in planned.stats:
       self.recorder.time(stats, "read", read_s / len(items))
-    self.window.extend(_Ready(*ready) for ready in zip(items, planned.states, planned.stats))
+    self.span.extend(_Ready(*ready) for ready in zip(items, planned.states, planned.stats))
     if planned.ended:
-      self.window.append(END)
+      self.span.append(END)
 
   def _plan_and_read(self) -> None:
     planned = self._plan()
     self.pending.append((planned, self.read_ahead.submit(planned.steps)))
 
-  def _plan(self) -> PlannedWindow:
-    planned = plan_window(self.planner, self.recorder, self.rows_here, self.window_tokens, self.snapshot)
-    self.window_tokens = grown_window(planned.steps, self.read_ahead_tokens)
+  def _plan(self) -> PlannedSpan:
+    planned = plan_span(self.planner, self.recorder, self.rows_here, self.span_tokens, self.snapshot)
+    self.span_tokens = grown_span(planned.steps, self.read_ahead_tokens)
     return planned
 
 
-def grown_window(steps: list[LocalStep], limit: int) -> int:
-  """The next window's tokens: twice what this one held, up to `limit`."""
+def grown_span(steps: list[LocalStep], limit: int) -> int:
+  """The next span's tokens: twice what this one held, up to `limit`."""
   return min(limit, 2 * max(sum(s.num_rows * s.seq_len for s in steps), 1))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import glob
 import gzip
-import importlib
 import io
 import json
 import os
@@ -18,10 +17,10 @@ import re
 import zlib
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
-from jaxdata.errors import InputFormatError, optional_module
+from jaxdata.errors import InputFormatError, installed_module, optional_module
 from jaxdata.sources.stores import is_remote
-from jaxdata.tools.formats import INPUT_FORMATS, TEXT_MODES
-from jaxdata.tools.remote_inputs import list_remote, matches, open_remote, remote_sizes
+from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
+from jaxdata.conversion.remote_inputs import list_remote, matches, open_remote, remote_sizes
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
@@ -146,12 +145,9 @@ def _zstd_errors() -> tuple[type[BaseException], ...]:
 
 
 def _zstd_module(required: bool = True) -> Any:
-  try:
-    return importlib.import_module("zstandard")
-  except ImportError as e:
-    if required:
-      raise ImportError(f".zst inputs need zstandard: pip install 'jaxdata[zstd]' ({e})") from e
-    return None
+  if required:
+    return optional_module("zstandard", "zstd", ".zst inputs")
+  return installed_module("zstandard")
 
 
 def iter_documents(

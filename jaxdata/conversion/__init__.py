@@ -1,0 +1,19 @@
+"""Conversion: raw text (JSONL, Parquet, plain text; local or in a bucket) into a dataset directory.
+
+One job, in the order the data moves through it::
+
+    options.py          ConvertOptions, input formats, text modes (light: the CLI's parser reads it)
+    inputs.py           files -> documents with their locations; remote_inputs.py for gs:// and s3://
+    work_units.py       inputs cut into units that tokenize independently
+    tokenizers.py       byte-level, Hugging Face, SentencePiece
+    tokenize_units.py   one unit -> tokens + lengths; unit sizes; the manifest's stats
+    shard_jobs.py       shards planned from lengths, written independently
+    output.py           the output directory: refuse or clear
+    local_runner.py     `convert`: the phases in processes on this machine
+    beam_runner.py      `convert_with_beam`: the same phases as an Apache Beam pipeline
+    roundtrip.py        do converted documents decode to their text?
+    from_python.py      datasets from Python iterables or a Hugging Face Dataset
+
+The public names (`convert`, `ConvertOptions`, `load_tokenizer`, ...) are
+exported by `jaxdata`; this package imports nothing until a module is used.
+"""

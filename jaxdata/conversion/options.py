@@ -1,0 +1,68 @@
+"""What a conversion is asked for: `ConvertOptions`, the input formats and text modes.
+
+Light on purpose (no reader is imported), so the CLI builds its parser from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from jaxdata.conversion.tokenizers import TokenizerSpec
+
+__all__ = ["ConvertOptions", "INPUT_FORMATS", "Progress", "TEXT_MODES"]
+
+INPUT_FORMATS = ("jsonl", "parquet", "text")
+TEXT_MODES = ("file", "line", "paragraph")
+# (phase, done, in all, documents so far); phase: "scan" and "tokenize" count input bytes, "write" documents.
+Progress = Callable[[str, int, int, int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+  """Options of `convert` (and the `jaxdata convert` flags of the same names).
+
+  Attributes:
+    tokenizer: which tokenizer; the byte-level one by default.
+    input_format: "auto" (from each file's suffix), "jsonl", "parquet", "text".
+    field: JSONL field / Parquet column holding the text.
+    text_mode: plain text: one document per "file", "line" or "paragraph".
+    shard_bytes: a shard is closed before it would exceed this many bytes.
+    workers: tokenizer processes; 0 = one per available core.
+    skip_invalid: count and skip malformed records instead of failing.
+    batch_documents: documents per tokenizer call.
+    include, exclude: globs a file (path or name) must / must not match.
+    unit_bytes: input bytes per work unit; 0 = from the input size and workers.
+  """
+
+  tokenizer: TokenizerSpec = TokenizerSpec()
+  input_format: str = "auto"
+  field: str = "text"
+  text_mode: str = "file"
+  shard_bytes: int = 256 << 20
+  workers: int = 0
+  skip_invalid: bool = False
+  batch_documents: int = 1024
+  include: tuple[str, ...] = ()
+  exclude: tuple[str, ...] = ()
+  unit_bytes: int = 0
+
+  def __post_init__(self) -> None:
+    if self.input_format != "auto" and self.input_format not in INPUT_FORMATS:
+      raise ValueError(
+          f"input_format: {self.input_format!r} is not 'auto' or one of {INPUT_FORMATS}"
+      )
+    if self.text_mode not in TEXT_MODES:
+      raise ValueError(f"text_mode: {self.text_mode!r} is not one of {TEXT_MODES}")
+    if not self.field:
+      raise ValueError("field: must be a non-empty name")
+    if self.shard_bytes <= 0:
+      raise ValueError(f"shard_bytes: must be positive, got {self.shard_bytes}")
+    if self.workers < 0:
+      raise ValueError(f"workers: must be >= 0, got {self.workers}")
+    if self.batch_documents < 1:
+      raise ValueError(f"batch_documents: must be >= 1, got {self.batch_documents}")
+    if self.unit_bytes < 0:
+      raise ValueError(f"unit_bytes: must be >= 0, got {self.unit_bytes}")
+    object.__setattr__(self, "include", tuple(self.include))
+    object.__setattr__(self, "exclude", tuple(self.exclude))

@@ -1,0 +1,104 @@
+"""Tokenizing one work unit, sizing the units, and the stats a conversion records: shared by both runners."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jaxdata.conversion.inputs import InvalidLog
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
+from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
+
+__all__ = ["UnitResult", "conversion_stats", "tokenize_unit", "unit_size"]
+
+MIN_UNIT_BYTES = 1 << 20
+MAX_UNIT_BYTES = 64 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitResult:
+  """What tokenizing one unit produced besides its tokens."""
+
+  unit: int
+  file_index: int
+  documents: int
+  tokens: int
+  empty: int
+  invalid: int
+  invalid_examples: list[str]
+
+
+_tokenizers: dict[TokenizerSpec, Tokenizer] = {}
+
+
+def _cached_tokenizer(spec: TokenizerSpec) -> Tokenizer:
+  # A worker process tokenizes many units; load the model once per process.
+  if spec not in _tokenizers:
+    _tokenizers[spec] = load_tokenizer(spec)
+  return _tokenizers[spec]
+
+
+def tokenize_unit(unit: WorkUnit, options: ConvertOptions,
+                  on_progress: Callable[[int, int], None] = lambda b, d: None) -> tuple[np.ndarray, np.ndarray, UnitResult]:
+  """(tokens, lengths of the non-empty documents, counts) of one unit; `on_progress(bytes, documents)`
+  hears what was done since it last called."""
+  tokenizer = _cached_tokenizer(options.tokenizer)
+  dtype = dtype_for_vocab_size(tokenizer.vocab_size)
+  invalid = InvalidLog(options.skip_invalid)
+  pending = [0]
+  tokens, lengths, empty = [], [], 0
+
+  def consumed(count: int) -> None:
+    pending[0] += count
+
+  def flush(texts: list[str]) -> int:
+    flat, found = tokenizer.encode_batch(texts)
+    tokens.append(flat.astype(dtype))
+    lengths.append(found[found > 0])
+    on_progress(pending[0], len(texts))
+    pending[0] = 0
+    return int((found == 0).sum())
+
+  batch: list[str] = []
+  for text in iter_unit_documents(unit, options.field, options.text_mode, invalid, consumed):
+    batch.append(text)
+    if len(batch) == options.batch_documents:
+      empty += flush(batch)
+      batch = []
+  if batch:
+    empty += flush(batch)
+  on_progress(pending[0], 0)
+  all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype)
+  all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
+  result = UnitResult(unit.index, unit.file_index, int(all_lengths.size), int(all_tokens.size), empty,
+                      invalid.count, invalid.examples)
+  return all_tokens, all_lengths, result
+
+
+def unit_size(total_bytes: int, workers: int, options: ConvertOptions) -> int:
+  """Units small enough that every worker has several (and the first finishes in about a second)."""
+  if options.unit_bytes:
+    return options.unit_bytes
+  return int(min(MAX_UNIT_BYTES, max(MIN_UNIT_BYTES, total_bytes // max(1, 4 * workers))))
+
+
+def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], options: ConvertOptions) -> dict[str, Any]:
+  """The manifest's stats: totals, per input file, and the options that shape the output."""
+  per_file = []
+  for index, path in enumerate(files):
+    mine = [r for r in results if r.file_index == index]
+    per_file.append({"path": path, "documents": sum(r.documents for r in mine), "tokens": sum(r.tokens for r in mine),
+                     "skipped_empty": sum(r.empty for r in mine), "skipped_invalid": sum(r.invalid for r in mine)})
+  examples = [m for r in results for m in r.invalid_examples]
+  return {
+      "documents": sum(r.documents for r in results),
+      "skipped_empty": sum(r.empty for r in results),
+      "skipped_invalid": sum(r.invalid for r in results),
+      "invalid_examples": examples[:20],
+      "inputs": per_file,
+      "options": {"input_format": options.input_format, "field": options.field, "text_mode": options.text_mode,
+                  "shard_bytes": options.shard_bytes},
+  }
