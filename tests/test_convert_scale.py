@@ -79,7 +79,7 @@ def test_beam_local_runner_writes_the_local_converters_bytes(corpus, tmp_path):
   assert local.stats["skipped_invalid"] == len(bad) + sum(i < 500 for i in bad) + sum(500 <= i < 900 for i in bad)
   assert [i["path"] for i in local.stats["inputs"]] == sorted(os.path.join(corpus, n) for n in os.listdir(corpus)
                                                                if not n.startswith((".", "__")))
-  with pytest.raises(FileExistsError, match=r"beam: already holds a dataset .* pass --overwrite"):
+  with pytest.raises(FileExistsError, match=r"beam: already holds a dataset .* `overwrite=True` replaces it"):
     convert_with_beam([corpus], str(tmp_path / "beam"), "mix", OPTIONS, [])
 
 
@@ -157,7 +157,7 @@ def test_overwrite_replaces_and_plain_runs_refuse(corpus, tmp_path):
   out = str(tmp_path / "ds")
   convert([src], out, "e", ConvertOptions(workers=1, shard_bytes=500))
   (tmp_path / "ds" / "notes.txt").write_text("mine")
-  with pytest.raises(FileExistsError, match=r"already holds a dataset .* pass --overwrite"):
+  with pytest.raises(FileExistsError, match=r"already holds a dataset .* `overwrite=True` replaces it"):
     convert([src], out, "e", ConvertOptions(workers=1))
   manifest = convert([src], out, "e", ConvertOptions(workers=1), overwrite=True)
   assert len(manifest.shards) == 1 and (tmp_path / "ds" / "notes.txt").read_text() == "mine"  # only our files left

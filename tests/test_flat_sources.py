@@ -269,7 +269,7 @@ def test_plain_numpy_arrays_are_read_in_place_past_their_header(tmp_path, docume
   np.save(tmp_path / "c.npy", np.zeros((3, 4), np.uint16))
   with pytest.raises(DatasetError, match=r"c\.npy: a token \.npy must be a 1-D little-endian uint16, uint32 or int32"):
     build_flat_index("flat", [str(tmp_path / "c.npy")], out_dir=str(tmp_path / "other"))
-  with pytest.raises(DatasetError, match=r"a\.npy: holds uint32 ids, --dtype says uint16"):
+  with pytest.raises(DatasetError, match=r"a\.npy: holds uint32 ids, `dtype` says uint16"):
     build_flat_index("flat", [str(tmp_path / "a.npy")], dtype="uint16", out_dir=str(tmp_path / "other"))
 
 

@@ -60,7 +60,7 @@ def test_bad_items_are_named_and_nothing_is_left_half_written(tmp_path):
   for name in "abcd":
     assert not (tmp_path / name / "manifest.json").exists()
   jaxdata.from_iterable(["x"], out=str(tmp_path / "e"))
-  with pytest.raises(FileExistsError, match="pass --overwrite"):
+  with pytest.raises(FileExistsError, match="`overwrite=True` replaces it"):
     jaxdata.from_iterable(["y"], out=str(tmp_path / "e"))
   jaxdata.from_iterable(["y"], out=str(tmp_path / "e"), overwrite=True)
   assert read_all(str(tmp_path / "e")) == [ByteTokenizer().encode_batch(["y"])[0].tolist()]

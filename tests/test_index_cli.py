@@ -71,7 +71,9 @@ def test_reindexing_needs_force_and_rebuilds(tmp_path, capsys):
   shards = shards_in(tmp_path / "d", rng, "<u2", 30_000)
   assert main(["index", *shards, "--dtype", "uint16", "-q"]) == 0
   assert main(["index", *shards, "--dtype", "uint16", "-q"]) == 1
-  assert "already has a manifest.json; pass --force" in capsys.readouterr().err
+  assert "already has a manifest.json; --force rebuilds it" in capsys.readouterr().err  # the CLI's words
+  with pytest.raises(FileExistsError, match="already has a manifest.json; `force=True` rebuilds it"):
+    build_index(shards, "uint16")  # the library's: its parameter, not a flag
   write_raw_shard(shards[1], [b"\x05\x00" * 7] * 3)  # the shard changed: rebuild
   assert main(["index", *shards, "--dtype", "uint16", "--force", "--no-dtype-check", "-q"]) == 0
   with TokenDataset(str(tmp_path / "d")) as dataset:

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from jaxdata import __version__
 from jaxdata.cli import convert as convert_command, data, demo, planning
-from jaxdata.cli.output import Console
+from jaxdata.cli.output import Console, flag_words
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
 
 __all__ = ["main", "parse_size"]
@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except (ValueError, OSError, ImportError) as e:  # ImportError: an extra that is not installed
     # Our errors are ValueError subclasses (DatasetError, InputFormatError) or
     # OSError (missing / existing files); each message names file and problem.
-    print(f"jaxdata {args.command}: error: {e}", file=sys.stderr)
+    print(f"jaxdata {args.command}: error: {flag_words(str(e))}", file=sys.stderr)
     return 1
 
 

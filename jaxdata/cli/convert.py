@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 
-from jaxdata.cli.output import Console, progress_bar
+from jaxdata.cli.output import Console, flag_words, progress_bar
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert as convert_files
 from jaxdata.conversion.options import ConvertOptions
@@ -31,7 +31,7 @@ def convert(args: argparse.Namespace, console: Console) -> int:
   )
   warning = roundtrip_warning(load_tokenizer(options.tokenizer))
   if warning:
-    console.print(f"warning: {warning}", style="bold yellow", markup=False)
+    console.print(f"warning: {flag_words(warning)}", style="bold yellow", markup=False)
   progress = progress_bar(console, args.quiet)
   tasks: dict[str, Any] = {}
 

@@ -19,7 +19,31 @@ from typing import Any
 
 from jaxdata.errors import installed_module
 
-__all__ = ["Console", "PlainConsole", "PlainTable", "Table", "progress_bar", "show"]
+__all__ = ["Console", "PARAMETER_FLAGS", "PlainConsole", "PlainTable", "Table", "flag_words", "progress_bar", "show"]
+
+# Library errors name parameters (`out_dir`, `force=True`); on the command line the same thing is a flag.
+PARAMETER_FLAGS = {
+    "`out_dir`": "--out",
+    "`force=True`": "--force",
+    "`check_dtype=False`": "--no-dtype-check",
+    "`overwrite=True`": "--overwrite",
+    "`group_by_directory`": "--per-directory",
+    "`dtype`": "--dtype",
+    "`input_format`": "--format",
+    "`check_roundtrip`": "--check-roundtrip N",
+    "`tokens`": "--tokens",
+}
+
+
+def flag_words(message: str) -> str:
+  """A library message in the CLI's words.
+
+  >>> flag_words("x: already has a manifest.json; `force=True` rebuilds it")
+  'x: already has a manifest.json; --force rebuilds it'
+  """
+  for parameter, flag in PARAMETER_FLAGS.items():
+    message = message.replace(parameter, flag)
+  return message
 
 _MARKUP = re.compile(r"\[/?[a-z ]+\]")
 

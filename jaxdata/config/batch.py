@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.validate import build, check_bool, check_int, short
 from jaxdata.errors import ConfigError
 
@@ -41,14 +42,10 @@ class BatchRamp:
   def __post_init__(self) -> None:
     check_int(self.start, "batch.ramp.start", 1)
     check_int(self.granularity, "batch.ramp.granularity", 1)
-    if not (isinstance(self.steps, float) and 0 < self.steps <= 1):
-      check_int(self.steps, "batch.ramp.steps", 1)
+    check_ramp_steps(self.steps, "batch.ramp.steps")
 
   def size_at(self, step: int, final: int) -> int:
-    if step >= self.steps:
-      return final
-    grown = self.start + (final - self.start) * step // int(self.steps)
-    return min(final, max(self.start, grown // self.granularity * self.granularity))
+    return ramp_value(step, self.start, final, self.steps, self.granularity)
 
 
 @dataclasses.dataclass(frozen=True)

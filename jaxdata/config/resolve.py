@@ -30,6 +30,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from jaxdata.config.schema import INHERIT, DatasetConfig
+from jaxdata.config.validate import check_open_shards
 from jaxdata.errors import ConfigError
 
 __all__ = ["DatasetDefaults", "DatasetSettings", "resolve_dataset"]
@@ -131,11 +132,7 @@ def resolve_dataset(d: DatasetConfig, top: DatasetDefaults, seq_len: int = 2048)
   )
   open_shards = top.open_shards if d.open_shards is None else d.open_shards
   block_size = top.shuffle_block_size if d.shuffle_block_size is INHERIT else d.shuffle_block_size
-  if open_shards > 1 and block_size == "global":
-    raise ConfigError(
-        f"datasets.{d.name}: open_shards {open_shards} reads that many shards at a time, but "
-        "shuffle_block_size 'global' reads every shard at once; give an int block size (or open_shards: 1)"
-    )
+  check_open_shards(open_shards, block_size, f"datasets.{d.name}: ")
   return DatasetSettings(
       name=d.name,
       path=d.path,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.validate import (
     build,
     check_block_size,
@@ -195,17 +196,10 @@ class LinearWarmup:
     check_int(self.granularity, "packing.linear_warmup.granularity", 1)
     check_choice(self.keep, ("rows", "tokens"), "packing.linear_warmup.keep")
     check_int(self.row_multiple, "packing.linear_warmup.row_multiple", 1)
-    if isinstance(self.steps, float):
-      if not 0 < self.steps <= 1:
-        raise ConfigError(f"packing.linear_warmup.steps: a fraction must lie in (0, 1], got {self.steps}")
-    else:
-      check_int(self.steps, "packing.linear_warmup.steps", 1)
+    check_ramp_steps(self.steps, "packing.linear_warmup.steps")
 
   def length_at(self, step: int, final: int) -> int:
-    if step >= self.steps:
-      return final
-    grown = self.start + (final - self.start) * step // int(self.steps)
-    return min(final, max(self.start, grown // self.granularity * self.granularity))
+    return ramp_value(step, self.start, final, self.steps, self.granularity)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,6 +106,16 @@ def check_block_size(value: Any, where: str) -> None:
     raise ConfigError(f"{where}: expected null, a positive int, 'auto' or 'global', got {short(value)}")
 
 
+def check_open_shards(open_shards: Any, block_size: Any, where: str) -> None:
+  """`open_shards`: an int >= 1, and not above 1 with the global shuffle (which reads every shard at once)."""
+  check_int(open_shards, f"{where}open_shards", 1)
+  if open_shards > 1 and block_size == "global":
+    raise ConfigError(
+        f"{where}open_shards: {open_shards} reads that many shards at a time, but shuffle_block_size "
+        "'global' reads every shard at once; give an int block size (or open_shards: 1)"
+    )
+
+
 def mapping(value: Any, where: str) -> Mapping[str, Any]:
   if not isinstance(value, Mapping):
     raise ConfigError(f"{where}: expected a mapping, got {short(value)}")

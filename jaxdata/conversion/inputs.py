@@ -121,7 +121,7 @@ def detect_format(path: str, requested: str = "auto") -> str:
   if suffix not in _SUFFIX_FORMATS:
     raise ValueError(
         f"{path}: cannot tell the input format from the suffix {suffix!r}; "
-        f"pass --format ({', '.join(INPUT_FORMATS)})"
+        f"give `input_format` ({', '.join(INPUT_FORMATS)})"
     )
   return _SUFFIX_FORMATS[suffix]
 

@@ -12,7 +12,7 @@ __all__ = ["prepare_output", "refuse_existing"]
 def refuse_existing(out_dir: str, overwrite: bool) -> None:
   """Raises `FileExistsError` if `out_dir` holds a dataset and `overwrite` is not set."""
   if not overwrite and os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
-    raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); pass --overwrite to replace it")
+    raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); `overwrite=True` replaces it")
 
 
 def prepare_output(out_dir: str, overwrite: bool) -> None:

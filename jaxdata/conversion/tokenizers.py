@@ -234,7 +234,7 @@ def roundtrip_warning(tokenizer: Tokenizer) -> str | None:
   if decoded == ROUNDTRIP_PROBE:
     return None
   return (f"the tokenizer does not round-trip text: {ROUNDTRIP_PROBE!r} decodes to {decoded!r} (a normalising "
-          "tokenizer: converted documents will not decode to their text; check with --check-roundtrip N)")
+          "tokenizer: converted documents will not decode to their text; check with `check_roundtrip`)")
 
 
 def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:

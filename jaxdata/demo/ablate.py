@@ -160,5 +160,5 @@ def run_ablation(base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[s
     off = share_drift(dict(cfg.mixture.weights), by_domain)
     if off:
       log(f"warning: {name} trained {off}; its documents are large against {tokens:,} tokens (or the loss "
-          "mask drops each document's last token): the comparison is not of these weights; raise --tokens")
+          "mask drops each document's last token): the comparison is not of these weights; raise `tokens`")
   return rows

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxdata.config.validate import is_int
+from jaxdata.config.validate import check_open_shards, is_int
 from jaxdata.order.feistel import derive_key
 from jaxdata.order.permutation import CACHED_MIN, forget_permutations, permute
 from jaxdata.order.streaming import ShardLanes
@@ -58,13 +58,7 @@ class ShuffleOptions:
   open_shards: int = 1
 
   def __post_init__(self) -> None:
-    if not is_int(self.open_shards) or self.open_shards < 1:
-      raise ValueError(f"open_shards: expected an int >= 1, got {self.open_shards!r}")
-    if self.open_shards > 1 and self.block_size == "global":
-      raise ValueError(
-          f"open_shards: {self.open_shards} reads that many shards at a time, but shuffle_block_size "
-          "'global' reads every shard at once; give an int block size (or open_shards: 1)"
-      )
+    check_open_shards(self.open_shards, self.block_size, "")
     block = self.block_size
     if block is not None and block != "global":
       if not is_int(block) or block < 1:

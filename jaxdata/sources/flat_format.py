@@ -146,13 +146,13 @@ def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
       raise DatasetError(f"{path}: its .npy header says {shape[0]} ids ({shape[0] * found.itemsize} bytes), the file "
                          f"holds {size - offset} bytes after the header (truncated, or the header of another array?)")
     if dtype is not None and np.dtype(dtype).name != name:
-      raise DatasetError(f"{path}: holds {found} ids, --dtype says {np.dtype(dtype).name}")
+      raise DatasetError(f"{path}: holds {found} ids, `dtype` says {np.dtype(dtype).name}")
     dtype = np.dtype(name)
   elif dtype is None:
     raise ValueError("dtype: a flat token file does not say its dtype; give uint16 or uint32")
   dtype = np.dtype(dtype)
   if (size - offset) % dtype.itemsize:
-    raise DatasetError(f"{path}: {size - offset} bytes is not a whole number of {dtype.name} tokens (wrong --dtype?)")
+    raise DatasetError(f"{path}: {size - offset} bytes is not a whole number of {dtype.name} tokens (wrong `dtype`?)")
   if size == offset:
     raise DatasetError(f"{path}: empty token file")
   return TokenLayout(dtype, offset, (size - offset) // dtype.itemsize)

@@ -34,7 +34,8 @@ from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
 from jaxdata.sources.fileutil import check_name, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index, token_layout
 from jaxdata.sources.index import dtype_suspicion
-from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, token_dtype
+from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
@@ -81,7 +82,7 @@ def _check_ids_look_like(path: str, dtype: np.dtype, claim: str) -> None:
   with open(path, "rb") as f:
     suspicion = dtype_suspicion(f.read(1 << 20), dtype)
   if suspicion:
-    raise DatasetError(f"{path}: {suspicion} ({claim}); check the dtype, or index with check_dtype=False "
+    raise DatasetError(f"{path}: {suspicion} ({claim}); check `dtype`, or index with `check_dtype=False` "
                        "if the ids really are so")
 
 
@@ -122,29 +123,23 @@ def build_flat_index(
     raise ValueError(f"format: {fmt!r} is not one of {FLAT_FORMATS}")
   if not inputs:
     raise ValueError("inputs: give at least one token file")
-  if dtype is not None and np.dtype(dtype).name not in ("uint16", "uint32"):
-    raise ValueError(f"dtype: {dtype!r} is not uint16 or uint32")
+  if dtype is not None:
+    token_dtype(dtype)
   if eos_id is not None and offsets:
     raise ValueError("eos_id: give an EOS id or offsets files, not both")
   paths = [_token_path(fmt, p) for p in inputs]
   stems = [os.path.basename(p)[:-4] if p.endswith((".bin", ".npy")) else os.path.basename(p) for p in paths]
   if len(set(stems)) < len(stems):
     raise ValueError("inputs: two token files share a name; index each directory on its own")
-  directories = sorted({os.path.dirname(p) for p in paths})
-  if out_dir is None and len(directories) > 1:
-    raise ValueError(f"inputs: they lie in {len(directories)} directories ({', '.join(directories[:3])}"
-                     f"{', ...' if len(directories) > 3 else ''}); a dataset is one directory: pass --per-directory "
-                     "to index each as its own dataset, or --out DIR to make them one")
-  files_dir = os.path.commonpath(directories)
-  out_dir = os.path.abspath(out_dir or files_dir)
+  out_dir = dataset_directory(paths, out_dir, "inputs")
+  files_dir = os.path.commonpath(sorted({os.path.dirname(p) for p in paths}))
   inside = all(os.path.commonpath([out_dir, p]) == out_dir for p in paths)
   root_dir = out_dir if inside and data_root is None else files_dir
   if data_root is None:
     data_root = "" if inside else root_dir
   elif not (os.path.isabs(data_root) or is_remote(data_root)):
     raise ValueError(f"data_root: {data_root!r} must be an absolute path or a gs:// or s3:// URL")
-  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) and not force:
-    raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}; pass --force to rebuild it")
+  refuse_existing_index(out_dir, force)
   name = check_name(name or os.path.basename(out_dir), "name")
   # Every file is checked before anything is written.
   found = [_document_lengths(fmt, p, dtype, eos_id, offsets, check_dtype) for p in paths]

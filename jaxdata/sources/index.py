@@ -16,6 +16,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import check_name, file_sha256, replace_arrays, sample_sha256
+from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, token_dtype
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
@@ -126,27 +127,17 @@ def build_index(
   """
   if not shard_paths:
     raise ValueError("shard_paths: give at least one shard")
-  np_dtype = np.dtype(dtype)
-  if np_dtype.name not in ("uint16", "uint32"):
-    raise ValueError(f"dtype: {dtype!r} is not uint16 or uint32")
+  np_dtype = token_dtype(dtype)
   paths = [os.path.abspath(p) for p in shard_paths]
   for path in paths:
     if not os.path.isfile(path):
       raise DatasetError(f"{path}: shard file does not exist")
-  if out_dir is None:
-    directories = sorted(group_by_directory(paths))
-    if len(directories) > 1:
-      raise ValueError(f"shards: they lie in {len(directories)} directories ({', '.join(directories[:3])}"
-                       f"{', ...' if len(directories) > 3 else ''}); a dataset is one directory: pass --per-directory "
-                       "to index each as its own dataset, or --out DIR to make them one")
-    out_dir = directories[0]
-  out_dir = os.path.abspath(out_dir)
+  out_dir = dataset_directory(paths, out_dir, "shard_paths")
   for path in paths:
     if os.path.commonpath([out_dir, path]) != out_dir:
       raise ValueError(f"{path}: lies outside the output directory {out_dir}; a manifest names only "
-                       "files inside its own directory (pass --out a directory that holds the shards)")
-  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) and not force:
-    raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}; pass --force to rebuild it")
+                       "files inside its own directory (give an `out_dir` that holds the shards)")
+  refuse_existing_index(out_dir, force)
   name = check_name(name or os.path.basename(out_dir), "name")
   # Read and check every shard first: a bad one leaves no lengths file behind.
   checked = [(path, _shard_lengths(path, np_dtype, check_dtype)) for path in paths]
@@ -196,7 +187,7 @@ def _shard_lengths(path: str, np_dtype: np.dtype, check_dtype: bool = True) -> n
   if check_dtype and byte_lengths.size:
     suspicion = dtype_suspicion(_sample_records(path, byte_lengths.size), np_dtype)
     if suspicion:
-      raise DatasetError(f"{path}: {suspicion}; check --dtype (or pass --no-dtype-check)")
+      raise DatasetError(f"{path}: {suspicion}; check `dtype` (or index with `check_dtype=False`)")
   odd = np.flatnonzero(byte_lengths % np_dtype.itemsize)
   if odd.size:
     raise DatasetError(
