@@ -37,6 +37,7 @@ __all__ = [
     "DocRef",
     "DocumentLengths",
     "DocumentStream",
+    "Execution",
     "HuggingFaceTokenizer",
     "FlatTokenDataset",
     "InputFormatError",
@@ -72,6 +73,7 @@ __all__ = [
     "open_dataset",
     "pieces_for_hosts",
     "sources",
+    "testing",
 ]
 
 _CONFIG = "jaxdata.config"
@@ -102,6 +104,7 @@ __getattr__, __dir__ = lazy_exports(
         "ShuffleOptions": "jaxdata.order.dataset_order",
         **dict.fromkeys(("DatasetMeta", "DocBatch", "DocRef", "DocumentStream"), "jaxdata.mixture.stream"),
         "Pipeline": "jaxdata.pipeline.pipeline",
+        "Execution": "jaxdata.pipeline.execution",
         "PipelineDataset": "jaxdata.pipeline.grain",
         "StepPlanner": "jaxdata.pipeline.planner",
         "pieces_for_hosts": "jaxdata.pipeline.planner",
@@ -111,6 +114,7 @@ __getattr__, __dir__ = lazy_exports(
         "exposure": "jaxdata.tools.exposure",
         "mixing": "jaxdata.research.mixing",
         "sources": "jaxdata.sources",
+        "testing": "jaxdata.testing",
     },
     package_globals=globals(),
 )

@@ -229,18 +229,14 @@ def pipeline_of(iterator: Any) -> Any:
 
 def wait_for_workers(iterator: Any) -> None:
   """Until the worker processes are ready, steps are made in process: wait, so that the cell's are theirs."""
-  from jaxdata.pipeline.worker_producer import WorkerProducer  # noqa: PLC0415
+  import jaxdata.testing  # noqa: PLC0415 -- loads jax: after the mode has set its flags
 
-  producer = pipeline_of(iterator).producer
-  if isinstance(producer, WorkerProducer):
-    producer.wait_ready()
+  jaxdata.testing.wait_for_processes(pipeline_of(iterator))
 
 
 def steps_from_workers(iterator: Any) -> int | None:
-  from jaxdata.pipeline.worker_producer import WorkerProducer  # noqa: PLC0415
-
-  producer = pipeline_of(iterator).producer
-  return producer.from_workers if isinstance(producer, WorkerProducer) else None
+  execution = pipeline_of(iterator).execution()
+  return execution.steps_from_processes if execution.processes else None
 
 
 def take(iterator: Any, count: int, summary: Callable[[Any], list[str]] = digest) -> list[list[str]]:

@@ -11,6 +11,7 @@ remote datasets the bytes of shards it fetched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -31,11 +32,13 @@ def main() -> None:
   cfg = jaxdata.load_config(config)
   devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
   mesh = jax.sharding.Mesh(devices, ("data",))
-  log: list = []
-  with jaxdata.Pipeline(cfg, mesh=mesh, prefetch=2, read_ahead_tokens=2 * 8 * 32, workers=max(workers, 0),
-                        planner_process=workers < 0, read_log=None if workers else log) as pipe:
-    if workers:
-      pipe.producer.wait_ready()  # so that the steps saved are the workers', not the in-process start's
+  import jaxdata.testing  # noqa: PLC0415
+
+  with contextlib.ExitStack() as stack:
+    log = [] if workers else stack.enter_context(jaxdata.testing.recorded_reads())
+    pipe = stack.enter_context(jaxdata.Pipeline(cfg, mesh=mesh, prefetch=2, read_ahead_tokens=2 * 8 * 32,
+                                                workers=max(workers, 0), planner_process=workers < 0))
+    jaxdata.testing.wait_for_processes(pipe)  # so that the steps saved are the workers', not the in-process start's
     for step in range(int(steps)):
       batch = next(pipe)
       arrays = {}
@@ -46,7 +49,7 @@ def main() -> None:
       np.savez(os.path.join(out_dir, f"p{index}_step{step}.npz"), **arrays)
     state = pipe.get_state()
     if workers:  # (the planner's windows: prefetch may have made the first steps before it was ready)
-      assert pipe.producer.from_workers >= int(steps) - (2 if workers < 0 else 0)
+      assert pipe.execution().steps_from_processes >= int(steps) - (2 if workers < 0 else 0)
     # Remote datasets: the bytes of shards this process fetched, per dataset.
     fetched = {d.name: ds.remote.fetched_bytes for d, ds in zip(cfg.datasets, pipe.reader.datasets) if ds.remote}
   reads = {f"{steps.start}-{steps.stop}/{name}": records for steps, name, records in log}

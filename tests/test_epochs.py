@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from jaxdata.testing import wait_for_processes
 from jaxdata import Pipeline, PipelineConfig
 from jaxdata.mixture.stream import DocumentStream
 from pipeline_fixtures import coded_config, decode, digest
@@ -82,5 +83,5 @@ def test_worker_processes_follow_the_epoch(cfg):
   with Pipeline(cfg, prefetch=0, epoch=2) as pipe:
     want = [digest(b) for b in pipe]
   with Pipeline(cfg, prefetch=0, epoch=2, workers=1) as pipe:
-    pipe.producer.wait_ready()
+    wait_for_processes(pipe)
     assert [digest(b) for b in pipe] == want

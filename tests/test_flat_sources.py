@@ -324,6 +324,7 @@ TRUNCATE_DURING_A_RUN = """
 import os, sys, numpy as np
 from jaxdata import DatasetError, Pipeline, PipelineConfig
 from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.testing import wait_for_processes
 root, workers = sys.argv[1], int(sys.argv[2])
 cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": root}], "mixture": {"weights": {"a": 1}},
                                 "exhausted_policy": "repeat", "packing": {"seq_len": 16},
@@ -332,7 +333,7 @@ with Pipeline(cfg, prefetch=0) as reference:
   want = [reference_batch["tokens"].tobytes() for reference_batch, _ in zip(reference, range(40))]
 with Pipeline(cfg, prefetch=2 if workers else 0, workers=workers) as pipe:
   if workers:
-    pipe.producer.wait_ready()
+    wait_for_processes(pipe)
   got = [next(pipe)["tokens"].tobytes() for _ in range(5)]
   # Re-indexing replaces lengths and starts by rename: the run goes on with what it opened.
   build_flat_index("flat", [os.path.join(root, "a.bin")], dtype="uint16", eos_id=0, force=True)

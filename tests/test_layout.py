@@ -32,10 +32,11 @@ ALLOWED = {
     "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},
     "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "errors"},
     "integrations": {"config", "sources", "pipeline", "errors"},
+    "testing": {"pipeline", "errors"},
     "cli": {"config", "sources", "pipeline", "conversion", "tools", "demo", "errors", "_lazy", "__init__"},
     # The package's lazy exports (the public API) name modules of every stage.
     "__init__": {"_lazy", "config", "sources", "order", "mixture", "pipeline", "checkpoint", "conversion", "tools",
-                 "research", "errors"},
+                 "research", "testing", "errors"},
     "__main__": {"cli"},
 }
 HEAVY = ("jax", "grain", "orbax", "pyarrow", "matplotlib")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import jax
 import numpy as np
@@ -12,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from jax.sharding import Mesh
 
 from checkpoint_property import assert_restores_exactly
+from jaxdata.testing import prefetched_steps, recorded_reads, wait_for_processes
 from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts, DatasetError
 from jaxdata.pipeline import sharding as sharding_module
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
@@ -277,7 +277,7 @@ def test_on_cpu_devices_the_global_arrays_use_the_assembled_rows_in_place(mixed_
   mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
   with Pipeline(mixed_cfg, prefetch=0) as reference, Pipeline(mixed_cfg, mesh=mesh, **arguments) as pipe:
     if arguments.get("workers"):
-      pipe.producer.wait_ready()  # steps copied out of a reader's slot, into aligned memory
+      wait_for_processes(pipe)  # steps copied out of a reader's slot, into aligned memory
     for _ in range(3):
       batch, expected = next(pipe), next(reference)
       pointers = [batch[key].addressable_shards[0].data.unsafe_buffer_pointer() for key in FEATURES]
@@ -320,15 +320,11 @@ def test_prefetched_steps_are_already_global_arrays(mixed_cfg):
   mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
   with Pipeline(mixed_cfg, mesh=mesh, prefetch=2) as pipe:
     next(pipe)
-    waiting = pipe._resources.prefetcher.queue
-    deadline = time.monotonic() + 60
-    while not waiting.full() and time.monotonic() < deadline:
-      time.sleep(0.01)
-    ahead = list(waiting.queue)
+    ahead = prefetched_steps(pipe, 2)
     assert len(ahead) == 2
-    for item in ahead:
-      assert all(isinstance(item.batch[key], jax.Array) for key in FEATURES)
-      assert "output" in item.stats["time_s"]
+    for batch, stats in ahead:
+      assert all(isinstance(batch[key], jax.Array) for key in FEATURES)
+      assert "output" in stats["time_s"]
 
 
 def test_batch_must_divide_over_the_data_shards(mixed_cfg):
@@ -434,19 +430,17 @@ def test_carry_bound_and_piece_order_hold_on_adversarial_lengths(lengths, mode, 
   _assert_pieces_in_order(_plan_all(lengths, mode, rows, seq_len, bos, eos))
 
 
-def test_the_first_read_covers_one_step_then_the_window_grows(mixed_cfg):
+def test_the_first_read_covers_one_step_then_the_read_span_grows(mixed_cfg):
   # A fast first batch (and restore): step 0's documents are read alone; later
   # reads cover more steps, up to read_ahead_tokens. Output never depends on it.
-  log: list = []
-  with Pipeline(mixed_cfg, prefetch=0, read_ahead_tokens=4096, read_log=log) as pipe:
+  with recorded_reads() as log, Pipeline(mixed_cfg, prefetch=0, read_ahead_tokens=4096) as pipe:
     for _ in range(12):
       next(pipe)
     state = pipe.get_state()
-  windows = sorted({steps for steps, _, _ in log}, key=lambda r: r.start)
-  assert windows[0] == range(0, 1)
-  assert [len(w) for w in windows[:4]] == sorted(len(w) for w in windows[:4]) and len(windows[3]) > 1
-  log.clear()
-  with Pipeline(mixed_cfg, prefetch=0, read_ahead_tokens=4096, read_log=log) as pipe:
+  spans = sorted({steps for steps, _, _ in log}, key=lambda r: r.start)
+  assert spans[0] == range(0, 1)
+  assert [len(s) for s in spans[:4]] == sorted(len(s) for s in spans[:4]) and len(spans[3]) > 1
+  with recorded_reads() as log, Pipeline(mixed_cfg, prefetch=0, read_ahead_tokens=4096) as pipe:
     pipe.set_state(state)
     next(pipe)
   assert log[0][0] == range(12, 13)

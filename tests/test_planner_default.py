@@ -15,9 +15,9 @@ import pytest
 
 from jaxdata import Pipeline, PipelineConfig, WorkerStartError
 from jaxdata.pipeline.pipeline import planner_process_helps
-from jaxdata.pipeline.step_producer import StepProducer
 from jaxdata.pipeline.worker_handle import _child_environment
-from jaxdata.pipeline.worker_producer import STARTS_BEFORE_GIVING_UP, WorkerProducer
+from jaxdata.pipeline.worker_producer import STARTS_BEFORE_GIVING_UP
+from jaxdata.testing import wait_for_processes, worker_processes
 from pipeline_fixtures import coded_config, digest
 
 DEADLINE_S = 60.0  # for a process to start (or fail to) while steps are taken slowly
@@ -46,33 +46,33 @@ def test_with_a_mesh_the_planner_is_a_process_by_default(cfg, mesh):
   assert planner_process_helps(mesh, workers=0) == (len(os.sched_getaffinity(0)) >= 2)
   want = reference(cfg, mesh, 20)
   with Pipeline(cfg, mesh=mesh, prefetch=2) as pipe:
-    assert isinstance(pipe.producer, WorkerProducer) and pipe.producer.fall_back
+    assert pipe.execution().planner_process and pipe.execution().may_fall_back
     assert [digest(next(pipe)) for _ in range(2)] == want[:2]
-    pipe.producer.wait_ready()
-    assert [h.name for h in pipe.producer.handles] == ["jaxdata planner"]
+    wait_for_processes(pipe)
+    assert pipe.execution().processes == ("jaxdata planner",) and len(worker_processes(pipe)) == 1
     assert [digest(next(pipe)) for _ in range(18)] == want[2:]
-    assert pipe.producer.from_workers > 0  # planned by the process
+    assert pipe.execution().steps_from_processes > 0  # planned by the process
 
 
 def test_on_one_usable_core_the_default_plans_in_process(cfg, mesh, monkeypatch):
   monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})  # e.g. a job pinned to one core
   assert not planner_process_helps(mesh, workers=0)
   with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
-    assert type(pipe.producer) is StepProducer
+    assert pipe.execution().processes == ()
 
 
-@pytest.mark.parametrize("mesh_given,arguments,kind", [
-    (False, {}, StepProducer),  # NumPy output: no process unasked
-    (True, {"planner_process": False}, StepProducer),
-    (False, {"planner_process": True}, WorkerProducer),
+@pytest.mark.parametrize("mesh_given,arguments,processes", [
+    (False, {}, ()),  # NumPy output: no process unasked
+    (True, {"planner_process": False}, ()),
+    (False, {"planner_process": True}, ("jaxdata planner",)),
 ])
-def test_the_default_starts_no_process_where_it_is_not_asked_for(cfg, mesh, mesh_given, arguments, kind):
+def test_the_default_starts_no_process_where_it_is_not_asked_for(cfg, mesh, mesh_given, arguments, processes):
   with Pipeline(cfg, mesh=mesh if mesh_given else None, prefetch=0, **arguments) as pipe:
-    assert type(pipe.producer) is kind
-    if kind is WorkerProducer:
-      assert not pipe.producer.fall_back  # asked for: a failure is an error
+    assert pipe.execution().processes == processes
+    assert not pipe.execution().may_fall_back  # asked for (or none): a failure is an error
   with Pipeline(cfg, mesh=mesh, prefetch=0, workers=1) as pipe:
-    assert not pipe.producer.fall_back and len(pipe.producer.specs) == 2  # a planner and one reader, as asked
+    execution = pipe.execution()  # a planner and one reader, as asked
+    assert not execution.may_fall_back and execution.processes == ("jaxdata planner", "jaxdata reader 0")
 
 
 def _run_until(pipe: Pipeline, done) -> list[tuple]:
@@ -95,14 +95,14 @@ def test_a_default_planner_that_cannot_run_falls_back_with_a_warning(cfg, mesh, 
   monkeypatch.setattr(sys, "executable", interpreter)
   with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
     with pytest.warns(RuntimeWarning, match=message + "; planning in this process instead"):
-      got = _run_until(pipe, lambda: pipe.producer.fell_back)
-    assert pipe.producer.fell_back and not pipe.producer.handles  # nothing left running
+      got = _run_until(pipe, lambda: pipe.execution().fell_back)
+    assert pipe.execution().fell_back and not worker_processes(pipe)  # nothing left running
     with warnings.catch_warnings():
       warnings.simplefilter("error")  # warned once, not at every step
       got += [digest(next(pipe)) for _ in range(10)]
     pipe.set_state(pipe.get_state())  # a restart does not try again
     got += [digest(next(pipe)) for _ in range(3)]
-    assert pipe.producer.fell_back and not pipe.producer.handles
+    assert pipe.execution().fell_back and not worker_processes(pipe)
   assert got == reference(cfg, mesh, len(got))  # nothing skipped or repeated
 
 
@@ -118,11 +118,11 @@ def test_an_asked_for_planner_that_cannot_run_is_an_error_then_is_retried(cfg, m
       time.sleep(0.01)
     assert errors and "jaxdata planner" in errors[0] and "before it was ready" in errors[0]
     monkeypatch.undo()  # the interpreter is back: the next calls start the planner again
-    got += _run_until(pipe, lambda: pipe.producer.from_workers > 0)
-    before = pipe.producer.from_workers
+    got += _run_until(pipe, lambda: pipe.execution().steps_from_processes > 0)
+    before = pipe.execution().steps_from_processes
     assert before > 0
     got += [digest(next(pipe)) for _ in range(5)]
-    assert pipe.producer.from_workers == before + 5  # the planner made them
+    assert pipe.execution().steps_from_processes == before + 5  # the planner made them
   assert got == reference(cfg, mesh, len(got))
 
 

@@ -85,7 +85,7 @@ def read_threads() -> list[str]:
 
 def test_the_pipeline_reads_on_its_own_thread_with_the_same_batches_and_stops_it(cfg, monkeypatch):
   with Pipeline(cfg, prefetch=0, read_ahead_tokens=600) as pipe:
-    assert pipe.producer.read_ahead is None  # prefetch=0: every step is made in next()
+    assert not pipe.execution().read_thread  # prefetch=0: every step is made in next()
     want = [digest(next(pipe)) for _ in range(40)]
   threads: set[str] = set()
   real = TokenDataset.read

@@ -20,6 +20,7 @@ import zstandard
 import object_store
 from flat_fixtures import random_documents, write_flat, write_megatron
 import test_multihost
+from jaxdata.testing import wait_for_processes
 from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
 from jaxdata import TokenDataset, load_config
 from jaxdata.sources.flat_index import build_flat_index
@@ -95,7 +96,7 @@ def test_a_remote_dataset_gives_the_local_batches_through_a_small_cache(stores, 
   cfg = remote_config(local, urls, str(tmp_path / "cache"), budget)
   # Windows of 4 steps (1,024 tokens, about 25 documents per dataset) touch about 4 shards per dataset.
   with Pipeline(cfg, prefetch=2, read_ahead_tokens=1024) as pipe:
-    assert pipe.producer.read_ahead is None  # remote data keeps its own fetch-ahead (no read thread)
+    assert not pipe.execution().read_thread  # remote data keeps its own fetch-ahead (no read thread)
     got = [digest(next(pipe)) for _ in range(STEPS)]
     caches = [dataset.remote.cache for dataset in pipe.reader.datasets]
     fetched = [dataset.remote.fetched_bytes for dataset in pipe.reader.datasets]
@@ -264,9 +265,9 @@ def test_the_next_windows_shards_are_fetched_while_one_is_read(stores, local, re
   with Pipeline(cfg, prefetch=0, read_ahead_tokens=1024, planner_process=planner_process) as pipe:
     got = [digest(next(pipe))]
     if planner_process:
-      pipe.producer.wait_ready()  # from the next step on, the planner process plans every window
+      wait_for_processes(pipe)  # from the next step on, the planner process plans every span
     got += [digest(next(pipe)) for _ in range(39)]
-    assert not planner_process or pipe.producer.from_workers == 39
+    assert not planner_process or pipe.execution().steps_from_processes == 39
     cache = pipe.reader.datasets[0].remote.cache
     first_span = StepPlanner(cfg).plan()  # the first read span is one step
     first_shards = {(d, int(s)) for d, dataset in enumerate(pipe.reader.datasets)
@@ -369,7 +370,7 @@ def test_windows_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeyp
   with Pipeline(config(url), prefetch=2, read_ahead_tokens=256, planner_process=planner_process) as pipe:
     got = [digest(next(pipe))]
     if planner_process:
-      pipe.producer.wait_ready()  # from the next step on, the planner process plans every window
+      wait_for_processes(pipe)  # from the next step on, the planner process plans every span
     got += [digest(next(pipe)) for _ in range(24)]
     state = pipe.get_state()
     got += [digest(next(pipe)) for _ in range(5)]
@@ -382,7 +383,7 @@ def test_windows_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeyp
     failing["now"] = False
     assert len(got) < 45 + 20  # raised at the first step of a window not yet read (windows of ~8 steps)
     got += [digest(next(pipe)) for _ in range(30 + 45 - len(got))]  # retried from the step that failed
-    from_planner = pipe.producer.from_workers if planner_process else None
+    from_planner = pipe.execution().steps_from_processes if planner_process else None
   assert got == want[:30] + want[25:70]
   assert threads == {"jaxdata-read-ahead"}  # never on the prefetch thread, which assembles meanwhile
   assert not planner_process or from_planner >= 60

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from scipy import stats
 
+from jaxdata.testing import wait_for_processes
 from jaxdata import ConfigError, Pipeline, PipelineConfig
 from jaxdata.mixture.stream import load_metadata
 from jaxdata.sources.flat_index import build_flat_index
@@ -278,7 +279,7 @@ def test_worker_processes_assemble_the_same_window_batches(tmp_path):
   with Pipeline(cfg, prefetch=0) as pipe:
     want = [digest(b) for b in pipe]  # one pass of draws: U // T of them, then the stream ends
   with Pipeline(cfg, prefetch=0, workers=1) as pipe:
-    pipe.producer.wait_ready()  # the steps compared are the workers', not the in-process start's
+    wait_for_processes(pipe)  # the steps compared are the workers', not the in-process start's
     got = [digest(b) for b in pipe]
-    assert pipe.producer.from_workers == len(got)
+    assert pipe.execution().steps_from_processes == len(got)
   assert len(want) >= 8 and got == want

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import gc
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
-import time
 
 import jax
 import numpy as np
@@ -16,13 +16,13 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdata import DatasetError, Pipeline, PipelineConfig
-from jaxdata.pipeline.pipeline import READ_AHEAD
-from jaxdata.pipeline.pipeline_parts import open_parts
+from jaxdata.pipeline.pipeline_parts import open_parts, state_snapshot
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.planner import StepPlanner, encoded_state
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.read_spans import assemble, decode_span, encode_span, plan_span, read_span
-from jaxdata.pipeline.worker_producer import WorkerProducer
+from jaxdata.pipeline.worker_process import PLANNER, WorkerSpec, _Planning
+from jaxdata.testing import recorded_reads, start_processes, wait_for_processes, worker_processes
 from checkpoint_property import assert_restores_exactly
 from pipeline_fixtures import coded_config, digest
 
@@ -49,8 +49,7 @@ def run(pipe: Pipeline, steps: int) -> list[tuple]:
 
 def ready(pipe: Pipeline) -> Pipeline:
   """Waits for the workers, so that the steps compared are theirs, not the in-process start."""
-  if isinstance(pipe.producer, WorkerProducer):
-    pipe.producer.wait_ready()
+  wait_for_processes(pipe)
   return pipe
 
 
@@ -65,10 +64,11 @@ def test_workers_give_the_in_process_batches_and_states(cfg, reference, workers,
   with Pipeline(cfg, prefetch=prefetch, workers=workers) as pipe:
     ready(pipe)
     assert run(pipe, STEPS) == reference
-    assert pipe.producer.from_workers >= STEPS - prefetch  # the workers made them
-    # Windows (1, 2, 4, ... steps) go to the readers in turn: every reader made steps.
-    assert sum(pipe.producer.per_reader) == pipe.producer.from_workers
-    assert min(pipe.producer.per_reader) > 0
+    execution = pipe.execution()
+    assert execution.steps_from_processes >= STEPS - prefetch  # the workers made them
+    # Read spans (1, 2, 4, ... steps) go to the readers in turn: every reader made steps.
+    assert sum(execution.steps_per_reader) == execution.steps_from_processes
+    assert min(execution.steps_per_reader) > 0
   # Without waiting: the first steps are made in process, the rest by workers, seamlessly.
   with Pipeline(cfg, prefetch=prefetch, workers=workers) as pipe:
     assert run(pipe, STEPS) == reference
@@ -76,33 +76,52 @@ def test_workers_give_the_in_process_batches_and_states(cfg, reference, workers,
 
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_a_planner_process_gives_the_in_process_batches_and_states(cfg, reference, prefetch):
-  # workers=0: only the planning leaves; this process reads and assembles the planner's windows.
+  # workers=0: only the planning leaves; this process reads and assembles the planner's spans.
   with Pipeline(cfg, prefetch=prefetch, planner_process=True) as pipe:
     ready(pipe)
-    assert [h.name for h in pipe.producer.handles] == ["jaxdata planner"]
-    assert not pipe.producer.makes_steps_ahead  # so the prefetch thread runs here
+    assert pipe.execution().processes == ("jaxdata planner",)
+    assert pipe.execution().assembles_here  # so the prefetch thread runs here
     assert run(pipe, STEPS) == reference
-    assert pipe.producer.from_workers >= STEPS - prefetch  # planned by the planner process
+    assert pipe.execution().steps_from_processes >= STEPS - prefetch  # planned by the planner process
     assert set(pipe.stats()["time_s"]) == {"plan", "read", "assemble", "wait"}
   with Pipeline(cfg, prefetch=prefetch, planner_process=True) as pipe:  # without waiting: a seamless hand-over
     assert run(pipe, STEPS) == reference
 
 
-def test_a_planner_without_readers_stays_two_spans_ahead(cfg):
-  # docs/performance.md: one span being read here, one planned; no more until a credit comes back.
-  with Pipeline(cfg, prefetch=0, planner_process=True) as pipe:
-    producer = ready(pipe).producer
-    producer._start(producer.last_state)
-    deadline = time.monotonic() + 30
-    while producer.spans < 2 and time.monotonic() < deadline:
-      producer._forward(wait=False)
-      time.sleep(0.01)
-    time.sleep(0.5)  # time enough to plan many more spans if it were not held back
-    producer._forward(wait=False)
-    assert producer.spans == 2
-    assert run(pipe, 1)  # the first span's single step closes it: a credit, one more span
-    producer._forward(wait=True)
-    assert producer.spans == 3
+def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
+  """docs/performance.md: one span being read here, one planned; no more until a credit comes back.
+  The planner's own loop, driven step by step: the order of events, no waiting on a clock."""
+  parts = open_parts(PipelineSpec(cfg))
+  ours, theirs = multiprocessing.Pipe()
+  spec = WorkerSpec(PLANNER, 0, 0, -1, 2, 1, {f"{r}x{s}": list(range(r)) for r, s in cfg.row_shapes()}, 600)
+  role = _Planning(theirs, cfg, spec, parts)
+  try:
+    role.generation = 0
+    state = encoded_state(state_snapshot(parts.planner, parts.fingerprint, role.recorder))
+    role.start({"state": json.loads(json.dumps(state))})  # as the start message carries it
+
+    def plan_until_waiting() -> int:
+      planned = 0
+      while not role.waiting() and planned < 10:  # (a planner that ignored its credits would go on)
+        role.work()
+        planned += 1
+      return planned
+
+    assert plan_until_waiting() == 2  # its two credits, then it waits
+    for _ in range(3):
+      role.handle({"kind": "credit", "generation": 0}, b"")
+      assert plan_until_waiting() == 1  # each credit: exactly one more span
+    received = []
+    while ours.poll():
+      received.append(json.loads(ours.recv_bytes()))
+      ours.recv_bytes()  # its payload
+    assert [m["kind"] for m in received] == ["span"] * 5
+    steps = [header["step"] for m in received for header in m["steps"]]
+    assert steps == list(range(len(steps)))  # consecutive spans of consecutive steps
+  finally:
+    parts.reader.close()
+    ours.close()
+    theirs.close()
 
 
 def test_a_span_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
@@ -204,7 +223,7 @@ def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, 
   with Pipeline(cfg, prefetch=0, **kind) as pipe:
     ready(pipe)
     assert run(pipe, 3) == reference[:3]
-    victim = pipe.producer.handles[victim_index].process
+    victim = worker_processes(pipe)[victim_index]
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     with pytest.raises(RuntimeError, match=name + r" \(pid \d+\) (exited with code -9|closed its pipe)"):
@@ -212,27 +231,26 @@ def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, 
         next(pipe)
     done = pipe.get_state()["step"]
     assert run(pipe, STEPS - done) == reference[done:]
-    assert pipe.producer.handles[victim_index].process.pid != victim.pid
+    assert worker_processes(pipe)[victim_index].pid != victim.pid
 
 
-def test_a_worker_that_dies_while_starting_is_named_by_wait_ready(cfg):
+def test_a_worker_that_dies_while_starting_is_named_when_waited_for(cfg):
   """Killed before it could open the data (its imports take far longer than
-  the kill): wait_ready raises naming it instead of starting it again and again."""
+  the kill): waiting for it raises naming it instead of starting it again and again."""
   with Pipeline(cfg, prefetch=0, workers=1) as pipe:
-    pipe.producer.spawn()
-    victim = pipe.producer.handles[0].process
+    start_processes(pipe)
+    victim = worker_processes(pipe)[0]
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     with pytest.raises(RuntimeError, match=r"jaxdata planner \(pid \d+\) (exited with code -9|closed its pipe)"):
-      pipe.producer.wait_ready()
+      wait_for_processes(pipe)
 
 
 def test_close_stops_the_workers_and_frees_the_shared_memory(cfg):
   named_before, rings_before, children_before = set(os.listdir("/dev/shm")), _slot_descriptors(), _children()
   pipe = ready(Pipeline(cfg, prefetch=1, workers=2))
-  assert all(h.spec.read_ahead_tokens == READ_AHEAD for h in pipe.producer.handles)
   next(pipe)
-  processes = [h.process for h in pipe.producer.handles]
+  processes = worker_processes(pipe)
   assert len(processes) == 3  # the planner and two readers
   # The slot rings are anonymous: nothing named in /dev/shm, no resource-tracker process.
   assert set(os.listdir("/dev/shm")) == named_before
@@ -266,20 +284,20 @@ def _slot_descriptors() -> list[str]:
 def test_an_unreferenced_pipeline_stops_its_workers(cfg, kind, count):
   pipe = ready(Pipeline(cfg, prefetch=1, **kind))
   next(pipe)
-  processes = [h.process for h in pipe.producer.handles]
+  processes = worker_processes(pipe)
   assert len(processes) == count
   del pipe
   gc.collect()
   assert [p.wait(timeout=10) for p in processes] == [0] * count
 
 
-def test_workers_must_be_a_count_and_exclude_the_read_log(cfg):
+def test_workers_must_be_a_count_and_exclude_recorded_reads(cfg):
   with pytest.raises(ValueError, match="workers: must be an int >= 0, got -1"):
     Pipeline(cfg, workers=-1)
   with pytest.raises(ValueError, match="planner_process: must be True, False or None, got 'yes'"):
     Pipeline(cfg, planner_process="yes")
-  with pytest.raises(ValueError, match="read_log: not available with workers"):
-    Pipeline(cfg, workers=1, read_log=[])
+  with recorded_reads(), pytest.raises(ValueError, match="workers: reads cannot be recorded"):
+    Pipeline(cfg, workers=1)
 
 
 def test_a_worker_that_cannot_open_the_data_is_an_error_then_is_retried(cfg):
@@ -299,9 +317,9 @@ def test_a_worker_that_cannot_open_the_data_is_an_error_then_is_retried(cfg):
           errors += 1
     finally:
       os.rename(path + ".away", path)
-    pipe.producer.wait_ready()
-    before = pipe.producer.from_workers
+    wait_for_processes(pipe)
+    before = pipe.execution().steps_from_processes
     got.extend(run(pipe, 5))
-    assert pipe.producer.from_workers == before + 5  # the new worker made them
+    assert pipe.execution().steps_from_processes == before + 5  # the new worker made them
   with Pipeline(cfg, prefetch=0) as uninterrupted:
     assert got == run(uninterrupted, len(got))  # nothing skipped or repeated

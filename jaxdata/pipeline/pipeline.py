@@ -42,10 +42,11 @@ from jax.sharding import Mesh
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError
-from jaxdata.pipeline.pipeline_parts import open_parts, state_snapshot
+from jaxdata.pipeline.execution import Execution
+from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
-from jaxdata.pipeline.reader import DocumentReader, ReadLog
+from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
@@ -81,7 +82,6 @@ class Pipeline:
       faster (at least one step, at most 64). Output never depends on it.
     read_threads: threads reading one dataset's shards at once (help only on slow storage).
     stats_path: append a JSON line of `stats()` per step (default: the config's).
-    read_log: a list gets (steps, dataset, records) of every in-process read.
     epoch: start at pass `epoch` of every dataset's keyed order (the random
       interleave keyed by it too): a fresh, reproducible order per epoch.
     split: "train", or "eval": each dataset's held-out documents (`holdout`) once.
@@ -91,16 +91,16 @@ class Pipeline:
       self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
       tpu: str | SliceSpec | None = None, prefetch: int = 2, workers: int = 0, planner_process: bool | None = None,
       read_ahead_tokens: int = READ_AHEAD, read_threads: int = 1, stats_path: str | None = None,
-      read_log: ReadLog | None = None, epoch: int = 0, split: str = "train",
+      epoch: int = 0, split: str = "train",
   ) -> None:
-    _check_arguments(prefetch, workers, planner_process, read_ahead_tokens, read_log)
+    _check_arguments(prefetch, workers, planner_process, read_ahead_tokens)
     mesh, data_axes = _mesh_and_axes(tpu, mesh, data_axes)
     sharding = None
     if mesh is not None:  # checked before any file is opened
       sharding = batch_sharding(mesh, data_axes)
       check_rows_divide(cfg, mesh, data_axes)
     spec = PipelineSpec(cfg, split=split, epoch=epoch, read_threads=read_threads)  # what worker processes get too
-    parts = open_parts(spec, read_log)
+    parts = open_parts(spec)
     cfg = parts.cfg
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(),
@@ -111,19 +111,19 @@ class Pipeline:
     self._snapshot = functools.partial(state_snapshot, self.planner, self.fingerprint, self.recorder)
     rows_here, self._output = output_functions(sharding)
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
-    self.producer: StepProducer | WorkerProducer = StepProducer(
+    self._producer: StepProducer | WorkerProducer = StepProducer(
         cfg, self.planner, self.reader, self.recorder, self._rows_here, read_ahead_tokens, self._snapshot,
         aligned=aliases_host_memory(sharding), background_reads=prefetch > 0)
     if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
-        self.producer = WorkerProducer(spec, cfg, workers, self.producer, self.recorder, self.fingerprint,
+        self._producer = WorkerProducer(spec, cfg, workers, self._producer, self.recorder, self.fingerprint,
                                        self._rows_here, prefetch + 1, read_ahead_tokens, self._snapshot(),
                                        fall_back=planner_process is None and not workers)
       except BaseException:  # re-raised: nothing may stay open
         self.reader.close()
         raise
-    self._produce = _producing(self.producer, self._output, self._rows_here, self.recorder)
-    self._resources = _Resources(self.reader, self.producer)
+    self._produce = _producing(self._producer, self._output, self._rows_here, self.recorder)
+    self._resources = _Resources(self.reader, self._producer)
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._finalizer = weakref.finalize(self, self._resources.release)
@@ -142,7 +142,7 @@ class Pipeline:
     started = time.perf_counter()
     try:
       # With workers, steps are made ahead in their shared memory: no thread here.
-      item = self._resources.take(self._produce, 0 if self.producer.makes_steps_ahead else self.prefetch)
+      item = self._resources.take(self._produce, 0 if self._producer.makes_steps_ahead else self.prefetch)
       if isinstance(item, Prepared):
         self.recorder.time(item.stats, "wait", time.perf_counter() - started)
         self.recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
@@ -203,12 +203,16 @@ class Pipeline:
     """The last batch's statistics plus cumulative timings."""
     return self.recorder.stats()
 
+  def execution(self) -> Execution:
+    """Where the steps are made now: worker processes, a fall back to this process, a read thread."""
+    return self._producer.execution()
+
   def _continue_from(self, state: Mapping[str, Any]) -> None:
     self.planner.set_state(state)
     self.recorder.restore(state["tokens_per_source"])
     self._state = self._snapshot()
     self._exhausted = False
-    self.producer.restart(self._state)
+    self._producer.restart(self._state)
 
 
 def _warn_if_no_step(step: int, tokens_per_step: int) -> None:
@@ -243,16 +247,15 @@ def _usable_cores() -> int:
   return os.cpu_count() or 1
 
 
-def _check_arguments(prefetch: int, workers: int, planner_process: bool | None, read_ahead_tokens: int,
-                     read_log: ReadLog | None) -> None:
+def _check_arguments(prefetch: int, workers: int, planner_process: bool | None, read_ahead_tokens: int) -> None:
   if prefetch < 0:
     raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
   if not isinstance(workers, int) or workers < 0:
     raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
   if planner_process is not None and not isinstance(planner_process, bool):
     raise ValueError(f"planner_process: must be True, False or None, got {planner_process!r}")
-  if workers and read_log is not None:
-    raise ValueError("read_log: not available with workers (the reads happen in the worker processes)")
+  if workers and RECORDED_READS.get() is not None:
+    raise ValueError("workers: reads cannot be recorded (`recorded_reads`) when worker processes make them")
   if not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:
     raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
 
@@ -287,7 +290,7 @@ class _Resources:
 
   def __init__(self, reader: DocumentReader, producer: StepProducer | WorkerProducer) -> None:
     self.reader = reader
-    self.producer = producer
+    self._producer = producer
     self.prefetcher: Prefetcher | None = None
     self.stopped: list[Prefetcher] = []  # told to stop, not yet joined (after Ctrl-C)
     self.interrupted = False
@@ -328,5 +331,5 @@ class _Resources:
     if any(thread.is_alive() for thread in threads):
       return  # a stalled read: leave its files to the process's end rather than hang
     self.prefetcher, self.stopped = None, []
-    if self.producer.close(max(0.0, deadline - time.monotonic())):  # False: its read thread is stalled
+    if self._producer.close(max(0.0, deadline - time.monotonic())):  # False: its read thread is stalled
       self.reader.close()

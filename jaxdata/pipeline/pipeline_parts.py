@@ -8,6 +8,7 @@ from the same `PipelineSpec` and must arrive at the same fingerprint::
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from typing import Any, Mapping
 
@@ -40,7 +41,13 @@ class Parts:
   record_starts: list[np.ndarray]  # per dataset: its shards' first records
 
 
-def open_parts(spec: PipelineSpec, read_log: ReadLog | None = None) -> Parts:
+# A list that `open_parts` hands its reader, so that every read made in this process is logged there:
+# set by `jaxdata.testing.recorded_reads`, never by a training run.
+RECORDED_READS: contextvars.ContextVar[ReadLog | None] = contextvars.ContextVar("jaxdata_recorded_reads",
+                                                                               default=None)
+
+
+def open_parts(spec: PipelineSpec) -> Parts:
   """Opens and checks every dataset of the spec's config as its split sees it; on an error nothing stays open."""
   cfg, split = spec.config, spec.split
   datasets: list[Dataset] = []
@@ -64,7 +71,7 @@ def open_parts(spec: PipelineSpec, read_log: ReadLog | None = None) -> Parts:
       cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in planner.stream.cursors],
       [_sampling(ds, d) for ds, d in zip(datasets, cfg.dataset_settings())],
   )
-  return Parts(planner, DocumentReader(datasets, cfg.names, bound, read_log), fingerprint, cfg,
+  return Parts(planner, DocumentReader(datasets, cfg.names, bound, RECORDED_READS.get()), fingerprint, cfg,
                [np.asarray(ds.record_starts) for ds in datasets])
 
 

@@ -36,6 +36,7 @@ import time
 from typing import Any, Callable
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.read_ahead import ReadAhead
 from jaxdata.pipeline.reader import DocumentReader
@@ -130,6 +131,11 @@ class StepProducer:
     arrays = self.assemble_step(ready.item)
     self.recorder.time(ready.stats, "assemble", time.perf_counter() - started)
     return Prepared(arrays, ready.state, ready.stats)
+
+  def execution(self) -> Execution:
+    """Where the steps are made: here (`Pipeline.execution`)."""
+    return Execution(processes=(), steps_from_processes=0, steps_per_reader=(), may_fall_back=False, fell_back=False,
+                     assembles_here=True, read_thread=self.read_ahead is not None)
 
   def assemble_step(self, item: ReadStep) -> dict[str, Any]:
     """A read step's rows (in fresh aligned memory when `aligned`)."""

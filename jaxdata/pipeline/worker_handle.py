@@ -20,7 +20,7 @@ from typing import Any
 from jaxdata.errors import WorkerStartError
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.worker_process import PLANNER, WorkerSpec, send
+from jaxdata.pipeline.worker_process import WorkerSpec, send
 
 __all__ = ["POLL_S", "WorkerHandle", "close_all"]
 
@@ -32,7 +32,7 @@ class WorkerHandle:
 
   def __init__(self, pipeline: PipelineSpec, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
     self.pipeline, self.spec, self.memory = pipeline, spec, memory
-    self.name = "jaxdata planner" if spec.role == PLANNER else f"jaxdata reader {spec.index}"
+    self.name = spec.name
     try:
       ours, theirs = socket.socketpair()
     except OSError as e:  # no descriptor left

@@ -74,6 +74,11 @@ class WorkerSpec:
   read_ahead_tokens: int
 
   @property
+  def name(self) -> str:
+    """The process's name in errors and `Execution.processes`."""
+    return "jaxdata planner" if self.role == PLANNER else f"jaxdata reader {self.index}"
+
+  @property
   def ring_bytes(self) -> int:
     """The size of a reader's slot ring: `slots` steps of every feature, int32."""
     return max(1, self.slots * len(FEATURES) * self.slot_tokens * 4)

@@ -41,6 +41,7 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
+from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
@@ -162,18 +163,14 @@ class WorkerProducer:
       close_all(self.handles)
       raise
 
-  def wait_ready(self, timeout_s: float = 60.0) -> None:
-    """Starts the workers if need be and blocks until every one has opened
-    its files (or raises its error)."""
-    self.spawn()
-    deadline = time.monotonic() + timeout_s
-    self.unexpected_exit = None
-    while not self._workers_ready():
-      if self.unexpected_exit is not None:  # rather than start it again and again
-        raise self.unexpected_exit
-      if time.monotonic() > deadline:
-        raise TimeoutError(f"workers: not ready after {timeout_s} s")
-      time.sleep(0.01)
+  def execution(self) -> Execution:
+    """Where the steps are made now (`Pipeline.execution`)."""
+    if self.fell_back:
+      return dataclasses.replace(self.local.execution(), may_fall_back=True, fell_back=True)
+    return Execution(processes=tuple(spec.name for spec in self.specs), steps_from_processes=self.from_workers,
+                     steps_per_reader=tuple(self.per_reader), may_fall_back=self.fall_back, fell_back=False,
+                     assembles_here=not self.makes_steps_ahead,
+                     read_thread=not self.makes_steps_ahead and self.local.read_ahead is not None)
 
   def produce(self) -> Prepared | Any:
     if self.fell_back:
@@ -182,7 +179,7 @@ class WorkerProducer:
       item = self._produce_here()
       self._starting(self.spawn)
       return item
-    if not self.started and self._starting(self._workers_ready):
+    if not self.started and self._starting(self.workers_ready):
       self._starting(lambda: self._start(self.last_state))
     if not self.started:  # not ready yet (or a worker that died is being replaced)
       return self._produce_here()
@@ -339,7 +336,7 @@ class WorkerProducer:
     self.reading = None
     self.unread.clear()
 
-  def _workers_ready(self) -> bool:
+  def workers_ready(self) -> bool:
     """Whether every worker has opened its files; raises a worker's error
     (once: a worker that exited is started again on the next call)."""
     errors = []
