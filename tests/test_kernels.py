@@ -64,7 +64,8 @@ def test_write_runs_in_c_equals_numpy_on_random_runs(dtype: type) -> None:
     assert c["positions"][d:d + k].tolist() == (list(range(k)) if piece else [0] * k)
 
 
-def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing() -> None:
+@pytest.mark.parametrize("native", [True, False])
+def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing(native: bool) -> None:
   buffer = np.arange(10, dtype=np.uint16)
   flat = {name: np.full(8, -7, np.int32) for name in FEATURES}
   one = np.ones(1, np.int32)
@@ -74,13 +75,13 @@ def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing()
            ((np.array([0]), np.array([0]), np.array([-2])), "length -2")]
   for (src, dst, length), message in cases:
     with pytest.raises(ValueError, match=message):
-      kernels.write_runs(buffer, src, dst, length, one, one, flat, native=True)
+      kernels.write_runs(buffer, src, dst, length, one, one, flat, native=native)
   assert all((flat[name] == -7).all() for name in FEATURES)  # checked before any write
   with pytest.raises(ValueError, match="run_len holds 2 items, expected 1"):
-    kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1, 1]), one, one, flat, native=True)
+    kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1, 1]), one, one, flat, native=native)
   with pytest.raises(ValueError, match="positions holds 4 items, expected 8"):
     kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1]), one, one,
-                       {**flat, "positions": np.zeros(4, np.int32)}, native=True)
+                       {**flat, "positions": np.zeros(4, np.int32)}, native=native)
   with pytest.raises(ValueError, match="buffer kind d is not one of"):
     kernels._native.write_runs(buffer.astype(np.float64), "d", np.array([0]), np.array([0]), np.array([1]), one,
                                one, *flat.values())
@@ -129,31 +130,29 @@ def test_first_fit_refuses_mismatched_sizes_and_rows_below_one() -> None:
 
 
 def test_the_c_loops_release_the_gil() -> None:
-  # A Python thread that only counts can run during a C call only if the call released
-  # the GIL: with it held, the thread is blocked from the call's start to its end (at
-  # most one 5 ms switch interval after the start could still be its own). So it must
-  # have counted at times well inside the call, here its middle half.
-  lengths = np.ones(6_000_000, np.int64)
-  seen: list[float] = []
-  stop = threading.Event()
+  # With a switch interval far longer than the test, a thread gives up the GIL only when it
+  # blocks or a C call releases it. This thread blocks until the other has entered the call;
+  # it can run again before the call returned only if the call released the GIL. An order
+  # of events, not a timing: held, this thread would run only after `returned` is set.
+  lengths = np.ones(20_000_000, np.int64)
+  entered, returned = threading.Event(), threading.Event()
 
-  def count() -> None:
-    while not stop.is_set():
-      seen.append(time.perf_counter())
-
-  thread = threading.Thread(target=count)
-  thread.start()
-  try:
-    time.sleep(0.01)
-    start = time.perf_counter()
+  def call() -> None:
+    entered.set()
     kernels.first_fit_rows(lengths, None, 4096, 10**9, native=True)
-    end = time.perf_counter()
-  finally:
-    stop.set()
+    returned.set()
+
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1000.0)
+  try:
+    thread = threading.Thread(target=call)
+    thread.start()
+    entered.wait()
+    ran_during_the_call = not returned.is_set()
     thread.join()
-  quarter = (end - start) / 4
-  assert end - start > 0.02, "the call was too short to tell"
-  assert any(start + quarter < t < end - quarter for t in seen)
+  finally:
+    sys.setswitchinterval(interval)
+  assert returned.is_set() and ran_during_the_call
 
 
 def batches_digest(native: str) -> str:

@@ -69,8 +69,9 @@ def write_runs(
     )
     return
   grid = flat["tokens"].size
+  _check_runs(buffer.size, grid, run_src, run_dst, run_len, run_segment, run_source, flat)
   # Every slot i of a run reads src = i - the run's start + the run's first source slot; the
-  # gather takes intp indices in "clip" mode (no bounds pass: the caller checked the runs).
+  # gather takes intp indices in "clip" mode (the runs were checked above).
   src = np.repeat(run_src - run_dst, run_len)
   src += _grid_slots(grid, np.intp)
   if buffer.dtype == np.int32:
@@ -87,6 +88,27 @@ def write_runs(
   positions = _grid_slots(grid, slot_dtype) - np.repeat(run_dst.astype(slot_dtype), run_len)
   positions *= flat["loss_mask"]
   flat["positions"][...] = positions
+
+
+_RUN_NAMES = ("run_dst", "run_len", "run_segment", "run_source")
+_FEATURE_NAMES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
+
+
+def _check_runs(buffer_size: int, grid: int, run_src: np.ndarray, run_dst: np.ndarray, run_len: np.ndarray,
+                run_segment: np.ndarray, run_source: np.ndarray, flat: dict[str, np.ndarray]) -> None:
+  """What the C loop refuses, refused in the same words before anything is written."""
+  for name, values in zip(_RUN_NAMES, (run_dst, run_len, run_segment, run_source)):
+    if np.size(values) != np.size(run_src):
+      raise ValueError(f"write_runs: {name} holds {np.size(values)} items, expected {np.size(run_src)}")
+  for name in _FEATURE_NAMES:
+    if flat[name].size != grid:
+      raise ValueError(f"write_runs: {name} holds {flat[name].size} items, expected {grid}")
+  src, dst, length = (np.asarray(a, np.int64) for a in (run_src, run_dst, run_len))
+  outside = (length < 0) | (dst < 0) | (src < 0) | (dst > grid - length) | (src > buffer_size - 1 - length)
+  if outside.any():
+    r = int(np.argmax(outside))
+    raise ValueError(f"write_runs: run {r} (src {src[r]}, dst {dst[r]}, length {length[r]}) lies outside the "
+                     f"buffer ({buffer_size} tokens) or the grid ({grid} slots)")
 
 
 def first_fit_rows(
