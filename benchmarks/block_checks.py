@@ -25,7 +25,6 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import object_store  # noqa: E402 -- the tests' local object stores
-
 from jaxdata.sources.block_sums import BLOCK_BYTES  # noqa: E402
 from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
 from jaxdata.sources.opening import open_dataset  # noqa: E402

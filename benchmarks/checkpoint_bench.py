@@ -19,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from benchmarks.make_corpus import make_corpus
 from benchmarks.pipeline_throughput import grain_dataset, jaxdata_config

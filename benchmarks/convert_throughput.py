@@ -23,13 +23,14 @@ import os
 import resource
 import shutil
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.beam_runner import convert_with_beam
 
 WORDS = np.array("the of and to in is was for on that with as by at from his her it an were are which this be or "
                  "had not but first one their its new after who they have two has been other when there all during "
@@ -104,16 +105,17 @@ def main() -> None:
         f"in all; {os.cpu_count()} cores")
   outputs = os.path.join(args.out, "outputs")
   shutil.rmtree(outputs, ignore_errors=True)
+  beam_args = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
   for kind, source in (("large", large), ("small", small)):
     for workers in (1, 2):
       out = os.path.join(outputs, f"{kind}-local-{workers}")
       options = ConvertOptions(workers=workers)
       print(measure(f"{kind} file(s), local, {workers} worker(s)",
-                    lambda progress: convert([source], out, "bench", options, progress), sizes[kind]), flush=True)
+                    lambda progress, source=source, out=out, options=options: convert([source], out, "bench", options, progress), sizes[kind]), flush=True)
     out = os.path.join(outputs, f"{kind}-beam")
-    beam_args = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
     print(measure(f"{kind} file(s), Beam DirectRunner x2",
-                  lambda progress: convert_with_beam([source], out, "bench", ConvertOptions(), beam_args), sizes[kind]),
+                  lambda progress, source=source, out=out: convert_with_beam([source], out, "bench", ConvertOptions(),
+                                                                                beam_args), sizes[kind]),
           flush=True)
     print(f"   Beam output byte-identical to the local one: {same_files(out, os.path.join(outputs, f'{kind}-local-2'))}")
 

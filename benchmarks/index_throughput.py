@@ -18,9 +18,9 @@ import argparse
 import time
 import tracemalloc
 
+import grain.python as grain
 import numpy as np
 from absl import flags
-import grain.python as grain
 
 from benchmarks.make_corpus import make_corpus
 from jaxdata import DatasetMeta, DatasetOrder, DocumentStream, PipelineConfig, ShuffleOptions

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Callable
+from collections.abc import Callable
 
+import grain.python as grain
 import numpy as np
 from absl import flags
-import grain.python as grain
 
 from benchmarks.make_corpus import make_corpus
 from jaxdata import ReadOptions, TokenDataset

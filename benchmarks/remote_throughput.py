@@ -27,9 +27,8 @@ import numpy as np
 from benchmarks.make_corpus import make_corpus
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-import object_store  # noqa: E402 -- the tests' local object stores
-
 import jaxdata  # noqa: E402
+import object_store  # noqa: E402 -- the tests' local object stores
 
 TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
 STEPS = 1640  # two passes of books (6.3M tokens at 12% of 65,536 per step), more of the others

@@ -15,7 +15,8 @@ and `lazy_module` as imports, so the layering rule covers them too.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = ["LazyModule", "lazy_exports", "lazy_module"]
 

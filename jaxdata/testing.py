@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS

@@ -8,7 +8,8 @@ it produced, as a list of comparable items.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 
 def assert_restores_exactly(

@@ -27,7 +27,8 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +45,8 @@ def write_data(root: str) -> dict[str, str]:
   """Three coded ArrayRecord datasets (pass ends come within STEPS), flat and Megatron files."""
   sys.path.insert(0, os.path.dirname(__file__))
   from flat_fixtures import random_documents, write_flat, write_megatron  # noqa: PLC0415 -- tests/ on the path
-  from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415
   from jaxdata.sources.flat_index import build_flat_index  # noqa: PLC0415
+  from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415
 
   rng = np.random.default_rng(29)
   data = {}

@@ -26,7 +26,8 @@ import signal
 import sys
 import tempfile
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
@@ -34,13 +35,13 @@ from array_record.python.array_record_module import ArrayRecordWriter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jaxdata  # noqa: E402
+from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron  # noqa: E402
 from jaxdata.checkpoint import seal  # noqa: E402
 from jaxdata.cli import main as cli  # noqa: E402
-from jaxdata.research.mixing import doremi_average  # noqa: E402
 from jaxdata.demo.ablate import load_candidate  # noqa: E402
 from jaxdata.integrations.maxtext import maxtext_config  # noqa: E402
+from jaxdata.research.mixing import doremi_average  # noqa: E402
 from jaxdata.sources.fileutil import claim_directory, clear_claimed  # noqa: E402
-from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron  # noqa: E402
 from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
 from jaxdata.sources.opening import open_dataset  # noqa: E402
 from pipeline_fixtures import write_coded_dataset  # noqa: E402
@@ -352,7 +353,7 @@ CASES = [
             json.dumps({"web": {"path": f"{r}/*.array_record", "weight": [1]}})) and os.path.join(r, "m.json"))}),
          jaxdata.ConfigError, "weight of 'web'"),
     Case("a list as an ablate candidate weight", lambda r: load_candidate(
-        (open(os.path.join(r, "c.yaml"), "w").write("name: x\nweights: {a: [1]}\n") and os.path.join(r, "c.yaml"))),
+        open(os.path.join(r, "c.yaml"), "w").write("name: x\nweights: {a: [1]}\n") and os.path.join(r, "c.yaml")),
          jaxdata.ConfigError, "weight of 'a'"),
     Case("plan --hosts 1000000000", lambda r: _cli("plan", _small_config(r), "--hosts", "1000000000", "--tokens", "1M"),
          CliError, "1000000000 hosts"),

@@ -8,7 +8,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import boto3
 from google.auth.credentials import AnonymousCredentials

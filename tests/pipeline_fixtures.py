@@ -17,7 +17,6 @@ import numpy as np
 
 from jaxdata import DatasetWriter, PipelineConfig
 
-
 FIRST_CODE = 512
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 

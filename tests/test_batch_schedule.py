@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import yaml
 
+from checkpoint_property import assert_restores_exactly
 from jaxdata import CheckpointError, Pipeline, PipelineConfig, load_config
 from jaxdata.tools.exposure import plan_run
-from checkpoint_property import assert_restores_exactly
-from pipeline_fixtures import rebuilt_batch, digest, free_port, run_workers, write_coded_dataset
+from pipeline_fixtures import digest, free_port, rebuilt_batch, run_workers, write_coded_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 

@@ -18,6 +18,7 @@ from jaxdata import CheckpointError, Pipeline
 from jaxdata.checkpoint import seal
 from pipeline_fixtures import FIRST_CODE, coded_config, decode, digest, write_coded_dataset
 
+
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory):
   rng = np.random.default_rng(8)

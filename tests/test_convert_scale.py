@@ -20,10 +20,10 @@ import zstandard
 
 from jaxdata import InputFormatError, TokenDataset
 from jaxdata.cli import main
+from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.shard_jobs import plan_shards
-from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.tokenizers import ByteTokenizer
 from jaxdata.conversion.work_units import plan_units
 from jaxdata.sources.writer import DatasetWriter
@@ -190,7 +190,7 @@ def test_a_normalising_tokenizer_is_warned_and_the_roundtrip_check_counts_mismat
 
 def test_plan_shards_matches_the_writer_on_random_lengths():
   rng = np.random.default_rng(0)
-  for trial in range(30):
+  for _ in range(30):
     lengths = rng.integers(1, 60, int(rng.integers(1, 300)))
     shard_bytes = int(rng.integers(1, 400))
     out = tempfile.mkdtemp()

@@ -12,15 +12,13 @@ import numpy as np
 import pytest
 import yaml
 
-from jaxdata.tools.exposure import simulate_end
-
 from jaxdata import DatasetMeta, Pipeline, PipelineConfig, load_config
 from jaxdata.cli import main
-from jaxdata.tools.audit import audit, audit_plans
-from jaxdata.tools.exposure import exposure, parse_tokens, schedule_exposure
-from jaxdata.research.mixing import doremi_average, doremi_round, doremi_update, importance_weights, per_source_loss
 from jaxdata.config.schedule import Schedule
 from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.research.mixing import doremi_average, doremi_round, doremi_update, importance_weights, per_source_loss
+from jaxdata.tools.audit import audit, audit_plans
+from jaxdata.tools.exposure import exposure, parse_tokens, schedule_exposure, simulate_end
 from pipeline_fixtures import coded_config, fresh_python, write_coded_dataset
 
 # ------------------------------------------------------------------ exposure

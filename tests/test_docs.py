@@ -15,15 +15,15 @@ import yaml
 
 from jaxdata import Pipeline, load_config
 from jaxdata.config import (
-    BatchConfig,
-    DatasetConfig,
-    MixtureConfig,
-    PackingConfig,
-    Phase,
-    PipelineConfig,
-    WarmupPhase,
+  BatchConfig,
+  DatasetConfig,
+  MixtureConfig,
+  PackingConfig,
+  Phase,
+  PipelineConfig,
+  WarmupPhase,
+  schema,
 )
-from jaxdata.config import schema
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = os.path.join(REPO, "docs", "configuration.md")

@@ -7,12 +7,13 @@ import json
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from jaxdata import Pipeline, load_config, InputFormatError
-from jaxdata.pipeline.stats import MAX_LISTED_SHARDS, _ShardNumbering
+from jaxdata import InputFormatError, Pipeline, load_config
 from jaxdata.cli import main
 from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.stats import MAX_LISTED_SHARDS, _ShardNumbering
 from jaxdata.tools.doctor import diagnose, load_losses
 from jaxdata.tools.report import load_stats
 from pipeline_fixtures import write_coded_dataset

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
-import crash_trials
 import numpy as np
 import pytest
 
+import crash_trials
 from jaxdata import Pipeline, load_config
-from pipeline_fixtures import rebuilt_batch, free_port, run_workers
+from pipeline_fixtures import free_port, rebuilt_batch, run_workers
 
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 SAVE_AT = 3

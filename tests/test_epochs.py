@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxdata.testing import wait_for_processes
 from jaxdata import Pipeline, PipelineConfig
 from jaxdata.mixture.stream import DocumentStream
+from jaxdata.testing import wait_for_processes
 from pipeline_fixtures import coded_config, decode, digest
 
 

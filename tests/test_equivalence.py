@@ -31,8 +31,7 @@ def local_data(tmp_path_factory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def stores(local_data):
   """Both object stores, with d0, d1 and the Megatron files uploaded (their endpoints in os.environ)."""
-  for running in object_store.servers():
-    yield running
+  yield from object_store.servers()
 
 
 def data_for(feature: matrix.Feature, data: dict[str, str], request: Any) -> dict[str, str]:

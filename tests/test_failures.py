@@ -18,6 +18,7 @@ import pytest
 from jaxdata import Pipeline, PipelineConfig, PipelineDataset, TokenDataset
 from pipeline_fixtures import coded_config, digest
 
+
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory) -> PipelineConfig:
   rng = np.random.default_rng(5)

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+from checkpoint_property import assert_restores_exactly
+from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron
 from jaxdata import DatasetError, Pipeline, PipelineConfig
 from jaxdata.cli import main
 from jaxdata.sources.dataset import ReadOptions
@@ -20,8 +22,6 @@ from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.manifest import Manifest
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.sampling_windows import WindowOptions
-from checkpoint_property import assert_restores_exactly
-from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron
 from pipeline_fixtures import digest, write_coded_dataset
 
 EOS = 0

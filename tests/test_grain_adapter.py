@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import grain
-from absl import flags
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from absl import flags
 
 from jaxdata.pipeline.grain import PipelineDataset
 from pipeline_fixtures import coded_config

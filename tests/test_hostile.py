@@ -10,11 +10,12 @@ import random
 import subprocess
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxdata
-from jaxdata.cli import main
 from hostile_cases import CASES, _pipeline_state, run_case
+from jaxdata.cli import main
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxdata import ConfigError, Pipeline, PipelineConfig
 from checkpoint_property import assert_restores_exactly
+from jaxdata import ConfigError, Pipeline, PipelineConfig
 from pipeline_fixtures import coded_config, digest
 
 

@@ -6,12 +6,13 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jaxdata import DatasetMeta, DatasetOrder, DocumentStream, PipelineConfig, ShuffleOptions
 from jaxdata.config import DatasetSettings
-from jaxdata.order.feistel import derive_key
 from jaxdata.order import permutation
+from jaxdata.order.feistel import derive_key
 from jaxdata.order.permutation import permute
 from jaxdata.pipeline.planner import StepPlanner
 from pipeline_fixtures import coded_config

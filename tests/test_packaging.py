@@ -8,8 +8,8 @@ import sys
 import zipfile
 
 import jaxdata
-import jaxdata.transforms
 import jaxdata.tpu_configs
+import jaxdata.transforms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -7,18 +7,20 @@ import json
 import jax
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.sharding import Mesh
 
 from checkpoint_property import assert_restores_exactly
-from jaxdata.testing import prefetched_steps, recorded_reads, wait_for_processes
-from jaxdata import DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts, DatasetError
+from jaxdata import DatasetError, DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
 from jaxdata.pipeline import sharding as sharding_module
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.pipeline.sharding import batch_sharding, global_arrays, local_rows
+from jaxdata.testing import prefetched_steps, recorded_reads, wait_for_processes
 from jaxdata.transforms.packing import balanced_rows
 from jaxdata.transforms.pieces import Pieces
 from pipeline_fixtures import FEATURES, FIRST_CODE, code, coded_config, decode, digest
+
 
 def all_batches(pipe: Pipeline) -> list[dict[str, np.ndarray]]:
   return [{k: np.asarray(v) for k, v in b.items()} for b in pipe]

@@ -18,22 +18,21 @@ import yaml
 import zstandard
 
 import object_store
-from flat_fixtures import random_documents, write_flat, write_megatron
 import test_multihost
-from jaxdata.testing import wait_for_processes
-from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
-from jaxdata import TokenDataset, load_config
-from jaxdata.sources.flat_index import build_flat_index
-from jaxdata.sources.opening import open_dataset
-from jaxdata.sources import remote as remote_module
-from jaxdata.sources.remote import CacheOptions, RemotePath
-from jaxdata.sources.stores import open_store
-from jaxdata.pipeline import reader as reader_module
-from jaxdata.pipeline.planner import StepPlanner
-from jaxdata.tools.cache_plan import cache_needs, cache_warnings
+from flat_fixtures import random_documents, write_flat, write_megatron
+from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig, TokenDataset, load_config
+from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.beam_runner import convert_with_beam
+from jaxdata.pipeline import reader as reader_module
+from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.sources import remote as remote_module
+from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.remote import CacheOptions, RemotePath
+from jaxdata.sources.stores import open_store
+from jaxdata.testing import wait_for_processes
+from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
 
 STEPS = 200

@@ -10,7 +10,8 @@ import shutil
 import numpy as np
 import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jaxdata import DatasetError, DatasetWriter, Manifest, ReadOptions, TokenDataset, build_index
 from jaxdata.cli import main

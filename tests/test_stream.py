@@ -6,7 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from checkpoint_property import assert_restores_exactly
 from jaxdata import ConfigError, DatasetMeta, DatasetWriter, DocumentStream, PipelineConfig

@@ -6,12 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jaxdata import CheckpointError, ConfigError, DatasetOrder, Pipeline, PipelineConfig, ShuffleOptions
 from jaxdata.order.streaming import ShardLanes
-from null_statistics import chi_square_quantile
 from jaxdata.tools.cache_plan import cache_needs, lru_fetched, thrash_threshold
+from null_statistics import chi_square_quantile
 from pipeline_fixtures import coded_config, write_coded_dataset
 
 shard_counts = st.lists(st.integers(0, 60), min_size=1, max_size=12).filter(lambda c: sum(c) > 0)

@@ -10,17 +10,17 @@ import pytest
 import yaml
 from scipy import stats
 
-from jaxdata.testing import wait_for_processes
+from checkpoint_property import assert_restores_exactly
+from flat_fixtures import random_documents, write_flat
 from jaxdata import ConfigError, Pipeline, PipelineConfig
 from jaxdata.mixture.stream import load_metadata
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.sampling_windows import WindowOptions
+from jaxdata.testing import wait_for_processes
 from jaxdata.tools.audit import audit
 from jaxdata.tools.exposure import expected_unique_fraction, plan_run
 from jaxdata.tools.mixture_checks import stored_order_warnings
-from checkpoint_property import assert_restores_exactly
-from flat_fixtures import random_documents, write_flat
 from pipeline_fixtures import digest, free_port, rebuilt_batch, run_workers, write_coded_dataset
 
 T = 4

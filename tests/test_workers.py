@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
+from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetError, Pipeline, PipelineConfig
 from jaxdata.pipeline.pipeline_parts import open_parts, state_snapshot
-from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.planner import StepPlanner, encoded_state
-from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.read_spans import assemble, decode_span, encode_span, plan_span, read_span
+from jaxdata.pipeline.spec import PipelineSpec
+from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.worker_process import PLANNER, WorkerSpec, _Planning
 from jaxdata.testing import recorded_reads, start_processes, wait_for_processes, worker_processes
-from checkpoint_property import assert_restores_exactly
 from pipeline_fixtures import coded_config, digest
 
 STEPS = 24

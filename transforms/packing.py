@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 

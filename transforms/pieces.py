@@ -11,7 +11,8 @@ import base64
 import dataclasses
 import json
 import zlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,17 +39,17 @@ class Pieces:
     return int(self.length.size)
 
   @classmethod
-  def empty(cls) -> "Pieces":
+  def empty(cls) -> Pieces:
     return cls(*(np.zeros(0, np.int64) for _ in _FIELDS))
 
   @classmethod
-  def concatenate(cls, parts: Sequence["Pieces"]) -> "Pieces":
+  def concatenate(cls, parts: Sequence[Pieces]) -> Pieces:
     parts = [p for p in parts if len(p)]
     if not parts:
       return cls.empty()
     return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
 
-  def take(self, index: np.ndarray) -> "Pieces":
+  def take(self, index: np.ndarray) -> Pieces:
     return Pieces(*(getattr(self, f)[index] for f in _FIELDS))
 
   def to_json(self) -> str:
@@ -60,7 +61,7 @@ class Pieces:
     return base64.b64encode(zlib.compress(json.dumps(flat, separators=(",", ":")).encode(), 9)).decode()
 
   @classmethod
-  def from_json(cls, encoded: Any, doc_length_of: Any, max_pieces: int) -> "Pieces":
+  def from_json(cls, encoded: Any, doc_length_of: Any, max_pieces: int) -> Pieces:
     """Inverse of `to_json`; `doc_length_of(dataset, record)` gives doc
     lengths (arrays). More than `max_pieces` pieces is an error, found while
     decompressing: a small crafted string cannot expand to gigabytes."""

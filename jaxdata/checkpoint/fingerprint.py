@@ -14,7 +14,8 @@ on purpose: changing them on resume is allowed (cursors carry over).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.order.dataset_order import DatasetOrder

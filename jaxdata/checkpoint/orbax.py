@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import orbax.checkpoint as ocp
 from etils import epath

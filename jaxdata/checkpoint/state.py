@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from jaxdata.checkpoint.fingerprint import describe_changes
 from jaxdata.config.batch import BatchConfig

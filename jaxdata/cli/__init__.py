@@ -12,11 +12,11 @@ import argparse
 import os
 import re
 import sys
-from typing import Sequence
-
+from collections.abc import Sequence
 
 from jaxdata import __version__
-from jaxdata.cli import convert as convert_command, data, demo, planning
+from jaxdata.cli import convert as convert_command
+from jaxdata.cli import data, demo, planning
 from jaxdata.cli.output import Console, flag_words
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
 

@@ -6,7 +6,6 @@ import argparse
 import shlex
 from typing import Any
 
-
 from jaxdata.cli.output import Console, flag_words, progress_bar
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert as convert_files

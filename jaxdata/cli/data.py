@@ -6,13 +6,12 @@ import argparse
 import json
 from typing import Any
 
-
 from jaxdata.cli.output import Console, Table, show
-from jaxdata.sources.opening import open_dataset
+from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, group_by_directory
+from jaxdata.sources.opening import open_dataset
 from jaxdata.tools.summary import summarize
-from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
 
 __all__ = ["index", "inspect"]
 

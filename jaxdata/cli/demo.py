@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 
-
 from jaxdata._lazy import lazy_module
 from jaxdata.cli.output import Console, Table, show
 from jaxdata.demo import DEVICES, default_cache_dir, xla_flags

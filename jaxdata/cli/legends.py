@@ -9,7 +9,8 @@ Printed under the tables (not with `--json`), wrapped to the terminal::
 from __future__ import annotations
 
 import textwrap
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["MESH_LEGEND", "PLAN_LEGEND", "SAMPLING_WINDOWS_LEGEND", "print_legend"]
 

@@ -104,7 +104,7 @@ class _PlainProgress:
   def __init__(self, disable: bool) -> None:
     self.disable, self.tasks, self.shown = disable, {}, 0.0
 
-  def __enter__(self) -> "_PlainProgress":
+  def __enter__(self) -> _PlainProgress:
     return self
 
   def __exit__(self, *exc: object) -> None:

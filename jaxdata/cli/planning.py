@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 
-
 from jaxdata._lazy import lazy_module
 from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, SAMPLING_WINDOWS_LEGEND, print_legend
 from jaxdata.cli.output import Console, Table, show

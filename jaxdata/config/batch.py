@@ -100,7 +100,7 @@ class BatchConfig:
     return int(max((p.until_step for p in self.schedule), default=0))
 
   @classmethod
-  def from_description(cls, value: Any) -> "BatchConfig":
+  def from_description(cls, value: Any) -> BatchConfig:
     """The schedule a fingerprint recorded (an int, or `describe()`'s string); ValueError if not one.
 
     >>> BatchConfig.from_description("64<100,128<200,256").size_at(150)
@@ -119,7 +119,7 @@ class BatchConfig:
     return cls(global_batch_size=int(final), schedule=tuple(
         BatchPhase(int(p.split("<")[1]), int(p.split("<")[0])) for p in phases))
 
-  def agrees_before(self, other: "BatchConfig", step: int) -> bool:
+  def agrees_before(self, other: BatchConfig, step: int) -> bool:
     """Whether both give the same size at every step before `step`."""
     last = min(step, max(self.changes_until, other.changes_until) + 1)
     return all(self.size_at(s) == other.size_at(s) for s in range(last)) and (

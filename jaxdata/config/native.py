@@ -12,7 +12,7 @@ False
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 __all__ = ["native_wanted"]
 

@@ -18,27 +18,28 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from jaxdata.config.resolve import DatasetDefaults, DatasetSettings, resolve_dataset
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.schema import (
-    EXHAUSTED_POLICIES,
-    BatchConfig,
-    INHERIT,
-    DatasetConfig,
-    MixtureConfig,
-    PackingConfig,
-    Phase,
+  EXHAUSTED_POLICIES,
+  INHERIT,
+  BatchConfig,
+  DatasetConfig,
+  MixtureConfig,
+  PackingConfig,
+  Phase,
 )
 from jaxdata.config.validate import (
-    check_block_size,
-    check_bool,
-    check_choice,
-    check_int,
-    mapping,
-    no_unknown_keys,
-    short,
+  check_block_size,
+  check_bool,
+  check_choice,
+  check_int,
+  mapping,
+  no_unknown_keys,
+  short,
 )
 from jaxdata.errors import ConfigError
 
@@ -251,7 +252,7 @@ class PipelineConfig:
     return _plain(self)
 
   @classmethod
-  def from_dict(cls, raw: Any, base_dir: str | None = None) -> "PipelineConfig":
+  def from_dict(cls, raw: Any, base_dir: str | None = None) -> PipelineConfig:
     """Builds from parsed YAML / JSON; unknown keys are errors naming the key.
 
     Relative dataset paths, `stats_path` and `cache_dir` are taken relative to `base_dir`

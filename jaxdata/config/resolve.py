@@ -27,7 +27,8 @@ dataset at the same level is a `ConfigError` (a top-level
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from jaxdata.config.schema import INHERIT, DatasetConfig
 from jaxdata.config.validate import check_open_shards

@@ -16,8 +16,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from jaxdata.config.validate import is_int, require_keys, short, weight
 from jaxdata.errors import ConfigError
@@ -91,7 +92,7 @@ class Schedule:
       names: Sequence[str],
       phases: Sequence[tuple[Mapping[str, Any], int | None, int]],
       where: str = "mixture",
-  ) -> "Schedule":
+  ) -> Schedule:
     """Builds from (weights, until_step, ramp_steps) per phase, validating each."""
     if not phases:
       raise ConfigError(f"{where}: a schedule needs at least one phase")

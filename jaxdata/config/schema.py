@@ -12,19 +12,20 @@ is described in docs/configuration.md.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+from jaxdata.config.batch import BatchConfig, BatchPhase, BatchRamp
 from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.validate import (
-    build,
-    check_block_size,
-    check_bool,
-    check_choice,
-    check_int,
-    MAX_ID,
-    short,
+  MAX_ID,
+  build,
+  check_block_size,
+  check_bool,
+  check_choice,
+  check_int,
+  short,
 )
-from jaxdata.config.batch import BatchConfig, BatchPhase, BatchRamp
 from jaxdata.errors import ConfigError
 
 __all__ = [

@@ -19,7 +19,8 @@ import difflib
 import math
 import numbers
 import reprlib
-from typing import Any, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from jaxdata.errors import ConfigError
 

@@ -24,22 +24,23 @@ import os
 import shutil
 import tempfile
 import uuid
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.output import prepare_output
+from jaxdata.conversion.remote_inputs import set_options
+from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
+from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, unit_size
+from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
+from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.errors import optional_module
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import shard_file_names
-from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.output import prepare_output
-from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, unit_size
-from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
-from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
-from jaxdata.conversion.remote_inputs import set_options
-from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
-from jaxdata.conversion.work_units import WorkUnit, plan_units
 
 __all__ = ["convert_with_beam"]
 

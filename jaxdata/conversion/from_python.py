@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
+from jaxdata.conversion.output import prepare_output
+from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.manifest import Manifest
 from jaxdata.sources.writer import DatasetWriter
-from jaxdata.conversion.output import prepare_output
-from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 
 __all__ = ["from_hf_dataset", "from_iterable"]
 

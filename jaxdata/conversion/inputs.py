@@ -15,12 +15,13 @@ import json
 import os
 import re
 import zlib
-from typing import IO, Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import IO, Any
 
-from jaxdata.errors import InputFormatError, installed_module, optional_module
-from jaxdata.sources.stores import is_remote
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
 from jaxdata.conversion.remote_inputs import list_remote, matches, open_remote, remote_sizes
+from jaxdata.errors import InputFormatError, installed_module, optional_module
+from jaxdata.sources.stores import is_remote
 
 __all__ = [
     "COMPRESSED_SUFFIXES",

@@ -21,7 +21,8 @@ import concurrent.futures
 import multiprocessing
 import os
 import tempfile
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,7 +6,7 @@ Light on purpose (no reader is imported), so the CLI builds its parser from it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from jaxdata.conversion.tokenizers import TokenizerSpec
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from typing import IO, Any, Sequence
+from collections.abc import Sequence
+from typing import IO, Any
 
 from jaxdata.errors import optional_module
 

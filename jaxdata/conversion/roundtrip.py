@@ -9,15 +9,15 @@ and compares each with the decoded tokens of its record.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from jaxdata.sources.dataset import TokenDataset
-from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.inputs import InvalidLog, detect_format, expand_inputs
+from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import load_tokenizer
 from jaxdata.conversion.work_units import iter_unit_documents, plan_units
+from jaxdata.sources.dataset import TokenDataset
 
 __all__ = ["RoundtripReport", "check_roundtrip"]
 

@@ -14,7 +14,7 @@ fed the same documents in order.
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter

@@ -88,7 +88,7 @@ class TokenizerSpec:
       raise ValueError(f"tokenizer path: a {self.kind} tokenizer needs a model file")
 
   @classmethod
-  def parse(cls, text: str) -> "TokenizerSpec":
+  def parse(cls, text: str) -> TokenizerSpec:
     if text == "byte":
       return cls("byte")
     prefix, sep, rest = text.partition(":")

@@ -18,11 +18,10 @@ at each cut; it runs before tokenizing and reports its progress.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
-
+from jaxdata.conversion.inputs import InvalidLog, arrow, file_sizes, is_compressed, iter_documents, open_binary
 from jaxdata.sources.stores import is_remote
-from jaxdata.conversion.inputs import InvalidLog, arrow, file_sizes, iter_documents, is_compressed, open_binary
 
 __all__ = ["SCAN_BLOCK", "WorkUnit", "iter_unit_documents", "plan_units"]
 

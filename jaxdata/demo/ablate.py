@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,8 +26,8 @@ import numpy as np
 import yaml
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.demo import model
 from jaxdata.config.validate import weight
+from jaxdata.demo import model
 from jaxdata.errors import ConfigError
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest

@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import json
 import os
+import pydoc_data.topics
 import re
 import sysconfig
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
-import pydoc_data.topics
 
+from jaxdata.conversion.local_runner import convert
+from jaxdata.conversion.options import ConvertOptions
 from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import TokenDataset
 from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.sources.manifest import MANIFEST_NAME
-from jaxdata.conversion.local_runner import convert
-from jaxdata.conversion.options import ConvertOptions
 
 __all__ = ["Log", "OWNER", "build_demo_corpus"]
 

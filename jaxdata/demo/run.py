@@ -34,11 +34,11 @@ from jaxdata.config.loading import load_config
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.demo import DEVICES, default_cache_dir, model, xla_flags
 from jaxdata.demo.corpus import OWNER, Log, build_demo_corpus
-from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.errors import optional_module
 from jaxdata.pipeline.pipeline import Pipeline
-from jaxdata.tools.audit import audit
+from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.sources.manifest import Manifest
+from jaxdata.tools.audit import audit
 
 __all__ = ["DemoResult", "demo_config", "resume_check", "run_demo"]
 

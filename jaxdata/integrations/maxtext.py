@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -197,7 +198,7 @@ class MaxTextPipeline:
   def close(self) -> None:
     self.pipeline.close()
 
-  def __enter__(self) -> "MaxTextPipeline":
+  def __enter__(self) -> MaxTextPipeline:
     return self
 
   def __exit__(self, *exc: object) -> None:

@@ -35,8 +35,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class Segment:
         for d, w, c, c0 in zip(self.deficits, self.weights, taken, self.taken)
     ]
 
-  def then(self, step: int, units: int, taken: Sequence[int], weights: Sequence[Fraction]) -> "Segment":
+  def then(self, step: int, units: int, taken: Sequence[int], weights: Sequence[Fraction]) -> Segment:
     """The segment that starts now with `weights`, carrying the deficits exactly."""
     integers, scale = scale_weights(weights)
     common = math.lcm(scale, self.scale)
@@ -105,7 +106,7 @@ class Segment:
             "deficits": list(self.deficits), "taken": list(self.taken)}
 
   @classmethod
-  def from_json(cls, raw: Any, size: int) -> "Segment":
+  def from_json(cls, raw: Any, size: int) -> Segment:
     try:
       segment = cls(
           step=raw["step"], start=raw["start"], scale=raw["scale"], weights=list(raw["weights"]),

@@ -7,15 +7,15 @@ window datasets): planning never reads a token.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
-from jaxdata.sources.lengths import ConstantLengths, DocumentLengths
 from jaxdata.mixture.holdout import split_view
 from jaxdata.sources.dataset import ReadOptions
+from jaxdata.sources.lengths import ConstantLengths, DocumentLengths
 from jaxdata.sources.opening import Dataset, open_dataset
 from jaxdata.sources.remote import CacheOptions, default_cache_options
 from jaxdata.sources.sampling_windows import WindowOptions, WindowView
@@ -47,7 +47,7 @@ class DatasetMeta:
     return int(self.lengths.sum()) if self.pass_tokens is None else self.pass_tokens
 
   @classmethod
-  def from_dataset(cls, dataset: Dataset) -> "DatasetMeta":
+  def from_dataset(cls, dataset: Dataset) -> DatasetMeta:
     if not isinstance(dataset, WindowView):
       return cls(dataset.shard_num_records.copy(), dataset.lengths)
     segments = dataset.segment_lengths() if dataset.pass_records is not None else None
@@ -55,14 +55,14 @@ class DatasetMeta:
 
   @classmethod
   def load(cls, path: str, cache: CacheOptions | None = None, windows: WindowOptions | None = None,
-           expected_format: str | None = None) -> "DatasetMeta":
+           expected_format: str | None = None) -> DatasetMeta:
     with open_dataset(path, cache=cache, windows=windows, expected_format=expected_format) as dataset:
       return cls.from_dataset(dataset)
 
   @classmethod
   def from_lengths(
       cls, lengths: Sequence[int] | np.ndarray, shard_counts: Sequence[int] | None = None
-  ) -> "DatasetMeta":
+  ) -> DatasetMeta:
     if not (isinstance(lengths, np.ndarray) and lengths.dtype.kind in "iu"):
       lengths = np.asarray(lengths, dtype=np.int64)  # integer arrays are kept as they are (no copy)
     counts = np.asarray([lengths.size] if shard_counts is None else shard_counts, dtype=np.int64)

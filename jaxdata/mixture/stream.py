@@ -20,22 +20,23 @@ counts and lengths), and the state is a few integers per dataset::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.resolve import DatasetSettings
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import ConfigError
 from jaxdata.mixture.interleave import StreamPosition, make_interleave
+from jaxdata.mixture.metadata import DatasetMeta, load_metadata, window_options
 from jaxdata.mixture.pick_loops import PassMarks, PickLoop
 from jaxdata.order.cursor import DatasetCursor
-from jaxdata.config.resolve import DatasetSettings
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
 from jaxdata.order.sampled import SampledOrder
-from jaxdata.mixture.metadata import DatasetMeta, load_metadata, window_options
 
 __all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION", "load_metadata", "window_options"]
 
@@ -79,7 +80,7 @@ class DocBatch:
     ]
 
   @classmethod
-  def concatenate(cls, names: tuple[str, ...], batches: Sequence["DocBatch"]) -> "DocBatch":
+  def concatenate(cls, names: tuple[str, ...], batches: Sequence[DocBatch]) -> DocBatch:
     if not batches:
       empty = np.zeros(0, np.int64)
       return cls(names, empty.astype(np.int32), empty, empty, empty)

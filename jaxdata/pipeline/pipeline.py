@@ -34,7 +34,8 @@ import os
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from jax.sharding import Mesh
@@ -46,12 +47,12 @@ from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
+from jaxdata.pipeline.read_spans import READ_AHEAD
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
-from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
+from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.read_spans import READ_AHEAD
 from jaxdata.pipeline.step_producer import END, Prepared, StepProducer
 from jaxdata.pipeline.worker_producer import WorkerProducer
 
@@ -168,7 +169,7 @@ class Pipeline:
   def close(self) -> None:
     self._finalizer()
 
-  def __enter__(self) -> "Pipeline":
+  def __enter__(self) -> Pipeline:
     return self
 
   def __exit__(self, *exc: object) -> None:

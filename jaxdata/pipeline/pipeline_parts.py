@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -18,7 +18,8 @@ and the step counter, with their state. `Pipeline`, `pieces_for_hosts`,
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -19,7 +19,8 @@ import concurrent.futures
 import queue
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["ReadAhead"]
 

@@ -9,15 +9,15 @@ Every distinct document is read once, however many pieces of it there are::
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from jaxdata.pipeline.vocabulary import TokenBound
 from jaxdata.sources.dataset import RaggedTokens
 from jaxdata.sources.opening import Dataset
-from jaxdata.sources.token_files import ranges_index
 from jaxdata.sources.sampling_windows import WindowView
+from jaxdata.sources.token_files import ranges_index
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["Boundaries", "DocumentReader", "READ_ATTEMPTS", "ReadLog"]

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxdata.config.pipeline_config import PipelineConfig
 
 try:  # private: see _batched_put
   from jax._src import core as _jax_core
@@ -30,7 +33,6 @@ except ImportError:
   _jax_core = _pxla = None
 _with_sharding = getattr(_jax_core, "update_aval_with_sharding", None)
 
-from jaxdata.config.pipeline_config import PipelineConfig
 
 __all__ = [
     "aliases_host_memory", "batch_sharding", "check_rows_divide", "data_parallel_size", "global_arrays", "local_rows",

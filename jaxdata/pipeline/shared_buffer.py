@@ -29,7 +29,7 @@ class SharedBuffer:
     self.buf = memoryview(self._mapping)
 
   @classmethod
-  def create(cls, size: int) -> "SharedBuffer":
+  def create(cls, size: int) -> SharedBuffer:
     """A new buffer of `size` >= 1 bytes (zeros)."""
     if hasattr(os, "memfd_create"):
       fd = os.memfd_create("jaxdata-slots")

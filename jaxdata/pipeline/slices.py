@@ -20,7 +20,8 @@ import dataclasses
 import importlib.resources
 import math
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import yaml

@@ -21,7 +21,8 @@ True
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError
@@ -65,7 +66,7 @@ class PipelineSpec:
             "read_threads": self.read_threads}
 
   @classmethod
-  def from_dict(cls, raw: Mapping[str, Any]) -> "PipelineSpec":
+  def from_dict(cls, raw: Mapping[str, Any]) -> PipelineSpec:
     if raw.get("version") != SPEC_VERSION:
       raise ConfigError(f"pipeline spec: version {raw.get('version')!r}, this jaxdata reads {SPEC_VERSION} "
                         "(a worker process runs another jaxdata than the pipeline)")

@@ -33,17 +33,25 @@ import concurrent.futures
 import dataclasses
 import functools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.read_ahead import ReadAhead
+from jaxdata.pipeline.read_spans import (
+  LocalStep,
+  PlannedSpan,
+  ReadStep,
+  RowsHere,
+  aligned_arrays,
+  assemble,
+  plan_span,
+  read_span,
+)
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.read_spans import (
-    LocalStep, PlannedSpan, ReadStep, RowsHere, aligned_arrays, assemble, plan_span, read_span,
-)
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["END", "Prepared", "RowsHere", "StepProducer", "grown_span"]

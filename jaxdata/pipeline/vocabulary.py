@@ -14,7 +14,8 @@ naming the shard and record, never a silently wrapped or foreign token.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

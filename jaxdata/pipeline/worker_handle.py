@@ -92,7 +92,7 @@ class WorkerHandle:
       return RuntimeError(f"{self.name} (pid {self.process.pid}) closed its pipe")
     return RuntimeError(f"{self.name} (pid {self.process.pid}) exited with code {code}")
 
-  def respawned(self) -> "WorkerHandle":
+  def respawned(self) -> WorkerHandle:
     """A new process in place of a dead one, on the same shared memory."""
     self.conn.close()
     return WorkerHandle(self.pipeline, self.spec, self.memory)

@@ -37,20 +37,28 @@ import functools
 import json
 import sys
 import time
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.pipeline_parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
-from jaxdata.pipeline.shared_buffer import SharedBuffer
-from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.read_spans import (
-    MAX_SPAN_STEPS, LocalStep, ReadStep, assemble, decode_span, encode_span, plan_span, read_span,
+  MAX_SPAN_STEPS,
+  LocalStep,
+  ReadStep,
+  assemble,
+  decode_span,
+  encode_span,
+  plan_span,
+  read_span,
 )
+from jaxdata.pipeline.shared_buffer import SharedBuffer
+from jaxdata.pipeline.spec import PipelineSpec
+from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_producer import grown_span
 from jaxdata.transforms.assemble import FEATURES
 from jaxdata.transforms.pieces import Pieces

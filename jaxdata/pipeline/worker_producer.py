@@ -35,7 +35,8 @@ import json
 import time
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,12 +44,12 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planner import encoded_state
+from jaxdata.pipeline.read_spans import LocalStep, ReadStep, decode_span, read_span
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.read_spans import LocalStep, ReadStep, decode_span, read_span
 from jaxdata.pipeline.step_producer import END, Prepared, RowsHere, StepProducer
+from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.worker_process import PLANNER, READER, WorkerSpec, slot_views
 from jaxdata.transforms.pieces import Pieces
 
@@ -73,7 +74,7 @@ class _Coming:
   state: dict[str, Any]
   stats: dict[str, Any]
   closes_span: bool  # the span's last step: handing it out gives the planner a credit
-  span: "_LocalSpan | None" = None  # without readers: the span this process reads
+  span: _LocalSpan | None = None  # without readers: the span this process reads
 
 
 @dataclasses.dataclass

@@ -24,7 +24,8 @@ import dataclasses
 import functools
 import math
 import warnings
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -18,7 +18,7 @@ import dataclasses
 import operator
 import os
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader

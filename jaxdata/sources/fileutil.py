@@ -21,7 +21,7 @@ import hashlib
 import os
 import re
 import shutil
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

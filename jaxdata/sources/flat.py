@@ -18,19 +18,19 @@ manifest names them through `data_root` (for read-only corpora).
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.dataset import RaggedTokens, ReadOptions
 from jaxdata.sources.block_sums import BLOCK_BYTES
+from jaxdata.sources.dataset import RaggedTokens, ReadOptions
 from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, check_inside, file_sha256, index_sha256, sample_sha256
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.records import ShardedRecords, check_range
-from jaxdata.sources.token_files import KvTokenFiles, MappedTokenFiles, TokenFiles, kv_root, read_object
 from jaxdata.sources.stores import is_remote
+from jaxdata.sources.token_files import KvTokenFiles, MappedTokenFiles, TokenFiles, kv_root, read_object
 
 __all__ = ["FlatTokenDataset"]
 

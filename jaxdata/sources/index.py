@@ -9,7 +9,8 @@ against the dtype, and writes ``<shard>.lengths.npy`` beside each shard and a
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader

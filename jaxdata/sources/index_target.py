@@ -12,7 +12,8 @@ files) share. Errors name the parameter; the CLI says the flag that sets it.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -136,7 +136,7 @@ class Manifest:
     return path
 
   @classmethod
-  def load(cls, directory: str) -> "Manifest":
+  def load(cls, directory: str) -> Manifest:
     """Reads and checks ``DIRECTORY/manifest.json``; errors name the field."""
     path = os.path.join(directory, MANIFEST_NAME)
     if not os.path.isfile(path):
@@ -146,7 +146,7 @@ class Manifest:
     return cls.parse(blob, path)
 
   @classmethod
-  def parse(cls, blob: bytes, path: str) -> "Manifest":
+  def parse(cls, blob: bytes, path: str) -> Manifest:
     """A manifest from the bytes of `path` (a file or an object's URL)."""
     try:
       if len(blob) > MAX_MANIFEST_BYTES:
@@ -161,7 +161,7 @@ class Manifest:
     return cls.from_json(raw, source=path)
 
   @classmethod
-  def from_json(cls, raw: Any, source: str = MANIFEST_NAME) -> "Manifest":
+  def from_json(cls, raw: Any, source: str = MANIFEST_NAME) -> Manifest:
     if not isinstance(raw, dict):
       raise DatasetError(f"{source}: expected a JSON object")
     version = _field(raw, "format_version", int, source)

@@ -16,9 +16,9 @@ from jaxdata.sources.dataset import ReadOptions, TokenDataset
 from jaxdata.sources.flat import FlatTokenDataset
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.remote import CacheOptions
+from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.token_files import read_object
-from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 
 __all__ = ["Dataset", "open_dataset"]
 

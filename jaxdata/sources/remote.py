@@ -28,7 +28,7 @@ import os
 import shutil
 import threading
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

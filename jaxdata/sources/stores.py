@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from jaxdata.errors import DatasetError, optional_module
 
@@ -55,7 +56,7 @@ class RemotePath:
   prefix: str
 
   @classmethod
-  def parse(cls, url: str) -> "RemotePath":
+  def parse(cls, url: str) -> RemotePath:
     scheme, _, rest = url.partition("://")
     bucket, _, prefix = rest.partition("/")
     if scheme not in ("gs", "s3") or not bucket:

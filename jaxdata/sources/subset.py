@@ -23,7 +23,8 @@ view of 10^9 documents costs the held-out list only.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import abc
 import hashlib
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +115,7 @@ class TokenFiles(abc.ABC):
   def sha256(self, shard: int) -> str:
     """Hex sha256 of a whole file (reads it all)."""
 
-  def close(self) -> None:
+  def close(self) -> None:  # noqa: B027 -- optional: files read through a store hold nothing open
     pass
 
 

@@ -19,14 +19,15 @@ stored order.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.stream import DatasetMeta, load_metadata
-from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.pipeline.planner import StepPlanner, check_host_count, host_row_blocks
+from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.tools.mixture_checks import residual_ratio, stored_order_warnings, weight_notices
 from jaxdata.transforms.packing import StepPlan
 
@@ -187,7 +188,7 @@ def audit(
   if cfg.mixture.interleave == "exact":
     # Steps pull whole documents with one step's weights, and the last pull of a
     # step can overshoot into the next; one document per dataset bounds it all.
-    bound = max(int(l.max()) for l in lengths.values()) if cfg.mixture.unit == "tokens" else 1
+    bound = max(int(found.max()) for found in lengths.values()) if cfg.mixture.unit == "tokens" else 1
     result.share_bound = float(bound)
     for name, got, want in zip(cfg.names, taken, targets):
       result.share_deviation[name] = float(got - want)

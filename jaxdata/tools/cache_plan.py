@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig

@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +33,8 @@ from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
 from jaxdata.mixture.stream import DatasetMeta, load_metadata
 from jaxdata.pipeline.planner import StepPlanner
-from jaxdata.tools.numbers import human_count
 from jaxdata.tools.mixture_checks import stored_order_warnings, weight_notices
+from jaxdata.tools.numbers import human_count
 
 __all__ = [
     "DatasetExposure",

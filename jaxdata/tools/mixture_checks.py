@@ -24,7 +24,7 @@ part of the dataset) repeats whatever order its writer used, every pass.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
