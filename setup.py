@@ -10,7 +10,9 @@ and jaxdata runs the same steps in Python / NumPy (`JAXDATA_NATIVE` in
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[
+setup(
+  ext_modules=[
     Extension("jaxdata.transforms._native", ["transforms/_native.c"], optional=True),
     Extension("jaxdata.mixture._exact_pick", ["jaxdata/mixture/_exact_pick.c"], optional=True),
-])
+  ]
+)

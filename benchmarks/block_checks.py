@@ -48,8 +48,14 @@ def main() -> None:
   ids.tofile(os.path.join(files, "a.bin"))
   for running in object_store.servers():
     url = running["s3"].upload(files, "jaxdata-bench", "flat")
-    build_flat_index("flat", [os.path.join(files, "a.bin")], out_dir=os.path.join(root, "meta"), dtype="uint16",
-                     eos_id=0, data_root=url)
+    build_flat_index(
+      "flat",
+      [os.path.join(files, "a.bin")],
+      out_dir=os.path.join(root, "meta"),
+      dtype="uint16",
+      eos_id=0,
+      data_root=url,
+    )
     dataset = open_dataset(os.path.join(root, "meta"))
     store_files = dataset.files
     sums = list(store_files.sums)
@@ -71,11 +77,15 @@ def main() -> None:
       assert np.array_equal(got["checked"], got["unchecked"]), "the two sides read different tokens"
     dataset.close()
   for side in ("checked", "unchecked"):
-    print(f"{side:10s} {statistics.median(rates[side]) / 1e6:6.2f}M tokens/s   "
-          f"{requested[side]:.2f} bytes covered per token wanted")
-  print(f"checked / unchecked: {statistics.median(rates['checked']) / statistics.median(rates['unchecked']):.2f}x "
-        f"({args.repetitions} interleaved repetitions of {DRAWS:,} windows of {WINDOW:,} tokens, "
-        f"blocks of {BLOCK_BYTES:,} bytes)")
+    print(
+      f"{side:10s} {statistics.median(rates[side]) / 1e6:6.2f}M tokens/s   "
+      f"{requested[side]:.2f} bytes covered per token wanted"
+    )
+  print(
+    f"checked / unchecked: {statistics.median(rates['checked']) / statistics.median(rates['unchecked']):.2f}x "
+    f"({args.repetitions} interleaved repetitions of {DRAWS:,} windows of {WINDOW:,} tokens, "
+    f"blocks of {BLOCK_BYTES:,} bytes)"
+  )
 
 
 def _requested_bytes(starts: np.ndarray, blocks: bool) -> int:

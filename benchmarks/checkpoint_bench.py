@@ -34,8 +34,9 @@ def timed_state(iterator: Any) -> tuple[float, int]:
   return seconds, len(json.dumps(state).encode())
 
 
-def measure(make: Callable[[], Any], save_args: Callable[[Any], Any], restore_args: Callable[[Any], Any],
-            steps: int) -> dict[str, Any]:
+def measure(
+  make: Callable[[], Any], save_args: Callable[[Any], Any], restore_args: Callable[[Any], Any], steps: int
+) -> dict[str, Any]:
   import orbax.checkpoint as ocp  # noqa: PLC0415
 
   iterator = make()
@@ -54,8 +55,12 @@ def measure(make: Callable[[], Any], save_args: Callable[[Any], Any], restore_ar
     next(fresh)
     restore_seconds = time.perf_counter() - started
     manager.close()
-  return {"get_state_s": state_seconds, "state_bytes": state_bytes, "save_s": save_seconds,
-          "restore_first_batch_s": restore_seconds}
+  return {
+    "get_state_s": state_seconds,
+    "state_bytes": state_bytes,
+    "save_s": save_seconds,
+    "restore_first_batch_s": restore_seconds,
+  }
 
 
 def run(kind: str, corpus: str, steps: int) -> dict[str, Any]:
@@ -63,8 +68,9 @@ def run(kind: str, corpus: str, steps: int) -> dict[str, Any]:
     import jaxdata  # noqa: PLC0415
 
     cfg = jaxdata_config(corpus)
-    return measure(lambda: jaxdata.Pipeline(cfg, prefetch=2), jaxdata.checkpoint.Save,
-                   jaxdata.checkpoint.Restore, steps)
+    return measure(
+      lambda: jaxdata.Pipeline(cfg, prefetch=2), jaxdata.checkpoint.Save, jaxdata.checkpoint.Restore, steps
+    )
   import grain  # noqa: PLC0415
 
   dataset = grain_dataset(corpus, workers=2 if kind == "grain-mp" else 0)
@@ -83,12 +89,28 @@ def main() -> None:
   make_corpus(args.corpus)
   print(f"{'':10s} {'get_state':>11s} {'state size':>11s} {'Orbax save':>11s} {'restore+1st batch':>18s}")
   for kind in ("jaxdata", "grain", "grain-mp"):
-    out = subprocess.run([sys.executable, "-m", "benchmarks.checkpoint_bench", "--corpus", args.corpus,
-                          "--steps", str(args.steps), "--run", kind],
-                         check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    out = subprocess.run(
+      [
+        sys.executable,
+        "-m",
+        "benchmarks.checkpoint_bench",
+        "--corpus",
+        args.corpus,
+        "--steps",
+        str(args.steps),
+        "--run",
+        kind,
+      ],
+      check=True,
+      capture_output=True,
+      text=True,
+      env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"{kind:10s} {r['get_state_s'] * 1e6:9.0f} us {r['state_bytes']:9d} B {r['save_s'] * 1e3:8.1f} ms "
-          f"{r['restore_first_batch_s'] * 1e3:15.1f} ms")
+    print(
+      f"{kind:10s} {r['get_state_s'] * 1e6:9.0f} us {r['state_bytes']:9d} B {r['save_s'] * 1e3:8.1f} ms "
+      f"{r['restore_first_batch_s'] * 1e3:15.1f} ms"
+    )
   print("\ngoals: state < 4096 B whatever the run length and host count; restore + first batch < 500 ms")
 
 

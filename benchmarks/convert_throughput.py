@@ -32,10 +32,12 @@ from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 
-WORDS = np.array("the of and to in is was for on that with as by at from his her it an were are which this be or "
-                 "had not but first one their its new after who they have two has been other when there all during "
-                 "into school time may years more most only over city some world would where later up such used many "
-                 "can state about national out known university united then made".split())
+WORDS = np.array(
+  "the of and to in is was for on that with as by at from his her it an were are which this be or "
+  "had not but first one their its new after who they have two has been other when there all during "
+  "into school time may years more most only over city some world would where later up such used many "
+  "can state about national out known university united then made".split()
+)
 
 
 def write_jsonl(path: str, megabytes: float, seed: int) -> int:
@@ -74,14 +76,17 @@ def measure(label: str, run: Callable[[Callable], Any], size: int) -> str:
   wall = time.perf_counter() - started
   used = (cpu_seconds() - cpu) / wall
   reports = "/".join(f"{t:.2f}" if t is not None else "-" for t in (first[0], tokenizing[0]))
-  return (f"{label:34s} {wall:6.1f} s {manifest.num_records / wall / 1e3:6.1f}k docs/s {size / wall / 1e6:6.1f} MB/s  "
-          f"first progress / tokenized bytes {reports} s  CPU {used:4.2f} cores")
+  return (
+    f"{label:34s} {wall:6.1f} s {manifest.num_records / wall / 1e3:6.1f}k docs/s {size / wall / 1e6:6.1f} MB/s  "
+    f"first progress / tokenized bytes {reports} s  CPU {used:4.2f} cores"
+  )
 
 
 def same_files(a: str, b: str) -> bool:
   names = sorted(os.listdir(a))
-  return names == sorted(os.listdir(b)) and all(filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False)
-                                                 for n in names)
+  return names == sorted(os.listdir(b)) and all(
+    filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names
+  )
 
 
 def main() -> None:
@@ -100,9 +105,14 @@ def main() -> None:
     os.makedirs(small)
     for i in range(args.small_files):
       write_jsonl(os.path.join(small, f"part-{i:05d}.jsonl"), 0.05, i + 1)
-  sizes = {"large": os.path.getsize(large), "small": sum(os.path.getsize(os.path.join(small, f)) for f in os.listdir(small))}
-  print(f"inputs: one file of {sizes['large'] / 1e6:.0f} MB; {args.small_files} files, {sizes['small'] / 1e6:.0f} MB "
-        f"in all; {os.cpu_count()} cores")
+  sizes = {
+    "large": os.path.getsize(large),
+    "small": sum(os.path.getsize(os.path.join(small, f)) for f in os.listdir(small)),
+  }
+  print(
+    f"inputs: one file of {sizes['large'] / 1e6:.0f} MB; {args.small_files} files, {sizes['small'] / 1e6:.0f} MB "
+    f"in all; {os.cpu_count()} cores"
+  )
   outputs = os.path.join(args.out, "outputs")
   shutil.rmtree(outputs, ignore_errors=True)
   beam_args = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
@@ -110,14 +120,26 @@ def main() -> None:
     for workers in (1, 2):
       out = os.path.join(outputs, f"{kind}-local-{workers}")
       options = ConvertOptions(workers=workers)
-      print(measure(f"{kind} file(s), local, {workers} worker(s)",
-                    lambda progress, source=source, out=out, options=options: convert([source], out, "bench", options, progress), sizes[kind]), flush=True)
+      print(
+        measure(
+          f"{kind} file(s), local, {workers} worker(s)",
+          lambda progress, source=source, out=out, options=options: convert([source], out, "bench", options, progress),
+          sizes[kind],
+        ),
+        flush=True,
+      )
     out = os.path.join(outputs, f"{kind}-beam")
-    print(measure(f"{kind} file(s), Beam DirectRunner x2",
-                  lambda progress, source=source, out=out: convert_with_beam([source], out, "bench", ConvertOptions(),
-                                                                                beam_args), sizes[kind]),
-          flush=True)
-    print(f"   Beam output byte-identical to the local one: {same_files(out, os.path.join(outputs, f'{kind}-local-2'))}")
+    print(
+      measure(
+        f"{kind} file(s), Beam DirectRunner x2",
+        lambda progress, source=source, out=out: convert_with_beam([source], out, "bench", ConvertOptions(), beam_args),
+        sizes[kind],
+      ),
+      flush=True,
+    )
+    print(
+      f"   Beam output byte-identical to the local one: {same_files(out, os.path.join(outputs, f'{kind}-local-2'))}"
+    )
 
 
 if __name__ == "__main__":

@@ -124,11 +124,16 @@ def pipeline_rate(cfg: jaxdata.PipelineConfig, steps: int) -> tuple[Callable[[],
 
 
 def config(paths: dict[str, str], windows: bool) -> jaxdata.PipelineConfig:
-  return jaxdata.PipelineConfig.from_dict({
+  return jaxdata.PipelineConfig.from_dict(
+    {
       "datasets": [{"name": n, "path": p, **({"sampling": "windows"} if windows else {})} for n, p in paths.items()],
-      "mixture": {"weights": TOKEN_SHARES}, "exhausted_policy": "repeat", "shuffle_block_size": "global",
-      "packing": {"mode": "first_fit", "seq_len": 2048}, "batch": {"global_batch_size": 32},
-  })
+      "mixture": {"weights": TOKEN_SHARES},
+      "exhausted_policy": "repeat",
+      "shuffle_block_size": "global",
+      "packing": {"mode": "first_fit", "seq_len": 2048},
+      "batch": {"global_batch_size": 32},
+    }
+  )
 
 
 def main() -> None:
@@ -147,21 +152,29 @@ def main() -> None:
     mapped, baseline = window_reads(flat["web"], "mmap", 8)
     kv, _ = window_reads(flat["web"], "tensorstore", 8)
     remote, _ = window_reads(urls["web"], "tensorstore", 2)
-    rates = {"np.memmap baseline": median_rate(baseline), "WindowView, mmap": median_rate(mapped),
-             "WindowView, tensorstore file": median_rate(kv), "WindowView, tensorstore s3 (moto)": median_rate(remote)}
+    rates = {
+      "np.memmap baseline": median_rate(baseline),
+      "WindowView, mmap": median_rate(mapped),
+      "WindowView, tensorstore file": median_rate(kv),
+      "WindowView, tensorstore s3 (moto)": median_rate(remote),
+    }
     for label, rate in rates.items():
       print(f"   {label:36s} {rate / 1e6:8.1f} M/s   {rate / rates['np.memmap baseline']:5.2f}x the baseline")
     print("2. pipeline of four window datasets (non-pad tokens/s, NumPy output)")
     local_measure, local_digests = pipeline_rate(config(flat, True), 300)
     remote_measure, _ = pipeline_rate(config(urls, True), 60)
     local_rate, remote_rate = median_rate(local_measure), median_rate(remote_measure)
-    print(f"   local files {local_rate / 1e6:6.1f} M/s   s3 (moto) {remote_rate / 1e6:6.1f} M/s   "
-          f"shares {format_shares(local_digests[-1])}")
+    print(
+      f"   local files {local_rate / 1e6:6.1f} M/s   s3 (moto) {remote_rate / 1e6:6.1f} M/s   "
+      f"shares {format_shares(local_digests[-1])}"
+    )
   finally:
     servers.close()
   print("3. documents: ArrayRecord vs flat vs Megatron copies (non-pad tokens/s, NumPy output)")
-  runs = {kind: pipeline_rate(config(paths, False), 300) for kind, paths in
-          (("arrayrecord", corpus), ("flat", flat), ("megatron", megatron))}
+  runs = {
+    kind: pipeline_rate(config(paths, False), 300)
+    for kind, paths in (("arrayrecord", corpus), ("flat", flat), ("megatron", megatron))
+  }
   rates = {kind: [] for kind in runs}
   for _ in range(REPEATS):  # interleaved: a slow moment of the machine hits every kind alike
     for kind, (measure, _) in runs.items():
@@ -170,8 +183,10 @@ def main() -> None:
   same = all(runs[k][1][:20] == runs["arrayrecord"][1][:20] for k in runs)
   for kind, values in rates.items():
     rate = statistics.median(values)
-    print(f"   {kind:12s} {rate / 1e6:6.1f} M/s   {rate / statistics.median(rates['arrayrecord']):5.2f}x ArrayRecord   "
-          f"shares {format_shares(runs[kind][1][-1])}")
+    print(
+      f"   {kind:12s} {rate / 1e6:6.1f} M/s   {rate / statistics.median(rates['arrayrecord']):5.2f}x ArrayRecord   "
+      f"shares {format_shares(runs[kind][1][-1])}"
+    )
   print(f"   first 20 batches identical across the three: {same}")
 
 

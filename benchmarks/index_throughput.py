@@ -45,13 +45,18 @@ def shuffle_lookups(n: int, positions: int, grain_lookups: int, repeats: int) ->
 
 
 def stream_rate(metas: dict[str, DatasetMeta], interleave: str, steps: int, repeats: int) -> float:
-  cfg = PipelineConfig.from_dict({
+  cfg = PipelineConfig.from_dict(
+    {
       "datasets": [{"name": n} for n in metas],
-      "mixture": {"weights": {"web": 0.5, "code": 0.25, "books": 0.15, "curated": 0.1},
-                  "unit": "tokens", "interleave": interleave},
+      "mixture": {
+        "weights": {"web": 0.5, "code": 0.25, "books": 0.15, "curated": 0.1},
+        "unit": "tokens",
+        "interleave": interleave,
+      },
       "exhausted_policy": "repeat",
       "shuffle_block_size": "global",
-  })
+    }
+  )
   best = 0.0
   for _ in range(repeats):
     stream = DocumentStream(cfg, metas)
@@ -96,8 +101,7 @@ def main() -> None:
 
   seconds, peak_mb = trillion(1_000_000)
   print("\nvirtual 10^12-record dataset, global shuffle of the first 1M positions:")
-  print(f"  {seconds:.3f} s, peak extra memory {peak_mb:.1f} MB (8 MB of it the output)"
-        "   (goal < 1 s, < 50 MB)")
+  print(f"  {seconds:.3f} s, peak extra memory {peak_mb:.1f} MB (8 MB of it the output)   (goal < 1 s, < 50 MB)")
 
 
 if __name__ == "__main__":

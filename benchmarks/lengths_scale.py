@@ -58,11 +58,16 @@ def write_lengths(directory: str, documents: int, shards: int) -> list[str]:
 
 
 def planning_ms(meta: DatasetMeta) -> float:
-  cfg = PipelineConfig.from_dict({
-      "datasets": [{"name": "big"}], "mixture": {"weights": {"big": 1}},
-      "shuffle_block_size": "global", "exhausted_policy": "repeat",
-      "packing": {"mode": "first_fit", "seq_len": 2048}, "batch": {"global_batch_size": 32},
-  })
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "big"}],
+      "mixture": {"weights": {"big": 1}},
+      "shuffle_block_size": "global",
+      "exhausted_policy": "repeat",
+      "packing": {"mode": "first_fit", "seq_len": 2048},
+      "batch": {"global_batch_size": 32},
+    }
+  )
   planner = StepPlanner(cfg, {"big": meta})
   for _ in range(20):
     planner.plan()
@@ -89,12 +94,18 @@ def main() -> None:
   small_lengths = np.array(parts[0][:100_000])
   small_meta = DatasetMeta.from_lengths(small_lengths)
   small_ms, big_ms = planning_ms(small_meta), planning_ms(big_meta)
-  print(f"{big.size:,} documents in {len(parts)} shards: opened in {opened_s:.1f} s, "
-        f"resident memory added {added:.0f} MB (goal < 100 MB)")
-  print(f"after planning {2 * STEPS + 40} steps: anonymous memory +{rss_mb('RssAnon') - before_anon:.0f} MB; "
-        f"mapped lengths pages (page cache, reclaimable) +{rss_mb() - before - (rss_mb('RssAnon') - before_anon):.0f} MB")
-  print(f"planning: {big_ms:.3f} ms/step on {big.size:,} documents, {small_ms:.3f} ms/step on "
-        f"{small_lengths.size:,}: ratio {big_ms / small_ms:.2f} (goal ~1)")
+  print(
+    f"{big.size:,} documents in {len(parts)} shards: opened in {opened_s:.1f} s, "
+    f"resident memory added {added:.0f} MB (goal < 100 MB)"
+  )
+  print(
+    f"after planning {2 * STEPS + 40} steps: anonymous memory +{rss_mb('RssAnon') - before_anon:.0f} MB; "
+    f"mapped lengths pages (page cache, reclaimable) +{rss_mb() - before - (rss_mb('RssAnon') - before_anon):.0f} MB"
+  )
+  print(
+    f"planning: {big_ms:.3f} ms/step on {big.size:,} documents, {small_ms:.3f} ms/step on "
+    f"{small_lengths.size:,}: ratio {big_ms / small_ms:.2f} (goal ~1)"
+  )
 
 
 if __name__ == "__main__":

@@ -35,10 +35,10 @@ class CorpusSpec:
 
 
 SPECS = (
-    CorpusSpec("web", 600, 65_536, 40_000_000),
-    CorpusSpec("code", 1_500, 65_536, 25_000_000),
-    CorpusSpec("books", 8_400, 65_536, 25_000_000),
-    CorpusSpec("curated", 400, 65_536, 10_000_000),
+  CorpusSpec("web", 600, 65_536, 40_000_000),
+  CorpusSpec("code", 1_500, 65_536, 25_000_000),
+  CorpusSpec("books", 8_400, 65_536, 25_000_000),
+  CorpusSpec("curated", 400, 65_536, 10_000_000),
 )
 
 
@@ -51,9 +51,7 @@ def lognormal_lengths(spec: CorpusSpec, tokens: int, rng: np.random.Generator) -
   return lengths[:stop]
 
 
-def make_corpus(
-    out_dir: str, scale: float = 1.0, seed: int = 0, shard_bytes: int = 8 << 20
-) -> dict[str, str]:
+def make_corpus(out_dir: str, scale: float = 1.0, seed: int = 0, shard_bytes: int = 8 << 20) -> dict[str, str]:
   """Writes (or reuses) the corpus; returns {dataset name: directory}."""
   dirs = {}
   for i, spec in enumerate(SPECS):
@@ -66,8 +64,9 @@ def make_corpus(
       shutil.rmtree(directory)  # an older format opens slower (full hashes): the figures would not be today's
     rng = np.random.default_rng([seed, i])
     lengths = lognormal_lengths(spec, int(spec.tokens * scale), rng)
-    writer = DatasetWriter(directory, spec.name, np.dtype("<u2"), {"kind": "synthetic",
-                           "vocab_size": VOCAB_SIZE}, shard_bytes)
+    writer = DatasetWriter(
+      directory, spec.name, np.dtype("<u2"), {"kind": "synthetic", "vocab_size": VOCAB_SIZE}, shard_bytes
+    )
     for chunk in np.array_split(lengths, max(1, lengths.size // 8192)):
       writer.write_documents(rng.integers(0, VOCAB_SIZE, int(chunk.sum()), dtype=np.uint16), chunk)
     writer.finish({"generator": "benchmarks/make_corpus.py", "seed": seed, "scale": scale})
@@ -83,8 +82,10 @@ def main() -> None:
   started = time.perf_counter()
   for name, directory in make_corpus(args.out, args.scale, args.seed).items():
     with TokenDataset(directory) as ds:
-      print(f"{name:8s} {ds.num_shards:3d} shards {ds.num_records:9,d} docs "
-            f"{ds.num_tokens:13,d} tokens  mean {ds.lengths.mean():7.0f}  {directory}")
+      print(
+        f"{name:8s} {ds.num_shards:3d} shards {ds.num_records:9,d} docs "
+        f"{ds.num_tokens:13,d} tokens  mean {ds.lengths.mean():7.0f}  {directory}"
+      )
   print(f"done in {time.perf_counter() - started:.1f}s")
 
 

@@ -57,21 +57,21 @@ WARMUP, STEPS, RESTORE_AT = 150, 300, 1000
 CHECK_EVERY = 10  # mesh rows: every 10th batch is copied back to the host and counted
 FEED_TOKENS_PER_S = 2_000_000  # the training-thread check's feeding rate
 JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices, Pipeline arguments)
-    "jaxdata": (0, {}),  # the defaults: NumPy output plans in process
-    "jaxdata-planner": (0, {"planner_process": True}),
-    "jaxdata-mesh8": (8, {}),  # the defaults: with a mesh, the planner is a process of its own
-    "jaxdata-mesh8-in-process": (8, {"planner_process": False}),
-    "jaxdata-mesh8-no-C": (8, {}),  # the defaults with JAXDATA_NATIVE=0: the Python / NumPy loops (see NO_C)
-    "jaxdata-workers1": (0, {"workers": 1}),
-    "jaxdata-mesh8-workers1": (8, {"workers": 1}),
-    "jaxdata-mesh8-workers2": (8, {"workers": 2}),
+  "jaxdata": (0, {}),  # the defaults: NumPy output plans in process
+  "jaxdata-planner": (0, {"planner_process": True}),
+  "jaxdata-mesh8": (8, {}),  # the defaults: with a mesh, the planner is a process of its own
+  "jaxdata-mesh8-in-process": (8, {"planner_process": False}),
+  "jaxdata-mesh8-no-C": (8, {}),  # the defaults with JAXDATA_NATIVE=0: the Python / NumPy loops (see NO_C)
+  "jaxdata-workers1": (0, {"workers": 1}),
+  "jaxdata-mesh8-workers1": (8, {"workers": 1}),
+  "jaxdata-mesh8-workers2": (8, {"workers": 2}),
 }
 TRAINING_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # the training-thread check: (mesh devices, arguments)
-    "training-thread-in-process": (0, {"planner_process": False}),
-    "training-thread-planner": (0, {"planner_process": True}),
-    "training-thread-workers1": (0, {"workers": 1}),
-    "training-thread-mesh8": (8, {}),  # the defaults with a mesh: the planner process
-    "training-thread-mesh8-in-process": (8, {"planner_process": False}),
+  "training-thread-in-process": (0, {"planner_process": False}),
+  "training-thread-planner": (0, {"planner_process": True}),
+  "training-thread-workers1": (0, {"workers": 1}),
+  "training-thread-mesh8": (8, {}),  # the defaults with a mesh: the planner process
+  "training-thread-mesh8-in-process": (8, {"planner_process": False}),
 }
 GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
 NO_C = "-no-C"  # a kind named with this suffix runs with JAXDATA_NATIVE=0 (jaxdata.config.native)
@@ -81,14 +81,16 @@ def jaxdata_config(corpus: str) -> Any:
   """The benchmark workload as a jaxdata PipelineConfig."""
   import jaxdata  # noqa: PLC0415 -- imported in the measuring subprocess only
 
-  return jaxdata.PipelineConfig.from_dict({
+  return jaxdata.PipelineConfig.from_dict(
+    {
       "datasets": [{"name": n, "path": os.path.join(corpus, n)} for n in TOKEN_SHARES],
       "mixture": {"weights": TOKEN_SHARES, "unit": "tokens"},
       "shuffle_block_size": "global",
       "exhausted_policy": "repeat",
       "packing": {"mode": "first_fit", "seq_len": SEQ_LEN},
       "batch": {"global_batch_size": ROWS},
-  })
+    }
+  )
 
 
 def _mesh(devices: int) -> Any:
@@ -133,9 +135,14 @@ def _measured(take: Any, source_key: str, valid_key: str | None, stated: Any = N
     per_source += sources
   seconds = time.perf_counter() - started
   cpu, own = _tree_cpu_s(os.getpid()) - cpu_started, _cpu_s(os.getpid()) - own_started
-  return {"tokens_per_s": real / seconds, "efficiency": real / (STEPS * ROWS * SEQ_LEN),
-          "shares": (per_source / real).tolist(), **_cpu_figures(cpu, seconds, real),
-          "own_cpu_ms_per_64k": 1e3 * own * 65_536 / real, "others_cpu_ms_per_64k": 1e3 * (cpu - own) * 65_536 / real}
+  return {
+    "tokens_per_s": real / seconds,
+    "efficiency": real / (STEPS * ROWS * SEQ_LEN),
+    "shares": (per_source / real).tolist(),
+    **_cpu_figures(cpu, seconds, real),
+    "own_cpu_ms_per_64k": 1e3 * own * 65_536 / real,
+    "others_cpu_ms_per_64k": 1e3 * (cpu - own) * 65_536 / real,
+  }
 
 
 def _cpu_figures(cpu_s: float, seconds: float, tokens: int) -> dict[str, float]:
@@ -199,8 +206,10 @@ class _SplitDocument:
 
   def flat_map(self, element: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     tokens, source = element["tokens"], element["source"]
-    return [{"tokens": tokens[i : i + SEQ_LEN], "source": source[i : i + SEQ_LEN]}
-            for i in range(0, max(len(tokens), 1), SEQ_LEN)]
+    return [
+      {"tokens": tokens[i : i + SEQ_LEN], "source": source[i : i + SEQ_LEN]}
+      for i in range(0, max(len(tokens), 1), SEQ_LEN)
+    ]
 
 
 def grain_dataset(corpus: str, workers: int) -> Any:
@@ -221,17 +230,17 @@ def grain_dataset(corpus: str, workers: int) -> Any:
     local.close()
     source = grain.sources.ArrayRecordDataSource(paths)
     dataset = (
-        grain.MapDataset.source(source)
-        .shuffle(seed=i)
-        .repeat()
-        .map(functools.partial(_decode, source=i))
-        .to_iter_dataset(grain.ReadOptions(num_threads=0))
+      grain.MapDataset.source(source)
+      .shuffle(seed=i)
+      .repeat()
+      .map(functools.partial(_decode, source=i))
+      .to_iter_dataset(grain.ReadOptions(num_threads=0))
     )
     datasets.append(grain.experimental.FlatMapIterDataset(dataset, split_cls()))
     weights.append(TOKEN_SHARES[name] / mean_piece)  # pieces drawn so that tokens follow the shares
   mixed = grain.IterDataset.mix(datasets, [w / sum(weights) for w in weights])
   packed = grain.experimental.FirstFitPackIterDataset(
-      mixed, length_struct={"tokens": SEQ_LEN, "source": SEQ_LEN}, num_packing_bins=ROWS
+    mixed, length_struct={"tokens": SEQ_LEN, "source": SEQ_LEN}, num_packing_bins=ROWS
   ).batch(ROWS)
   if workers:
     packed = packed.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
@@ -356,9 +365,11 @@ def measure(kind: str, corpus: str) -> dict[str, Any]:
   """Runs one configuration in a fresh subprocess; returns its JSON result
   with the peak RSS of its process tree."""
   process = subprocess.Popen(
-      [sys.executable, "-m", "benchmarks.pipeline_throughput", "--corpus", corpus, "--run", kind],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      env={**os.environ, "PYTHONPATH": os.getcwd(), "JAXDATA_NATIVE": "0" if kind.endswith(NO_C) else "1"},
+    [sys.executable, "-m", "benchmarks.pipeline_throughput", "--corpus", corpus, "--run", kind],
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    env={**os.environ, "PYTHONPATH": os.getcwd(), "JAXDATA_NATIVE": "0" if kind.endswith(NO_C) else "1"},
   )
   peak = 0.0
   while process.poll() is None:
@@ -410,11 +421,13 @@ def _print_ceiling_budget(results: dict[str, dict[str, Any]], ceiling: float) ->
   cores = len(os.sched_getaffinity(0))
   budget_ms = 1e3 * cores * 65_536 / (0.6 * ceiling)
   read_ms = results["ceiling"]["cpu_ms_per_64k"]
-  print(f"\n0.6 of the ceiling on {cores} cores allows {budget_ms:.2f} CPU-ms per 65,536 tokens,\n"
-        f"reading included (the ceiling's reads cost {read_ms:.2f}). Used: the whole tree, and its\n"
-        f"split into this process and its planner / reader processes; 'alone', where\n"
-        f"this process reads: the most it allows with every other process free and\n"
-        f"{cores} cores busy all the time:")
+  print(
+    f"\n0.6 of the ceiling on {cores} cores allows {budget_ms:.2f} CPU-ms per 65,536 tokens,\n"
+    f"reading included (the ceiling's reads cost {read_ms:.2f}). Used: the whole tree, and its\n"
+    f"split into this process and its planner / reader processes; 'alone', where\n"
+    f"this process reads: the most it allows with every other process free and\n"
+    f"{cores} cores busy all the time:"
+  )
   for kind, (_, arguments) in JAXDATA_KINDS.items():
     r = results[kind]
     used, own, others = r["cpu_ms_per_64k"], r["own_cpu_ms_per_64k"], r["others_cpu_ms_per_64k"]
@@ -441,17 +454,23 @@ def main() -> None:
       print(f"  repetition {repetition + 1}: {kind} done", file=sys.stderr)
   results = {kind: _median(r) for kind, r in runs.items()}
   names = " / ".join(TOKEN_SHARES)
-  print(f"medians of {args.repetitions} interleaved runs; {STEPS} steps measured after {WARMUP}; "
-        f"restore after {RESTORE_AT} steps\n")
-  print(f"{'':24s} {'non-pad tok/s':>13s} {'efficiency':>10s} {'first batch':>11s} {'restore+first':>13s} "
-        f"{'peak RSS (tree)':>15s} {'CPU ms/64Ki':>11s} {'cores':>5s}   realised token shares {names}")
+  print(
+    f"medians of {args.repetitions} interleaved runs; {STEPS} steps measured after {WARMUP}; "
+    f"restore after {RESTORE_AT} steps\n"
+  )
+  print(
+    f"{'':24s} {'non-pad tok/s':>13s} {'efficiency':>10s} {'first batch':>11s} {'restore+first':>13s} "
+    f"{'peak RSS (tree)':>15s} {'CPU ms/64Ki':>11s} {'cores':>5s}   realised token shares {names}"
+  )
   for kind in [*JAXDATA_KINDS, *GRAIN_KINDS]:
     r = results[kind]
     shares = " / ".join(f"{s:.3f}" for s in r["shares"])
     same = "" if r["restore_identical"] else "  (restored batch DIFFERS)"
-    print(f"{kind:24s} {r['tokens_per_s'] / 1e6:11.2f} M {r['efficiency']:10.4f} {r['first_batch_s']:9.3f} s "
-          f"{r['restore_s']:11.3f} s {r['peak_rss_mb']:12.0f} MB {r['cpu_ms_per_64k']:11.2f} {r['cores']:5.2f}   "
-          f"{shares}{same}")
+    print(
+      f"{kind:24s} {r['tokens_per_s'] / 1e6:11.2f} M {r['efficiency']:10.4f} {r['first_batch_s']:9.3f} s "
+      f"{r['restore_s']:11.3f} s {r['peak_rss_mb']:12.0f} MB {r['cpu_ms_per_64k']:11.2f} {r['cores']:5.2f}   "
+      f"{shares}{same}"
+    )
   print(f"{'target shares':24s} {'':88s}   " + " / ".join(f"{s:.3f}" for s in TOKEN_SHARES.values()))
   ceiling = results["ceiling"]["tokens_per_s"]
   r = results["ceiling"]
@@ -463,16 +482,20 @@ def main() -> None:
   print(f"\nbest Grain: {best_grain_kind} ({best_grain / 1e6:.2f} M tokens/s)")
   for kind in JAXDATA_KINDS:
     r = results[kind]
-    print(f"{kind:24s} / best Grain {r['tokens_per_s'] / best_grain:5.2f}x (goal >= 5x with mesh output); "
-          f"/ read ceiling {r['tokens_per_s'] / ceiling:4.2f} (goal >= 0.60); first batch {r['first_batch_s']:.3f} s, "
-          f"restore + first {r['restore_s']:.3f} s (goal <= 0.1 s); RSS - Grain {r['peak_rss_mb'] - grain_rss:+.0f} MB "
-          f"(goal <= +100 MB)")
+    print(
+      f"{kind:24s} / best Grain {r['tokens_per_s'] / best_grain:5.2f}x (goal >= 5x with mesh output); "
+      f"/ read ceiling {r['tokens_per_s'] / ceiling:4.2f} (goal >= 0.60); first batch {r['first_batch_s']:.3f} s, "
+      f"restore + first {r['restore_s']:.3f} s (goal <= 0.1 s); RSS - Grain {r['peak_rss_mb'] - grain_rss:+.0f} MB "
+      f"(goal <= +100 MB)"
+    )
   one, two = (results[f"jaxdata-mesh8-workers{n}"]["tokens_per_s"] for n in (1, 2))
   print(f"\nworker scaling (mesh output): 1 -> 2 workers: {one / 1e6:.2f} M -> {two / 1e6:.2f} M ({two / one:.2f}x)")
   for kind in TRAINING_KINDS:
     r = results[kind]
-    print(f"Python-bound training thread fed {FEED_TOKENS_PER_S / 1e6:.0f}M tokens/s, {kind.split('-', 2)[2]}: "
-          f"{100 * r['slowdown']:+.1f}% slower (goal <= 5%); {100 * r['in_next']:.1f}% of its time inside next()")
+    print(
+      f"Python-bound training thread fed {FEED_TOKENS_PER_S / 1e6:.0f}M tokens/s, {kind.split('-', 2)[2]}: "
+      f"{100 * r['slowdown']:+.1f}% slower (goal <= 5%); {100 * r['in_next']:.1f}% of its time inside next()"
+    )
   spread = host_spread(args.corpus)
   print(f"documents read per host per step, v5p-128 (16 hosts), 1024 x 4096: max / mean {spread:.2f} (goal <= 1.25)")
 

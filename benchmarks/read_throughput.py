@@ -65,21 +65,19 @@ def main() -> None:
   dirs = make_corpus(args.corpus)
   ours = {n: TokenDataset(d, ReadOptions()) for n, d in dirs.items()}
   variants = {
-      "jaxdata (defaults)": ours,
-      "jaxdata (1 thread, serial reader)": {
-          n: TokenDataset(d, ReadOptions(num_threads=1, reader_options="readahead_buffer_size:0,max_parallelism:0"))
-          for n, d in dirs.items()},
-      "jaxdata (1 thread, reader parallel)": {
-          n: TokenDataset(d, ReadOptions(num_threads=1, reader_options="readahead_buffer_size:0"))
-          for n, d in dirs.items()},
-      "jaxdata (2 threads, reader parallel)": {
-          n: TokenDataset(d, ReadOptions(num_threads=2, reader_options="readahead_buffer_size:0"))
-          for n, d in dirs.items()},
+    "jaxdata (defaults)": ours,
+    "jaxdata (1 thread, serial reader)": {
+      n: TokenDataset(d, ReadOptions(num_threads=1, reader_options="readahead_buffer_size:0,max_parallelism:0"))
+      for n, d in dirs.items()
+    },
+    "jaxdata (1 thread, reader parallel)": {
+      n: TokenDataset(d, ReadOptions(num_threads=1, reader_options="readahead_buffer_size:0")) for n, d in dirs.items()
+    },
+    "jaxdata (2 threads, reader parallel)": {
+      n: TokenDataset(d, ReadOptions(num_threads=2, reader_options="readahead_buffer_size:0")) for n, d in dirs.items()
+    },
   }
-  theirs = {
-      n: grain.ArrayRecordDataSource([ds.shard_path(i) for i in range(ds.num_shards)])
-      for n, ds in ours.items()
-  }
+  theirs = {n: grain.ArrayRecordDataSource([ds.shard_path(i) for i in range(ds.num_shards)]) for n, ds in ours.items()}
   dtypes = {n: ds.dtype for n, ds in ours.items()}
   sizes = {n: ds.num_records for n, ds in ours.items()}
 
@@ -104,14 +102,21 @@ def main() -> None:
     rows = {label: timed(jaxdata_read(v), batches, args.repeats) for label, v in variants.items()}
     rows["grain __getitems__"] = timed(grain_batched, batches, args.repeats)
     for label, (seconds, records, tokens) in rows.items():
-      results.append({"reader": label, "batch": batch, "records_per_s": records / seconds,
-                      "tokens_per_s": tokens / seconds})
+      results.append(
+        {"reader": label, "batch": batch, "records_per_s": records / seconds, "tokens_per_s": tokens / seconds}
+      )
       print(f"{label:38s} {batch:6d} {records / seconds:11,.0f} {tokens / seconds / 1e6:10.1f}")
   single = workload(sizes, args.single_records, 1, seed=1)
   flat = [(n, i) for n, i in single]
   seconds, records, tokens = timed(grain_single, flat, 1)
-  results.append({"reader": "grain [i] one at a time", "batch": 1,
-                  "records_per_s": records / seconds, "tokens_per_s": tokens / seconds})
+  results.append(
+    {
+      "reader": "grain [i] one at a time",
+      "batch": 1,
+      "records_per_s": records / seconds,
+      "tokens_per_s": tokens / seconds,
+    }
+  )
   print(f"{'grain [i] one at a time':38s} {1:6d} {records / seconds:11,.0f} {tokens / seconds / 1e6:10.1f}")
 
   def rate(reader: str, batch: int) -> float:
@@ -121,8 +126,10 @@ def main() -> None:
   single_rate = rate("grain [i] one at a time", 1)
   for batch in args.batch:
     ours_rate = rate("jaxdata (defaults)", batch)
-    print(f"  batch {batch:4d}: jaxdata / grain batched = {ours_rate / rate('grain __getitems__', batch):.2f}x"
-          f"   jaxdata / grain one-at-a-time = {ours_rate / single_rate:.2f}x")
+    print(
+      f"  batch {batch:4d}: jaxdata / grain batched = {ours_rate / rate('grain __getitems__', batch):.2f}x"
+      f"   jaxdata / grain one-at-a-time = {ours_rate / single_rate:.2f}x"
+    )
   if args.json:
     with open(args.json, "w") as f:
       json.dump(results, f, indent=1)

@@ -35,18 +35,27 @@ STEPS = 1640  # two passes of books (6.3M tokens at 12% of 65,536 per step), mor
 
 
 def config(paths: dict[str, str], cache_dir: str, cache_bytes: int) -> jaxdata.PipelineConfig:
-  return jaxdata.PipelineConfig.from_dict({
+  return jaxdata.PipelineConfig.from_dict(
+    {
       # books' 256 KB shards hold about 15 documents: its blocks are smaller, to span as few shards.
-      "datasets": [{"name": n, "path": p, **({"shuffle_block_size": 16} if n == "books" else {})}
-                   for n, p in paths.items()],
+      "datasets": [
+        {"name": n, "path": p, **({"shuffle_block_size": 16} if n == "books" else {})} for n, p in paths.items()
+      ],
       "mixture": {"weights": TOKEN_SHARES, "unit": "tokens"},
-      "exhausted_policy": "repeat", "open_shards": 2, "shuffle_block_size": 64,
-      "packing": {"mode": "first_fit", "seq_len": 2048}, "batch": {"global_batch_size": 32},
-      "cache_dir": cache_dir, "cache_bytes": cache_bytes,
-  })
+      "exhausted_policy": "repeat",
+      "open_shards": 2,
+      "shuffle_block_size": 64,
+      "packing": {"mode": "first_fit", "seq_len": 2048},
+      "batch": {"global_batch_size": 32},
+      "cache_dir": cache_dir,
+      "cache_bytes": cache_bytes,
+    }
+  )
 
 
-def run(cfg: jaxdata.PipelineConfig, planner_process: bool = False) -> tuple[float, dict[str, float], dict[str, int], Any]:
+def run(
+  cfg: jaxdata.PipelineConfig, planner_process: bool = False
+) -> tuple[float, dict[str, float], dict[str, int], Any]:
   """(non-pad tokens/s, share of the tokens per dataset, bytes fetched per dataset, the cache).
   `planner_process`: windows planned by a planner process and read here (the default with a mesh)."""
   with jaxdata.Pipeline(cfg, prefetch=2, read_ahead_tokens=1 << 18, planner_process=planner_process) as pipe:
@@ -66,8 +75,10 @@ def main() -> None:
   parser.add_argument("--out", default="/tmp/jaxdata-remote-bench")
   args = parser.parse_args()
   paths = make_corpus(args.out, scale=0.25, shard_bytes=256 << 10)
-  sizes = {n: sum(os.path.getsize(os.path.join(p, f)) for f in os.listdir(p) if f.endswith(".array_record"))
-           for n, p in paths.items()}
+  sizes = {
+    n: sum(os.path.getsize(os.path.join(p, f)) for f in os.listdir(p) if f.endswith(".array_record"))
+    for n, p in paths.items()
+  }
   tokens = {n: jaxdata.TokenDataset(p).num_tokens for n, p in paths.items()}
   cache_bytes = sum(sizes.values()) // 10
   servers = object_store.servers()
@@ -83,20 +94,28 @@ def main() -> None:
   finally:
     servers.close()
   total_tokens = STEPS * 32 * 2048
-  print(f"corpus: {sum(sizes.values()) / 1e6:.1f} MB in {sum(len(os.listdir(p)) // 2 for p in paths.values())} "
-        f"shards; cache_bytes {cache_bytes / 1e6:.1f} MB (10%); {STEPS} steps")
-  print(f"non-pad tokens/s   local {local_rate / 1e6:6.2f} M   remote (moto S3) {remote_rate / 1e6:6.2f} M   "
-        f"ratio {remote_rate / local_rate:.2f}")
+  print(
+    f"corpus: {sum(sizes.values()) / 1e6:.1f} MB in {sum(len(os.listdir(p)) // 2 for p in paths.values())} "
+    f"shards; cache_bytes {cache_bytes / 1e6:.1f} MB (10%); {STEPS} steps"
+  )
+  print(
+    f"non-pad tokens/s   local {local_rate / 1e6:6.2f} M   remote (moto S3) {remote_rate / 1e6:6.2f} M   "
+    f"ratio {remote_rate / local_rate:.2f}"
+  )
   print("dataset  passes  bytes fetched / (dataset bytes x passes)  (goal <= 1.05x)")
   for name, share in shares.items():
     passes = share * total_tokens / tokens[name]
-    print(f"{name:8s} {passes:6.2f}  {fetched[name] / (sizes[name] * passes):6.3f}x  "
-          f"({fetched[name] / 1e6:.1f} MB fetched, {sizes[name] / 1e6:.1f} MB per pass)")
+    print(
+      f"{name:8s} {passes:6.2f}  {fetched[name] / (sizes[name] * passes):6.3f}x  "
+      f"({fetched[name] / 1e6:.1f} MB fetched, {sizes[name] / 1e6:.1f} MB per pass)"
+    )
   for label, shard_cache in (("planned in process", cache), ("planner process", planner_cache)):
     gets = shard_cache.hits + shard_cache.prefetched + shard_cache.misses
-    print(f"shard gets, {label}: {shard_cache.hits / gets:.1%} present, {shard_cache.prefetched / gets:.1%} on "
-          f"their way, {shard_cache.misses / gets:.1%} fetched on demand; {shard_cache.ahead_gets / gets:.1%} asked "
-          f"for a window ahead; peak held {shard_cache.peak_bytes / 1e6:.1f} MB")
+    print(
+      f"shard gets, {label}: {shard_cache.hits / gets:.1%} present, {shard_cache.prefetched / gets:.1%} on "
+      f"their way, {shard_cache.misses / gets:.1%} fetched on demand; {shard_cache.ahead_gets / gets:.1%} asked "
+      f"for a window ahead; peak held {shard_cache.peak_bytes / 1e6:.1f} MB"
+    )
   print(f"remote with a planner process (the default with a mesh): {planner_rate / 1e6:.2f} M non-pad tokens/s")
 
 

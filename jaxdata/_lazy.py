@@ -22,10 +22,10 @@ __all__ = ["LazyModule", "lazy_exports", "lazy_module"]
 
 
 def lazy_exports(
-    package: str,
-    attributes: Mapping[str, str],
-    modules: Mapping[str, str] | None = None,
-    package_globals: Mapping[str, Any] | None = None,
+  package: str,
+  attributes: Mapping[str, str],
+  modules: Mapping[str, str] | None = None,
+  package_globals: Mapping[str, Any] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
   """Module-level `__getattr__` and `__dir__` for `package`.
 

@@ -13,10 +13,10 @@ from typing import Any
 
 
 def assert_restores_exactly(
-    make: Callable[[], Any],
-    advance: Callable[[Any, int], list[Any]],
-    total: int,
-    stops: Iterable[int],
+  make: Callable[[], Any],
+  advance: Callable[[Any, int], list[Any]],
+  total: int,
+  stops: Iterable[int],
 ) -> None:
   """For each k in `stops`: run k units, save state through JSON, restore into
   a fresh object, run the rest; prefix + rest must equal an uninterrupted run,

@@ -22,10 +22,7 @@ WORDS = ["alpha", "beta", "gamma", "delta", "épsilon", "zeta", "eta", "θeta", 
 def make_texts(count: int, seed: int = 0) -> list[str]:
   """`count` documents of random words (some non-ASCII), lengths 1..60 words."""
   rng = np.random.default_rng(seed)
-  return [
-      " ".join(rng.choice(WORDS, size=int(rng.integers(1, 60))).tolist())
-      for _ in range(count)
-  ]
+  return [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 60))).tolist()) for _ in range(count)]
 
 
 def write_jsonl(path: str, texts: list[str], field: str = "text") -> str:

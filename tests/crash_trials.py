@@ -36,16 +36,21 @@ def write_config(directory: str) -> str:
     write_coded_dataset(os.path.join(directory, f"d{d}"), d, rng.integers(1, 50, count).tolist())
   path = os.path.join(directory, "pipeline.yaml")
   with open(path, "w") as f:
-    yaml.safe_dump({
+    yaml.safe_dump(
+      {
         "seed": 3,
-        "datasets": [{"name": "d0", "path": "d0", "open_shards": 3},
-                     {"name": "d1", "path": "d1", "shuffle_within_shard": True}],
+        "datasets": [
+          {"name": "d0", "path": "d0", "open_shards": 3},
+          {"name": "d1", "path": "d1", "shuffle_within_shard": True},
+        ],
         "mixture": {"schedule": [{"until_step": 5, "weights": {"d0": 1, "d1": 1}}, {"weights": {"d0": 3, "d1": 1}}]},
         "shuffle_block_size": "auto",
         "exhausted_policy": "repeat",
         "packing": {"mode": "first_fit", "seq_len": 32, "add_bos": True, "bos_id": 1},
         "batch": {"global_batch_size": 16},
-    }, f)
+      },
+      f,
+    )
   return path
 
 
@@ -53,14 +58,32 @@ def digests(config: str, steps: int) -> list[str]:
   """The uninterrupted run's batch digests (one process, NumPy output: the
   same bytes as the worker's global arrays)."""
   with jaxdata.Pipeline(jaxdata.load_config(config), prefetch=0) as pipe:
-    return [hashlib.sha256(b"".join(np.asarray(b[k]).tobytes() for k in sorted(b))).hexdigest()
-            for b in (next(pipe) for _ in range(steps))]
+    return [
+      hashlib.sha256(b"".join(np.asarray(b[k]).tobytes() for k in sorted(b))).hexdigest()
+      for b in (next(pipe) for _ in range(steps))
+    ]
 
 
 def _run(config: str, work: str, steps: int) -> subprocess.Popen:
-  return subprocess.Popen([sys.executable, WORKER, "0", "1", "0", "8", config, os.path.join(work, "ckpt"), work,
-                           "run", str(SAVE_AT), str(steps)], env=worker_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  return subprocess.Popen(
+    [
+      sys.executable,
+      WORKER,
+      "0",
+      "1",
+      "0",
+      "8",
+      config,
+      os.path.join(work, "ckpt"),
+      work,
+      "run",
+      str(SAVE_AT),
+      str(steps),
+    ],
+    env=worker_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+  )
 
 
 def trial(config: str, expected: list[str], kill_after: int, work: str) -> str:

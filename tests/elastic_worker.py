@@ -64,8 +64,9 @@ def main() -> None:
         log.write(f"{step} {digest}\n")
         log.flush()
         if step == save_at:
-          manager.save(step, args=ocp.args.Composite(model=ocp.args.StandardSave(params),
-                                                     data=jaxdata.checkpoint.Save(pipe)))
+          manager.save(
+            step, args=ocp.args.Composite(model=ocp.args.StandardSave(params), data=jaxdata.checkpoint.Save(pipe))
+          )
           manager.wait_until_finished()
         time.sleep(0.02)
   manager.close()

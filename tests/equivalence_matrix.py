@@ -61,8 +61,10 @@ def write_data(root: str) -> dict[str, str]:
   data["meg"] = os.path.join(root, "meg")
   os.makedirs(data["meg"])
   # 100 documents of one sequence, then 25 of two sequences each
-  write_megatron(os.path.join(data["meg"], "m"),
-                 [[d] for d in documents[:100]] + [[a, b] for a, b in zip(documents[100::2], documents[101::2])])
+  write_megatron(
+    os.path.join(data["meg"], "m"),
+    [[d] for d in documents[:100]] + [[a, b] for a, b in zip(documents[100::2], documents[101::2])],
+  )
   build_flat_index("megatron", [os.path.join(data["meg"], "m")])
   data["cache"] = os.path.join(root, "cache")
   return data
@@ -71,19 +73,18 @@ def write_data(root: str) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------- features
 
 
-def _config(data: Data, names: tuple[str, ...] = ("d0", "d1", "d2"), prefix: str = "",
-            **overrides: Any) -> Any:
+def _config(data: Data, names: tuple[str, ...] = ("d0", "d1", "d2"), prefix: str = "", **overrides: Any) -> Any:
   from jaxdata import PipelineConfig  # noqa: PLC0415 -- imported after the mode's environment is set
 
   raw: dict[str, Any] = {
-      "seed": 29,
-      "datasets": [{"name": n, "path": data[prefix + n]} for n in names],
-      "mixture": {"weights": {n: 1 + i for i, n in enumerate(names)}},
-      "shuffle_block_size": "global",
-      "packing": {"mode": "first_fit", "seq_len": SEQ_LEN},
-      "batch": {"global_batch_size": ROWS},
-      "cache_dir": data["cache"],
-      "allow_mixed_tokenizers": True,  # coded, Megatron and flat ids side by side
+    "seed": 29,
+    "datasets": [{"name": n, "path": data[prefix + n]} for n in names],
+    "mixture": {"weights": {n: 1 + i for i, n in enumerate(names)}},
+    "shuffle_block_size": "global",
+    "packing": {"mode": "first_fit", "seq_len": SEQ_LEN},
+    "batch": {"global_batch_size": ROWS},
+    "cache_dir": data["cache"],
+    "allow_mixed_tokenizers": True,  # coded, Megatron and flat ids side by side
   }
   for key, value in overrides.items():
     raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
@@ -100,10 +101,17 @@ def _with_datasets(cfg: Any, **per_dataset: dict[str, Any]) -> Any:
 
 
 def _maxtext_values(data: Data) -> dict[str, Any]:
-  return {"grain_train_files": f"{data['d0']}/*.array_record,0.7;{data['d1']}/*.array_record,0.3",
-          "grain_file_type": "arrayrecord", "data_shuffle_seed": 3, "max_target_length": SEQ_LEN,
-          "global_batch_size_to_load": ROWS, "packing": True, "add_bos": False, "add_eos": False,
-          "grain_worker_count": 0}
+  return {
+    "grain_train_files": f"{data['d0']}/*.array_record,0.7;{data['d1']}/*.array_record,0.3",
+    "grain_file_type": "arrayrecord",
+    "data_shuffle_seed": 3,
+    "max_target_length": SEQ_LEN,
+    "global_batch_size_to_load": ROWS,
+    "packing": True,
+    "add_bos": False,
+    "add_eos": False,
+    "grain_worker_count": 0,
+  }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,46 +127,110 @@ class Feature:
 
 
 FEATURES = [
-    Feature("token-mixture-pass-ends", lambda d: _config(d), multihost=True),
-    Feature("document-mixture-random", lambda d: _config(
-        d, mixture={"unit": "documents", "interleave": "random"}, exhausted_policy="repeat", max_repeats=3)),
-    Feature("shard-and-within-shard", lambda d: _config(d, shuffle_block_size=None, shuffle_within_shard=True)),
-    Feature("block-shuffle", lambda d: _config(d, shuffle_block_size=7, reshuffle_on_repeat=False)),
-    Feature("open-shards", lambda d: _config(d, shuffle_block_size=5, open_shards=2), multihost=True),
-    Feature("schedule-phases-ramp", lambda d: _config(d, mixture={"weights": None, "schedule": [
-        {"until_step": 3, "weights": {"d0": 1, "d1": 0, "d2": 0}},
-        {"weights": {"d0": 1, "d1": 2, "d2": 2}, "ramp_steps": 3}]}, exhausted_policy="repeat")),
-    Feature("fractional-phases", lambda d: _config(d, total_steps=STEPS, exhausted_policy="repeat", mixture={
-        "weights": None, "schedule": [{"until_step": 0.4, "weights": {"d0": 0, "d1": 1, "d2": 1}},
-                                      {"weights": {"d0": 3, "d1": 1, "d2": 0}}]})),
-    Feature("linear-length-warmup", lambda d: _config(
-        d, packing={"linear_warmup": {"start": 8, "steps": 6, "granularity": 4}})),
-    Feature("batch-size-ramp", lambda d: _config(
-        d, batch={"global_batch_size": 2 * ROWS, "ramp": {"start": ROWS, "steps": 6, "granularity": ROWS}}),
-        multihost=True),
-    Feature("epoch", lambda d: _config(d, exhausted_policy="repeat"), {"epoch": 1}),
-    Feature("holdout-eval", lambda d: _with_datasets(_config(d), d0={"holdout": 0.5}, d1={"holdout": 20}),
-            {"split": "eval"}, multihost=True),
-    Feature("holdout-train", lambda d: _with_datasets(_config(d), d0={"holdout": 0.5}, d1={"holdout": 20})),
-    Feature("group-by-length", lambda d: _config(d, packing={"mode": "none", "group_by_length": 3},
-                                                  exhausted_policy="repeat")),
-    Feature("windows-with-replacement", lambda d: _config(
-        d, names=("flat",), exhausted_policy="repeat", datasets=[
-            {"name": "flat", "path": d["flat"], "sampling": "windows"}])),
-    Feature("windows-permuted", lambda d: _config(
-        d, names=("flat",), exhausted_policy="repeat", datasets=[
-            {"name": "flat", "path": d["flat"], "sampling": "windows", "window": 8, "with_replacement": False}])),
-    Feature("megatron-and-flat", lambda d: _config(d, names=("d0", "flat", "meg"), exhausted_policy="repeat")),
-    Feature("remote-s3", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="s3:"), store="s3"),
-    Feature("remote-gs", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="gs:"), store="gs"),
-    Feature("maxtext", _maxtext_values, entrance="maxtext"),
-    Feature("grain-adapter", lambda d: _config(d), entrance="grain"),
-    Feature("realistic-combination", lambda d: _with_datasets(_config(
-        d, open_shards=2, shuffle_block_size=9, exhausted_policy="repeat",
+  Feature("token-mixture-pass-ends", lambda d: _config(d), multihost=True),
+  Feature(
+    "document-mixture-random",
+    lambda d: _config(
+      d, mixture={"unit": "documents", "interleave": "random"}, exhausted_policy="repeat", max_repeats=3
+    ),
+  ),
+  Feature("shard-and-within-shard", lambda d: _config(d, shuffle_block_size=None, shuffle_within_shard=True)),
+  Feature("block-shuffle", lambda d: _config(d, shuffle_block_size=7, reshuffle_on_repeat=False)),
+  Feature("open-shards", lambda d: _config(d, shuffle_block_size=5, open_shards=2), multihost=True),
+  Feature(
+    "schedule-phases-ramp",
+    lambda d: _config(
+      d,
+      mixture={
+        "weights": None,
+        "schedule": [
+          {"until_step": 3, "weights": {"d0": 1, "d1": 0, "d2": 0}},
+          {"weights": {"d0": 1, "d1": 2, "d2": 2}, "ramp_steps": 3},
+        ],
+      },
+      exhausted_policy="repeat",
+    ),
+  ),
+  Feature(
+    "fractional-phases",
+    lambda d: _config(
+      d,
+      total_steps=STEPS,
+      exhausted_policy="repeat",
+      mixture={
+        "weights": None,
+        "schedule": [
+          {"until_step": 0.4, "weights": {"d0": 0, "d1": 1, "d2": 1}},
+          {"weights": {"d0": 3, "d1": 1, "d2": 0}},
+        ],
+      },
+    ),
+  ),
+  Feature(
+    "linear-length-warmup", lambda d: _config(d, packing={"linear_warmup": {"start": 8, "steps": 6, "granularity": 4}})
+  ),
+  Feature(
+    "batch-size-ramp",
+    lambda d: _config(
+      d, batch={"global_batch_size": 2 * ROWS, "ramp": {"start": ROWS, "steps": 6, "granularity": ROWS}}
+    ),
+    multihost=True,
+  ),
+  Feature("epoch", lambda d: _config(d, exhausted_policy="repeat"), {"epoch": 1}),
+  Feature(
+    "holdout-eval",
+    lambda d: _with_datasets(_config(d), d0={"holdout": 0.5}, d1={"holdout": 20}),
+    {"split": "eval"},
+    multihost=True,
+  ),
+  Feature("holdout-train", lambda d: _with_datasets(_config(d), d0={"holdout": 0.5}, d1={"holdout": 20})),
+  Feature(
+    "group-by-length", lambda d: _config(d, packing={"mode": "none", "group_by_length": 3}, exhausted_policy="repeat")
+  ),
+  Feature(
+    "windows-with-replacement",
+    lambda d: _config(
+      d,
+      names=("flat",),
+      exhausted_policy="repeat",
+      datasets=[{"name": "flat", "path": d["flat"], "sampling": "windows"}],
+    ),
+  ),
+  Feature(
+    "windows-permuted",
+    lambda d: _config(
+      d,
+      names=("flat",),
+      exhausted_policy="repeat",
+      datasets=[{"name": "flat", "path": d["flat"], "sampling": "windows", "window": 8, "with_replacement": False}],
+    ),
+  ),
+  Feature("megatron-and-flat", lambda d: _config(d, names=("d0", "flat", "meg"), exhausted_policy="repeat")),
+  Feature("remote-s3", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="s3:"), store="s3"),
+  Feature("remote-gs", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="gs:"), store="gs"),
+  Feature("maxtext", _maxtext_values, entrance="maxtext"),
+  Feature("grain-adapter", lambda d: _config(d), entrance="grain"),
+  Feature(
+    "realistic-combination",
+    lambda d: _with_datasets(
+      _config(
+        d,
+        open_shards=2,
+        shuffle_block_size=9,
+        exhausted_policy="repeat",
         packing={"mode": "best_fit", "add_eos": True, "eos_id": 1, "linear_warmup": {"start": 8, "steps": 5}},
-        mixture={"weights": None, "schedule": [{"until_step": 5, "weights": {"d0": 1, "d1": 1, "d2": 1}},
-                                               {"weights": {"d0": 2, "d1": 1, "d2": 0}, "ramp_steps": 2}]}),
-        d0={"holdout": 10}), multihost=True),
+        mixture={
+          "weights": None,
+          "schedule": [
+            {"until_step": 5, "weights": {"d0": 1, "d1": 1, "d2": 1}},
+            {"weights": {"d0": 2, "d1": 1, "d2": 0}, "ramp_steps": 2},
+          ],
+        },
+      ),
+      d0={"holdout": 10},
+    ),
+    multihost=True,
+  ),
 ]
 
 
@@ -176,21 +248,24 @@ class Mode:
 
   @property
   def uses_workers(self) -> bool:
-    return bool(self.arguments.get("workers")) or bool(self.arguments.get("planner_process")) or (
-        self.mesh and self.arguments.get("planner_process") is None)
+    return (
+      bool(self.arguments.get("workers"))
+      or bool(self.arguments.get("planner_process"))
+      or (self.mesh and self.arguments.get("planner_process") is None)
+    )
 
 
 REFERENCE = Mode("reference", {"prefetch": 0, "planner_process": False})
 MODES = [
-    Mode("prefetch2", {"prefetch": 2, "planner_process": False}),
-    Mode("planner-process", {"prefetch": 2, "planner_process": True}),
-    Mode("workers1", {"prefetch": 2, "workers": 1}),
-    Mode("workers2", {"prefetch": 1, "workers": 2}),
-    Mode("mesh8", {"prefetch": 2, "planner_process": False}, mesh=True),
-    Mode("mesh8-planner-default", {"prefetch": 2}, mesh=True),  # the default with a mesh: a planner process
-    Mode("mesh8-workers2", {"prefetch": 2, "workers": 2}, mesh=True),
-    Mode("native-off", {"prefetch": 2, "planner_process": False}, runs="native-off"),
-    Mode("two-hosts", {"prefetch": 2}, mesh=True, runs="two-hosts"),  # each host: 4 devices, a planner process
+  Mode("prefetch2", {"prefetch": 2, "planner_process": False}),
+  Mode("planner-process", {"prefetch": 2, "planner_process": True}),
+  Mode("workers1", {"prefetch": 2, "workers": 1}),
+  Mode("workers2", {"prefetch": 1, "workers": 2}),
+  Mode("mesh8", {"prefetch": 2, "planner_process": False}, mesh=True),
+  Mode("mesh8-planner-default", {"prefetch": 2}, mesh=True),  # the default with a mesh: a planner process
+  Mode("mesh8-workers2", {"prefetch": 2, "workers": 2}, mesh=True),
+  Mode("native-off", {"prefetch": 2, "planner_process": False}, runs="native-off"),
+  Mode("two-hosts", {"prefetch": 2}, mesh=True, runs="two-hosts"),  # each host: 4 devices, a planner process
 ]
 
 
@@ -251,8 +326,9 @@ def take(iterator: Any, count: int, summary: Callable[[Any], list[str]] = digest
   return out
 
 
-def run_cell(feature: Feature, data: Data, mode: Mode, mesh: Any = None,
-             summary: Callable[[Any], list[str]] = digest) -> dict[str, Any]:
+def run_cell(
+  feature: Feature, data: Data, mode: Mode, mesh: Any = None, summary: Callable[[Any], list[str]] = digest
+) -> dict[str, Any]:
   """The cell's three sequences, and how many steps worker processes made (None: no workers)."""
   with_workers = mode.uses_workers
   iterator = open_iterator(feature, data, mode, mesh)
@@ -306,8 +382,9 @@ def _cell_main(data_json: str, mode_name: str, out: str, *feature_names: str) ->
   data = json.loads(open(data_json).read())
   results = {}
   for feature in _by_name(list(feature_names)):
-    results[feature.name] = run_cell(feature, data, dataclasses.replace(mode, runs="here"),
-                                     local_mesh() if mode.mesh else None)
+    results[feature.name] = run_cell(
+      feature, data, dataclasses.replace(mode, runs="here"), local_mesh() if mode.mesh else None
+    )
   with open(out, "w") as f:
     json.dump(results, f)
 

@@ -20,8 +20,12 @@ import numpy as np
 MEGATRON_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4, np.dtype(np.uint8): 1, np.dtype(np.float32): 7}
 
 
-def write_megatron(prefix: str, documents: Sequence[Sequence[Sequence[int]]], dtype: np.dtype = np.dtype(np.uint16),
-                   code: int | None = None) -> None:
+def write_megatron(
+  prefix: str,
+  documents: Sequence[Sequence[Sequence[int]]],
+  dtype: np.dtype = np.dtype(np.uint16),
+  code: int | None = None,
+) -> None:
   """`documents[d]` is a list of sequences (lists of ids) that make document d."""
   dtype = np.dtype(dtype)
   sequences = [np.asarray(seq, dtype) for doc in documents for seq in doc]
@@ -48,8 +52,9 @@ def write_flat(path: str, documents: Sequence[Sequence[int]], dtype: np.dtype = 
   np.concatenate([np.asarray(d, dtype) for d in documents]).astype(np.dtype(dtype).newbyteorder("<")).tofile(path)
 
 
-def random_documents(rng: np.random.Generator, count: int, eos_id: int, vocab: int = 60000,
-                     max_length: int = 40) -> list[list[int]]:
+def random_documents(
+  rng: np.random.Generator, count: int, eos_id: int, vocab: int = 60000, max_length: int = 40
+) -> list[list[int]]:
   """Documents of 1..max_length tokens; each ends with eos_id, which appears nowhere else."""
   docs = []
   for _ in range(count):

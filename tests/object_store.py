@@ -18,9 +18,18 @@ from google.cloud import storage
 from pipeline_fixtures import free_port
 
 SERVERS = {
-    "s3": lambda port: [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-    "gs": lambda port: [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                        "--port", str(port), "--in-memory"],
+  "s3": lambda port: [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+  "gs": lambda port: [
+    sys.executable,
+    "-m",
+    "gcp_storage_emulator",
+    "start",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    str(port),
+    "--in-memory",
+  ],
 }
 
 
@@ -39,13 +48,18 @@ class ObjectStoreServer:
 
   def environment(self) -> dict[str, str]:
     if self.scheme == "s3":
-      return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-              "AWS_DEFAULT_REGION": "us-east-1"}
+      return {
+        "AWS_ENDPOINT_URL": self.endpoint,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+      }
     return {"STORAGE_EMULATOR_HOST": self.endpoint}
 
   def start(self) -> None:
-    self.process = subprocess.Popen(SERVERS[self.scheme](self.port), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+    self.process = subprocess.Popen(
+      SERVERS[self.scheme](self.port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
       with socket.socket() as s:
@@ -63,10 +77,16 @@ class ObjectStoreServer:
   def client(self) -> Any:
     """The provider's client, pointed at this server (for setting up data, not the code under test)."""
     if self.scheme == "s3":
-      return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-                          region_name="us-east-1")
-    return storage.Client(project="test", credentials=AnonymousCredentials(),
-                          client_options={"api_endpoint": self.endpoint})
+      return boto3.client(
+        "s3",
+        endpoint_url=self.endpoint,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        region_name="us-east-1",
+      )
+    return storage.Client(
+      project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.endpoint}
+    )
 
   def upload(self, directory: str, bucket: str, prefix: str) -> str:
     """Copies a dataset directory to the bucket (created if need be); returns its URL."""

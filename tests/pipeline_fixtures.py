@@ -50,10 +50,10 @@ def coded_config(tmp_path: Any, lengths: list[list[int]], **overrides: Any) -> P
   for i, doc_lengths in enumerate(lengths):
     write_coded_dataset(str(tmp_path / names[i]), i, doc_lengths)
   raw = {
-      "datasets": [{"name": n, "path": str(tmp_path / n)} for n in names],
-      "mixture": {"weights": {n: 1 for n in names}},
-      "packing": {"mode": "first_fit", "seq_len": 16},
-      "batch": {"global_batch_size": 4},
+    "datasets": [{"name": n, "path": str(tmp_path / n)} for n in names],
+    "mixture": {"weights": {n: 1 for n in names}},
+    "packing": {"mode": "first_fit", "seq_len": 16},
+    "batch": {"global_batch_size": 4},
   }
   for key, value in overrides.items():
     if isinstance(value, dict) and isinstance(raw.get(key), dict):
@@ -79,9 +79,10 @@ def run_workers(script: str, argvs: list[list[str]], timeout: float = 300) -> No
   """Starts `python script *argv` for every argv at once (one per process of a
   jax.distributed run) and asserts that all of them exit 0."""
   procs = [
-      subprocess.Popen([sys.executable, script, *argv], env=worker_env(),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-      for argv in argvs
+    subprocess.Popen(
+      [sys.executable, script, *argv], env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    for argv in argvs
   ]
   outputs = [p.communicate(timeout=timeout)[0] for p in procs]
   for p, output in zip(procs, outputs):

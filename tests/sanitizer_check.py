@@ -24,15 +24,21 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTENSIONS = {  # module -> (source, tests that drive it)
-    "jaxdata.mixture._exact_pick": ("jaxdata/mixture/_exact_pick.c", ["tests/test_exact_pick.py",
-                                                                      "tests/test_stream.py"]),
-    "jaxdata.transforms._native": ("transforms/_native.c", ["tests/test_kernels.py", "tests/test_assemble.py",
-                                                            "tests/test_packing.py"]),
+  "jaxdata.mixture._exact_pick": (
+    "jaxdata/mixture/_exact_pick.c",
+    ["tests/test_exact_pick.py", "tests/test_stream.py"],
+  ),
+  "jaxdata.transforms._native": (
+    "transforms/_native.c",
+    ["tests/test_kernels.py", "tests/test_assemble.py", "tests/test_packing.py"],
+  ),
 }
 # Tests that start a fresh interpreter (they would load the installed build).
 DESELECT = "not without_the_extension and not jaxdata_native_0 and not invalid_jaxdata"
-SANITIZERS = {"undefined": ["-fsanitize=undefined", "-fno-sanitize-recover=all"],
-              "address": ["-fsanitize=address", "-fno-omit-frame-pointer"]}
+SANITIZERS = {
+  "undefined": ["-fsanitize=undefined", "-fno-sanitize-recover=all"],
+  "address": ["-fsanitize=address", "-fno-omit-frame-pointer"],
+}
 RUNTIMES = {"undefined": "libubsan.so", "address": "libasan.so"}
 
 RUNNER = """
@@ -51,13 +57,15 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-k", sys.argv[3], *sys.ar
 
 def build(source: str, flags: list[str], out: str) -> None:
   include = sysconfig.get_paths()["include"]
-  subprocess.run(["gcc", "-O1", "-g", "-fPIC", "-shared", *flags, f"-I{include}", os.path.join(REPO, source),
-                  "-o", out], check=True)
+  subprocess.run(
+    ["gcc", "-O1", "-g", "-fPIC", "-shared", *flags, f"-I{include}", os.path.join(REPO, source), "-o", out], check=True
+  )
 
 
 def runtime(sanitizer: str) -> str:
-  return subprocess.run(["gcc", f"-print-file-name={RUNTIMES[sanitizer]}"], check=True, capture_output=True,
-                        text=True).stdout.strip()
+  return subprocess.run(
+    ["gcc", f"-print-file-name={RUNTIMES[sanitizer]}"], check=True, capture_output=True, text=True
+  ).stdout.strip()
 
 
 def main() -> int:
@@ -68,10 +76,14 @@ def main() -> int:
         built = os.path.join(tmp, f"{sanitizer}-{module.rsplit('.', 1)[1]}.so")
         build(source, flags, built)
         deselect = DESELECT + (" and not corrupted" if sanitizer == "address" else "")
-        env = {**os.environ, "LD_PRELOAD": runtime(sanitizer), "ASAN_OPTIONS": "detect_leaks=0",
-               "JAXDATA_NATIVE": "1"}
-        done = subprocess.run([sys.executable, "-c", RUNNER, module, built, deselect, *tests], cwd=REPO, env=env,
-                              capture_output=True, text=True)
+        env = {**os.environ, "LD_PRELOAD": runtime(sanitizer), "ASAN_OPTIONS": "detect_leaks=0", "JAXDATA_NATIVE": "1"}
+        done = subprocess.run(
+          [sys.executable, "-c", RUNNER, module, built, deselect, *tests],
+          cwd=REPO,
+          env=env,
+          capture_output=True,
+          text=True,
+        )
         summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
         print(f"{sanitizer:9s} {module:28s} rc {done.returncode}: {summary}")
         if done.returncode:

@@ -11,13 +11,24 @@ from jaxdata.transforms.assemble import FEATURES, assemble_rows, padded_buffer
 from jaxdata.transforms.pieces import Pieces
 
 
-def reference(pieces: Pieces, row: np.ndarray, column: np.ndarray, rows: int, seq_len: int,
-              docs: list[np.ndarray], doc_of_piece: np.ndarray, packing: PackingConfig) -> dict[str, np.ndarray]:
+def reference(
+  pieces: Pieces,
+  row: np.ndarray,
+  column: np.ndarray,
+  rows: int,
+  seq_len: int,
+  docs: list[np.ndarray],
+  doc_of_piece: np.ndarray,
+  packing: PackingConfig,
+) -> dict[str, np.ndarray]:
   """One piece at a time, straight from the module docstring."""
   out = {
-      "tokens": np.full((rows, seq_len), packing.pad_id), "targets": np.full((rows, seq_len), packing.pad_id),
-      "segment_ids": np.zeros((rows, seq_len)), "positions": np.zeros((rows, seq_len)),
-      "loss_mask": np.zeros((rows, seq_len)), "source_ids": np.full((rows, seq_len), -1),
+    "tokens": np.full((rows, seq_len), packing.pad_id),
+    "targets": np.full((rows, seq_len), packing.pad_id),
+    "segment_ids": np.zeros((rows, seq_len)),
+    "positions": np.zeros((rows, seq_len)),
+    "loss_mask": np.zeros((rows, seq_len)),
+    "source_ids": np.full((rows, seq_len), -1),
   }
   for i in np.lexsort((column, row)):
     doc = docs[doc_of_piece[i]].tolist()
@@ -61,9 +72,12 @@ def random_case(rng: np.random.Generator, packing: PackingConfig, rows: int, seq
 @pytest.mark.parametrize("native", [True, False], ids=["C", "NumPy"])  # both loops of kernels.write_runs
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.int32])  # the buffer keeps the first two
 @pytest.mark.parametrize("add_bos,add_eos", [(False, False), (True, False), (False, True), (True, True)])
-def test_matches_reference(add_bos: bool, add_eos: bool, dtype: type, native: bool,
-                           monkeypatch: pytest.MonkeyPatch) -> None:
-  assert kernels._native is not None, "the C extension jaxdata.transforms._native was not built (pip install -e . compiles it)"
+def test_matches_reference(
+  add_bos: bool, add_eos: bool, dtype: type, native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+  assert kernels._native is not None, (
+    "the C extension jaxdata.transforms._native was not built (pip install -e . compiles it)"
+  )
   monkeypatch.setattr(kernels, "NATIVE", native)
   packing = PackingConfig(seq_len=16, add_bos=add_bos, add_eos=add_eos, bos_id=1, eos_id=7, pad_id=3)
   rng = np.random.default_rng(int(add_bos) * 2 + int(add_eos))
@@ -92,8 +106,16 @@ def test_matches_reference(add_bos: bool, add_eos: bool, dtype: type, native: bo
 
 def test_empty_rows_are_padding() -> None:
   packing = PackingConfig(seq_len=8, pad_id=5)
-  got = assemble_rows(Pieces.empty(), np.zeros(0, np.int64), np.zeros(0, np.int64), 2, 8,
-                      padded_buffer([], 8, 5), np.zeros(0, np.int64), packing)
+  got = assemble_rows(
+    Pieces.empty(),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.int64),
+    2,
+    8,
+    padded_buffer([], 8, 5),
+    np.zeros(0, np.int64),
+    packing,
+  )
   assert (got["tokens"] == 5).all() and (got["source_ids"] == -1).all() and not got["loss_mask"].any()
 
 
@@ -101,14 +123,23 @@ def test_gaps_are_refused() -> None:
   packing = PackingConfig(seq_len=8)
   pieces = Pieces(*(np.array([v]) for v in (0, 0, 0, 0, 3, 3)))
   with pytest.raises(ValueError, match="from column 0"):
-    assemble_rows(pieces, np.array([0]), np.array([2]), 1, 8,
-                  padded_buffer([np.arange(3)], 8, 0), np.array([0]), packing)
+    assemble_rows(
+      pieces, np.array([0]), np.array([2]), 1, 8, padded_buffer([np.arange(3)], 8, 0), np.array([0]), packing
+    )
 
 
 def test_out_must_be_contiguous_int32_of_the_shape() -> None:
   packing = PackingConfig(seq_len=8)
-  args = (Pieces.empty(), np.zeros(0, np.int64), np.zeros(0, np.int64), 2, 8, padded_buffer([], 8, 0),
-          np.zeros(0, np.int64), packing)
+  args = (
+    Pieces.empty(),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.int64),
+    2,
+    8,
+    padded_buffer([], 8, 0),
+    np.zeros(0, np.int64),
+    packing,
+  )
   wide = {name: np.zeros((2, 16), np.int32)[:, ::2] for name in FEATURES}
   with pytest.raises(ValueError, match="contiguous int32"):
     assemble_rows(*args, out=wide)

@@ -23,12 +23,19 @@ def config(tmp_path) -> str:
   for d, count in enumerate((300, 200)):
     write_coded_dataset(str(tmp_path / f"d{d}"), d, rng.integers(2, 60, count).tolist())
   path = tmp_path / "pipeline.yaml"
-  path.write_text(yaml.safe_dump({
-      "seed": 2, "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1"}],
-      "mixture": {"weights": {"d0": 2, "d1": 1}}, "exhausted_policy": "repeat", "shuffle_block_size": "global",
-      "packing": {"mode": "first_fit", "seq_len": 32},
-      "batch": {"global_batch_size": 32, "ramp": {"start": 8, "steps": 8, "granularity": 8}},
-  }))
+  path.write_text(
+    yaml.safe_dump(
+      {
+        "seed": 2,
+        "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1"}],
+        "mixture": {"weights": {"d0": 2, "d1": 1}},
+        "exhausted_policy": "repeat",
+        "shuffle_block_size": "global",
+        "packing": {"mode": "first_fit", "seq_len": 32},
+        "batch": {"global_batch_size": 32, "ramp": {"start": 8, "steps": 8, "granularity": 8}},
+      }
+    )
+  )
   return str(path)
 
 
@@ -38,8 +45,10 @@ def test_rows_follow_the_ramp_and_the_phases(config):
     rows = [np.asarray(next(pipe)["tokens"]).shape[0] for _ in range(10)]
   assert rows == [8, 8, 8, 16, 16, 16, 24, 24, 32, 32]  # 8 + 24 s // 8, down to multiples of 8
   raw = cfg.to_dict()
-  raw["batch"] = {"global_batch_size": 16, "schedule": [{"until_step": 2, "global_batch_size": 4},
-                                                         {"until_step": 0.5, "global_batch_size": 8}]}
+  raw["batch"] = {
+    "global_batch_size": 16,
+    "schedule": [{"until_step": 2, "global_batch_size": 4}, {"until_step": 0.5, "global_batch_size": 8}],
+  }
   phases = PipelineConfig.from_dict({**raw, "total_steps": 10})
   assert [phases.rows_at(s) for s in range(7)] == [4, 4, 8, 8, 8, 16, 16]
 
@@ -60,8 +69,24 @@ def test_a_ramp_restored_mid_ramp_onto_other_host_counts_gives_the_same_batches(
 
   def launch(count: int, devices: int, out: str, mode: str) -> None:
     port = free_port()
-    run_workers(WORKER, [[str(port), str(count), str(i), str(devices), config, str(tmp_path / "ckpt"), out, mode,
-                          str(save_at), str(steps)] for i in range(count)])
+    run_workers(
+      WORKER,
+      [
+        [
+          str(port),
+          str(count),
+          str(i),
+          str(devices),
+          config,
+          str(tmp_path / "ckpt"),
+          out,
+          mode,
+          str(save_at),
+          str(steps),
+        ]
+        for i in range(count)
+      ],
+    )
 
   launch(2, 4, str(tmp_path), "save")
   for count, devices in ((1, 8), (4, 2)):
@@ -81,8 +106,10 @@ def test_a_schedule_may_change_from_the_restored_step_on_but_not_before(config):
       next(pipe)
     state = pipe.get_state()  # at step 5 (sizes so far 8, 8, 8, 16, 16)
   raw = cfg.to_dict()
-  raw["batch"] = {"global_batch_size": 64, "schedule": [{"until_step": 3, "global_batch_size": 8},
-                                                         {"until_step": 5, "global_batch_size": 16}]}
+  raw["batch"] = {
+    "global_batch_size": 64,
+    "schedule": [{"until_step": 3, "global_batch_size": 8}, {"until_step": 5, "global_batch_size": 16}],
+  }
   later = PipelineConfig.from_dict(raw)  # the same sizes before step 5, then 64 rows
   with Pipeline(later, prefetch=0) as restored:
     restored.set_state(state)

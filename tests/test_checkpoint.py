@@ -23,10 +23,15 @@ from pipeline_fixtures import FIRST_CODE, coded_config, decode, digest, write_co
 def cfg(tmp_path_factory):
   rng = np.random.default_rng(8)
   tmp = tmp_path_factory.mktemp("ckpt_data")
-  return coded_config(tmp, [rng.integers(1, 60, 150).tolist(), rng.integers(1, 20, 200).tolist()],
-                      exhausted_policy="repeat", shuffle_block_size="global",
-                      mixture={"weights": {"d0": 3, "d1": 1}}, packing={"seq_len": 32, "mode": "best_fit"},
-                      batch={"global_batch_size": 8})
+  return coded_config(
+    tmp,
+    [rng.integers(1, 60, 150).tolist(), rng.integers(1, 20, 200).tolist()],
+    exhausted_policy="repeat",
+    shuffle_block_size="global",
+    mixture={"weights": {"d0": 3, "d1": 1}},
+    packing={"seq_len": 32, "mode": "best_fit"},
+    batch={"global_batch_size": 8},
+  )
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +46,15 @@ def test_orbax_round_trip_with_a_model_in_one_manager(cfg, reference, tmp_path, 
   options = ocp.CheckpointManagerOptions(enable_async_checkpointing=use_async)
   with ocp.CheckpointManager(tmp_path / "ckpt", options=options) as manager, Pipeline(cfg, prefetch=3) as pipe:
     seen = [digest(next(pipe)) for _ in range(5)]
-    manager.save(5, args=ocp.args.Composite(model=ocp.args.StandardSave(params),
-                                            data=jaxdata.checkpoint.Save(pipe)))
+    manager.save(5, args=ocp.args.Composite(model=ocp.args.StandardSave(params), data=jaxdata.checkpoint.Save(pipe)))
     seen += [digest(next(pipe)) for _ in range(3)]  # after save(): must not reach the checkpoint
     manager.wait_until_finished()
   assert seen == reference[:8]
   with ocp.CheckpointManager(tmp_path / "ckpt") as manager, Pipeline(cfg, prefetch=1) as fresh:
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, params)
-    restored = manager.restore(5, args=ocp.args.Composite(model=ocp.args.StandardRestore(abstract),
-                                                          data=jaxdata.checkpoint.Restore(fresh)))
+    restored = manager.restore(
+      5, args=ocp.args.Composite(model=ocp.args.StandardRestore(abstract), data=jaxdata.checkpoint.Restore(fresh))
+    )
     assert jax.tree.all(jax.tree.map(jnp.array_equal, restored.model, params))
     assert [digest(next(fresh)) for _ in range(9)] == reference[5:]
   state_file = next((tmp_path / "ckpt" / "5").rglob(jaxdata.checkpoint.STATE_FILE))
@@ -74,14 +79,20 @@ def test_restore_onto_other_meshes_8_to_4_to_8_devices(cfg, reference):
 
 
 @pytest.mark.parametrize(
-    "change, message",
-    [
-        (dict(seed=5), "seed: 0 -> 5"),
-        (dict(shuffle_block_size=None), "shuffle.d0: shards=1 within=0 block=global reshuffle=1 -> shards=1 within=0 block=- reshuffle=1"),
-        (dict(packing={"seq_len": 64}), "packing: mode=best_fit seq_len=32"),
-        (dict(batch={"global_batch_size": 16}), "global_batch_size: 8 -> 16"),
-        (dict(mixture={"weights": {"d0": 3, "d1": 1}, "unit": "documents"}), "mixture: unit=tokens interleave=exact -> unit=documents"),
-    ],
+  "change, message",
+  [
+    (dict(seed=5), "seed: 0 -> 5"),
+    (
+      dict(shuffle_block_size=None),
+      "shuffle.d0: shards=1 within=0 block=global reshuffle=1 -> shards=1 within=0 block=- reshuffle=1",
+    ),
+    (dict(packing={"seq_len": 64}), "packing: mode=best_fit seq_len=32"),
+    (dict(batch={"global_batch_size": 16}), "global_batch_size: 8 -> 16"),
+    (
+      dict(mixture={"weights": {"d0": 3, "d1": 1}, "unit": "documents"}),
+      "mixture: unit=tokens interleave=exact -> unit=documents",
+    ),
+  ],
 )
 def test_order_changes_are_refused_saying_what_changed(cfg, tmp_path, change, message):
   with Pipeline(cfg, prefetch=0) as pipe:
@@ -98,13 +109,13 @@ def test_order_changes_are_refused_saying_what_changed(cfg, tmp_path, change, me
 def coded_config_like(cfg, tmp_path, **change):
   """The same datasets as `cfg`, with top-level fields replaced."""
   raw = {
-      "seed": cfg.seed,
-      "datasets": [{"name": d.name, "path": d.path} for d in cfg.datasets],
-      "mixture": {"weights": dict(cfg.mixture.weights)},
-      "exhausted_policy": "repeat",
-      "shuffle_block_size": "global",
-      "packing": {"seq_len": 32, "mode": "best_fit"},
-      "batch": {"global_batch_size": 8},
+    "seed": cfg.seed,
+    "datasets": [{"name": d.name, "path": d.path} for d in cfg.datasets],
+    "mixture": {"weights": dict(cfg.mixture.weights)},
+    "exhausted_policy": "repeat",
+    "shuffle_block_size": "global",
+    "packing": {"seq_len": 32, "mode": "best_fit"},
+    "batch": {"global_batch_size": 8},
   }
   for key, value in change.items():
     raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
@@ -116,10 +127,16 @@ def test_changed_dataset_content_is_refused(cfg, tmp_path):
     state = pipe.get_state()
   copy = tmp_path / "d1"
   write_coded_dataset(str(copy), 1, [5] * 200)  # same name, other documents
-  changed = jaxdata.PipelineConfig.from_dict({
+  changed = jaxdata.PipelineConfig.from_dict(
+    {
       "datasets": [{"name": "d0", "path": cfg.datasets[0].path}, {"name": "d1", "path": str(copy)}],
-      "mixture": {"weights": {"d0": 3, "d1": 1}}, "exhausted_policy": "repeat", "shuffle_block_size": "global",
-      "packing": {"seq_len": 32, "mode": "best_fit"}, "batch": {"global_batch_size": 8}})
+      "mixture": {"weights": {"d0": 3, "d1": 1}},
+      "exhausted_policy": "repeat",
+      "shuffle_block_size": "global",
+      "packing": {"seq_len": 32, "mode": "best_fit"},
+      "batch": {"global_batch_size": 8},
+    }
+  )
   with Pipeline(changed, prefetch=0) as other, pytest.raises(CheckpointError, match=r"content.d1: \w+ -> \w+"):
     other.set_state(state)
 
@@ -183,12 +200,20 @@ def test_weight_change_at_a_checkpoint_loses_and_repeats_nothing(tmp_path):
   # in record order; across a weight change at a checkpoint, the documents
   # seen must be exactly a prefix of each dataset, each once.
   lengths = [[7] * 60, [5] * 90]
-  base = dict(exhausted_policy="stop", shuffle_shards=False,
-              batch={"global_batch_size": 4, "drop_remainder": False}, packing={"seq_len": 16})
+  base = dict(
+    exhausted_policy="stop",
+    shuffle_shards=False,
+    batch={"global_batch_size": 4, "drop_remainder": False},
+    packing={"seq_len": 16},
+  )
   first_cfg = coded_config(tmp_path / "a", lengths, mixture={"weights": {"d0": 3, "d1": 1}}, **base)
-  second_cfg = jaxdata.PipelineConfig.from_dict({  # the same files, other weights
+  second_cfg = jaxdata.PipelineConfig.from_dict(
+    {  # the same files, other weights
       "datasets": [{"name": d.name, "path": d.path} for d in first_cfg.datasets],
-      "mixture": {"weights": {"d0": 1, "d1": 3}}, **{k: v for k, v in base.items()}})
+      "mixture": {"weights": {"d0": 1, "d1": 3}},
+      **{k: v for k, v in base.items()},
+    }
+  )
   tokens = []
   with Pipeline(first_cfg, prefetch=2) as first:
     tokens += [np.asarray(next(first)["tokens"]) for _ in range(6)]

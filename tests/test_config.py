@@ -55,7 +55,10 @@ def test_example_config_loads(tmp_path):
 
 
 def test_schedule_from_yaml(tmp_path):
-  cfg = load_config(write(tmp_path, """
+  cfg = load_config(
+    write(
+      tmp_path,
+      """
       datasets: [{name: a}, {name: b}]
       mixture:
         schedule:
@@ -63,7 +66,9 @@ def test_schedule_from_yaml(tmp_path):
           - {until_step: 200, weights: {a: 1, b: 1}, ramp_steps: 10}
           - {weights: {a: 0, b: 1}}
       exhausted_policy: repeat
-  """))
+  """,
+    )
+  )
   s = cfg.schedule()
   assert s.weights_at(99) == (1.0, 0.0)
   assert s.weights_at(110) == (0.5, 0.5) and s.weights_at(105)[1] == pytest.approx(6 / 11 * 0.5)
@@ -73,41 +78,67 @@ def test_schedule_from_yaml(tmp_path):
 
 
 def test_paths_in_a_yaml_file_are_relative_to_it_except_remote_ones(tmp_path):
-  cfg = load_config(write(tmp_path, """
+  cfg = load_config(
+    write(
+      tmp_path,
+      """
       datasets: [{name: a, path: data/a}, {name: b, path: "gs://bucket/corpora/b"}]
       mixture: {weights: {a: 1, b: 1}}
       cache_dir: cache
       stats_path: run/stats.jsonl
-  """))
+  """,
+    )
+  )
   assert [d.path for d in cfg.datasets] == [str(tmp_path / "data/a"), "gs://bucket/corpora/b"]
   assert (cfg.cache_dir, cfg.stats_path) == (str(tmp_path / "cache"), str(tmp_path / "run/stats.jsonl"))
 
 
 @pytest.mark.parametrize(
-    "body, message",
-    [
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nsed: 3", "config: unknown key 'sed'"),
-        ("datasets: [{name: a, shufle_shards: true}]\nmixture: {weights: {a: 1}}", r"datasets\[0\]: unknown key 'shufle_shards'"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1}, unit: bytes}", "mixture.unit: 'bytes' is not one of tokens, documents"),
-        ("datasets: [{name: a}, {name: a}]\nmixture: {weights: {a: 1}}", "name 'a' is used more than once"),
-        ("datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: 1}}", "'b' has no weight"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1, c: 2}}", "'c' is not one of 'a'"),
-        ("datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: -1, b: 2}}", "weight of 'a' must be >= 0, got -1"),
-        ("datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: .nan, b: 2}}", "weight of 'a' must be finite"),
-        ("datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: 0, b: 0}}", "positive sum"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: yes}}", "weight of 'a' must be a number"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nshuffle_block_size: -4", "shuffle_block_size: expected null"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\npacking: {mode: greedy}", "packing.mode: 'greedy'"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nbatch: {global_batch_size: 0}", "batch.global_batch_size"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1}, schedule: [{weights: {a: 1}}]}", "exactly one of weights or schedule"),
-        ("datasets: [{name: a}]\nmixture: {schedule: [{weights: {a: 1}}, {until_step: 5, weights: {a: 1}}]}", r"schedule\[0\].until_step: every phase but the last"),
-        ("datasets: [{name: a}]\nmixture: {schedule: [{until_step: 5, weights: {a: 1}}, {until_step: 9, weights: {a: 1}}]}", r"schedule\[1\].until_step: the last phase runs to the end"),
-        ("datasets: [{name: a}]\nmixture: {schedule: [{until_step: 5, weights: {a: 1}}, {until_step: 3, weights: {a: 1}}, {weights: {a: 1}}]}", "3 must be greater than the phase start 5"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nmax_repeats: -1", "max_repeats: expected an int >= 0"),
-        ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nexhausted_policy: {a: forever}", "exhausted_policy.a: 'forever'"),
-        ("datasets: []\nmixture: {weights: {}}", "at least one dataset"),
-        ("mixture: {weights: {a: 1}}", "missing 'datasets'"),
-    ],
+  "body, message",
+  [
+    ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nsed: 3", "config: unknown key 'sed'"),
+    (
+      "datasets: [{name: a, shufle_shards: true}]\nmixture: {weights: {a: 1}}",
+      r"datasets\[0\]: unknown key 'shufle_shards'",
+    ),
+    (
+      "datasets: [{name: a}]\nmixture: {weights: {a: 1}, unit: bytes}",
+      "mixture.unit: 'bytes' is not one of tokens, documents",
+    ),
+    ("datasets: [{name: a}, {name: a}]\nmixture: {weights: {a: 1}}", "name 'a' is used more than once"),
+    ("datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: 1}}", "'b' has no weight"),
+    ("datasets: [{name: a}]\nmixture: {weights: {a: 1, c: 2}}", "'c' is not one of 'a'"),
+    ("datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: -1, b: 2}}", "weight of 'a' must be >= 0, got -1"),
+    ("datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: .nan, b: 2}}", "weight of 'a' must be finite"),
+    ("datasets: [{name: a}, {name: b}]\nmixture: {weights: {a: 0, b: 0}}", "positive sum"),
+    ("datasets: [{name: a}]\nmixture: {weights: {a: yes}}", "weight of 'a' must be a number"),
+    ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nshuffle_block_size: -4", "shuffle_block_size: expected null"),
+    ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\npacking: {mode: greedy}", "packing.mode: 'greedy'"),
+    ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nbatch: {global_batch_size: 0}", "batch.global_batch_size"),
+    (
+      "datasets: [{name: a}]\nmixture: {weights: {a: 1}, schedule: [{weights: {a: 1}}]}",
+      "exactly one of weights or schedule",
+    ),
+    (
+      "datasets: [{name: a}]\nmixture: {schedule: [{weights: {a: 1}}, {until_step: 5, weights: {a: 1}}]}",
+      r"schedule\[0\].until_step: every phase but the last",
+    ),
+    (
+      "datasets: [{name: a}]\nmixture: {schedule: [{until_step: 5, weights: {a: 1}}, {until_step: 9, weights: {a: 1}}]}",
+      r"schedule\[1\].until_step: the last phase runs to the end",
+    ),
+    (
+      "datasets: [{name: a}]\nmixture: {schedule: [{until_step: 5, weights: {a: 1}}, {until_step: 3, weights: {a: 1}}, {weights: {a: 1}}]}",
+      "3 must be greater than the phase start 5",
+    ),
+    ("datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nmax_repeats: -1", "max_repeats: expected an int >= 0"),
+    (
+      "datasets: [{name: a}]\nmixture: {weights: {a: 1}}\nexhausted_policy: {a: forever}",
+      "exhausted_policy.a: 'forever'",
+    ),
+    ("datasets: []\nmixture: {weights: {}}", "at least one dataset"),
+    ("mixture: {weights: {a: 1}}", "missing 'datasets'"),
+  ],
 )
 def test_invalid_configs_name_the_offender(tmp_path, body, message):
   path = write(tmp_path, body)

@@ -15,13 +15,13 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from conftest import make_texts, write_jsonl
 from jaxdata import (
-    ByteTokenizer,
-    ConvertOptions,
-    InputFormatError,
-    TokenDataset,
-    TokenizerSpec,
-    convert,
-    load_tokenizer,
+  ByteTokenizer,
+  ConvertOptions,
+  InputFormatError,
+  TokenDataset,
+  TokenizerSpec,
+  convert,
+  load_tokenizer,
 )
 from jaxdata.cli import main
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size
@@ -73,8 +73,7 @@ def test_byte_tokenizer_decodes_back_to_text(tmp_path, texts):
 def test_parquet_round_trip_with_configured_column(tmp_path, texts):
   table = pa.table({"body": texts, "n": list(range(len(texts)))})
   pq.write_table(table, tmp_path / "in.parquet", row_group_size=64)
-  convert([str(tmp_path / "in.parquet")], str(tmp_path / "ds"), "pq",
-          ConvertOptions(field="body", workers=1))
+  convert([str(tmp_path / "in.parquet")], str(tmp_path / "ds"), "pq", ConvertOptions(field="body", workers=1))
   assert read_all(str(tmp_path / "ds")) == expected_ids(texts)
   check_dataset_consistent(str(tmp_path / "ds"))
 
@@ -87,8 +86,7 @@ def test_text_round_trip_per_mode(tmp_path, texts, mode):
     path.parent.mkdir(exist_ok=True)
     path.write_text("\n\n".join(texts[i * 10 : i * 10 + 10]) + "\n", encoding="utf-8")
     files.append(path)
-  convert([str(tmp_path / "in")], str(tmp_path / "ds"), "txt",
-          ConvertOptions(text_mode=mode, workers=1))
+  convert([str(tmp_path / "in")], str(tmp_path / "ds"), "txt", ConvertOptions(text_mode=mode, workers=1))
   if mode == "file":
     docs = [p.read_text(encoding="utf-8") for p in files]
   elif mode == "line":
@@ -131,8 +129,11 @@ def test_large_vocabulary_selects_uint32(tmp_path):
 
 def test_sentencepiece_tokenizer_round_trip(tmp_path, texts):
   spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(texts), model_prefix=str(tmp_path / "sp"), vocab_size=60,
-      hard_vocab_limit=False, minloglevel=2,
+    sentence_iterator=iter(texts),
+    model_prefix=str(tmp_path / "sp"),
+    vocab_size=60,
+    hard_vocab_limit=False,
+    minloglevel=2,
   )
   spec = TokenizerSpec.parse(str(tmp_path / "sp.model"))
   assert spec.kind == "sentencepiece"
@@ -145,9 +146,12 @@ def test_sentencepiece_tokenizer_round_trip(tmp_path, texts):
 
 def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path):
   for i in range(4):
-    write_jsonl(str(tmp_path / "in" / f"{i}.jsonl") if (tmp_path / "in").exists()
-                else (os.makedirs(tmp_path / "in") or str(tmp_path / "in" / f"{i}.jsonl")),
-                make_texts(80, seed=i))
+    write_jsonl(
+      str(tmp_path / "in" / f"{i}.jsonl")
+      if (tmp_path / "in").exists()
+      else (os.makedirs(tmp_path / "in") or str(tmp_path / "in" / f"{i}.jsonl")),
+      make_texts(80, seed=i),
+    )
   inputs = [str(tmp_path / "in")]
   options = ConvertOptions(shard_bytes=8192)
   convert(inputs, str(tmp_path / "a"), "d", ConvertOptions(shard_bytes=8192, workers=1))
@@ -170,8 +174,15 @@ def test_empty_documents_are_skipped_and_counted(tmp_path):
 
 
 def write_bad_jsonl(path) -> str:
-  lines = ['{"text": "fine"}', '{"text": "ok too"}', '{"text": broken', '{"body": "no text"}',
-           '{"text": 17}', '[1, 2]', '{"text": "last"}']
+  lines = [
+    '{"text": "fine"}',
+    '{"text": "ok too"}',
+    '{"text": broken',
+    '{"body": "no text"}',
+    '{"text": 17}',
+    "[1, 2]",
+    '{"text": "last"}',
+  ]
   path.write_text("\n".join(lines) + "\n")
   return str(path)
 
@@ -181,8 +192,7 @@ def test_malformed_line_names_file_and_line(tmp_path, workers):
   src = write_bad_jsonl(tmp_path / "bad.jsonl")
   write_jsonl(str(tmp_path / "good.jsonl"), ["x"])
   with pytest.raises(InputFormatError, match=r"bad\.jsonl:3: malformed JSON"):
-    convert([src, str(tmp_path / "good.jsonl")], str(tmp_path / "ds"), "b",
-            ConvertOptions(workers=workers))
+    convert([src, str(tmp_path / "good.jsonl")], str(tmp_path / "ds"), "b", ConvertOptions(workers=workers))
   assert not os.path.exists(tmp_path / "ds")  # nothing half-written
 
 
@@ -247,8 +257,12 @@ def test_cli_convert_reports_skips_and_errors(tmp_path, capsys):
   out = str(tmp_path / "ds")
   assert main(["convert", "-q", src, "--out", out, "--name", "b"]) == 1
   assert "bad.jsonl:3: malformed JSON" in capsys.readouterr().err
-  assert main(["convert", "-q", src, "--out", out, "--name", "b", "--skip-invalid",
-               "--shard-size", "1KiB", "--workers", "1"]) == 0
+  assert (
+    main(
+      ["convert", "-q", src, "--out", out, "--name", "b", "--skip-invalid", "--shard-size", "1KiB", "--workers", "1"]
+    )
+    == 0
+  )
   printed = capsys.readouterr().out
   assert "skipped 4 invalid records" in printed
   assert "bad.jsonl:4: missing field 'text'" in printed

@@ -71,14 +71,20 @@ def assert_same_files(a: str, b: str) -> None:
 
 def test_beam_local_runner_writes_the_local_converters_bytes(corpus, tmp_path):
   local = convert([corpus], str(tmp_path / "local"), "mix", dataclasses.replace(OPTIONS, unit_bytes=30_000))
-  beam = convert_with_beam([corpus], str(tmp_path / "beam"), "mix", dataclasses.replace(OPTIONS, unit_bytes=70_000),
-                           ["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+  beam = convert_with_beam(
+    [corpus],
+    str(tmp_path / "beam"),
+    "mix",
+    dataclasses.replace(OPTIONS, unit_bytes=70_000),
+    ["--direct_num_workers=2", "--direct_running_mode=multi_threading"],
+  )
   assert_same_files(str(tmp_path / "local"), str(tmp_path / "beam"))  # shards, lengths, manifest
   assert len(local.shards) > 10 and beam.stats == local.stats
   bad = [i for i in range(3000) if i % 97 == 5 or i % 131 == 7]  # a.jsonl has them all, b lines 0-499, c 500-899
   assert local.stats["skipped_invalid"] == len(bad) + sum(i < 500 for i in bad) + sum(500 <= i < 900 for i in bad)
-  assert [i["path"] for i in local.stats["inputs"]] == sorted(os.path.join(corpus, n) for n in os.listdir(corpus)
-                                                               if not n.startswith((".", "__")))
+  assert [i["path"] for i in local.stats["inputs"]] == sorted(
+    os.path.join(corpus, n) for n in os.listdir(corpus) if not n.startswith((".", "__"))
+  )
   with pytest.raises(FileExistsError, match=r"beam: already holds a dataset .* `overwrite=True` replaces it"):
     convert_with_beam([corpus], str(tmp_path / "beam"), "mix", OPTIONS, [])
 
@@ -119,17 +125,27 @@ def test_a_null_parquet_row_in_a_later_row_group_names_its_row(tmp_path):
   pq.write_table(pa.table({"text": values}), tmp_path / "t.parquet", row_group_size=50)
   with pytest.raises(InputFormatError, match=r"t\.parquet:row 777: column 'text' is null"):
     convert([str(tmp_path / "t.parquet")], str(tmp_path / "out"), "t", ConvertOptions(workers=1, unit_bytes=500))
-  manifest = convert([str(tmp_path / "t.parquet")], str(tmp_path / "out"), "t",
-                     ConvertOptions(workers=2, unit_bytes=500, skip_invalid=True))
-  assert manifest.num_records == 999 and manifest.stats["invalid_examples"] == ["{}:row 777: column 'text' is null"
-                                                                               .format(tmp_path / "t.parquet")]
+  manifest = convert(
+    [str(tmp_path / "t.parquet")],
+    str(tmp_path / "out"),
+    "t",
+    ConvertOptions(workers=2, unit_bytes=500, skip_invalid=True),
+  )
+  assert manifest.num_records == 999 and manifest.stats["invalid_examples"] == [
+    "{}:row 777: column 'text' is null".format(tmp_path / "t.parquet")
+  ]
 
 
 def test_progress_counts_bytes_and_documents_before_the_first_unit_ends(tmp_path):
   (tmp_path / "one.jsonl").write_text("".join(json.dumps({"text": "w " * 40}) + "\n" for _ in range(20_000)))
   reports = []
-  convert([str(tmp_path / "one.jsonl")], str(tmp_path / "out"), "one",
-          ConvertOptions(workers=1, unit_bytes=1 << 40, batch_documents=256), lambda *r: reports.append(r))
+  convert(
+    [str(tmp_path / "one.jsonl")],
+    str(tmp_path / "out"),
+    "one",
+    ConvertOptions(workers=1, unit_bytes=1 << 40, batch_documents=256),
+    lambda *r: reports.append(r),
+  )
   tokenize = [r for r in reports if r[0] == "tokenize"]
   size = (tmp_path / "one.jsonl").stat().st_size
   # One unit (the whole file), yet progress arrives every 256 documents: bytes and documents rise to the totals.
@@ -139,8 +155,9 @@ def test_progress_counts_bytes_and_documents_before_the_first_unit_ends(tmp_path
 
 
 def test_include_exclude_and_directory_walks(corpus, tmp_path):
-  only = convert([corpus], str(tmp_path / "only"), "j", dataclasses.replace(OPTIONS, include=("*.jsonl*",),
-                                                                          exclude=("*.gz",)))
+  only = convert(
+    [corpus], str(tmp_path / "only"), "j", dataclasses.replace(OPTIONS, include=("*.jsonl*",), exclude=("*.gz",))
+  )
   assert [os.path.basename(i["path"]) for i in only.stats["inputs"]] == ["a.jsonl", "c.jsonl.zst"]
   with pytest.raises(FileNotFoundError, match=r"no files found in .*\(include \['\*\.csv'\]"):
     convert([corpus], str(tmp_path / "none"), "n", dataclasses.replace(OPTIONS, include=("*.csv",)))
@@ -170,22 +187,59 @@ def test_global_flags_go_before_or_after_the_command(corpus, tmp_path, capsys):
   assert main(["convert", src, "--out", str(tmp_path / "b"), "--name", "b", "-q"]) == 0
   assert main(["convert", src, "--out", str(tmp_path / "c"), "--name", "a", "--runner", "beam", "-q"]) == 0
   assert_same_files(str(tmp_path / "a"), str(tmp_path / "c"))
-  assert main(["convert", src, "--out", str(tmp_path / "a"), "--name", "a", "--overwrite", "--quiet",
-               "--text-mode", "paragraph", "--check-roundtrip", "5"]) == 0
+  assert (
+    main(
+      [
+        "convert",
+        src,
+        "--out",
+        str(tmp_path / "a"),
+        "--name",
+        "a",
+        "--overwrite",
+        "--quiet",
+        "--text-mode",
+        "paragraph",
+        "--check-roundtrip",
+        "5",
+      ]
+    )
+    == 0
+  )
   assert "round trip: 5 of 5 documents decode to their text" in capsys.readouterr().out
 
 
 def test_a_normalising_tokenizer_is_warned_and_the_roundtrip_check_counts_mismatches(tmp_path, capsys):
   texts = [f"line one {i}\n\n   spaced  out\ttab {i}" for i in range(40)]
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_prefix=str(tmp_path / "sp"), vocab_size=40,
-                                 hard_vocab_limit=False, minloglevel=2)
+  spm.SentencePieceTrainer.train(
+    sentence_iterator=iter(texts),
+    model_prefix=str(tmp_path / "sp"),
+    vocab_size=40,
+    hard_vocab_limit=False,
+    minloglevel=2,
+  )
   (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-  code = main(["convert", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "ds"), "--name", "sp", "-q",
-               "--tokenizer", f"sp:{tmp_path / 'sp.model'}", "--check-roundtrip", "4"])
+  code = main(
+    [
+      "convert",
+      str(tmp_path / "in.jsonl"),
+      "--out",
+      str(tmp_path / "ds"),
+      "--name",
+      "sp",
+      "-q",
+      "--tokenizer",
+      f"sp:{tmp_path / 'sp.model'}",
+      "--check-roundtrip",
+      "4",
+    ]
+  )
   printed = capsys.readouterr().out
   assert code == 2
   assert "warning: the tokenizer does not round-trip text" in printed
-  assert "round trip: 0 of 4 documents decode to their text" in printed and "document 0: differs at character" in printed
+  assert (
+    "round trip: 0 of 4 documents decode to their text" in printed and "document 0: differs at character" in printed
+  )
 
 
 def test_plan_shards_matches_the_writer_on_random_lengths():
@@ -206,16 +260,28 @@ def test_plan_shards_matches_the_writer_on_random_lengths():
 
 def test_a_tokenizer_file_of_the_wrong_kind_says_which_prefix_it_needs(tmp_path, capsys):
   texts = [f"some text {i}" for i in range(30)]
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_prefix=str(tmp_path / "sp"), vocab_size=30,
-                                 hard_vocab_limit=False, minloglevel=2)
+  spm.SentencePieceTrainer.train(
+    sentence_iterator=iter(texts),
+    model_prefix=str(tmp_path / "sp"),
+    vocab_size=30,
+    hard_vocab_limit=False,
+    minloglevel=2,
+  )
   (tmp_path / "tok.json").write_text('{"not": "a tokenizer"}')
   (tmp_path / "in.jsonl").write_text('{"text": "x"}\n')
-  for spec, hint in ((f"hf:{tmp_path / 'sp.model'}", "a SentencePiece model? use sp:FILE"),
-                     (f"sp:{tmp_path / 'tok.json'}", "a Hugging Face tokenizer? use hf:FILE")):
-    assert main(["convert", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "o"), "--name", "o", "-q",
-                 "--tokenizer", spec]) == 1
+  for spec, hint in (
+    (f"hf:{tmp_path / 'sp.model'}", "a SentencePiece model? use sp:FILE"),
+    (f"sp:{tmp_path / 'tok.json'}", "a Hugging Face tokenizer? use hf:FILE"),
+  ):
+    assert (
+      main(
+        ["convert", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "o"), "--name", "o", "-q", "--tokenizer", spec]
+      )
+      == 1
+    )
     err = capsys.readouterr().err
     assert hint in err and "Traceback" not in err
+
 
 def test_two_beam_conversions_sharing_a_temp_location_keep_their_own_data(tmp_path):
   """Each run's scratch is a folder of its own, removed at the end: two conversions at once with one
@@ -228,11 +294,30 @@ def test_two_beam_conversions_sharing_a_temp_location_keep_their_own_data(tmp_pa
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     corpora.append((path, texts))
   temp = tmp_path / "temp"
-  runs = [subprocess.Popen(["jaxdata", "convert", str(path), "--out", str(tmp_path / f"out{i}"),
-                            "--name", f"c{i}", "-q", "--runner", "beam", "--shard-size", "20000",
-                            "--beam-options", f"--temp_location={temp} --direct_num_workers=2"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-          for i, (path, _) in enumerate(corpora)]
+  runs = [
+    subprocess.Popen(
+      [
+        "jaxdata",
+        "convert",
+        str(path),
+        "--out",
+        str(tmp_path / f"out{i}"),
+        "--name",
+        f"c{i}",
+        "-q",
+        "--runner",
+        "beam",
+        "--shard-size",
+        "20000",
+        "--beam-options",
+        f"--temp_location={temp} --direct_num_workers=2",
+      ],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i, (path, _) in enumerate(corpora)
+  ]
   for run in runs:
     output = run.communicate(timeout=300)[0]
     assert run.returncode == 0, output[-2000:]
@@ -245,8 +330,10 @@ def test_two_beam_conversions_sharing_a_temp_location_keep_their_own_data(tmp_pa
 
 
 def test_a_cluster_runner_with_local_scratch_or_output_is_refused_before_it_runs(corpus, tmp_path):
-  for args, named in ((["--runner=DataflowRunner", "--temp_location=gs://b/tmp"], "out_dir"),
-                      (["--runner=DataflowRunner", "--gcp_temp_location=/tmp/x"], "scratch")):
+  for args, named in (
+    (["--runner=DataflowRunner", "--temp_location=gs://b/tmp"], "out_dir"),
+    (["--runner=DataflowRunner", "--gcp_temp_location=/tmp/x"], "scratch"),
+  ):
     out = str(tmp_path / "o") if named == "out_dir" else "gs://bucket/out"
     with pytest.raises(ValueError, match=rf"{named}: .* the DataflowRunner runs on other machines"):
       convert_with_beam([corpus], out, "mix", OPTIONS, args)
@@ -259,6 +346,7 @@ def test_a_failed_beam_conversion_removes_its_scratch_too(tmp_path):
   (tmp_path / "b-bad.jsonl").write_text('{"text": "fine"}\n{not json\n')
   temp = tmp_path / "temp"
   with pytest.raises(Exception, match=r"b-bad\.jsonl:2"):
-    convert_with_beam([str(tmp_path)], str(tmp_path / "out"), "bad", ConvertOptions(unit_bytes=4096),
-                      [f"--temp_location={temp}"])
+    convert_with_beam(
+      [str(tmp_path)], str(tmp_path / "out"), "bad", ConvertOptions(unit_bytes=4096), [f"--temp_location={temp}"]
+    )
   assert not (temp / "jaxdata-scratch").exists() or os.listdir(temp / "jaxdata-scratch") == []

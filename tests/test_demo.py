@@ -17,8 +17,11 @@ def demo_run(tmp_path_factory) -> tuple[dict, str]:
   tmp = tmp_path_factory.mktemp("demo")
   summary = tmp / "summary.json"
   out = subprocess.run(
-      ["jaxdata", "demo", "--cache-dir", str(tmp / "cache"), "--json", str(summary)],
-      capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "80"},
+    ["jaxdata", "demo", "--cache-dir", str(tmp / "cache"), "--json", str(summary)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env={**os.environ, "COLUMNS": "80"},
   )
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   return json.loads(summary.read_text()), out.stdout
@@ -78,7 +81,9 @@ def test_a_directory_with_a_file_named_like_the_demos_stamp_is_refused_and_kept(
   assert sorted(os.listdir(tmp_path)) == ["corpus_version", "thesis.txt"]
   assert (tmp_path / "thesis.txt").read_text() == "years of work"
   (tmp_path / "c.yaml").write_text("name: even\nweights: {synthetic: 1, code: 1, docs: 1}\n")
-  for command in (["demo", "--cache-dir", str(tmp_path)],
-                  ["ablate", "--candidates", str(tmp_path / "c.yaml"), "--cache-dir", str(tmp_path)]):
+  for command in (
+    ["demo", "--cache-dir", str(tmp_path)],
+    ["ablate", "--candidates", str(tmp_path / "c.yaml"), "--cache-dir", str(tmp_path)],
+  ):
     assert main(command) != 0
     assert sorted(os.listdir(tmp_path)) == ["c.yaml", "corpus_version", "thesis.txt"]

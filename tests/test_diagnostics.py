@@ -53,17 +53,17 @@ def test_exposure_over_phases_and_pass_completion_steps():
 
 
 @pytest.mark.parametrize(
-    "call, message",
-    [
-        (lambda: exposure({"a": 1, "z": 1}, {"a": 1}, 10), "'z' is not one of 'a'"),
-        (lambda: exposure({"a": 1}, {"a": 1, "b": 1}, 10), "'b' has no supply"),
-        (lambda: exposure({"a": 0}, {"a": 1}, 10), "dataset 'a' has supply 0"),
-        (lambda: exposure({"a": float("nan")}, {"a": 1}, 10), "dataset 'a' has supply nan"),
-        (lambda: exposure({"a": 1}, {"a": 1}, -5), "total_tokens: must be a positive finite number"),
-        (lambda: exposure({"a": 1}, {"a": 1}, float("inf")), "total_tokens"),
-        (lambda: exposure({"a": 1}, {"a": -1}, 10), "weight of 'a' must be >= 0"),
-        (lambda: parse_tokens("many"), "cannot read 'many'"),
-    ],
+  "call, message",
+  [
+    (lambda: exposure({"a": 1, "z": 1}, {"a": 1}, 10), "'z' is not one of 'a'"),
+    (lambda: exposure({"a": 1}, {"a": 1, "b": 1}, 10), "'b' has no supply"),
+    (lambda: exposure({"a": 0}, {"a": 1}, 10), "dataset 'a' has supply 0"),
+    (lambda: exposure({"a": float("nan")}, {"a": 1}, 10), "dataset 'a' has supply nan"),
+    (lambda: exposure({"a": 1}, {"a": 1}, -5), "total_tokens: must be a positive finite number"),
+    (lambda: exposure({"a": 1}, {"a": 1}, float("inf")), "total_tokens"),
+    (lambda: exposure({"a": 1}, {"a": -1}, 10), "weight of 'a' must be >= 0"),
+    (lambda: parse_tokens("many"), "cannot read 'many'"),
+  ],
 )
 def test_exposure_rejects_bad_input(call, message):
   with pytest.raises(ValueError, match=message):
@@ -75,14 +75,18 @@ def pipeline_yaml(tmp_path) -> str:
   rng = np.random.default_rng(6)
   cfg = coded_config(tmp_path, [rng.integers(1, 40, 80).tolist(), rng.integers(1, 90, 30).tolist()])
   path = tmp_path / "pipeline.yaml"
-  path.write_text(yaml.safe_dump({
-      "datasets": [{"name": d.name, "path": d.path} for d in cfg.datasets],
-      "mixture": {"schedule": [{"until_step": 3, "weights": {"d0": 3, "d1": 1}}, {"weights": {"d0": 1, "d1": 1}}]},
-      "stop_after_passes": 2,
-      "packing": {"mode": "best_fit", "seq_len": 32},
-      "batch": {"global_batch_size": 8, "drop_remainder": False},
-      "stats_path": "run/stats.jsonl",
-  }))
+  path.write_text(
+    yaml.safe_dump(
+      {
+        "datasets": [{"name": d.name, "path": d.path} for d in cfg.datasets],
+        "mixture": {"schedule": [{"until_step": 3, "weights": {"d0": 3, "d1": 1}}, {"weights": {"d0": 1, "d1": 1}}]},
+        "stop_after_passes": 2,
+        "packing": {"mode": "best_fit", "seq_len": 32},
+        "batch": {"global_batch_size": 8, "drop_remainder": False},
+        "stats_path": "run/stats.jsonl",
+      }
+    )
+  )
   (tmp_path / "run").mkdir()
   return str(path)
 
@@ -120,8 +124,15 @@ def test_plan_command_json_png_and_warnings(pipeline_yaml, tmp_path, capsys):
   assert "warning: d0:" in out  # about 2 passes of d0 before the end, above 1.5
   # Every column is explained in words under the table (unique seen only for window draws).
   assert "what the columns mean:" in out
-  for column in ("unique U_d", "natural", "sampling w_d", "upsampling", "processed", "passes (run)",
-                 "pass completes at step"):
+  for column in (
+    "unique U_d",
+    "natural",
+    "sampling w_d",
+    "upsampling",
+    "processed",
+    "passes (run)",
+    "pass completes at step",
+  ):
     assert f" {column}: " in out, column
   assert "unique seen:" not in out
 
@@ -154,16 +165,21 @@ def test_audit_fails_on_a_broken_plan(pipeline_yaml):
   first = plan.pieces.take(np.array([0]))
   moved_row = (plan.row[0] + plan.rows // 2) % plan.rows
   duplicated = dataclasses.replace(
-      plan,
-      pieces=type(plan.pieces).concatenate([plan.pieces, first]),
-      row=np.r_[plan.row, moved_row], column=np.r_[plan.column, 0],
+    plan,
+    pieces=type(plan.pieces).concatenate([plan.pieces, first]),
+    row=np.r_[plan.row, moved_row],
+    column=np.r_[plan.column, 0],
   )
   broken = audit_plans(cfg, [plans[0], duplicated, *plans[2:]], 2, lengths, completed, carry)
   assert not broken.ok and broken.piece_overlaps == 1
   assert any("on hosts [0, 1]" in f for f in broken.failures)
   # A document dropped from a complete pass.
-  dropped = dataclasses.replace(plans[0], pieces=plans[0].pieces.take(np.arange(1, len(plans[0].pieces))),
-                                row=plans[0].row[1:], column=plans[0].column[1:])
+  dropped = dataclasses.replace(
+    plans[0],
+    pieces=plans[0].pieces.take(np.arange(1, len(plans[0].pieces))),
+    row=plans[0].row[1:],
+    column=plans[0].column[1:],
+  )
   missing = audit_plans(cfg, [dropped, *plans[1:]], 2, lengths, completed, carry)
   gone = f"record {plans[0].pieces.record[0]}"
   assert not missing.ok
@@ -197,12 +213,14 @@ def test_report_plots_and_data_match_the_pipeline_stats(pipeline_yaml, tmp_path,
   for name in ("d0", "d1"):
     expected = [s["step"] for k, s in enumerate(seen) if k and s["passes"][name] > seen[k - 1]["passes"][name]]
     assert series["pass_boundaries"][name] == expected
-  assert series["phase_changes"] == [s["step"] for k, s in enumerate(seen)
-                                     if k and s["target_share"] != seen[k - 1]["target_share"]]
+  assert series["phase_changes"] == [
+    s["step"] for k, s in enumerate(seen) if k and s["target_share"] != seen[k - 1]["target_share"]
+  ]
   window = series["smoothing_steps"]
   middle = len(seen) // 2
   assert series["smoothed_share"]["d0"][middle] == pytest.approx(
-      np.mean([s["share_batch"]["d0"] for s in seen[middle - window // 2 : middle - window // 2 + window]]))
+    np.mean([s["share_batch"]["d0"] for s in seen[middle - window // 2 : middle - window // 2 + window]])
+  )
 
 
 def test_report_names_a_bad_stats_line(tmp_path, capsys):
@@ -221,17 +239,28 @@ def test_report_names_a_bad_stats_line(tmp_path, capsys):
 def test_doremi_clips_per_token_then_averages():
   # Means are equal (2.0 vs 2.0): the difference of means would give 0 excess.
   # Clipped per token: mean(max(3-2, 0), max(1-2, 0)) = 0.5 for domain a.
-  w = doremi_update({"a": 0.5, "b": 0.5}, {"a": [3.0, 1.0], "b": [2.0, 2.0]},
-                    {"a": [2.0, 2.0], "b": [2.0, 2.0]}, eta=1.0, smoothing=0.0)
+  w = doremi_update(
+    {"a": 0.5, "b": 0.5}, {"a": [3.0, 1.0], "b": [2.0, 2.0]}, {"a": [2.0, 2.0], "b": [2.0, 2.0]}, eta=1.0, smoothing=0.0
+  )
   assert w["a"] == pytest.approx(np.exp(0.5) / (np.exp(0.5) + 1))
   assert w["a"] > 0.5
 
 
 def test_doremi_smoothing_and_jnp_inputs():
-  raw = doremi_update({"a": 0.2, "b": 0.8}, {"a": jnp.array([4.0]), "b": jnp.array([1.0])},
-                      {"a": jnp.array([1.0]), "b": jnp.array([1.0])}, eta=0.5, smoothing=0.0)
-  smooth = doremi_update({"a": 0.2, "b": 0.8}, {"a": jnp.array([4.0]), "b": jnp.array([1.0])},
-                         {"a": jnp.array([1.0]), "b": jnp.array([1.0])}, eta=0.5, smoothing=0.1)
+  raw = doremi_update(
+    {"a": 0.2, "b": 0.8},
+    {"a": jnp.array([4.0]), "b": jnp.array([1.0])},
+    {"a": jnp.array([1.0]), "b": jnp.array([1.0])},
+    eta=0.5,
+    smoothing=0.0,
+  )
+  smooth = doremi_update(
+    {"a": 0.2, "b": 0.8},
+    {"a": jnp.array([4.0]), "b": jnp.array([1.0])},
+    {"a": jnp.array([1.0]), "b": jnp.array([1.0])},
+    eta=0.5,
+    smoothing=0.1,
+  )
   assert raw["a"] == pytest.approx(0.2 * np.exp(1.5) / (0.2 * np.exp(1.5) + 0.8))
   for d in "ab":
     assert smooth[d] == pytest.approx(0.9 * raw[d] + 0.1 / 2)
@@ -239,16 +268,22 @@ def test_doremi_smoothing_and_jnp_inputs():
 
 
 @pytest.mark.parametrize(
-    "weights, proxy, reference, kwargs, message",
-    [
-        ({"a": 1}, {"a": [float("nan")]}, {"a": [1.0]}, {}, "NaN"),
-        ({"a": 1}, {"a": [-1.0]}, {"a": [1.0]}, {}, "must be >= 0"),
-        ({"a": 1}, {"a": [1.0, 2.0]}, {"a": [1.0]}, {}, "shape"),
-        ({"a": 1, "b": 1}, {"a": [1.0]}, {"a": [1.0], "b": [1.0]}, {}, "proxy_loss: 'b' has no losses"),
-        ({"a": 1}, {"a": [1.0], "c": [1.0]}, {"a": [1.0]}, {}, "proxy_loss: 'c' is not one of 'a'"),
-        ({"a": 0, "b": 1}, {"a": [1.0], "b": [1.0]}, {"a": [1.0], "b": [1.0]}, {}, r"weights\['a'\]: prior weights must be finite and > 0"),
-        ({"a": 1, "b": 1}, {"a": [1e308], "b": [1.0]}, {"a": [0.0], "b": [1.0]}, {"eta": 1e10}, "overflowed"),
-    ],
+  "weights, proxy, reference, kwargs, message",
+  [
+    ({"a": 1}, {"a": [float("nan")]}, {"a": [1.0]}, {}, "NaN"),
+    ({"a": 1}, {"a": [-1.0]}, {"a": [1.0]}, {}, "must be >= 0"),
+    ({"a": 1}, {"a": [1.0, 2.0]}, {"a": [1.0]}, {}, "shape"),
+    ({"a": 1, "b": 1}, {"a": [1.0]}, {"a": [1.0], "b": [1.0]}, {}, "proxy_loss: 'b' has no losses"),
+    ({"a": 1}, {"a": [1.0], "c": [1.0]}, {"a": [1.0]}, {}, "proxy_loss: 'c' is not one of 'a'"),
+    (
+      {"a": 0, "b": 1},
+      {"a": [1.0], "b": [1.0]},
+      {"a": [1.0], "b": [1.0]},
+      {},
+      r"weights\['a'\]: prior weights must be finite and > 0",
+    ),
+    ({"a": 1, "b": 1}, {"a": [1e308], "b": [1.0]}, {"a": [0.0], "b": [1.0]}, {"eta": 1e10}, "overflowed"),
+  ],
 )
 def test_doremi_rejections(weights, proxy, reference, kwargs, message):
   with pytest.raises(ValueError, match=message):
@@ -257,7 +292,10 @@ def test_doremi_rejections(weights, proxy, reference, kwargs, message):
 
 def test_importance_weights():
   assert importance_weights({"a": 0.5, "b": 0.5, "c": 0.0}, {"a": 0.25, "b": 0.75, "c": 0.0}) == {
-      "a": 2.0, "b": pytest.approx(2 / 3), "c": 0.0}
+    "a": 2.0,
+    "b": pytest.approx(2 / 3),
+    "c": 0.0,
+  }
   with pytest.raises(ValueError, match="'b' is never sampled"):
     importance_weights({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.0})
 
@@ -284,15 +322,19 @@ def test_bench_names_the_loops_that_run_in_python() -> None:
   script = "from jaxdata.tools.bench import c_loops; print(c_loops())"
   assert fresh_python(script, "0").startswith("off (JAXDATA_NATIVE=0): every loop runs in Python / NumPy")
   assert fresh_python(script, "1", missing="jaxdata.mixture._exact_pick").startswith(
-      "not built: exact interleave picks run in Python / NumPy")
+    "not built: exact interleave picks run in Python / NumPy"
+  )
 
 
 # ------------------------------------------------------------------ audit statistics
 
+
 def _ratio_metas():
   rng = np.random.default_rng(0)
-  return {n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m), 0.8, 20000), 1, 2000).astype(int), [5000] * 4)
-          for n, m in (("web", 40), ("code", 90), ("books", 200))}
+  return {
+    n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m), 0.8, 20000), 1, 2000).astype(int), [5000] * 4)
+    for n, m in (("web", 40), ("code", 90), ("books", 200))
+  }
 
 
 @pytest.mark.parametrize("unit", ["documents", "tokens"])
@@ -304,16 +346,26 @@ def test_residual_ratio_is_one_for_random_picks_and_far_below_for_exact(unit, sc
   # document: R ~ 0.01 in documents, ~0.1-0.3 in tokens (long documents). 0.1's
   # statistic gave 17.7 (exact) vs 18.4 (random), and 6.88 under a schedule.
   if scheduled:
-    mixture = {"schedule": [{"until_step": 150, "weights": {"web": 0.7, "code": 0.2, "books": 0.1}},
-                            {"weights": {"web": 0.2, "code": 0.5, "books": 0.3}}]}
+    mixture = {
+      "schedule": [
+        {"until_step": 150, "weights": {"web": 0.7, "code": 0.2, "books": 0.1}},
+        {"weights": {"web": 0.2, "code": 0.5, "books": 0.3}},
+      ]
+    }
   else:
     mixture = {"weights": {"web": 0.6, "code": 0.3, "books": 0.1}}
   ratios = {}
   for interleave in ("exact", "random"):
-    cfg = PipelineConfig.from_dict({
+    cfg = PipelineConfig.from_dict(
+      {
         "datasets": [{"name": n} for n in ("web", "code", "books")],
-        "mixture": {**mixture, "unit": unit, "interleave": interleave}, "exhausted_policy": "repeat",
-        "shuffle_within_shard": True, "packing": {"seq_len": 512}, "batch": {"global_batch_size": 16}})
+        "mixture": {**mixture, "unit": unit, "interleave": interleave},
+        "exhausted_policy": "repeat",
+        "shuffle_within_shard": True,
+        "packing": {"seq_len": 512},
+        "batch": {"global_batch_size": 16},
+      }
+    )
     ratios[interleave] = audit(cfg, 1, 300, _ratio_metas()).residual_ratio
   for name in ("web", "code", "books"):
     assert abs(ratios["random"][name] - 1) < 5 * np.sqrt(2 / 300)
@@ -321,9 +373,15 @@ def test_residual_ratio_is_one_for_random_picks_and_far_below_for_exact(unit, sc
 
 
 def test_audit_warns_when_nothing_was_checked_or_a_dataset_keeps_stored_order(capsys, tmp_path):
-  cfg = PipelineConfig.from_dict({
-      "datasets": [{"name": "one"}, {"name": "many"}], "mixture": {"weights": {"one": 1, "many": 1}},
-      "exhausted_policy": "repeat", "packing": {"seq_len": 16}, "batch": {"global_batch_size": 2}})
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "one"}, {"name": "many"}],
+      "mixture": {"weights": {"one": 1, "many": 1}},
+      "exhausted_policy": "repeat",
+      "packing": {"seq_len": 16},
+      "batch": {"global_batch_size": 2},
+    }
+  )
   metas = {"one": DatasetMeta.from_lengths([5] * 400), "many": DatasetMeta.from_lengths([5] * 400, [40] * 10)}
   result = audit(cfg, 1, 3, metas)
   assert result.ok and len(result.warnings) == 3
@@ -336,10 +394,17 @@ def test_plan_warns_about_a_dataset_read_in_stored_order(tmp_path, capsys):
   write_coded_dataset(str(tmp_path / "one"), 0, [7] * 50, shard_bytes=1 << 20)  # a single shard
   write_coded_dataset(str(tmp_path / "many"), 1, [7] * 200)  # 14 shards: short runs
   path = tmp_path / "pipeline.yaml"
-  path.write_text(yaml.safe_dump({
-      "datasets": [{"name": "one", "path": "one"}, {"name": "many", "path": "many"}],
-      "mixture": {"weights": {"one": 0.5, "many": 0.5}}, "exhausted_policy": "repeat",
-      "packing": {"seq_len": 16}, "batch": {"global_batch_size": 2}}))
+  path.write_text(
+    yaml.safe_dump(
+      {
+        "datasets": [{"name": "one", "path": "one"}, {"name": "many", "path": "many"}],
+        "mixture": {"weights": {"one": 0.5, "many": 0.5}},
+        "exhausted_policy": "repeat",
+        "packing": {"seq_len": 16},
+        "batch": {"global_batch_size": 2},
+      }
+    )
+  )
   assert main(["plan", str(path), "--tokens", "1k", "--json"]) == 0
   warnings = json.loads(capsys.readouterr().out)["warnings"]
   assert [w.split(":")[0] for w in warnings] == ["one"]

@@ -28,21 +28,21 @@ from jaxdata.config import (
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = os.path.join(REPO, "docs", "configuration.md")
 SECTIONS = {
-    "Top level": PipelineConfig,
-    "`datasets[]`": DatasetConfig,
-    "`mixture`": MixtureConfig,
-    "`mixture.schedule[]`": Phase,
-    "`packing`": PackingConfig,
-    "`packing.warmup[]`": WarmupPhase,
-    "`batch`": BatchConfig,
+  "Top level": PipelineConfig,
+  "`datasets[]`": DatasetConfig,
+  "`mixture`": MixtureConfig,
+  "`mixture.schedule[]`": Phase,
+  "`packing`": PackingConfig,
+  "`packing.warmup[]`": WarmupPhase,
+  "`batch`": BatchConfig,
 }
 CHOICES = {
-    ("`mixture`", "unit"): schema.UNITS,
-    ("`mixture`", "interleave"): schema.INTERLEAVES,
-    ("`packing`", "mode"): schema.PACKING_MODES,
-    ("`packing`", "long_docs"): schema.LONG_DOCS,
-    ("`datasets[]`", "exhausted_policy"): schema.EXHAUSTED_POLICIES,
-    ("`datasets[]`", "sampling"): schema.SAMPLINGS,
+  ("`mixture`", "unit"): schema.UNITS,
+  ("`mixture`", "interleave"): schema.INTERLEAVES,
+  ("`packing`", "mode"): schema.PACKING_MODES,
+  ("`packing`", "long_docs"): schema.LONG_DOCS,
+  ("`datasets[]`", "exhausted_policy"): schema.EXHAUSTED_POLICIES,
+  ("`datasets[]`", "sampling"): schema.SAMPLINGS,
 }
 # Keys that apply only beside another: their example is tried with it.
 REQUIRES = {("`datasets[]`", k): {"sampling": "windows"} for k in ("window", "with_replacement", "cross_documents")}
@@ -109,8 +109,8 @@ def test_documented_choices_are_the_allowed_values():
 
 
 BASE: dict[str, Any] = {
-    "datasets": [{"name": "web", "path": "data/web"}, {"name": "code", "path": "data/code"}],
-    "mixture": {"weights": {"web": 1, "code": 1}},
+  "datasets": [{"name": "web", "path": "data/web"}, {"name": "code", "path": "data/code"}],
+  "mixture": {"weights": {"web": 1, "code": 1}},
 }
 
 

@@ -28,10 +28,16 @@ def run(tmp_path, name: str, counts: tuple[int, int] = (400, 300), **top) -> tup
     if not (tmp_path / f"d{d}").exists():
       write_coded_dataset(str(tmp_path / f"d{d}"), d, rng.integers(2, 30, count).tolist(), shard_bytes=1200)
   config = tmp_path / f"{name}.yaml"
-  raw = {"seed": 1, "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1"}],
-         "mixture": {"weights": {"d0": 0.6, "d1": 0.4}, "interleave": "random"}, "exhausted_policy": "repeat",
-         "shuffle_block_size": "global", "packing": {"mode": "first_fit", "seq_len": 32},
-         "batch": {"global_batch_size": 4}, "stats_path": f"{name}.jsonl"}
+  raw = {
+    "seed": 1,
+    "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1"}],
+    "mixture": {"weights": {"d0": 0.6, "d1": 0.4}, "interleave": "random"},
+    "exhausted_policy": "repeat",
+    "shuffle_block_size": "global",
+    "packing": {"mode": "first_fit", "seq_len": 32},
+    "batch": {"global_batch_size": 4},
+    "stats_path": f"{name}.jsonl",
+  }
   raw.update(top)
   config.write_text(yaml.safe_dump(raw))
   with Pipeline(load_config(str(config)), prefetch=0) as pipe:
@@ -58,8 +64,23 @@ def statuses(checks) -> dict[str, str]:
 def test_a_healthy_run_passes_every_check(tmp_path, capsys):
   config, stats = run(tmp_path, "healthy")
   losses = write_losses(tmp_path / "losses.jsonl", stats, lambda s, n: 2.0 + noise(s))
-  assert main(["doctor", str(tmp_path / "healthy.jsonl"), "--losses", losses, "--config", config, "--hosts", "2",
-               "--html", str(tmp_path / "doctor.html")]) == 0
+  assert (
+    main(
+      [
+        "doctor",
+        str(tmp_path / "healthy.jsonl"),
+        "--losses",
+        losses,
+        "--config",
+        config,
+        "--hosts",
+        "2",
+        "--html",
+        str(tmp_path / "doctor.html"),
+      ]
+    )
+    == 0
+  )
   printed = capsys.readouterr().out
   assert "0 failed, 0 warnings" in printed and "OK   histogram: D = " in printed and "OK   overlap: 0 pieces" in printed
   assert "<h1>jaxdata doctor</h1>" in (tmp_path / "doctor.html").read_text()
@@ -78,16 +99,23 @@ def test_swinging_histograms_fail_against_their_null(tmp_path):
 
 
 def test_an_unshuffled_dataset_read_shard_by_shard_shows_the_sawtooth(tmp_path):
-  _, stats = run(tmp_path, "stored", shuffle_block_size=None, shuffle_shards=False,
-                 mixture={"weights": {"d0": 0.5, "d1": 0.5}, "interleave": "exact"})
+  _, stats = run(
+    tmp_path,
+    "stored",
+    shuffle_block_size=None,
+    shuffle_shards=False,
+    mixture={"weights": {"d0": 0.5, "d1": 0.5}, "interleave": "exact"},
+  )
   checks = statuses(diagnose(stats))
   assert checks["sawtooth d0"] == "warn"  # one shard at a time, no loss log: a risk
   # The loss follows the position inside each shard (what a model sees when each shard drifts in difficulty).
   first_step = {}
   for s in stats:
     first_step.setdefault(s["shards"]["d0"][-1], s["step"])
-  losses = {s["step"]: {"d0": 2.0 + 0.1 * (s["step"] - first_step[s["shards"]["d0"][-1]]) + noise(s),
-                        "d1": 2.0 + noise(s, 1)} for s in stats}
+  losses = {
+    s["step"]: {"d0": 2.0 + 0.1 * (s["step"] - first_step[s["shards"]["d0"][-1]]) + noise(s), "d1": 2.0 + noise(s, 1)}
+    for s in stats
+  }
   measured = {c.name: c for c in diagnose(stats, losses)}
   assert measured["sawtooth d0"].status == "warn" and "position inside the shard" in measured["sawtooth d0"].figure
   healthy_losses = {s["step"]: {"d0": 2.0 + noise(s), "d1": 2.0 + noise(s, 1)} for s in stats}
@@ -162,10 +190,17 @@ def test_a_global_shuffle_lists_eight_shards_and_counts_them_all(tmp_path):
 def run_steps(tmp_path, name: str, lengths: list[list[int]], steps: int, shard_bytes: int, **top) -> list[dict]:
   for d, doc_lengths in enumerate(lengths):
     write_coded_dataset(str(tmp_path / f"{name}{d}"), d, doc_lengths, shard_bytes=shard_bytes)
-  raw = {"seed": 1, "datasets": [{"name": f"d{d}", "path": f"{name}{d}"} for d in range(len(lengths))],
-         "mixture": {"weights": {f"d{d}": 1 for d in range(len(lengths))}}, "exhausted_policy": "repeat",
-         "shuffle_block_size": "global", "packing": {"mode": "first_fit", "seq_len": 32},
-         "batch": {"global_batch_size": 4}, "stats_path": f"{name}.jsonl", **top}
+  raw = {
+    "seed": 1,
+    "datasets": [{"name": f"d{d}", "path": f"{name}{d}"} for d in range(len(lengths))],
+    "mixture": {"weights": {f"d{d}": 1 for d in range(len(lengths))}},
+    "exhausted_policy": "repeat",
+    "shuffle_block_size": "global",
+    "packing": {"mode": "first_fit", "seq_len": 32},
+    "batch": {"global_batch_size": 4},
+    "stats_path": f"{name}.jsonl",
+    **top,
+  }
   (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(raw))
   with Pipeline(load_config(str(tmp_path / f"{name}.yaml")), prefetch=0) as pipe:
     for _ in range(steps):
@@ -177,18 +212,25 @@ def test_a_single_shard_source_already_shuffled_shows_no_sawtooth_even_as_the_lo
   """One shard read over the whole run, globally shuffled: no shard period, no warning; a falling
   training loss over 200 steps is not a sawtooth."""
   rng = np.random.default_rng(5)
-  stats = run_steps(tmp_path, "one", [rng.integers(2, 30, 3000).tolist(), rng.integers(2, 30, 3000).tolist()], 200,
-                    shard_bytes=1 << 30)
+  stats = run_steps(
+    tmp_path, "one", [rng.integers(2, 30, 3000).tolist(), rng.integers(2, 30, 3000).tolist()], 200, shard_bytes=1 << 30
+  )
   assert {len(s["shards"]["d0"]) for s in stats} == {1}
-  losses = {s["step"]: {"d0": 4.0 - 0.01 * s["step"] + noise(s), "d1": 4.0 - 0.01 * s["step"] + noise(s, 1)}
-            for s in stats}
+  losses = {
+    s["step"]: {"d0": 4.0 - 0.01 * s["step"] + noise(s), "d1": 4.0 - 0.01 * s["step"] + noise(s, 1)} for s in stats
+  }
   for checks in (diagnose(stats), diagnose(stats, losses)):
     assert statuses(checks)["sawtooth d0"] == "ok" and statuses(checks)["sawtooth d1"] == "ok"
 
 
 def test_a_falling_loss_over_several_stored_shards_is_not_a_sawtooth(tmp_path):
-  _, stats = run(tmp_path, "stored", shuffle_block_size=None, shuffle_shards=False,
-                 mixture={"weights": {"d0": 0.5, "d1": 0.5}, "interleave": "exact"})
+  _, stats = run(
+    tmp_path,
+    "stored",
+    shuffle_block_size=None,
+    shuffle_shards=False,
+    mixture={"weights": {"d0": 0.5, "d1": 0.5}, "interleave": "exact"},
+  )
   falling = {s["step"]: {"d0": 4.0 - 0.02 * s["step"] + noise(s), "d1": 4.0 + noise(s, 1)} for s in stats}
   assert statuses(diagnose(stats, falling))["sawtooth d0"] == "ok"
 
@@ -197,8 +239,13 @@ def test_swings_from_documents_longer_than_a_step_name_the_data_not_the_order(tm
   """Documents of thousands of tokens in 128-token steps, with a global shuffle and the exact interleave already:
   the histogram swings, and the advice names the documents' length, not a shuffle."""
   rng = np.random.default_rng(6)
-  stats = run_steps(tmp_path, "long", [rng.integers(2000, 5000, 40).tolist(), rng.integers(2, 30, 2000).tolist()],
-                    150, shard_bytes=1 << 14)
+  stats = run_steps(
+    tmp_path,
+    "long",
+    [rng.integers(2000, 5000, 40).tolist(), rng.integers(2, 30, 2000).tolist()],
+    150,
+    shard_bytes=1 << 14,
+  )
   histogram = {c.name: c for c in diagnose(stats)}["histogram"]
   assert histogram.status == "fail", histogram.line()
   assert "the data, not the order" in histogram.advice and "d0" in histogram.advice

@@ -17,8 +17,13 @@ SAVE_AT = 3
 
 def launch(count: int, devices: int, config: str, ckpt: str, out: str, mode: str, steps: int) -> None:
   port = free_port()
-  run_workers(WORKER, [[str(port), str(count), str(i), str(devices), config, ckpt, out, mode, str(SAVE_AT), str(steps)]
-                       for i in range(count)])
+  run_workers(
+    WORKER,
+    [
+      [str(port), str(count), str(i), str(devices), config, ckpt, out, mode, str(SAVE_AT), str(steps)]
+      for i in range(count)
+    ],
+  )
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,15 @@ from pipeline_fixtures import coded_config, decode, digest
 def cfg(tmp_path):
   """Two datasets read once each (exhausted_policy stop), globally shuffled, one document per row."""
   rng = np.random.default_rng(5)
-  return coded_config(tmp_path, [rng.integers(3, 12, 60).tolist(), rng.integers(3, 12, 40).tolist()],
-                      exhausted_policy="stop", shuffle_block_size="global",
-                      mixture={"weights": {"d0": 1, "d1": 1}, "interleave": "random"},
-                      packing={"mode": "none", "seq_len": 16}, batch={"global_batch_size": 4, "drop_remainder": False})
+  return coded_config(
+    tmp_path,
+    [rng.integers(3, 12, 60).tolist(), rng.integers(3, 12, 40).tolist()],
+    exhausted_policy="stop",
+    shuffle_block_size="global",
+    mixture={"weights": {"d0": 1, "d1": 1}, "interleave": "random"},
+    packing={"mode": "none", "seq_len": 16},
+    batch={"global_batch_size": 4, "drop_remainder": False},
+  )
 
 
 def epoch_documents(cfg, epoch: int) -> list[tuple[int, int]]:

@@ -61,9 +61,9 @@ def reference(feature: matrix.Feature, data: dict[str, str]) -> list:
 
 def check_cell(feature: matrix.Feature, mode: matrix.Mode, cell: dict[str, Any], expected: list) -> None:
   assert len(expected) > matrix.SPLIT, f"{feature.name}: the reference must run past the round trip"
-  assert cell["first"] == expected[:matrix.SPLIT], f"{feature.name} in {mode.name}: first steps differ"
-  assert cell["rest"] == expected[matrix.SPLIT:], f"{feature.name} in {mode.name}: after set_state(get_state())"
-  assert cell["restored"] == expected[matrix.SPLIT:], f"{feature.name} in {mode.name}: restored on a fresh pipeline"
+  assert cell["first"] == expected[: matrix.SPLIT], f"{feature.name} in {mode.name}: first steps differ"
+  assert cell["rest"] == expected[matrix.SPLIT :], f"{feature.name} in {mode.name}: after set_state(get_state())"
+  assert cell["restored"] == expected[matrix.SPLIT :], f"{feature.name} in {mode.name}: restored on a fresh pipeline"
   if mode.uses_workers:  # the mode really ran: its processes made every step handed out (and some ahead)
     assert cell["from_workers"] >= len(expected), (feature.name, mode.name, cell["from_workers"])
 
@@ -80,8 +80,15 @@ def test_cell(feature, mode, local_data, request):
 def test_the_matrix_is_every_feature_the_issue_names_in_every_mode():
   """Generated from two lists: these are the contract's rows and columns."""
   assert len({f.name for f in matrix.FEATURES}) == len(matrix.FEATURES) >= 20
-  assert {m.name for m in matrix.MODES} >= {"prefetch2", "planner-process", "workers1", "workers2", "mesh8",
-                                            "native-off", "two-hosts"}
+  assert {m.name for m in matrix.MODES} >= {
+    "prefetch2",
+    "planner-process",
+    "workers1",
+    "workers2",
+    "mesh8",
+    "native-off",
+    "two-hosts",
+  }
   assert sum(f.multihost for f in matrix.FEATURES) >= 5
 
 
@@ -97,8 +104,21 @@ def test_every_feature_with_the_c_loops_off(local_data, uploaded, tmp_path):
   mode = next(m for m in matrix.MODES if m.runs == "native-off")
   out = tmp_path / "cells.json"
   env = {**os.environ, "JAXDATA_NATIVE": "0"}
-  done = subprocess.run([sys.executable, SCRIPT, "cell", write_data_json(data, tmp_path), mode.name, str(out),
-                         *[f.name for f in matrix.FEATURES]], env=env, capture_output=True, text=True, timeout=600)
+  done = subprocess.run(
+    [
+      sys.executable,
+      SCRIPT,
+      "cell",
+      write_data_json(data, tmp_path),
+      mode.name,
+      str(out),
+      *[f.name for f in matrix.FEATURES],
+    ],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   cells = json.loads(out.read_text())
   for feature in matrix.FEATURES:
@@ -110,9 +130,16 @@ def test_the_representative_features_on_two_jax_distributed_hosts(local_data, tm
   mode = next(m for m in matrix.MODES if m.runs == "two-hosts")
   features = [f for f in matrix.FEATURES if f.multihost]
   data_json, port = write_data_json(data, tmp_path), free_port()
-  procs = [subprocess.Popen([sys.executable, SCRIPT, "host", data_json, str(port), "2", str(i), str(tmp_path),
-                             *[f.name for f in features]], env=worker_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  procs = [
+    subprocess.Popen(
+      [sys.executable, SCRIPT, "host", data_json, str(port), "2", str(i), str(tmp_path), *[f.name for f in features]],
+      env=worker_env(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
   outputs = [p.communicate(timeout=600)[0] for p in procs]
   for p, output in zip(procs, outputs):
     assert p.returncode == 0, output[-3000:]

@@ -67,10 +67,17 @@ def random_case(rng: np.random.Generator) -> dict[str, Any]:
   watch = [int(rng.integers(0, 3)) for _ in range(k)] if marked else [0] * k
   remaining = sum(1 for w in watch if w > 0) if marked else -1
   return {
-      "segment": segment, "tokens_unit": tokens_unit,
-      "loop": PickLoop(eligible, lengths, cursor, PassMarks(watch, remaining),
-                       doc_limit=int(rng.integers(1, 600)), token_limit=int(rng.integers(1, 400_000)),
-                       overhead=int(rng.integers(0, 3))),
+    "segment": segment,
+    "tokens_unit": tokens_unit,
+    "loop": PickLoop(
+      eligible,
+      lengths,
+      cursor,
+      PassMarks(watch, remaining),
+      doc_limit=int(rng.integers(1, 600)),
+      token_limit=int(rng.integers(1, 400_000)),
+      overhead=int(rng.integers(0, 3)),
+    ),
   }
 
 
@@ -131,8 +138,11 @@ def test_keys_past_the_exact_range_go_on_in_python() -> None:
   assert scale > 2**53
   lengths = [[5] * 50 + [END_OF_DATASET] for _ in range(4)]
   loop = PickLoop([0, 1, 2, 3], lengths, [0] * 4, PassMarks([0] * 4, -1), doc_limit=40, token_limit=10**6)
-  case = {"segment": Segment(0, 0, scale, integers, [scale * 7, -scale * 7, 0, 0], [0] * 4),
-          "tokens_unit": True, "loop": loop}
+  case = {
+    "segment": Segment(0, 0, scale, integers, [scale * 7, -scale * 7, 0, 0], [0] * 4),
+    "tokens_unit": True,
+    "loop": loop,
+  }
   c, python = run(case, True), run(case, False)
   assert c == python
   assert len(c[0].choices) == 40 and len(set(c[0].choices)) >= 2
@@ -152,8 +162,9 @@ def test_a_pass_end_is_picked_in_python_then_c_goes_on(tokens_unit: bool) -> Non
 
 def test_the_c_loop_refuses_lists_of_different_sizes() -> None:
   with pytest.raises(ValueError, match="must have one size"):
-    pick_loops._exact_pick.pick([[1, 2]], [0, 0], (0,), [0], [0.0], [0.0], [1], [], 0.0, 0, 0, 1, 1, 0,
-                                True, 1, 0, 1, END_OF_BUFFER)
+    pick_loops._exact_pick.pick(
+      [[1, 2]], [0, 0], (0,), [0], [0.0], [0.0], [1], [], 0.0, 0, 0, 1, 1, 0, True, 1, 0, 1, END_OF_BUFFER
+    )
 
 
 def test_jaxdata_native_0_runs_the_python_loop() -> None:
@@ -162,11 +173,13 @@ def test_jaxdata_native_0_runs_the_python_loop() -> None:
 
 
 def test_without_the_extension_the_python_loop_runs() -> None:
-  script = ("from jaxdata.mixture import pick_loops\n"
-            "from jaxdata.order.cursor import END_OF_DATASET\n"
-            "loop = pick_loops.PickLoop([0, 1], [[3, 3, END_OF_DATASET], [1, 1, END_OF_DATASET]], [0, 0],\n"
-            "                           pick_loops.PassMarks([0, 0], -1), doc_limit=3, token_limit=100)\n"
-            "print(pick_loops._exact_pick, pick_loops.NATIVE, pick_loops.pick_exact([1, 1], 2, [0, 0], loop, False).choices)")
+  script = (
+    "from jaxdata.mixture import pick_loops\n"
+    "from jaxdata.order.cursor import END_OF_DATASET\n"
+    "loop = pick_loops.PickLoop([0, 1], [[3, 3, END_OF_DATASET], [1, 1, END_OF_DATASET]], [0, 0],\n"
+    "                           pick_loops.PassMarks([0, 0], -1), doc_limit=3, token_limit=100)\n"
+    "print(pick_loops._exact_pick, pick_loops.NATIVE, pick_loops.pick_exact([1, 1], 2, [0, 0], loop, False).choices)"
+  )
   assert fresh_python(script, missing="jaxdata.mixture._exact_pick").strip() == "None False [0, 1, 0]"
 
 
@@ -188,9 +201,18 @@ def test_c_and_python_agree_at_the_edges_of_the_exact_range() -> None:
       lengths.append(run_lengths + [rng.choice([END_OF_DATASET, END_OF_BUFFER])])
     eligible = [i for i in range(k) if weights[i] > 0 or rng.random() < 0.1] or [0]
     spread = rng.choice([0, 1, 2**30, 2**52, 2**53 - 5, 2**60])
-    loop = PickLoop(eligible, lengths, [0] * k, PassMarks([rng.randint(0, 2) for _ in range(k)], rng.choice([-1, 1, 2])),
-                    doc_limit=rng.randint(1, 40), token_limit=rng.choice([1, 100, 2**35, 2**62]),
-                    overhead=rng.choice([0, 1, 2]))
-    case = {"segment": Segment(0, 0, scale, weights, [rng.randint(-spread, spread) for _ in range(k)], [0] * k),
-            "tokens_unit": rng.random() < 0.7, "loop": loop}
+    loop = PickLoop(
+      eligible,
+      lengths,
+      [0] * k,
+      PassMarks([rng.randint(0, 2) for _ in range(k)], rng.choice([-1, 1, 2])),
+      doc_limit=rng.randint(1, 40),
+      token_limit=rng.choice([1, 100, 2**35, 2**62]),
+      overhead=rng.choice([0, 1, 2]),
+    )
+    case = {
+      "segment": Segment(0, 0, scale, weights, [rng.randint(-spread, spread) for _ in range(k)], [0] * k),
+      "tokens_unit": rng.random() < 0.7,
+      "loop": loop,
+    }
     assert run(case, True) == run(case, False)

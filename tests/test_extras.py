@@ -34,8 +34,9 @@ PARQUET = ("pyarrow", "pyarrow.parquet")
 def test_the_cli_converts_and_inspects_without_rich_matplotlib_or_pyarrow(tmp_path):
   (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(50)))
   out = str(tmp_path / "ds")
-  done = jaxdata(["convert", str(tmp_path / "in.jsonl"), "--out", out, "--name", "plain", "--workers", "1"],
-                 RICH + PLOTS + PARQUET)
+  done = jaxdata(
+    ["convert", str(tmp_path / "in.jsonl"), "--out", out, "--name", "plain", "--workers", "1"], RICH + PLOTS + PARQUET
+  )
   assert done.returncode == 0, done.stderr[-2000:]
   assert "wrote" in done.stdout and "50 documents" in done.stdout
   shown = jaxdata(["inspect", out], RICH + PLOTS + PARQUET)
@@ -47,8 +48,9 @@ def test_the_cli_converts_and_inspects_without_rich_matplotlib_or_pyarrow(tmp_pa
 
 def test_a_missing_extra_is_named(tmp_path):
   pq.write_table(pa.table({"text": ["a", "b"]}), tmp_path / "t.parquet")
-  done = jaxdata(["convert", str(tmp_path / "t.parquet"), "--out", str(tmp_path / "o"), "--name", "o",
-                  "--workers", "1"], PARQUET)
+  done = jaxdata(
+    ["convert", str(tmp_path / "t.parquet"), "--out", str(tmp_path / "o"), "--name", "o", "--workers", "1"], PARQUET
+  )
   assert done.returncode == 1 and "reading Parquet needs pyarrow: pip install 'jaxdata[parquet]'" in done.stderr
   cfg = coded_config(tmp_path, [[5, 9, 3] * 20], stats_path=str(tmp_path / "stats.jsonl"))
   with Pipeline(cfg, prefetch=0) as pipe:

@@ -23,8 +23,13 @@ from pipeline_fixtures import coded_config, digest
 def cfg(tmp_path_factory) -> PipelineConfig:
   rng = np.random.default_rng(5)
   tmp = tmp_path_factory.mktemp("failures")
-  return coded_config(tmp, [rng.integers(1, 60, 120).tolist(), rng.integers(1, 30, 200).tolist()],
-                      exhausted_policy="repeat", packing={"seq_len": 32}, batch={"global_batch_size": 8})
+  return coded_config(
+    tmp,
+    [rng.integers(1, 60, 120).tolist(), rng.integers(1, 30, 200).tolist()],
+    exhausted_policy="repeat",
+    packing={"seq_len": 32},
+    batch={"global_batch_size": 8},
+  )
 
 
 @pytest.fixture(scope="module")
@@ -164,12 +169,18 @@ def test_exiting_with_a_busy_prefetch_thread_is_a_clean_exit(tmp_path):
   # In 0.2.0 a daemon thread inside a native read when the interpreter finalized
   # aborted the process ("terminate called without an active exception", exit -6).
   rng = np.random.default_rng(3)
-  cfg = coded_config(tmp_path, [rng.integers(1, 400, 3000).tolist(), rng.integers(1, 400, 3000).tolist()],
-                     exhausted_policy="repeat", shuffle_block_size="global",
-                     packing={"seq_len": 512}, batch={"global_batch_size": 64})
+  cfg = coded_config(
+    tmp_path,
+    [rng.integers(1, 400, 3000).tolist(), rng.integers(1, 400, 3000).tolist()],
+    exhausted_policy="repeat",
+    shuffle_block_size="global",
+    packing={"seq_len": 512},
+    batch={"global_batch_size": 64},
+  )
   for _ in range(2):
-    out = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, json.dumps(cfg.to_dict())],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+      [sys.executable, "-c", EXIT_SCRIPT, json.dumps(cfg.to_dict())], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "terminate called" not in out.stderr
 

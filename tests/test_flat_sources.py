@@ -64,8 +64,13 @@ def test_every_flat_document_reads_back_byte_identical(tmp_path, documents, boun
     for name, part in (("a.bin", documents[:100]), ("b.bin", documents[100:])):
       lengths = np.array([len(d) for d in part])
       np.save(corpus / f"{name}.offsets.npy", np.cumsum(lengths) - lengths)
-  build_flat_index("flat", [str(corpus / "a.bin"), str(corpus / "b.bin")], dtype="uint32",
-                   eos_id=EOS if boundaries == "eos" else None, offsets=boundaries == "offsets")
+  build_flat_index(
+    "flat",
+    [str(corpus / "a.bin"), str(corpus / "b.bin")],
+    dtype="uint32",
+    eos_id=EOS if boundaries == "eos" else None,
+    offsets=boundaries == "offsets",
+  )
   order = np.random.default_rng(1).permutation(len(documents))
   with open_dataset(str(corpus)) as dataset:
     assert dataset.read_global(order).to_list().__len__() == len(documents)
@@ -84,7 +89,8 @@ def test_index_writes_only_metadata_and_can_live_elsewhere(tmp_path, documents):
   # 4 bytes of lengths + 8 of starts per document, 8 per 8 KiB block (+ .npy headers): no tokens copied.
   blocks = -(-os.path.getsize(corpus / "a.bin") // (8 << 10))
   assert sum(os.path.getsize(meta / p) for p in os.listdir(meta) if p.endswith(".npy")) <= (
-      12 * len(documents) + 8 * blocks + 3 * 128)
+    12 * len(documents) + 8 * blocks + 3 * 128
+  )
   assert manifest.data_root == str(corpus)
   with open_dataset(str(meta)) as dataset:
     assert [d.tolist() for d in dataset.read_global(np.arange(len(documents))).to_list()] == documents
@@ -95,12 +101,20 @@ def test_flat_and_megatron_documents_mix_shuffle_pack_and_resume_at_every_step(t
   build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=EOS)
   megatron_corpus(tmp_path / "meg", documents[150:] * 2)
   build_flat_index("megatron", [str(tmp_path / "meg" / "part0"), str(tmp_path / "meg" / "part1")])
-  cfg = PipelineConfig.from_dict({
-      "seed": 5, "datasets": [{"name": "olmo", "path": str(tmp_path / "flat"), "format": "flat"},
-                              {"name": "meg", "path": str(tmp_path / "meg"), "shuffle_block_size": 16}],
-      "mixture": {"weights": {"olmo": 0.6, "meg": 0.4}}, "shuffle_block_size": "global",
-      "exhausted_policy": "repeat", "packing": {"mode": "best_fit", "seq_len": 32}, "batch": {"global_batch_size": 4},
-  })
+  cfg = PipelineConfig.from_dict(
+    {
+      "seed": 5,
+      "datasets": [
+        {"name": "olmo", "path": str(tmp_path / "flat"), "format": "flat"},
+        {"name": "meg", "path": str(tmp_path / "meg"), "shuffle_block_size": 16},
+      ],
+      "mixture": {"weights": {"olmo": 0.6, "meg": 0.4}},
+      "shuffle_block_size": "global",
+      "exhausted_policy": "repeat",
+      "packing": {"mode": "best_fit", "seq_len": 32},
+      "batch": {"global_batch_size": 4},
+    }
+  )
 
   def advance(pipe: Pipeline, n: int) -> list[tuple]:
     return [digest(next(pipe)) for _ in range(n)]
@@ -126,8 +140,13 @@ def test_flat_and_megatron_documents_mix_shuffle_pack_and_resume_at_every_step(t
 def test_the_format_a_config_names_must_match_the_manifest(tmp_path, documents):
   write_flat(str(tmp_path / "flat" / "a.bin"), documents, np.uint16)
   build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=EOS)
-  cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": str(tmp_path / "flat"), "format": "megatron"}],
-                                  "mixture": {"weights": {"a": 1}}, "packing": {"seq_len": 16}})
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "a", "path": str(tmp_path / "flat"), "format": "megatron"}],
+      "mixture": {"weights": {"a": 1}},
+      "packing": {"seq_len": 16},
+    }
+  )
   with pytest.raises(DatasetError, match=r"flat: the config says format megatron, its manifest\.json says flat"):
     Pipeline(cfg)
 
@@ -139,8 +158,11 @@ def test_idx_sizes_that_disagree_with_the_bin_length_are_named(tmp_path, documen
   prefixes = megatron_corpus(tmp_path, documents)
   with open(prefixes[0] + ".bin", "ab") as f:
     f.write(b"\x00\x00")
-  with pytest.raises(DatasetError, match=r"part0\.idx: its sequence sizes add up to \d+ bytes of uint16, but "
-                                         r".*part0\.bin has \d+ bytes"):
+  with pytest.raises(
+    DatasetError,
+    match=r"part0\.idx: its sequence sizes add up to \d+ bytes of uint16, but "
+    r".*part0\.bin has \d+ bytes",
+  ):
     build_flat_index("megatron", prefixes)
   assert not os.path.exists(tmp_path / "manifest.json")
 
@@ -236,8 +258,9 @@ def test_starts_metadata_that_disagrees_with_the_lengths_is_named(tmp_path, docu
   with pytest.raises(DatasetError, match=r"a\.starts\.npy: the document index of a\.bin differs"):
     open_dataset(str(tmp_path))
   manifest = Manifest.load(str(tmp_path))  # as indexed before the hash: only the deep check sees it
-  dataclasses.replace(manifest, shards=tuple(dataclasses.replace(s, index_sha256="") for s in manifest.shards)
-                      ).save(str(tmp_path))
+  dataclasses.replace(manifest, shards=tuple(dataclasses.replace(s, index_sha256="") for s in manifest.shards)).save(
+    str(tmp_path)
+  )
   with open_dataset(str(tmp_path)) as dataset, pytest.raises(DatasetError, match=r"a\.starts\.npy: document 3 starts"):
     dataset.verify()
   np.save(tmp_path / "a.starts.npy", starts + 1)
@@ -251,10 +274,19 @@ def test_starts_metadata_that_disagrees_with_the_lengths_is_named(tmp_path, docu
 def test_a_negative_int32_megatron_id_is_named_when_read(tmp_path):
   write_megatron(str(tmp_path / "x"), [[[5, 6, 7]], [[8, -5, 9]]], np.dtype(np.int32))
   build_flat_index("megatron", [str(tmp_path / "x")])
-  cfg = PipelineConfig.from_dict({"datasets": [{"name": "x", "path": str(tmp_path)}], "mixture": {"weights": {"x": 1}},
-                                  "shuffle_shards": False, "packing": {"seq_len": 8},
-                                  "batch": {"global_batch_size": 1, "drop_remainder": False}})
-  with Pipeline(cfg, prefetch=0) as pipe, pytest.raises(DatasetError, match=r"x\.bin: record 1 holds token id 4294967291"):
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "x", "path": str(tmp_path)}],
+      "mixture": {"weights": {"x": 1}},
+      "shuffle_shards": False,
+      "packing": {"seq_len": 8},
+      "batch": {"global_batch_size": 1, "drop_remainder": False},
+    }
+  )
+  with (
+    Pipeline(cfg, prefetch=0) as pipe,
+    pytest.raises(DatasetError, match=r"x\.bin: record 1 holds token id 4294967291"),
+  ):
     next(pipe)
 
 
@@ -284,8 +316,10 @@ def test_out_of_range_reads_name_the_shard_or_record(tmp_path, documents):
       dataset.read([1], [last])
 
 
-@pytest.mark.parametrize("stored, claimed_code, looks_like", [(np.int32, 8, "uint32 ids read as uint16"),
-                                                              (np.uint16, 4, "uint16 ids read as uint32")])
+@pytest.mark.parametrize(
+  "stored, claimed_code, looks_like",
+  [(np.int32, 8, "uint32 ids read as uint16"), (np.uint16, 4, "uint16 ids read as uint32")],
+)
 def test_a_megatron_idx_that_lies_about_its_dtype_is_named(tmp_path, stored, claimed_code, looks_like):
   rng = np.random.default_rng(4)
   documents = [rng.integers(1, 361, 2 * int(rng.integers(1, 40))).tolist() for _ in range(400)]  # even lengths
@@ -354,8 +388,12 @@ with Pipeline(cfg, prefetch=2 if workers else 0, workers=workers) as pipe:
 def test_truncating_the_files_of_a_running_flat_dataset_is_a_named_error_not_sigbus(tmp_path, documents, workers):
   write_flat(str(tmp_path / "a.bin"), documents, np.uint16)
   build_flat_index("flat", [str(tmp_path / "a.bin")], dtype="uint16", eos_id=EOS)
-  done = subprocess.run([sys.executable, "-c", TRUNCATE_DURING_A_RUN, str(tmp_path), str(workers)],
-                        capture_output=True, text=True, timeout=120)
+  done = subprocess.run(
+    [sys.executable, "-c", TRUNCATE_DURING_A_RUN, str(tmp_path), str(workers)],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # SIGBUS: -7
   assert "a.bin: 64 bytes now" in done.stdout and "truncated during the run" in done.stdout, done.stdout
 
@@ -376,8 +414,9 @@ def test_links_out_of_the_dataset_or_its_data_root_are_refused(tmp_path, documen
 
 def test_a_data_root_elsewhere_does_not_tell_the_sizes_of_its_files(tmp_path, documents):
   write_flat(str(tmp_path / "corpus" / "a.bin"), documents, np.uint16)
-  build_flat_index("flat", [str(tmp_path / "corpus" / "a.bin")], out_dir=str(tmp_path / "meta"), dtype="uint16",
-                   eos_id=EOS)
+  build_flat_index(
+    "flat", [str(tmp_path / "corpus" / "a.bin")], out_dir=str(tmp_path / "meta"), dtype="uint16", eos_id=EOS
+  )
   secret = tmp_path / "corpus" / "a.bin"
   secret.write_bytes(b"\0" * 1234)  # another file where the manifest points
   with pytest.raises(DatasetError, match=r"a\.bin: its size on disk differs from manifest\.json") as error:

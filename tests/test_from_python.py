@@ -22,15 +22,18 @@ def test_texts_and_token_lists_in_order_with_empty_ones_counted(tmp_path):
   manifest = jaxdata.from_iterable(iter(items), out=str(tmp_path / "ds"), shard_bytes=512)
   expected = [byte.encode_batch(["héllo"])[0].tolist(), [7, 8, 9], [1, 2], byte.encode_batch(["a" * 3000])[0].tolist()]
   assert read_all(str(tmp_path / "ds")) == expected
-  assert manifest.stats["skipped_empty"] == 1 and manifest.name == "ds" and len(manifest.shards) == 2  # the long one alone
+  assert (
+    manifest.stats["skipped_empty"] == 1 and manifest.name == "ds" and len(manifest.shards) == 2
+  )  # the long one alone
 
 
 def test_many_items_stream_in_batches_and_match_the_converter(tmp_path):
   texts = [f"document {i} " * (i % 7) for i in range(5000)]
   (tmp_path / "in.jsonl").write_text("".join(f'{{"text": "{t}"}}\n' for t in texts))
   jaxdata.from_iterable((t for t in texts), out=str(tmp_path / "py"), name="x", shard_bytes=4096)
-  jaxdata.convert([str(tmp_path / "in.jsonl")], str(tmp_path / "cli"), "x",
-                  jaxdata.ConvertOptions(workers=1, shard_bytes=4096))
+  jaxdata.convert(
+    [str(tmp_path / "in.jsonl")], str(tmp_path / "cli"), "x", jaxdata.ConvertOptions(workers=1, shard_bytes=4096)
+  )
   assert read_all(str(tmp_path / "py")) == read_all(str(tmp_path / "cli"))
 
 

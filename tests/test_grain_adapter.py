@@ -14,8 +14,9 @@ from pipeline_fixtures import coded_config
 
 def test_grain_transforms_and_checkpoint_handler_work_on_the_pipeline(tmp_path):
   rng = np.random.default_rng(2)
-  cfg = coded_config(tmp_path, [rng.integers(1, 40, 60).tolist(), rng.integers(1, 30, 40).tolist()],
-                     exhausted_policy="repeat")
+  cfg = coded_config(
+    tmp_path, [rng.integers(1, 40, 60).tolist(), rng.integers(1, 30, 40).tolist()], exhausted_policy="repeat"
+  )
   dataset = PipelineDataset(cfg, prefetch=1).map(lambda batch: batch["tokens"].sum(axis=1))
   assert isinstance(dataset, grain.IterDataset)
   reference = iter(PipelineDataset(cfg, prefetch=0))

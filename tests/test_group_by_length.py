@@ -13,9 +13,14 @@ from pipeline_fixtures import coded_config, decode, digest
 def config(tmp_path, group: int) -> PipelineConfig:
   rng = np.random.default_rng(12)
   lengths = np.clip(rng.lognormal(3.0, 0.9, 600).astype(int), 1, 200).tolist()
-  return coded_config(tmp_path, [lengths], shuffle_block_size="global", exhausted_policy="repeat",
-                      packing={"mode": "none", "seq_len": 128, "group_by_length": group},
-                      batch={"global_batch_size": 8})
+  return coded_config(
+    tmp_path,
+    [lengths],
+    shuffle_block_size="global",
+    exhausted_policy="repeat",
+    packing={"mode": "none", "seq_len": 128, "group_by_length": group},
+    batch={"global_batch_size": 8},
+  )
 
 
 def run(cfg: PipelineConfig, steps: int) -> tuple[list[tuple[int, int]], float]:
@@ -65,5 +70,10 @@ def test_state_at_every_step_restores_mid_group(tmp_path):
 
 def test_grouping_needs_unpacked_rows():
   with pytest.raises(ConfigError, match=r"packing\.group_by_length: 4 groups unpacked rows; it needs mode: none"):
-    PipelineConfig.from_dict({"datasets": [{"name": "a"}], "mixture": {"weights": {"a": 1}},
-                              "packing": {"mode": "first_fit", "group_by_length": 4}})
+    PipelineConfig.from_dict(
+      {
+        "datasets": [{"name": "a"}],
+        "mixture": {"weights": {"a": 1}},
+        "packing": {"mode": "first_fit", "group_by_length": 4},
+      }
+    )

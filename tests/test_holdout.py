@@ -15,13 +15,18 @@ from pipeline_fixtures import coded_config, decode, digest, write_coded_dataset
 @pytest.fixture()
 def cfg(tmp_path) -> PipelineConfig:
   rng = np.random.default_rng(8)
-  base = coded_config(tmp_path, [rng.integers(2, 14, 200).tolist(), rng.integers(2, 14, 90).tolist(),
-                                 rng.integers(2, 14, 50).tolist()])
+  base = coded_config(
+    tmp_path, [rng.integers(2, 14, 200).tolist(), rng.integers(2, 14, 90).tolist(), rng.integers(2, 14, 50).tolist()]
+  )
   raw = base.to_dict()
   raw["datasets"][0]["holdout"] = 0.1
   raw["datasets"][1]["holdout"] = 7
-  raw.update(shuffle_block_size="global", stop_after_passes=2, packing={"mode": "best_fit", "seq_len": 16},
-             batch={"global_batch_size": 4})
+  raw.update(
+    shuffle_block_size="global",
+    stop_after_passes=2,
+    packing={"mode": "best_fit", "seq_len": 16},
+    batch={"global_batch_size": 4},
+  )
   return PipelineConfig.from_dict(raw)
 
 
@@ -37,8 +42,10 @@ def documents(pipe: Pipeline) -> list[tuple[int, int, int]]:
 
 
 def test_held_out_documents_never_train_and_eval_serves_each_once(cfg):
-  held = {0: set(held_out_records("d0", 200, 0.1, cfg.seed).tolist()),
-          1: set(held_out_records("d1", 90, 7, cfg.seed).tolist())}
+  held = {
+    0: set(held_out_records("d0", 200, 0.1, cfg.seed).tolist()),
+    1: set(held_out_records("d1", 90, 7, cfg.seed).tolist()),
+  }
   assert len(held[0]) == 20 and len(held[1]) == 7
   with Pipeline(cfg, prefetch=0) as train:
     trained = documents(train)  # two full passes of every dataset (stop_after_passes: 2)
@@ -83,9 +90,14 @@ def test_the_cache_plan_reads_what_training_reads_not_the_held_out_documents(tmp
   (32 x 8 tokens = 4 whole steps of 4 x 16 < read_ahead_tokens), so the shards
   it touches are exactly the training documents'."""
   write_coded_dataset(str(tmp_path / "d0"), 0, [8] * 40, shard_bytes=32)
-  cfg = PipelineConfig.from_dict({
+  cfg = PipelineConfig.from_dict(
+    {
       "datasets": [{"name": "d0", "path": str(tmp_path / "d0"), "holdout": 8}],
-      "mixture": {"weights": {"d0": 1}}, "stop_after_passes": 1,
-      "packing": {"mode": "first_fit", "seq_len": 16}, "batch": {"global_batch_size": 4}})
+      "mixture": {"weights": {"d0": 1}},
+      "stop_after_passes": 1,
+      "packing": {"mode": "first_fit", "seq_len": 16},
+      "batch": {"global_batch_size": 4},
+    }
+  )
   (need,) = cache_needs(cfg, hosts=1, windows=1, read_ahead_tokens=10_000).datasets
   assert need.shards == 40 and need.max_shards == 32

@@ -29,24 +29,68 @@ def test_the_campaign_covers_at_least_25_kinds():
 
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True),
-    st.text(max_size=8), st.sampled_from(["auto", "global", "exact", "random", "tokens", "documents",
-                                          "stop", "repeat", "first_fit", "concat", "none", "split"]),
+  st.none(),
+  st.booleans(),
+  st.integers(-(2**70), 2**70),
+  st.floats(allow_nan=True),
+  st.text(max_size=8),
+  st.sampled_from(
+    [
+      "auto",
+      "global",
+      "exact",
+      "random",
+      "tokens",
+      "documents",
+      "stop",
+      "repeat",
+      "first_fit",
+      "concat",
+      "none",
+      "split",
+    ]
+  ),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), inner, max_size=3)),
-    max_leaves=8)
-KEYS = ["datasets", "mixture", "seed", "shuffle_shards", "shuffle_within_shard", "shuffle_block_size",
-        "reshuffle_on_repeat", "exhausted_policy", "max_repeats", "stop_after_passes", "packing", "batch",
-        "stats_path", "allow_mixed_tokenizers"]
-dataset_entries = st.fixed_dictionaries({"name": st.sampled_from(["a", "b"])}, optional={
-    k: values for k in ("path", "shuffle_block_size", "exhausted_policy", "max_repeats", "stop_after_passes")})
+values = st.recursive(
+  scalars,
+  lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), inner, max_size=3)
+  ),
+  max_leaves=8,
+)
+KEYS = [
+  "datasets",
+  "mixture",
+  "seed",
+  "shuffle_shards",
+  "shuffle_within_shard",
+  "shuffle_block_size",
+  "reshuffle_on_repeat",
+  "exhausted_policy",
+  "max_repeats",
+  "stop_after_passes",
+  "packing",
+  "batch",
+  "stats_path",
+  "allow_mixed_tokenizers",
+]
+dataset_entries = st.fixed_dictionaries(
+  {"name": st.sampled_from(["a", "b"])},
+  optional={k: values for k in ("path", "shuffle_block_size", "exhausted_policy", "max_repeats", "stop_after_passes")},
+)
 configs = st.fixed_dictionaries(
-    {"datasets": st.one_of(st.lists(dataset_entries, max_size=3), values),
-     "mixture": st.one_of(st.fixed_dictionaries({"weights": st.dictionaries(st.sampled_from(["a", "b"]), values)}), values)},
-    optional={**{k: values for k in KEYS[2:]},
-              "packing": st.dictionaries(st.sampled_from(["mode", "seq_len", "pad_id", "warmup", "add_eos"]), values),
-              "batch": st.dictionaries(st.sampled_from(["global_batch_size", "drop_remainder"]), values)})
+  {
+    "datasets": st.one_of(st.lists(dataset_entries, max_size=3), values),
+    "mixture": st.one_of(
+      st.fixed_dictionaries({"weights": st.dictionaries(st.sampled_from(["a", "b"]), values)}), values
+    ),
+  },
+  optional={
+    **{k: values for k in KEYS[2:]},
+    "packing": st.dictionaries(st.sampled_from(["mode", "seq_len", "pad_id", "warmup", "add_eos"]), values),
+    "batch": st.dictionaries(st.sampled_from(["global_batch_size", "drop_remainder"]), values),
+  },
+)
 
 
 @settings(max_examples=600, deadline=None)

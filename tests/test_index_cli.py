@@ -51,8 +51,9 @@ def test_ids_read_as_the_wrong_dtype_are_named(tmp_path, written, claimed):
   rng = np.random.default_rng(1)
   shards = shards_in(tmp_path / "d", rng, written, 60_000, count=1)
   if written == "<u2":  # an even count per record, so the bytes are also whole uint32s
-    write_raw_shard(shards[0], [zipf_ids(rng, 2 * int(n), 60_000).astype("<u2").tobytes()
-                                for n in rng.integers(3, 40, 40)])
+    write_raw_shard(
+      shards[0], [zipf_ids(rng, 2 * int(n), 60_000).astype("<u2").tobytes() for n in rng.integers(3, 40, 40)]
+    )
   expected = "uint32 ids read as uint16" if claimed == "uint16" else "uint16 ids read as uint32"
   with pytest.raises(DatasetError, match=rf"s0\.array_record: looks like {expected}"):
     build_index(shards, claimed)

@@ -57,10 +57,10 @@ def test_write_runs_in_c_equals_numpy_on_random_runs(dtype: type) -> None:
       np.testing.assert_array_equal(c[name], numpy[name], err_msg=name)
     # And against the definition, slot by slot, for the first run.
     s, d, k = (int(a[0]) for a in runs[:3])
-    np.testing.assert_array_equal(c["tokens"][d:d + k], buffer[s:s + k].astype(np.int32))
-    np.testing.assert_array_equal(c["targets"][d:d + k], buffer[s + 1:s + k + 1].astype(np.int32))
+    np.testing.assert_array_equal(c["tokens"][d : d + k], buffer[s : s + k].astype(np.int32))
+    np.testing.assert_array_equal(c["targets"][d : d + k], buffer[s + 1 : s + k + 1].astype(np.int32))
     piece = runs[3][0] != 0
-    assert c["positions"][d:d + k].tolist() == (list(range(k)) if piece else [0] * k)
+    assert c["positions"][d : d + k].tolist() == (list(range(k)) if piece else [0] * k)
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -68,10 +68,12 @@ def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing(n
   buffer = np.arange(10, dtype=np.uint16)
   flat = {name: np.full(8, -7, np.int32) for name in FEATURES}
   one = np.ones(1, np.int32)
-  cases = [((np.array([5]), np.array([0]), np.array([5])), "run 0 .src 5, dst 0, length 5. lies outside"),
-           ((np.array([0]), np.array([4]), np.array([5])), "run 0 .src 0, dst 4, length 5."),
-           ((np.array([-1]), np.array([0]), np.array([2])), "run 0 .src -1"),
-           ((np.array([0]), np.array([0]), np.array([-2])), "length -2")]
+  cases = [
+    ((np.array([5]), np.array([0]), np.array([5])), "run 0 .src 5, dst 0, length 5. lies outside"),
+    ((np.array([0]), np.array([4]), np.array([5])), "run 0 .src 0, dst 4, length 5."),
+    ((np.array([-1]), np.array([0]), np.array([2])), "run 0 .src -1"),
+    ((np.array([0]), np.array([0]), np.array([-2])), "length -2"),
+  ]
   for (src, dst, length), message in cases:
     with pytest.raises(ValueError, match=message):
       kernels.write_runs(buffer, src, dst, length, one, one, flat, native=native)
@@ -79,19 +81,37 @@ def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing(n
   with pytest.raises(ValueError, match="run_len holds 2 items, expected 1"):
     kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1, 1]), one, one, flat, native=native)
   with pytest.raises(ValueError, match="positions holds 4 items, expected 8"):
-    kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1]), one, one,
-                       {**flat, "positions": np.zeros(4, np.int32)}, native=native)
+    kernels.write_runs(
+      buffer,
+      np.array([0]),
+      np.array([0]),
+      np.array([1]),
+      one,
+      one,
+      {**flat, "positions": np.zeros(4, np.int32)},
+      native=native,
+    )
   with pytest.raises(ValueError, match="buffer kind d is not one of"):
-    kernels._native.write_runs(buffer.astype(np.float64), "d", np.array([0]), np.array([0]), np.array([1]), one,
-                               one, *flat.values())
+    kernels._native.write_runs(
+      buffer.astype(np.float64), "d", np.array([0]), np.array([0]), np.array([1]), one, one, *flat.values()
+    )
   with pytest.raises((ValueError, BufferError)):  # NumPy: "ndarray is not C-contiguous"
-    kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1]), one, one,
-                       {**flat, "tokens": np.zeros(16, np.int32)[::2]}, native=True)
+    kernels.write_runs(
+      buffer,
+      np.array([0]),
+      np.array([0]),
+      np.array([1]),
+      one,
+      one,
+      {**flat, "tokens": np.zeros(16, np.int32)[::2]},
+      native=True,
+    )
   with pytest.raises((ValueError, BufferError, TypeError)):  # read-only output
     readonly = np.zeros(8, np.int32)
     readonly.flags.writeable = False
-    kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1]), one, one,
-                       {**flat, "loss_mask": readonly}, native=True)
+    kernels.write_runs(
+      buffer, np.array([0]), np.array([0]), np.array([1]), one, one, {**flat, "loss_mask": readonly}, native=True
+    )
 
 
 def test_a_buffer_in_the_other_byte_order_is_read_right() -> None:
@@ -157,24 +177,29 @@ def test_the_c_loops_release_the_gil() -> None:
 def batches_digest(native: str) -> str:
   """sha256 of 12 steps of a small pipeline run in a fresh process with JAXDATA_NATIVE=native."""
   script = (
-      "import hashlib, sys, tempfile, pathlib, numpy as np\n"
-      f"sys.path.insert(0, {TESTS!r})\n"
-      "from pipeline_fixtures import coded_config, digest\n"
-      "import jaxdata\n"
-      "from jaxdata.transforms import kernels\n"
-      "tmp = pathlib.Path(tempfile.mkdtemp())\n"
-      "rng = np.random.default_rng(5)\n"
-      "cfg = coded_config(tmp, [rng.integers(1, 70, 120).tolist(), rng.integers(1, 30, 200).tolist()],\n"
-      "    exhausted_policy='repeat', shuffle_block_size='global',\n"
-      "    packing={'seq_len': 32, 'add_bos': True, 'add_eos': True}, batch={'global_batch_size': 8})\n"
-      "h = hashlib.sha256()\n"
-      "with jaxdata.Pipeline(cfg, prefetch=0) as pipe:\n"
-      "  for _ in range(12):\n"
-      "    for part in digest(next(pipe)): h.update(part)\n"
-      "print(kernels.NATIVE, h.hexdigest())\n"
+    "import hashlib, sys, tempfile, pathlib, numpy as np\n"
+    f"sys.path.insert(0, {TESTS!r})\n"
+    "from pipeline_fixtures import coded_config, digest\n"
+    "import jaxdata\n"
+    "from jaxdata.transforms import kernels\n"
+    "tmp = pathlib.Path(tempfile.mkdtemp())\n"
+    "rng = np.random.default_rng(5)\n"
+    "cfg = coded_config(tmp, [rng.integers(1, 70, 120).tolist(), rng.integers(1, 30, 200).tolist()],\n"
+    "    exhausted_policy='repeat', shuffle_block_size='global',\n"
+    "    packing={'seq_len': 32, 'add_bos': True, 'add_eos': True}, batch={'global_batch_size': 8})\n"
+    "h = hashlib.sha256()\n"
+    "with jaxdata.Pipeline(cfg, prefetch=0) as pipe:\n"
+    "  for _ in range(12):\n"
+    "    for part in digest(next(pipe)): h.update(part)\n"
+    "print(kernels.NATIVE, h.hexdigest())\n"
   )
-  done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "JAXDATA_NATIVE": native},
-                        capture_output=True, text=True, timeout=120)
+  done = subprocess.run(
+    [sys.executable, "-c", script],
+    env={**os.environ, "JAXDATA_NATIVE": native},
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert done.returncode == 0, done.stderr[-2000:]
   return done.stdout.split()
 
@@ -186,15 +211,22 @@ def test_jaxdata_native_0_runs_the_numpy_loops_with_the_same_batches() -> None:
 
 
 def test_without_the_extension_the_numpy_loops_run() -> None:
-  script = ("from jaxdata.transforms import kernels\n"
-            "import numpy as np\n"
-            "print(kernels._native, kernels.NATIVE, kernels.first_fit_rows(np.array([3, 3, 2]), None, 2, 5).tolist())")
+  script = (
+    "from jaxdata.transforms import kernels\n"
+    "import numpy as np\n"
+    "print(kernels._native, kernels.NATIVE, kernels.first_fit_rows(np.array([3, 3, 2]), None, 2, 5).tolist())"
+  )
   out = fresh_python(script, missing="jaxdata.transforms._native")
   assert out.split("\n")[0] == "None False [0, 1, 0]"
 
 
 def test_an_invalid_jaxdata_native_is_a_named_error() -> None:
-  done = subprocess.run([sys.executable, "-c", "import jaxdata.transforms.kernels"],
-                        env={**os.environ, "JAXDATA_NATIVE": "yes"}, capture_output=True, text=True, timeout=60)
+  done = subprocess.run(
+    [sys.executable, "-c", "import jaxdata.transforms.kernels"],
+    env={**os.environ, "JAXDATA_NATIVE": "yes"},
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
   assert done.returncode != 0
   assert "JAXDATA_NATIVE: 'yes' is not 0 (Python / NumPy loops) or 1 (C loops where built)" in done.stderr

@@ -18,26 +18,38 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each stage may import itself and the stages listed for it (and nothing later).
 # `transforms` plans from lengths through a protocol: it never sees the stream.
 ALLOWED = {
-    "errors": set(),
-    "_lazy": set(),
-    "config": {"errors"},
-    "sources": {"errors", "_lazy"},
-    "order": {"config", "errors"},
-    "mixture": {"config", "sources", "order", "errors"},
-    "transforms": {"config", "errors"},
-    "checkpoint": {"config", "order", "errors", "_lazy"},
-    "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "errors", "_lazy"},
-    "research": {"config", "errors"},
-    "conversion": {"sources", "errors", "_lazy"},
-    "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},
-    "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "errors"},
-    "integrations": {"config", "sources", "pipeline", "errors"},
-    "testing": {"pipeline", "errors"},
-    "cli": {"config", "sources", "pipeline", "conversion", "tools", "demo", "errors", "_lazy", "__init__"},
-    # The package's lazy exports (the public API) name modules of every stage.
-    "__init__": {"_lazy", "config", "sources", "order", "mixture", "pipeline", "checkpoint", "conversion", "tools",
-                 "research", "testing", "errors"},
-    "__main__": {"cli"},
+  "errors": set(),
+  "_lazy": set(),
+  "config": {"errors"},
+  "sources": {"errors", "_lazy"},
+  "order": {"config", "errors"},
+  "mixture": {"config", "sources", "order", "errors"},
+  "transforms": {"config", "errors"},
+  "checkpoint": {"config", "order", "errors", "_lazy"},
+  "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "errors", "_lazy"},
+  "research": {"config", "errors"},
+  "conversion": {"sources", "errors", "_lazy"},
+  "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},
+  "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "errors"},
+  "integrations": {"config", "sources", "pipeline", "errors"},
+  "testing": {"pipeline", "errors"},
+  "cli": {"config", "sources", "pipeline", "conversion", "tools", "demo", "errors", "_lazy", "__init__"},
+  # The package's lazy exports (the public API) name modules of every stage.
+  "__init__": {
+    "_lazy",
+    "config",
+    "sources",
+    "order",
+    "mixture",
+    "pipeline",
+    "checkpoint",
+    "conversion",
+    "tools",
+    "research",
+    "testing",
+    "errors",
+  },
+  "__main__": {"cli"},
 }
 HEAVY = ("jax", "grain", "orbax", "pyarrow", "matplotlib")
 
@@ -49,7 +61,7 @@ def _modules(suffix: str = ".py") -> dict[str, str]:
     for directory, _, files in os.walk(os.path.join(REPO, root)):
       for name in files:
         if name.endswith(suffix):
-          relative = os.path.relpath(os.path.join(directory, name), os.path.join(REPO, root))[:-len(suffix)]
+          relative = os.path.relpath(os.path.join(directory, name), os.path.join(REPO, root))[: -len(suffix)]
           parts = [p for p in relative.split(os.sep) if p != "__init__"]
           found[".".join([package, *parts])] = os.path.join(directory, name)
   return found
@@ -76,8 +88,12 @@ def _imports(path: str) -> list[tuple[str, bool]]:
   top_level |= {id(inner) for node in tree.body if isinstance(node, ast.Try) for inner in node.body}
   # Lazy imports (`lazy_module("m")`, `lazy_exports(..., {"name": "m"})`) are imports too: at module level
   # when the call is, though the module loads later.
-  top_level |= {id(inner) for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign, ast.Expr))
-                for inner in ast.walk(node)}
+  top_level |= {
+    id(inner)
+    for node in tree.body
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.Expr))
+    for inner in ast.walk(node)
+  }
   out = []
   for node in ast.walk(tree):
     names = []
@@ -86,12 +102,17 @@ def _imports(path: str) -> list[tuple[str, bool]]:
     elif isinstance(node, ast.ImportFrom) and node.module:
       names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
     elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("lazy_module", "lazy_exports"):
-      names = [c.value for arg in node.args for c in ast.walk(arg)
-               if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("jaxdata.")]
+      names = [
+        c.value
+        for arg in node.args
+        for c in ast.walk(arg)
+        if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("jaxdata.")
+      ]
     for name in names:
       if name == "jaxdata" or name.startswith("jaxdata."):
-        target = max((m for m in (*MODULES, *EXTENSIONS) if name == m or name.startswith(m + ".")), key=len,
-                     default=None)
+        target = max(
+          (m for m in (*MODULES, *EXTENSIONS) if name == m or name.startswith(m + ".")), key=len, default=None
+        )
         if target is not None:
           out.append((target, id(node) in top_level))
   return out
@@ -151,8 +172,9 @@ def _heavy_modules_after(code: str) -> list[str]:
 
 def test_import_and_cli_load_no_heavy_dependency(tmp_path):
   assert _heavy_modules_after("import jaxdata, jaxdata.cli") == []
-  assert _heavy_modules_after(
-      "from jaxdata.cli import main\ntry:\n  main(['--help'])\nexcept SystemExit:\n  pass") == []
+  assert (
+    _heavy_modules_after("from jaxdata.cli import main\ntry:\n  main(['--help'])\nexcept SystemExit:\n  pass") == []
+  )
   write_coded_dataset(str(tmp_path / "d0"), 0, [5, 7, 9])
   assert _heavy_modules_after(f"from jaxdata.cli import main\nmain(['inspect', {str(tmp_path / 'd0')!r}])") == []
   # Planning needs no jax either: the planner, the stream and the packer.

@@ -31,10 +31,18 @@ def values(tmp_path) -> dict:
   counting_dataset(str(tmp_path / "web"), "web", 0)
   counting_dataset(str(tmp_path / "code"), "code", 1)
   return {  # what a MaxText base.yml + command line would hold (unrelated keys included)
-      "grain_train_files": f"{tmp_path}/web/*.array_record,0.7;{tmp_path}/code/*.array_record,0.3",
-      "grain_file_type": "arrayrecord", "data_shuffle_seed": 3, "max_target_length": 32,
-      "global_batch_size_to_load": 8, "packing": True, "add_bos": False, "add_eos": True,
-      "per_device_batch_size": 1, "base_emb_dim": 64, "dataset_type": "grain", "grain_worker_count": 0,
+    "grain_train_files": f"{tmp_path}/web/*.array_record,0.7;{tmp_path}/code/*.array_record,0.3",
+    "grain_file_type": "arrayrecord",
+    "data_shuffle_seed": 3,
+    "max_target_length": 32,
+    "global_batch_size_to_load": 8,
+    "packing": True,
+    "add_bos": False,
+    "add_eos": True,
+    "per_device_batch_size": 1,
+    "base_emb_dim": 64,
+    "dataset_type": "grain",
+    "grain_worker_count": 0,
   }
 
 
@@ -43,10 +51,20 @@ def test_the_keys_map_onto_the_pipeline(values, tmp_path):
   assert [(d.name, d.path) for d in cfg.datasets] == [("web", f"{tmp_path}/web"), ("code", f"{tmp_path}/code")]
   assert [float(w) for w in cfg.schedule().exact_weights_at(0)] == [0.7, 0.3]
   assert (cfg.seed, cfg.packing.seq_len, cfg.batch.global_batch_size, cfg.packing.mode) == (3, 32, 8, "first_fit")
-  assert (cfg.packing.add_eos, cfg.packing.eos_id, cfg.shuffle_block_size) == (True, 0, "global")  # eos from the manifest
+  assert (cfg.packing.add_eos, cfg.packing.eos_id, cfg.shuffle_block_size) == (
+    True,
+    0,
+    "global",
+  )  # eos from the manifest
   mixture = tmp_path / "mixture.json"
-  mixture.write_text(json.dumps({"web": {"path": f"{tmp_path}/web/*.array_record", "weight": 0.7},
-                                 "code": {"path": f"{tmp_path}/code/*.array_record", "weight": 0.3}}))
+  mixture.write_text(
+    json.dumps(
+      {
+        "web": {"path": f"{tmp_path}/web/*.array_record", "weight": 0.7},
+        "code": {"path": f"{tmp_path}/code/*.array_record", "weight": 0.3},
+      }
+    )
+  )
   from_json = maxtext_config({**values, "grain_train_files": "", "grain_train_mixture_config_path": str(mixture)})
   assert from_json == cfg
   assert maxtext_config({**values, "packing": False}).packing.mode == "none"
@@ -57,7 +75,9 @@ def test_batches_carry_maxtexts_features(values):
     for _ in range(3):
       batch, reference = next(maxtext), next(plain)
       assert tuple(batch) == FEATURES and all(batch[k].dtype == np.int32 for k in FEATURES)
-      assert np.array_equal(batch["inputs"], reference["tokens"]) and np.array_equal(batch["targets"], reference["targets"])
+      assert np.array_equal(batch["inputs"], reference["tokens"]) and np.array_equal(
+        batch["targets"], reference["targets"]
+      )
       assert np.array_equal(batch["inputs_segmentation"], reference["segment_ids"])
       assert np.array_equal(batch["targets_segmentation"], reference["segment_ids"] * reference["loss_mask"])
       assert np.array_equal(batch["inputs_position"], batch["targets_position"])
@@ -88,10 +108,12 @@ def model_loss(params: dict, batch: dict) -> jax.Array:
 def test_a_small_model_trains_on_the_maxtext_batches(values):
   keys = jax.random.split(jax.random.PRNGKey(0), 6)
   width = 32
-  params = {"embed": 0.1 * jax.random.normal(keys[0], (VOCAB, width)),
-            "position": 0.1 * jax.random.normal(keys[1], (32, width)),
-            **{name: jax.random.normal(k, (width, width)) / np.sqrt(width) for name, k in zip("qkv", keys[2:5])},
-            "out": jax.random.normal(keys[5], (width, VOCAB)) / np.sqrt(width)}
+  params = {
+    "embed": 0.1 * jax.random.normal(keys[0], (VOCAB, width)),
+    "position": 0.1 * jax.random.normal(keys[1], (32, width)),
+    **{name: jax.random.normal(k, (width, width)) / np.sqrt(width) for name, k in zip("qkv", keys[2:5])},
+    "out": jax.random.normal(keys[5], (width, VOCAB)) / np.sqrt(width),
+  }
   step = jax.jit(lambda p, b: jax.tree.map(lambda w, g: w - 4.0 * g, p, jax.grad(model_loss)(p, b)))
   loss = jax.jit(model_loss)
   losses = []

@@ -19,8 +19,9 @@ STEPS = 4
 
 def run_processes(count: int, config: str, out_dir: str, workers: int = 0) -> None:
   port = free_port()
-  run_workers(WORKER, [[str(port), str(count), str(i), config, out_dir, str(STEPS), str(workers)]
-                       for i in range(count)])
+  run_workers(
+    WORKER, [[str(port), str(count), str(i), config, out_dir, str(STEPS), str(workers)] for i in range(count)]
+  )
 
 
 def write_two_datasets(tmp_path) -> str:
@@ -28,15 +29,19 @@ def write_two_datasets(tmp_path) -> str:
   for d, count in enumerate((90, 40)):
     write_coded_dataset(str(tmp_path / f"d{d}"), d, rng.integers(1, 50, count).tolist())
   config = tmp_path / "pipeline.yaml"
-  config.write_text(yaml.safe_dump({
-      "seed": 7,
-      "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1"}],
-      "mixture": {"weights": {"d0": 2, "d1": 1}},
-      "shuffle_block_size": "global",
-      "exhausted_policy": "repeat",
-      "packing": {"mode": "best_fit", "seq_len": 32, "add_eos": True, "eos_id": 2},
-      "batch": {"global_batch_size": 16},
-  }))
+  config.write_text(
+    yaml.safe_dump(
+      {
+        "seed": 7,
+        "datasets": [{"name": "d0", "path": "d0"}, {"name": "d1", "path": "d1"}],
+        "mixture": {"weights": {"d0": 2, "d1": 1}},
+        "shuffle_block_size": "global",
+        "exhausted_policy": "repeat",
+        "packing": {"mode": "best_fit", "seq_len": 32, "add_eos": True, "eos_id": 2},
+        "batch": {"global_batch_size": 16},
+      }
+    )
+  )
   return str(config)
 
 
@@ -80,7 +85,7 @@ def test_two_processes_build_the_single_process_global_batch(tmp_path):
     reads = np.load(out_dir / f"p{process}_reads.npz")
     windows = sorted({tuple(map(int, key.split("/")[0].split("-"))) for key in reads.files})
     covered = [step for start, stop in windows for step in range(start, stop)]
-    assert covered[: STEPS] == list(range(STEPS)) and windows[0] == (0, 1)
+    assert covered[:STEPS] == list(range(STEPS)) and windows[0] == (0, 1)
     for start, stop in windows:
       for d, name in enumerate(cfg.names):
         key = f"{start}-{stop}/{name}"

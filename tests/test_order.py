@@ -18,20 +18,20 @@ from jaxdata.pipeline.planner import StepPlanner
 from pipeline_fixtures import coded_config
 
 PRIMES = [2, 3, 5, 7, 11, 13, 17, 31, 61, 127]
-shard_counts = st.lists(
-    st.one_of(st.integers(0, 40), st.sampled_from(PRIMES)), min_size=1, max_size=6
-).filter(lambda c: sum(c) > 0)
+shard_counts = st.lists(st.one_of(st.integers(0, 40), st.sampled_from(PRIMES)), min_size=1, max_size=6).filter(
+  lambda c: sum(c) > 0
+)
 block_sizes = st.one_of(st.none(), st.just("global"), st.integers(1, 90), st.sampled_from(PRIMES))
 
 
 @given(
-    counts=shard_counts,
-    shuffle_shards=st.booleans(),
-    within=st.booleans(),
-    block=block_sizes,
-    reshuffle=st.booleans(),
-    pass_index=st.integers(0, 3),
-    seed=st.integers(0, 2**32),
+  counts=shard_counts,
+  shuffle_shards=st.booleans(),
+  within=st.booleans(),
+  block=block_sizes,
+  reshuffle=st.booleans(),
+  pass_index=st.integers(0, 3),
+  seed=st.integers(0, 2**32),
 )
 def test_every_order_is_a_permutation(counts, shuffle_shards, within, block, reshuffle, pass_index, seed):
   order = DatasetOrder("d", counts, ShuffleOptions(shuffle_shards, within, block, reshuffle), seed)
@@ -78,10 +78,13 @@ def test_auto_block_size_is_eight_largest_shards_capped_at_dataset_size():
   assert settings.resolve_block_size(largest_shard=20, num_records=1000) == 8 * 20
   assert settings.resolve_block_size(largest_shard=20, num_records=30) == 30  # capped
   # The stream resolves "auto" with the largest shard of any dataset of the mixture.
-  cfg = PipelineConfig.from_dict({
-      "datasets": [{"name": "a"}, {"name": "b"}], "mixture": {"weights": {"a": 1, "b": 1}},
-      "shuffle_block_size": "auto"})
-  metas = {"a": DatasetMeta.from_lengths(np.ones(30), [10, 20]), "b": DatasetMeta.from_lengths(np.ones(1000), [7] * 142 + [6])}
+  cfg = PipelineConfig.from_dict(
+    {"datasets": [{"name": "a"}, {"name": "b"}], "mixture": {"weights": {"a": 1, "b": 1}}, "shuffle_block_size": "auto"}
+  )
+  metas = {
+    "a": DatasetMeta.from_lengths(np.ones(30), [10, 20]),
+    "b": DatasetMeta.from_lengths(np.ones(1000), [7] * 142 + [6]),
+  }
   stream = DocumentStream(cfg, metas)
   assert [c.order.options.block_size for c in stream.cursors] == [30, 8 * 20]
 
@@ -170,8 +173,13 @@ def test_a_long_run_holds_its_live_passes_permutations_not_every_pass(tmp_path, 
   datasets it holds the same entries at pass 40 as at pass 20 (it grew with every pass before)."""
   cache = permutation._PermutationCache(permutation._CACHE_ENTRIES)
   monkeypatch.setattr(permutation, "_CACHE", cache)
-  cfg = coded_config(tmp_path, [[3, 5, 2, 4] * 100, [2, 6, 3] * 100], exhausted_policy="repeat",
-                     shuffle_block_size="global", shuffle_within_shard=True)
+  cfg = coded_config(
+    tmp_path,
+    [[3, 5, 2, 4] * 100, [2, 6, 3] * 100],
+    exhausted_policy="repeat",
+    shuffle_block_size="global",
+    shuffle_within_shard=True,
+  )
   planner = StepPlanner(cfg)
   held = []
   while len(held) < 3:

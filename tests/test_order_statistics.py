@@ -17,12 +17,12 @@ from jaxdata import DatasetOrder, ShuffleOptions
 from jaxdata.order.feistel import derive_key, feistel_permute
 from jaxdata.order.permutation import EXACT_MAX, permute
 from null_statistics import (
-    adjacent_pairs,
-    chi_square_quantile,
-    expected_distinct,
-    parity,
-    position_chi_square,
-    serial_correlation,
+  adjacent_pairs,
+  chi_square_quantile,
+  expected_distinct,
+  parity,
+  position_chi_square,
+  serial_correlation,
 )
 
 

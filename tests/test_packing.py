@@ -71,17 +71,21 @@ doc_lengths = st.lists(st.integers(1, 40), min_size=1, max_size=25)
 
 @settings(max_examples=25)
 @given(
-    lengths=st.lists(doc_lengths, min_size=1, max_size=3),
-    mode=st.sampled_from(["first_fit", "best_fit", "concat"]),
-    bos=st.booleans(),
-    eos=st.booleans(),
+  lengths=st.lists(doc_lengths, min_size=1, max_size=3),
+  mode=st.sampled_from(["first_fit", "best_fit", "concat"]),
+  bos=st.booleans(),
+  eos=st.booleans(),
 )
 def test_every_token_of_every_document_appears_exactly_once(tmp_path_factory, lengths, mode, bos, eos):
   tmp_path = tmp_path_factory.mktemp("coded")
-  cfg = coded_config(tmp_path, lengths, packing={"mode": mode, "add_bos": bos, "add_eos": eos},
-                     batch={"global_batch_size": 4, "drop_remainder": False},
-                     exhausted_policy="stop", mixture={"weights": {f"d{i}": 1 for i in range(len(lengths))},
-                                                       "unit": "documents"})
+  cfg = coded_config(
+    tmp_path,
+    lengths,
+    packing={"mode": mode, "add_bos": bos, "add_eos": eos},
+    batch={"global_batch_size": 4, "drop_remainder": False},
+    exhausted_policy="stop",
+    mixture={"weights": {f"d{i}": 1 for i in range(len(lengths))}, "unit": "documents"},
+  )
   with Pipeline(cfg, prefetch=0) as pipe:
     batches = all_batches(pipe)
     for b in batches:
@@ -89,13 +93,21 @@ def test_every_token_of_every_document_appears_exactly_once(tmp_path_factory, le
       assert b["tokens"].shape == (4, 16)
   seen = covered(batches)
   stream_docs = DocumentStream(cfg).take(0, max_docs=10_000)
-  expected = {(int(d), int(r)): list(range(n)) for d, r, n in zip(stream_docs.dataset, stream_docs.record, stream_docs.length) if n}
+  expected = {
+    (int(d), int(r)): list(range(n))
+    for d, r, n in zip(stream_docs.dataset, stream_docs.record, stream_docs.length)
+    if n
+  }
   assert seen == expected  # with "stop", the stream's documents are exactly those packed
 
 
 def test_long_documents_split_or_truncate_never_raise(tmp_path):
-  cfg = coded_config(tmp_path, [[50, 3, 70, 16, 17]], packing={"long_docs": "truncate"},
-                     batch={"global_batch_size": 4, "drop_remainder": False})
+  cfg = coded_config(
+    tmp_path,
+    [[50, 3, 70, 16, 17]],
+    packing={"long_docs": "truncate"},
+    batch={"global_batch_size": 4, "drop_remainder": False},
+  )
   stats_path = tmp_path / "stats.jsonl"
   with Pipeline(cfg, prefetch=0, stats_path=str(stats_path)) as pipe:
     batches = all_batches(pipe)
@@ -104,20 +116,25 @@ def test_long_documents_split_or_truncate_never_raise(tmp_path):
   assert seen[(0, 4)] == list(range(16)) and seen[(0, 1)] == [0, 1, 2]
   lines = [json.loads(line) for line in stats_path.read_text().splitlines()]
   assert sum(line["truncated_tokens"] for line in lines) == (50 - 16) + (70 - 16) + (17 - 16)
-  split_cfg = coded_config(tmp_path / "s", [[50, 3, 70, 16, 17]], batch={"global_batch_size": 4, "drop_remainder": False})
+  split_cfg = coded_config(
+    tmp_path / "s", [[50, 3, 70, 16, 17]], batch={"global_batch_size": 4, "drop_remainder": False}
+  )
   with Pipeline(split_cfg, prefetch=0) as pipe:
     seen = covered(all_batches(pipe))
   assert seen[(0, 2)] == list(range(70)) and seen[(0, 0)] == list(range(50))
 
 
 def test_none_mode_is_one_document_per_row(tmp_path):
-  cfg = coded_config(tmp_path, [[5, 20, 7, 9, 1]], packing={"mode": "none"},
-                     batch={"global_batch_size": 4, "drop_remainder": False})
+  cfg = coded_config(
+    tmp_path, [[5, 20, 7, 9, 1]], packing={"mode": "none"}, batch={"global_batch_size": 4, "drop_remainder": False}
+  )
   with Pipeline(cfg, prefetch=0) as pipe:
     batches = all_batches(pipe)
   for b in batches:
     assert (b["segment_ids"].max(axis=1) <= 1).all()
-  lengths_seen = sorted(int((b["segment_ids"][r] > 0).sum()) for b in batches for r in range(4) if b["segment_ids"][r].any())
+  lengths_seen = sorted(
+    int((b["segment_ids"][r] > 0).sum()) for b in batches for r in range(4) if b["segment_ids"][r].any()
+  )
   assert lengths_seen == [1, 5, 7, 9, 16]
 
 
@@ -127,15 +144,19 @@ def test_none_mode_is_one_document_per_row(tmp_path):
 def lognormal_stream_cfg(mode: str, rows: int) -> tuple[PipelineConfig, dict[str, DatasetMeta]]:
   rng = np.random.default_rng(0)
   means = {"web": 600, "code": 1500, "books": 8400, "curated": 400}
-  metas = {n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m) - 0.5, 1.0, 4000), 1, 65536).astype(int))
-           for n, m in means.items()}
-  cfg = PipelineConfig.from_dict({
+  metas = {
+    n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m) - 0.5, 1.0, 4000), 1, 65536).astype(int))
+    for n, m in means.items()
+  }
+  cfg = PipelineConfig.from_dict(
+    {
       "datasets": [{"name": n} for n in means],
-      "mixture": {"weights": {"web": .62, "code": .18, "books": .12, "curated": .08}},
+      "mixture": {"weights": {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}},
       "exhausted_policy": "repeat",
       "packing": {"mode": mode, "seq_len": 2048},
       "batch": {"global_batch_size": rows},
-  })
+    }
+  )
   return cfg, metas
 
 
@@ -166,9 +187,13 @@ def test_concat_mode_has_no_padding():
 
 
 def test_sequence_length_warmup_keeps_tokens_per_step(tmp_path):
-  cfg = coded_config(tmp_path, [[30] * 40, [12] * 60], exhausted_policy="repeat",
-                     packing={"seq_len": 16, "warmup": [{"until_step": 2, "seq_len": 4}, {"until_step": 3, "seq_len": 8}]},
-                     batch={"global_batch_size": 2})
+  cfg = coded_config(
+    tmp_path,
+    [[30] * 40, [12] * 60],
+    exhausted_policy="repeat",
+    packing={"seq_len": 16, "warmup": [{"until_step": 2, "seq_len": 4}, {"until_step": 3, "seq_len": 8}]},
+    batch={"global_batch_size": 2},
+  )
   with Pipeline(cfg, prefetch=0) as pipe:
     shapes = [next(pipe)["tokens"].shape for _ in range(5)]
   assert shapes == [(8, 4), (8, 4), (4, 8), (2, 16), (2, 16)]
@@ -182,14 +207,25 @@ def mixed_cfg(tmp_path_factory) -> PipelineConfig:
   rng = np.random.default_rng(3)
   tmp = tmp_path_factory.mktemp("mixed")
   lengths = [rng.integers(1, 60, 120).tolist(), rng.integers(1, 200, 50).tolist(), rng.integers(1, 9, 300).tolist()]
-  return coded_config(tmp, lengths, exhausted_policy="repeat", shuffle_block_size="global",
-                      mixture={"weights": {"d0": 5, "d1": 3, "d2": 1}},
-                      packing={"seq_len": 32, "add_eos": True, "eos_id": 3}, batch={"global_batch_size": 8})
+  return coded_config(
+    tmp,
+    lengths,
+    exhausted_policy="repeat",
+    shuffle_block_size="global",
+    mixture={"weights": {"d0": 5, "d1": 3, "d2": 1}},
+    packing={"seq_len": 32, "add_eos": True, "eos_id": 3},
+    batch={"global_batch_size": 8},
+  )
 
 
-@pytest.mark.parametrize("options", [dict(prefetch=0, read_threads=1, read_ahead_tokens=1),
-                                     dict(prefetch=1, read_threads=4, read_ahead_tokens=600),
-                                     dict(prefetch=8, read_threads=1, read_ahead_tokens=10_000)])
+@pytest.mark.parametrize(
+  "options",
+  [
+    dict(prefetch=0, read_threads=1, read_ahead_tokens=1),
+    dict(prefetch=1, read_threads=4, read_ahead_tokens=600),
+    dict(prefetch=8, read_threads=1, read_ahead_tokens=10_000),
+  ],
+)
 def test_same_batches_for_any_threads_prefetch_and_read_ahead(mixed_cfg, options):
   with Pipeline(mixed_cfg, prefetch=0, read_ahead_tokens=1) as reference:
     expected = [digest(next(reference)) for _ in range(12)]
@@ -250,8 +286,14 @@ def test_end_of_stream_drops_or_pads_the_final_partial_batch(tmp_path):
 # ---------------------------------------------------------------- meshes
 
 
-@pytest.mark.parametrize("layout", [((8,), ("data",), ("data",)), ((4, 2), ("data", "model"), ("data",)),
-                                    ((2, 2, 2), ("data", "fsdp", "model"), ("data", "fsdp"))])
+@pytest.mark.parametrize(
+  "layout",
+  [
+    ((8,), ("data",), ("data",)),
+    ((4, 2), ("data", "model"), ("data",)),
+    ((2, 2, 2), ("data", "fsdp", "model"), ("data", "fsdp")),
+  ],
+)
 def test_global_array_on_an_emulated_mesh_equals_the_numpy_batch(mixed_cfg, layout):
   shape, names, data_axes = layout
   mesh = Mesh(np.array(jax.devices()[:8]).reshape(shape), names)
@@ -270,8 +312,9 @@ def test_global_array_on_an_emulated_mesh_equals_the_numpy_batch(mixed_cfg, layo
       assert len(by_rows) == int(np.prod([mesh.shape[a] for a in data_axes]))
 
 
-@pytest.mark.parametrize("arguments", [{"prefetch": 0, "planner_process": False}, {"prefetch": 2},
-                                       {"prefetch": 1, "workers": 1}])
+@pytest.mark.parametrize(
+  "arguments", [{"prefetch": 0, "planner_process": False}, {"prefetch": 2}, {"prefetch": 1, "workers": 1}]
+)
 def test_on_cpu_devices_the_global_arrays_use_the_assembled_rows_in_place(mixed_cfg, arguments):
   # Rows are assembled into one 64-byte-aligned block per step, which XLA's CPU
   # client uses in place: no copy per step. Each feature's first shard starts
@@ -288,8 +331,14 @@ def test_on_cpu_devices_the_global_arrays_use_the_assembled_rows_in_place(mixed_
       assert all(np.array_equal(np.asarray(batch[key]), expected[key]) for key in FEATURES)
 
 
-@pytest.mark.parametrize("layout", [((8,), ("data",), ("data",)), ((4, 2), ("data", "model"), ("data",)),
-                                    ((2, 2, 2), ("data", "fsdp", "model"), ("data", "fsdp"))])
+@pytest.mark.parametrize(
+  "layout",
+  [
+    ((8,), ("data",), ("data",)),
+    ((4, 2), ("data", "model"), ("data",)),
+    ((2, 2, 2), ("data", "fsdp", "model"), ("data", "fsdp")),
+  ],
+)
 def test_the_batched_transfer_and_the_public_callback_make_the_same_arrays(monkeypatch, layout):
   # global_arrays hands each device's block to jax's batched transfer; where that
   # private function is missing it falls back to make_array_from_callback.
@@ -303,8 +352,9 @@ def test_the_batched_transfer_and_the_public_callback_make_the_same_arrays(monke
   for name in arrays:
     assert batched[name].sharding == public[name].sharding == sharding
     assert np.array_equal(np.asarray(batched[name]), np.asarray(public[name]))
-    assert [(s.device, s.index) for s in batched[name].addressable_shards] == \
-        [(s.device, s.index) for s in public[name].addressable_shards]
+    assert [(s.device, s.index) for s in batched[name].addressable_shards] == [
+      (s.device, s.index) for s in public[name].addressable_shards
+    ]
     for shard in batched[name].addressable_shards:
       assert np.array_equal(np.asarray(shard.data), np.asarray(public[name])[shard.index])
 
@@ -331,7 +381,9 @@ def test_prefetched_steps_are_already_global_arrays(mixed_cfg):
 
 def test_batch_must_divide_over_the_data_shards(mixed_cfg):
   mesh = Mesh(np.array(jax.devices()[:6]), ("data",))
-  with pytest.raises(ValueError, match=r"batch.global_batch_size: 8 rows .* do not divide over the 6 data-parallel shards"):
+  with pytest.raises(
+    ValueError, match=r"batch.global_batch_size: 8 rows .* do not divide over the 6 data-parallel shards"
+  ):
     Pipeline(mixed_cfg, mesh=mesh)
 
 
@@ -390,10 +442,15 @@ def test_bad_pipeline_arguments_and_packer_states_are_named(mixed_cfg):
 
 
 def _plan_all(lengths: list[int], mode: str, rows: int, seq_len: int, bos: bool, eos: bool):
-  cfg = PipelineConfig.from_dict({
-      "datasets": [{"name": "d"}], "mixture": {"weights": {"d": 1}}, "shuffle_shards": False,
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "d"}],
+      "mixture": {"weights": {"d": 1}},
+      "shuffle_shards": False,
       "packing": {"mode": mode, "seq_len": seq_len, "add_bos": bos, "add_eos": eos},
-      "batch": {"global_batch_size": rows, "drop_remainder": False}})
+      "batch": {"global_batch_size": rows, "drop_remainder": False},
+    }
+  )
   planner = StepPlanner(cfg, {"d": DatasetMeta.from_lengths(lengths)})
   longest = max(lengths) + int(bos) + int(eos)
   capacity = rows * seq_len
@@ -421,12 +478,12 @@ def test_the_audits_carry_reproducer_stays_in_bound_and_in_order():
 
 @settings(max_examples=60)
 @given(
-    lengths=st.lists(st.one_of(st.integers(1, 40), st.integers(40, 600)), min_size=1, max_size=80),
-    mode=st.sampled_from(["first_fit", "best_fit", "concat"]),
-    rows=st.integers(1, 5),
-    seq_len=st.integers(2, 48),
-    bos=st.booleans(),
-    eos=st.booleans(),
+  lengths=st.lists(st.one_of(st.integers(1, 40), st.integers(40, 600)), min_size=1, max_size=80),
+  mode=st.sampled_from(["first_fit", "best_fit", "concat"]),
+  rows=st.integers(1, 5),
+  seq_len=st.integers(2, 48),
+  bos=st.booleans(),
+  eos=st.booleans(),
 )
 def test_carry_bound_and_piece_order_hold_on_adversarial_lengths(lengths, mode, rows, seq_len, bos, eos):
   _assert_pieces_in_order(_plan_all(lengths, mode, rows, seq_len, bos, eos))
@@ -454,11 +511,19 @@ def test_hosts_read_similar_numbers_of_documents(mode):
   # contiguous row blocks: host 15 of 16 read 45x host 1. Rows are now placed
   # so every host's block mixes full and many-document rows.
   rng = np.random.default_rng(2)
-  metas = {n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m), 1.2, 30000), 1, 20000).astype(int))
-           for n, m in (("web", 300), ("code", 900), ("books", 6000))}
-  cfg = PipelineConfig.from_dict({
-      "datasets": [{"name": n} for n in metas], "mixture": {"weights": {"web": 0.6, "code": 0.25, "books": 0.15}},
-      "exhausted_policy": "repeat", "packing": {"mode": mode, "seq_len": 1024}, "batch": {"global_batch_size": 1024}})
+  metas = {
+    n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m), 1.2, 30000), 1, 20000).astype(int))
+    for n, m in (("web", 300), ("code", 900), ("books", 6000))
+  }
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": n} for n in metas],
+      "mixture": {"weights": {"web": 0.6, "code": 0.25, "books": 0.15}},
+      "exhausted_policy": "repeat",
+      "packing": {"mode": mode, "seq_len": 1024},
+      "batch": {"global_batch_size": 1024},
+    }
+  )
   for hosts in (4, 16):  # 256 and 64 rows per host, as on a v5p-128 with a global batch of 1024
     documents = np.zeros(hosts)
     for plan in StepPlanner(cfg, metas).plans(3):

@@ -27,9 +27,14 @@ DEADLINE_S = 60.0  # for a process to start (or fail to) while steps are taken s
 def cfg(tmp_path_factory) -> PipelineConfig:
   rng = np.random.default_rng(12)
   tmp = tmp_path_factory.mktemp("planner_default")
-  return coded_config(tmp, [rng.integers(1, 90, 150).tolist(), rng.integers(1, 40, 260).tolist()],
-                      exhausted_policy="repeat", shuffle_block_size="global",
-                      packing={"seq_len": 32, "add_bos": True}, batch={"global_batch_size": 16})
+  return coded_config(
+    tmp,
+    [rng.integers(1, 90, 150).tolist(), rng.integers(1, 40, 260).tolist()],
+    exhausted_policy="repeat",
+    shuffle_block_size="global",
+    packing={"seq_len": 32, "add_bos": True},
+    batch={"global_batch_size": 16},
+  )
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +66,14 @@ def test_on_one_usable_core_the_default_plans_in_process(cfg, mesh, monkeypatch)
     assert pipe.execution().processes == ()
 
 
-@pytest.mark.parametrize("mesh_given,arguments,processes", [
+@pytest.mark.parametrize(
+  "mesh_given,arguments,processes",
+  [
     (False, {}, ()),  # NumPy output: no process unasked
     (True, {"planner_process": False}, ()),
     (False, {"planner_process": True}, ("jaxdata planner",)),
-])
+  ],
+)
 def test_the_default_starts_no_process_where_it_is_not_asked_for(cfg, mesh, mesh_given, arguments, processes):
   with Pipeline(cfg, mesh=mesh if mesh_given else None, prefetch=0, **arguments) as pipe:
     assert pipe.execution().processes == processes
@@ -84,13 +92,19 @@ def _run_until(pipe: Pipeline, done) -> list[tuple]:
   return got
 
 
-@pytest.mark.parametrize("interpreter,message", [
+@pytest.mark.parametrize(
+  "interpreter,message",
+  [
     # Exits at once (as one that cannot import jaxdata would): three start-ups, then the fallback.
-    ("/bin/false", rf"jaxdata planner \(pid \d+\) exited with code 1 before it was ready, "
-                   rf"{STARTS_BEFORE_GIVING_UP} times in a row"),
+    (
+      "/bin/false",
+      rf"jaxdata planner \(pid \d+\) exited with code 1 before it was ready, "
+      rf"{STARTS_BEFORE_GIVING_UP} times in a row",
+    ),
     # Cannot be started at all: the fallback at once.
     ("/nonexistent/python3", r"jaxdata planner could not be started: .*No such file or directory.*"),
-])
+  ],
+)
 def test_a_default_planner_that_cannot_run_falls_back_with_a_warning(cfg, mesh, monkeypatch, interpreter, message):
   monkeypatch.setattr(sys, "executable", interpreter)
   with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:

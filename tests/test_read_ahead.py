@@ -74,9 +74,14 @@ def test_a_dropped_span_is_not_read_and_a_stalled_read_is_reported_by_close() ->
 def cfg(tmp_path_factory) -> PipelineConfig:
   rng = np.random.default_rng(21)
   tmp = tmp_path_factory.mktemp("read_ahead")
-  return coded_config(tmp, [rng.integers(1, 80, 200).tolist(), rng.integers(1, 30, 300).tolist()],
-                      exhausted_policy="repeat", shuffle_block_size="global",
-                      packing={"seq_len": 32, "add_eos": True}, batch={"global_batch_size": 8})
+  return coded_config(
+    tmp,
+    [rng.integers(1, 80, 200).tolist(), rng.integers(1, 30, 300).tolist()],
+    exhausted_policy="repeat",
+    shuffle_block_size="global",
+    packing={"seq_len": 32, "add_eos": True},
+    batch={"global_batch_size": 8},
+  )
 
 
 def read_threads() -> list[str]:

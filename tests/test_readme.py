@@ -41,8 +41,9 @@ def run_markdown(path: str, directory: str) -> None:
   for marker, language, body in BLOCK.findall(open(path, encoding="utf-8").read()):
     if marker == "run":
       assert language == "bash", f"{path}: only bash blocks are run"
-      out = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=directory, env=env,
-                           capture_output=True, text=True, timeout=300)
+      out = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", body], cwd=directory, env=env, capture_output=True, text=True, timeout=300
+      )
       assert out.returncode == 0, f"{path}: bash block failed:\n{body}\n{out.stdout[-2000:]}{out.stderr[-3000:]}"
     elif marker.startswith("write "):
       with open(os.path.join(directory, marker.split(" ", 1)[1]), "w") as f:
@@ -50,8 +51,9 @@ def run_markdown(path: str, directory: str) -> None:
     elif language == "python":
       python.append(body)
   assert python, f"{path}: no python blocks found"
-  out = subprocess.run([sys.executable, "-c", "\n".join(python)], cwd=directory, env=env,
-                       capture_output=True, text=True, timeout=600)
+  out = subprocess.run(
+    [sys.executable, "-c", "\n".join(python)], cwd=directory, env=env, capture_output=True, text=True, timeout=600
+  )
   assert out.returncode == 0, f"{path}: python blocks failed:\n{out.stdout[-2000:]}{out.stderr[-4000:]}"
 
 
@@ -65,13 +67,19 @@ def test_training_loop_guide_runs(tmp_path):
   write_corpus(str(tmp_path))
   env = {**worker_env(), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
   for name in ("web", "code"):
-    subprocess.run(["jaxdata", "convert", f"corpus/{name}.jsonl", "--out", f"data/{name}", "--name", name, "-q"],
-                   cwd=tmp_path, env=env, check=True, capture_output=True)
+    subprocess.run(
+      ["jaxdata", "convert", f"corpus/{name}.jsonl", "--out", f"data/{name}", "--name", name, "-q"],
+      cwd=tmp_path,
+      env=env,
+      check=True,
+      capture_output=True,
+    )
   run_markdown(os.path.join(REPO, "docs", "training-loop.md"), str(tmp_path))
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/configuration.md", "docs/order.md",
-                                      "docs/state.md", "docs/training-loop.md"])
+@pytest.mark.parametrize(
+  "document", ["README.md", "docs/configuration.md", "docs/order.md", "docs/state.md", "docs/training-loop.md"]
+)
 def test_documents_point_only_inside_the_repository(document):
   text = open(os.path.join(REPO, document), encoding="utf-8").read()
   assert "DESIGN" not in text and "../shared" not in text

@@ -51,12 +51,17 @@ def local(tmp_path_factory) -> PipelineConfig:
   lengths = [rng.integers(1, 40, 800).tolist(), rng.integers(1, 25, 400).tolist()]
   for d, doc_lengths in enumerate(lengths):
     write_coded_dataset(str(tmp / f"d{d}"), d, doc_lengths, shard_bytes=40 * 21 * 4)
-  return PipelineConfig.from_dict({
+  return PipelineConfig.from_dict(
+    {
       "datasets": [{"name": f"d{d}", "path": str(tmp / f"d{d}")} for d in range(2)],
-      "mixture": {"weights": {"d0": 1, "d1": 1}}, "exhausted_policy": "repeat",
-      "shuffle_block_size": 24, "open_shards": 3,
-      "packing": {"mode": "first_fit", "seq_len": 32}, "batch": {"global_batch_size": 8},
-  })
+      "mixture": {"weights": {"d0": 1, "d1": 1}},
+      "exhausted_policy": "repeat",
+      "shuffle_block_size": 24,
+      "open_shards": 3,
+      "packing": {"mode": "first_fit", "seq_len": 32},
+      "batch": {"global_batch_size": 8},
+    }
+  )
 
 
 def remote_config(local: PipelineConfig, urls: list[str], cache_dir: str, cache_bytes: int) -> PipelineConfig:
@@ -67,13 +72,21 @@ def remote_config(local: PipelineConfig, urls: list[str], cache_dir: str, cache_
 
 
 def dataset_bytes(cfg: PipelineConfig) -> int:
-  return sum(os.path.getsize(os.path.join(d.path, f)) for d in cfg.datasets for f in os.listdir(d.path)
-             if f.endswith(".array_record"))
+  return sum(
+    os.path.getsize(os.path.join(d.path, f))
+    for d in cfg.datasets
+    for f in os.listdir(d.path)
+    if f.endswith(".array_record")
+  )
 
 
 def largest_shard(cfg: PipelineConfig) -> int:
-  return max(os.path.getsize(os.path.join(d.path, f)) for d in cfg.datasets for f in os.listdir(d.path)
-             if f.endswith(".array_record"))
+  return max(
+    os.path.getsize(os.path.join(d.path, f))
+    for d in cfg.datasets
+    for f in os.listdir(d.path)
+    if f.endswith(".array_record")
+  )
 
 
 def digests(cfg: PipelineConfig, steps: int, **options) -> list[str]:
@@ -112,8 +125,7 @@ def test_workers_read_remote_datasets_too(stores, local, reference, tmp_path):
   assert digests(cfg, 60, prefetch=1, workers=1, read_ahead_tokens=1024) == reference[:60]
 
 
-def test_a_store_that_goes_away_is_a_named_error_at_the_step_then_the_run_continues(stores, local, reference,
-                                                                                       tmp_path):
+def test_a_store_that_goes_away_is_a_named_error_at_the_step_then_the_run_continues(stores, local, reference, tmp_path):
   server = stores["s3"]
   urls = [server.upload(d.path, "jaxdata-test", f"outage/{d.name}") for d in local.datasets]
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * 7 * largest_shard(local))
@@ -174,10 +186,14 @@ def test_a_cache_smaller_than_one_read_warns_and_still_reads_right(stores, local
   with pytest.warns(UserWarning) as warned:
     assert digests(cfg, 30, prefetch=0) == reference[:30]
   messages = [str(w.message) for w in warned]
-  assert any(re.search(r"s3://jaxdata-test/tiny/d\d: one read needs \d+ shards .* raise cache_bytes", m) for m in messages)
+  assert any(
+    re.search(r"s3://jaxdata-test/tiny/d\d: one read needs \d+ shards .* raise cache_bytes", m) for m in messages
+  )
   # At the end, the most it held at once (the first warning quoted only the first such read).
   peak = [m for m in messages if "the shard cache held up to" in m]
-  assert len(peak) == 1 and int(re.search(r"up to ([\d,]+) bytes", peak[0]).group(1).replace(",", "")) > 2 * largest_shard(local)
+  assert len(peak) == 1 and int(
+    re.search(r"up to ([\d,]+) bytes", peak[0]).group(1).replace(",", "")
+  ) > 2 * largest_shard(local)
 
 
 def test_the_plan_names_the_cache_a_read_span_needs(stores, local, tmp_path):
@@ -239,14 +255,18 @@ def test_each_host_fetches_only_the_shards_of_its_own_rows(stores, tmp_path):
     rows = np.array(sorted(host_rows[0][process]))  # the same rows every step: the mesh is fixed
     for d, (name, directory) in enumerate(local_dirs.items()):
       with TokenDataset(directory) as dataset:
+
         def shard_bytes(records: np.ndarray) -> int:
           shards = np.unique(dataset.locate(records)[0]).tolist()
           fetched_any.append(len(shards) < dataset.num_shards)
           return sum(dataset.manifest.shards[s].num_bytes for s in shards)
 
         # Windows of the steps handed out were read whole.
-        done = [reads[k] for k in reads.files if k.endswith(f"/{name}")
-                and int(k.split("/")[0].split("-")[1]) <= test_multihost.STEPS]
+        done = [
+          reads[k]
+          for k in reads.files
+          if k.endswith(f"/{name}") and int(k.split("/")[0].split("-")[1]) <= test_multihost.STEPS
+        ]
         own = [p.pieces.record[p.in_rows(rows)][p.pieces.dataset[p.in_rows(rows)] == d] for p in plans]
         lower = shard_bytes(np.concatenate(done or [np.zeros(0, np.int64)]))
         assert lower <= fetched[name] <= shard_bytes(np.concatenate(own)), (process, name)
@@ -269,8 +289,11 @@ def test_the_next_windows_shards_are_fetched_while_one_is_read(stores, local, re
     assert not planner_process or pipe.execution().steps_from_processes == 39
     cache = pipe.reader.datasets[0].remote.cache
     first_span = StepPlanner(cfg).plan()  # the first read span is one step
-    first_shards = {(d, int(s)) for d, dataset in enumerate(pipe.reader.datasets)
-                    for s in dataset.locate(first_span.pieces.record[first_span.pieces.dataset == d])[0]}
+    first_shards = {
+      (d, int(s))
+      for d, dataset in enumerate(pipe.reader.datasets)
+      for s in dataset.locate(first_span.pieces.record[first_span.pieces.dataset == d])[0]
+    }
   assert got == reference[:40]
   gets = cache.hits + cache.prefetched + cache.misses
   assert gets > 10 * len(first_shards) and gets - cache.ahead_gets <= len(first_shards)
@@ -304,8 +327,9 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
   documents = random_documents(np.random.default_rng(5), 160, eos_id=0)
   write_flat(str(tmp_path / "flat" / "a.bin"), documents[:90])
   write_flat(str(tmp_path / "flat" / "b.bin"), documents[90:])
-  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin"), str(tmp_path / "flat" / "b.bin")], dtype="uint16",
-                   eos_id=0)
+  build_flat_index(
+    "flat", [str(tmp_path / "flat" / "a.bin"), str(tmp_path / "flat" / "b.bin")], dtype="uint16", eos_id=0
+  )
   os.makedirs(tmp_path / "meg")
   write_megatron(str(tmp_path / "meg" / "m"), [[d] for d in documents])
   build_flat_index("megatron", [str(tmp_path / "meg" / "m")])
@@ -320,13 +344,21 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
   build_flat_index("megatron", [str(meg_files / "m")], out_dir=str(tmp_path / "meg-meta"), data_root=meg_url)
 
   def config(flat: str, meg: str) -> PipelineConfig:
-    return PipelineConfig.from_dict({
-        "seed": 8, "exhausted_policy": "repeat", "shuffle_block_size": "global",
-        "datasets": [{"name": "draws", "path": flat, "sampling": "windows", "window": 16},
-                     {"name": "perm", "path": flat, "sampling": "windows", "window": 8, "with_replacement": False},
-                     {"name": "docs", "path": meg}],
+    return PipelineConfig.from_dict(
+      {
+        "seed": 8,
+        "exhausted_policy": "repeat",
+        "shuffle_block_size": "global",
+        "datasets": [
+          {"name": "draws", "path": flat, "sampling": "windows", "window": 16},
+          {"name": "perm", "path": flat, "sampling": "windows", "window": 8, "with_replacement": False},
+          {"name": "docs", "path": meg},
+        ],
         "mixture": {"weights": {"draws": 0.3, "perm": 0.3, "docs": 0.4}},
-        "packing": {"mode": "first_fit", "seq_len": 16}, "batch": {"global_batch_size": 8}})
+        "packing": {"mode": "first_fit", "seq_len": 16},
+        "batch": {"global_batch_size": 8},
+      }
+    )
 
   with Pipeline(config(str(tmp_path / "flat"), str(tmp_path / "meg")), prefetch=0) as pipe:
     want = [digest(next(pipe)) for _ in range(30)]
@@ -346,12 +378,20 @@ def test_windows_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeyp
   url = stores["s3"].upload(str(tmp_path / "flat"), "jaxdata-test", f"flat-planner-{planner_process}")
 
   def config(path: str) -> PipelineConfig:
-    return PipelineConfig.from_dict({
-        "seed": 3, "exhausted_policy": "repeat", "shuffle_block_size": "global",
-        "datasets": [{"name": "draws", "path": path, "sampling": "windows", "window": 16},
-                     {"name": "docs", "path": path}],
+    return PipelineConfig.from_dict(
+      {
+        "seed": 3,
+        "exhausted_policy": "repeat",
+        "shuffle_block_size": "global",
+        "datasets": [
+          {"name": "draws", "path": path, "sampling": "windows", "window": 16},
+          {"name": "docs", "path": path},
+        ],
         "mixture": {"weights": {"draws": 0.5, "docs": 0.5}},
-        "packing": {"mode": "first_fit", "seq_len": 16}, "batch": {"global_batch_size": 8}})
+        "packing": {"mode": "first_fit", "seq_len": 16},
+        "batch": {"global_batch_size": 8},
+      }
+    )
 
   with Pipeline(config(str(tmp_path / "flat")), prefetch=0) as pipe:
     want = [digest(next(pipe)) for _ in range(70)]
@@ -421,14 +461,21 @@ def test_the_beam_converter_reads_inputs_from_the_store_and_writes_the_local_byt
   url = server.upload(str(inputs), "jaxdata-test", "convert-inputs")
   options = ConvertOptions(skip_invalid=True, shard_bytes=3_000, workers=1)
   local = convert([str(inputs)], str(tmp_path / "local"), "mix", options)
-  beam_args = [f"--s3_endpoint_url={server.endpoint}", "--s3_access_key_id=test", "--s3_secret_access_key=test",
-               "--s3_region_name=us-east-1"]
+  beam_args = [
+    f"--s3_endpoint_url={server.endpoint}",
+    "--s3_access_key_id=test",
+    "--s3_secret_access_key=test",
+    "--s3_region_name=us-east-1",
+  ]
   remote = convert_with_beam([url + "/"], str(tmp_path / "remote"), "mix", options, beam_args)
   assert remote.shards == local.shards and len(local.shards) > 5  # names, counts and sha256 of every shard
   for shard in local.shards:
-    assert (tmp_path / "remote" / shard.lengths_path).read_bytes() == (tmp_path / "local" / shard.lengths_path).read_bytes()
-  assert [i["path"] for i in remote.stats["inputs"]] == [f"{url}/{n}" for n in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst",
-                                                                                 "d.parquet", "e.txt")]
+    assert (tmp_path / "remote" / shard.lengths_path).read_bytes() == (
+      tmp_path / "local" / shard.lengths_path
+    ).read_bytes()
+  assert [i["path"] for i in remote.stats["inputs"]] == [
+    f"{url}/{n}" for n in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst", "d.parquet", "e.txt")
+  ]
   counts = ("documents", "skipped_empty", "skipped_invalid")
   assert [remote.stats[k] for k in counts] == [local.stats[k] for k in counts] and local.stats["skipped_invalid"] == 24
   # Scratch and output in the bucket (one small input): the local converter's shards, and the run's
@@ -437,8 +484,13 @@ def test_the_beam_converter_reads_inputs_from_the_store_and_writes_the_local_byt
   small.mkdir()
   (small / "e.txt").write_text((inputs / "e.txt").read_text())
   small_url = server.upload(str(small), "jaxdata-test", "convert-small")
-  in_bucket = convert_with_beam([small_url + "/"], "s3://jaxdata-test/beam-out", "small", options,
-                                beam_args + ["--temp_location=s3://jaxdata-test/beam-temp"])
+  in_bucket = convert_with_beam(
+    [small_url + "/"],
+    "s3://jaxdata-test/beam-out",
+    "small",
+    options,
+    beam_args + ["--temp_location=s3://jaxdata-test/beam-temp"],
+  )
   assert in_bucket.shards == convert([str(small)], str(tmp_path / "small-local"), "small", options).shards
   left = server.client().list_objects_v2(Bucket="jaxdata-test", Prefix="beam-temp/").get("Contents", [])
   assert [o["Key"] for o in left] == []
@@ -451,15 +503,29 @@ def flat_in_store(server: object_store.ObjectStoreServer, tmp_path, name: str) -
   write_flat(str(files / "a.bin"), documents[:200])
   write_flat(str(files / "b.bin"), documents[200:])
   url = server.upload(str(files), "jaxdata-test", name)
-  build_flat_index("flat", [str(files / "a.bin"), str(files / "b.bin")], dtype="uint16", eos_id=0,
-                   out_dir=str(tmp_path / f"{name}-meta"), data_root=url)
+  build_flat_index(
+    "flat",
+    [str(files / "a.bin"), str(files / "b.bin")],
+    dtype="uint16",
+    eos_id=0,
+    out_dir=str(tmp_path / f"{name}-meta"),
+    data_root=url,
+  )
   build_flat_index("flat", [str(files / "a.bin"), str(files / "b.bin")], dtype="uint16", eos_id=0)
 
   def config(path: str) -> PipelineConfig:
-    return PipelineConfig.from_dict({"seed": 3, "datasets": [{"name": "docs", "path": path}],
-                                     "mixture": {"weights": {"docs": 1}}, "exhausted_policy": "repeat",
-                                     "shuffle_block_size": "global", "packing": {"mode": "first_fit", "seq_len": 64},
-                                     "batch": {"global_batch_size": 8}})
+    return PipelineConfig.from_dict(
+      {
+        "seed": 3,
+        "datasets": [{"name": "docs", "path": path}],
+        "mixture": {"weights": {"docs": 1}},
+        "exhausted_policy": "repeat",
+        "shuffle_block_size": "global",
+        "packing": {"mode": "first_fit", "seq_len": 64},
+        "batch": {"global_batch_size": 8},
+      }
+    )
+
   return config(str(files)), config(str(tmp_path / f"{name}-meta"))
 
 
@@ -534,7 +600,9 @@ def test_a_cache_directory_without_room_for_the_cache_is_said_at_open(stores, lo
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 1 << 40)
   total = shutil.disk_usage(tmp_path)
   monkeypatch.setattr(remote_module.shutil, "disk_usage", lambda path: total._replace(free=1000))
-  with pytest.raises(ConfigError, match=r"cache_dir: .*cache.* has 1,000 bytes free .* lower cache_bytes or free space"):
+  with pytest.raises(
+    ConfigError, match=r"cache_dir: .*cache.* has 1,000 bytes free .* lower cache_bytes or free space"
+  ):
     Pipeline(cfg, prefetch=0)
 
 
@@ -550,8 +618,11 @@ def test_shards_whose_bodies_are_cut_short_every_time_are_named_after_retries(st
   try:
     with Pipeline(cfg, prefetch=0) as pipe:  # manifests and lengths read whole; no shard yet
       proxy.truncate = True
-      with pytest.raises(DatasetError, match=r"s3://jaxdata-test/cut/d\d/.*array_record: fetch failed after 4 "
-                                             r"attempts \(RetriesExceededError"):
+      with pytest.raises(
+        DatasetError,
+        match=r"s3://jaxdata-test/cut/d\d/.*array_record: fetch failed after 4 "
+        r"attempts \(RetriesExceededError",
+      ):
         next(pipe)
       assert proxy.damaged > 0 and pipe.get_state()["step"] == 0
       proxy.truncate = False

@@ -28,7 +28,9 @@ def test_every_slice_file_loads_and_multiplies_out():
 def test_rows_per_host_and_the_divisibility_error():
   spec = load_slice("v5p-128")
   assert spec.rows_per_host(1024) == 1024 // 16
-  with pytest.raises(ConfigError, match="global batch 1000 does not divide over the 64 data-parallel shards of v5p-128"):
+  with pytest.raises(
+    ConfigError, match="global batch 1000 does not divide over the 64 data-parallel shards of v5p-128"
+  ):
     spec.rows_per_host(1000)
   with pytest.raises(ConfigError, match="no slice 'v9-1'; built in: .*v5p-128.*; or give a slice YAML file's path"):
     load_slice("v9-1")
@@ -36,9 +38,12 @@ def test_rows_per_host_and_the_divisibility_error():
 
 def test_the_table_covers_the_families_at_their_usual_sizes():
   names = set(available_slices())
-  for family, sizes in (("v4", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)),
-                        ("v5p", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288)),
-                        ("v5e", (1, 4, 8, 16, 32, 64, 128, 256)), ("v6e", (1, 4, 8, 16, 32, 64, 128, 256))):
+  for family, sizes in (
+    ("v4", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)),
+    ("v5p", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288)),
+    ("v5e", (1, 4, 8, 16, 32, 64, 128, 256)),
+    ("v6e", (1, 4, 8, 16, 32, 64, 128, 256)),
+  ):
     assert {f"{family}-{n}" for n in sizes} <= names, family
   v5p = load_slice("v5p-1024")  # TensorCores in the name: 512 chips, 128 hosts of 4
   assert (v5p.chips, v5p.hosts, v5p.chips_per_host, v5p.topology, v5p.mesh_shape) == (512, 128, 4, "8x8x8", (128, 4, 1))
@@ -49,9 +54,20 @@ def test_the_table_covers_the_families_at_their_usual_sizes():
 
 def test_a_slice_yaml_path_and_an_explicit_mesh(tmp_path, capsys):
   path = tmp_path / "my-slice.yaml"
-  path.write_text(yaml.safe_dump({"name": "mine", "accelerator": "tpu-v5p", "chips": 16, "hosts": 4,
-                                  "chips_per_host": 4, "topology": "2x2x4",
-                                  "mesh": {"axes": ["replica", "data"], "shape": [4, 4]}, "data_axes": ["replica", "data"]}))
+  path.write_text(
+    yaml.safe_dump(
+      {
+        "name": "mine",
+        "accelerator": "tpu-v5p",
+        "chips": 16,
+        "hosts": 4,
+        "chips_per_host": 4,
+        "topology": "2x2x4",
+        "mesh": {"axes": ["replica", "data"], "shape": [4, 4]},
+        "data_axes": ["replica", "data"],
+      }
+    )
+  )
   assert load_slice(str(path)).mesh_axes == ("replica", "data")
   spec = explicit_slice([2, 4], ["data", "model"], ["data"], hosts=2)
   assert (spec.chips, spec.hosts, spec.data_parallel) == (8, 2, 2)
@@ -64,11 +80,21 @@ def test_a_slice_yaml_path_and_an_explicit_mesh(tmp_path, capsys):
 def test_mesh_command_prints_per_host_figures(tmp_path, capsys):
   cfg = coded_config(tmp_path, [[300] * 50, [40] * 300], exhausted_policy="repeat")
   config = tmp_path / "pipeline.yaml"
-  config.write_text(yaml.safe_dump({
-      "datasets": [{"name": d.name, "path": d.path} for d in cfg.datasets],
-      "mixture": {"weights": {"d0": 1, "d1": 1}}, "exhausted_policy": "repeat"}))
-  assert main(["mesh", "--tpu", "v5p-128", "--global-batch", "128", "--seq-len", "512",
-               "--config", str(config), "--steps", "2"]) == 0
+  config.write_text(
+    yaml.safe_dump(
+      {
+        "datasets": [{"name": d.name, "path": d.path} for d in cfg.datasets],
+        "mixture": {"weights": {"d0": 1, "d1": 1}},
+        "exhausted_policy": "repeat",
+      }
+    )
+  )
+  assert (
+    main(
+      ["mesh", "--tpu", "v5p-128", "--global-batch", "128", "--seq-len", "512", "--config", str(config), "--steps", "2"]
+    )
+    == 0
+  )
   out = capsys.readouterr().out
   assert "v5p-128: 64 chips, 16 hosts x 4" in out
   assert out.count("4,096") == 16  # 8 rows x 512 tokens on each of the 16 hosts
@@ -82,11 +108,15 @@ def test_mesh_command_prints_per_host_figures(tmp_path, capsys):
 
 
 def test_pipeline_from_a_slice_name(tmp_path):
-  cfg = coded_config(tmp_path, [list(range(1, 60)), [9] * 80], exhausted_policy="repeat",
-                     batch={"global_batch_size": 16})
-  with Pipeline(cfg, prefetch=0) as reference, Pipeline(cfg, tpu="cpu-8") as on_slice, \
-       Pipeline(cfg, tpu="v5e-8") as on_v5e, \
-       Pipeline(cfg, tpu=explicit_slice([2, 4], ["data", "model"], ["data"])) as explicit:
+  cfg = coded_config(
+    tmp_path, [list(range(1, 60)), [9] * 80], exhausted_policy="repeat", batch={"global_batch_size": 16}
+  )
+  with (
+    Pipeline(cfg, prefetch=0) as reference,
+    Pipeline(cfg, tpu="cpu-8") as on_slice,
+    Pipeline(cfg, tpu="v5e-8") as on_v5e,
+    Pipeline(cfg, tpu=explicit_slice([2, 4], ["data", "model"], ["data"])) as explicit,
+  ):
     for _ in range(2):
       expected = next(reference)
       for pipe in (on_slice, on_v5e, explicit):
@@ -98,18 +128,33 @@ def test_pipeline_from_a_slice_name(tmp_path):
 
 def test_every_command_option_has_help_text():
   commands = _parser()._subparsers._group_actions[0].choices
-  missing = [(name, action.dest) for name, sub in commands.items() for action in sub._actions
-             if not action.help and not isinstance(action, argparse._HelpAction)]
+  missing = [
+    (name, action.dest)
+    for name, sub in commands.items()
+    for action in sub._actions
+    if not action.help and not isinstance(action, argparse._HelpAction)
+  ]
   assert not missing, missing
 
 
 def test_mesh_warns_when_the_data_is_smaller_than_the_steps_asked_for(tmp_path, capsys):
   cfg = coded_config(tmp_path, [[5, 7, 3]], exhausted_policy="stop")
   config = tmp_path / "tiny.yaml"
-  config.write_text(yaml.safe_dump({"datasets": [{"name": "d0", "path": cfg.datasets[0].path}],
-                                    "mixture": {"weights": {"d0": 1}}, "exhausted_policy": "stop"}))
-  assert main(["mesh", "--tpu", "v5p-8", "--global-batch", "8", "--seq-len", "64", "--config", str(config),
-               "--steps", "5"]) == 0
+  config.write_text(
+    yaml.safe_dump(
+      {
+        "datasets": [{"name": "d0", "path": cfg.datasets[0].path}],
+        "mixture": {"weights": {"d0": 1}},
+        "exhausted_policy": "stop",
+      }
+    )
+  )
+  assert (
+    main(["mesh", "--tpu", "v5p-8", "--global-batch", "8", "--seq-len", "64", "--config", str(config), "--steps", "5"])
+    == 0
+  )
   printed = capsys.readouterr().out
-  assert "warning: the data ends after 0 of the 5 steps asked for" in printed or \
-      "warning: the data ends after 1 of the 5 steps asked for" in printed
+  assert (
+    "warning: the data ends after 0 of the 5 steps asked for" in printed
+    or "warning: the data ends after 1 of the 5 steps asked for" in printed
+  )

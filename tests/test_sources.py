@@ -97,7 +97,9 @@ def test_truncated_shard_is_named(damaged):
   path = os.path.join(damaged, "rand-00001.array_record")
   data = open(path, "rb").read()
   open(path, "wb").write(data[: len(data) // 2])
-  with pytest.raises(DatasetError, match=r"rand-00001\.array_record: \d+ bytes on disk, manifest\.json lists \d+ \(truncated"):
+  with pytest.raises(
+    DatasetError, match=r"rand-00001\.array_record: \d+ bytes on disk, manifest\.json lists \d+ \(truncated"
+  ):
     TokenDataset(damaged)
 
 
@@ -105,7 +107,9 @@ def test_garbage_shard_of_the_right_size_is_named(damaged):
   path = os.path.join(damaged, "rand-00000.array_record")
   size = os.path.getsize(path)
   open(path, "wb").write(np.random.default_rng(0).bytes(size))
-  with pytest.raises(DatasetError, match=r"rand-00000\.array_record: content differs from the shard manifest\.json lists"):
+  with pytest.raises(
+    DatasetError, match=r"rand-00000\.array_record: content differs from the shard manifest\.json lists"
+  ):
     TokenDataset(damaged)
 
 
@@ -134,13 +138,18 @@ def test_a_shard_swapped_for_one_of_the_same_shape_is_caught_at_open(tmp_path, h
 def test_wrong_size_lengths_index_is_named(damaged):
   path = os.path.join(damaged, "rand-00001.lengths.npy")
   np.save(path, np.load(path)[:-1])
-  with pytest.raises(DatasetError, match=r"rand-00001\.lengths\.npy: lengths index has \d+ entries, shard rand-00001\.array_record has \d+"):
+  with pytest.raises(
+    DatasetError,
+    match=r"rand-00001\.lengths\.npy: lengths index has \d+ entries, shard rand-00001\.array_record has \d+",
+  ):
     TokenDataset(damaged)
 
 
 def test_missing_lengths_index_is_named(damaged):
   os.remove(os.path.join(damaged, "rand-00003.lengths.npy"))
-  with pytest.raises(DatasetError, match=r"rand-00003\.lengths\.npy: lengths index .* is missing; rebuild it with `jaxdata index`"):
+  with pytest.raises(
+    DatasetError, match=r"rand-00003\.lengths\.npy: lengths index .* is missing; rebuild it with `jaxdata index`"
+  ):
     TokenDataset(damaged)
 
 
@@ -150,9 +159,11 @@ def test_manifest_count_mismatch_is_named(damaged):
   lengths = np.load(lengths_path)
   np.save(lengths_path, lengths[:-1])
   shard = Manifest.load(damaged).shards[0]
-  rewrite_manifest(damaged, num_records=shard.num_records - 1,
-                   num_tokens=shard.num_tokens - int(lengths[-1]))
-  with pytest.raises(DatasetError, match=rf"rand-00000\.array_record: {shard.num_records} records in the file, manifest\.json lists {shard.num_records - 1}"):
+  rewrite_manifest(damaged, num_records=shard.num_records - 1, num_tokens=shard.num_tokens - int(lengths[-1]))
+  with pytest.raises(
+    DatasetError,
+    match=rf"rand-00000\.array_record: {shard.num_records} records in the file, manifest\.json lists {shard.num_records - 1}",
+  ):
     TokenDataset(damaged)
 
 
@@ -175,13 +186,13 @@ def test_edited_manifest_is_refused(damaged):
 
 
 @pytest.mark.parametrize(
-    "edit, message",
-    [
-        (lambda raw: raw.update(format_version=99), "format_version 99 is newer"),
-        (lambda raw: raw.pop("dtype"), "missing field 'dtype'"),
-        (lambda raw: raw.update(dtype="int8"), "dtype: 'int8' is not one of"),
-        (lambda raw: raw["shards"][0].update(num_records="12"), r"shards\[0\]: field 'num_records' should be int"),
-    ],
+  "edit, message",
+  [
+    (lambda raw: raw.update(format_version=99), "format_version 99 is newer"),
+    (lambda raw: raw.pop("dtype"), "missing field 'dtype'"),
+    (lambda raw: raw.update(dtype="int8"), "dtype: 'int8' is not one of"),
+    (lambda raw: raw["shards"][0].update(num_records="12"), r"shards\[0\]: field 'num_records' should be int"),
+  ],
 )
 def test_bad_manifest_fields_are_named(damaged, edit, message):
   path = os.path.join(damaged, "manifest.json")
@@ -212,7 +223,9 @@ def test_verify_detects_a_changed_byte(damaged):
   TokenDataset(damaged).verify()
   flip_byte(os.path.join(damaged, "rand-00001.array_record"))
   # A small shard is sampled whole, so opening already notices; verify() rehashes everything.
-  with pytest.raises(DatasetError, match=r"rand-00001\.array_record: (content differs|sha256 .* differs from manifest)"):
+  with pytest.raises(
+    DatasetError, match=r"rand-00001\.array_record: (content differs|sha256 .* differs from manifest)"
+  ):
     TokenDataset(damaged).verify()
 
 
@@ -242,7 +255,9 @@ def test_index_builds_lengths_and_manifest_for_foreign_shards(tmp_path, capsys):
 
 def test_index_refuses_records_that_are_not_whole_tokens(tmp_path):
   write_raw_shard(str(tmp_path / "odd.array_record"), [b"\x01\x00", b"\x01\x02\x03"])
-  with pytest.raises(DatasetError, match=r"odd\.array_record: record 1 has 3 bytes, not a whole number of uint16 tokens"):
+  with pytest.raises(
+    DatasetError, match=r"odd\.array_record: record 1 has 3 bytes, not a whole number of uint16 tokens"
+  ):
     build_index([str(tmp_path / "odd.array_record")], "uint16")
   assert main(["index", str(tmp_path / "missing.array_record"), "--dtype", "uint16"]) == 1
 
@@ -264,7 +279,9 @@ def test_wrong_dtype_in_manifest_is_caught_on_read(tmp_path):
   os.remove(tmp_path / "manifest.json")
   dataclasses.replace(manifest, dtype="uint32").save(str(tmp_path))
   with TokenDataset(str(tmp_path)) as ds:
-    with pytest.raises(DatasetError, match=r"s\.array_record: record 2 has 6 bytes, not a whole number of uint32 tokens"):
+    with pytest.raises(
+      DatasetError, match=r"s\.array_record: record 2 has 6 bytes, not a whole number of uint32 tokens"
+    ):
       ds.read([0], [2])
 
 
@@ -294,7 +311,9 @@ def test_a_format_1_manifest_opens_and_its_shards_are_checked_by_full_hash(damag
   json.dump(raw, open(path, "w"))
   TokenDataset(damaged).close()
   flip_byte(os.path.join(damaged, "rand-00001.array_record"))
-  with pytest.raises(DatasetError, match=r"rand-00001\.array_record: content differs from the shard manifest\.json lists \(sha256"):
+  with pytest.raises(
+    DatasetError, match=r"rand-00001\.array_record: content differs from the shard manifest\.json lists \(sha256"
+  ):
     TokenDataset(damaged)
 
 

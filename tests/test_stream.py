@@ -46,16 +46,15 @@ lengths_strategy = st.lists(st.integers(1, 3000), min_size=1, max_size=60)
 
 @settings(max_examples=60)
 @given(
-    data=st.data(),
-    count=st.integers(2, 7),
-    tokens_unit=st.booleans(),
+  data=st.data(),
+  count=st.integers(2, 7),
+  tokens_unit=st.booleans(),
 )
 def test_exact_interleave_stays_within_one_document_at_every_prefix(data, count, tokens_unit):
   names = [f"d{i}" for i in range(count)]
   raw = data.draw(st.lists(st.floats(0, 100), min_size=count, max_size=count).filter(lambda w: max(w) > 0))
   metas = {n: DatasetMeta.from_lengths(data.draw(lengths_strategy)) for n in names}
-  cfg = make_cfg(names, dict(zip(names, raw)), unit="tokens" if tokens_unit else "documents",
-                 exhausted_policy="repeat")
+  cfg = make_cfg(names, dict(zip(names, raw)), unit="tokens" if tokens_unit else "documents", exhausted_policy="repeat")
   batch = DocumentStream(cfg, metas).take(0, max_docs=1500)
   # The algorithm follows the configured weights exactly (as fractions).
   weights = np.array(cfg.schedule().weights_at(0))
@@ -72,8 +71,10 @@ def test_token_unit_realises_token_shares_not_document_shares():
   # Lognormal lengths with very different means: token and document shares differ widely.
   rng = np.random.default_rng(0)
   means = {"web": 600, "code": 1500, "books": 8400, "curated": 400}
-  metas = {n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m) - 0.5, 1.0, 3000), 1, 65536).astype(int))
-           for n, m in means.items()}
+  metas = {
+    n: DatasetMeta.from_lengths(np.clip(rng.lognormal(np.log(m) - 0.5, 1.0, 3000), 1, 65536).astype(int))
+    for n, m in means.items()
+  }
   weights = {"web": 0.4, "code": 0.3, "books": 0.2, "curated": 0.1}
   cfg = make_cfg(list(means), weights, unit="tokens", exhausted_policy="repeat")
   batch = DocumentStream(cfg, metas).take(0, max_tokens=20_000_000)
@@ -91,8 +92,7 @@ def test_random_interleave_counts_within_binomial_bounds(seed):
   # Binomial(n, p_i); 5 standard deviations fail with probability < 6e-7 each.
   names = ["a", "b", "c"]
   p = np.array([0.5, 0.3, 0.2])
-  cfg = make_cfg(names, dict(zip(names, p.tolist())), interleave="random", seed=seed,
-                 exhausted_policy="repeat")
+  cfg = make_cfg(names, dict(zip(names, p.tolist())), interleave="random", seed=seed, exhausted_policy="repeat")
   n = 40_000
   batch = DocumentStream(cfg, small({"a": 50, "b": 40, "c": 30})).take(0, max_docs=n)
   counts = np.bincount(batch.dataset, minlength=3)
@@ -101,8 +101,9 @@ def test_random_interleave_counts_within_binomial_bounds(seed):
 
 def test_random_interleave_in_tokens_draws_by_weight_over_mean_length():
   # Tokens unit: p_i proportional to w_i / mean length_i; binomial bound as above.
-  cfg = make_cfg(["short", "long"], {"short": 1, "long": 1}, interleave="random", unit="tokens",
-                 exhausted_policy="repeat")
+  cfg = make_cfg(
+    ["short", "long"], {"short": 1, "long": 1}, interleave="random", unit="tokens", exhausted_policy="repeat"
+  )
   metas = {"short": DatasetMeta.from_lengths([10] * 20), "long": DatasetMeta.from_lengths([90] * 20)}
   n = 30_000
   batch = DocumentStream(cfg, metas).take(0, max_docs=n)
@@ -189,43 +190,61 @@ def test_policy_repeat_with_max_repeats():
 
 
 def test_policy_per_dataset_dicts():
-  seq, stream = run_policy(exhausted_policy={"a": "repeat", "b": "stop"}, max_repeats={"a": 5},
-                           reshuffle_on_repeat={"a": False})
+  seq, stream = run_policy(
+    exhausted_policy={"a": "repeat", "b": "stop"}, max_repeats={"a": 5}, reshuffle_on_repeat={"a": False}
+  )
   # a repeats; b, picked for the 12th position with its 5 documents used, ends the stream.
   assert seq == alternating([0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0])
-  settings_by_name = {s.name: s for s in make_cfg(
-      ["a", "b"], exhausted_policy={"a": "repeat", "b": "stop"}, max_repeats={"a": 5},
-      reshuffle_on_repeat={"a": False}).dataset_settings()}
+  settings_by_name = {
+    s.name: s
+    for s in make_cfg(
+      ["a", "b"], exhausted_policy={"a": "repeat", "b": "stop"}, max_repeats={"a": 5}, reshuffle_on_repeat={"a": False}
+    ).dataset_settings()
+  }
   assert settings_by_name["a"].max_passes == 6 and not settings_by_name["a"].reshuffle_on_repeat
   assert settings_by_name["b"].policy == "stop" and settings_by_name["b"].reshuffle_on_repeat
 
 
 def test_design_example_dataset_policy_overrides_the_top_level_default():
-  cfg = make_cfg(["web", "code"], stop_after_passes=1, datasets=[
-      {"name": "web"}, {"name": "code", "exhausted_policy": "repeat", "max_repeats": 2}])
+  cfg = make_cfg(
+    ["web", "code"],
+    stop_after_passes=1,
+    datasets=[{"name": "web"}, {"name": "code", "exhausted_policy": "repeat", "max_repeats": 2}],
+  )
   web, code = cfg.dataset_settings()
   assert (web.policy, web.target_passes) == ("passes", 1)
   assert (code.policy, code.max_passes) == ("repeat", 3)
 
 
 @pytest.mark.parametrize(
-    "top, message",
-    [
-        (dict(stop_after_passes=2, exhausted_policy="stop"), "stop_after_passes cannot be combined with exhausted_policy 'stop'"),
-        (dict(stop_after_passes=2, max_repeats=3), "stop_after_passes cannot be combined with max_repeats"),
-        (dict(exhausted_policy="stop", max_repeats=3), "max_repeats has no meaning with exhausted_policy 'stop'"),
-        (dict(datasets=[{"name": "a", "stop_after_passes": 1, "exhausted_policy": "stop"}, {"name": "b"}]),
-         "datasets.a: stop_after_passes cannot be combined"),
-        (dict(weights={"a": 1, "b": 0}), "datasets.b: weight 0 in every phase under stop_after_passes"),
-        (dict(exhausted_policy={"c": "stop"}), "exhausted_policy: 'c' is not a dataset"),
-        # The rules hold per dataset across the whole top level, its dicts included (0.1 accepted these).
-        (dict(stop_after_passes=3, exhausted_policy={"a": "stop"}),
-         "top level, for dataset a: stop_after_passes cannot be combined with exhausted_policy 'stop'"),
-        (dict(stop_after_passes=3, max_repeats={"b": 2}),
-         "top level, for dataset b: stop_after_passes cannot be combined with max_repeats"),
-        (dict(exhausted_policy="stop", max_repeats={"a": 1}),
-         "top level, for dataset a: max_repeats has no meaning with exhausted_policy 'stop'"),
-    ],
+  "top, message",
+  [
+    (
+      dict(stop_after_passes=2, exhausted_policy="stop"),
+      "stop_after_passes cannot be combined with exhausted_policy 'stop'",
+    ),
+    (dict(stop_after_passes=2, max_repeats=3), "stop_after_passes cannot be combined with max_repeats"),
+    (dict(exhausted_policy="stop", max_repeats=3), "max_repeats has no meaning with exhausted_policy 'stop'"),
+    (
+      dict(datasets=[{"name": "a", "stop_after_passes": 1, "exhausted_policy": "stop"}, {"name": "b"}]),
+      "datasets.a: stop_after_passes cannot be combined",
+    ),
+    (dict(weights={"a": 1, "b": 0}), "datasets.b: weight 0 in every phase under stop_after_passes"),
+    (dict(exhausted_policy={"c": "stop"}), "exhausted_policy: 'c' is not a dataset"),
+    # The rules hold per dataset across the whole top level, its dicts included (0.1 accepted these).
+    (
+      dict(stop_after_passes=3, exhausted_policy={"a": "stop"}),
+      "top level, for dataset a: stop_after_passes cannot be combined with exhausted_policy 'stop'",
+    ),
+    (
+      dict(stop_after_passes=3, max_repeats={"b": 2}),
+      "top level, for dataset b: stop_after_passes cannot be combined with max_repeats",
+    ),
+    (
+      dict(exhausted_policy="stop", max_repeats={"a": 1}),
+      "top level, for dataset a: max_repeats has no meaning with exhausted_policy 'stop'",
+    ),
+  ],
 )
 def test_invalid_policy_combinations_fail_at_config_time(top, message):
   with pytest.raises(ConfigError, match=message):
@@ -245,8 +264,10 @@ def test_zero_weight_in_the_final_phase_with_passes_left_is_refused_at_run_time(
 
 def stream_factory(**top):
   rng = np.random.default_rng(5)
-  metas = {n: DatasetMeta.from_lengths(rng.integers(1, 500, size), [size // 2, size - size // 2])
-           for n, size in (("web", 40), ("code", 23), ("books", 7))}
+  metas = {
+    n: DatasetMeta.from_lengths(rng.integers(1, 500, size), [size // 2, size - size // 2])
+    for n, size in (("web", 40), ("code", 23), ("books", 7))
+  }
   cfg = make_cfg(["web", "code", "books"], **top)
   return lambda: DocumentStream(cfg, metas)
 
@@ -264,14 +285,21 @@ def advance_documents(stream: DocumentStream, n: int) -> list[tuple]:
 
 
 @pytest.mark.parametrize(
-    "top",
-    [
-        dict(unit="tokens", weights={"web": 5, "code": 3, "books": 1}, stop_after_passes=3),
-        dict(unit="documents", interleave="random", exhausted_policy="repeat", shuffle_block_size="global"),
-        dict(unit="tokens", schedule=[{"until_step": 4, "weights": {"web": 1, "code": 0, "books": 1}},
-                                      {"weights": {"web": 1, "code": 2, "books": 1}, "ramp_steps": 3}],
-             exhausted_policy="repeat", shuffle_within_shard=True, shuffle_block_size=5),
-    ],
+  "top",
+  [
+    dict(unit="tokens", weights={"web": 5, "code": 3, "books": 1}, stop_after_passes=3),
+    dict(unit="documents", interleave="random", exhausted_policy="repeat", shuffle_block_size="global"),
+    dict(
+      unit="tokens",
+      schedule=[
+        {"until_step": 4, "weights": {"web": 1, "code": 0, "books": 1}},
+        {"weights": {"web": 1, "code": 2, "books": 1}, "ramp_steps": 3},
+      ],
+      exhausted_policy="repeat",
+      shuffle_within_shard=True,
+      shuffle_block_size=5,
+    ),
+  ],
 )
 def test_state_after_any_document_restores_the_same_remaining_stream(top):
   make = stream_factory(**top)
@@ -280,8 +308,9 @@ def test_state_after_any_document_restores_the_same_remaining_stream(top):
 
 @given(cuts=st.lists(st.integers(1, 60), min_size=1, max_size=30))
 def test_output_does_not_depend_on_how_the_stream_is_cut(cuts):
-  make = stream_factory(unit="tokens", weights={"web": 5, "code": 3, "books": 2}, exhausted_policy="repeat",
-                        shuffle_block_size="global")
+  make = stream_factory(
+    unit="tokens", weights={"web": 5, "code": 3, "books": 2}, exhausted_policy="repeat", shuffle_block_size="global"
+  )
   whole = make().take(0, max_docs=sum(cuts))
   pieces = make()
   parts = [pieces.take(0, max_docs=k) for k in cuts]
@@ -342,11 +371,15 @@ def test_stream_over_real_dataset_directories(tmp_path):
     lengths = rng.integers(1, 60, count)
     writer.write_documents(rng.integers(0, 1000, int(lengths.sum())), lengths)
     writer.finish()
-  cfg = PipelineConfig.from_dict({
-      "datasets": [{"name": "web", "path": str(tmp_path / "web"), "shuffle_block_size": "auto"},
-                   {"name": "code", "path": str(tmp_path / "code")}],
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [
+        {"name": "web", "path": str(tmp_path / "web"), "shuffle_block_size": "auto"},
+        {"name": "code", "path": str(tmp_path / "code")},
+      ],
       "mixture": {"weights": {"web": 0.75, "code": 0.25}},
-  })
+    }
+  )
   refs = list(DocumentStream(cfg))
   web = sorted(r.record for r in refs if r.dataset == "web" and r.pass_index == 0)
   assert web == list(range(50))  # the stream ends once both did a full pass
@@ -371,8 +404,9 @@ def test_null_in_a_per_dataset_dict_means_no_value_for_that_dataset():
   assert (settings["code"].policy, settings["code"].max_passes) == ("repeat", 3)
 
 
-@pytest.mark.parametrize("unit, weights", [("documents", {"a": 1, "b": 2}),
-                                           ("tokens", {"a": 0.62, "b": 0.18, "c": 0.12, "d": 0.08})])
+@pytest.mark.parametrize(
+  "unit, weights", [("documents", {"a": 1, "b": 2}), ("tokens", {"a": 0.62, "b": 0.18, "c": 0.12, "d": 0.08})]
+)
 def test_no_drift_over_a_million_documents(unit, weights):
   # 0.1 rounded weights to 2^-20: with 1:2 in documents the deviation grew to
   # -0.333 at 1M documents and -1.333 at 4M. The bound (Tijdeman, K datasets:

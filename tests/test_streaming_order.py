@@ -18,10 +18,18 @@ from pipeline_fixtures import coded_config, write_coded_dataset
 shard_counts = st.lists(st.integers(0, 60), min_size=1, max_size=12).filter(lambda c: sum(c) > 0)
 
 
-@given(counts=shard_counts, lanes=st.integers(1, 9), block=st.one_of(st.none(), st.integers(1, 50)),
-       within=st.booleans(), shuffle_shards=st.booleans(), pass_index=st.integers(0, 3), seed=st.integers(0, 2**32))
+@given(
+  counts=shard_counts,
+  lanes=st.integers(1, 9),
+  block=st.one_of(st.none(), st.integers(1, 50)),
+  within=st.booleans(),
+  shuffle_shards=st.booleans(),
+  pass_index=st.integers(0, 3),
+  seed=st.integers(0, 2**32),
+)
 def test_every_streaming_order_is_a_permutation_and_random_access_equals_sequential(
-    counts, lanes, block, within, shuffle_shards, pass_index, seed):
+  counts, lanes, block, within, shuffle_shards, pass_index, seed
+):
   order = DatasetOrder("d", counts, ShuffleOptions(shuffle_shards, within, block, True, lanes), seed)
   total = sum(counts)
   records = order.records(pass_index, np.arange(total))
@@ -101,8 +109,7 @@ def place_statistic(blocks: np.ndarray) -> float:
 
 
 def test_open_shards_is_configured_per_dataset_or_at_the_top_and_checked(tmp_path):
-  raw = coded_config(tmp_path, [list(range(1, 60)), list(range(1, 40))], shuffle_block_size=16,
-                     open_shards=3).to_dict()
+  raw = coded_config(tmp_path, [list(range(1, 60)), list(range(1, 40))], shuffle_block_size=16, open_shards=3).to_dict()
   raw["datasets"][1]["open_shards"] = 1
   cfg = PipelineConfig.from_dict(raw)
   assert [s.open_shards for s in cfg.dataset_settings()] == [3, 1]
@@ -134,10 +141,16 @@ def test_a_read_window_touches_about_k_shards_of_each_dataset(tmp_path, lanes):
     write_coded_dataset(str(tmp_path / f"d{d}"), d, rng.integers(1, 40, 1600).tolist(), shard_bytes=40 * 21 * 4)
 
   def needs(**order):
-    cfg = PipelineConfig.from_dict({
+    cfg = PipelineConfig.from_dict(
+      {
         "datasets": [{"name": f"d{d}", "path": str(tmp_path / f"d{d}")} for d in range(2)],
-        "mixture": {"weights": {"d0": 1, "d1": 1}}, "exhausted_policy": "repeat", **order,
-        "packing": {"mode": "first_fit", "seq_len": 32}, "batch": {"global_batch_size": 8}})
+        "mixture": {"weights": {"d0": 1, "d1": 1}},
+        "exhausted_policy": "repeat",
+        **order,
+        "packing": {"mode": "first_fit", "seq_len": 32},
+        "batch": {"global_batch_size": 8},
+      }
+    )
     return cache_needs(cfg, hosts=1, windows=10, read_ahead_tokens=1024)
 
   streaming, scattered = needs(open_shards=lanes, shuffle_block_size=16), needs(shuffle_block_size="global")

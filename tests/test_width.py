@@ -23,10 +23,18 @@ def setup(tmp_path, monkeypatch):
   for d, count in enumerate((120, 80)):
     write_coded_dataset(str(tmp_path / f"d{d}"), d, rng.integers(2, 40, count).tolist())
   config = tmp_path / "pipeline.yaml"
-  config.write_text(yaml.safe_dump({
-      "datasets": [{"name": "a_long_dataset_name", "path": "d0"}, {"name": "code", "path": "d1"}],
-      "mixture": {"weights": {"a_long_dataset_name": 0.7, "code": 0.4}}, "exhausted_policy": "repeat",
-      "packing": {"seq_len": 32}, "batch": {"global_batch_size": 4}, "stats_path": "stats.jsonl"}))
+  config.write_text(
+    yaml.safe_dump(
+      {
+        "datasets": [{"name": "a_long_dataset_name", "path": "d0"}, {"name": "code", "path": "d1"}],
+        "mixture": {"weights": {"a_long_dataset_name": 0.7, "code": 0.4}},
+        "exhausted_policy": "repeat",
+        "packing": {"seq_len": 32},
+        "batch": {"global_batch_size": 4},
+        "stats_path": "stats.jsonl",
+      }
+    )
+  )
   with Pipeline(load_config(str(config)), prefetch=0) as pipe:
     for _ in range(20):
       next(pipe)
@@ -37,16 +45,16 @@ def setup(tmp_path, monkeypatch):
 def test_every_command_fits_80_columns(setup, capsys):
   tmp_path, config = setup
   commands = [
-      ["convert", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "conv"), "--name", "conv", "-q"],
-      ["inspect", str(tmp_path / "d0"), str(tmp_path / "d1"), str(tmp_path / "conv")],
-      ["plan", config, "--tokens", "20k", "--hosts", "4"],
-      ["audit", config, "--hosts", "2", "--steps", "10"],
-      ["report", str(tmp_path / "stats.jsonl"), "--out", str(tmp_path / "report")],
-      ["doctor", str(tmp_path / "stats.jsonl")],
-      ["mesh", "--tpu", "v5p-128", "--global-batch", "128", "--seq-len", "512", "--config", config, "--steps", "2"],
-      ["mesh", "--list"],
-      ["bench", config, "--steps", "3"],
-      ["--version"],
+    ["convert", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "conv"), "--name", "conv", "-q"],
+    ["inspect", str(tmp_path / "d0"), str(tmp_path / "d1"), str(tmp_path / "conv")],
+    ["plan", config, "--tokens", "20k", "--hosts", "4"],
+    ["audit", config, "--hosts", "2", "--steps", "10"],
+    ["report", str(tmp_path / "stats.jsonl"), "--out", str(tmp_path / "report")],
+    ["doctor", str(tmp_path / "stats.jsonl")],
+    ["mesh", "--tpu", "v5p-128", "--global-batch", "128", "--seq-len", "512", "--config", config, "--steps", "2"],
+    ["mesh", "--list"],
+    ["bench", config, "--steps", "3"],
+    ["--version"],
   ]
   for argv in commands:
     try:

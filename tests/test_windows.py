@@ -41,9 +41,14 @@ def seed_003_config(tmp_path, **overrides) -> PipelineConfig:
       write_flat(paths[-1], [token_id(d, s, np.arange(length)).tolist()])
     build_flat_index("flat", paths, dtype="uint16")  # no boundaries: each file is one token stream
     datasets.append({"name": name, "path": str(tmp_path / name), "format": "flat", "sampling": "windows"})
-  raw = {"seed": 3, "datasets": datasets, "mixture": {"weights": SEED_003_WEIGHTS, "interleave": "random"},
-         "exhausted_policy": "repeat", "packing": {"mode": "first_fit", "seq_len": T},
-         "batch": {"global_batch_size": 100}}
+  raw = {
+    "seed": 3,
+    "datasets": datasets,
+    "mixture": {"weights": SEED_003_WEIGHTS, "interleave": "random"},
+    "exhausted_policy": "repeat",
+    "packing": {"mode": "first_fit", "seq_len": T},
+    "batch": {"global_batch_size": 100},
+  }
   raw.update(overrides)
   return PipelineConfig.from_dict(raw)
 
@@ -102,10 +107,16 @@ def corpus_with_documents(tmp_path, count: int = 120) -> tuple[str, np.ndarray]:
 
 
 def window_config(path: str, window: int, **dataset: object) -> PipelineConfig:
-  return PipelineConfig.from_dict({
-      "seed": 11, "datasets": [{"name": "w", "path": path, "sampling": "windows", "window": window, **dataset}],
-      "mixture": {"weights": {"w": 1}}, "shuffle_block_size": "global",
-      "packing": {"mode": "first_fit", "seq_len": window}, "batch": {"global_batch_size": 8}})
+  return PipelineConfig.from_dict(
+    {
+      "seed": 11,
+      "datasets": [{"name": "w", "path": path, "sampling": "windows", "window": window, **dataset}],
+      "mixture": {"weights": {"w": 1}},
+      "shuffle_block_size": "global",
+      "packing": {"mode": "first_fit", "seq_len": window},
+      "batch": {"global_batch_size": 8},
+    }
+  )
 
 
 def test_without_replacement_a_pass_uses_every_non_overlapping_window_once(tmp_path):
@@ -166,11 +177,20 @@ def test_a_window_dataset_mixes_with_document_datasets_by_tokens(tmp_path):
 
   path, _ = corpus_with_documents(tmp_path)
   write_coded_dataset(str(tmp_path / "docs"), 1, [7, 30, 12, 40, 3] * 40)
-  cfg = PipelineConfig.from_dict({
-      "seed": 2, "datasets": [{"name": "w", "path": path, "sampling": "windows", "window": 16},
-                              {"name": "docs", "path": str(tmp_path / "docs")}],
-      "mixture": {"weights": {"w": 0.25, "docs": 0.75}}, "exhausted_policy": "repeat", "allow_mixed_tokenizers": True,
-      "packing": {"mode": "best_fit", "seq_len": 16}, "batch": {"global_batch_size": 8}})
+  cfg = PipelineConfig.from_dict(
+    {
+      "seed": 2,
+      "datasets": [
+        {"name": "w", "path": path, "sampling": "windows", "window": 16},
+        {"name": "docs", "path": str(tmp_path / "docs")},
+      ],
+      "mixture": {"weights": {"w": 0.25, "docs": 0.75}},
+      "exhausted_policy": "repeat",
+      "allow_mixed_tokenizers": True,
+      "packing": {"mode": "best_fit", "seq_len": 16},
+      "batch": {"global_batch_size": 8},
+    }
+  )
   with Pipeline(cfg, prefetch=0) as pipe:
     batches = [next(pipe) for _ in range(40)]
   sources = np.concatenate([np.asarray(b["source_ids"]).ravel() for b in batches])
@@ -186,26 +206,40 @@ def test_a_window_dataset_mixes_with_document_datasets_by_tokens(tmp_path):
 def test_bos_or_eos_with_windows_is_a_config_error(tmp_path):
 
   with pytest.raises(ConfigError, match=r"datasets\.w: sampling: windows takes token windows as they lie"):
-    PipelineConfig.from_dict({"datasets": [{"name": "w", "sampling": "windows"}], "mixture": {"weights": {"w": 1}},
-                              "packing": {"add_eos": True}})
+    PipelineConfig.from_dict(
+      {
+        "datasets": [{"name": "w", "sampling": "windows"}],
+        "mixture": {"weights": {"w": 1}},
+        "packing": {"add_eos": True},
+      }
+    )
   with pytest.raises(ConfigError, match=r"datasets\.w\.window: applies only with sampling: windows"):
     PipelineConfig.from_dict({"datasets": [{"name": "w", "window": 8}], "mixture": {"weights": {"w": 1}}})
 
 
 def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
 
-
   path, _ = corpus_with_documents(tmp_path)
   write_coded_dataset(str(tmp_path / "docs"), 1, [9, 30, 14, 41, 2] * 30)
   config = tmp_path / "pipeline.yaml"
-  config.write_text(yaml.safe_dump({
-      "seed": 4, "allow_mixed_tokenizers": True, "exhausted_policy": "repeat",
-      "datasets": [{"name": "draws", "path": path, "sampling": "windows", "window": 32},
-                   {"name": "perm", "path": path, "sampling": "windows", "window": 16, "with_replacement": False},
-                   {"name": "docs", "path": str(tmp_path / "docs")}],
-      "mixture": {"weights": {"draws": 0.4, "perm": 0.2, "docs": 0.4}}, "shuffle_block_size": "global",
-      "packing": {"mode": "best_fit", "seq_len": 32}, "batch": {"global_batch_size": 16},
-  }))
+  config.write_text(
+    yaml.safe_dump(
+      {
+        "seed": 4,
+        "allow_mixed_tokenizers": True,
+        "exhausted_policy": "repeat",
+        "datasets": [
+          {"name": "draws", "path": path, "sampling": "windows", "window": 32},
+          {"name": "perm", "path": path, "sampling": "windows", "window": 16, "with_replacement": False},
+          {"name": "docs", "path": str(tmp_path / "docs")},
+        ],
+        "mixture": {"weights": {"draws": 0.4, "perm": 0.2, "docs": 0.4}},
+        "shuffle_block_size": "global",
+        "packing": {"mode": "best_fit", "seq_len": 32},
+        "batch": {"global_batch_size": 16},
+      }
+    )
+  )
   steps = 4
   with Pipeline(PipelineConfig.from_dict(yaml.safe_load(config.read_text())), prefetch=0) as reference:
     expected = [{k: np.asarray(v) for k, v in next(reference).items()} for _ in range(steps)]
@@ -260,12 +294,19 @@ def test_the_plan_reports_passes_and_unique_tokens_seen_of_window_datasets(tmp_p
 def test_audit_checks_window_passes_and_lets_draws_repeat(tmp_path):
 
   path, _ = corpus_with_documents(tmp_path, count=60)
-  cfg = PipelineConfig.from_dict({
-      "seed": 1, "exhausted_policy": "repeat",
-      "datasets": [{"name": "draws", "path": path, "sampling": "windows", "window": 8},
-                   {"name": "perm", "path": path, "sampling": "windows", "window": 8, "with_replacement": False}],
-      "mixture": {"weights": {"draws": 0.5, "perm": 0.5}}, "packing": {"mode": "first_fit", "seq_len": 8},
-      "batch": {"global_batch_size": 8}})
+  cfg = PipelineConfig.from_dict(
+    {
+      "seed": 1,
+      "exhausted_policy": "repeat",
+      "datasets": [
+        {"name": "draws", "path": path, "sampling": "windows", "window": 8},
+        {"name": "perm", "path": path, "sampling": "windows", "window": 8, "with_replacement": False},
+      ],
+      "mixture": {"weights": {"draws": 0.5, "perm": 0.5}},
+      "packing": {"mode": "first_fit", "seq_len": 8},
+      "batch": {"global_batch_size": 8},
+    }
+  )
   result = audit(cfg, hosts=2, steps=60)  # 240 draws of ~800 starts: some repeat, legitimately
   assert result.ok, result.failures
   assert "perm pass 0" in result.passes_checked and not any(p.startswith("draws") for p in result.passes_checked)

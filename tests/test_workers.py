@@ -33,9 +33,14 @@ STEPS = 24
 def cfg(tmp_path_factory) -> PipelineConfig:
   rng = np.random.default_rng(11)
   tmp = tmp_path_factory.mktemp("workers")
-  return coded_config(tmp, [rng.integers(1, 90, 150).tolist(), rng.integers(1, 40, 260).tolist()],
-                      exhausted_policy="repeat", shuffle_block_size="global",
-                      packing={"seq_len": 32, "add_bos": True, "add_eos": True}, batch={"global_batch_size": 16})
+  return coded_config(
+    tmp,
+    [rng.integers(1, 90, 150).tolist(), rng.integers(1, 40, 260).tolist()],
+    exhausted_policy="repeat",
+    shuffle_block_size="global",
+    packing={"seq_len": 32, "add_bos": True, "add_eos": True},
+    batch={"global_batch_size": 16},
+  )
 
 
 def run(pipe: Pipeline, steps: int) -> list[tuple]:
@@ -216,9 +221,14 @@ def test_a_shard_corrupted_under_a_reader_is_a_named_error_and_the_step_is_retri
     assert rest == reference[done:]
 
 
-@pytest.mark.parametrize("kind,victim_index,name", [({"workers": 2}, 0, "jaxdata planner"),
-                                                    ({"workers": 2}, 2, "jaxdata reader 1"),
-                                                    ({"planner_process": True}, 0, "jaxdata planner")])
+@pytest.mark.parametrize(
+  "kind,victim_index,name",
+  [
+    ({"workers": 2}, 0, "jaxdata planner"),
+    ({"workers": 2}, 2, "jaxdata reader 1"),
+    ({"planner_process": True}, 0, "jaxdata planner"),
+  ],
+)
 def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, kind, victim_index, name):
   with Pipeline(cfg, prefetch=0, **kind) as pipe:
     ready(pipe)

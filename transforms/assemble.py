@@ -69,15 +69,15 @@ def _check_layout(dst: np.ndarray, lengths: np.ndarray, fill: np.ndarray, seq_le
 
 
 def assemble_rows(
-    pieces: Pieces,
-    local_row: np.ndarray,
-    column: np.ndarray,
-    num_rows: int,
-    seq_len: int,
-    buffer: np.ndarray,
-    doc_start: np.ndarray,
-    packing: PackingConfig,
-    out: dict[str, np.ndarray] | None = None,
+  pieces: Pieces,
+  local_row: np.ndarray,
+  column: np.ndarray,
+  num_rows: int,
+  seq_len: int,
+  buffer: np.ndarray,
+  doc_start: np.ndarray,
+  packing: PackingConfig,
+  out: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
   """int32 [num_rows, seq_len] arrays for the given pieces (written into
   `out`, contiguous arrays of that shape, when given).
@@ -118,8 +118,9 @@ def assemble_rows(
   shape = (num_rows, seq_len)
   if out is None:
     out = {name: np.empty(shape, np.int32) for name in FEATURES}
-  elif any(out[name].shape != shape or out[name].dtype != np.int32 or not out[name].flags.c_contiguous
-           for name in FEATURES):
+  elif any(
+    out[name].shape != shape or out[name].dtype != np.int32 or not out[name].flags.c_contiguous for name in FEATURES
+  ):
     raise ValueError(f"assemble: out must hold a contiguous int32 {shape} array for each of {FEATURES}")
   flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
   write_runs(buffer, run_src, run_dst, run_len, run_segment, run_source, flat)
@@ -145,13 +146,13 @@ def assemble_rows(
 
 
 def follow_boundaries(
-    out: dict[str, np.ndarray],
-    pieces: Pieces,
-    local_row: np.ndarray,
-    column: np.ndarray,
-    piece: np.ndarray,
-    offset: np.ndarray,
-    pad_id: int,
+  out: dict[str, np.ndarray],
+  pieces: Pieces,
+  local_row: np.ndarray,
+  column: np.ndarray,
+  piece: np.ndarray,
+  offset: np.ndarray,
+  pad_id: int,
 ) -> None:
   """Document starts inside pieces (a window that crosses documents): from
   each start on, a new segment with positions from 0; the token before it

@@ -40,14 +40,14 @@ _BUFFER_KINDS = {("i", 1): "b", ("u", 1): "B", ("i", 2): "h", ("u", 2): "H", ("i
 
 
 def write_runs(
-    buffer: np.ndarray,
-    run_src: np.ndarray,
-    run_dst: np.ndarray,
-    run_len: np.ndarray,
-    run_segment: np.ndarray,
-    run_source: np.ndarray,
-    flat: dict[str, np.ndarray],
-    native: bool | None = None,
+  buffer: np.ndarray,
+  run_src: np.ndarray,
+  run_dst: np.ndarray,
+  run_len: np.ndarray,
+  run_segment: np.ndarray,
+  run_source: np.ndarray,
+  flat: dict[str, np.ndarray],
+  native: bool | None = None,
 ) -> None:
   """For each run r (`run_len[r]` grid slots from `run_dst[r]`)::
 
@@ -63,9 +63,11 @@ def write_runs(
   kind = _BUFFER_KINDS.get((buffer.dtype.kind, buffer.dtype.itemsize)) if buffer.dtype.isnative else None
   if (NATIVE if native is None else native) and kind is not None:
     _native.write_runs(
-        buffer, kind, *(np.ascontiguousarray(a, np.int64) for a in (run_src, run_dst, run_len)),
-        *(np.ascontiguousarray(a, np.int32) for a in (run_segment, run_source)),
-        *(flat[name] for name in ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")),
+      buffer,
+      kind,
+      *(np.ascontiguousarray(a, np.int64) for a in (run_src, run_dst, run_len)),
+      *(np.ascontiguousarray(a, np.int32) for a in (run_segment, run_source)),
+      *(flat[name] for name in ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")),
     )
     return
   grid = flat["tokens"].size
@@ -94,8 +96,16 @@ _RUN_NAMES = ("run_dst", "run_len", "run_segment", "run_source")
 _FEATURE_NAMES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 
 
-def _check_runs(buffer_size: int, grid: int, run_src: np.ndarray, run_dst: np.ndarray, run_len: np.ndarray,
-                run_segment: np.ndarray, run_source: np.ndarray, flat: dict[str, np.ndarray]) -> None:
+def _check_runs(
+  buffer_size: int,
+  grid: int,
+  run_src: np.ndarray,
+  run_dst: np.ndarray,
+  run_len: np.ndarray,
+  run_segment: np.ndarray,
+  run_source: np.ndarray,
+  flat: dict[str, np.ndarray],
+) -> None:
   """What the C loop refuses, refused in the same words before anything is written."""
   for name, values in zip(_RUN_NAMES, (run_dst, run_len, run_segment, run_source)):
     if np.size(values) != np.size(run_src):
@@ -107,19 +117,22 @@ def _check_runs(buffer_size: int, grid: int, run_src: np.ndarray, run_dst: np.nd
   outside = (length < 0) | (dst < 0) | (src < 0) | (dst > grid - length) | (src > buffer_size - 1 - length)
   if outside.any():
     r = int(np.argmax(outside))
-    raise ValueError(f"write_runs: run {r} (src {src[r]}, dst {dst[r]}, length {length[r]}) lies outside the "
-                     f"buffer ({buffer_size} tokens) or the grid ({grid} slots)")
+    raise ValueError(
+      f"write_runs: run {r} (src {src[r]}, dst {dst[r]}, length {length[r]}) lies outside the "
+      f"buffer ({buffer_size} tokens) or the grid ({grid} slots)"
+    )
 
 
 def first_fit_rows(
-    lengths: np.ndarray, documents: np.ndarray | None, rows: int, seq_len: int, native: bool | None = None
+  lengths: np.ndarray, documents: np.ndarray | None, rows: int, seq_len: int, native: bool | None = None
 ) -> np.ndarray:
   """`fit.first_fit` on arrays: the row of each piece (-1: no room), int64."""
   lengths = np.ascontiguousarray(lengths, np.int64)
   if NATIVE if native is None else native:
     out = np.empty(lengths.size, np.int64)
-    _native.first_fit(lengths, None if documents is None else np.ascontiguousarray(documents, np.int64),
-                      rows, seq_len, out)
+    _native.first_fit(
+      lengths, None if documents is None else np.ascontiguousarray(documents, np.int64), rows, seq_len, out
+    )
     return out
   placed = first_fit(lengths.tolist(), rows, seq_len, None if documents is None else documents.tolist())
   return np.asarray(placed, dtype=np.int64)

@@ -44,8 +44,17 @@ from jaxdata.transforms.kernels import best_fit_rows, first_fit_rows
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
-    "Concat", "DocumentColumns", "DocumentSource", "Fit", "GroupedOnePerRow", "OnePerRow", "Packer",
-    "PackingStrategy", "StepPlan", "balanced_rows", "packing_strategy",
+  "Concat",
+  "DocumentColumns",
+  "DocumentSource",
+  "Fit",
+  "GroupedOnePerRow",
+  "OnePerRow",
+  "Packer",
+  "PackingStrategy",
+  "StepPlan",
+  "balanced_rows",
+  "packing_strategy",
 ]
 
 
@@ -64,7 +73,7 @@ class DocumentSource(Protocol):
   ended: bool
 
   def take(
-      self, step: int, max_docs: int | None = None, max_tokens: int | None = None, token_overhead: int = 0
+    self, step: int, max_docs: int | None = None, max_tokens: int | None = None, token_overhead: int = 0
   ) -> DocumentColumns:
     """The next documents for `step` (empty once the source has ended); with
     `max_tokens`, until their tokens, each counting `token_overhead` more,
@@ -331,8 +340,9 @@ class Packer:
     return Pieces.concatenate(parts), truncated
 
 
-def _fit(carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer,
-         tail: Callable[[np.ndarray], np.ndarray]) -> Placement:
+def _fit(
+  carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer, tail: Callable[[np.ndarray], np.ndarray]
+) -> Placement:
   """Carry first (in order), then new pieces largest first (stable, so a split
   document's pieces stay in offset order: all but its last are seq_len long)."""
   order = np.argsort(-new.length, kind="stable")
@@ -383,7 +393,7 @@ def _concat(carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
   piece_end = np.minimum(end[owner], (row + 1) * seq_len)
   placed = pool_in.take(owner)
   placed = dataclasses.replace(
-      placed, offset=placed.offset + piece_start - start[owner], length=piece_end - piece_start
+    placed, offset=placed.offset + piece_start - start[owner], length=piece_end - piece_start
   )
   # The part of the last document past the capacity goes back to the carry.
   overflow = np.flatnonzero(start + pool_in.length > capacity)

@@ -75,11 +75,10 @@ class Pieces:
       flat = json.loads(text)
     except (TypeError, ValueError, zlib.error, RecursionError) as e:  # binascii.Error, JSONDecodeError: ValueErrors
       raise ValueError(f"packer state: carry is not a valid encoded piece list ({str(e)[:200]})") from e
-    if not isinstance(flat, list) or len(flat) % width or any(
-        not is_int(v) or v < 0 for v in flat
-    ):
-      raise ValueError(f"packer state: carry must be a flat list of ints >= 0, {width} per piece "
-                       f"({', '.join(_STORED)})")
+    if not isinstance(flat, list) or len(flat) % width or any(not is_int(v) or v < 0 for v in flat):
+      raise ValueError(
+        f"packer state: carry must be a flat list of ints >= 0, {width} per piece ({', '.join(_STORED)})"
+      )
     if not flat:
       return cls.empty()
     table = np.asarray(flat, dtype=np.int64).reshape(-1, width)

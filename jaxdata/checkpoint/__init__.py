@@ -16,23 +16,23 @@ from jaxdata.checkpoint.fingerprint import describe_changes, order_fingerprint
 from jaxdata.checkpoint.state import STATE_VERSION, pipeline_state, read_pipeline_state, seal, state_digest
 
 __all__ = [
-    "Checkpointable",
-    "PipelineCheckpointHandler",
-    "Restore",
-    "STATE_FILE",
-    "STATE_VERSION",
-    "Save",
-    "describe_changes",
-    "order_fingerprint",
-    "pipeline_state",
-    "read_pipeline_state",
-    "seal",
-    "state_digest",
+  "Checkpointable",
+  "PipelineCheckpointHandler",
+  "Restore",
+  "STATE_FILE",
+  "STATE_VERSION",
+  "Save",
+  "describe_changes",
+  "order_fingerprint",
+  "pipeline_state",
+  "read_pipeline_state",
+  "seal",
+  "state_digest",
 ]
 
 _ORBAX = "jaxdata.checkpoint.orbax"
 __getattr__, __dir__ = lazy_exports(
-    __name__,
-    {name: _ORBAX for name in ("Checkpointable", "PipelineCheckpointHandler", "Restore", "STATE_FILE", "Save")},
-    package_globals=globals(),
+  __name__,
+  {name: _ORBAX for name in ("Checkpointable", "PipelineCheckpointHandler", "Restore", "STATE_FILE", "Save")},
+  package_globals=globals(),
 )

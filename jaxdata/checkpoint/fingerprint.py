@@ -28,14 +28,18 @@ def _describe(order: DatasetOrder | SampledOrder) -> str:
   if isinstance(order, SampledOrder):
     return order.describe()
   options = order.options
-  return (f"shards={int(options.shuffle_shards)} within={int(options.shuffle_within_shard)} "
-          f"block={options.block_size or '-'} reshuffle={int(options.reshuffle_on_repeat)}"
-          + (f" open={options.open_shards}" if options.open_shards > 1 else ""))
+  return (
+    f"shards={int(options.shuffle_shards)} within={int(options.shuffle_within_shard)} "
+    f"block={options.block_size or '-'} reshuffle={int(options.reshuffle_on_repeat)}"
+    + (f" open={options.open_shards}" if options.open_shards > 1 else "")
+  )
 
 
 def order_fingerprint(
-    cfg: PipelineConfig, manifest_fingerprints: Sequence[str], orders: Sequence[DatasetOrder | SampledOrder],
-    sampling: Sequence[str] = (),
+  cfg: PipelineConfig,
+  manifest_fingerprints: Sequence[str],
+  orders: Sequence[DatasetOrder | SampledOrder],
+  sampling: Sequence[str] = (),
 ) -> dict[str, Any]:
   """`sampling`: per dataset, its window sampling (`WindowOptions.describe`) or ""."""
   packing = cfg.packing
@@ -45,18 +49,19 @@ def order_fingerprint(
     linear = packing.linear_warmup
     warmup = f"linear:{linear.start}->{packing.seq_len}/{linear.steps}x{linear.granularity}"
   return {
-      "seed": cfg.seed,
-      "datasets": list(cfg.names),
-      "content": {n: fp[:12] for n, fp in zip(cfg.names, manifest_fingerprints)},
-      "shuffle": {order.name: " ".join(filter(None, [_describe(order), how])) for order, how in zip(orders, sampling)},
-      "mixture": f"unit={cfg.mixture.unit} interleave={cfg.mixture.interleave}",
-      "packing": (
-          f"mode={packing.mode} seq_len={packing.seq_len} long_docs={packing.long_docs} "
-          f"bos={packing.bos_id if packing.add_bos else '-'} eos={packing.eos_id if packing.add_eos else '-'} "
-          f"pad={packing.pad_id} warmup={warmup}" + (f" group={packing.group_by_length}" if packing.group_by_length else "")
-      ),
-      "global_batch_size": cfg.batch.global_batch_size if not (cfg.batch.schedule or cfg.batch.ramp)
-      else cfg.batch.describe(),
+    "seed": cfg.seed,
+    "datasets": list(cfg.names),
+    "content": {n: fp[:12] for n, fp in zip(cfg.names, manifest_fingerprints)},
+    "shuffle": {order.name: " ".join(filter(None, [_describe(order), how])) for order, how in zip(orders, sampling)},
+    "mixture": f"unit={cfg.mixture.unit} interleave={cfg.mixture.interleave}",
+    "packing": (
+      f"mode={packing.mode} seq_len={packing.seq_len} long_docs={packing.long_docs} "
+      f"bos={packing.bos_id if packing.add_bos else '-'} eos={packing.eos_id if packing.add_eos else '-'} "
+      f"pad={packing.pad_id} warmup={warmup}" + (f" group={packing.group_by_length}" if packing.group_by_length else "")
+    ),
+    "global_batch_size": cfg.batch.global_batch_size
+    if not (cfg.batch.schedule or cfg.batch.ramp)
+    else cfg.batch.describe(),
   }
 
 

@@ -62,22 +62,20 @@ def epoch_start(start: Mapping[str, Any], epoch: int) -> dict[str, Any]:
 
 
 def pipeline_state(
-    step: int, fingerprint: Mapping[str, Any], planner: Mapping[str, Any], tokens_per_source: Mapping[str, int]
+  step: int, fingerprint: Mapping[str, Any], planner: Mapping[str, Any], tokens_per_source: Mapping[str, int]
 ) -> dict[str, Any]:
   """The state dict of the current format; `planner` holds stream and packer."""
   return {
-      "version": STATE_VERSION,
-      "step": step,
-      "fingerprint": fingerprint,
-      "stream": planner["stream"],
-      "packer": planner["packer"],
-      "tokens_per_source": dict(tokens_per_source),
+    "version": STATE_VERSION,
+    "step": step,
+    "fingerprint": fingerprint,
+    "stream": planner["stream"],
+    "packer": planner["packer"],
+    "tokens_per_source": dict(tokens_per_source),
   }
 
 
-def read_pipeline_state(
-    state: Any, fingerprint: Mapping[str, Any], names: Sequence[str]
-) -> dict[str, Any]:
+def read_pipeline_state(state: Any, fingerprint: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
   """Checks a saved state against this pipeline and returns it in the
   current format. Raises `CheckpointError` naming what is wrong: malformed,
   newer than this jaxdata, or saved with a config or data that orders
@@ -88,25 +86,28 @@ def read_pipeline_state(
     raise CheckpointError(str(e)) from e
   for key, kind in (("fingerprint", Mapping), ("stream", Mapping), ("packer", Mapping), ("digest", str)):
     if not isinstance(state[key], kind):
-      raise CheckpointError(f"pipeline state: {key} must be a {'mapping' if kind is Mapping else 'string'}, "
-                            f"got {type(state[key]).__name__}")
+      raise CheckpointError(
+        f"pipeline state: {key} must be a {'mapping' if kind is Mapping else 'string'}, got {type(state[key]).__name__}"
+      )
   try:
     digest = state_digest(state)
   except (TypeError, ValueError) as e:  # not JSON: NaN, a set, ...
     raise CheckpointError(f"pipeline state: not plain JSON ({str(e)[:200]})") from e
   if digest != state["digest"]:
-    raise CheckpointError("pipeline state: its digest does not match its content: the state was edited "
-                          "or damaged after it was saved")
+    raise CheckpointError(
+      "pipeline state: its digest does not match its content: the state was edited or damaged after it was saved"
+    )
   step = state["step"]
   if not is_int(step) or step < 0:
     raise CheckpointError(f"pipeline state: step must be an int >= 0, got {step!r}")
   changes = describe_changes(state["fingerprint"], fingerprint)
   if any(c.startswith("global_batch_size:") for c in changes) and _batch_sizes_agree(
-      state["fingerprint"].get("global_batch_size"), fingerprint.get("global_batch_size"), step):
+    state["fingerprint"].get("global_batch_size"), fingerprint.get("global_batch_size"), step
+  ):
     changes = [c for c in changes if not c.startswith("global_batch_size:")]  # a change from this step on
   if changes:
     raise CheckpointError(
-        "pipeline state: the config or data changed in what determines the order: " + "; ".join(changes)
+      "pipeline state: the config or data changed in what determines the order: " + "; ".join(changes)
     )
   cumulative = state["tokens_per_source"]
   if not isinstance(cumulative, Mapping) or set(cumulative) != set(names):

@@ -44,15 +44,20 @@ def parse_size(text: str) -> int:
 def _common() -> argparse.ArgumentParser:
   """Flags every command takes, before or after the command's name."""
   common = argparse.ArgumentParser(add_help=False)
-  common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                      help="no progress output (allowed before or after the command)")
+  common.add_argument(
+    "-q",
+    "--quiet",
+    action="store_true",
+    default=argparse.SUPPRESS,
+    help="no progress output (allowed before or after the command)",
+  )
   return common
 
 
 def _parser() -> argparse.ArgumentParser:
   common = _common()
   parser = argparse.ArgumentParser(
-      prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common]
+    prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common]
   )
   parser.add_argument("--version", action="version", version=f"jaxdata {__version__}")
   commands = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
@@ -65,48 +70,90 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--out", required=True, help="dataset directory to write")
   p.add_argument("--name", required=True, help="dataset name")
   p.add_argument("--tokenizer", default="byte", help="byte | hf:FILE.json | sp:FILE.model")
-  p.add_argument("--format", default="auto", choices=("auto", *INPUT_FORMATS), help="input format (auto: from each file's suffix)")
+  p.add_argument(
+    "--format", default="auto", choices=("auto", *INPUT_FORMATS), help="input format (auto: from each file's suffix)"
+  )
   p.add_argument("--field", default="text", help="JSONL field / Parquet column")
-  p.add_argument("--text-mode", default="file", choices=TEXT_MODES,
-                 help="plain text: one document per file, line or paragraph")
-  p.add_argument("--shard-size", type=parse_size, default=256 << 20,
-                 help="target shard size in bytes, e.g. 256MB (default 256MiB)")
+  p.add_argument(
+    "--text-mode", default="file", choices=TEXT_MODES, help="plain text: one document per file, line or paragraph"
+  )
+  p.add_argument(
+    "--shard-size", type=parse_size, default=256 << 20, help="target shard size in bytes, e.g. 256MB (default 256MiB)"
+  )
   p.add_argument("--workers", type=int, default=0, help="tokenizer processes (0 = cores)")
-  p.add_argument("--skip-invalid", action="store_true",
-                 help="count and skip malformed records instead of failing")
-  p.add_argument("--include", action="append", default=[], metavar="GLOB",
-                 help="only files whose path or name matches (repeatable), e.g. '*.jsonl'")
-  p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                 help="leave out files whose path or name matches (repeatable), e.g. '*/test/*'")
+  p.add_argument("--skip-invalid", action="store_true", help="count and skip malformed records instead of failing")
+  p.add_argument(
+    "--include",
+    action="append",
+    default=[],
+    metavar="GLOB",
+    help="only files whose path or name matches (repeatable), e.g. '*.jsonl'",
+  )
+  p.add_argument(
+    "--exclude",
+    action="append",
+    default=[],
+    metavar="GLOB",
+    help="leave out files whose path or name matches (repeatable), e.g. '*/test/*'",
+  )
   p.add_argument("--overwrite", action="store_true", help="replace the dataset already in --out")
-  p.add_argument("--check-roundtrip", type=int, default=0, metavar="N",
-                 help="decode N converted documents and report those that differ from their text")
-  p.add_argument("--runner", default="local", choices=("local", "beam"),
-                 help="local: processes on this machine; beam: an Apache Beam pipeline (docs/convert.md)")
-  p.add_argument("--beam-options", default="",
-                 help="Beam pipeline options, e.g. '--runner=DataflowRunner --project=P --region=R "
-                      "--temp_location=gs://B/tmp' (default: the local DirectRunner)")
+  p.add_argument(
+    "--check-roundtrip",
+    type=int,
+    default=0,
+    metavar="N",
+    help="decode N converted documents and report those that differ from their text",
+  )
+  p.add_argument(
+    "--runner",
+    default="local",
+    choices=("local", "beam"),
+    help="local: processes on this machine; beam: an Apache Beam pipeline (docs/convert.md)",
+  )
+  p.add_argument(
+    "--beam-options",
+    default="",
+    help="Beam pipeline options, e.g. '--runner=DataflowRunner --project=P --region=R "
+    "--temp_location=gs://B/tmp' (default: the local DirectRunner)",
+  )
   p.set_defaults(handler=convert_command.convert)
 
   p = command("index", "metadata for token files other tools wrote (no tokens copied)")
-  p.add_argument("shards", nargs="+",
-                 help="ArrayRecord shards, Megatron prefixes (or their .bin / .idx), or flat token files (raw or .npy)")
-  p.add_argument("--format", default="arrayrecord", choices=("arrayrecord", "megatron", "flat"),
-                 help="arrayrecord: records of raw ids; megatron: .bin + .idx; flat: raw ids back to back")
-  p.add_argument("--dtype", choices=("uint16", "uint32"),
-                 help="token type (required for arrayrecord and raw flat files; a Megatron .idx or .npy header says its own)")
+  p.add_argument(
+    "shards",
+    nargs="+",
+    help="ArrayRecord shards, Megatron prefixes (or their .bin / .idx), or flat token files (raw or .npy)",
+  )
+  p.add_argument(
+    "--format",
+    default="arrayrecord",
+    choices=("arrayrecord", "megatron", "flat"),
+    help="arrayrecord: records of raw ids; megatron: .bin + .idx; flat: raw ids back to back",
+  )
+  p.add_argument(
+    "--dtype",
+    choices=("uint16", "uint32"),
+    help="token type (required for arrayrecord and raw flat files; a Megatron .idx or .npy header says its own)",
+  )
   p.add_argument("--eos-id", type=int, help="flat: a document ends with each of these ids")
-  p.add_argument("--offsets", action="store_true",
-                 help="flat: document starts from FILE.offsets.npy beside each file")
-  p.add_argument("--data-root",
-                 help="megatron / flat: where readers find the files, when not beside the metadata "
-                      "(a directory or gs:// / s3:// prefix; default: the files' directory)")
+  p.add_argument("--offsets", action="store_true", help="flat: document starts from FILE.offsets.npy beside each file")
+  p.add_argument(
+    "--data-root",
+    help="megatron / flat: where readers find the files, when not beside the metadata "
+    "(a directory or gs:// / s3:// prefix; default: the files' directory)",
+  )
   p.add_argument("--out", help="metadata directory (default: the files' directory)")
-  p.add_argument("--per-directory", action="store_true",
-                 help="files in several directories: one dataset per directory (default: an error, unless --out)")
+  p.add_argument(
+    "--per-directory",
+    action="store_true",
+    help="files in several directories: one dataset per directory (default: an error, unless --out)",
+  )
   p.add_argument("--force", action="store_true", help="rebuild a directory's existing index and manifest")
-  p.add_argument("--no-dtype-check", action="store_true",
-                 help="do not refuse ids whose statistics look like another dtype (uint32 read as uint16, ...)")
+  p.add_argument(
+    "--no-dtype-check",
+    action="store_true",
+    help="do not refuse ids whose statistics look like another dtype (uint32 read as uint16, ...)",
+  )
   p.add_argument("--name", help="dataset name (default: the directory name)")
   p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
   p.set_defaults(handler=data.index)
@@ -114,15 +161,18 @@ def _parser() -> argparse.ArgumentParser:
   p = command("inspect", "table of shards, documents, tokens, lengths")
   p.add_argument("datasets", nargs="+", help="dataset directories")
   p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-  p.add_argument("--verify", action="store_true",
-                 help="also re-hash every shard and check every record (reads all data)")
+  p.add_argument(
+    "--verify", action="store_true", help="also re-hash every shard and check every record (reads all data)"
+  )
   p.set_defaults(handler=data.inspect)
 
   p = command("demo", "end to end: corpus, pipeline on 8 emulated devices, training, resume")
   p.add_argument("--cache-dir", help="where the corpus is kept (default: ~/.cache/jaxdata/demo)")
   p.add_argument("--config", help="your own pipeline YAML (its datasets) instead of the embedded demo")
   p.add_argument("--steps", type=int, default=40, help="training steps of the demo model")
-  p.add_argument("--checkpoint-at", type=int, default=20, help="step at which model and pipeline are saved, then restored")
+  p.add_argument(
+    "--checkpoint-at", type=int, default=20, help="step at which model and pipeline are saved, then restored"
+  )
   p.add_argument("--out", help="run directory for checkpoints and the plot (default: CACHE/run)")
   p.add_argument("--json", help="also write the summary as JSON here")
   p.set_defaults(handler=demo.demo)
@@ -134,8 +184,14 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--json", action="store_true", help="print the table as JSON")
   p.add_argument("--png", help="write weights over steps and cumulative passes here")
   p.add_argument("--hosts", type=int, default=1, help="hosts splitting the rows, for the read-span table")
-  p.add_argument("--read-spans", "--windows", dest="read_spans", type=int, default=32,
-                 help="read spans per host to replay (0: skip the table)")
+  p.add_argument(
+    "--read-spans",
+    "--windows",
+    dest="read_spans",
+    type=int,
+    default=32,
+    help="read spans per host to replay (0: skip the table)",
+  )
   p.add_argument("--read-ahead-tokens", type=int, default=1 << 22, help="the pipeline's read_ahead_tokens")
   p.set_defaults(handler=planning.plan)
 
@@ -148,8 +204,12 @@ def _parser() -> argparse.ArgumentParser:
 
   p = command("ablate", "mixture ablation: the demo model on each candidate mixture, the same tokens")
   p.add_argument("config", nargs="?", help="base pipeline YAML (default: the demo's datasets and weights)")
-  p.add_argument("--candidates", nargs="+", required=True,
-                 help="YAML files, each {name: ..., weights: {dataset: weight}} (or a config's mixture.weights)")
+  p.add_argument(
+    "--candidates",
+    nargs="+",
+    required=True,
+    help="YAML files, each {name: ..., weights: {dataset: weight}} (or a config's mixture.weights)",
+  )
   p.add_argument("--tokens", type=parse_size, default=200_000, help="valid tokens each candidate trains on")
   p.add_argument("--cache-dir", help="the demo corpus' directory when no config is given")
   p.add_argument("--png", help="also plot per-domain held-out loss per candidate here")
@@ -157,7 +217,7 @@ def _parser() -> argparse.ArgumentParser:
 
   p = command("doctor", "check a run's stats (and per-source losses) for signs of a bad data order")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
-  p.add_argument("--losses", help="JSONL of {\"step\": N, \"losses\": {source: loss}} per step (optional)")
+  p.add_argument("--losses", help='JSONL of {"step": N, "losses": {source: loss}} per step (optional)')
   p.add_argument("--config", help="the run's pipeline YAML: with --hosts, checks the plan's host overlap")
   p.add_argument("--hosts", type=int, default=0, help="hosts of the run, for the overlap check")
   p.add_argument("--html", help="also write the checks as an HTML report here")
@@ -173,13 +233,19 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--steps", type=int, default=100, help="steps to time (after one untimed step)")
   p.add_argument("--prefetch", type=int, default=2, help="steps planned and read ahead by a background thread")
   p.add_argument("--workers", type=int, default=0, help="worker processes (see docs/performance.md)")
-  p.add_argument("--planner-process", action="store_true",
-                 help="plan in a process of its own; read and assemble here (see docs/performance.md)")
+  p.add_argument(
+    "--planner-process",
+    action="store_true",
+    help="plan in a process of its own; read and assemble here (see docs/performance.md)",
+  )
   p.set_defaults(handler=planning.bench)
 
   p = command("mesh", "rows, tokens and documents per host of a TPU slice")
-  p.add_argument("--tpu", help="a slice: v4-8 .. v4-8192, v5e-1 .. v5e-256, v5p-8 .. v5p-12288, v6e-1 .. v6e-256 "
-                                "(`jaxdata mesh --list`), or a slice YAML file's path")
+  p.add_argument(
+    "--tpu",
+    help="a slice: v4-8 .. v4-8192, v5e-1 .. v5e-256, v5p-8 .. v5p-12288, v6e-1 .. v6e-256 "
+    "(`jaxdata mesh --list`), or a slice YAML file's path",
+  )
   p.add_argument("--mesh-shape", help="instead of --tpu: an explicit mesh shape, e.g. 16x4x1")
   p.add_argument("--mesh-axes", default="data,fsdp,tensor", help="with --mesh-shape: its axis names")
   p.add_argument("--data-axes", default="data,fsdp", help="with --mesh-shape: the axes the batch rows are split over")

@@ -18,15 +18,15 @@ __all__ = ["convert"]
 
 def convert(args: argparse.Namespace, console: Console) -> int:
   options = ConvertOptions(
-      tokenizer=TokenizerSpec.parse(args.tokenizer),
-      input_format=args.format,
-      field=args.field,
-      text_mode=args.text_mode,
-      shard_bytes=args.shard_size,
-      workers=args.workers,
-      skip_invalid=args.skip_invalid,
-      include=tuple(args.include),
-      exclude=tuple(args.exclude),
+    tokenizer=TokenizerSpec.parse(args.tokenizer),
+    input_format=args.format,
+    field=args.field,
+    text_mode=args.text_mode,
+    shard_bytes=args.shard_size,
+    workers=args.workers,
+    skip_invalid=args.skip_invalid,
+    include=tuple(args.include),
+    exclude=tuple(args.exclude),
   )
   warning = roundtrip_warning(load_tokenizer(options.tokenizer))
   if warning:
@@ -41,14 +41,15 @@ def convert(args: argparse.Namespace, console: Console) -> int:
 
   with progress:
     if args.runner == "beam":
-      manifest = convert_with_beam(args.inputs, args.out, args.name, options, shlex.split(args.beam_options),
-                                        overwrite=args.overwrite)
+      manifest = convert_with_beam(
+        args.inputs, args.out, args.name, options, shlex.split(args.beam_options), overwrite=args.overwrite
+      )
     else:
       manifest = convert_files(args.inputs, args.out, args.name, options, on_progress, overwrite=args.overwrite)
   stats = manifest.stats
   console.print(
-      f"wrote {args.out}: {manifest.num_records} documents, {manifest.num_tokens} "
-      f"tokens, {len(manifest.shards)} shards, dtype {manifest.dtype}"
+    f"wrote {args.out}: {manifest.num_records} documents, {manifest.num_tokens} "
+    f"tokens, {len(manifest.shards)} shards, dtype {manifest.dtype}"
   )
   console.print(f"skipped {stats['skipped_empty']} empty documents")
   if stats["skipped_invalid"]:
@@ -57,8 +58,9 @@ def convert(args: argparse.Namespace, console: Console) -> int:
       console.print(f"  {message}", markup=False)
   if args.check_roundtrip:
     report = check_roundtrip(args.out, args.inputs, options, args.check_roundtrip)
-    console.print(f"round trip: {report.checked - report.mismatches} of {report.checked} documents decode to "
-                  "their text")
+    console.print(
+      f"round trip: {report.checked - report.mismatches} of {report.checked} documents decode to their text"
+    )
     for example in report.examples:
       console.print(f"  {example}", markup=False)
     if report.mismatches:

@@ -22,7 +22,11 @@ def index(args: argparse.Namespace, console: Console) -> int:
     tokenizer = load_tokenizer(TokenizerSpec.parse(args.tokenizer)).identity()
   report = None if args.quiet else lambda p: console.print(f"indexed {p}", markup=False)
   if args.format == "arrayrecord":
-    for flag, value in (("--eos-id", args.eos_id), ("--offsets", args.offsets or None), ("--data-root", args.data_root)):
+    for flag, value in (
+      ("--eos-id", args.eos_id),
+      ("--offsets", args.offsets or None),
+      ("--data-root", args.data_root),
+    ):
       if value is not None:
         raise ValueError(f"{flag}: applies to --format megatron or flat only")
     if args.dtype is None:
@@ -31,22 +35,44 @@ def index(args: argparse.Namespace, console: Console) -> int:
   if args.per_directory and args.out:
     raise ValueError("--per-directory: writes each directory's index beside its files; it takes no --out")
   for out_dir, shards in groups.items():
-    common = dict(out_dir=out_dir, name=args.name if not args.per_directory else None, tokenizer=tokenizer,
-                  force=args.force, check_dtype=not args.no_dtype_check)
+    common = dict(
+      out_dir=out_dir,
+      name=args.name if not args.per_directory else None,
+      tokenizer=tokenizer,
+      force=args.force,
+      check_dtype=not args.no_dtype_check,
+    )
     if args.format == "arrayrecord":
       manifest = build_index(shards, args.dtype, on_shard=report, **common)
     else:
-      manifest = build_flat_index(args.format, shards, dtype=args.dtype, eos_id=args.eos_id, offsets=args.offsets,
-                                  data_root=args.data_root, on_file=report, **common)
-    console.print(f"{manifest.name}: {len(manifest.shards)} shards, {manifest.num_records} documents, "
-                  f"{manifest.num_tokens} tokens")
+      manifest = build_flat_index(
+        args.format,
+        shards,
+        dtype=args.dtype,
+        eos_id=args.eos_id,
+        offsets=args.offsets,
+        data_root=args.data_root,
+        on_file=report,
+        **common,
+      )
+    console.print(
+      f"{manifest.name}: {len(manifest.shards)} shards, {manifest.num_records} documents, {manifest.num_tokens} tokens"
+    )
   return 0
 
 
 def _render_summaries(summaries: list[dict[str, Any]], console: Console) -> None:
   table = Table(title="jaxdata datasets")
-  for column in ("dataset", "shards", "documents", "tokens", "length p50/p90/p99/max",
-                 "dtype", "tokenizer", "skipped empty/invalid"):
+  for column in (
+    "dataset",
+    "shards",
+    "documents",
+    "tokens",
+    "length p50/p90/p99/max",
+    "dtype",
+    "tokenizer",
+    "skipped empty/invalid",
+  ):
     table.add_column(column, justify="right")
   for s in summaries:
     p = s["length_percentiles"]
@@ -54,9 +80,14 @@ def _render_summaries(summaries: list[dict[str, Any]], console: Console) -> None
     if "file" in s["tokenizer"]:
       tokenizer += f" ({s['tokenizer']['file']})"
     table.add_row(
-        s["name"], str(s["shards"]), f"{s['documents']:,}", f"{s['tokens']:,}",
-        f"{p['p50']:.0f}/{p['p90']:.0f}/{p['p99']:.0f}/{s['max_length']}",
-        s["dtype"], tokenizer, f"{s['skipped_empty']}/{s['skipped_invalid']}",
+      s["name"],
+      str(s["shards"]),
+      f"{s['documents']:,}",
+      f"{s['tokens']:,}",
+      f"{p['p50']:.0f}/{p['p90']:.0f}/{p['p99']:.0f}/{s['max_length']}",
+      s["dtype"],
+      tokenizer,
+      f"{s['skipped_empty']}/{s['skipped_invalid']}",
     )
   show(console, table)
 

@@ -41,19 +41,34 @@ def share_claim(interleave: str, bound: float) -> str:
 def demo(args: argparse.Namespace, console: Console) -> int:
   os.environ["XLA_FLAGS"] = xla_flags()  # before JAX starts its backend
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
-  result = demo_run.run_demo(cache_dir, args.config, steps=args.steps, checkpoint_at=args.checkpoint_at,
-                    out_dir=args.out, log=lambda m: console.print(m, markup=False))
+  result = demo_run.run_demo(
+    cache_dir,
+    args.config,
+    steps=args.steps,
+    checkpoint_at=args.checkpoint_at,
+    out_dir=args.out,
+    log=lambda m: console.print(m, markup=False),
+  )
   table = Table(title=f"jaxdata demo: {result.steps} steps on {DEVICES} emulated devices")
   for column in ("dataset", "target share", "realised share", "tokens in batches", "passes done"):
     table.add_column(column, justify="right")
   for name in result.target_share:
-    table.add_row(name, f"{result.target_share[name]:.4f}", f"{result.realised_share[name]:.4f}",
-                  f"{result.tokens_per_source[name]:,}", str(result.passes[name]))
+    table.add_row(
+      name,
+      f"{result.target_share[name]:.4f}",
+      f"{result.realised_share[name]:.4f}",
+      f"{result.tokens_per_source[name]:,}",
+      str(result.passes[name]),
+    )
   show(console, table)
-  console.print(f"shares of the tokens the stream pulled for these steps, against the schedule's weights; "
-                f"{share_claim(result.interleave, result.share_bound)}")
-  console.print(f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}   packing efficiency "
-                f"{result.efficiency:.4f}   {result.tokens_per_second:,.0f} tokens/s (pipeline + training)")
+  console.print(
+    f"shares of the tokens the stream pulled for these steps, against the schedule's weights; "
+    f"{share_claim(result.interleave, result.share_bound)}"
+  )
+  console.print(
+    f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}   packing efficiency "
+    f"{result.efficiency:.4f}   {result.tokens_per_second:,.0f} tokens/s (pipeline + training)"
+  )
   console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)
   console.print(f"mixture plot: {result.plot_path}", markup=False)
   if args.json:
@@ -70,12 +85,22 @@ def ablate(args: argparse.Namespace, console: Console) -> int:
   candidates = [ablation.load_candidate(path) for path in args.candidates]
   rows = ablation.run_ablation(base, candidates, args.tokens, log=lambda m: console.print(m, markup=False))
   table = Table(title=f"mixture ablation: {args.tokens:,} valid tokens each, held-out loss per domain")
-  for column in ("candidate", "processed tokens", *(f"{n} tokens" for n in base.names),
-                 *(f"{n} loss" for n in base.names), "target loss"):
+  for column in (
+    "candidate",
+    "processed tokens",
+    *(f"{n} tokens" for n in base.names),
+    *(f"{n} loss" for n in base.names),
+    "target loss",
+  ):
     table.add_column(column, justify="right")
   for row in rows:
-    table.add_row(row.name, f"{row.processed_tokens:,}", *(f"{row.tokens_by_domain[n]:,}" for n in base.names),
-                  *(f"{row.domain_loss[n]:.4f}" for n in base.names), f"{row.target_loss:.4f}")
+    table.add_row(
+      row.name,
+      f"{row.processed_tokens:,}",
+      *(f"{row.tokens_by_domain[n]:,}" for n in base.names),
+      *(f"{row.domain_loss[n]:.4f}" for n in base.names),
+      f"{row.target_loss:.4f}",
+    )
   show(console, table)
   if args.png:
     console.print(f"plot: {ablation_plot(rows, base.names, args.png)}", markup=False)

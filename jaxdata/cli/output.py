@@ -23,15 +23,15 @@ __all__ = ["Console", "PARAMETER_FLAGS", "PlainConsole", "PlainTable", "Table", 
 
 # Library errors name parameters (`out_dir`, `force=True`); on the command line the same thing is a flag.
 PARAMETER_FLAGS = {
-    "`out_dir`": "--out",
-    "`force=True`": "--force",
-    "`check_dtype=False`": "--no-dtype-check",
-    "`overwrite=True`": "--overwrite",
-    "`group_by_directory`": "--per-directory",
-    "`dtype`": "--dtype",
-    "`input_format`": "--format",
-    "`check_roundtrip`": "--check-roundtrip N",
-    "`tokens`": "--tokens",
+  "`out_dir`": "--out",
+  "`force=True`": "--force",
+  "`check_dtype=False`": "--no-dtype-check",
+  "`overwrite=True`": "--overwrite",
+  "`group_by_directory`": "--per-directory",
+  "`dtype`": "--dtype",
+  "`input_format`": "--format",
+  "`check_roundtrip`": "--check-roundtrip N",
+  "`tokens`": "--tokens",
 }
 
 
@@ -44,6 +44,7 @@ def flag_words(message: str) -> str:
   for parameter, flag in PARAMETER_FLAGS.items():
     message = message.replace(parameter, flag)
   return message
+
 
 _MARKUP = re.compile(r"\[/?[a-z ]+\]")
 
@@ -79,9 +80,12 @@ class PlainTable:
 
   def render(self) -> str:
     widths = [max([len(h), *(len(r[i]) for r in self.rows)]) for i, (h, _) in enumerate(self.columns)]
+
     def line(cells: list[str]) -> str:
-      return "  ".join(c.rjust(w) if justify == "right" else c.ljust(w)
-                       for c, w, (_, justify) in zip(cells, widths, self.columns)).rstrip()
+      return "  ".join(
+        c.rjust(w) if justify == "right" else c.ljust(w) for c, w, (_, justify) in zip(cells, widths, self.columns)
+      ).rstrip()
+
     lines = [self.title] if self.title else []
     return "\n".join([*lines, line([h for h, _ in self.columns]), *(line(r) for r in self.rows)])
 
@@ -153,7 +157,13 @@ def progress_bar(console: Any, disable: bool) -> Any:
     return _PlainProgress(disable)
   rich = _progress
   return rich.Progress(
-      rich.TextColumn("{task.description}"), rich.BarColumn(), rich.DownloadColumn(), rich.TransferSpeedColumn(),
-      rich.TextColumn("{task.fields[documents]:,} documents"), rich.TimeElapsedColumn(), console=console,
-      disable=disable, refresh_per_second=5,
+    rich.TextColumn("{task.description}"),
+    rich.BarColumn(),
+    rich.DownloadColumn(),
+    rich.TransferSpeedColumn(),
+    rich.TextColumn("{task.fields[documents]:,} documents"),
+    rich.TimeElapsedColumn(),
+    console=console,
+    disable=disable,
+    refresh_per_second=5,
   )

@@ -38,36 +38,65 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   needs = cache_needs(cfg, args.hosts, args.read_spans, args.read_ahead_tokens) if args.read_spans > 0 else None
   warnings += cache_warnings(needs, cfg.cache_bytes) if needs is not None else []
   if args.json:
-    print(json.dumps({**table.to_json(), "warnings": warnings,
-                      "read_spans": dataclasses.asdict(needs) if needs is not None else None,
-                      "stream_end": dataclasses.asdict(end) if end is not None else None}, indent=1))
+    print(
+      json.dumps(
+        {
+          **table.to_json(),
+          "warnings": warnings,
+          "read_spans": dataclasses.asdict(needs) if needs is not None else None,
+          "stream_end": dataclasses.asdict(end) if end is not None else None,
+        },
+        indent=1,
+      )
+    )
     return 0
-  out = Table(title=f"exposure over {human_count(table.total_tokens)} tokens = {table.steps:,} steps of "
-                    f"{human_count(tokens_per_step)}")
+  out = Table(
+    title=f"exposure over {human_count(table.total_tokens)} tokens = {table.steps:,} steps of "
+    f"{human_count(tokens_per_step)}"
+  )
   sampled = any(d.unique_seen is not None for d in table.datasets.values())
-  for column in ("dataset", "phase", "unique U_d", "natural", "sampling w_d", "upsampling",
-                 "processed", "passes (run)", "pass completes at step", *(["unique seen"] if sampled else [])):
+  for column in (
+    "dataset",
+    "phase",
+    "unique U_d",
+    "natural",
+    "sampling w_d",
+    "upsampling",
+    "processed",
+    "passes (run)",
+    "pass completes at step",
+    *(["unique seen"] if sampled else []),
+  ):
     out.add_column(column, justify="right")
   for name, d in table.datasets.items():
     for i, (start, end) in enumerate(table.phases):
       first = i == 0
       out.add_row(
-          name if first else "", f"{start}-{end}", human_count(d.unique_tokens) if first else "",
-          f"{d.natural_share:.4f}" if first else "", f"{d.sampling_share[i]:.4f}", f"{d.upsampling[i]:.2f}x",
-          human_count(d.processed_tokens[i]), f"{d.passes:.3f}" if first else "",
-          ", ".join(str(s) for s in d.pass_completed_at_step[:6]) + (" ..." if len(d.pass_completed_at_step) > 6 else "")
-          if first else "",
-          *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if sampled else []),
+        name if first else "",
+        f"{start}-{end}",
+        human_count(d.unique_tokens) if first else "",
+        f"{d.natural_share:.4f}" if first else "",
+        f"{d.sampling_share[i]:.4f}",
+        f"{d.upsampling[i]:.2f}x",
+        human_count(d.processed_tokens[i]),
+        f"{d.passes:.3f}" if first else "",
+        ", ".join(str(s) for s in d.pass_completed_at_step[:6]) + (" ..." if len(d.pass_completed_at_step) > 6 else "")
+        if first
+        else "",
+        *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if sampled else []),
       )
   show(console, out)
   print_legend(console, PLAN_LEGEND + (SAMPLING_WINDOWS_LEGEND if sampled else ()))
   if needs is not None:
     show(console, read_span_table(needs, args))
     hosts = f"{args.hosts} host" + ("s" if args.hosts != 1 else "")
-    console.print(f"Over {args.read_spans} read spans of {human_count(args.read_ahead_tokens)} tokens ({hosts}): "
-                  f"a cache below {human_bytes(needs.thrash_bytes)} makes remote reads fetch the same shards "
-                  f"again within these spans (one span holds up to {human_bytes(needs.max_remote_bytes)}; "
-                  f"cache_bytes is {human_bytes(cfg.cache_bytes)}).", markup=False)
+    console.print(
+      f"Over {args.read_spans} read spans of {human_count(args.read_ahead_tokens)} tokens ({hosts}): "
+      f"a cache below {human_bytes(needs.thrash_bytes)} makes remote reads fetch the same shards "
+      f"again within these spans (one span holds up to {human_bytes(needs.max_remote_bytes)}; "
+      f"cache_bytes is {human_bytes(cfg.cache_bytes)}).",
+      markup=False,
+    )
   for i, (start, end) in enumerate(table.phases):
     total = sum(d.sampling_share[i] for d in table.datasets.values())
     console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
@@ -83,8 +112,14 @@ def read_span_table(needs: CacheNeeds, args: argparse.Namespace) -> Table:
   for column in ("dataset", "where", "shards", "per span mean", "max", "max bytes"):
     out.add_column(column, justify="right")
   for n in needs.datasets:
-    out.add_row(n.name, "remote" if n.remote else "local", f"{n.shards:,}", f"{n.mean_shards:.1f}",
-                f"{n.max_shards:,}", human_bytes(n.max_bytes))
+    out.add_row(
+      n.name,
+      "remote" if n.remote else "local",
+      f"{n.shards:,}",
+      f"{n.mean_shards:.1f}",
+      f"{n.max_shards:,}",
+      human_bytes(n.max_bytes),
+    )
   return out
 
 
@@ -94,19 +129,26 @@ def audit(args: argparse.Namespace, console: Console) -> int:
     print(json.dumps(result.to_json(), indent=1))
   else:
     console.print(f"audited {result.steps} steps for {result.hosts} hosts")
-    console.print(f"pieces on two hosts in one step: {result.piece_overlaps} (must be 0: every host reads "
-                  "its own rows)")
-    console.print(f"documents read by two hosts in one step: {result.document_overlaps} (a long document split "
-                  "across hosts' rows; each host reads it: extra reads, not an error)")
-    console.print(f"complete passes checked for exactly-once coverage: {', '.join(result.passes_checked) or 'none'} "
-                  "(every document of the pass appears once)")
+    console.print(
+      f"pieces on two hosts in one step: {result.piece_overlaps} (must be 0: every host reads its own rows)"
+    )
+    console.print(
+      f"documents read by two hosts in one step: {result.document_overlaps} (a long document split "
+      "across hosts' rows; each host reads it: extra reads, not an error)"
+    )
+    console.print(
+      f"complete passes checked for exactly-once coverage: {', '.join(result.passes_checked) or 'none'} "
+      "(every document of the pass appears once)"
+    )
     if result.share_deviation:
       worst = max(result.share_deviation.items(), key=lambda kv: abs(kv[1]))
       unit = "documents" if result.share_bound == 1 else "tokens"
-      console.print(f"largest deviation of the units taken from the schedule's target: {worst[0]} "
-                    f"{worst[1]:+,.1f} {unit}. The exact interleave keeps every dataset within one document of "
-                    f"its target at any point (here up to {result.share_bound:,.0f} {unit}, the longest "
-                    "document); a larger deviation is a failure")
+      console.print(
+        f"largest deviation of the units taken from the schedule's target: {worst[0]} "
+        f"{worst[1]:+,.1f} {unit}. The exact interleave keeps every dataset within one document of "
+        f"its target at any point (here up to {result.share_bound:,.0f} {unit}, the longest "
+        "document); a larger deviation is a failure"
+      )
     if result.residual_ratio:
       ratios = ", ".join(f"{n} {r:.3f}" for n, r in result.residual_ratio.items())
       console.print(f"{result.residual_ratio_explained}: {ratios}", markup=False)
@@ -137,8 +179,9 @@ def doctor(args: argparse.Namespace, console: Console) -> int:
   if args.html:
     console.print(f"report: {write_html(checks, args.html)}", markup=False)
   failed = sum(c.status == "fail" for c in checks)
-  console.print(f"{failed} failed, {sum(c.status == 'warn' for c in checks)} warnings, "
-                f"{sum(c.status == 'ok' for c in checks)} ok")
+  console.print(
+    f"{failed} failed, {sum(c.status == 'warn' for c in checks)} warnings, {sum(c.status == 'ok' for c in checks)} ok"
+  )
   return 1 if failed else 0
 
 
@@ -147,8 +190,9 @@ def report(args: argparse.Namespace, console: Console) -> int:
   ranked = sorted(series["largest_deviation"].items(), key=lambda kv: -abs(kv[1]["deviation"]))
   console.print(f"{len(series['steps'])} steps; largest deviations of cumulative share from target:")
   for name, worst in ranked:
-    console.print(f"  {name}: {worst['deviation']:+.4f} at step {worst['step']} "
-                  f"(final {series['final_deviation'][name]:+.4f})")
+    console.print(
+      f"  {name}: {worst['deviation']:+.4f} at step {worst['step']} (final {series['final_deviation'][name]:+.4f})"
+    )
   for name, path in series["plots"].items():
     console.print(f"{name}: {path}", markup=False)
   return 0
@@ -170,8 +214,8 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
   rows = spec.rows_per_host(args.global_batch)  # raises a clear error if it does not divide
   report = mesh_report(spec, args.global_batch, args.seq_len, args.config, args.steps)
   console.print(
-      f"{spec.name}: {spec.chips} chips, {spec.hosts} hosts x {spec.chips_per_host}, topology "
-      f"{spec.topology}, mesh {dict(zip(spec.mesh_axes, spec.mesh_shape))}, rows over {list(spec.data_axes)}"
+    f"{spec.name}: {spec.chips} chips, {spec.hosts} hosts x {spec.chips_per_host}, topology "
+    f"{spec.topology}, mesh {dict(zip(spec.mesh_axes, spec.mesh_shape))}, rows over {list(spec.data_axes)}"
   )
   table = Table(title=f"per host, global batch {args.global_batch} x seq_len {args.seq_len}")
   for column in ("host", "rows", "tokens / step", "documents read / step"):
@@ -184,23 +228,29 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
   if report.spread is not None:
     console.print(f"documents read per host and step: max / mean = {report.spread:.2f}")
     if report.spread > SPREAD_WARNING:
-      console.print(f"warning: the busiest host reads {report.spread:.2f}x the mean (above {SPREAD_WARNING}); "
-                    "every step waits for it", style="bold yellow")
+      console.print(
+        f"warning: the busiest host reads {report.spread:.2f}x the mean (above {SPREAD_WARNING}); "
+        "every step waits for it",
+        style="bold yellow",
+      )
   for warning in report.warnings(args.steps):
     console.print(f"warning: {warning}", style="bold yellow", markup=False)
   if report.plan_seconds is None:
     console.print("pass --config pipeline.yaml to measure planning time and documents per host")
   else:
-    console.print(f"planning one global step on this machine: {report.plan_seconds * 1e3:.2f} ms "
-                  f"(mean of {args.steps} steps)")
+    console.print(
+      f"planning one global step on this machine: {report.plan_seconds * 1e3:.2f} ms (mean of {args.steps} steps)"
+    )
   return 0
 
 
 def bench(args: argparse.Namespace, console: Console) -> int:
   result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
-  console.print(f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
-                f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "
-                f"first batch {result.first_batch_seconds:.2f}s")
+  console.print(
+    f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
+    f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "
+    f"first batch {result.first_batch_seconds:.2f}s"
+  )
   console.print("time per step: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in result.time_per_step_s.items()))
   console.print(f"C loops: {bench_module.c_loops()}")
   return 0

@@ -11,24 +11,24 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
 from jaxdata.config.schedule import Schedule, normalize_weights
 from jaxdata.config.schema import (
-    BatchConfig,
-    DatasetConfig,
-    MixtureConfig,
-    PackingConfig,
-    Phase,
-    WarmupPhase,
+  BatchConfig,
+  DatasetConfig,
+  MixtureConfig,
+  PackingConfig,
+  Phase,
+  WarmupPhase,
 )
 
 __all__ = [
-    "BatchConfig",
-    "DatasetConfig",
-    "DatasetSettings",
-    "MixtureConfig",
-    "PackingConfig",
-    "Phase",
-    "PipelineConfig",
-    "Schedule",
-    "WarmupPhase",
-    "load_config",
-    "normalize_weights",
+  "BatchConfig",
+  "DatasetConfig",
+  "DatasetSettings",
+  "MixtureConfig",
+  "PackingConfig",
+  "Phase",
+  "PipelineConfig",
+  "Schedule",
+  "WarmupPhase",
+  "load_config",
+  "normalize_weights",
 ]

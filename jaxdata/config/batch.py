@@ -69,8 +69,10 @@ class BatchConfig:
     check_bool(self.drop_remainder, "batch.drop_remainder")
     if not isinstance(self.schedule, (list, tuple)):
       raise ConfigError(f"batch.schedule: expected a list of phases, got {short(self.schedule)}")
-    phases = tuple(p if isinstance(p, BatchPhase) else build(BatchPhase, p, f"batch.schedule[{i}]")
-                   for i, p in enumerate(self.schedule))
+    phases = tuple(
+      p if isinstance(p, BatchPhase) else build(BatchPhase, p, f"batch.schedule[{i}]")
+      for i, p in enumerate(self.schedule)
+    )
     object.__setattr__(self, "schedule", phases)
     previous = 0
     for i, phase in enumerate(phases):
@@ -116,14 +118,17 @@ class BatchConfig:
       steps, _, granularity = rest.partition("x")
       return cls(global_batch_size=int(final), ramp=BatchRamp(int(start), int(steps), int(granularity)))
     *phases, final = value.split(",")
-    return cls(global_batch_size=int(final), schedule=tuple(
-        BatchPhase(int(p.split("<")[1]), int(p.split("<")[0])) for p in phases))
+    return cls(
+      global_batch_size=int(final),
+      schedule=tuple(BatchPhase(int(p.split("<")[1]), int(p.split("<")[0])) for p in phases),
+    )
 
   def agrees_before(self, other: BatchConfig, step: int) -> bool:
     """Whether both give the same size at every step before `step`."""
     last = min(step, max(self.changes_until, other.changes_until) + 1)
     return all(self.size_at(s) == other.size_at(s) for s in range(last)) and (
-        step <= last or self.global_batch_size == other.global_batch_size)
+      step <= last or self.global_batch_size == other.global_batch_size
+    )
 
   def describe(self) -> str:
     """The schedule as the checkpoint fingerprint records it."""

@@ -46,8 +46,10 @@ class _ConfigLoader(yaml.SafeLoader):
       self.aliases += 1
       if self.aliases > MAX_ALIASES:
         mark = self.peek_event().start_mark
-        raise ConfigError(f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases (*name); "
-                          "a config needs few, and many can expand without bound")
+        raise ConfigError(
+          f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases (*name); "
+          "a config needs few, and many can expand without bound"
+        )
     return super().compose_node(parent, index)
 
   def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
@@ -65,8 +67,10 @@ _ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.con
 
 
 def _not_a_config_value(loader: _ConfigLoader, node: Any) -> None:
-  raise ConfigError(f"line {node.start_mark.line + 1}: {node.tag.rsplit(':', 1)[-1]} values (!!{node.tag.rsplit(':', 1)[-1]}) "
-                    "are not config values; write a list or a mapping")
+  raise ConfigError(
+    f"line {node.start_mark.line + 1}: {node.tag.rsplit(':', 1)[-1]} values (!!{node.tag.rsplit(':', 1)[-1]}) "
+    "are not config values; write a list or a mapping"
+  )
 
 
 for _tag in ("set", "binary", "omap", "pairs"):  # YAML types a JSON-shaped config has no use for

@@ -53,8 +53,9 @@ MAX_TOKENS_PER_STEP = 1 << 30
 def _plain(value: Any) -> Any:
   """Dataclasses to dicts (INHERIT fields left out), tuples to lists."""
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-            if getattr(value, f.name) is not INHERIT}
+    return {
+      f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if getattr(value, f.name) is not INHERIT
+    }
   if isinstance(value, (list, tuple)):
     return [_plain(v) for v in value]
   if isinstance(value, Mapping):
@@ -79,6 +80,7 @@ def _build(kind: type, raw: Any, where: str, **overrides: Any) -> Any:
 
 
 REMOTE_SCHEMES = ("gs://", "s3://")  # dataset paths in object storage (docs/remote.md): never made relative
+
 
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
@@ -119,9 +121,7 @@ class PipelineConfig:
     check_bool(self.allow_mixed_tokenizers, "allow_mixed_tokenizers")
     check_block_size(self.shuffle_block_size, "shuffle_block_size")
     self._check_per_dataset("reshuffle_on_repeat", check_bool)
-    self._check_per_dataset(
-        "exhausted_policy", lambda v, w: check_choice(v, EXHAUSTED_POLICIES, w), allow_none=True
-    )
+    self._check_per_dataset("exhausted_policy", lambda v, w: check_choice(v, EXHAUSTED_POLICIES, w), allow_none=True)
     self._check_per_dataset("max_repeats", lambda v, w: check_int(v, w, 0), allow_none=True)
     if self.stop_after_passes is not None:
       check_int(self.stop_after_passes, "stop_after_passes", 1)
@@ -134,25 +134,27 @@ class PipelineConfig:
       raise ConfigError(f"cache_dir: expected a directory path, got {short(self.cache_dir)}")
     if self.tokens_per_step > MAX_TOKENS_PER_STEP:
       raise ConfigError(
-          f"batch.global_batch_size: {self.batch.global_batch_size} rows x packing.seq_len "
-          f"{self.packing.seq_len} = {self.tokens_per_step:,} tokens per step, more than the "
-          f"{MAX_TOKENS_PER_STEP:,} a step may hold"
+        f"batch.global_batch_size: {self.batch.global_batch_size} rows x packing.seq_len "
+        f"{self.packing.seq_len} = {self.tokens_per_step:,} tokens per step, more than the "
+        f"{MAX_TOKENS_PER_STEP:,} a step may hold"
       )
     windows = [d.name for d in self.datasets if d.sampling == "windows"]
     if windows and (self.packing.add_bos or self.packing.add_eos):
       raise ConfigError(
-          f"datasets.{windows[0]}: sampling: windows takes token windows as they lie in the file (their EOS "
-          "separators included); packing.add_bos / add_eos cannot apply to them: turn them off")
+        f"datasets.{windows[0]}: sampling: windows takes token windows as they lie in the file (their EOS "
+        "separators included); packing.add_bos / add_eos cannot apply to them: turn them off"
+      )
     schedule = self.schedule()
     for setting, positive in zip(self.dataset_settings(), schedule.ever_positive()):
       if setting.policy == "passes" and not positive:
         raise ConfigError(
-            f"datasets.{setting.name}: weight 0 in every phase under stop_after_passes; "
-            "it would never complete a pass and the stream would never end"
+          f"datasets.{setting.name}: weight 0 in every phase under stop_after_passes; "
+          "it would never complete a pass and the stream would never end"
         )
 
   def _resolve_fractions(self) -> None:
     """Step boundaries given as fractions of total_steps (floats in (0, 1]) become steps."""
+
     def steps(value: Any, where: str) -> Any:
       if not isinstance(value, float):
         return value
@@ -164,20 +166,29 @@ class PipelineConfig:
 
     ramp = self.batch.ramp
     if ramp is not None and isinstance(ramp.steps, float):
-      object.__setattr__(self, "batch", dataclasses.replace(self.batch, ramp=dataclasses.replace(
-          ramp, steps=steps(ramp.steps, "batch.ramp.steps"))))
+      object.__setattr__(
+        self,
+        "batch",
+        dataclasses.replace(self.batch, ramp=dataclasses.replace(ramp, steps=steps(ramp.steps, "batch.ramp.steps"))),
+      )
     if any(isinstance(p.until_step, float) for p in self.batch.schedule):
-      phases = tuple(dataclasses.replace(p, until_step=steps(p.until_step, f"batch.schedule[{i}].until_step"))
-                     for i, p in enumerate(self.batch.schedule))
+      phases = tuple(
+        dataclasses.replace(p, until_step=steps(p.until_step, f"batch.schedule[{i}].until_step"))
+        for i, p in enumerate(self.batch.schedule)
+      )
       object.__setattr__(self, "batch", dataclasses.replace(self.batch, schedule=phases))
     linear = self.packing.linear_warmup
     if linear is not None and isinstance(linear.steps, float):
-      packing = dataclasses.replace(self.packing, linear_warmup=dataclasses.replace(
-          linear, steps=steps(linear.steps, "packing.linear_warmup.steps")))
+      packing = dataclasses.replace(
+        self.packing,
+        linear_warmup=dataclasses.replace(linear, steps=steps(linear.steps, "packing.linear_warmup.steps")),
+      )
       object.__setattr__(self, "packing", packing)
     if self.mixture.schedule:
-      phases = tuple(dataclasses.replace(p, until_step=steps(p.until_step, f"mixture.schedule[{i}].until_step"))
-                     for i, p in enumerate(self.mixture.schedule))
+      phases = tuple(
+        dataclasses.replace(p, until_step=steps(p.until_step, f"mixture.schedule[{i}].until_step"))
+        for i, p in enumerate(self.mixture.schedule)
+      )
       object.__setattr__(self, "mixture", dataclasses.replace(self.mixture, schedule=phases))
 
   def _check_per_dataset(self, field: str, check: Callable[[Any, str], None], allow_none: bool = False) -> None:
@@ -217,8 +228,11 @@ class PipelineConfig:
 
   def row_shapes(self) -> tuple[tuple[int, int], ...]:
     """Every (rows, seq_len) a step of the run has."""
-    until = max(self.batch.changes_until, max((p.until_step for p in self.packing.warmup), default=0),
-                int(self.packing.linear_warmup.steps) if self.packing.linear_warmup is not None else 0)
+    until = max(
+      self.batch.changes_until,
+      max((p.until_step for p in self.packing.warmup), default=0),
+      int(self.packing.linear_warmup.steps) if self.packing.linear_warmup is not None else 0,
+    )
     return tuple(sorted({(self.rows_at(s), self.packing.seq_len_at(s)) for s in range(until + 1)}))
 
   def schedule(self) -> Schedule:
@@ -228,9 +242,14 @@ class PipelineConfig:
   def dataset_settings(self) -> tuple[DatasetSettings, ...]:
     """Every dataset's settings after inheritance and policy resolution."""
     top = DatasetDefaults(
-        self.shuffle_shards, self.shuffle_within_shard, self.shuffle_block_size,
-        self.reshuffle_on_repeat, self.exhausted_policy, self.max_repeats, self.stop_after_passes,
-        self.open_shards,
+      self.shuffle_shards,
+      self.shuffle_within_shard,
+      self.shuffle_block_size,
+      self.reshuffle_on_repeat,
+      self.exhausted_policy,
+      self.max_repeats,
+      self.stop_after_passes,
+      self.open_shards,
     )
     return tuple(resolve_dataset(d, top, self.packing.seq_len) for d in self.datasets)
 

@@ -123,33 +123,37 @@ def _pass_policy(levels: list[tuple[str, Any, Any, Any]]) -> tuple[str, int | No
 def resolve_dataset(d: DatasetConfig, top: DatasetDefaults, seq_len: int = 2048) -> DatasetSettings:
   """`d`'s settings after inheriting from `top` (most specific level wins);
   a window dataset's T defaults to `seq_len`."""
-  policy, max_passes, target = _pass_policy([
+  policy, max_passes, target = _pass_policy(
+    [
       (f"datasets.{d.name}", d.exhausted_policy, d.max_repeats, d.stop_after_passes),
-      (f"top level, for dataset {d.name}", _top_level(top.exhausted_policy, d.name),
-       _top_level(top.max_repeats, d.name), top.stop_after_passes),
-  ])
+      (
+        f"top level, for dataset {d.name}",
+        _top_level(top.exhausted_policy, d.name),
+        _top_level(top.max_repeats, d.name),
+        top.stop_after_passes,
+      ),
+    ]
+  )
   reshuffle = next(
-      (v for v in (d.reshuffle_on_repeat, _top_level(top.reshuffle_on_repeat, d.name)) if v is not None), True
+    (v for v in (d.reshuffle_on_repeat, _top_level(top.reshuffle_on_repeat, d.name)) if v is not None), True
   )
   open_shards = top.open_shards if d.open_shards is None else d.open_shards
   block_size = top.shuffle_block_size if d.shuffle_block_size is INHERIT else d.shuffle_block_size
   check_open_shards(open_shards, block_size, f"datasets.{d.name}: ")
   return DatasetSettings(
-      name=d.name,
-      path=d.path,
-      shuffle_shards=top.shuffle_shards if d.shuffle_shards is None else d.shuffle_shards,
-      shuffle_within_shard=(
-          top.shuffle_within_shard if d.shuffle_within_shard is None else d.shuffle_within_shard
-      ),
-      block_size=block_size,
-      reshuffle_on_repeat=reshuffle,
-      policy=policy,
-      max_passes=max_passes,
-      target_passes=target,
-      open_shards=open_shards,
-      format=d.format,
-      window=(d.window or seq_len) if d.sampling == "windows" else None,
-      with_replacement=d.with_replacement,
-      cross_documents=d.cross_documents,
-      holdout=d.holdout,
+    name=d.name,
+    path=d.path,
+    shuffle_shards=top.shuffle_shards if d.shuffle_shards is None else d.shuffle_shards,
+    shuffle_within_shard=(top.shuffle_within_shard if d.shuffle_within_shard is None else d.shuffle_within_shard),
+    block_size=block_size,
+    reshuffle_on_repeat=reshuffle,
+    policy=policy,
+    max_passes=max_passes,
+    target_passes=target,
+    open_shards=open_shards,
+    format=d.format,
+    window=(d.window or seq_len) if d.sampling == "windows" else None,
+    with_replacement=d.with_replacement,
+    cross_documents=d.cross_documents,
+    holdout=d.holdout,
   )

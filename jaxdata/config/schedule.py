@@ -38,9 +38,7 @@ def _checked_values(weights: Any, names: Sequence[str], where: str) -> list[floa
   return values
 
 
-def normalize_weights(
-    weights: Mapping[str, Any], names: Sequence[str], where: str = "weights"
-) -> tuple[float, ...]:
+def normalize_weights(weights: Mapping[str, Any], names: Sequence[str], where: str = "weights") -> tuple[float, ...]:
   """Checks that `weights` names every dataset once with a finite value >= 0
   and a positive total, and returns them in `names` order, summing to 1.
 
@@ -88,10 +86,10 @@ class Schedule:
 
   @classmethod
   def from_phases(
-      cls,
-      names: Sequence[str],
-      phases: Sequence[tuple[Mapping[str, Any], int | None, int]],
-      where: str = "mixture",
+    cls,
+    names: Sequence[str],
+    phases: Sequence[tuple[Mapping[str, Any], int | None, int]],
+    where: str = "mixture",
   ) -> Schedule:
     """Builds from (weights, until_step, ramp_steps) per phase, validating each."""
     if not phases:

@@ -29,23 +29,23 @@ from jaxdata.config.validate import (
 from jaxdata.errors import ConfigError
 
 __all__ = [
-    "BatchConfig",
-    "BatchPhase",
-    "BatchRamp",
-    "DATASET_FORMATS",
-    "DatasetConfig",
-    "EXHAUSTED_POLICIES",
-    "INHERIT",
-    "INTERLEAVES",
-    "LinearWarmup",
-    "LONG_DOCS",
-    "MixtureConfig",
-    "PACKING_MODES",
-    "PackingConfig",
-    "Phase",
-    "SAMPLINGS",
-    "UNITS",
-    "WarmupPhase",
+  "BatchConfig",
+  "BatchPhase",
+  "BatchRamp",
+  "DATASET_FORMATS",
+  "DatasetConfig",
+  "EXHAUSTED_POLICIES",
+  "INHERIT",
+  "INTERLEAVES",
+  "LinearWarmup",
+  "LONG_DOCS",
+  "MixtureConfig",
+  "PACKING_MODES",
+  "PackingConfig",
+  "Phase",
+  "SAMPLINGS",
+  "UNITS",
+  "WarmupPhase",
 ]
 
 UNITS = ("tokens", "documents")
@@ -118,10 +118,15 @@ class DatasetConfig:
     if self.window is not None:
       check_int(self.window, f"{where}.window", 1)
     if self.holdout is not None:
-      if isinstance(self.holdout, bool) or not isinstance(self.holdout, (int, float)) or self.holdout < 0 or (
-          isinstance(self.holdout, float) and self.holdout >= 1):
-        raise ConfigError(f"{where}.holdout: expected a count (int >= 0) or a fraction in [0, 1), "
-                          f"got {short(self.holdout)}")
+      if (
+        isinstance(self.holdout, bool)
+        or not isinstance(self.holdout, (int, float))
+        or self.holdout < 0
+        or (isinstance(self.holdout, float) and self.holdout >= 1)
+      ):
+        raise ConfigError(
+          f"{where}.holdout: expected a count (int >= 0) or a fraction in [0, 1), got {short(self.holdout)}"
+        )
       if self.sampling == "windows":
         raise ConfigError(f"{where}.holdout: not with sampling: windows (hold out a file instead)")
     if self.sampling != "windows":
@@ -228,8 +233,10 @@ class PackingConfig:
     check_choice(self.mode, PACKING_MODES, "packing.mode")
     check_int(self.group_by_length, "packing.group_by_length", 0)
     if self.group_by_length and self.mode != "none":
-      raise ConfigError(f"packing.group_by_length: {self.group_by_length} groups unpacked rows; it needs mode: none "
-                        f"(packed rows are full already), got mode: {self.mode}")
+      raise ConfigError(
+        f"packing.group_by_length: {self.group_by_length} groups unpacked rows; it needs mode: none "
+        f"(packed rows are full already), got mode: {self.mode}"
+      )
     check_int(self.seq_len, "packing.seq_len", 2)
     check_choice(self.long_docs, LONG_DOCS, "packing.long_docs")
     for field in ("add_bos", "add_eos"):
@@ -239,8 +246,8 @@ class PackingConfig:
     if not isinstance(self.warmup, (list, tuple)):
       raise ConfigError(f"packing.warmup: expected a list of phases, got {short(self.warmup)}")
     phases = tuple(
-        p if isinstance(p, WarmupPhase) else build(WarmupPhase, p, f"packing.warmup[{i}]")
-        for i, p in enumerate(self.warmup)
+      p if isinstance(p, WarmupPhase) else build(WarmupPhase, p, f"packing.warmup[{i}]")
+      for i, p in enumerate(self.warmup)
     )
     object.__setattr__(self, "warmup", phases)
     if self.linear_warmup is not None:

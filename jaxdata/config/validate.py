@@ -25,18 +25,18 @@ from typing import Any
 from jaxdata.errors import ConfigError
 
 __all__ = [
-    "BLOCK_SIZE_WORDS",
-    "MAX_ID",
-    "short",
-    "check_block_size",
-    "check_bool",
-    "check_choice",
-    "check_int",
-    "check_state_header",
-    "is_int",
-    "mapping",
-    "no_unknown_keys",
-    "require_keys",
+  "BLOCK_SIZE_WORDS",
+  "MAX_ID",
+  "short",
+  "check_block_size",
+  "check_bool",
+  "check_choice",
+  "check_int",
+  "check_state_header",
+  "is_int",
+  "mapping",
+  "no_unknown_keys",
+  "require_keys",
 ]
 
 BLOCK_SIZE_WORDS = ("auto", "global")
@@ -112,8 +112,8 @@ def check_open_shards(open_shards: Any, block_size: Any, where: str) -> None:
   check_int(open_shards, f"{where}open_shards", 1)
   if open_shards > 1 and block_size == "global":
     raise ConfigError(
-        f"{where}open_shards: {open_shards} reads that many shards at a time, but shuffle_block_size "
-        "'global' reads every shard at once; give an int block size (or open_shards: 1)"
+      f"{where}open_shards: {open_shards} reads that many shards at a time, but shuffle_block_size "
+      "'global' reads every shard at once; give an int block size (or open_shards: 1)"
     )
 
 
@@ -143,8 +143,11 @@ def build(cls: type, raw: Any, where: str) -> Any:
   given = mapping(raw, where)
   fields = dataclasses.fields(cls)
   no_unknown_keys(given, [f.name for f in fields], where)
-  missing = [f.name for f in fields if f.name not in given and f.default is dataclasses.MISSING
-             and f.default_factory is dataclasses.MISSING]
+  missing = [
+    f.name
+    for f in fields
+    if f.name not in given and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+  ]
   if missing:
     raise ConfigError(f"{where}: missing {short(missing[0])}")
   return cls(**given)
@@ -178,13 +181,13 @@ def check_state_header(state: Any, where: str, current: int, keys: Sequence[str]
   version = state["version"]
   if version > current:
     raise ConfigError(
-        f"{where}: format version {version} is newer than this jaxdata reads ({current}); upgrade jaxdata"
+      f"{where}: format version {version} is newer than this jaxdata reads ({current}); upgrade jaxdata"
     )
   if version < current:
     raise ConfigError(
-        f"{where}: format version {version} was written by an older jaxdata whose shuffles or mixture "
-        f"differ from this version's ({current}), so it cannot be continued exactly; start the data "
-        "from step 0, or finish that run with the jaxdata that wrote it"
+      f"{where}: format version {version} was written by an older jaxdata whose shuffles or mixture "
+      f"differ from this version's ({current}), so it cannot be continued exactly; start the data "
+      "from step 0, or finish that run with the jaxdata that wrote it"
     )
   missing = [k for k in keys if k not in state]
   if missing:

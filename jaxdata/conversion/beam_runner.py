@@ -98,8 +98,14 @@ def _array(path: str) -> np.ndarray:
 def _write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str) -> ShardInfo:
   """A shard written locally (into out_dir, or a temporary directory first for a bucket)."""
   local_dir = out_dir if not is_remote(out_dir) else tempfile.mkdtemp(prefix="jaxdata-shard-")
-  info = write_shard(job, local_dir, name, dtype, lambda u: _array(_join(scratch, f"{u:07d}.tokens.npy")),
-                     lambda u: _array(_join(scratch, f"{u:07d}.lengths.npy")))
+  info = write_shard(
+    job,
+    local_dir,
+    name,
+    dtype,
+    lambda u: _array(_join(scratch, f"{u:07d}.tokens.npy")),
+    lambda u: _array(_join(scratch, f"{u:07d}.lengths.npy")),
+  )
   if local_dir != out_dir:
     for file_name in shard_file_names(name, job[0]):
       with open(os.path.join(local_dir, file_name), "rb") as f:
@@ -107,12 +113,21 @@ def _write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: st
   return info
 
 
-def _write_manifest(infos: list[ShardInfo], results: list[UnitResult], out_dir: str, name: str, dtype: str,
-                    tokenizer: dict[str, Any], files: list[str], options: ConvertOptions) -> None:
+def _write_manifest(
+  infos: list[ShardInfo],
+  results: list[UnitResult],
+  out_dir: str,
+  name: str,
+  dtype: str,
+  tokenizer: dict[str, Any],
+  files: list[str],
+  options: ConvertOptions,
+) -> None:
   results = sorted(results, key=lambda r: r.unit)
   shards = tuple(sorted(infos, key=lambda info: info.path))  # names carry the index, zero-padded
-  manifest = Manifest(name=name, dtype=dtype, tokenizer=tokenizer, shards=shards,
-                      stats=conversion_stats(files, results, options))
+  manifest = Manifest(
+    name=name, dtype=dtype, tokenizer=tokenizer, shards=shards, stats=conversion_stats(files, results, options)
+  )
   if is_remote(out_dir):
     local = tempfile.mkdtemp(prefix="jaxdata-manifest-")
     with open(manifest.save(local), "rb") as f:
@@ -130,11 +145,14 @@ def _check_shared_storage(runner: Any, out_dir: str, scratch: str | None) -> Non
   if name.split(".")[-1] in LOCAL_RUNNERS:
     return
   if not is_remote(out_dir):
-    raise ValueError(f"out_dir: {out_dir!r} is a local path, but the {name} runs on other machines: give a "
-                     "gs:// or s3:// output")
+    raise ValueError(
+      f"out_dir: {out_dir!r} is a local path, but the {name} runs on other machines: give a gs:// or s3:// output"
+    )
   if scratch is None or not is_remote(scratch):
-    raise ValueError(f"scratch: {scratch or 'a local temporary directory'!r} is not shared storage, but the {name} "
-                     "runs on other machines: give --temp_location (or --gcp_temp_location) gs://... or s3://...")
+    raise ValueError(
+      f"scratch: {scratch or 'a local temporary directory'!r} is not shared storage, but the {name} "
+      "runs on other machines: give --temp_location (or --gcp_temp_location) gs://... or s3://..."
+    )
 
 
 def _remove_scratch(scratch: str) -> None:
@@ -149,13 +167,13 @@ def _remove_scratch(scratch: str) -> None:
 
 
 def convert_with_beam(
-    inputs: Sequence[str],
-    out_dir: str,
-    name: str,
-    options: ConvertOptions = ConvertOptions(),
-    beam_args: Sequence[str] = (),
-    overwrite: bool = False,
-    scratch: str | None = None,
+  inputs: Sequence[str],
+  out_dir: str,
+  name: str,
+  options: ConvertOptions = ConvertOptions(),
+  beam_args: Sequence[str] = (),
+  overwrite: bool = False,
+  scratch: str | None = None,
 ) -> Manifest:
   """`convert` as a Beam pipeline (options from `beam_args`, e.g. ``--runner=DataflowRunner``).
 
@@ -174,8 +192,9 @@ def convert_with_beam(
   options_obj = pipeline_options.PipelineOptions(list(beam_args))
   set_options(options_obj)  # gs:// / s3:// inputs are listed here with the pipeline's settings
   # --gcp_temp_location is the Java SDK's (and Dataflow's docs') name: Beam's Python options drop it as unknown.
-  temp_location = (options_obj.view_as(pipeline_options.GoogleCloudOptions).temp_location
-                   or options_obj.get_all_options(retain_unknown_options=True).get("gcp_temp_location"))
+  temp_location = options_obj.view_as(pipeline_options.GoogleCloudOptions).temp_location or options_obj.get_all_options(
+    retain_unknown_options=True
+  ).get("gcp_temp_location")
   runner = options_obj.view_as(pipeline_options.StandardOptions).runner or "DirectRunner"
   root = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else None)
   _check_shared_storage(runner, out_dir, root)
@@ -189,25 +208,39 @@ def convert_with_beam(
     prepare_output(out_dir, overwrite)
     os.makedirs(out_dir, exist_ok=True)
   sizes = file_sizes(files)
-  units = plan_units(files, formats, options.text_mode, unit_size(sum(sizes), BEAM_UNIT_WORKERS, options),
-                     sizes=sizes)
+  units = plan_units(files, formats, options.text_mode, unit_size(sum(sizes), BEAM_UNIT_WORKERS, options), sizes=sizes)
   if root is None:  # a local run: a fresh temporary directory is this run's alone
-    scratch = tempfile.mkdtemp(prefix=".jaxdata-beam-",
-                               dir=os.path.dirname(os.path.abspath(out_dir)) if not is_remote(out_dir) else None)
+    scratch = tempfile.mkdtemp(
+      prefix=".jaxdata-beam-", dir=os.path.dirname(os.path.abspath(out_dir)) if not is_remote(out_dir) else None
+    )
   else:  # runs that share a temp location each get a folder of their own
     scratch = _join(root, uuid.uuid4().hex)
   try:
     with beam.Pipeline(options=options_obj) as pipeline:
-      results = (pipeline | "Units" >> beam.Create(units) | "SpreadUnits" >> beam.Reshuffle()
-                 | "Tokenize" >> beam.Map(_tokenize, options, scratch))
+      results = (
+        pipeline
+        | "Units" >> beam.Create(units)
+        | "SpreadUnits" >> beam.Reshuffle()
+        | "Tokenize" >> beam.Map(_tokenize, options, scratch)
+      )
       every_result = results | "AllUnits" >> beam.combiners.ToList()
-      infos = (every_result
-               | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize, options.shard_bytes)
-               | "SpreadShards" >> beam.Reshuffle()
-               | "WriteShards" >> beam.Map(_write_shard, out_dir, name, dtype.name, scratch)
-               | "AllShards" >> beam.combiners.ToList())
-      _ = infos | "Manifest" >> beam.Map(_write_manifest, beam.pvalue.AsSingleton(every_result), out_dir, name,
-                                         dtype.name, tokenizer.identity(), files, options)
+      infos = (
+        every_result
+        | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize, options.shard_bytes)
+        | "SpreadShards" >> beam.Reshuffle()
+        | "WriteShards" >> beam.Map(_write_shard, out_dir, name, dtype.name, scratch)
+        | "AllShards" >> beam.combiners.ToList()
+      )
+      _ = infos | "Manifest" >> beam.Map(
+        _write_manifest,
+        beam.pvalue.AsSingleton(every_result),
+        out_dir,
+        name,
+        dtype.name,
+        tokenizer.identity(),
+        files,
+        options,
+      )
   finally:
     _remove_scratch(scratch)
   return Manifest.parse(_get(_join(out_dir, MANIFEST_NAME)), _join(out_dir, MANIFEST_NAME))

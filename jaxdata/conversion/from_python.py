@@ -39,8 +39,9 @@ def _tokens_of(item: Any, index: int) -> np.ndarray | None:
     raise InputFormatError(f"item {index}: expected a str or a sequence of token ids, got {type(item).__name__}")
   ids = np.asarray(item)
   if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-    raise InputFormatError(f"item {index}: token ids must be a flat sequence of ints, got dtype {ids.dtype} "
-                           f"shape {ids.shape}")
+    raise InputFormatError(
+      f"item {index}: token ids must be a flat sequence of ints, got dtype {ids.dtype} shape {ids.shape}"
+    )
   return ids.astype(np.int64)
 
 
@@ -60,13 +61,13 @@ def _encode(batch: list[Any], first: int, tokenizer: Tokenizer | None) -> tuple[
 
 
 def from_iterable(
-    items: Iterable[Any],
-    out: str,
-    name: str | None = None,
-    tokenizer: TokenizerSpec | str | None = "byte",
-    shard_bytes: int = 256 << 20,
-    dtype: str | None = None,
-    overwrite: bool = False,
+  items: Iterable[Any],
+  out: str,
+  name: str | None = None,
+  tokenizer: TokenizerSpec | str | None = "byte",
+  shard_bytes: int = 256 << 20,
+  dtype: str | None = None,
+  overwrite: bool = False,
 ) -> Manifest:
   """Writes a dataset from texts (tokenized by `tokenizer`: "byte", "hf:FILE", "sp:FILE") and / or
   token lists (written as they are). Empty documents are skipped and counted.
@@ -89,8 +90,14 @@ def from_iterable(
     if keep.any():
       writer.write_documents(flat, lengths[keep])
     count += len(batch)
-  return writer.finish({"documents": count - empty, "skipped_empty": empty, "skipped_invalid": 0,
-                        "inputs": [{"path": "python iterable", "documents": count - empty}]})
+  return writer.finish(
+    {
+      "documents": count - empty,
+      "skipped_empty": empty,
+      "skipped_invalid": 0,
+      "inputs": [{"path": "python iterable", "documents": count - empty}],
+    }
+  )
 
 
 def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any) -> Manifest:

@@ -24,29 +24,29 @@ from jaxdata.errors import InputFormatError, installed_module, optional_module
 from jaxdata.sources.stores import is_remote
 
 __all__ = [
-    "COMPRESSED_SUFFIXES",
-    "INPUT_FORMATS",
-    "TEXT_MODES",
-    "InvalidLog",
-    "detect_format",
-    "arrow",
-    "expand_inputs",
-    "file_sizes",
-    "is_compressed",
-    "iter_documents",
-    "open_binary",
+  "COMPRESSED_SUFFIXES",
+  "INPUT_FORMATS",
+  "TEXT_MODES",
+  "InvalidLog",
+  "detect_format",
+  "arrow",
+  "expand_inputs",
+  "file_sizes",
+  "is_compressed",
+  "iter_documents",
+  "open_binary",
 ]
 
 COMPRESSED_SUFFIXES = (".gz", ".zst")
 
 _SUFFIX_FORMATS = {
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-    ".parquet": "parquet",
-    ".txt": "text",
-    ".text": "text",
-    ".md": "text",
+  ".jsonl": "jsonl",
+  ".ndjson": "jsonl",
+  ".json": "jsonl",
+  ".parquet": "parquet",
+  ".txt": "text",
+  ".text": "text",
+  ".md": "text",
 }
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 MAX_EXAMPLES = 20
@@ -121,16 +121,18 @@ def detect_format(path: str, requested: str = "auto") -> str:
   suffix = os.path.splitext(base)[1].lower()
   if suffix not in _SUFFIX_FORMATS:
     raise ValueError(
-        f"{path}: cannot tell the input format from the suffix {suffix!r}; "
-        f"give `input_format` ({', '.join(INPUT_FORMATS)})"
+      f"{path}: cannot tell the input format from the suffix {suffix!r}; "
+      f"give `input_format` ({', '.join(INPUT_FORMATS)})"
     )
   return _SUFFIX_FORMATS[suffix]
 
 
 def arrow() -> tuple[Any, Any]:
   """pyarrow and pyarrow.parquet (`jaxdata[parquet]`), for Parquet inputs only."""
-  return (optional_module("pyarrow", "parquet", "reading Parquet"),
-          optional_module("pyarrow.parquet", "parquet", "reading Parquet"))
+  return (
+    optional_module("pyarrow", "parquet", "reading Parquet"),
+    optional_module("pyarrow.parquet", "parquet", "reading Parquet"),
+  )
 
 
 def _arrow_errors() -> tuple[type[BaseException], ...]:
@@ -152,15 +154,15 @@ def _zstd_module(required: bool = True) -> Any:
 
 
 def iter_documents(
-    path: str,
-    fmt: str,
-    field: str,
-    text_mode: str,
-    invalid: InvalidLog,
-    stream: Iterable[bytes] | None = None,
-    first: int | None = None,
-    row_groups: tuple[int, int] | None = None,
-    on_bytes: Callable[[int], None] = lambda n: None,
+  path: str,
+  fmt: str,
+  field: str,
+  text_mode: str,
+  invalid: InvalidLog,
+  stream: Iterable[bytes] | None = None,
+  first: int | None = None,
+  row_groups: tuple[int, int] | None = None,
+  on_bytes: Callable[[int], None] = lambda n: None,
 ) -> Iterator[str]:
   """Yields the text of every valid document of one input file, in order.
 
@@ -249,8 +251,14 @@ def _lines(path: str, stream: Iterable[bytes] | None, on_bytes: Callable[[int], 
       yield line
 
 
-def _iter_jsonl(path: str, field: str, invalid: InvalidLog, stream: Iterable[bytes] | None, first: int,
-                on_bytes: Callable[[int], None]) -> Iterator[str]:
+def _iter_jsonl(
+  path: str,
+  field: str,
+  invalid: InvalidLog,
+  stream: Iterable[bytes] | None,
+  first: int,
+  on_bytes: Callable[[int], None],
+) -> Iterator[str]:
   for line_number, line in enumerate(_lines(path, stream, on_bytes), start=first):
     if not line.strip():
       continue  # a blank line holds no record
@@ -271,9 +279,7 @@ def _iter_jsonl(path: str, field: str, invalid: InvalidLog, stream: Iterable[byt
       continue
     text = record[field]
     if not isinstance(text, str):
-      invalid.report(
-          f"{where}: field {field!r} is {type(text).__name__}, not a string"
-      )
+      invalid.report(f"{where}: field {field!r} is {type(text).__name__}, not a string")
       continue
     if b"\\u" in line and _has_lone_surrogate(text):  # only a \u escape can carry one
       invalid.report(f"{where}: field {field!r} holds a lone surrogate (a \\uD800-\\uDFFF escape), not text")
@@ -289,8 +295,14 @@ def _has_lone_surrogate(text: str) -> bool:
   return False
 
 
-def _iter_parquet(path: str, column: str, invalid: InvalidLog, row_groups: tuple[int, int] | None, first: int,
-                  on_bytes: Callable[[int], None]) -> Iterator[str]:
+def _iter_parquet(
+  path: str,
+  column: str,
+  invalid: InvalidLog,
+  row_groups: tuple[int, int] | None,
+  first: int,
+  on_bytes: Callable[[int], None],
+) -> Iterator[str]:
   pa, pq = arrow()
   try:
     parquet = pq.ParquetFile(open_remote(path) if is_remote(path) else path)
@@ -298,9 +310,7 @@ def _iter_parquet(path: str, column: str, invalid: InvalidLog, row_groups: tuple
     raise InputFormatError(f"{path}: not a readable Parquet file ({e})") from e
   schema = parquet.schema_arrow
   if column not in schema.names:
-    raise InputFormatError(
-        f"{path}: no column {column!r} (columns: {', '.join(schema.names)})"
-    )
+    raise InputFormatError(f"{path}: no column {column!r} (columns: {', '.join(schema.names)})")
   kind = schema.field(column).type
   if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
     raise InputFormatError(f"{path}: column {column!r} has type {kind}, not string")
@@ -323,8 +333,14 @@ def _iter_parquet(path: str, column: str, invalid: InvalidLog, row_groups: tuple
       row += 1
 
 
-def _iter_text(path: str, text_mode: str, invalid: InvalidLog, stream: Iterable[bytes] | None, first: int,
-               on_bytes: Callable[[int], None]) -> Iterator[str]:
+def _iter_text(
+  path: str,
+  text_mode: str,
+  invalid: InvalidLog,
+  stream: Iterable[bytes] | None,
+  first: int,
+  on_bytes: Callable[[int], None],
+) -> Iterator[str]:
   if text_mode not in TEXT_MODES:
     raise ValueError(f"text_mode: {text_mode!r} is not one of {TEXT_MODES}")
   if text_mode == "line":

@@ -55,16 +55,21 @@ def _shared_progress(done_bytes: int, documents: int) -> None:
         counter.value += value
 
 
-def _tokenize_to_scratch(unit: WorkUnit, options: ConvertOptions, scratch: str,
-                         on_progress: Callable[[int, int], None] = _shared_progress) -> UnitResult:
+def _tokenize_to_scratch(
+  unit: WorkUnit, options: ConvertOptions, scratch: str, on_progress: Callable[[int, int], None] = _shared_progress
+) -> UnitResult:
   tokens, lengths, result = tokenize_unit(unit, options, on_progress)
   tokens.tofile(os.path.join(scratch, f"{unit.index:07d}.tokens"))
   np.save(os.path.join(scratch, f"{unit.index:07d}.lengths.npy"), lengths)
   return result
 
 
-def _tokenize_batch(units: list[WorkUnit], options: ConvertOptions, scratch: str,
-                    on_progress: Callable[[int, int], None] = _shared_progress) -> list[UnitResult]:
+def _tokenize_batch(
+  units: list[WorkUnit],
+  options: ConvertOptions,
+  scratch: str,
+  on_progress: Callable[[int, int], None] = _shared_progress,
+) -> list[UnitResult]:
   """Several small units in one task (many small files would otherwise cost a task each)."""
   return [_tokenize_to_scratch(unit, options, scratch, on_progress) for unit in units]
 
@@ -90,14 +95,20 @@ def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor | None:
   # spawn: safe when the caller has threads (or JAX) running; fork is not.
   context = multiprocessing.get_context("spawn")
   counters = (context.Value("q", 0), context.Value("q", 0))
-  pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_share_counters,
-                                                initargs=counters)
+  pool = concurrent.futures.ProcessPoolExecutor(
+    workers, mp_context=context, initializer=_share_counters, initargs=counters
+  )
   pool.counters = counters  # type: ignore[attr-defined]
   return pool
 
 
-def _run(pool: concurrent.futures.ProcessPoolExecutor | None, function: Callable[..., Any], jobs: Sequence[Any],
-         args: tuple[Any, ...], on_done: Callable[[int, Any], None]) -> list[Any]:
+def _run(
+  pool: concurrent.futures.ProcessPoolExecutor | None,
+  function: Callable[..., Any],
+  jobs: Sequence[Any],
+  args: tuple[Any, ...],
+  on_done: Callable[[int, Any], None],
+) -> list[Any]:
   """`function(job, *args)` for every job, in the pool or here, results in job order; `on_done(i, result)`
   as each finishes (and every 0.2 s with i = -1 while waiting); the first error is raised at once."""
   if pool is None:
@@ -135,12 +146,12 @@ def _write_job(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str)
 
 
 def convert(
-    inputs: Sequence[str],
-    out_dir: str,
-    name: str,
-    options: ConvertOptions = ConvertOptions(),
-    on_progress: Progress | None = None,
-    overwrite: bool = False,
+  inputs: Sequence[str],
+  out_dir: str,
+  name: str,
+  options: ConvertOptions = ConvertOptions(),
+  on_progress: Progress | None = None,
+  overwrite: bool = False,
 ) -> Manifest:
   """Tokenizes `inputs` into a dataset directory `out_dir`; returns its manifest.
 
@@ -155,8 +166,9 @@ def convert(
   refuse_existing(out_dir, overwrite)  # before any tokenizing
   files = expand_inputs(inputs, options.include, options.exclude)
   if not files:
-    raise FileNotFoundError(f"input: no files found in {list(inputs)} (include {list(options.include)}, "
-                            f"exclude {list(options.exclude)})")
+    raise FileNotFoundError(
+      f"input: no files found in {list(inputs)} (include {list(options.include)}, exclude {list(options.exclude)})"
+    )
   formats = [detect_format(f, options.input_format) for f in files]
   tokenizer = load_tokenizer(options.tokenizer)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size)
@@ -191,8 +203,9 @@ def convert(
 
       token_args = (options, scratch) if pool is not None else (options, scratch, here)
       results = [r for batch in _run(pool, _tokenize_batch, batches, token_args, tokenized) for r in batch]
-      jobs = plan_shard_jobs([(u.index, _load_lengths(scratch)(u.index)) for u in units], dtype.itemsize,
-                             options.shard_bytes)
+      jobs = plan_shard_jobs(
+        [(u.index, _load_lengths(scratch)(u.index)) for u in units], dtype.itemsize, options.shard_bytes
+      )
       prepare_output(out_dir, overwrite)
       os.makedirs(out_dir, exist_ok=True)
       written = [0]
@@ -203,8 +216,13 @@ def convert(
         progress("write", written[0], sum(r.documents for r in results), written[0])
 
       infos = _run(pool, _write_job, jobs, (out_dir, name, dtype.name, scratch), shard_done)
-      manifest = Manifest(name=name, dtype=dtype.name, tokenizer=tokenizer.identity(), shards=tuple(infos),
-                          stats=conversion_stats(files, results, options))
+      manifest = Manifest(
+        name=name,
+        dtype=dtype.name,
+        tokenizer=tokenizer.identity(),
+        shards=tuple(infos),
+        stats=conversion_stats(files, results, options),
+      )
       manifest.save(out_dir)
       return manifest
   finally:

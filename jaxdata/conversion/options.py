@@ -49,9 +49,7 @@ class ConvertOptions:
 
   def __post_init__(self) -> None:
     if self.input_format != "auto" and self.input_format not in INPUT_FORMATS:
-      raise ValueError(
-          f"input_format: {self.input_format!r} is not 'auto' or one of {INPUT_FORMATS}"
-      )
+      raise ValueError(f"input_format: {self.input_format!r} is not 'auto' or one of {INPUT_FORMATS}")
     if self.text_mode not in TEXT_MODES:
       raise ValueError(f"text_mode: {self.text_mode!r} is not one of {TEXT_MODES}")
     if not self.field:

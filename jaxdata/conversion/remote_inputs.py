@@ -22,7 +22,9 @@ _GLOB = set("*?[")
 
 
 def _filesystems() -> Any:
-  return optional_module("apache_beam.io.filesystems", "beam", "gs:// and s3:// inputs (read through Apache Beam)").FileSystems
+  return optional_module(
+    "apache_beam.io.filesystems", "beam", "gs:// and s3:// inputs (read through Apache Beam)"
+  ).FileSystems
 
 
 def set_options(options: Any) -> None:
@@ -42,8 +44,9 @@ def list_remote(item: str) -> list[str]:
   if not found:
     raise FileNotFoundError(f"input: {item} does not exist")
   prefix = item.split("*")[0].rsplit("/", 1)[0]
-  return [p for p in found if not any(part.startswith(".") or part == "__pycache__"
-                                      for part in p[len(prefix):].split("/"))]
+  return [
+    p for p in found if not any(part.startswith(".") or part == "__pycache__" for part in p[len(prefix) :].split("/"))
+  ]
 
 
 def remote_sizes(paths: Sequence[str]) -> list[int]:

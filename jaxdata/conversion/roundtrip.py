@@ -52,6 +52,8 @@ def check_roundtrip(out_dir: str, inputs: Sequence[str], options: ConvertOptions
       mismatches += 1
       if len(examples) < 5:
         at = next((k for k, (a, b) in enumerate(zip(text, decoded)) if a != b), min(len(text), len(decoded)))
-        examples.append(f"document {i}: differs at character {at}: {text[max(0, at - 20) : at + 20]!r} -> "
-                        f"{decoded[max(0, at - 20) : at + 20]!r}")
+        examples.append(
+          f"document {i}: differs at character {at}: {text[max(0, at - 20) : at + 20]!r} -> "
+          f"{decoded[max(0, at - 20) : at + 20]!r}"
+        )
   return RoundtripReport(len(texts), mismatches, examples)

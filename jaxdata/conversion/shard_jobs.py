@@ -62,7 +62,9 @@ def plan_shard_jobs(unit_lengths: Sequence[tuple[int, np.ndarray]], itemsize: in
       if start >= end:
         break
       if start < stop:
-        pieces.append((unit_lengths[position][0], start - int(unit_starts[position]), stop - int(unit_starts[position])))
+        pieces.append(
+          (unit_lengths[position][0], start - int(unit_starts[position]), stop - int(unit_starts[position]))
+        )
     jobs.append((index, pieces))
     begin = end
   return jobs

@@ -42,8 +42,9 @@ def _cached_tokenizer(spec: TokenizerSpec) -> Tokenizer:
   return _tokenizers[spec]
 
 
-def tokenize_unit(unit: WorkUnit, options: ConvertOptions,
-                  on_progress: Callable[[int, int], None] = lambda b, d: None) -> tuple[np.ndarray, np.ndarray, UnitResult]:
+def tokenize_unit(
+  unit: WorkUnit, options: ConvertOptions, on_progress: Callable[[int, int], None] = lambda b, d: None
+) -> tuple[np.ndarray, np.ndarray, UnitResult]:
   """(tokens, lengths of the non-empty documents, counts) of one unit; `on_progress(bytes, documents)`
   hears what was done since it last called."""
   tokenizer = _cached_tokenizer(options.tokenizer)
@@ -74,8 +75,9 @@ def tokenize_unit(unit: WorkUnit, options: ConvertOptions,
   on_progress(pending[0], 0)
   all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype)
   all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
-  result = UnitResult(unit.index, unit.file_index, int(all_lengths.size), int(all_tokens.size), empty,
-                      invalid.count, invalid.examples)
+  result = UnitResult(
+    unit.index, unit.file_index, int(all_lengths.size), int(all_tokens.size), empty, invalid.count, invalid.examples
+  )
   return all_tokens, all_lengths, result
 
 
@@ -91,15 +93,26 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
   per_file = []
   for index, path in enumerate(files):
     mine = [r for r in results if r.file_index == index]
-    per_file.append({"path": path, "documents": sum(r.documents for r in mine), "tokens": sum(r.tokens for r in mine),
-                     "skipped_empty": sum(r.empty for r in mine), "skipped_invalid": sum(r.invalid for r in mine)})
+    per_file.append(
+      {
+        "path": path,
+        "documents": sum(r.documents for r in mine),
+        "tokens": sum(r.tokens for r in mine),
+        "skipped_empty": sum(r.empty for r in mine),
+        "skipped_invalid": sum(r.invalid for r in mine),
+      }
+    )
   examples = [m for r in results for m in r.invalid_examples]
   return {
-      "documents": sum(r.documents for r in results),
-      "skipped_empty": sum(r.empty for r in results),
-      "skipped_invalid": sum(r.invalid for r in results),
-      "invalid_examples": examples[:20],
-      "inputs": per_file,
-      "options": {"input_format": options.input_format, "field": options.field, "text_mode": options.text_mode,
-                  "shard_bytes": options.shard_bytes},
+    "documents": sum(r.documents for r in results),
+    "skipped_empty": sum(r.empty for r in results),
+    "skipped_invalid": sum(r.invalid for r in results),
+    "invalid_examples": examples[:20],
+    "inputs": per_file,
+    "options": {
+      "input_format": options.input_format,
+      "field": options.field,
+      "text_mode": options.text_mode,
+      "shard_bytes": options.shard_bytes,
+    },
   }

@@ -33,15 +33,15 @@ except ImportError:
   sentencepiece = None
 
 __all__ = [
-    "ByteTokenizer",
-    "HuggingFaceTokenizer",
-    "ROUNDTRIP_PROBE",
-    "SentencePieceTokenizer",
-    "Tokenizer",
-    "TokenizerSpec",
-    "dtype_for_vocab_size",
-    "load_tokenizer",
-    "roundtrip_warning",
+  "ByteTokenizer",
+  "HuggingFaceTokenizer",
+  "ROUNDTRIP_PROBE",
+  "SentencePieceTokenizer",
+  "Tokenizer",
+  "TokenizerSpec",
+  "dtype_for_vocab_size",
+  "load_tokenizer",
+  "roundtrip_warning",
 ]
 
 TOKENIZER_KINDS = ("byte", "huggingface", "sentencepiece")
@@ -79,9 +79,7 @@ class TokenizerSpec:
 
   def __post_init__(self) -> None:
     if self.kind not in TOKENIZER_KINDS:
-      raise ValueError(
-          f"tokenizer kind: {self.kind!r} is not one of {TOKENIZER_KINDS}"
-      )
+      raise ValueError(f"tokenizer kind: {self.kind!r} is not one of {TOKENIZER_KINDS}")
     if self.kind == "byte" and self.path is not None:
       raise ValueError("tokenizer path: the byte tokenizer takes no model file")
     if self.kind != "byte" and not self.path:
@@ -100,10 +98,7 @@ class TokenizerSpec:
       return cls("huggingface", text)
     if text.endswith(".model"):
       return cls("sentencepiece", text)
-    raise ValueError(
-        f"tokenizer: cannot tell the kind of {text!r}; use 'byte', "
-        "'hf:PATH.json' or 'sp:PATH.model'"
-    )
+    raise ValueError(f"tokenizer: cannot tell the kind of {text!r}; use 'byte', 'hf:PATH.json' or 'sp:PATH.model'")
 
 
 def dtype_for_vocab_size(vocab_size: int) -> np.dtype:
@@ -135,12 +130,12 @@ class ByteTokenizer:
 
   def identity(self) -> dict[str, Any]:
     return {
-        "kind": "byte",
-        "vocab_size": self.vocab_size,
-        "eos_id": self.EOS_ID,
-        "bos_id": self.BOS_ID,
-        "pad_id": self.PAD_ID,
-        "byte_offset": self.BYTE_OFFSET,
+      "kind": "byte",
+      "vocab_size": self.vocab_size,
+      "eos_id": self.EOS_ID,
+      "bos_id": self.BOS_ID,
+      "pad_id": self.PAD_ID,
+      "byte_offset": self.BYTE_OFFSET,
     }
 
   def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -159,10 +154,7 @@ class HuggingFaceTokenizer:
 
   def __init__(self, path: str) -> None:
     if hf_tokenizers is None:
-      raise ImportError(
-          "tokenizer: Hugging Face tokenizers are not installed; "
-          "pip install 'jaxdata[tokenizers]'"
-      )
+      raise ImportError("tokenizer: Hugging Face tokenizers are not installed; pip install 'jaxdata[tokenizers]'")
     self._path = path
     try:
       self._tokenizer = hf_tokenizers.Tokenizer.from_file(path)
@@ -173,10 +165,10 @@ class HuggingFaceTokenizer:
 
   def identity(self) -> dict[str, Any]:
     return {
-        "kind": "huggingface",
-        "file": os.path.basename(self._path),
-        "sha256": file_sha256(self._path),
-        "vocab_size": self.vocab_size,
+      "kind": "huggingface",
+      "file": os.path.basename(self._path),
+      "sha256": file_sha256(self._path),
+      "vocab_size": self.vocab_size,
     }
 
   def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -194,10 +186,7 @@ class SentencePieceTokenizer:
 
   def __init__(self, path: str) -> None:
     if sentencepiece is None:
-      raise ImportError(
-          "tokenizer: sentencepiece is not installed; "
-          "pip install 'jaxdata[sentencepiece]'"
-      )
+      raise ImportError("tokenizer: sentencepiece is not installed; pip install 'jaxdata[sentencepiece]'")
     self._path = path
     try:
       self._processor = sentencepiece.SentencePieceProcessor(model_file=path)
@@ -208,10 +197,10 @@ class SentencePieceTokenizer:
 
   def identity(self) -> dict[str, Any]:
     return {
-        "kind": "sentencepiece",
-        "file": os.path.basename(self._path),
-        "sha256": file_sha256(self._path),
-        "vocab_size": self.vocab_size,
+      "kind": "sentencepiece",
+      "file": os.path.basename(self._path),
+      "sha256": file_sha256(self._path),
+      "vocab_size": self.vocab_size,
     }
 
   def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -233,8 +222,10 @@ def roundtrip_warning(tokenizer: Tokenizer) -> str | None:
   decoded = tokenizer.decode(flat)
   if decoded == ROUNDTRIP_PROBE:
     return None
-  return (f"the tokenizer does not round-trip text: {ROUNDTRIP_PROBE!r} decodes to {decoded!r} (a normalising "
-          "tokenizer: converted documents will not decode to their text; check with `check_roundtrip`)")
+  return (
+    f"the tokenizer does not round-trip text: {ROUNDTRIP_PROBE!r} decodes to {decoded!r} (a normalising "
+    "tokenizer: converted documents will not decode to their text; check with `check_roundtrip`)"
+  )
 
 
 def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:

@@ -64,8 +64,14 @@ def _line_cuts(path: str, unit_bytes: int, on_scan: Callable[[int], None]) -> li
   return [c for c in cuts if c[0] < offset]
 
 
-def plan_units(files: list[str], formats: list[str], text_mode: str, unit_bytes: int,
-               on_scan: Callable[[int], None] = lambda n: None, sizes: list[int] | None = None) -> list[WorkUnit]:
+def plan_units(
+  files: list[str],
+  formats: list[str],
+  text_mode: str,
+  unit_bytes: int,
+  on_scan: Callable[[int], None] = lambda n: None,
+  sizes: list[int] | None = None,
+) -> list[WorkUnit]:
   """The units of every file, in input order (a remote file is one unit)."""
   units: list[WorkUnit] = []
   sizes = sizes if sizes is not None else file_sizes(files)
@@ -98,20 +104,37 @@ def _parquet_units(first_index: int, file_index: int, path: str, unit_bytes: int
   return units
 
 
-def iter_unit_documents(unit: WorkUnit, field: str, text_mode: str, invalid: InvalidLog,
-                        on_bytes: Callable[[int], None] = lambda n: None) -> Iterator[str]:
+def iter_unit_documents(
+  unit: WorkUnit, field: str, text_mode: str, invalid: InvalidLog, on_bytes: Callable[[int], None] = lambda n: None
+) -> Iterator[str]:
   """The valid documents of one unit, in order (errors name file and line / row)."""
   if unit.end is None:
     yield from iter_documents(unit.path, unit.fmt, field, text_mode, invalid, on_bytes=on_bytes)
     return
   if unit.fmt == "parquet":
-    yield from iter_documents(unit.path, "parquet", field, text_mode, invalid, row_groups=(unit.start, unit.end),
-                              first=unit.first, on_bytes=on_bytes)
+    yield from iter_documents(
+      unit.path,
+      "parquet",
+      field,
+      text_mode,
+      invalid,
+      row_groups=(unit.start, unit.end),
+      first=unit.first,
+      on_bytes=on_bytes,
+    )
     return
   with open_binary(unit.path) as f:
     f.seek(unit.start)
-    yield from iter_documents(unit.path, unit.fmt, field, text_mode, invalid, stream=_limited(f, unit.end - unit.start),
-                              first=unit.first, on_bytes=on_bytes)
+    yield from iter_documents(
+      unit.path,
+      unit.fmt,
+      field,
+      text_mode,
+      invalid,
+      stream=_limited(f, unit.end - unit.start),
+      first=unit.first,
+      on_bytes=on_bytes,
+    )
 
 
 def _limited(f, limit: int) -> Iterator[bytes]:  # noqa: ANN001 -- a binary file

@@ -58,8 +58,11 @@ def ablation_config(base: PipelineConfig, weights: Mapping[str, float] | None = 
   unknown = set(target) - set(base.names)
   if unknown:
     raise ConfigError(f"ablate: candidate weights name {sorted(unknown)}, not datasets of the base config")
-  raw["mixture"] = {"weights": {n: float(target.get(n, 0.0)) for n in base.names}, "unit": base.mixture.unit,
-                    "interleave": base.mixture.interleave}
+  raw["mixture"] = {
+    "weights": {n: float(target.get(n, 0.0)) for n in base.names},
+    "unit": base.mixture.unit,
+    "interleave": base.mixture.interleave,
+  }
   for key in ("max_repeats", "stop_after_passes", "stats_path"):
     raw.pop(key, None)
   raw["exhausted_policy"] = "repeat"
@@ -112,7 +115,7 @@ SHARE_TOLERANCE = 0.05  # a candidate whose trained shares drift further from it
 
 
 def share_drift(weights: Mapping[str, float], trained: Mapping[str, int]) -> str:
-  """"" where every dataset's share of the trained tokens is within SHARE_TOLERANCE of its weight's,
+  """ "" where every dataset's share of the trained tokens is within SHARE_TOLERANCE of its weight's,
   else the shares trained against the weights, in words.
 
   >>> share_drift({"a": 1, "b": 1}, {"a": 84_477, "b": 115_523})
@@ -130,8 +133,9 @@ def share_drift(weights: Mapping[str, float], trained: Mapping[str, int]) -> str
   return ", ".join(f"{n} {shares[n]:.1%} (weight {target[n]:.1%})" for n in weights)
 
 
-def run_ablation(base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[str, float]]], tokens: int,
-                 log: Any = print) -> list[AblationRow]:
+def run_ablation(
+  base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[str, float]]], tokens: int, log: Any = print
+) -> list[AblationRow]:
   """Trains and evaluates every candidate (see the module docstring)."""
   if tokens < 1:
     raise ValueError(f"tokens: must be >= 1, got {tokens}")
@@ -143,8 +147,11 @@ def run_ablation(base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[s
   for name, weights in candidates:
     cfg = ablation_config(base, weights)
     params = model.init_params(jax.random.key(0), vocab, cfg.packing.seq_len)
-    state = {"step": jnp.zeros((), jnp.int32), "mu": jax.tree.map(jnp.zeros_like, params),
-             "nu": jax.tree.map(jnp.zeros_like, params)}
+    state = {
+      "step": jnp.zeros((), jnp.int32),
+      "mu": jax.tree.map(jnp.zeros_like, params),
+      "nu": jax.tree.map(jnp.zeros_like, params),
+    }
     processed, by_domain = 0, dict.fromkeys(cfg.names, 0)
     with Pipeline(cfg, prefetch=0) as pipe:
       while processed < tokens:
@@ -160,6 +167,8 @@ def run_ablation(base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[s
     log(f"{name}: {processed:,} tokens trained, target-mixture loss {target_loss:.4f}")
     off = share_drift(dict(cfg.mixture.weights), by_domain)
     if off:
-      log(f"warning: {name} trained {off}; its documents are large against {tokens:,} tokens (or the loss "
-          "mask drops each document's last token): the comparison is not of these weights; raise `tokens`")
+      log(
+        f"warning: {name} trained {off}; its documents are large against {tokens:,} tokens (or the loss "
+        "mask drops each document's last token): the comparison is not of these weights; raise `tokens`"
+      )
   return rows

@@ -56,7 +56,7 @@ def _documents(text: str) -> list[str]:
       while len(line.encode()) > MAX_DOCUMENT_BYTES:
         head = line.encode()[:MAX_DOCUMENT_BYTES].decode("utf-8", "ignore")
         out.append(head)
-        line = line[len(head):]
+        line = line[len(head) :]
       if chunk and len((chunk + line).encode()) > MAX_DOCUMENT_BYTES:
         out.append(chunk)
         chunk = ""
@@ -120,6 +120,8 @@ def build_demo_corpus(cache_dir: str, log: Log = print) -> dict[str, str]:
     write_raw(raw)
     started = time.perf_counter()
     manifest = convert([raw], directory, name, options)
-    log(f"converted {name}: {manifest.num_records} documents, {manifest.num_tokens:,} tokens, "
-        f"{len(manifest.shards)} shards in {time.perf_counter() - started:.1f}s")
+    log(
+      f"converted {name}: {manifest.num_records} documents, {manifest.num_tokens:,} tokens, "
+      f"{len(manifest.shards)} shards in {time.perf_counter() - started:.1f}s"
+    )
   return out

@@ -27,13 +27,17 @@ def init_params(key: jax.Array, vocab: int, seq_len: int, width: int = 64, layer
     return jax.random.normal(next(keys), shape) / jnp.sqrt(shape[0])
 
   return {
-      "embed": jax.random.normal(next(keys), (vocab, width)) * 0.02,
-      "position": jax.random.normal(next(keys), (seq_len, width)) * 0.02,
-      "layers": [
-          {"qkv": dense((width, 3 * width)), "out": dense((width, width)),
-           "up": dense((width, 4 * width)), "down": dense((4 * width, width))}
-          for _ in range(layers)
-      ],
+    "embed": jax.random.normal(next(keys), (vocab, width)) * 0.02,
+    "position": jax.random.normal(next(keys), (seq_len, width)) * 0.02,
+    "layers": [
+      {
+        "qkv": dense((width, 3 * width)),
+        "out": dense((width, width)),
+        "up": dense((width, 4 * width)),
+        "down": dense((4 * width, width)),
+      }
+      for _ in range(layers)
+    ],
   }
 
 
@@ -67,7 +71,9 @@ def loss_fn(params: Params, batch: dict[str, jax.Array]) -> jax.Array:
   return (nll * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
-def adam_update(params: Params, grads: Params, state: dict[str, Any], lr: float = 3e-3) -> tuple[Params, dict[str, Any]]:
+def adam_update(
+  params: Params, grads: Params, state: dict[str, Any], lr: float = 3e-3
+) -> tuple[Params, dict[str, Any]]:
   step = state["step"] + 1
   mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, state["mu"], grads)
   nu = jax.tree.map(lambda n, g: 0.999 * n + 0.001 * g * g, state["nu"], grads)
@@ -77,7 +83,9 @@ def adam_update(params: Params, grads: Params, state: dict[str, Any], lr: float 
 
 
 @jax.jit
-def train_step(params: Params, state: dict[str, Any], batch: dict[str, jax.Array]) -> tuple[Params, dict[str, Any], jax.Array]:
+def train_step(
+  params: Params, state: dict[str, Any], batch: dict[str, jax.Array]
+) -> tuple[Params, dict[str, Any], jax.Array]:
   loss, grads = jax.value_and_grad(loss_fn)(params, batch)
   params, state = adam_update(params, grads, state)
   return params, state, loss

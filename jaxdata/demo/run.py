@@ -1,14 +1,14 @@
 """`jaxdata demo`: the whole product on this machine, no network needed.
 
-    build corpus   code = the standard library's modules, docs = pydoc topics,
-                   synthetic = generated prose; `convert` with the byte tokenizer (cached;
-                   code is cut at blank lines, so a document is a function or class)
-    pipeline       demo_config.yaml: token mixture with a 2-phase schedule, per-dataset
-                   shuffles and pass policies, first_fit packing; 8 emulated CPU devices
-    train          a tiny LM (jaxdata.demo.model) with segment-aware attention and loss_mask
-    checkpoint     model + pipeline in one Orbax CheckpointManager at `checkpoint_at`
-    restart        a fresh process restores both and must reproduce the next batches
-    report         summary table and mixture-over-steps PNG
+build corpus   code = the standard library's modules, docs = pydoc topics,
+               synthetic = generated prose; `convert` with the byte tokenizer (cached;
+               code is cut at blank lines, so a document is a function or class)
+pipeline       demo_config.yaml: token mixture with a 2-phase schedule, per-dataset
+               shuffles and pass policies, first_fit packing; 8 emulated CPU devices
+train          a tiny LM (jaxdata.demo.model) with segment-aware attention and loss_mask
+checkpoint     model + pipeline in one Orbax CheckpointManager at `checkpoint_at`
+restart        a fresh process restores both and must reproduce the next batches
+report         summary table and mixture-over-steps PNG
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from jaxdata.sources.manifest import Manifest
 from jaxdata.tools.audit import audit
 
 __all__ = ["DemoResult", "demo_config", "resume_check", "run_demo"]
+
 
 def demo_config(cache_dir: str, config_path: str | None = None) -> PipelineConfig:
   """The bundled demo config (paths under the cache), or the user's own."""
@@ -115,12 +116,12 @@ def _plot(history: list[dict[str, Any]], names: tuple[str, ...], path: str) -> s
 
 
 def run_demo(
-    cache_dir: str | None = None,
-    config_path: str | None = None,
-    steps: int = 40,
-    checkpoint_at: int = 20,
-    out_dir: str | None = None,
-    log: Log = print,
+  cache_dir: str | None = None,
+  config_path: str | None = None,
+  steps: int = 40,
+  checkpoint_at: int = 20,
+  out_dir: str | None = None,
+  log: Log = print,
 ) -> DemoResult:
   """Runs the whole demo; see the module docstring."""
   cache_dir = cache_dir or default_cache_dir()
@@ -149,16 +150,26 @@ def run_demo(
       if step >= checkpoint_at:
         digests[step] = _digest(batch)
       if step + 1 == checkpoint_at:
-        manager.save(checkpoint_at, args=ocp.args.Composite(
-            model=ocp.args.StandardSave(state), data=Save(pipe)))
+        manager.save(checkpoint_at, args=ocp.args.Composite(model=ocp.args.StandardSave(state), data=Save(pipe)))
       if step % 10 == 0 or step == steps - 1:
         log(f"step {step:3d}  loss {float(loss):.3f}  padding {stats['padding_fraction']:.3f}")
     manager.wait_until_finished()
   seconds = time.perf_counter() - started
   # A restart: a fresh process restores model and pipeline from the checkpoint.
   check = min(8, steps - checkpoint_at)
-  command = [sys.executable, "-m", "jaxdata.demo", "--resume-check", ckpt_dir, "--cache-dir", cache_dir,
-             "--at", str(checkpoint_at), "--count", str(check)]
+  command = [
+    sys.executable,
+    "-m",
+    "jaxdata.demo",
+    "--resume-check",
+    ckpt_dir,
+    "--cache-dir",
+    cache_dir,
+    "--at",
+    str(checkpoint_at),
+    "--count",
+    str(check),
+  ]
   if config_path:
     command += ["--config", config_path]
   out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "XLA_FLAGS": xla_flags()})
@@ -168,8 +179,11 @@ def run_demo(
     resumed = json.loads(out.stdout.strip().splitlines()[-1])
     expected = [digests[s] for s in range(checkpoint_at, checkpoint_at + check)]
     resume_ok = resumed["digests"] == expected
-    detail = (f"{check} batches after step {checkpoint_at} identical in a fresh process"
-              if resume_ok else f"batches differ after restore at step {checkpoint_at}")
+    detail = (
+      f"{check} batches after step {checkpoint_at} identical in a fresh process"
+      if resume_ok
+      else f"batches differ after restore at step {checkpoint_at}"
+    )
   plot_path = _plot(history, cfg.names, os.path.join(out_dir, "mixture.png"))
   cumulative = {n: sum(h["tokens_per_source"][n] for h in history) for n in cfg.names}
   # What the stream took for these steps against what the schedule asked of it
@@ -178,21 +192,21 @@ def run_demo(
   pulled, target = sum(stream.taken.values()), sum(stream.target.values())
   longest = max(int(cursor.lengths.max()) for cursor in pipe.planner.stream.cursors)
   return DemoResult(
-      steps=steps,
-      losses=losses,
-      target_share={n: stream.target[n] / target for n in cfg.names},
-      realised_share={n: stream.taken[n] / pulled for n in cfg.names},
-      share_bound=stream.share_bound / pulled,
-      interleave=cfg.mixture.interleave,
-      tokens_per_source=cumulative,
-      passes=history[-1]["passes"],
-      efficiency=real_tokens / (steps * cfg.tokens_per_step),
-      tokens_per_second=real_tokens / seconds,
-      resume_ok=resume_ok,
-      resume_detail=detail,
-      plot_path=plot_path,
-      max_document_tokens=longest + cfg.packing.special_tokens,
-      capacity=cfg.tokens_per_step,
+    steps=steps,
+    losses=losses,
+    target_share={n: stream.target[n] / target for n in cfg.names},
+    realised_share={n: stream.taken[n] / pulled for n in cfg.names},
+    share_bound=stream.share_bound / pulled,
+    interleave=cfg.mixture.interleave,
+    tokens_per_source=cumulative,
+    passes=history[-1]["passes"],
+    efficiency=real_tokens / (steps * cfg.tokens_per_step),
+    tokens_per_second=real_tokens / seconds,
+    resume_ok=resume_ok,
+    resume_detail=detail,
+    plot_path=plot_path,
+    max_document_tokens=longest + cfg.packing.special_tokens,
+    capacity=cfg.tokens_per_step,
   )
 
 
@@ -202,7 +216,8 @@ def resume_check(ckpt_dir: str, cache_dir: str, config_path: str | None, at: int
   state = _model_state(cfg)
   abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
   with Pipeline(cfg, mesh=_mesh(), data_axes=("data",)) as pipe, ocp.CheckpointManager(ckpt_dir) as manager:
-    restored = manager.restore(at, args=ocp.args.Composite(
-        model=ocp.args.StandardRestore(abstract), data=Restore(pipe)))
+    restored = manager.restore(
+      at, args=ocp.args.Composite(model=ocp.args.StandardRestore(abstract), data=Restore(pipe))
+    )
     digests = [_digest(next(pipe)) for _ in range(count)]
   print(json.dumps({"digests": digests, "opt_step": int(restored.model["opt"]["step"])}))

@@ -80,10 +80,12 @@ def _mixture_file(path: str) -> list[tuple[str, str, float]]:
     if not isinstance(entry, dict) or "path" not in entry or "weight" not in entry:
       raise ConfigError(f"grain_train_mixture_config_path: {path}: {name!r} needs 'path' and 'weight'")
     if not isinstance(entry["path"], str):
-      raise ConfigError(f"grain_train_mixture_config_path: {path}: {name!r}.path: expected a glob, got "
-                        f"{short(entry['path'])}")
-    out.append((name, entry["path"], weight(entry["weight"], f"grain_train_mixture_config_path: {path}: "
-                                                              f"weight of {name!r}")))
+      raise ConfigError(
+        f"grain_train_mixture_config_path: {path}: {name!r}.path: expected a glob, got {short(entry['path'])}"
+      )
+    out.append(
+      (name, entry["path"], weight(entry["weight"], f"grain_train_mixture_config_path: {path}: weight of {name!r}"))
+    )
   return out
 
 
@@ -108,8 +110,10 @@ def maxtext_config(values: Mapping[str, Any], check_paths: bool = True, **extra:
   """
   file_type = values.get("grain_file_type", "arrayrecord")
   if file_type not in _SUPPORTED_FILE_TYPES:
-    raise ConfigError(f"grain_file_type: {file_type!r}; jaxdata reads jaxdata datasets (ArrayRecord shards with "
-                      "lengths and a manifest): convert or index the files first")
+    raise ConfigError(
+      f"grain_file_type: {file_type!r}; jaxdata reads jaxdata datasets (ArrayRecord shards with "
+      "lengths and a manifest): convert or index the files first"
+    )
   if values.get("grain_train_mixture_config_path"):
     entries = _mixture_file(values["grain_train_mixture_config_path"])
     names = [name for name, _, _ in entries]
@@ -123,24 +127,31 @@ def maxtext_config(values: Mapping[str, Any], check_paths: bool = True, **extra:
   if check_paths:
     for directory, glob in zip(directories, globs):
       if not os.path.isfile(os.path.join(directory, MANIFEST_NAME)) and "://" not in directory:
-        raise ConfigError(f"grain_train_files: {glob}: {directory} holds no jaxdata dataset ({MANIFEST_NAME}); "
-                          f"write one with `jaxdata convert`, or index existing token shards with `jaxdata index "
-                          f"{glob} --dtype uint32`")
+        raise ConfigError(
+          f"grain_train_files: {glob}: {directory} holds no jaxdata dataset ({MANIFEST_NAME}); "
+          f"write one with `jaxdata convert`, or index existing token shards with `jaxdata index "
+          f"{glob} --dtype uint32`"
+        )
   packing = bool(values.get("packing", True))
   add_bos, add_eos = bool(values.get("add_bos", True)), bool(values.get("add_eos", True))
   special = _special_ids(values, directories if check_paths else [])
   if "global_batch_size_to_load" not in values:
     raise ConfigError("global_batch_size_to_load: required (the global batch, in rows)")
   raw = {
-      "seed": int(values.get("data_shuffle_seed", 0)),
-      "datasets": [{"name": n, "path": d} for n, d in zip(names, directories)],
-      "mixture": {"weights": dict(zip(names, weights))},
-      "shuffle_block_size": "global" if values.get("enable_data_shuffling", True) else None,
-      "shuffle_shards": bool(values.get("enable_data_shuffling", True)),
-      "exhausted_policy": "repeat",
-      "packing": {"mode": "first_fit" if packing else "none", "seq_len": int(values.get("max_target_length", 2048)),
-                  "add_bos": add_bos, "add_eos": add_eos, **special},
-      "batch": {"global_batch_size": int(values["global_batch_size_to_load"])},
+    "seed": int(values.get("data_shuffle_seed", 0)),
+    "datasets": [{"name": n, "path": d} for n, d in zip(names, directories)],
+    "mixture": {"weights": dict(zip(names, weights))},
+    "shuffle_block_size": "global" if values.get("enable_data_shuffling", True) else None,
+    "shuffle_shards": bool(values.get("enable_data_shuffling", True)),
+    "exhausted_policy": "repeat",
+    "packing": {
+      "mode": "first_fit" if packing else "none",
+      "seq_len": int(values.get("max_target_length", 2048)),
+      "add_bos": add_bos,
+      "add_eos": add_eos,
+      **special,
+    },
+    "batch": {"global_batch_size": int(values["global_batch_size_to_load"])},
   }
   raw.update(extra)
   return PipelineConfig.from_dict(raw)
@@ -161,12 +172,12 @@ def maxtext_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
   """A jaxdata batch under MaxText's feature names (NumPy or jax.Array, int32)."""
   where = np.where if isinstance(batch["tokens"], np.ndarray) else jnp.where
   return {
-      "inputs": batch["tokens"],
-      "inputs_segmentation": batch["segment_ids"],
-      "inputs_position": batch["positions"],
-      "targets": batch["targets"],
-      "targets_segmentation": where(batch["loss_mask"] != 0, batch["segment_ids"], 0).astype("int32"),
-      "targets_position": batch["positions"],
+    "inputs": batch["tokens"],
+    "inputs_segmentation": batch["segment_ids"],
+    "inputs_position": batch["positions"],
+    "targets": batch["targets"],
+    "targets_segmentation": where(batch["loss_mask"] != 0, batch["segment_ids"], 0).astype("int32"),
+    "targets_position": batch["positions"],
   }
 
 
@@ -176,8 +187,9 @@ class MaxTextPipeline:
   Checkpoint it with `jaxdata.checkpoint.Save(maxtext.pipeline)` next to the model.
   """
 
-  def __init__(self, values: Mapping[str, Any], mesh: Any = None, data_axes: tuple[str, ...] = ("data",),
-               **pipeline_kwargs: Any) -> None:
+  def __init__(
+    self, values: Mapping[str, Any], mesh: Any = None, data_axes: tuple[str, ...] = ("data",), **pipeline_kwargs: Any
+  ) -> None:
     workers = int(values.get("grain_worker_count", 0))
     pipeline_kwargs.setdefault("workers", max(0, workers))
     self.config = maxtext_config(values)

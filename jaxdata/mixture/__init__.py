@@ -9,12 +9,12 @@ from jaxdata.mixture.interleave import ExactInterleave, Interleave, RandomInterl
 from jaxdata.mixture.stream import DatasetMeta, DocBatch, DocRef, DocumentStream
 
 __all__ = [
-    "DatasetMeta",
-    "DocBatch",
-    "DocRef",
-    "DocumentStream",
-    "ExactInterleave",
-    "Interleave",
-    "RandomInterleave",
-    "make_interleave",
+  "DatasetMeta",
+  "DocBatch",
+  "DocRef",
+  "DocumentStream",
+  "ExactInterleave",
+  "Interleave",
+  "RandomInterleave",
+  "make_interleave",
 ]

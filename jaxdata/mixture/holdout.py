@@ -65,9 +65,20 @@ def eval_config(cfg: PipelineConfig, held_out: Mapping[str, int]) -> PipelineCon
   if not names:
     raise ConfigError("split eval: no dataset has a holdout (set datasets[].holdout)")
   raw = cfg.to_dict()
-  raw["datasets"] = [{**d, "shuffle_shards": False, "shuffle_within_shard": False, "shuffle_block_size": None,
-                      "exhausted_policy": None, "max_repeats": None, "stop_after_passes": None, "open_shards": 1}
-                     for d in raw["datasets"] if d["name"] in names]
+  raw["datasets"] = [
+    {
+      **d,
+      "shuffle_shards": False,
+      "shuffle_within_shard": False,
+      "shuffle_block_size": None,
+      "exhausted_policy": None,
+      "max_repeats": None,
+      "stop_after_passes": None,
+      "open_shards": 1,
+    }
+    for d in raw["datasets"]
+    if d["name"] in names
+  ]
   raw["mixture"] = {"weights": {n: held_out[n] for n in names}, "unit": "documents", "interleave": "exact"}
   for key in ("exhausted_policy", "max_repeats", "reshuffle_on_repeat"):
     raw.pop(key, None)

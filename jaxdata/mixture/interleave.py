@@ -46,13 +46,13 @@ from jaxdata.mixture.pick_loops import PickLoop, PickResult, pick_exact, pick_ra
 from jaxdata.order.feistel import derive_key
 
 __all__ = [
-    "ExactInterleave",
-    "Interleave",
-    "RandomInterleave",
-    "Segment",
-    "StreamPosition",
-    "make_interleave",
-    "scale_weights",
+  "ExactInterleave",
+  "Interleave",
+  "RandomInterleave",
+  "Segment",
+  "StreamPosition",
+  "make_interleave",
+  "scale_weights",
 ]
 
 
@@ -90,8 +90,7 @@ class Segment:
   def deficits_at(self, units: int, taken: Sequence[int]) -> list[int]:
     elapsed = units - self.start
     return [
-        d + w * elapsed - self.scale * (c - c0)
-        for d, w, c, c0 in zip(self.deficits, self.weights, taken, self.taken)
+      d + w * elapsed - self.scale * (c - c0) for d, w, c, c0 in zip(self.deficits, self.weights, taken, self.taken)
     ]
 
   def then(self, step: int, units: int, taken: Sequence[int], weights: Sequence[Fraction]) -> Segment:
@@ -102,15 +101,25 @@ class Segment:
     return Segment(step, units, common, [w * (common // scale) for w in integers], deficits, list(taken))
 
   def to_json(self) -> dict[str, Any]:
-    return {"step": self.step, "start": self.start, "scale": self.scale, "weights": list(self.weights),
-            "deficits": list(self.deficits), "taken": list(self.taken)}
+    return {
+      "step": self.step,
+      "start": self.start,
+      "scale": self.scale,
+      "weights": list(self.weights),
+      "deficits": list(self.deficits),
+      "taken": list(self.taken),
+    }
 
   @classmethod
   def from_json(cls, raw: Any, size: int) -> Segment:
     try:
       segment = cls(
-          step=raw["step"], start=raw["start"], scale=raw["scale"], weights=list(raw["weights"]),
-          deficits=list(raw["deficits"]), taken=list(raw["taken"]),
+        step=raw["step"],
+        start=raw["start"],
+        scale=raw["scale"],
+        weights=list(raw["weights"]),
+        deficits=list(raw["deficits"]),
+        taken=list(raw["taken"]),
       )
     except (KeyError, TypeError) as e:
       raise ValueError(f"stream state: malformed segment {raw!r:.200} ({e})") from e
@@ -170,8 +179,9 @@ class ExactInterleave(Interleave):
 
   def pick(self, loop: PickLoop, position: StreamPosition) -> PickResult:
     segment = self.segment
-    return pick_exact(segment.weights, segment.scale, segment.deficits_at(position.units, position.taken), loop,
-                      self.tokens_unit)
+    return pick_exact(
+      segment.weights, segment.scale, segment.deficits_at(position.units, position.taken), loop, self.tokens_unit
+    )
 
   def get_state(self) -> dict[str, Any]:
     return self.segment.to_json()
@@ -211,8 +221,12 @@ class RandomInterleave(Interleave):
 
 
 def make_interleave(
-    kind: str, seed: int, tokens_unit: bool, weights: Sequence[Fraction], mean_lengths: Sequence[float],
-    epoch: int = 0,
+  kind: str,
+  seed: int,
+  tokens_unit: bool,
+  weights: Sequence[Fraction],
+  mean_lengths: Sequence[float],
+  epoch: int = 0,
 ) -> Interleave:
   """The strategy `mixture.interleave` names: "exact" or "random" (its draws keyed by epoch too)."""
   if kind == "exact":

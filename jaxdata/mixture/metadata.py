@@ -54,15 +54,18 @@ class DatasetMeta:
     return cls(dataset.shard_num_records.copy(), dataset.lengths, dataset.pass_records, dataset.pass_tokens, segments)
 
   @classmethod
-  def load(cls, path: str, cache: CacheOptions | None = None, windows: WindowOptions | None = None,
-           expected_format: str | None = None) -> DatasetMeta:
+  def load(
+    cls,
+    path: str,
+    cache: CacheOptions | None = None,
+    windows: WindowOptions | None = None,
+    expected_format: str | None = None,
+  ) -> DatasetMeta:
     with open_dataset(path, cache=cache, windows=windows, expected_format=expected_format) as dataset:
       return cls.from_dataset(dataset)
 
   @classmethod
-  def from_lengths(
-      cls, lengths: Sequence[int] | np.ndarray, shard_counts: Sequence[int] | None = None
-  ) -> DatasetMeta:
+  def from_lengths(cls, lengths: Sequence[int] | np.ndarray, shard_counts: Sequence[int] | None = None) -> DatasetMeta:
     if not (isinstance(lengths, np.ndarray) and lengths.dtype.kind in "iu"):
       lengths = np.asarray(lengths, dtype=np.int64)  # integer arrays are kept as they are (no copy)
     counts = np.asarray([lengths.size] if shard_counts is None else shard_counts, dtype=np.int64)
@@ -88,8 +91,9 @@ def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
   return out
 
 
-def open_split(settings: DatasetSettings, read_options: ReadOptions, cache: CacheOptions, seed: int,
-               split: str) -> Dataset:
+def open_split(
+  settings: DatasetSettings, read_options: ReadOptions, cache: CacheOptions, seed: int, split: str
+) -> Dataset:
   """A dataset opened and seen as `split` sees it (windows, or without / only its held-out documents)."""
   dataset = open_dataset(settings.path, read_options, cache, window_options(settings), settings.format)
   try:

@@ -108,8 +108,12 @@ class PassMarks:
 
 
 def pick_exact(
-    weights: list[int], scale: int, deficits: list[int], loop: PickLoop, tokens_unit: bool,
-    native: bool | None = None,
+  weights: list[int],
+  scale: int,
+  deficits: list[int],
+  loop: PickLoop,
+  tokens_unit: bool,
+  native: bool | None = None,
 ) -> PickResult:
   """The exact interleave's loop (`jaxdata.mixture.interleave`): dataset i has
   weight weights[i] / scale and deficit deficits[i] / scale at the loop's start.
@@ -140,8 +144,26 @@ def pick_exact(
   while True:
     if native:
       status, t, count, tokens = _exact_pick.pick(
-          lengths, cursor, order, shift, due, release, weights, choices, t, count, tokens,
-          doc_limit, token_limit, overhead, tokens_unit, due_scale, margin, scale, END_OF_BUFFER)
+        lengths,
+        cursor,
+        order,
+        shift,
+        due,
+        release,
+        weights,
+        choices,
+        t,
+        count,
+        tokens,
+        doc_limit,
+        token_limit,
+        overhead,
+        tokens_unit,
+        due_scale,
+        margin,
+        scale,
+        END_OF_BUFFER,
+      )
       if status == _exact_pick.DONE:
         return PickResult(choices, False)
       native = status == _exact_pick.ONE_PICK  # else a number left C's exact range: Python goes on

@@ -75,9 +75,7 @@ class DocBatch:
 
   def refs(self) -> list[DocRef]:
     columns = (self.dataset, self.pass_index, self.record, self.length)
-    return [
-        DocRef(self.names[d], p, r, n) for d, p, r, n in zip(*(c.tolist() for c in columns))
-    ]
+    return [DocRef(self.names[d], p, r, n) for d, p, r, n in zip(*(c.tolist() for c in columns))]
 
   @classmethod
   def concatenate(cls, names: tuple[str, ...], batches: Sequence[DocBatch]) -> DocBatch:
@@ -98,9 +96,7 @@ class DocumentStream:
   `get_state()` / `set_state()` round-trip through JSON.
   """
 
-  def __init__(
-      self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0
-  ) -> None:
+  def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:
     if not is_int(epoch) or epoch < 0:
       raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
     self.cfg = cfg
@@ -124,22 +120,20 @@ class DocumentStream:
     for settings, meta in zip(cfg.dataset_settings(), metas):
       num_records = int(meta.shard_counts.sum())
       if meta.lengths.size != num_records:
-        raise ConfigError(
-            f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records"
-        )
+        raise ConfigError(f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records")
       # (Only when the smallest length is 0 are all lengths scanned, to name the first.)
       empty = np.flatnonzero(np.asarray(meta.lengths) == 0) if int(meta.lengths.min()) == 0 else ()
       if len(empty):  # an empty document would add no tokens: a token-limited pull could never end
         raise ConfigError(
-            f"datasets.{settings.name}: {len(empty)} documents of length 0 (the first is record "
-            f"{int(empty[0])}); every document needs at least one token"
+          f"datasets.{settings.name}: {len(empty)} documents of length 0 (the first is record "
+          f"{int(empty[0])}); every document needs at least one token"
         )
       options = ShuffleOptions(
-          shuffle_shards=settings.shuffle_shards,
-          shuffle_within_shard=settings.shuffle_within_shard,
-          block_size=settings.resolve_block_size(largest_shard, num_records),
-          reshuffle_on_repeat=settings.reshuffle_on_repeat,
-          open_shards=settings.open_shards,
+        shuffle_shards=settings.shuffle_shards,
+        shuffle_within_shard=settings.shuffle_within_shard,
+        block_size=settings.resolve_block_size(largest_shard, num_records),
+        reshuffle_on_repeat=settings.reshuffle_on_repeat,
+        open_shards=settings.open_shards,
       )
       self.cursors.append(DatasetCursor(settings, self._order(settings, meta, options, epoch), meta.lengths))
       self._order_inputs.append((settings, meta, options))
@@ -149,16 +143,21 @@ class DocumentStream:
     self.ended_by: str | None = None  # the dataset that ended the stream (not part of the state)
     self.interleave = self._interleave(epoch)
 
-  def _order(self, settings: DatasetSettings, meta: DatasetMeta, options: ShuffleOptions,
-             epoch: int) -> DatasetOrder | SampledOrder:
+  def _order(
+    self, settings: DatasetSettings, meta: DatasetMeta, options: ShuffleOptions, epoch: int
+  ) -> DatasetOrder | SampledOrder:
     if meta.pass_records is None:
       return DatasetOrder(settings.name, meta.shard_counts, options, self.cfg.seed, epoch)
     return SampledOrder(settings.name, int(meta.shard_counts.sum()), meta.pass_records, self.cfg.seed, epoch)
 
   def _interleave(self, epoch: int) -> Any:
     return make_interleave(
-        self.cfg.mixture.interleave, self.cfg.seed, self.tokens_unit, self.schedule.exact_weights_at(0),
-        [c.mean_length for c in self.cursors], epoch,
+      self.cfg.mixture.interleave,
+      self.cfg.seed,
+      self.tokens_unit,
+      self.schedule.exact_weights_at(0),
+      [c.mean_length for c in self.cursors],
+      epoch,
     )
 
   def _set_epoch(self, epoch: int) -> None:
@@ -195,18 +194,17 @@ class DocumentStream:
   def get_state(self) -> dict[str, Any]:
     """JSON-able state; its size does not grow with dataset size or run length."""
     return {
-        "version": STATE_VERSION,
-        "epoch": self.epoch,
-        "unit": self.cfg.mixture.unit,
-        "interleave": self.cfg.mixture.interleave,
-        "emitted": self.emitted,
-        "tokens": self.tokens,
-        "ended": self.ended,
-        "datasets": {
-            c.settings.name: {"pass": c.pass_index, "position": c.position, "taken": c.taken}
-            for c in self.cursors
-        },
-        "segment": self.interleave.get_state(),
+      "version": STATE_VERSION,
+      "epoch": self.epoch,
+      "unit": self.cfg.mixture.unit,
+      "interleave": self.cfg.mixture.interleave,
+      "emitted": self.emitted,
+      "tokens": self.tokens,
+      "ended": self.ended,
+      "datasets": {
+        c.settings.name: {"pass": c.pass_index, "position": c.position, "taken": c.taken} for c in self.cursors
+      },
+      "segment": self.interleave.get_state(),
     }
 
   def set_state(self, state: Mapping[str, Any]) -> None:
@@ -219,8 +217,7 @@ class DocumentStream:
     for key in ("unit", "interleave"):
       if state.get(key) != getattr(self.cfg.mixture, key):
         raise ValueError(
-            f"stream state: mixture.{key} was {state.get(key)!r}, the config says "
-            f"{getattr(self.cfg.mixture, key)!r}"
+          f"stream state: mixture.{key} was {state.get(key)!r}, the config says {getattr(self.cfg.mixture, key)!r}"
         )
     datasets = state.get("datasets")
     if not isinstance(datasets, Mapping) or set(datasets) != set(self.names):
@@ -262,7 +259,7 @@ class DocumentStream:
     return batch.refs()[0]
 
   def take(
-      self, step: int, max_docs: int | None = None, max_tokens: int | None = None, token_overhead: int = 0
+    self, step: int, max_docs: int | None = None, max_tokens: int | None = None, token_overhead: int = 0
   ) -> DocBatch:
     """The next documents, picked with the weights of `step`.
 
@@ -316,8 +313,8 @@ class DocumentStream:
     """Per dataset, pass completions still needed (0 = none / not watched), and
     how many datasets still need some (-1: no stop_after_passes dataset)."""
     watch = [
-        max(0, c.settings.target_passes - c.completed_passes) if c.settings.policy == "passes" else 0
-        for c in self.cursors
+      max(0, c.settings.target_passes - c.completed_passes) if c.settings.policy == "passes" else 0
+      for c in self.cursors
     ]
     if not any(c.settings.policy == "passes" for c in self.cursors):
       return watch, -1
@@ -330,15 +327,13 @@ class DocumentStream:
       return
     watch, _ = self._pass_watch()
     starved = [i for i, need in enumerate(watch) if need and weights[i] == 0]
-    can_stop = any(
-        c.settings.max_passes is not None and weights[i] > 0 for i, c in enumerate(self.cursors)
-    )
+    can_stop = any(c.settings.max_passes is not None and weights[i] > 0 for i, c in enumerate(self.cursors))
     if starved and not can_stop:
       cursor = self.cursors[starved[0]]
       raise ConfigError(
-          f"datasets.{cursor.settings.name}: weight 0 from step {self.schedule.constant_from} on, "
-          f"but only {cursor.completed_passes} of its {cursor.settings.target_passes} passes are "
-          "done; the stream could never end"
+        f"datasets.{cursor.settings.name}: weight 0 from step {self.schedule.constant_from} on, "
+        f"but only {cursor.completed_passes} of its {cursor.settings.target_passes} passes are "
+        "done; the stream could never end"
       )
 
   def _emit(self, choices: list[int]) -> DocBatch:

@@ -55,7 +55,7 @@ class DatasetCursor:
     """Extends the buffer to >= `docs` documents or >= `tokens` tokens ahead
     (or to everything the dataset may still supply)."""
     have_docs = self.buf_len.size - self.start
-    if self.final or have_docs >= docs or int(self.buf_len[self.start:].sum()) >= tokens:
+    if self.final or have_docs >= docs or int(self.buf_len[self.start :].sum()) >= tokens:
       return
     self._compact()
     have_tokens = int(self.buf_len.sum())
@@ -80,7 +80,7 @@ class DatasetCursor:
       have_tokens += int(lengths.sum())
       next_pos = stop
     self.buf_pass, self.buf_pos, self.buf_record, self.buf_len = (
-        np.concatenate([p[i] for p in pieces]) for i in range(4)
+      np.concatenate([p[i] for p in pieces]) for i in range(4)
     )
     self._encoded = None
 
@@ -113,7 +113,7 @@ class DatasetCursor:
   def _compact(self) -> None:
     if self.start:
       self.buf_pass, self.buf_pos, self.buf_record, self.buf_len = (
-          a[self.start:] for a in (self.buf_pass, self.buf_pos, self.buf_record, self.buf_len)
+        a[self.start :] for a in (self.buf_pass, self.buf_pos, self.buf_record, self.buf_len)
       )
       self.start = 0
       self._encoded = None

@@ -62,21 +62,19 @@ class ShuffleOptions:
     block = self.block_size
     if block is not None and block != "global":
       if not is_int(block) or block < 1:
-        raise ValueError(
-            f"shuffle_block_size: expected None, a positive int or 'global', got {block!r}"
-        )
+        raise ValueError(f"shuffle_block_size: expected None, a positive int or 'global', got {block!r}")
 
 
 class DatasetOrder:
   """Maps (pass, positions) to global record indices of one dataset."""
 
   def __init__(
-      self,
-      name: str,
-      shard_counts: Sequence[int] | np.ndarray,
-      options: ShuffleOptions,
-      seed: int,
-      epoch: int = 0,
+    self,
+    name: str,
+    shard_counts: Sequence[int] | np.ndarray,
+    options: ShuffleOptions,
+    seed: int,
+    epoch: int = 0,
   ) -> None:
     if not is_int(epoch) or epoch < 0:
       raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
@@ -108,8 +106,7 @@ class DatasetOrder:
     positions = np.asarray(positions, dtype=np.int64)
     if positions.size and (positions.min() < 0 or positions.max() >= self.num_records):
       raise ValueError(
-          f"{self.name}: positions must lie in [0, {self.num_records}), got "
-          f"{positions.min()}..{positions.max()}"
+        f"{self.name}: positions must lie in [0, {self.num_records}), got {positions.min()}..{positions.max()}"
       )
     key_pass = self.key_pass(pass_index)
     if key_pass > self._newest_key_pass:

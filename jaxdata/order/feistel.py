@@ -81,7 +81,7 @@ def _bit_length(v: np.ndarray) -> np.ndarray:
 
 
 def check_domain(
-    positions: np.ndarray | int, n: np.ndarray | int, tweak: np.ndarray | int
+  positions: np.ndarray | int, n: np.ndarray | int, tweak: np.ndarray | int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Positions, sizes and tweaks as int64 arrays, checked: sizes in [1, 2**62],
   positions in [0, n), `n` and `tweak` scalar or shaped like `positions`."""
@@ -104,10 +104,10 @@ def check_domain(
 
 
 def feistel_permute(
-    positions: np.ndarray | int,
-    n: np.ndarray | int,
-    key: int,
-    tweak: np.ndarray | int = 0,
+  positions: np.ndarray | int,
+  n: np.ndarray | int,
+  key: int,
+  tweak: np.ndarray | int = 0,
 ) -> np.ndarray:
   """Maps each position in [0, n) to its image under the keyed Feistel
   bijection; arguments and result as for `jaxdata.order.permutation.permute`.
@@ -122,10 +122,10 @@ def feistel_permute(
   for start in range(0, flat_x.size, _CHUNK):
     part = slice(start, start + _CHUNK)
     out[part] = _permute_chunk(
-        flat_x[part],
-        flat_n[part] if sizes.ndim else flat_n,
-        flat_t[part] if tweaks.ndim else flat_t,
-        keys,
+      flat_x[part],
+      flat_n[part] if sizes.ndim else flat_n,
+      flat_t[part] if tweaks.ndim else flat_t,
+      keys,
     )
   return out.reshape(x.shape)
 
@@ -133,9 +133,7 @@ def feistel_permute(
 _CHUNK = 1 << 18
 
 
-def _permute_chunk(
-    x: np.ndarray, sizes: np.ndarray, tweaks: np.ndarray, keys: list[np.uint64]
-) -> np.ndarray:
+def _permute_chunk(x: np.ndarray, sizes: np.ndarray, tweaks: np.ndarray, keys: list[np.uint64]) -> np.ndarray:
   """`permute` on a flat chunk; `sizes` / `tweaks` have 1 or len(x) elements."""
   salt = mix64(tweaks.astype(_U64) * GOLDEN + _U64(0x632BE59BD9B4E019))
   # bits to cover [0, n): bit_length(n - 1), at least 2 so both halves exist.
@@ -163,12 +161,12 @@ def _permute_chunk(
 
 
 def _feistel(
-    x: np.ndarray,
-    right_bits: np.ndarray,
-    right_mask: np.ndarray,
-    left_mask: np.ndarray,
-    tweak: np.ndarray,
-    keys: list[np.uint64],
+  x: np.ndarray,
+  right_bits: np.ndarray,
+  right_mask: np.ndarray,
+  left_mask: np.ndarray,
+  tweak: np.ndarray,
+  keys: list[np.uint64],
 ) -> np.ndarray:
   left = x >> right_bits
   right = x & right_mask

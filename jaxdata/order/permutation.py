@@ -42,10 +42,10 @@ _SIZE_SALT = _U64(0xD6E8FEB86659FD93)
 
 
 def permute(
-    positions: np.ndarray | int,
-    n: np.ndarray | int,
-    key: int,
-    tweak: np.ndarray | int = 0,
+  positions: np.ndarray | int,
+  n: np.ndarray | int,
+  key: int,
+  tweak: np.ndarray | int = 0,
 ) -> np.ndarray:
   """The image of each position in [0, n) under the permutation selected by
   (key, tweak, n); int64, shaped like `positions`.
@@ -146,7 +146,6 @@ class _PermutationCache:
         _, evicted = self.table.popitem(last=False)
         self.entries -= evicted.size
     return image
-
 
   def forget(self, keys: set[int]) -> None:
     """Drops every permutation of these keys (a finished pass's: the stream will not ask again)."""

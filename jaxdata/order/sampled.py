@@ -29,8 +29,7 @@ class SampledOrder:
 
   def __init__(self, name: str, num_choices: int, pass_records: int, seed: int, epoch: int = 0) -> None:
     if num_choices < 1 or pass_records < 1:
-      raise ValueError(f"{name}: draws need num_choices >= 1 and pass_records >= 1, got "
-                       f"{num_choices}, {pass_records}")
+      raise ValueError(f"{name}: draws need num_choices >= 1 and pass_records >= 1, got {num_choices}, {pass_records}")
     if num_choices >= 1 << 52:
       raise ValueError(f"{name}: {num_choices} choices; draws support fewer than 2^52")
     self.name, self.seed = name, seed

@@ -16,13 +16,13 @@ from jaxdata._lazy import lazy_exports
 __all__ = ["Pipeline", "PipelineDataset", "StepPlanner", "host_row_blocks", "pieces_for_hosts"]
 
 __getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "Pipeline": "jaxdata.pipeline.pipeline",
-        "PipelineDataset": "jaxdata.pipeline.grain",
-        "StepPlanner": "jaxdata.pipeline.planner",
-        "host_row_blocks": "jaxdata.pipeline.planner",
-        "pieces_for_hosts": "jaxdata.pipeline.planner",
-    },
-    package_globals=globals(),
+  __name__,
+  {
+    "Pipeline": "jaxdata.pipeline.pipeline",
+    "PipelineDataset": "jaxdata.pipeline.grain",
+    "StepPlanner": "jaxdata.pipeline.planner",
+    "host_row_blocks": "jaxdata.pipeline.planner",
+    "pieces_for_hosts": "jaxdata.pipeline.planner",
+  },
+  package_globals=globals(),
 )

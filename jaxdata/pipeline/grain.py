@@ -24,9 +24,10 @@ from jaxdata.pipeline.pipeline import Pipeline
 __all__ = ["MP_PREFETCH_REFUSED", "PipelineDataset", "PipelineDatasetIterator"]
 
 MP_PREFETCH_REFUSED = (
-    "PipelineDataset.mp_prefetch: Grain's worker processes slice a dataset per worker, but a jaxdata Pipeline is "
-    "one global stream already sharded by host; use PipelineDataset(cfg, workers=n) (or Pipeline(cfg, workers=n)): "
-    "n processes read and assemble with output and state identical to one")
+  "PipelineDataset.mp_prefetch: Grain's worker processes slice a dataset per worker, but a jaxdata Pipeline is "
+  "one global stream already sharded by host; use PipelineDataset(cfg, workers=n) (or Pipeline(cfg, workers=n)): "
+  "n processes read and assemble with output and state identical to one"
+)
 
 
 class PipelineDatasetIterator(grain.DatasetIterator):

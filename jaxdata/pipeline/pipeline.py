@@ -89,10 +89,20 @@ class Pipeline:
   """
 
   def __init__(
-      self, cfg: PipelineConfig, mesh: Mesh | None = None, data_axes: Sequence[str] = ("data",), *,
-      tpu: str | SliceSpec | None = None, prefetch: int = 2, workers: int = 0, planner_process: bool | None = None,
-      read_ahead_tokens: int = READ_AHEAD, read_threads: int = 1, stats_path: str | None = None,
-      epoch: int = 0, split: str = "train",
+    self,
+    cfg: PipelineConfig,
+    mesh: Mesh | None = None,
+    data_axes: Sequence[str] = ("data",),
+    *,
+    tpu: str | SliceSpec | None = None,
+    prefetch: int = 2,
+    workers: int = 0,
+    planner_process: bool | None = None,
+    read_ahead_tokens: int = READ_AHEAD,
+    read_threads: int = 1,
+    stats_path: str | None = None,
+    epoch: int = 0,
+    split: str = "train",
   ) -> None:
     _check_arguments(prefetch, workers, planner_process, read_ahead_tokens)
     mesh, data_axes = _mesh_and_axes(tpu, mesh, data_axes)
@@ -104,8 +114,13 @@ class Pipeline:
     parts = open_parts(spec)
     cfg = parts.cfg
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
-    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(),
-                                  stats_path if stats_path is not None else cfg.stats_path, parts.record_starts)
+    self.recorder = StatsRecorder(
+      cfg.names,
+      cfg.mixture.unit,
+      cfg.schedule(),
+      stats_path if stats_path is not None else cfg.stats_path,
+      parts.record_starts,
+    )
     self.planner, self.reader, self.fingerprint = parts.planner, parts.reader, parts.fingerprint
     # The producer and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.
@@ -113,13 +128,31 @@ class Pipeline:
     rows_here, self._output = output_functions(sharding)
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
     self._producer: StepProducer | WorkerProducer = StepProducer(
-        cfg, self.planner, self.reader, self.recorder, self._rows_here, read_ahead_tokens, self._snapshot,
-        aligned=aliases_host_memory(sharding), background_reads=prefetch > 0)
+      cfg,
+      self.planner,
+      self.reader,
+      self.recorder,
+      self._rows_here,
+      read_ahead_tokens,
+      self._snapshot,
+      aligned=aliases_host_memory(sharding),
+      background_reads=prefetch > 0,
+    )
     if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
-        self._producer = WorkerProducer(spec, cfg, workers, self._producer, self.recorder, self.fingerprint,
-                                       self._rows_here, prefetch + 1, read_ahead_tokens, self._snapshot(),
-                                       fall_back=planner_process is None and not workers)
+        self._producer = WorkerProducer(
+          spec,
+          cfg,
+          workers,
+          self._producer,
+          self.recorder,
+          self.fingerprint,
+          self._rows_here,
+          prefetch + 1,
+          read_ahead_tokens,
+          self._snapshot(),
+          fall_back=planner_process is None and not workers,
+        )
       except BaseException:  # re-raised: nothing may stay open
         self.reader.close()
         raise
@@ -218,13 +251,18 @@ class Pipeline:
 
 def _warn_if_no_step(step: int, tokens_per_step: int) -> None:
   if step == 0:
-    warnings.warn(f"jaxdata: the stream ended before one whole step ({tokens_per_step:,} tokens): no batch "
-                  "(batch.drop_remainder drops the partial one); the datasets are smaller than a step under "
-                  "their pass policies", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+      f"jaxdata: the stream ended before one whole step ({tokens_per_step:,} tokens): no batch "
+      "(batch.drop_remainder drops the partial one); the datasets are smaller than a step under "
+      "their pass policies",
+      RuntimeWarning,
+      stacklevel=3,
+    )
 
 
-def _mesh_and_axes(tpu: str | SliceSpec | None, mesh: Mesh | None,
-                   data_axes: Sequence[str]) -> tuple[Mesh | None, Sequence[str]]:
+def _mesh_and_axes(
+  tpu: str | SliceSpec | None, mesh: Mesh | None, data_axes: Sequence[str]
+) -> tuple[Mesh | None, Sequence[str]]:
   """The mesh and data axes given, or a slice's default ones."""
   if tpu is None:
     return mesh, data_axes
@@ -261,16 +299,24 @@ def _check_arguments(prefetch: int, workers: int, planner_process: bool | None, 
     raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
 
 
-def _producing(producer: StepProducer | WorkerProducer, output: Callable[..., dict[str, Any]] | None,
-               rows_here: Callable[[int, int], np.ndarray], recorder: StatsRecorder) -> Callable[[], Prepared | Any]:
+def _producing(
+  producer: StepProducer | WorkerProducer,
+  output: Callable[..., dict[str, Any]] | None,
+  rows_here: Callable[[int, int], np.ndarray],
+  recorder: StatsRecorder,
+) -> Callable[[], Prepared | Any]:
   """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays."""
   if output is None:
     return producer.produce
   return functools.partial(_global_batch, producer.produce, output, rows_here, recorder)
 
 
-def _global_batch(produce: Callable[[], Prepared | Any], output: Callable[..., dict[str, Any]],
-                  rows_here: Callable[[int, int], np.ndarray], recorder: StatsRecorder) -> Prepared | Any:
+def _global_batch(
+  produce: Callable[[], Prepared | Any],
+  output: Callable[..., dict[str, Any]],
+  rows_here: Callable[[int, int], np.ndarray],
+  recorder: StatsRecorder,
+) -> Prepared | Any:
   """The next step with its NumPy rows as global arrays. Made where the step
   is made (the prefetch thread when there is one): done in the training
   thread instead, the two threads hand the GIL back and forth for every

@@ -44,8 +44,7 @@ class Parts:
 
 # A list that `open_parts` hands its reader, so that every read made in this process is logged there:
 # set by `jaxdata.testing.recorded_reads`, never by a training run.
-RECORDED_READS: contextvars.ContextVar[ReadLog | None] = contextvars.ContextVar("jaxdata_recorded_reads",
-                                                                               default=None)
+RECORDED_READS: contextvars.ContextVar[ReadLog | None] = contextvars.ContextVar("jaxdata_recorded_reads", default=None)
 
 
 def open_parts(spec: PipelineSpec) -> Parts:
@@ -59,21 +58,34 @@ def open_parts(spec: PipelineSpec) -> Parts:
         continue
       datasets.append(open_split(d, ReadOptions(num_threads=spec.read_threads), cache, cfg.seed, split))
     if split == "eval":
-      cfg = eval_config(cfg, {ds_name: ds.num_records for ds_name, ds in
-                              zip([d.name for d in cfg.dataset_settings() if d.holdout], datasets)})
+      cfg = eval_config(
+        cfg,
+        {
+          ds_name: ds.num_records
+          for ds_name, ds in zip([d.name for d in cfg.dataset_settings() if d.holdout], datasets)
+        },
+      )
     bound = token_bound(cfg, datasets)
-    planner = StepPlanner(cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)},
-                           spec.epoch)
+    planner = StepPlanner(
+      cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)}, spec.epoch
+    )
   except BaseException:  # re-raised: nothing may stay open
     for dataset in datasets:
       dataset.close()
     raise
   fingerprint = order_fingerprint(
-      cfg, [ds.manifest.fingerprint for ds in datasets], [c.order for c in planner.stream.cursors],
-      [_sampling(ds, d) for ds, d in zip(datasets, cfg.dataset_settings())],
+    cfg,
+    [ds.manifest.fingerprint for ds in datasets],
+    [c.order for c in planner.stream.cursors],
+    [_sampling(ds, d) for ds, d in zip(datasets, cfg.dataset_settings())],
   )
-  return Parts(planner, DocumentReader(datasets, cfg.names, bound, RECORDED_READS.get()), fingerprint, cfg,
-               [np.asarray(ds.record_starts) for ds in datasets])
+  return Parts(
+    planner,
+    DocumentReader(datasets, cfg.names, bound, RECORDED_READS.get()),
+    fingerprint,
+    cfg,
+    [np.asarray(ds.record_starts) for ds in datasets],
+  )
 
 
 def _sampling(dataset: Dataset, settings: Any) -> str:

@@ -107,10 +107,10 @@ def encoded_state(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def pieces_for_hosts(
-    cfg: PipelineConfig,
-    step: int,
-    num_hosts: int,
-    metadata: Mapping[str, DatasetMeta] | None = None,
+  cfg: PipelineConfig,
+  step: int,
+  num_hosts: int,
+  metadata: Mapping[str, DatasetMeta] | None = None,
 ) -> list[Pieces]:
   """The document pieces each of `num_hosts` hosts reads at `step`.
 
@@ -128,8 +128,10 @@ def check_host_count(cfg: PipelineConfig, num_hosts: Any) -> None:
   rows = sorted({r for r, _ in cfg.row_shapes()})
   bad = [r for r in rows if r % num_hosts]
   if bad:
-    raise ValueError(f"num_hosts: {num_hosts} hosts cannot split the {bad[0]} rows of a step evenly (steps of this "
-                     f"config have {', '.join(map(str, rows))} rows); use a host count that divides them")
+    raise ValueError(
+      f"num_hosts: {num_hosts} hosts cannot split the {bad[0]} rows of a step evenly (steps of this "
+      f"config have {', '.join(map(str, rows))} rows); use a host count that divides them"
+    )
 
 
 def host_row_blocks(rows: int, num_hosts: int) -> list[np.ndarray]:

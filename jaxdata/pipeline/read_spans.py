@@ -32,8 +32,19 @@ from jaxdata.transforms.assemble import FEATURES, assemble_rows, follow_boundari
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
-    "ALIGNMENT", "LocalStep", "MAX_SPAN_STEPS", "PlannedSpan", "READ_AHEAD", "ReadStep", "RowsHere",
-    "aligned_arrays", "assemble", "decode_span", "encode_span", "plan_span", "read_span",
+  "ALIGNMENT",
+  "LocalStep",
+  "MAX_SPAN_STEPS",
+  "PlannedSpan",
+  "READ_AHEAD",
+  "ReadStep",
+  "RowsHere",
+  "aligned_arrays",
+  "assemble",
+  "decode_span",
+  "encode_span",
+  "plan_span",
+  "read_span",
 ]
 
 MAX_SPAN_STEPS = 64
@@ -78,8 +89,11 @@ class ReadStep:
 
 
 def plan_span(
-    planner: StepPlanner, recorder: StatsRecorder, rows_here: RowsHere, tokens: int,
-    snapshot: Callable[[], dict[str, Any]],
+  planner: StepPlanner,
+  recorder: StatsRecorder,
+  rows_here: RowsHere,
+  tokens: int,
+  snapshot: Callable[[], dict[str, Any]],
 ) -> PlannedSpan:
   """Plans steps until they hold `tokens` of this host's rows (at least one
   step, at most MAX_SPAN_STEPS) or the stream ends."""
@@ -93,8 +107,16 @@ def plan_span(
     span.stats.append(recorder.planned(plan, planner.stream.passes_completed()))
     rows = rows_here(plan.rows, plan.seq_len)
     index = plan.in_rows(rows)
-    span.steps.append(LocalStep(plan.step, plan.seq_len, rows.size, plan.pieces.take(index),
-                                  np.searchsorted(rows, plan.row[index]), plan.column[index]))
+    span.steps.append(
+      LocalStep(
+        plan.step,
+        plan.seq_len,
+        rows.size,
+        plan.pieces.take(index),
+        np.searchsorted(rows, plan.row[index]),
+        plan.column[index],
+      )
+    )
     span.states.append(snapshot())
     local_tokens += rows.size * plan.seq_len
   span.ended = not span.steps or planner.done
@@ -107,8 +129,10 @@ def encode_span(steps: list[LocalStep]) -> tuple[list[dict[str, int]], bytes]:
   """(a JSON-able header per step, every step's pieces as one int64 array's bytes)."""
   header = [{"step": s.step, "seq_len": s.seq_len, "num_rows": s.num_rows, "pieces": len(s.pieces)} for s in steps]
   columns = [np.concatenate([getattr(s.pieces, f) for s in steps] or [np.zeros(0, np.int64)]) for f in _COLUMNS]
-  columns += [np.concatenate([s.local_row for s in steps] or [np.zeros(0, np.int64)]),
-              np.concatenate([s.column for s in steps] or [np.zeros(0, np.int64)])]
+  columns += [
+    np.concatenate([s.local_row for s in steps] or [np.zeros(0, np.int64)]),
+    np.concatenate([s.column for s in steps] or [np.zeros(0, np.int64)]),
+  ]
   return header, np.stack(columns).astype(np.int64).tobytes()
 
 
@@ -135,8 +159,9 @@ def read_span(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> li
   out, first = [], 0
   for s in steps:
     here = (inner_piece >= first) & (inner_piece < first + len(s.pieces))
-    out.append(ReadStep(s, buffer, doc_start[first : first + len(s.pieces)],
-                        (inner_piece[here] - first, inner_offset[here])))
+    out.append(
+      ReadStep(s, buffer, doc_start[first : first + len(s.pieces)], (inner_piece[here] - first, inner_offset[here]))
+    )
     first += len(s.pieces)
   return out
 
@@ -148,15 +173,18 @@ def aligned_arrays(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
   size = num_rows * seq_len * 4
   block = np.empty(len(FEATURES) * size + ALIGNMENT, np.uint8)
   first = -block.ctypes.data % ALIGNMENT
-  return {name: block[first + f * size : first + (f + 1) * size].view(np.int32).reshape(num_rows, seq_len)
-          for f, name in enumerate(FEATURES)}
+  return {
+    name: block[first + f * size : first + (f + 1) * size].view(np.int32).reshape(num_rows, seq_len)
+    for f, name in enumerate(FEATURES)
+  }
 
 
 def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
   """The step's int32 [local rows, seq_len] arrays (written into `out` if given)."""
   s = item.local
-  batch = assemble_rows(s.pieces, s.local_row, s.column, s.num_rows, s.seq_len, item.buffer, item.doc_start,
-                        packing, out=out)
+  batch = assemble_rows(
+    s.pieces, s.local_row, s.column, s.num_rows, s.seq_len, item.buffer, item.doc_start, packing, out=out
+  )
   if item.boundaries[0].size:
     follow_boundaries(batch, s.pieces, s.local_row, s.column, *item.boundaries, packing.pad_id)
   return batch

@@ -36,8 +36,11 @@ class DocumentReader:
   """
 
   def __init__(
-      self, datasets: Sequence[Dataset], names: Sequence[str], bound: TokenBound,
-      read_log: ReadLog | None = None,
+    self,
+    datasets: Sequence[Dataset],
+    names: Sequence[str],
+    bound: TokenBound,
+    read_log: ReadLog | None = None,
   ) -> None:
     self.datasets = list(datasets)
     self.names = tuple(names)
@@ -56,8 +59,11 @@ class DocumentReader:
         records, inverse = np.unique(pieces.record[mine], return_inverse=True)
         wanted.append((d, dataset, mine, records, inverse))
     # A remote window's shards, of every dataset, are fetched together and stay cached until it is read.
-    pinned = [(dataset.remote, dataset.remote.pin(dataset.locate(records)[0]))
-              for _, dataset, _, records, _ in wanted if dataset.remote is not None]
+    pinned = [
+      (dataset.remote, dataset.remote.pin(dataset.locate(records)[0]))
+      for _, dataset, _, records, _ in wanted
+      if dataset.remote is not None
+    ]
     try:
       for d, dataset, mine, records, inverse in wanted:
         if self.read_log is not None:

@@ -35,8 +35,13 @@ _with_sharding = getattr(_jax_core, "update_aval_with_sharding", None)
 
 
 __all__ = [
-    "aliases_host_memory", "batch_sharding", "check_rows_divide", "data_parallel_size", "global_arrays", "local_rows",
-    "output_functions",
+  "aliases_host_memory",
+  "batch_sharding",
+  "check_rows_divide",
+  "data_parallel_size",
+  "global_arrays",
+  "local_rows",
+  "output_functions",
 ]
 
 
@@ -58,8 +63,8 @@ def check_rows_divide(cfg: PipelineConfig, mesh: Mesh, data_axes: Sequence[str])
   for rows, seq_len in cfg.row_shapes():
     if rows % shards:
       raise ValueError(
-          f"batch.global_batch_size: {rows} rows (at seq_len {seq_len}) do not divide over "
-          f"the {shards} data-parallel shards of mesh axes {tuple(data_axes)}"
+        f"batch.global_batch_size: {rows} rows (at seq_len {seq_len}) do not divide over "
+        f"the {shards} data-parallel shards of mesh axes {tuple(data_axes)}"
       )
 
 
@@ -79,13 +84,15 @@ def local_rows(sharding: jax.sharding.Sharding, shape: tuple[int, int]) -> np.nd
 
 
 def global_arrays(
-    arrays: Mapping[str, np.ndarray], sharding: jax.sharding.Sharding, shape: tuple[int, int], rows_here: np.ndarray
+  arrays: Mapping[str, np.ndarray], sharding: jax.sharding.Sharding, shape: tuple[int, int], rows_here: np.ndarray
 ) -> dict[str, jax.Array]:
   """Global arrays of `shape` from this process's rows (`arrays[name][i]` is row `rows_here[i]`)."""
   devices, blocks = _device_blocks(sharding, shape, np.asarray(rows_here, np.int64).tobytes())
   if _BATCHED_PUT is None:
-    return {name: jax.make_array_from_callback(shape, sharding, functools.partial(_piece, local, rows_here, shape))
-            for name, local in arrays.items()}
+    return {
+      name: jax.make_array_from_callback(shape, sharding, functools.partial(_piece, local, rows_here, shape))
+      for name, local in arrays.items()
+    }
   out = {}
   for name, local in arrays.items():
     pieces = [local[first:stop] if columns == _ALL else local[first:stop, columns] for first, stop, columns in blocks]
@@ -95,8 +102,9 @@ def global_arrays(
 
 
 @functools.lru_cache(maxsize=16)
-def _device_blocks(sharding: jax.sharding.Sharding, shape: tuple[int, int],
-                   rows_here: bytes) -> tuple[list[Any], list[tuple[int, int, slice]]]:
+def _device_blocks(
+  sharding: jax.sharding.Sharding, shape: tuple[int, int], rows_here: bytes
+) -> tuple[list[Any], list[tuple[int, int, slice]]]:
   """This process's devices and, for each, which local rows and columns it
   holds: (first, stop, columns); checked to be the sharding's shard shape.
   `rows_here`: the int64 bytes of the process's rows (hashable, for the cache)."""
@@ -108,8 +116,9 @@ def _device_blocks(sharding: jax.sharding.Sharding, shape: tuple[int, int],
     columns = index[1] if index[1] == _ALL else slice(*index[1].indices(shape[1]))
     width = len(range(*columns.indices(shape[1])))
     if (stop - start, width) != expected or start not in local_index:
-      raise ValueError(f"sharding: device {device} holds rows {start}:{stop} of {shape}, not a {expected} "
-                       f"block of this process's rows")
+      raise ValueError(
+        f"sharding: device {device} holds rows {start}:{stop} of {shape}, not a {expected} block of this process's rows"
+      )
     devices.append(device)
     blocks.append((local_index[start], local_index[start] + stop - start, columns))
   return devices, blocks
@@ -146,7 +155,7 @@ _BATCHED_PUT = _batched_put()
 
 
 def output_functions(
-    sharding: jax.sharding.Sharding | None,
+  sharding: jax.sharding.Sharding | None,
 ) -> tuple[Callable[[int, int], np.ndarray], Callable[..., dict[str, Any]] | None]:
   """(rows this process holds of a [rows, seq_len] step, how its assembled
   rows become the batch): all rows and NumPy without a sharding."""

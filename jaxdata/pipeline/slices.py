@@ -35,11 +35,27 @@ jax_sharding = lazy_module("jax.sharding")
 __all__ = ["SliceSpec", "available_slices", "explicit_slice", "load_slice", "slice_mesh"]
 
 _PACKAGE = "jaxdata.tpu_configs"
-_TORUS_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8",
-             512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16", 4096: "16x16x16", 6144: "16x16x24"}
+_TORUS_3D = {
+  4: "2x2x1",
+  8: "2x2x2",
+  16: "2x2x4",
+  32: "2x4x4",
+  64: "4x4x4",
+  128: "4x4x8",
+  256: "4x8x8",
+  512: "8x8x8",
+  1024: "8x8x16",
+  2048: "8x16x16",
+  4096: "16x16x16",
+  6144: "16x16x24",
+}
 _TORUS_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
-_FAMILIES = {"v4": ("tpu-v4", _TORUS_3D, 2), "v5p": ("tpu-v5p", _TORUS_3D, 2),
-             "v5e": ("tpu-v5-lite", _TORUS_2D, 1), "v6e": ("tpu-v6e", _TORUS_2D, 1)}
+_FAMILIES = {
+  "v4": ("tpu-v4", _TORUS_3D, 2),
+  "v5p": ("tpu-v5p", _TORUS_3D, 2),
+  "v5e": ("tpu-v5-lite", _TORUS_2D, 1),
+  "v6e": ("tpu-v6e", _TORUS_2D, 1),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +75,9 @@ class SliceSpec:
     if self.hosts * self.chips_per_host != self.chips:
       raise ConfigError(f"{where}: hosts x chips_per_host = {self.hosts * self.chips_per_host}, chips = {self.chips}")
     if math.prod(self.mesh_shape) != self.chips:
-      raise ConfigError(f"{where}: mesh shape {self.mesh_shape} multiplies to {math.prod(self.mesh_shape)}, not {self.chips}")
+      raise ConfigError(
+        f"{where}: mesh shape {self.mesh_shape} multiplies to {math.prod(self.mesh_shape)}, not {self.chips}"
+      )
     if math.prod(int(x) for x in self.topology.split("x")) != self.chips:
       raise ConfigError(f"{where}: topology {self.topology} does not have {self.chips} chips")
     if len(self.mesh_axes) != len(self.mesh_shape) or not set(self.data_axes) <= set(self.mesh_axes):
@@ -80,9 +98,9 @@ class SliceSpec:
     """Rows each host holds; raises ConfigError if the batch does not divide."""
     if global_batch % self.data_parallel:
       raise ConfigError(
-          f"global batch {global_batch} does not divide over the {self.data_parallel} data-parallel "
-          f"shards of {self.name} (mesh {dict(zip(self.mesh_axes, self.mesh_shape))}, data axes "
-          f"{list(self.data_axes)}); use a multiple of {self.data_parallel}"
+        f"global batch {global_batch} does not divide over the {self.data_parallel} data-parallel "
+        f"shards of {self.name} (mesh {dict(zip(self.mesh_axes, self.mesh_shape))}, data axes "
+        f"{list(self.data_axes)}); use a multiple of {self.data_parallel}"
       )
     per_shard = global_batch // self.data_parallel
     shards = set(self.data_shards_per_host())
@@ -99,8 +117,17 @@ def _table() -> dict[str, SliceSpec]:
       per_host = chips if (cores_per_chip == 1 and chips <= 8) else min(4, chips)
       hosts = chips // per_host
       name = f"{family}-{chips * cores_per_chip}"
-      table[name] = SliceSpec(name, accelerator, chips, hosts, per_host, topology, ("data", "fsdp", "tensor"),
-                              (hosts, per_host, 1), ("data", "fsdp"))
+      table[name] = SliceSpec(
+        name,
+        accelerator,
+        chips,
+        hosts,
+        per_host,
+        topology,
+        ("data", "fsdp", "tensor"),
+        (hosts, per_host, 1),
+        ("data", "fsdp"),
+      )
   return table
 
 
@@ -109,14 +136,24 @@ def available_slices() -> list[str]:
   return sorted(set(files) | set(_table()), key=lambda n: (n.split("-")[0], int(n.split("-")[-1].split("x")[-1])))
 
 
-def explicit_slice(shape: Sequence[int], axes: Sequence[str], data_axes: Sequence[str], hosts: int = 1,
-                   name: str = "mesh") -> SliceSpec:
+def explicit_slice(
+  shape: Sequence[int], axes: Sequence[str], data_axes: Sequence[str], hosts: int = 1, name: str = "mesh"
+) -> SliceSpec:
   """A slice from an explicit mesh shape and axis names (devices spread evenly over `hosts`)."""
   chips = math.prod(shape)
   if hosts < 1 or chips % hosts:
     raise ConfigError(f"tpu: {chips} devices do not split over {hosts} hosts")
-  return SliceSpec(name, "explicit", chips, hosts, chips // hosts, "x".join(str(s) for s in shape), tuple(axes),
-                   tuple(int(s) for s in shape), tuple(data_axes))
+  return SliceSpec(
+    name,
+    "explicit",
+    chips,
+    hosts,
+    chips // hosts,
+    "x".join(str(s) for s in shape),
+    tuple(axes),
+    tuple(int(s) for s in shape),
+    tuple(data_axes),
+  )
 
 
 def load_slice(name: str) -> SliceSpec:
@@ -129,8 +166,10 @@ def load_slice(name: str) -> SliceSpec:
     return _from_yaml(yaml.safe_load(resource.read_text()), f"tpu_configs/{name}.yaml")
   if name in _table():
     return _table()[name]
-  raise ConfigError(f"tpu: no slice {name!r}; built in: {', '.join(available_slices())}; or give a slice YAML "
-                    "file's path, or an explicit mesh")
+  raise ConfigError(
+    f"tpu: no slice {name!r}; built in: {', '.join(available_slices())}; or give a slice YAML "
+    "file's path, or an explicit mesh"
+  )
 
 
 def _from_yaml(raw: Any, where: str) -> SliceSpec:
@@ -140,8 +179,10 @@ def _from_yaml(raw: Any, where: str) -> SliceSpec:
   try:
     mesh = raw.pop("mesh")
     return SliceSpec(
-        mesh_axes=tuple(mesh["axes"]), mesh_shape=tuple(mesh["shape"]),
-        data_axes=tuple(raw.pop("data_axes")), **raw,
+      mesh_axes=tuple(mesh["axes"]),
+      mesh_shape=tuple(mesh["shape"]),
+      data_axes=tuple(raw.pop("data_axes")),
+      **raw,
     )
   except (KeyError, TypeError) as e:
     raise ConfigError(f"{where}: malformed slice config ({e})") from e
@@ -151,8 +192,6 @@ def slice_mesh(spec: SliceSpec, devices: list[jax.Device] | None = None) -> jax.
   """The slice's default mesh over `devices` (default: all of jax.devices())."""
   devices = list(jax.devices()) if devices is None else list(devices)
   if len(devices) != spec.chips:
-    raise ConfigError(
-        f"tpu: slice {spec.name} has {spec.chips} chips but {len(devices)} devices are visible"
-    )
+    raise ConfigError(f"tpu: slice {spec.name} has {spec.chips} chips but {len(devices)} devices are visible")
   ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
   return jax_sharding.Mesh(np.array(ordered).reshape(spec.mesh_shape), spec.mesh_axes)

@@ -62,14 +62,21 @@ class PipelineSpec:
 
   def to_dict(self) -> dict[str, Any]:
     """Plain JSON-able data that `from_dict` reads back to an equal spec."""
-    return {"version": SPEC_VERSION, "config": self.config.to_dict(), "split": self.split, "epoch": self.epoch,
-            "read_threads": self.read_threads}
+    return {
+      "version": SPEC_VERSION,
+      "config": self.config.to_dict(),
+      "split": self.split,
+      "epoch": self.epoch,
+      "read_threads": self.read_threads,
+    }
 
   @classmethod
   def from_dict(cls, raw: Mapping[str, Any]) -> PipelineSpec:
     if raw.get("version") != SPEC_VERSION:
-      raise ConfigError(f"pipeline spec: version {raw.get('version')!r}, this jaxdata reads {SPEC_VERSION} "
-                        "(a worker process runs another jaxdata than the pipeline)")
+      raise ConfigError(
+        f"pipeline spec: version {raw.get('version')!r}, this jaxdata reads {SPEC_VERSION} "
+        "(a worker process runs another jaxdata than the pipeline)"
+      )
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - fields - {"version"})
     if unknown:

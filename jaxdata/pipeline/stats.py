@@ -27,8 +27,14 @@ MAX_LISTED_SHARDS = 8  # per source and step: enough for the sawtooth check; a g
 class StatsRecorder:
   """Builds each step's stats when it is planned; records them when it is handed out."""
 
-  def __init__(self, names: Sequence[str], unit: str, schedule: Schedule, path: str | None,
-               record_starts: Sequence[np.ndarray] = ()) -> None:
+  def __init__(
+    self,
+    names: Sequence[str],
+    unit: str,
+    schedule: Schedule,
+    path: str | None,
+    record_starts: Sequence[np.ndarray] = (),
+  ) -> None:
     if path is not None:
       _check_stats_file(path)
     self.shards = _ShardNumbering(record_starts) if len(record_starts) else None  # shards read per step
@@ -58,25 +64,25 @@ class StatsRecorder:
     starts = plan.pieces.offset == 0  # documents begun this step
     documents = np.bincount(plan.pieces.dataset[starts], minlength=len(self.names))
     return {
-        "step": plan.step,
-        "rows": plan.rows,
-        "seq_len": plan.seq_len,
-        "tokens_per_source": dict(zip(self.names, per_source.tolist())),
-        "share_batch": dict(zip(self.names, (per_source / total).tolist())),
-        "share_cumulative": dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
-        "target_share": dict(zip(self.names, self.schedule.weights_at(plan.step))),
-        "unit": self.unit,
-        "documents_per_source": dict(zip(self.names, documents.tolist())),
-        **self._shards(plan),
-        "padding_fraction": plan.padding_fraction,
-        # The longest row's tokens: a loop may slice the batch to it (bucketed); what padding that leaves.
-        "longest_row": longest,
-        "padding_fraction_to_longest": 1.0 - plan.tokens / (plan.rows * longest) if longest else 0.0,
-        "pieces_split": plan.split_pieces,
-        "truncated_tokens": plan.truncated_tokens,
-        "final": plan.final,
-        "passes": dict(passes),
-        "time_s": {},
+      "step": plan.step,
+      "rows": plan.rows,
+      "seq_len": plan.seq_len,
+      "tokens_per_source": dict(zip(self.names, per_source.tolist())),
+      "share_batch": dict(zip(self.names, (per_source / total).tolist())),
+      "share_cumulative": dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
+      "target_share": dict(zip(self.names, self.schedule.weights_at(plan.step))),
+      "unit": self.unit,
+      "documents_per_source": dict(zip(self.names, documents.tolist())),
+      **self._shards(plan),
+      "padding_fraction": plan.padding_fraction,
+      # The longest row's tokens: a loop may slice the batch to it (bucketed); what padding that leaves.
+      "longest_row": longest,
+      "padding_fraction_to_longest": 1.0 - plan.tokens / (plan.rows * longest) if longest else 0.0,
+      "pieces_split": plan.split_pieces,
+      "truncated_tokens": plan.truncated_tokens,
+      "final": plan.final,
+      "passes": dict(passes),
+      "time_s": {},
     }
 
   def _shards(self, plan: StepPlan) -> dict[str, Any]:
@@ -128,8 +134,9 @@ def _check_stats_file(path: str) -> None:
   except (UnicodeDecodeError, json.JSONDecodeError):
     record = None
   if not isinstance(record, dict) or "step" not in record or "tokens_per_source" not in record:
-    raise ConfigError(f"stats_path: {path} exists and is not a jaxdata stats file; not appending to it "
-                      "(choose a new path)")
+    raise ConfigError(
+      f"stats_path: {path} exists and is not a jaxdata stats file; not appending to it (choose a new path)"
+    )
 
 
 class _ShardNumbering:
@@ -142,8 +149,9 @@ class _ShardNumbering:
     self.record_base = np.cumsum(totals) - totals  # the concatenation's first record of each dataset
     counts = np.array([len(starts) - 1 for starts in record_starts], np.int64)
     self.base = np.cumsum(counts) - counts  # the first global shard of each dataset
-    self.start = np.concatenate([np.asarray(starts[:-1], np.int64) + offset
-                                 for starts, offset in zip(record_starts, self.record_base)])
+    self.start = np.concatenate(
+      [np.asarray(starts[:-1], np.int64) + offset for starts, offset in zip(record_starts, self.record_base)]
+    )
     self.dataset = np.repeat(np.arange(len(counts)), counts)
 
   def of(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:

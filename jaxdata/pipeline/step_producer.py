@@ -101,16 +101,16 @@ class StepProducer:
   makes_steps_ahead = False  # steps are made when asked for (on the prefetch thread, if any)
 
   def __init__(
-      self,
-      cfg: PipelineConfig,
-      planner: StepPlanner,
-      reader: DocumentReader,
-      recorder: StatsRecorder,
-      rows_here: RowsHere,
-      read_ahead_tokens: int,
-      snapshot: Callable[[], dict[str, Any]],
-      aligned: bool = False,
-      background_reads: bool = False,
+    self,
+    cfg: PipelineConfig,
+    planner: StepPlanner,
+    reader: DocumentReader,
+    recorder: StatsRecorder,
+    rows_here: RowsHere,
+    read_ahead_tokens: int,
+    snapshot: Callable[[], dict[str, Any]],
+    aligned: bool = False,
+    background_reads: bool = False,
   ) -> None:
     self.cfg = cfg
     self.aligned = aligned
@@ -142,8 +142,15 @@ class StepProducer:
 
   def execution(self) -> Execution:
     """Where the steps are made: here (`Pipeline.execution`)."""
-    return Execution(processes=(), steps_from_processes=0, steps_per_reader=(), may_fall_back=False, fell_back=False,
-                     assembles_here=True, read_thread=self.read_ahead is not None)
+    return Execution(
+      processes=(),
+      steps_from_processes=0,
+      steps_per_reader=(),
+      may_fall_back=False,
+      fell_back=False,
+      assembles_here=True,
+      read_thread=self.read_ahead is not None,
+    )
 
   def assemble_step(self, item: ReadStep) -> dict[str, Any]:
     """A read step's rows (in fresh aligned memory when `aligned`)."""

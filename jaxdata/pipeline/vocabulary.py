@@ -48,8 +48,8 @@ class TokenBound:
     document = int(np.searchsorted(offsets, first, side="right")) - 1
     shards, in_shard = dataset.locate(records[document : document + 1])
     raise DatasetError(
-        f"{dataset.shard_path(int(shards[0]))}: record {int(in_shard[0])} holds token id {int(tokens[first])}, "
-        f"not below {self.limit} ({self.source})"
+      f"{dataset.shard_path(int(shards[0]))}: record {int(in_shard[0])} holds token id {int(tokens[first])}, "
+      f"not below {self.limit} ({self.source})"
     )
 
 
@@ -60,9 +60,9 @@ def token_bound(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> TokenBound:
     for d, identity in zip(cfg.datasets[1:], identities[1:]):
       if identity != identities[0]:
         raise ConfigError(
-            f"datasets.{d.name}: tokenizer {identity} differs from datasets.{cfg.datasets[0].name}'s "
-            f"{identities[0]}; token ids would mean different things (set allow_mixed_tokenizers: true "
-            "to mix them on purpose)"
+          f"datasets.{d.name}: tokenizer {identity} differs from datasets.{cfg.datasets[0].name}'s "
+          f"{identities[0]}; token ids would mean different things (set allow_mixed_tokenizers: true "
+          "to mix them on purpose)"
         )
   sizes = [ds.manifest.tokenizer.get("vocab_size") for ds in datasets]
   if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):

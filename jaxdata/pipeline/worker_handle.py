@@ -41,8 +41,9 @@ class WorkerHandle:
     try:
       with theirs:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "jaxdata.pipeline.worker_process", str(theirs.fileno())], pass_fds=inherited,
-            env=_child_environment(),
+          [sys.executable, "-m", "jaxdata.pipeline.worker_process", str(theirs.fileno())],
+          pass_fds=inherited,
+          env=_child_environment(),
         )
     except OSError as e:  # no process left, an interpreter that cannot be run
       ours.close()

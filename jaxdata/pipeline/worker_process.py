@@ -228,10 +228,18 @@ class _Planning(_Role):
       return
     self.span_tokens = grown_span(span.steps, self.spec.read_ahead_tokens)
     header, payload = encode_span(span.steps)
-    send(self.conn, {
-        "kind": "span", "generation": self.generation, "steps": header,
-        "states": [encoded_state(s) for s in span.states], "stats": span.stats, "ended": span.ended,
-    }, payload)
+    send(
+      self.conn,
+      {
+        "kind": "span",
+        "generation": self.generation,
+        "steps": header,
+        "states": [encoded_state(s) for s in span.states],
+        "stats": span.stats,
+        "ended": span.ended,
+      },
+      payload,
+    )
     self.credits -= 1
     self.idle = span.ended
 
@@ -240,8 +248,7 @@ class _Reading(_Role):
   """Reads a span when its turn comes (its remote shards are fetched from
   its arrival on); assembles its steps, in order, into free slots."""
 
-  def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts,
-               buffer: memoryview) -> None:
+  def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts, buffer: memoryview) -> None:
     super().__init__(conn)
     self.cfg, self.spec, self.reader, self.buffer = cfg, spec, parts.reader, buffer
     self.free: set[int] = set()
@@ -292,8 +299,16 @@ class _Reading(_Role):
       self.pending.clear()
       return
     self.free.remove(slot)
-    send(self.conn, {"kind": "step", "generation": self.generation, "step": ready.local.step, "slot": slot,
-                     "time_s": {"read": read_s, "assemble": time.perf_counter() - started}})
+    send(
+      self.conn,
+      {
+        "kind": "step",
+        "generation": self.generation,
+        "step": ready.local.step,
+        "slot": slot,
+        "time_s": {"read": read_s, "assemble": time.perf_counter() - started},
+      },
+    )
 
   def _read(self, steps: list[LocalStep]) -> None:
     started = time.perf_counter()

@@ -58,8 +58,19 @@ __all__ = ["WorkerProducer"]
 STARTS_BEFORE_GIVING_UP = 3  # a worker that exits before it is ready this many times in a row is not started again
 
 _ERRORS: dict[str, type[Exception]] = {
-    e.__name__: e for e in (DatasetError, ConfigError, CheckpointError, InputFormatError, ValueError,
-                            IndexError, KeyError, OSError, RuntimeError, MemoryError)
+  e.__name__: e
+  for e in (
+    DatasetError,
+    ConfigError,
+    CheckpointError,
+    InputFormatError,
+    ValueError,
+    IndexError,
+    KeyError,
+    OSError,
+    RuntimeError,
+    MemoryError,
+  )
 }
 
 
@@ -99,9 +110,18 @@ class WorkerProducer:
   """
 
   def __init__(
-      self, spec: PipelineSpec, cfg: PipelineConfig, count: int, local: StepProducer, recorder: StatsRecorder,
-      fingerprint: dict[str, Any], rows_here: RowsHere, slots: int,
-      read_ahead_tokens: int, start_state: dict[str, Any], fall_back: bool = False,
+    self,
+    spec: PipelineSpec,
+    cfg: PipelineConfig,
+    count: int,
+    local: StepProducer,
+    recorder: StatsRecorder,
+    fingerprint: dict[str, Any],
+    rows_here: RowsHere,
+    slots: int,
+    read_ahead_tokens: int,
+    start_state: dict[str, Any],
+    fall_back: bool = False,
   ) -> None:
     if count < 0:
       raise ValueError(f"workers: must be >= 0, got {count}")
@@ -168,10 +188,15 @@ class WorkerProducer:
     """Where the steps are made now (`Pipeline.execution`)."""
     if self.fell_back:
       return dataclasses.replace(self.local.execution(), may_fall_back=True, fell_back=True)
-    return Execution(processes=tuple(spec.name for spec in self.specs), steps_from_processes=self.from_workers,
-                     steps_per_reader=tuple(self.per_reader), may_fall_back=self.fall_back, fell_back=False,
-                     assembles_here=not self.makes_steps_ahead,
-                     read_thread=not self.makes_steps_ahead and self.local.read_ahead is not None)
+    return Execution(
+      processes=tuple(spec.name for spec in self.specs),
+      steps_from_processes=self.from_workers,
+      steps_per_reader=tuple(self.per_reader),
+      may_fall_back=self.fall_back,
+      fell_back=False,
+      assembles_here=not self.makes_steps_ahead,
+      read_thread=not self.makes_steps_ahead and self.local.read_ahead is not None,
+    )
 
   def produce(self) -> Prepared | Any:
     if self.fell_back:
@@ -215,8 +240,11 @@ class WorkerProducer:
     except WorkerStartError as error:
       if not self.fall_back:
         raise
-      warnings.warn(f"jaxdata: {error}; planning in this process instead (as with planner_process=False)",
-                    RuntimeWarning, stacklevel=2)
+      warnings.warn(
+        f"jaxdata: {error}; planning in this process instead (as with planner_process=False)",
+        RuntimeWarning,
+        stacklevel=2,
+      )
       self.fell_back, self.started = True, False
       close_all(self.handles)
       return False
@@ -318,8 +346,11 @@ class WorkerProducer:
             self._read_next_span()
         self.spans += 1
         for i, (header, state, stats) in enumerate(zip(steps, message["states"], message["stats"])):
-          self.coming.append(_Coming(header["step"], reader, header["num_rows"], header["seq_len"], state, stats,
-                                     i == len(steps) - 1, span))
+          self.coming.append(
+            _Coming(
+              header["step"], reader, header["num_rows"], header["seq_len"], state, stats, i == len(steps) - 1, span
+            )
+          )
       if message["ended"]:
         self.coming.append(END)
 
@@ -351,8 +382,9 @@ class WorkerProducer:
             self.failed_starts += 1
             if self.failed_starts >= STARTS_BEFORE_GIVING_UP:
               self.failed_starts = 0  # raised once; the next call starts it again (a retry)
-              raise WorkerStartError(f"{exited} before it was ready, "
-                                     f"{STARTS_BEFORE_GIVING_UP} times in a row") from None
+              raise WorkerStartError(
+                f"{exited} before it was ready, {STARTS_BEFORE_GIVING_UP} times in a row"
+              ) from None
           self.handles[i] = handle.respawned()
           break
         if message is None:
@@ -364,8 +396,10 @@ class WorkerProducer:
         if message["kind"] == "ready":
           self.failed_starts = 0
           if message["fingerprint"] != json.loads(json.dumps(self.fingerprint)):
-            raise DatasetError("a dataset changed while the pipeline started: its worker process "
-                               "opened files that order batches differently")
+            raise DatasetError(
+              "a dataset changed while the pipeline started: its worker process "
+              "opened files that order batches differently"
+            )
           handle.ready = True
     if errors:  # every worker's message was read: the next call respawns those that exited
       raise errors[0]

@@ -33,8 +33,15 @@ import numpy as np
 
 from jaxdata.config.validate import require_keys
 
-__all__ = ["DoReMiRound", "IW_ESS_WARNING", "doremi_average", "doremi_round", "doremi_update", "importance_weights",
-           "per_source_loss"]
+__all__ = [
+  "DoReMiRound",
+  "IW_ESS_WARNING",
+  "doremi_average",
+  "doremi_round",
+  "doremi_update",
+  "importance_weights",
+  "per_source_loss",
+]
 
 IW_ESS_WARNING = 0.5  # warn when importance weights leave less than this share of the effective sample size
 
@@ -59,11 +66,11 @@ def _losses(name: str, value: Any, domain: str) -> np.ndarray:
 
 
 def doremi_update(
-    weights: Mapping[str, float],
-    proxy_loss: Mapping[str, Any],
-    reference_loss: Mapping[str, Any],
-    eta: float = 0.1,
-    smoothing: float = 1e-3,
+  weights: Mapping[str, float],
+  proxy_loss: Mapping[str, Any],
+  reference_loss: Mapping[str, Any],
+  eta: float = 0.1,
+  smoothing: float = 1e-3,
 ) -> dict[str, float]:
   """One DoReMi round's new weights (see `doremi_round`)."""
   return doremi_round(weights, proxy_loss, reference_loss, eta, smoothing).weights
@@ -99,11 +106,11 @@ def doremi_average(rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def doremi_round(
-    weights: Mapping[str, float],
-    proxy_loss: Mapping[str, Any],
-    reference_loss: Mapping[str, Any],
-    eta: float = 0.1,
-    smoothing: float = 1e-3,
+  weights: Mapping[str, float],
+  proxy_loss: Mapping[str, Any],
+  reference_loss: Mapping[str, Any],
+  eta: float = 0.1,
+  smoothing: float = 1e-3,
 ) -> DoReMiRound:
   """One DoReMi round on per-token losses of each domain (NumPy or jnp arrays): new weights and
   the excess losses. `eta` 0.1 as the paper uses.
@@ -167,15 +174,18 @@ def importance_weights(target: Mapping[str, float], sampling: Mapping[str, float
   ess = 1 / (1 + max(chi2, 0.0))
   if ess < IW_ESS_WARNING:
     worst = max(out, key=out.get)
-    warnings.warn(f"importance_weights: weight {out[worst]:.1f} for {worst!r} (q = {float(sampling[worst]):.3g}): "
-                  f"the weighted loss has the variance of {ess:.0%} of the tokens; sample {worst!r} more",
-                  RuntimeWarning, stacklevel=2)
+    warnings.warn(
+      f"importance_weights: weight {out[worst]:.1f} for {worst!r} (q = {float(sampling[worst]):.3g}): "
+      f"the weighted loss has the variance of {ess:.0%} of the tokens; sample {worst!r} more",
+      RuntimeWarning,
+      stacklevel=2,
+    )
   return out
 
 
 @functools.partial(jax.jit, static_argnames="num_sources")
 def per_source_loss(
-    token_loss: jax.Array, source_ids: jax.Array, loss_mask: jax.Array, num_sources: int
+  token_loss: jax.Array, source_ids: jax.Array, loss_mask: jax.Array, num_sources: int
 ) -> tuple[jax.Array, jax.Array]:
   """(mean loss over valid tokens, valid token count) per source, from a batch.
 

@@ -126,8 +126,9 @@ class TokenDataset(ShardedRecords):
           lengths.append(self._check_shard_files(shard))
           self._readers.append(self._open_reader(shard, os.path.join(self.path, shard.path)))
         else:
-          lengths.append(self._check_lengths(shard, self.remote.lengths_file(i),
-                                             os.path.join(self.path, shard.lengths_path)))
+          lengths.append(
+            self._check_lengths(shard, self.remote.lengths_file(i), os.path.join(self.path, shard.lengths_path))
+          )
           self._readers.append(None)
       # Memory-mapped, smallest dtype; totals computed once, a shard at a time.
       self.lengths = DocumentLengths(lengths)
@@ -141,9 +142,9 @@ class TokenDataset(ShardedRecords):
     return os.path.join(self.path, self.manifest.shards[shard].path)
 
   def read(
-      self,
-      shard_ids: Sequence[int] | np.ndarray,
-      record_ids: Sequence[int] | np.ndarray,
+    self,
+    shard_ids: Sequence[int] | np.ndarray,
+    record_ids: Sequence[int] | np.ndarray,
   ) -> RaggedTokens:
     """Reads the records at (shard_ids[i], record_ids[i]), in that order.
 
@@ -153,9 +154,7 @@ class TokenDataset(ShardedRecords):
     shard_ids = np.asarray(shard_ids, dtype=np.int64).ravel()
     record_ids = np.asarray(record_ids, dtype=np.int64).ravel()
     if shard_ids.shape != record_ids.shape:
-      raise ValueError(
-          f"read: {shard_ids.size} shard ids but {record_ids.size} record ids"
-      )
+      raise ValueError(f"read: {shard_ids.size} shard ids but {record_ids.size} record ids")
     count = shard_ids.size
     if count == 0:
       return RaggedTokens(np.zeros(0, self.dtype), np.zeros(1, np.int64))
@@ -164,10 +163,7 @@ class TokenDataset(ShardedRecords):
     bad = np.flatnonzero((record_ids < 0) | (record_ids >= for_shard))
     if bad.size:
       i = bad[0]
-      raise IndexError(
-          f"{self.shard_path(shard_ids[i])}: record {record_ids[i]} out of "
-          f"range [0, {for_shard[i]})"
-      )
+      raise IndexError(f"{self.shard_path(shard_ids[i])}: record {record_ids[i]} out of range [0, {for_shard[i]})")
     order = np.lexsort((record_ids, shard_ids))
     sorted_shards = shard_ids[order]
     cuts = np.flatnonzero(np.diff(sorted_shards)) + 1
@@ -204,16 +200,16 @@ class TokenDataset(ShardedRecords):
       digest = file_sha256(path)
       if digest != shard.sha256:
         raise DatasetError(
-            f"{path}: sha256 {digest[:12]}... differs from manifest.json "
-            f"({shard.sha256[:12]}...); the shard changed after it was written"
+          f"{path}: sha256 {digest[:12]}... differs from manifest.json "
+          f"({shard.sha256[:12]}...); the shard changed after it was written"
         )
       byte_lengths = record_byte_lengths(path)
       records = np.arange(shard.num_records)
       self._check_byte_lengths(
-          byte_lengths,
-          self.lengths[self.record_starts[shard_id] + records].astype(np.int64),
-          np.full(shard.num_records, shard_id),
-          records,
+        byte_lengths,
+        self.lengths[self.record_starts[shard_id] + records].astype(np.int64),
+        np.full(shard.num_records, shard_id),
+        records,
       )
 
   def close(self) -> None:
@@ -229,14 +225,14 @@ class TokenDataset(ShardedRecords):
 
   def __repr__(self) -> str:
     return (
-        f"TokenDataset({self.name!r}, shards={self.num_shards}, "
-        f"records={self.num_records}, tokens={self.num_tokens}, dtype={self.dtype.name})"
+      f"TokenDataset({self.name!r}, shards={self.num_shards}, "
+      f"records={self.num_records}, tokens={self.num_tokens}, dtype={self.dtype.name})"
     )
 
   def _thread_pool(self) -> concurrent.futures.ThreadPoolExecutor:
     if self._pool is None:
       self._pool = concurrent.futures.ThreadPoolExecutor(
-          self.read_options.num_threads, thread_name_prefix=f"jaxdata-read-{self.name}"
+        self.read_options.num_threads, thread_name_prefix=f"jaxdata-read-{self.name}"
       )
     return self._pool
 
@@ -272,21 +268,23 @@ class TokenDataset(ShardedRecords):
     size = os.path.getsize(shard_file)
     if size != shard.num_bytes:
       raise DatasetError(
-          f"{shard_file}: {size} bytes on disk, manifest.json lists "
-          f"{shard.num_bytes} (truncated or replaced?)"
+        f"{shard_file}: {size} bytes on disk, manifest.json lists {shard.num_bytes} (truncated or replaced?)"
       )
     if shard.sample_sha256:
       if sample_sha256(shard_file) != shard.sample_sha256:
-        raise DatasetError(f"{shard_file}: content differs from the shard manifest.json lists (sampled "
-                           "hash; replaced or swapped with another file?)")
+        raise DatasetError(
+          f"{shard_file}: content differs from the shard manifest.json lists (sampled "
+          "hash; replaced or swapped with another file?)"
+        )
     elif file_sha256(shard_file) != shard.sha256:  # a format 1 manifest: the full hash, slower
-      raise DatasetError(f"{shard_file}: content differs from the shard manifest.json lists "
-                         "(sha256; replaced or swapped with another file?)")
+      raise DatasetError(
+        f"{shard_file}: content differs from the shard manifest.json lists "
+        "(sha256; replaced or swapped with another file?)"
+      )
     lengths_file = os.path.join(self.path, shard.lengths_path)
     if not os.path.isfile(lengths_file):
       raise DatasetError(
-          f"{lengths_file}: lengths index of shard {shard.path} is missing; "
-          "rebuild it with `jaxdata index`"
+        f"{lengths_file}: lengths index of shard {shard.path} is missing; rebuild it with `jaxdata index`"
       )
     return self._check_lengths(shard, lengths_file, lengths_file)
 
@@ -304,8 +302,7 @@ class TokenDataset(ShardedRecords):
         raise DatasetError(f"{lengths_file}: lengths index holds a negative length ({low})")
       if total != shard.num_tokens:
         raise DatasetError(
-            f"{lengths_file}: lengths sum to {total} tokens, manifest.json lists "
-            f"{shard.num_tokens} for {shard.path}"
+          f"{lengths_file}: lengths sum to {total} tokens, manifest.json lists {shard.num_tokens} for {shard.path}"
         )
 
   def _open_reader(self, shard: ShardInfo, local_file: str, shard_file: str | None = None) -> ArrayRecordReader:
@@ -322,18 +319,15 @@ class TokenDataset(ShardedRecords):
     found = reader.num_records()
     if found != shard.num_records:
       reader.close()
-      raise DatasetError(
-          f"{shard_file}: {found} records in the file, manifest.json lists "
-          f"{shard.num_records}"
-      )
+      raise DatasetError(f"{shard_file}: {found} records in the file, manifest.json lists {shard.num_records}")
     return reader
 
   def _check_byte_lengths(
-      self,
-      byte_lengths: np.ndarray,
-      token_lengths: np.ndarray,
-      shard_ids: np.ndarray,
-      record_ids: np.ndarray,
+    self,
+    byte_lengths: np.ndarray,
+    token_lengths: np.ndarray,
+    shard_ids: np.ndarray,
+    record_ids: np.ndarray,
   ) -> None:
     bad = np.flatnonzero(byte_lengths != token_lengths * self.dtype.itemsize)
     if not bad.size:
@@ -342,10 +336,9 @@ class TokenDataset(ShardedRecords):
     where = f"{self.shard_path(shard_ids[i])}: record {record_ids[i]}"
     if byte_lengths[i] % self.dtype.itemsize:
       raise DatasetError(
-          f"{where} has {byte_lengths[i]} bytes, not a whole number of "
-          f"{self.dtype.name} tokens (wrong dtype in manifest.json?)"
+        f"{where} has {byte_lengths[i]} bytes, not a whole number of "
+        f"{self.dtype.name} tokens (wrong dtype in manifest.json?)"
       )
     raise DatasetError(
-        f"{where} has {byte_lengths[i] // self.dtype.itemsize} tokens, the "
-        f"lengths index says {token_lengths[i]}"
+      f"{where} has {byte_lengths[i] // self.dtype.itemsize} tokens, the lengths index says {token_lengths[i]}"
     )

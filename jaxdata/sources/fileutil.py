@@ -27,8 +27,18 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["MARKER", "check_inside", "check_name", "claim_directory", "clear_claimed", "file_sha256", "index_sha256", "is_claimed",
-           "replace_arrays", "sample_sha256"]
+__all__ = [
+  "MARKER",
+  "check_inside",
+  "check_name",
+  "claim_directory",
+  "clear_claimed",
+  "file_sha256",
+  "index_sha256",
+  "is_claimed",
+  "replace_arrays",
+  "sample_sha256",
+]
 
 SAMPLE_BLOCKS = 16  # blocks of 4 KiB, evenly spaced, first and last included
 SAMPLE_BLOCK = 4096
@@ -43,8 +53,8 @@ def check_name(name: object, where: str) -> str:
   (so `--name ../../x` cannot write outside the output directory)."""
   if not isinstance(name, str) or not _NAME.fullmatch(name):
     raise ValueError(
-        f"{where}: {str(name)[:80]!r} is not a dataset name (letters, digits, '_', '.', '-'; "
-        "starting with a letter or digit; at most 128 characters)"
+      f"{where}: {str(name)[:80]!r} is not a dataset name (letters, digits, '_', '.', '-'; "
+      "starting with a letter or digit; at most 128 characters)"
     )
   return name
 
@@ -123,7 +133,7 @@ def claim_directory(path: str, owner: str) -> None:
     raise FileExistsError(f"{path}: exists and is not a directory")
   if os.path.isdir(path) and not is_claimed(path, owner) and os.listdir(path):
     raise FileExistsError(
-        f"{path}: exists, is not empty and was not created by {owner}; choose a new or empty directory"
+      f"{path}: exists, is not empty and was not created by {owner}; choose a new or empty directory"
     )
   os.makedirs(path, exist_ok=True)
   with open(os.path.join(path, MARKER), "w", encoding="utf-8") as f:

@@ -52,16 +52,20 @@ class FlatTokenDataset(ShardedRecords):
     self.read_options = read_options
     self.remote = None  # no shard cache: ranges are read from the store directly
     self.in_store = is_remote(self.path)
-    self.manifest = manifest or (Manifest.parse(read_object(self.path, "manifest.json"), f"{self.path}/manifest.json")
-                                 if self.in_store else Manifest.load(self.path))
+    self.manifest = manifest or (
+      Manifest.parse(read_object(self.path, "manifest.json"), f"{self.path}/manifest.json")
+      if self.in_store
+      else Manifest.load(self.path)
+    )
     if self.manifest.format == "arrayrecord":
       raise DatasetError(f"{self.path}: an ArrayRecord dataset; open it with TokenDataset")
     self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
     root = self.manifest.data_root
     self.data_root = self.path if not root else root if (os.path.isabs(root) or is_remote(root)) else None
     if self.data_root is None:
-      raise DatasetError(f"{self.path}/manifest.json: data_root {root!r} must be empty, absolute or a gs:// or "
-                         "s3:// URL")
+      raise DatasetError(
+        f"{self.path}/manifest.json: data_root {root!r} must be empty, absolute or a gs:// or s3:// URL"
+      )
     self.reads_ranges_from_store = is_remote(self.data_root)
     shards = self.manifest.shards
     self._number_records([s.num_records for s in shards])
@@ -73,19 +77,25 @@ class FlatTokenDataset(ShardedRecords):
     self.lengths = DocumentLengths(lengths)
     for shard_id, (shard, total) in enumerate(zip(shards, self.lengths.part_sums)):
       if total != shard.num_tokens:
-        raise DatasetError(f"{self._named(shard.lengths_path)}: lengths sum to {total} tokens, manifest.json lists "
-                           f"{shard.num_tokens} for {shard.path}")
+        raise DatasetError(
+          f"{self._named(shard.lengths_path)}: lengths sum to {total} tokens, manifest.json lists "
+          f"{shard.num_tokens} for {shard.path}"
+        )
       # The ends of the starts index (the whole of it: `verify`): first document at 0, last one ending the file.
       starts, last = self.doc_starts[shard_id], int(self.lengths[int(self.record_starts[shard_id + 1]) - 1])
       if starts.size and (int(starts[0]) != 0 or int(starts[-1]) + last != total):
-        raise DatasetError(f"{self._named(shard.starts_path)}: documents start at {int(starts[0])} and the last ends "
-                           f"at {int(starts[-1]) + last}; {shard.path} has {total} tokens (metadata of another file?)")
+        raise DatasetError(
+          f"{self._named(shard.starts_path)}: documents start at {int(starts[0])} and the last ends "
+          f"at {int(starts[-1]) + last}; {shard.path} has {total} tokens (metadata of another file?)"
+        )
     # Then the whole index against its hash: swapped starts or permuted lengths whose ends agree.
     for shard, shard_lengths, starts in zip(shards, lengths, self.doc_starts):
       if shard.index_sha256 and index_sha256(shard_lengths, starts) != shard.index_sha256:
-        raise DatasetError(f"{self._named(shard.lengths_path)}, {self._named(shard.starts_path)}: the document "
-                           f"index of {shard.path} differs from the one manifest.json lists (index_sha256); "
-                           "edited or from another file? Rebuild it with `jaxdata index`")
+        raise DatasetError(
+          f"{self._named(shard.lengths_path)}, {self._named(shard.starts_path)}: the document "
+          f"index of {shard.path} differs from the one manifest.json lists (index_sha256); "
+          "edited or from another file? Rebuild it with `jaxdata index`"
+        )
     self.files = self._open_files(read_options)
 
   def shard_path(self, shard: int) -> str:
@@ -101,8 +111,10 @@ class FlatTokenDataset(ShardedRecords):
     bad = np.flatnonzero((record_ids < 0) | (record_ids >= self.shard_num_records[shard_ids]))
     if bad.size:
       i = bad[0]
-      raise IndexError(f"{self.shard_path(shard_ids[i])}: record {record_ids[i]} out of range "
-                       f"[0, {self.shard_num_records[shard_ids[i]]})")
+      raise IndexError(
+        f"{self.shard_path(shard_ids[i])}: record {record_ids[i]} out of range "
+        f"[0, {self.shard_num_records[shard_ids[i]]})"
+      )
     global_ids = self.global_index(shard_ids, record_ids)
     counts = self.lengths[global_ids].astype(np.int64)
     starts = np.empty(shard_ids.size, np.int64)
@@ -122,8 +134,10 @@ class FlatTokenDataset(ShardedRecords):
     bad = np.flatnonzero((starts < 0) | (counts < 0) | (starts + counts > self.shard_tokens[shard_ids]))
     if bad.size:
       i = bad[0]
-      raise DatasetError(f"{self.shard_path(shard_ids[i])}: tokens {starts[i]}..{starts[i] + counts[i]} lie past "
-                         f"its {self.shard_tokens[shard_ids[i]]} tokens (metadata of another file?)")
+      raise DatasetError(
+        f"{self.shard_path(shard_ids[i])}: tokens {starts[i]}..{starts[i] + counts[i]} lie past "
+        f"its {self.shard_tokens[shard_ids[i]]} tokens (metadata of another file?)"
+      )
     tokens = self.files.gather(shard_ids, starts, counts, offsets)
     return RaggedTokens(tokens, offsets)
 
@@ -138,12 +152,16 @@ class FlatTokenDataset(ShardedRecords):
         lengths = self.lengths[np.arange(first + begin, first + begin + chunk.size - 1)].astype(np.int64)
         bad = np.flatnonzero(np.diff(chunk) != lengths)
         if bad.size:
-          raise DatasetError(f"{self._named(shard.starts_path)}: document {begin + int(bad[0]) + 1} starts at "
-                             f"{int(chunk[bad[0] + 1])}, not right after the one before; rebuild it with `jaxdata index`")
+          raise DatasetError(
+            f"{self._named(shard.starts_path)}: document {begin + int(bad[0]) + 1} starts at "
+            f"{int(chunk[bad[0] + 1])}, not right after the one before; rebuild it with `jaxdata index`"
+          )
       digest = self.files.sha256(shard_id)
       if digest != shard.sha256:
-        raise DatasetError(f"{self.shard_path(shard_id)}: sha256 {digest[:12]}... differs from manifest.json "
-                           f"({shard.sha256[:12]}...); the file changed after it was indexed")
+        raise DatasetError(
+          f"{self.shard_path(shard_id)}: sha256 {digest[:12]}... differs from manifest.json "
+          f"({shard.sha256[:12]}...); the file changed after it was indexed"
+        )
 
   def close(self) -> None:
     files, self.files = getattr(self, "files", None), None
@@ -151,8 +169,10 @@ class FlatTokenDataset(ShardedRecords):
       files.close()
 
   def __repr__(self) -> str:
-    return (f"FlatTokenDataset({self.name!r}, format={self.manifest.format}, shards={self.num_shards}, "
-            f"records={self.num_records}, tokens={self.num_tokens}, dtype={self.dtype.name})")
+    return (
+      f"FlatTokenDataset({self.name!r}, format={self.manifest.format}, shards={self.num_shards}, "
+      f"records={self.num_records}, tokens={self.num_tokens}, dtype={self.dtype.name})"
+    )
 
   # ------------------------------------------------------------- opening
 
@@ -178,17 +198,24 @@ class FlatTokenDataset(ShardedRecords):
     if not shard.blocks_path:
       return None
     if shard.block_bytes != BLOCK_BYTES:
-      raise DatasetError(f"{self.path}/manifest.json: {shard.path} has checksums of {shard.block_bytes}-byte blocks; "
-                         f"this jaxdata checks {BLOCK_BYTES}-byte blocks (rebuild the index with `jaxdata index`)")
+      raise DatasetError(
+        f"{self.path}/manifest.json: {shard.path} has checksums of {shard.block_bytes}-byte blocks; "
+        f"this jaxdata checks {BLOCK_BYTES}-byte blocks (rebuild the index with `jaxdata index`)"
+      )
     return self._metadata(shard.blocks_path, -(-shard.num_bytes // BLOCK_BYTES), shard.path, "block checksums")
 
   def _open_files(self, read_options: ReadOptions) -> TokenFiles:
     paths = [self._data(s.path) for s in self.manifest.shards]
     if is_remote(self.data_root) or read_options.flat_reader == "tensorstore":
-      files: TokenFiles = KvTokenFiles(kv_root(self.data_root), [s.path for s in self.manifest.shards], paths,
-                                       self.dtype, [s.num_bytes for s in self.manifest.shards],
-                                       [s.data_offset for s in self.manifest.shards],
-                                       [self._block_sums(s) for s in self.manifest.shards])
+      files: TokenFiles = KvTokenFiles(
+        kv_root(self.data_root),
+        [s.path for s in self.manifest.shards],
+        paths,
+        self.dtype,
+        [s.num_bytes for s in self.manifest.shards],
+        [s.data_offset for s in self.manifest.shards],
+        [self._block_sums(s) for s in self.manifest.shards],
+      )
       for shard_id, shard in enumerate(self.manifest.shards):
         files.check_sample(shard_id, shard.num_bytes, shard.sample_sha256, SAMPLE_BLOCKS, SAMPLE_BLOCK)
       return files
@@ -203,6 +230,10 @@ class FlatTokenDataset(ShardedRecords):
         raise DatasetError(f"{path}: {on_disk} manifest.json lists {shard.num_bytes} (truncated or replaced?)")
       if sample_sha256(path) != shard.sample_sha256:
         raise DatasetError(f"{path}: content differs from the file manifest.json lists (sampled hash; replaced?)")
-    return MappedTokenFiles(paths, self.dtype, [s.num_bytes for s in self.manifest.shards],
-                            [s.data_offset for s in self.manifest.shards], file_sha256)
-
+    return MappedTokenFiles(
+      paths,
+      self.dtype,
+      [s.num_bytes for s in self.manifest.shards],
+      [s.data_offset for s in self.manifest.shards],
+      file_sha256,
+    )

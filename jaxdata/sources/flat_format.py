@@ -33,15 +33,30 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["MEGATRON_DTYPES", "MegatronIndex", "TokenLayout", "eos_lengths", "offsets_lengths", "read_megatron_index",
-           "token_layout"]
+__all__ = [
+  "MEGATRON_DTYPES",
+  "MegatronIndex",
+  "TokenLayout",
+  "eos_lengths",
+  "offsets_lengths",
+  "read_megatron_index",
+  "token_layout",
+]
 
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 # Megatron's dtype codes; jaxdata reads the two that hold token ids (int32 ids are read as uint32:
 # the same bytes for every id below 2^31, and a negative id fails the vocabulary check).
 MEGATRON_DTYPES = {8: "uint16", 4: "uint32"}
-_MEGATRON_CODE_NAMES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64", 7: "float32",
-                        8: "uint16"}
+_MEGATRON_CODE_NAMES = {
+  1: "uint8",
+  2: "int8",
+  3: "int16",
+  4: "int32",
+  5: "int64",
+  6: "float64",
+  7: "float32",
+  8: "uint16",
+}
 _HEADER = len(MEGATRON_MAGIC) + 8 + 1 + 8 + 8
 _SCAN_TOKENS = 1 << 24  # an EOS scan reads this many tokens at a time (bounded memory)
 
@@ -75,18 +90,23 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
     raise DatasetError(f"{idx_path}: index version {version}; jaxdata reads version 1")
   if code not in MEGATRON_DTYPES:
     name = _MEGATRON_CODE_NAMES.get(code, "unknown")
-    raise DatasetError(f"{idx_path}: dtype code {code} ({name}) is not a token type jaxdata reads "
-                       "(code 8 = uint16 or 4 = int32)")
+    raise DatasetError(
+      f"{idx_path}: dtype code {code} ({name}) is not a token type jaxdata reads (code 8 = uint16 or 4 = int32)"
+    )
   dtype = MEGATRON_DTYPES[code]
   itemsize = np.dtype(dtype).itemsize
   needed = _HEADER + 4 * sequences + 8 * sequences + 8 * doc_entries
   if size < needed or doc_entries < 1:
-    raise DatasetError(f"{idx_path}: {size} bytes, but its header promises {sequences} sequences and "
-                       f"{doc_entries} document index entries ({needed} bytes); truncated?")
+    raise DatasetError(
+      f"{idx_path}: {size} bytes, but its header promises {sequences} sequences and "
+      f"{doc_entries} document index entries ({needed} bytes); truncated?"
+    )
   if size > needed:
-    raise DatasetError(f"{idx_path}: {size - needed} bytes after the {sequences} sequences and {doc_entries} "
-                       f"document index entries its header promises ({needed} bytes); jaxdata reads text-only "
-                       "indexes (no multimodal sequence modes): another file appended, or a wrong header?")
+    raise DatasetError(
+      f"{idx_path}: {size - needed} bytes after the {sequences} sequences and {doc_entries} "
+      f"document index entries its header promises ({needed} bytes); jaxdata reads text-only "
+      "indexes (no multimodal sequence modes): another file appended, or a wrong header?"
+    )
   mapped = np.memmap(idx_path, np.uint8, "r")
   sizes = np.frombuffer(mapped, "<i4", sequences, _HEADER).astype(np.int64)
   pointers = np.frombuffer(mapped, "<i8", sequences, _HEADER + 4 * sequences)
@@ -99,15 +119,21 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
   off = np.flatnonzero(pointers != expected)
   if off.size:
     i = int(off[0])
-    raise DatasetError(f"{idx_path}: sequence {i} starts at byte {int(pointers[i])} of {bin_path}, not "
-                       f"{int(expected[i])} right after the one before; jaxdata reads sequences stored back to back")
+    raise DatasetError(
+      f"{idx_path}: sequence {i} starts at byte {int(pointers[i])} of {bin_path}, not "
+      f"{int(expected[i])} right after the one before; jaxdata reads sequences stored back to back"
+    )
   total = int(ends[-1]) if sequences else 0
   if total != bin_size:
-    raise DatasetError(f"{idx_path}: its sequence sizes add up to {total} bytes of {dtype}, but {bin_path} "
-                       f"has {bin_size} bytes (truncated .bin, or .idx of another file?)")
+    raise DatasetError(
+      f"{idx_path}: its sequence sizes add up to {total} bytes of {dtype}, but {bin_path} "
+      f"has {bin_size} bytes (truncated .bin, or .idx of another file?)"
+    )
   if doc_idx[0] != 0 or doc_idx[-1] != sequences or (np.diff(doc_idx) <= 0).any():
-    raise DatasetError(f"{idx_path}: document index must rise strictly from 0 to {sequences} (the sequence "
-                       f"count); got {doc_idx[:3].tolist()}...{doc_idx[-2:].tolist()}")
+    raise DatasetError(
+      f"{idx_path}: document index must rise strictly from 0 to {sequences} (the sequence "
+      f"count); got {doc_idx[:3].tolist()}...{doc_idx[-2:].tolist()}"
+    )
   starts = np.concatenate([[0], np.cumsum(sizes)])
   lengths = np.diff(starts[doc_idx])
   _check_nonempty(lengths, idx_path)
@@ -140,11 +166,15 @@ def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
       offset = f.tell()
     name = {"<u2": "uint16", "<u4": "uint32", "<i4": "uint32", "|u1": None}.get(found.str)
     if len(shape) != 1 or fortran or name is None:
-      raise DatasetError(f"{path}: a token .npy must be a 1-D little-endian uint16, uint32 or int32 array, got "
-                         f"shape {shape} dtype {found}")
+      raise DatasetError(
+        f"{path}: a token .npy must be a 1-D little-endian uint16, uint32 or int32 array, got "
+        f"shape {shape} dtype {found}"
+      )
     if shape[0] * found.itemsize != size - offset:
-      raise DatasetError(f"{path}: its .npy header says {shape[0]} ids ({shape[0] * found.itemsize} bytes), the file "
-                         f"holds {size - offset} bytes after the header (truncated, or the header of another array?)")
+      raise DatasetError(
+        f"{path}: its .npy header says {shape[0]} ids ({shape[0] * found.itemsize} bytes), the file "
+        f"holds {size - offset} bytes after the header (truncated, or the header of another array?)"
+      )
     if dtype is not None and np.dtype(dtype).name != name:
       raise DatasetError(f"{path}: holds {found} ids, `dtype` says {np.dtype(dtype).name}")
     dtype = np.dtype(name)
@@ -162,8 +192,9 @@ def eos_lengths(path: str, layout: TokenLayout, eos_id: int) -> np.ndarray:
   """Document lengths of a flat token file split after every `eos_id`."""
   count = layout.count
   ids = np.memmap(path, layout.dtype.newbyteorder("<"), "r", offset=layout.offset, shape=(count,))
-  ends = [np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == eos_id) + begin + 1
-          for begin in range(0, count, _SCAN_TOKENS)]
+  ends = [
+    np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == eos_id) + begin + 1 for begin in range(0, count, _SCAN_TOKENS)
+  ]
   ends = np.concatenate(ends + [np.zeros(0, np.int64)]).astype(np.int64)
   if not ends.size or ends[-1] != count:
     ends = np.append(ends, count)  # tokens after the last EOS: one more document
@@ -185,8 +216,10 @@ def offsets_lengths(path: str, layout: TokenLayout, offsets_path: str) -> np.nda
   bounds = np.append(offsets.astype(np.int64), count)
   if (np.diff(bounds) <= 0).any():
     bad = int(np.flatnonzero(np.diff(bounds) <= 0)[0])
-    raise DatasetError(f"{offsets_path}: offsets must rise strictly and stay below the {count} tokens of "
-                       f"{path}; entry {bad} is {int(bounds[bad])}, then {int(bounds[bad + 1])}")
+    raise DatasetError(
+      f"{offsets_path}: offsets must rise strictly and stay below the {count} tokens of "
+      f"{path}; entry {bad} is {int(bounds[bad])}, then {int(bounds[bad + 1])}"
+    )
   return np.diff(bounds)
 
 

@@ -54,8 +54,9 @@ def _token_path(fmt: str, given: str) -> str:
   return os.path.abspath(given)
 
 
-def _document_lengths(fmt: str, path: str, dtype: str | None, eos_id: int | None,
-                      offsets: bool, check_dtype: bool = True) -> tuple[str, int, np.ndarray]:
+def _document_lengths(
+  fmt: str, path: str, dtype: str | None, eos_id: int | None, offsets: bool, check_dtype: bool = True
+) -> tuple[str, int, np.ndarray]:
   """(dtype, byte offset of the first token, document lengths) of one token file."""
   if fmt == "megatron":
     index = read_megatron_index(path[:-4] + ".idx", path)
@@ -83,8 +84,9 @@ def _check_ids_look_like(path: str, dtype: np.dtype, claim: str) -> None:
   with open(path, "rb") as f:
     suspicion = dtype_suspicion(f.read(1 << 20), dtype)
   if suspicion:
-    raise DatasetError(f"{path}: {suspicion} ({claim}); check `dtype`, or index with `check_dtype=False` "
-                       "if the ids really are so")
+    raise DatasetError(
+      f"{path}: {suspicion} ({claim}); check `dtype`, or index with `check_dtype=False` if the ids really are so"
+    )
 
 
 def _check_eos_id(eos_id: Any, dtype: np.dtype) -> None:
@@ -98,18 +100,18 @@ def _check_eos_id(eos_id: Any, dtype: np.dtype) -> None:
 
 
 def build_flat_index(
-    fmt: str,
-    inputs: Sequence[str],
-    out_dir: str | None = None,
-    dtype: str | None = None,
-    eos_id: int | None = None,
-    offsets: bool = False,
-    name: str | None = None,
-    tokenizer: dict[str, Any] | None = None,
-    data_root: str | None = None,
-    on_file: Callable[[str], None] | None = None,
-    force: bool = False,
-    check_dtype: bool = True,
+  fmt: str,
+  inputs: Sequence[str],
+  out_dir: str | None = None,
+  dtype: str | None = None,
+  eos_id: int | None = None,
+  offsets: bool = False,
+  name: str | None = None,
+  tokenizer: dict[str, Any] | None = None,
+  data_root: str | None = None,
+  on_file: Callable[[str], None] | None = None,
+  force: bool = False,
+  check_dtype: bool = True,
 ) -> Manifest:
   """Indexes `inputs` (Megatron prefixes, or flat token files) into `out_dir`.
 
@@ -149,8 +151,10 @@ def build_flat_index(
     raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
   for path, (_, _, lengths) in zip(paths, found):
     if int(lengths.max()) >= 1 << 32:
-      raise DatasetError(f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
-                         "boundaries (eos_id or offsets)")
+      raise DatasetError(
+        f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
+        "boundaries (eos_id or offsets)"
+      )
   os.makedirs(out_dir, exist_ok=True)
   shards, arrays = [], {}
   for path, stem, (_, data_offset, lengths) in zip(paths, stems, found):
@@ -160,20 +164,35 @@ def build_flat_index(
     arrays[os.path.join(out_dir, starts_name)] = starts
     digest = hashlib.sha256()  # fed by the same read as the block sums
     arrays[os.path.join(out_dir, blocks_name)] = file_block_sums(path, digest)  # store reads are checked against them
-    shards.append(ShardInfo(
-        path=os.path.relpath(path, root_dir), lengths_path=lengths_name, starts_path=starts_name,
-        num_records=int(lengths.size), num_tokens=int(lengths.sum()), num_bytes=os.path.getsize(path),
-        sha256=digest.hexdigest(), sample_sha256=sample_sha256(path), data_offset=data_offset,
-        index_sha256=index_sha256(stored_lengths, starts), blocks_path=blocks_name, block_bytes=BLOCK_BYTES,
-    ))
+    shards.append(
+      ShardInfo(
+        path=os.path.relpath(path, root_dir),
+        lengths_path=lengths_name,
+        starts_path=starts_name,
+        num_records=int(lengths.size),
+        num_tokens=int(lengths.sum()),
+        num_bytes=os.path.getsize(path),
+        sha256=digest.hexdigest(),
+        sample_sha256=sample_sha256(path),
+        data_offset=data_offset,
+        index_sha256=index_sha256(stored_lengths, starts),
+        blocks_path=blocks_name,
+        block_bytes=BLOCK_BYTES,
+      )
+    )
     if on_file is not None:
       on_file(path)
   # Renamed into place, never rewritten in place: a run reading the old files keeps reading them.
   written = replace_arrays(arrays)
   try:
     manifest = Manifest(
-        name=name, dtype=dtypes.pop(), tokenizer=tokenizer or {"kind": "unknown"}, shards=tuple(shards),
-        stats={"indexed_by": f"jaxdata index --format {fmt}"}, format=fmt, data_root=data_root,
+      name=name,
+      dtype=dtypes.pop(),
+      tokenizer=tokenizer or {"kind": "unknown"},
+      shards=tuple(shards),
+      stats={"indexed_by": f"jaxdata index --format {fmt}"},
+      format=fmt,
+      data_root=data_root,
     )
     manifest.save(out_dir)
   except BaseException:

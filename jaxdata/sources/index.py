@@ -90,8 +90,10 @@ def dtype_suspicion(blob: bytes, dtype: np.dtype) -> str | None:
     halves = np.frombuffer(blob[: len(blob) // 4 * 4], "<u2").reshape(-1, 2)
     low_small, high_small = (halves[:, 0] < 16).mean(), (halves[:, 1] < 16).mean()
     if high_small > 0.9 and low_small < 0.5:
-      return (f"looks like uint32 ids read as uint16: {high_small:.0%} of the odd uint16 values are below 16, "
-              f"{low_small:.0%} of the even ones")
+      return (
+        f"looks like uint32 ids read as uint16: {high_small:.0%} of the odd uint16 values are below 16, "
+        f"{low_small:.0%} of the even ones"
+      )
     return None
   values = np.frombuffer(blob[: len(blob) // 4 * 4], "<u4")
   large = (values >= 1 << 20).mean()
@@ -107,14 +109,14 @@ def group_by_directory(paths: Sequence[str]) -> dict[str, list[str]]:
 
 
 def build_index(
-    shard_paths: Sequence[str],
-    dtype: str,
-    out_dir: str | None = None,
-    name: str | None = None,
-    tokenizer: dict[str, Any] | None = None,
-    on_shard: Callable[[str], None] | None = None,
-    force: bool = False,
-    check_dtype: bool = True,
+  shard_paths: Sequence[str],
+  dtype: str,
+  out_dir: str | None = None,
+  name: str | None = None,
+  tokenizer: dict[str, Any] | None = None,
+  on_shard: Callable[[str], None] | None = None,
+  force: bool = False,
+  check_dtype: bool = True,
 ) -> Manifest:
   """Writes lengths indices for `shard_paths` and a manifest; returns it.
 
@@ -136,8 +138,10 @@ def build_index(
   out_dir = dataset_directory(paths, out_dir, "shard_paths")
   for path in paths:
     if os.path.commonpath([out_dir, path]) != out_dir:
-      raise ValueError(f"{path}: lies outside the output directory {out_dir}; a manifest names only "
-                       "files inside its own directory (give an `out_dir` that holds the shards)")
+      raise ValueError(
+        f"{path}: lies outside the output directory {out_dir}; a manifest names only "
+        "files inside its own directory (give an `out_dir` that holds the shards)"
+      )
   refuse_existing_index(out_dir, force)
   name = check_name(name or os.path.basename(out_dir), "name")
   # Read and check every shard first: a bad one leaves no lengths file behind.
@@ -150,15 +154,15 @@ def build_index(
     lengths_path = stem + ".lengths.npy"
     arrays[lengths_path] = lengths
     shards.append(
-        ShardInfo(
-            path=os.path.relpath(path, out_dir),
-            lengths_path=os.path.relpath(lengths_path, out_dir),
-            num_records=int(lengths.size),
-            num_tokens=int(lengths.sum(dtype=np.int64)),
-            num_bytes=os.path.getsize(path),
-            sha256=file_sha256(path),
-            sample_sha256=sample_sha256(path),
-        )
+      ShardInfo(
+        path=os.path.relpath(path, out_dir),
+        lengths_path=os.path.relpath(lengths_path, out_dir),
+        num_records=int(lengths.size),
+        num_tokens=int(lengths.sum(dtype=np.int64)),
+        num_bytes=os.path.getsize(path),
+        sha256=file_sha256(path),
+        sample_sha256=sample_sha256(path),
+      )
     )
     if on_shard is not None:
       on_shard(path)
@@ -166,11 +170,11 @@ def build_index(
   written = replace_arrays(arrays)
   try:
     manifest = Manifest(
-        name=name,
-        dtype=np_dtype.name,
-        tokenizer=tokenizer or {"kind": "unknown"},
-        shards=tuple(shards),
-        stats={"indexed_by": "jaxdata index"},
+      name=name,
+      dtype=np_dtype.name,
+      tokenizer=tokenizer or {"kind": "unknown"},
+      shards=tuple(shards),
+      stats={"indexed_by": "jaxdata index"},
     )
     os.makedirs(out_dir, exist_ok=True)
     manifest.save(out_dir)
@@ -192,13 +196,12 @@ def _shard_lengths(path: str, np_dtype: np.dtype, check_dtype: bool = True) -> n
   odd = np.flatnonzero(byte_lengths % np_dtype.itemsize)
   if odd.size:
     raise DatasetError(
-        f"{path}: record {odd[0]} has {byte_lengths[odd[0]]} bytes, not a whole "
-        f"number of {np_dtype.name} tokens"
+      f"{path}: record {odd[0]} has {byte_lengths[odd[0]]} bytes, not a whole number of {np_dtype.name} tokens"
     )
   empty = np.flatnonzero(byte_lengths == 0)
   if empty.size:
     raise DatasetError(
-        f"{path}: {empty.size} empty records (the first is record {int(empty[0])}); a dataset holds "
-        "documents of at least one token: rewrite the shard without them"
+      f"{path}: {empty.size} empty records (the first is record {int(empty[0])}); a dataset holds "
+      "documents of at least one token: rewrite the shard without them"
     )
   return (byte_lengths // np_dtype.itemsize).astype(LENGTHS_DTYPE)

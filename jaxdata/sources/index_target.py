@@ -40,9 +40,11 @@ def dataset_directory(paths: Sequence[str], out_dir: str | None, what: str) -> s
   directories = sorted({os.path.dirname(os.path.abspath(p)) for p in paths})
   if out_dir is None and len(directories) > 1:
     shown = ", ".join(directories[:3]) + (", ..." if len(directories) > 3 else "")
-    raise ValueError(f"{what}: they lie in {len(directories)} directories ({shown}); a dataset is one directory: "
-                     "give `out_dir` to make them one, or index each directory as its own dataset "
-                     "(`group_by_directory`)")
+    raise ValueError(
+      f"{what}: they lie in {len(directories)} directories ({shown}); a dataset is one directory: "
+      "give `out_dir` to make them one, or index each directory as its own dataset "
+      "(`group_by_directory`)"
+    )
   return os.path.abspath(out_dir if out_dir is not None else os.path.commonpath(directories))
 
 

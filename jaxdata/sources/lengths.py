@@ -29,8 +29,15 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["ConstantLengths", "DocumentLengths", "IN_MEMORY_BYTES", "IN_MEMORY_RECORDS", "LengthsBase",
-           "load_lengths_file", "smallest_dtype"]
+__all__ = [
+  "ConstantLengths",
+  "DocumentLengths",
+  "IN_MEMORY_BYTES",
+  "IN_MEMORY_RECORDS",
+  "LengthsBase",
+  "load_lengths_file",
+  "smallest_dtype",
+]
 
 IN_MEMORY_RECORDS = 1 << 24  # up to 16M documents (<= 64 MB) are concatenated into RAM
 IN_MEMORY_BYTES = 1 << 27  # per-document .npy files up to 128 MiB (16M starts, 32M lengths) are read, not mapped
@@ -203,8 +210,9 @@ class ConstantLengths(LengthsBase):
     return f"ConstantLengths({self.size} records of {self.length})"
 
 
-def load_lengths_file(local_file: str | bytes, named: str, num_records: int, shard: str,
-                      what: str = "lengths index") -> np.ndarray:
+def load_lengths_file(
+  local_file: str | bytes, named: str, num_records: int, shard: str, what: str = "lengths index"
+) -> np.ndarray:
   """A shard's per-record .npy (memory-mapped from `local_file`, or parsed
   from its bytes), checked to be 1-D integers with `num_records` entries;
   errors name `named`."""
@@ -221,10 +229,11 @@ def load_lengths_file(local_file: str | bytes, named: str, num_records: int, sha
   widest = 8 if what != "lengths index" else 4
   if values.ndim != 1 or values.dtype.kind not in "iu" or values.dtype.itemsize > widest:
     raise DatasetError(
-        f"{named}: {what} should be a 1-D array of integers of at most {8 * widest} bits, "
-        f"got shape {values.shape} dtype {values.dtype}"
+      f"{named}: {what} should be a 1-D array of integers of at most {8 * widest} bits, "
+      f"got shape {values.shape} dtype {values.dtype}"
     )
   if values.size != num_records:
-    raise DatasetError(f"{named}: {what} has {values.size} entries, shard {shard} has {num_records} records "
-                       "in manifest.json")
+    raise DatasetError(
+      f"{named}: {what} has {values.size} entries, shard {shard} has {num_records} records in manifest.json"
+    )
   return values

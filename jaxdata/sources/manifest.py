@@ -98,12 +98,12 @@ class Manifest:
     same shards; the checkpoint fingerprint builds on it.
     """
     content = {
-        "dtype": self.dtype,
-        "tokenizer": self.tokenizer,
-        "shards": [
-            [s.path, s.num_records, s.num_tokens, s.sha256] + ([s.index_sha256] if s.index_sha256 else [])
-            for s in self.shards
-        ],
+      "dtype": self.dtype,
+      "tokenizer": self.tokenizer,
+      "shards": [
+        [s.path, s.num_records, s.num_tokens, s.sha256] + ([s.index_sha256] if s.index_sha256 else [])
+        for s in self.shards
+      ],
     }
     if self.format != "arrayrecord":  # unchanged for every dataset written before flat sources
       content["format"] = self.format
@@ -112,17 +112,17 @@ class Manifest:
 
   def to_json(self) -> dict[str, Any]:
     return {
-        "format_version": self.format_version,
-        "name": self.name,
-        "dtype": self.dtype,
-        "tokenizer": self.tokenizer,
-        "num_records": self.num_records,
-        "num_tokens": self.num_tokens,
-        "fingerprint": self.fingerprint,
-        "shards": [s.to_json() for s in self.shards],
-        "stats": self.stats,
-        "format": self.format,
-        "data_root": self.data_root,
+      "format_version": self.format_version,
+      "name": self.name,
+      "dtype": self.dtype,
+      "tokenizer": self.tokenizer,
+      "num_records": self.num_records,
+      "num_tokens": self.num_tokens,
+      "fingerprint": self.fingerprint,
+      "shards": [s.to_json() for s in self.shards],
+      "stats": self.stats,
+      "format": self.format,
+      "data_root": self.data_root,
     }
 
   def save(self, directory: str) -> str:
@@ -167,8 +167,7 @@ class Manifest:
     version = _field(raw, "format_version", int, source)
     if version > FORMAT_VERSION:
       raise DatasetError(
-          f"{source}: format_version {version} is newer than this jaxdata "
-          f"reads ({FORMAT_VERSION}); upgrade jaxdata"
+        f"{source}: format_version {version} is newer than this jaxdata reads ({FORMAT_VERSION}); upgrade jaxdata"
       )
     shards_raw = _field(raw, "shards", list, source)
     shards = []
@@ -177,41 +176,43 @@ class Manifest:
       if not isinstance(entry, dict):
         raise DatasetError(f"{where}: expected an object")
       shards.append(
-          ShardInfo(
-              path=_inside(_field(entry, "path", str, where), f"{where}.path"),
-              lengths_path=_inside(_field(entry, "lengths_path", str, where), f"{where}.lengths_path"),
-              num_records=_field(entry, "num_records", int, where),
-              num_tokens=_field(entry, "num_tokens", int, where),
-              num_bytes=_field(entry, "num_bytes", int, where),
-              sha256=_field(entry, "sha256", str, where),
-              sample_sha256=_field(entry, "sample_sha256", str, where) if version >= 2 else "",
-              starts_path=_inside(_field(entry, "starts_path", str, where), f"{where}.starts_path")
-              if entry.get("starts_path", "") != "" else "",
-              data_offset=_field(entry, "data_offset", int, where) if "data_offset" in entry else 0,
-              index_sha256=_field(entry, "index_sha256", str, where) if "index_sha256" in entry else "",
-              blocks_path=_inside(_field(entry, "blocks_path", str, where), f"{where}.blocks_path")
-              if entry.get("blocks_path", "") != "" else "",
-              block_bytes=_field(entry, "block_bytes", int, where) if "block_bytes" in entry else 0,
-          )
+        ShardInfo(
+          path=_inside(_field(entry, "path", str, where), f"{where}.path"),
+          lengths_path=_inside(_field(entry, "lengths_path", str, where), f"{where}.lengths_path"),
+          num_records=_field(entry, "num_records", int, where),
+          num_tokens=_field(entry, "num_tokens", int, where),
+          num_bytes=_field(entry, "num_bytes", int, where),
+          sha256=_field(entry, "sha256", str, where),
+          sample_sha256=_field(entry, "sample_sha256", str, where) if version >= 2 else "",
+          starts_path=_inside(_field(entry, "starts_path", str, where), f"{where}.starts_path")
+          if entry.get("starts_path", "") != ""
+          else "",
+          data_offset=_field(entry, "data_offset", int, where) if "data_offset" in entry else 0,
+          index_sha256=_field(entry, "index_sha256", str, where) if "index_sha256" in entry else "",
+          blocks_path=_inside(_field(entry, "blocks_path", str, where), f"{where}.blocks_path")
+          if entry.get("blocks_path", "") != ""
+          else "",
+          block_bytes=_field(entry, "block_bytes", int, where) if "block_bytes" in entry else 0,
+        )
       )
     try:
       manifest = cls(
-          name=_field(raw, "name", str, source),
-          dtype=_field(raw, "dtype", str, source),
-          tokenizer=_field(raw, "tokenizer", dict, source),
-          shards=tuple(shards),
-          stats=raw.get("stats", {}),
-          format_version=version,
-          format=_field(raw, "format", str, source) if version >= 3 else "arrayrecord",
-          data_root=_field(raw, "data_root", str, source) if version >= 3 else "",
+        name=_field(raw, "name", str, source),
+        dtype=_field(raw, "dtype", str, source),
+        tokenizer=_field(raw, "tokenizer", dict, source),
+        shards=tuple(shards),
+        stats=raw.get("stats", {}),
+        format_version=version,
+        format=_field(raw, "format", str, source) if version >= 3 else "arrayrecord",
+        data_root=_field(raw, "data_root", str, source) if version >= 3 else "",
       )
     except ValueError as e:
       raise DatasetError(f"{source}: {e}") from e
     stored = _field(raw, "fingerprint", str, source)
     if stored != manifest.fingerprint:
       raise DatasetError(
-          f"{source}: fingerprint {stored[:12]!r}... does not match the listed "
-          f"shards ({manifest.fingerprint[:12]}...); the manifest was edited"
+        f"{source}: fingerprint {stored[:12]!r}... does not match the listed "
+        f"shards ({manifest.fingerprint[:12]}...); the manifest was edited"
       )
     return manifest
 
@@ -219,8 +220,7 @@ class Manifest:
 def _inside(path: str, where: str) -> str:
   """A manifest path: relative, normalised, inside the dataset directory."""
   normal = os.path.normpath(path)
-  if (not path or os.path.isabs(path) or normal.startswith("..") or "\0" in path
-      or os.path.splitdrive(path)[0]):
+  if not path or os.path.isabs(path) or normal.startswith("..") or "\0" in path or os.path.splitdrive(path)[0]:
     raise DatasetError(f"{where}: {path[:200]!r} is not a path inside the dataset directory")
   return path
 
@@ -231,7 +231,5 @@ def _field(raw: dict[str, Any], key: str, kind: type, where: str) -> Any:
   value = raw[key]
   # bool is an int subclass; a count of `true` is a typo, not a number.
   if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-    raise DatasetError(
-        f"{where}: field {key!r} should be {kind.__name__}, got {type(value).__name__}"
-    )
+    raise DatasetError(f"{where}: field {key!r} should be {kind.__name__}, got {type(value).__name__}")
   return value

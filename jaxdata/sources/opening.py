@@ -26,11 +26,11 @@ Dataset = TokenDataset | FlatTokenDataset | WindowView
 
 
 def open_dataset(
-    path: str,
-    read_options: ReadOptions = ReadOptions(),
-    cache: CacheOptions | None = None,
-    windows: WindowOptions | None = None,
-    expected_format: str | None = None,
+  path: str,
+  read_options: ReadOptions = ReadOptions(),
+  cache: CacheOptions | None = None,
+  windows: WindowOptions | None = None,
+  expected_format: str | None = None,
 ) -> Dataset:
   """Opens and checks the dataset at `path` (a directory or gs:// / s3:// prefix).
 
@@ -43,12 +43,13 @@ def open_dataset(
   else:
     manifest = Manifest.load(path)
   if expected_format is not None and manifest.format != expected_format:
-    raise DatasetError(f"{path}: the config says format {expected_format}, its manifest.json says "
-                       f"{manifest.format}")
+    raise DatasetError(f"{path}: the config says format {expected_format}, its manifest.json says {manifest.format}")
   if manifest.format == "arrayrecord":
     if windows is not None:
-      raise DatasetError(f"{path}: sampling: windows reads token ranges in place, which needs a megatron or flat "
-                         "dataset (`jaxdata index --format ...`); this one is arrayrecord")
+      raise DatasetError(
+        f"{path}: sampling: windows reads token ranges in place, which needs a megatron or flat "
+        "dataset (`jaxdata index --format ...`); this one is arrayrecord"
+      )
     return TokenDataset(path, read_options, cache)
   dataset = FlatTokenDataset(path, read_options, manifest)
   if windows is None:

@@ -38,8 +38,15 @@ from jaxdata.sources.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
 from jaxdata.sources.stores import ObjectStore, RemotePath, is_remote, open_store, with_retries
 
 __all__ = [
-    "DEFAULT_CACHE_BYTES", "CacheOptions", "RemotePath", "RemoteShards", "ShardCache", "default_cache_options",
-    "is_remote", "release_cache", "shared_cache",
+  "DEFAULT_CACHE_BYTES",
+  "CacheOptions",
+  "RemotePath",
+  "RemoteShards",
+  "ShardCache",
+  "default_cache_options",
+  "is_remote",
+  "release_cache",
+  "shared_cache",
 ]
 
 DEFAULT_CACHE_BYTES = 32 << 30
@@ -189,8 +196,10 @@ class ShardCache:
     try:
       with_retries(shard.url, lambda: _download(shard, partial, self.directory), shard.store.errors)
       if not _matches(partial, shard):
-        raise DatasetError(f"{shard.url}: differs from the shard manifest.json lists (size or content hash): "
-                           "changed on the server after the manifest was written?")
+        raise DatasetError(
+          f"{shard.url}: differs from the shard manifest.json lists (size or content hash): "
+          "changed on the server after the manifest was written?"
+        )
       os.replace(partial, target)
       with self.lock:  # counted at once; only a foreground call (get, unpin) evicts
         self.fetched_bytes[shard.name.rpartition("-")[0]] += shard.num_bytes
@@ -210,8 +219,10 @@ def _download(shard: CachedShard, partial: str, directory: str) -> None:
   except OSError as e:
     if e.errno != errno.ENOSPC:
       raise
-    raise DatasetError(f"{shard.url}: no space left in the cache directory {directory} "
-                       f"({shutil.disk_usage(directory).free:,} bytes free): lower cache_bytes or free space") from e
+    raise DatasetError(
+      f"{shard.url}: no space left in the cache directory {directory} "
+      f"({shutil.disk_usage(directory).free:,} bytes free): lower cache_bytes or free space"
+    ) from e
 
 
 def _matches(path: str, shard: CachedShard) -> bool:
@@ -244,15 +255,19 @@ def release_cache(cache: ShardCache) -> None:
     _SHARED.pop(cache.directory, None)
   cache.pool.shutdown(wait=True, cancel_futures=True)
   if cache.peak_bytes > cache.cache_bytes:  # the warning at the first such read quoted that read, not the peak
-    warnings.warn(f"{cache.directory}: the shard cache held up to {cache.peak_bytes:,} bytes at once, above "
-                  f"cache_bytes {cache.cache_bytes:,} (reads that needed more shards than fit); raise cache_bytes "
-                  "to at least that", stacklevel=2)
+    warnings.warn(
+      f"{cache.directory}: the shard cache held up to {cache.peak_bytes:,} bytes at once, above "
+      f"cache_bytes {cache.cache_bytes:,} (reads that needed more shards than fit); raise cache_bytes "
+      "to at least that",
+      stacklevel=2,
+    )
 
 
 def default_cache_options(cache_dir: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> CacheOptions:
   """`cache_dir`, else $JAXDATA_CACHE_DIR, else ~/.cache/jaxdata."""
-  directory = cache_dir or os.environ.get("JAXDATA_CACHE_DIR") or os.path.join(
-      os.path.expanduser("~"), ".cache", "jaxdata")
+  directory = (
+    cache_dir or os.environ.get("JAXDATA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxdata")
+  )
   return CacheOptions(directory, cache_bytes)
 
 
@@ -269,8 +284,9 @@ class RemoteShards:
     self.store = open_store(self.location)
     manifest_url = self.location.url_of(MANIFEST_NAME)
     # One byte past the limit: a larger object is refused by Manifest.parse without being read whole.
-    blob = with_retries(manifest_url, lambda: self.store.read(self.location.key(MANIFEST_NAME), MAX_MANIFEST_BYTES + 1),
-                        self.store.errors)
+    blob = with_retries(
+      manifest_url, lambda: self.store.read(self.location.key(MANIFEST_NAME), MAX_MANIFEST_BYTES + 1), self.store.errors
+    )
     self.manifest = Manifest.parse(blob, manifest_url)
     digest = self.key = hashlib.sha256(f"{url}\n{self.manifest.fingerprint}".encode()).hexdigest()[:16]
     directory = os.path.join(options.cache_dir, digest)
@@ -279,9 +295,16 @@ class RemoteShards:
     self.lengths_dir = os.path.join(directory, "lengths")
     os.makedirs(self.lengths_dir, exist_ok=True)
     self.shards = [
-        CachedShard(f"{digest}-{i}", self.location.url_of(s.path), self.location.key(s.path), s.num_bytes, s.sha256,
-                    self.store, functools.partial(on_evict, i))
-        for i, s in enumerate(self.manifest.shards)
+      CachedShard(
+        f"{digest}-{i}",
+        self.location.url_of(s.path),
+        self.location.key(s.path),
+        s.num_bytes,
+        s.sha256,
+        self.store,
+        functools.partial(on_evict, i),
+      )
+      for i, s in enumerate(self.manifest.shards)
     ]
     list(self.cache.pool.map(self._fetch_lengths, range(len(self.shards))))
     self._check_room(options)
@@ -292,10 +315,12 @@ class RemoteShards:
     need = min(self.cache.cache_bytes, sum(s.num_bytes for s in self.shards))
     room = shutil.disk_usage(self.cache.directory).free + self.cache.held()
     if room < need:
-      raise ConfigError(f"cache_dir: {self.cache.directory} has {room:,} bytes free (with the cached shards), and "
-                        f"the cache may hold {need:,} bytes of {self.location.url} (cache_bytes "
-                        f"{self.cache.cache_bytes:,}, the dataset {sum(s.num_bytes for s in self.shards):,}): lower "
-                        "cache_bytes or free space")
+      raise ConfigError(
+        f"cache_dir: {self.cache.directory} has {room:,} bytes free (with the cached shards), and "
+        f"the cache may hold {need:,} bytes of {self.location.url} (cache_bytes "
+        f"{self.cache.cache_bytes:,}, the dataset {sum(s.num_bytes for s in self.shards):,}): lower "
+        "cache_bytes or free space"
+      )
 
   @property
   def fetched_bytes(self) -> int:
@@ -312,9 +337,12 @@ class RemoteShards:
     need = sum(self.shards[s].num_bytes for s in shards)
     if need > self.cache.cache_bytes and not self.warned:
       self.warned = True
-      warnings.warn(f"{self.location.url}: one read needs {len(shards)} shards ({need:,} bytes), more than the "
-                    f"{self.cache.cache_bytes:,} bytes of cache_bytes: they are held until the read ends; "
-                    "raise cache_bytes (`jaxdata plan` prints what each read span needs)", stacklevel=2)
+      warnings.warn(
+        f"{self.location.url}: one read needs {len(shards)} shards ({need:,} bytes), more than the "
+        f"{self.cache.cache_bytes:,} bytes of cache_bytes: they are held until the read ends; "
+        "raise cache_bytes (`jaxdata plan` prints what each read span needs)",
+        stacklevel=2,
+      )
     self.cache.want([self.shards[s] for s in shards], ahead)
 
   def pin(self, shards: np.ndarray) -> list[CachedShard]:
@@ -339,6 +367,9 @@ class RemoteShards:
       return
     info = self.manifest.shards[shard]
     partial = f"{target}.partial-{os.getpid()}-{threading.get_ident()}"
-    with_retries(self.location.url_of(info.lengths_path),
-                 lambda: self.store.download(self.location.key(info.lengths_path), partial), self.store.errors)
+    with_retries(
+      self.location.url_of(info.lengths_path),
+      lambda: self.store.download(self.location.key(info.lengths_path), partial),
+      self.store.errors,
+    )
     os.replace(partial, target)

@@ -59,8 +59,7 @@ class WindowOptions:
       raise ValueError(f"window: expected an int >= 1, got {self.window!r}")
 
   def describe(self) -> str:
-    return (f"windows={self.window} replacement={int(self.with_replacement)} "
-            f"cross_documents={int(self.cross_documents)}")
+    return f"windows={self.window} replacement={int(self.with_replacement)} cross_documents={int(self.cross_documents)}"
 
 
 class WindowView(ShardedRecords):
@@ -87,8 +86,10 @@ class WindowView(ShardedRecords):
         self._documents.append((eligible, cumulative))
       if counts[-1] <= 0:
         where = "a document" if not options.cross_documents else "the file"
-        raise DatasetError(f"{dataset.shard_path(shard)}: {where} must hold at least {span} tokens for windows "
-                           f"of {options.window} + 1 (window: {options.window})")
+        raise DatasetError(
+          f"{dataset.shard_path(shard)}: {where} must hold at least {span} tokens for windows "
+          f"of {options.window} + 1 (window: {options.window})"
+        )
     self._number_records(counts)
     self.lengths = ConstantLengths(options.window, self.num_records)
     # Passes of a with-replacement dataset count draws: one pass trains as many tokens as the dataset
@@ -106,8 +107,10 @@ class WindowView(ShardedRecords):
     tokens (cross_documents: false)."""
     if self.options.cross_documents:
       return self.dataset.shard_tokens.copy()
-    parts = [self.dataset.lengths[self.dataset.record_starts[shard] + eligible].astype(np.int64)
-             for shard, (eligible, _) in enumerate(self._documents)]
+    parts = [
+      self.dataset.lengths[self.dataset.record_starts[shard] + eligible].astype(np.int64)
+      for shard, (eligible, _) in enumerate(self._documents)
+    ]
     return np.concatenate(parts)
 
   def shard_path(self, shard: int) -> str:

@@ -77,8 +77,9 @@ def _modules(scheme: str, *names: str) -> list[Any]:
 
 class _S3Store:
   def __init__(self, bucket: str) -> None:
-    boto3, config, exceptions, transfers = _modules("s3", "boto3", "botocore.config", "botocore.exceptions",
-                                                    "boto3.exceptions")
+    boto3, config, exceptions, transfers = _modules(
+      "s3", "boto3", "botocore.config", "botocore.exceptions", "boto3.exceptions"
+    )
     # One attempt per call: FETCH_ATTEMPTS retries above it, so a failure surfaces in seconds.
     settings = config.Config(connect_timeout=5, read_timeout=30, retries={"total_max_attempts": 1})
     self.client = boto3.client("s3", config=settings)
@@ -96,8 +97,13 @@ class _S3Store:
 class _GcsStore:
   def __init__(self, bucket: str) -> None:
     storage, credentials, api, auth, requests = _modules(
-        "gs", "google.cloud.storage", "google.auth.credentials", "google.api_core.exceptions",
-        "google.auth.exceptions", "requests")
+      "gs",
+      "google.cloud.storage",
+      "google.auth.credentials",
+      "google.api_core.exceptions",
+      "google.auth.exceptions",
+      "requests",
+    )
     if os.environ.get("STORAGE_EMULATOR_HOST"):  # an emulator takes no credentials
       client = storage.Client(project="jaxdata", credentials=credentials.AnonymousCredentials())
     else:
@@ -116,15 +122,17 @@ def open_store(path: RemotePath) -> ObjectStore:
   return _S3Store(path.bucket) if path.scheme == "s3" else _GcsStore(path.bucket)
 
 
-def with_retries(what: str, transfer: Callable[[], Any], errors: tuple[type[BaseException], ...],
-                 attempts: int = FETCH_ATTEMPTS) -> Any:
+def with_retries(
+  what: str, transfer: Callable[[], Any], errors: tuple[type[BaseException], ...], attempts: int = FETCH_ATTEMPTS
+) -> Any:
   """`transfer()`, retried with backoff on `errors`; then a DatasetError naming `what`."""
   for attempt in range(attempts):
     try:
       return transfer()
     except errors as e:
       if attempt == attempts - 1:
-        raise DatasetError(f"{what}: fetch failed after {attempts} attempts ({type(e).__name__}: "
-                           f"{str(e)[:300]})") from e
+        raise DatasetError(
+          f"{what}: fetch failed after {attempts} attempts ({type(e).__name__}: {str(e)[:300]})"
+        ) from e
       time.sleep(0.25 * 2**attempt)
   raise AssertionError("unreachable")

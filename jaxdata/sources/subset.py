@@ -63,14 +63,19 @@ class SubsetView(ShardedRecords):
       raise ValueError(f"{dataset.path}: held-out records outside [0, {dataset.num_records})")
     self.dataset, self.records, self.keep = dataset, records, keep
     self.path, self.manifest, self.dtype, self.remote = dataset.path, dataset.manifest, dataset.dtype, dataset.remote
-    per_shard = np.bincount(np.searchsorted(dataset.record_starts, records, side="right") - 1,
-                            minlength=dataset.num_shards)
+    per_shard = np.bincount(
+      np.searchsorted(dataset.record_starts, records, side="right") - 1, minlength=dataset.num_shards
+    )
     self._number_records(per_shard if keep else dataset.shard_num_records - per_shard)
     self._gaps = records - np.arange(records.size)  # non-decreasing: the complement's map
     subset_lengths = np.asarray(dataset.lengths[records], np.int64) if records.size else np.zeros(0, np.int64)
     base = dataset.lengths
     if keep:
-      total, low, high = int(subset_lengths.sum()), int(subset_lengths.min(initial=0)), int(subset_lengths.max(initial=0))
+      total, low, high = (
+        int(subset_lengths.sum()),
+        int(subset_lengths.min(initial=0)),
+        int(subset_lengths.max(initial=0)),
+      )
     else:  # bounds of the rest: the base's (every document has at least one token)
       total, low, high = int(base.sum()) - int(subset_lengths.sum()), int(base.min()), int(base.max())
     self.lengths = _MappedLengths(base, self.to_base, self.num_records, total, low, high)

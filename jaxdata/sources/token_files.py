@@ -136,11 +136,19 @@ def ranges_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 class MappedTokenFiles(TokenFiles):
   """Local files through np.memmap: a gather per shard, no copy of the file."""
 
-  def __init__(self, paths: Sequence[str], dtype: np.dtype, sizes: Sequence[int], offsets: Sequence[int],
-               hasher: Callable[[str], str]) -> None:
+  def __init__(
+    self,
+    paths: Sequence[str],
+    dtype: np.dtype,
+    sizes: Sequence[int],
+    offsets: Sequence[int],
+    hasher: Callable[[str], str],
+  ) -> None:
     self.paths, self.sizes = list(paths), list(sizes)
-    self.maps = [np.memmap(p, dtype, "r", offset=offset, shape=((size - offset) // dtype.itemsize,))
-                 for p, size, offset in zip(paths, sizes, offsets)]
+    self.maps = [
+      np.memmap(p, dtype, "r", offset=offset, shape=((size - offset) // dtype.itemsize,))
+      for p, size, offset in zip(paths, sizes, offsets)
+    ]
     # Each file's inode, to check before every read that the file mapped was not truncated (SIGBUS);
     # no descriptor is held (a dataset may have more files than a process may open).
     self.inodes = [os.stat(p).st_ino for p in self.paths]
@@ -157,9 +165,11 @@ class MappedTokenFiles(TokenFiles):
         continue
       now = found.st_size
       if found.st_ino == self.inodes[shard] and now < self.sizes[shard]:
-        raise DatasetError(f"{self.paths[shard]}: {now} bytes now, {self.sizes[shard]} when the dataset was "
-                           "opened: truncated during the run (write token files elsewhere and rename them into "
-                           "place); restart once the file is whole")
+        raise DatasetError(
+          f"{self.paths[shard]}: {now} bytes now, {self.sizes[shard]} when the dataset was "
+          "opened: truncated during the run (write token files elsewhere and rename them into "
+          "place); restart once the file is whole"
+        )
 
   def gather(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     shards = np.unique(shard_ids).tolist()
@@ -191,8 +201,16 @@ class MappedTokenFiles(TokenFiles):
 class KvTokenFiles(TokenFiles):
   """Files under a tensorstore kvstore (file, gcs or s3 driver)."""
 
-  def __init__(self, spec: dict[str, Any], keys: Sequence[str], named: Sequence[str], dtype: np.dtype,
-               sizes: Sequence[int], offsets: Sequence[int], sums: Sequence[np.ndarray | None] | None = None) -> None:
+  def __init__(
+    self,
+    spec: dict[str, Any],
+    keys: Sequence[str],
+    named: Sequence[str],
+    dtype: np.dtype,
+    sizes: Sequence[int],
+    offsets: Sequence[int],
+    sums: Sequence[np.ndarray | None] | None = None,
+  ) -> None:
     self.store = _open_kvstore(spec)
     self.keys, self.named, self.dtype, self.sizes = list(keys), list(named), dtype, list(sizes)
     self.offsets = np.asarray(offsets, np.int64)  # bytes before each file's first token
@@ -208,9 +226,11 @@ class KvTokenFiles(TokenFiles):
       if self.generations[shard] is None:
         self.generations[shard] = generation
       elif generation != self.generations[shard]:
-        raise DatasetError(f"{self.named[shard]}: the object changed while the pipeline read it (generation / "
-                           f"ETag {_shown(self.generations[shard])} when opened, now {_shown(generation)}); "
-                           "its tokens would differ from the indexed ones: re-index it and restart")
+        raise DatasetError(
+          f"{self.named[shard]}: the object changed while the pipeline read it (generation / "
+          f"ETag {_shown(self.generations[shard])} when opened, now {_shown(generation)}); "
+          "its tokens would differ from the indexed ones: re-index it and restart"
+        )
     return result.value
 
   def _checked(self, data: bytes, shard: int, begin: int, end: int, first_block: int) -> bytes:
@@ -221,9 +241,11 @@ class KvTokenFiles(TokenFiles):
       return data
     bad = bad_block(data, first_block, sums)
     if bad is not None:
-      raise DatasetError(f"{self.named[shard]}: bytes {bad * BLOCK_BYTES}..{min((bad + 1) * BLOCK_BYTES, self.sizes[shard])}"
-                         " as read differ from the indexed file (block checksum): a corrupt or truncated response, or "
-                         "the object was replaced; its tokens are not used")
+      raise DatasetError(
+        f"{self.named[shard]}: bytes {bad * BLOCK_BYTES}..{min((bad + 1) * BLOCK_BYTES, self.sizes[shard])}"
+        " as read differ from the indexed file (block checksum): a corrupt or truncated response, or "
+        "the object was replaced; its tokens are not used"
+      )
     at = begin - first_block * BLOCK_BYTES
     return data[at : at + end - begin]
 
@@ -232,15 +254,24 @@ class KvTokenFiles(TokenFiles):
     ts = tensorstore
     last = max(num_bytes - block, 0)
     with ts.Batch() as batch:
-      futures = [_read(self.store, self.keys[shard], self.named[shard],
-                       slice(last * i // (blocks - 1), min(last * i // (blocks - 1) + block, num_bytes)), batch)
-                 for i in range(blocks)]
+      futures = [
+        _read(
+          self.store,
+          self.keys[shard],
+          self.named[shard],
+          slice(last * i // (blocks - 1), min(last * i // (blocks - 1) + block, num_bytes)),
+          batch,
+        )
+        for i in range(blocks)
+      ]
     digest = hashlib.sha256(str(num_bytes).encode())
     for future in futures:
       digest.update(self._bytes(future, shard))
     if digest.hexdigest() != expected:
-      raise DatasetError(f"{self.named[shard]}: content differs from the file manifest.json lists (sampled hash; "
-                         "replaced, truncated or resized?)")
+      raise DatasetError(
+        f"{self.named[shard]}: content differs from the file manifest.json lists (sampled hash; "
+        "replaced, truncated or resized?)"
+      )
 
   def gather(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     item = self.dtype.itemsize
@@ -259,17 +290,26 @@ class KvTokenFiles(TokenFiles):
     checked = np.array([self.sums[shard] is not None for shard in request_shard.tolist()], bool)  # per request
     first_block = np.where(checked, begin_bytes // BLOCK_BYTES, 0)
     read_begin = np.where(checked, first_block * BLOCK_BYTES, begin_bytes)
-    read_end = np.where(checked, np.minimum(-(-end_bytes // BLOCK_BYTES) * BLOCK_BYTES,
-                                            np.asarray(self.sizes, np.int64)[request_shard]), end_bytes)
+    read_end = np.where(
+      checked,
+      np.minimum(-(-end_bytes // BLOCK_BYTES) * BLOCK_BYTES, np.asarray(self.sizes, np.int64)[request_shard]),
+      end_bytes,
+    )
     ts = tensorstore
     requests = list(zip(request_shard.tolist(), read_begin.tolist(), read_end.tolist()))
     with ts.Batch() as batch:
-      futures = [_read(self.store, self.keys[shard], self.named[shard], slice(lo, hi), batch)
-                 for shard, lo, hi in requests]
-    fetched = np.frombuffer(b"".join(
+      futures = [
+        _read(self.store, self.keys[shard], self.named[shard], slice(lo, hi), batch) for shard, lo, hi in requests
+      ]
+    fetched = np.frombuffer(
+      b"".join(
         self._checked(self._bytes(future, shard), shard, lo, hi, block)
-        for future, shard, lo, hi, block in zip(futures, request_shard.tolist(), begin_bytes.tolist(),
-                                                end_bytes.tolist(), first_block.tolist())), self.dtype)
+        for future, shard, lo, hi, block in zip(
+          futures, request_shard.tolist(), begin_bytes.tolist(), end_bytes.tolist(), first_block.tolist()
+        )
+      ),
+      self.dtype,
+    )
     # Where each range starts in `fetched`: its request's base + its offset inside the request.
     request_base = np.cumsum(request_end - request_start) - (request_end - request_start)
     owner = np.cumsum(new) - 1
@@ -282,7 +322,8 @@ class KvTokenFiles(TokenFiles):
     ts = tensorstore
     for at in range(0, self.sizes[shard], _HASH_CHUNK):
       with ts.Batch() as batch:
-        future = _read(self.store, self.keys[shard], self.named[shard],
-                       slice(at, min(at + _HASH_CHUNK, self.sizes[shard])), batch)
+        future = _read(
+          self.store, self.keys[shard], self.named[shard], slice(at, min(at + _HASH_CHUNK, self.sizes[shard])), batch
+        )
       digest.update(self._bytes(future, shard))
     return digest.hexdigest()

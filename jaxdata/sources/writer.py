@@ -43,13 +43,13 @@ def finish_shard(out_dir: str, name: str, index: int, lengths: np.ndarray) -> Sh
   np.save(os.path.join(out_dir, lengths_name), lengths)
   shard_path = os.path.join(out_dir, shard_name)
   return ShardInfo(
-      path=shard_name,
-      lengths_path=lengths_name,
-      num_records=int(lengths.size),
-      num_tokens=int(lengths.sum(dtype=np.int64)),
-      num_bytes=os.path.getsize(shard_path),
-      sha256=file_sha256(shard_path),
-      sample_sha256=sample_sha256(shard_path),
+    path=shard_name,
+    lengths_path=lengths_name,
+    num_records=int(lengths.size),
+    num_tokens=int(lengths.sum(dtype=np.int64)),
+    num_bytes=os.path.getsize(shard_path),
+    sha256=file_sha256(shard_path),
+    sample_sha256=sample_sha256(shard_path),
   )
 
 
@@ -68,12 +68,12 @@ class DatasetWriter:
   """
 
   def __init__(
-      self,
-      out_dir: str,
-      name: str,
-      dtype: np.dtype,
-      tokenizer: dict[str, Any],
-      shard_bytes: int = 256 << 20,
+    self,
+    out_dir: str,
+    name: str,
+    dtype: np.dtype,
+    tokenizer: dict[str, Any],
+    shard_bytes: int = 256 << 20,
   ) -> None:
     check_name(name, "name")
     if shard_bytes <= 0:
@@ -83,8 +83,7 @@ class DatasetWriter:
       raise ValueError(f"dtype: {self._dtype} is not uint16 or uint32")
     if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
       raise FileExistsError(
-          f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); "
-          "choose another directory or remove it"
+        f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); choose another directory or remove it"
       )
     os.makedirs(out_dir, exist_ok=True)
     self._out_dir = out_dir
@@ -106,21 +105,19 @@ class DatasetWriter:
     lengths = np.asarray(lengths, dtype=np.int64)
     flat_tokens = np.asarray(flat_tokens)
     if int(lengths.sum()) != flat_tokens.size:
-      raise ValueError(
-          f"lengths: sum {int(lengths.sum())} != {flat_tokens.size} tokens given"
-      )
+      raise ValueError(f"lengths: sum {int(lengths.sum())} != {flat_tokens.size} tokens given")
     if (lengths < 0).any() or (lengths > np.iinfo(LENGTHS_DTYPE).max).any():
       raise ValueError("lengths: every document needs 0 <= length < 2**32")
     empty = np.flatnonzero(lengths == 0)
     if empty.size:
       raise ValueError(
-          f"lengths: {empty.size} empty documents (the first is document {int(empty[0])} of this call); "
-          "a dataset holds documents of at least one token (jaxdata convert skips and counts empty ones)"
+        f"lengths: {empty.size} empty documents (the first is document {int(empty[0])} of this call); "
+        "a dataset holds documents of at least one token (jaxdata convert skips and counts empty ones)"
       )
     if flat_tokens.size and (flat_tokens.min() < 0 or flat_tokens.max() > self._max_id):
       raise ValueError(
-          f"tokens: ids must lie in [0, {self._max_id}] for {self._id_source}; "
-          f"got [{flat_tokens.min()}, {flat_tokens.max()}]"
+        f"tokens: ids must lie in [0, {self._max_id}] for {self._id_source}; "
+        f"got [{flat_tokens.min()}, {flat_tokens.max()}]"
       )
     payload = flat_tokens.astype(self._dtype, copy=False).tobytes()
     byte_ends = np.cumsum(lengths) * self._dtype.itemsize
@@ -150,20 +147,18 @@ class DatasetWriter:
     if self._writer is not None:
       self._close_shard()
     manifest = Manifest(
-        name=self._name,
-        dtype=self._dtype.name,
-        tokenizer=self._tokenizer,
-        shards=tuple(self._shards),
-        stats=stats or {},
+      name=self._name,
+      dtype=self._dtype.name,
+      tokenizer=self._tokenizer,
+      shards=tuple(self._shards),
+      stats=stats or {},
     )
     manifest.save(self._out_dir)
     return manifest
 
   def _open_shard(self) -> None:
     shard_name, _ = shard_file_names(self._name, len(self._shards))
-    self._writer = ArrayRecordWriter(
-        os.path.join(self._out_dir, shard_name), WRITER_OPTIONS
-    )
+    self._writer = ArrayRecordWriter(os.path.join(self._out_dir, shard_name), WRITER_OPTIONS)
     self._lengths = []
     self._open_bytes = 0
 

@@ -62,12 +62,12 @@ MAX_AUDIT_STEPS = 100_000  # every plan is held to check whole passes: ~KB a ste
 
 
 def audit_plans(
-    cfg: PipelineConfig,
-    plans: Sequence[StepPlan],
-    hosts: int,
-    lengths: Mapping[str, np.ndarray | DocumentLengths],
-    completed: Mapping[str, int],
-    carry: Any = None,
+  cfg: PipelineConfig,
+  plans: Sequence[StepPlan],
+  hosts: int,
+  lengths: Mapping[str, np.ndarray | DocumentLengths],
+  completed: Mapping[str, int],
+  carry: Any = None,
 ) -> AuditResult:
   """Checks host disjointness and pass coverage of given plans.
 
@@ -77,8 +77,9 @@ def audit_plans(
   names = cfg.names
   drawn = {i for i, s in enumerate(cfg.dataset_settings()) if s.window is not None and s.with_replacement}
   # All of them (a check), but for draws, whose passes are not checked (10^11 starts would not fit).
-  lengths = {name: np.asarray(value, dtype=np.int64) for name, value in lengths.items()
-             if names.index(name) not in drawn}
+  lengths = {
+    name: np.asarray(value, dtype=np.int64) for name, value in lengths.items() if names.index(name) not in drawn
+  }
   result = AuditResult(len(plans), hosts)
   seen: dict[tuple[int, int], list[np.ndarray]] = {}
   for plan in plans:
@@ -102,7 +103,7 @@ def audit_plans(
     for d, p in set(zip(plan.pieces.dataset.tolist(), plan.pieces.pass_index.tolist())):
       mine = (plan.pieces.dataset == d) & (plan.pieces.pass_index == p)
       seen.setdefault((d, p), []).append(
-          np.stack([plan.pieces.record[mine], plan.pieces.offset[mine], plan.pieces.length[mine]], 1)
+        np.stack([plan.pieces.record[mine], plan.pieces.offset[mine], plan.pieces.length[mine]], 1)
       )
   waiting = set()
   if carry is not None and len(carry):
@@ -118,7 +119,9 @@ def audit_plans(
     pieces = pieces[order]
     duplicate = np.flatnonzero((np.diff(pieces[:, 0]) == 0) & (np.diff(pieces[:, 1]) == 0))
     if duplicate.size:
-      result.failures.append(f"{name} pass {p}: record {pieces[duplicate[0], 0]} offset {pieces[duplicate[0], 1]} appears twice")
+      result.failures.append(
+        f"{name} pass {p}: record {pieces[duplicate[0], 0]} offset {pieces[duplicate[0], 1]} appears twice"
+      )
       continue
     if p >= completed.get(name, 0) or (d, p) in waiting:
       continue  # the pass is not fully emitted within the audited steps
@@ -127,7 +130,9 @@ def audit_plans(
     present = np.unique(pieces[:, 0])
     if present.size != records:
       missing = np.setdiff1d(np.arange(records), present)
-      result.failures.append(f"{name} pass {p}: {missing.size} of {records} documents missing (e.g. record {missing[0]})")
+      result.failures.append(
+        f"{name} pass {p}: {missing.size} of {records} documents missing (e.g. record {missing[0]})"
+      )
       continue
     first = np.r_[True, pieces[1:, 0] != pieces[:-1, 0]]
     contiguous = np.where(first, pieces[:, 1] == 0, pieces[:, 1] == np.r_[0, pieces[:-1, 1] + pieces[:-1, 2]])
@@ -139,20 +144,24 @@ def audit_plans(
       covered = np.bincount(pieces[:, 0], weights=pieces[:, 2], minlength=records)
       short = np.flatnonzero(covered != lengths[name] + extra)
       if short.size:
-        result.failures.append(f"{name} pass {p}: record {short[0]} covered {int(covered[short[0]])} of "
-                               f"{int(lengths[name][short[0]] + extra)} tokens")
+        result.failures.append(
+          f"{name} pass {p}: record {short[0]} covered {int(covered[short[0]])} of "
+          f"{int(lengths[name][short[0]] + extra)} tokens"
+        )
   return result
 
 
 def audit(
-    cfg: PipelineConfig, hosts: int, steps: int, metadata: Mapping[str, DatasetMeta] | None = None
+  cfg: PipelineConfig, hosts: int, steps: int, metadata: Mapping[str, DatasetMeta] | None = None
 ) -> AuditResult:
   """Plans `steps` steps for `hosts` hosts from metadata alone and checks them (at most MAX_AUDIT_STEPS:
   every plan is kept to check the passes)."""
   check_host_count(cfg, hosts)
   if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_AUDIT_STEPS:
-    raise ValueError(f"steps: expected an int in [1, {MAX_AUDIT_STEPS:,}] (the audit keeps every planned step "
-                     f"in memory), got {steps!r}")
+    raise ValueError(
+      f"steps: expected an int in [1, {MAX_AUDIT_STEPS:,}] (the audit keeps every planned step "
+      f"in memory), got {steps!r}"
+    )
   if metadata is None:
     metadata = load_metadata(cfg)
   planner = StepPlanner(cfg, metadata)
@@ -174,13 +183,19 @@ def audit(
   completed = stream.passes_completed()
   result = audit_plans(cfg, plans, hosts, lengths, completed, planner.packer.carry)
   if plans:
-    ratio = residual_ratio(np.array(step_units, np.float64), np.array(step_documents, np.float64),
-                           np.array(step_weights), cfg.names, lengths, cfg.mixture.unit == "tokens")
+    ratio = residual_ratio(
+      np.array(step_units, np.float64),
+      np.array(step_documents, np.float64),
+      np.array(step_weights),
+      cfg.names,
+      lengths,
+      cfg.mixture.unit == "tokens",
+    )
     result.residual_ratio, result.residual_ratio_explained = ratio.ratio, ratio.explain()
   if not result.passes_checked:
     result.warnings.append(
-        f"no pass of any dataset completed within the {len(plans)} audited steps: exactly-once coverage "
-        "was not checked (audit more steps)"
+      f"no pass of any dataset completed within the {len(plans)} audited steps: exactly-once coverage "
+      "was not checked (audit more steps)"
     )
   result.warnings.extend([*weight_notices(cfg), *stored_order_warnings(cfg, metadata)])
   taken = np.array([c.taken for c in stream.cursors], dtype=float)
@@ -193,5 +208,7 @@ def audit(
     for name, got, want in zip(cfg.names, taken, targets):
       result.share_deviation[name] = float(got - want)
       if abs(got - want) > bound + 1e-6:
-        result.failures.append(f"{name}: took {got:.0f} {cfg.mixture.unit}, target {want:.1f}, off by more than {bound}")
+        result.failures.append(
+          f"{name}: took {got:.0f} {cfg.mixture.unit}, target {want:.1f}, off by more than {bound}"
+        )
   return result

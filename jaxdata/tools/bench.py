@@ -29,8 +29,10 @@ def c_loops() -> str:
   missing = [name for name, module in modules if not module.BUILT]
   if not missing:
     return "in C: assembly, first-fit placement, exact interleave picks"
-  return (f"not built: {', '.join(missing)} run in Python / NumPy, a step ~0.5 ms slower "
-          "(reinstall jaxdata where a C compiler and the Python headers are found)")
+  return (
+    f"not built: {', '.join(missing)} run in Python / NumPy, a step ~0.5 ms slower "
+    "(reinstall jaxdata where a C compiler and the Python headers are found)"
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +54,9 @@ class BenchResult:
     return self.real_tokens / max(self.steps * self.rows * self.seq_len, 1)
 
 
-def bench(cfg: PipelineConfig, steps: int, prefetch: int = 2, workers: int = 0,
-          planner_process: bool = False) -> BenchResult:
+def bench(
+  cfg: PipelineConfig, steps: int, prefetch: int = 2, workers: int = 0, planner_process: bool = False
+) -> BenchResult:
   """Times the first batch, then `steps` more; counts non-padding tokens."""
   started = time.perf_counter()
   with Pipeline(cfg, prefetch=prefetch, workers=workers, planner_process=planner_process) as pipe:

@@ -142,23 +142,31 @@ def cache_needs(cfg: PipelineConfig, hosts: int, spans: int, read_ahead_tokens: 
           replay[-1].update({(d, s): int(shard_bytes[d][s]) for s in shards})
       span_bytes.append(sum(replay[-1].values()))
     thresholds.append(thrash_threshold(replay))
-  return CacheNeeds([
+  return CacheNeeds(
+    [
       DatasetCacheNeed(
-          d.name, is_remote(d.path), shard_bytes[i].size,
-          float(np.mean([t.size for t in touched[i]])) if touched[i] else 0.0,
-          max((t.size for t in touched[i]), default=0),
-          max((int(shard_bytes[i][t].sum()) for t in touched[i]), default=0),
-          int(shard_bytes[i].sum()),
+        d.name,
+        is_remote(d.path),
+        shard_bytes[i].size,
+        float(np.mean([t.size for t in touched[i]])) if touched[i] else 0.0,
+        max((t.size for t in touched[i]), default=0),
+        max((int(shard_bytes[i][t].sum()) for t in touched[i]), default=0),
+        int(shard_bytes[i].sum()),
       )
       for i, d in enumerate(cfg.datasets)
-  ], max(span_bytes, default=0), max(thresholds, default=0))
+    ],
+    max(span_bytes, default=0),
+    max(thresholds, default=0),
+  )
 
 
 def cache_warnings(needs: CacheNeeds, cache_bytes: int) -> list[str]:
   """A warning if cache_bytes is below the size where reads thrash."""
   if needs.thrash_bytes <= cache_bytes:
     return []
-  return [f"cache_bytes {cache_bytes:,} is below the {needs.thrash_bytes:,} bytes under which the planned spans "
-          f"would fetch remote shards more than {REFETCH_LIMIT - 1:.0%} beyond once (one span alone touches up to "
-          f"{needs.max_remote_bytes:,}); raise cache_bytes, or read fewer shards at a time (open_shards with an "
-          "int shuffle_block_size)"]
+  return [
+    f"cache_bytes {cache_bytes:,} is below the {needs.thrash_bytes:,} bytes under which the planned spans "
+    f"would fetch remote shards more than {REFETCH_LIMIT - 1:.0%} beyond once (one span alone touches up to "
+    f"{needs.max_remote_bytes:,}); raise cache_bytes, or read fewer shards at a time (open_shards with an "
+    "int shuffle_block_size)"
+  ]

@@ -62,8 +62,9 @@ def load_losses(path: str) -> dict[int, dict[str, float]]:
     try:
       out[int(record["step"])] = {str(k): float(v) for k, v in record["losses"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-      raise InputFormatError(f"{path}:{number}: expected {{\"step\": int, \"losses\": {{source: number}}}} "
-                             f"({type(e).__name__}: {str(e)[:100]})") from e
+      raise InputFormatError(
+        f'{path}:{number}: expected {{"step": int, "losses": {{source: number}}}} ({type(e).__name__}: {str(e)[:100]})'
+      ) from e
   return out
 
 
@@ -72,8 +73,9 @@ def _histogram(stats: Sequence[Mapping[str, Any]], names: list[str]) -> Check:
   tokens = np.array([[s["tokens_per_source"].get(n, 0) for n in names] for s in stats], np.float64)
   target = np.array([[s["target_share"].get(n, 0.0) for n in names] for s in stats], np.float64)
   mean_length = tokens.sum(0) / np.maximum(docs.sum(0), 1)
-  rate = np.where(mean_length > 0, target / np.maximum(mean_length, 1e-9), 0.0) if stats[0]["unit"] == "tokens" \
-      else target
+  rate = (
+    np.where(mean_length > 0, target / np.maximum(mean_length, 1e-9), 0.0) if stats[0]["unit"] == "tokens" else target
+  )
   p = rate / np.maximum(rate.sum(1, keepdims=True), 1e-12)
   n = docs.sum(1, keepdims=True)
   live = (p > 0) & (n > 0)
@@ -81,8 +83,10 @@ def _histogram(stats: Sequence[Mapping[str, Any]], names: list[str]) -> Check:
   chi = float((np.where(live, (docs - expected) ** 2 / expected, 0.0)).sum())
   dof = max(1, (len(stats) - 1) * (int((p > 0).any(0).sum()) - 1))
   dispersion, bound = chi / dof, 1 + 5 * math.sqrt(2 / dof)
-  meaning = (f"per-step documents per source against the steps' targets, over {len(stats)} steps (1 = as random as "
-             f"independent picks, below 1 = steadier; above {bound:.2f}: swings beyond sampling noise)")
+  meaning = (
+    f"per-step documents per source against the steps' targets, over {len(stats)} steps (1 = as random as "
+    f"independent picks, below 1 = steadier; above {bound:.2f}: swings beyond sampling noise)"
+  )
   status = "fail" if dispersion > bound else "ok"
   return Check("histogram", status, f"D = {dispersion:.2f}", meaning, _histogram_cause(tokens, mean_length, names))
 
@@ -94,9 +98,11 @@ def _histogram_cause(tokens: np.ndarray, mean_length: np.ndarray, names: list[st
   coarse = [(n, float(m)) for n, m in zip(names, mean_length) if m >= COARSE_DOCUMENT * step_tokens]
   if coarse:
     named = ", ".join(f"{n} {m:,.0f}" for n, m in sorted(coarse, key=lambda x: -x[1]))
-    return (f"the data, not the order: documents average {named} tokens against {step_tokens:,.0f} tokens a step, "
-            "so a few documents fill whole steps; the cumulative shares still follow the targets. For steadier "
-            "steps: more tokens per step (rows or seq_len), or cut long documents into pieces")
+    return (
+      f"the data, not the order: documents average {named} tokens against {step_tokens:,.0f} tokens a step, "
+      "so a few documents fill whole steps; the cumulative shares still follow the targets. For steadier "
+      "steps: more tokens per step (rows or seq_len), or cut long documents into pieces"
+    )
   return "mix inside every step: a block or global shuffle, or mixture.interleave exact"
 
 
@@ -130,21 +136,35 @@ def _position_in_shard(stats: Sequence[Mapping[str, Any]], name: str) -> dict[in
   return out
 
 
-def _sawtooth(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]]) -> list[Check]:
+def _sawtooth(
+  stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]]
+) -> list[Check]:
   checks = []
   if not any(s.get("shards") for s in stats):
     return [Check("sawtooth", "ok", "no shard record in these stats", "stats from before shards were recorded")]
   for name in names:
     spans = _shard_spans(stats, name)
     if spans is None or np.mean(spans) < RUN_STEPS:
-      checks.append(Check(f"sawtooth {name}", "ok", "shards mixed within steps" if spans is None else
-                          f"shards of {np.mean(spans):.1f} steps", "no shard-length period to repeat"))
+      checks.append(
+        Check(
+          f"sawtooth {name}",
+          "ok",
+          "shards mixed within steps" if spans is None else f"shards of {np.mean(spans):.1f} steps",
+          "no shard-length period to repeat",
+        )
+      )
       continue
     period = int(round(float(np.mean(spans))))
     if sum(1 for s in stats if s["step"] in losses and name in losses[s["step"]]) < 4 * period:
-      checks.append(Check(f"sawtooth {name}", "warn", f"reads one shard at a time, about {period} steps each",
-                          "the loss may rise and fall with each shard (pass a loss log to measure it)",
-                          "shuffle within shards (shuffle_within_shard, a block shuffle) or open_shards > 1"))
+      checks.append(
+        Check(
+          f"sawtooth {name}",
+          "warn",
+          f"reads one shard at a time, about {period} steps each",
+          "the loss may rise and fall with each shard (pass a loss log to measure it)",
+          "shuffle within shards (shuffle_within_shard, a block shuffle) or open_shards > 1",
+        )
+      )
       continue
     # The sawtooth: the loss follows the position inside the shard being read (its period is the shard's
     # length). Correlation of loss and position; under no relation |r| stays below 3.5 / sqrt(n).
@@ -160,14 +180,21 @@ def _sawtooth(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapp
     r = 0.0 if math.isnan(r) else r
     bound = 3.5 / math.sqrt(max(len(steps), 1))
     status = "warn" if abs(r) > bound else "ok"
-    checks.append(Check(f"sawtooth {name}", status, f"loss vs position inside the shard (period {period} steps): "
-                        f"r = {r:.2f} (noise bound {bound:.2f})", "the loss rises and falls with each shard in order",
-                        "shuffle within shards (shuffle_within_shard, a block shuffle) or open_shards > 1"))
+    checks.append(
+      Check(
+        f"sawtooth {name}",
+        status,
+        f"loss vs position inside the shard (period {period} steps): r = {r:.2f} (noise bound {bound:.2f})",
+        "the loss rises and falls with each shard in order",
+        "shuffle within shards (shuffle_within_shard, a block shuffle) or open_shards > 1",
+      )
+    )
   return checks
 
 
-def _boundaries(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]],
-                half_width: int = 5) -> list[Check]:
+def _boundaries(
+  stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]], half_width: int = 5
+) -> list[Check]:
   checks = []
   for name in names:
     steps = [s["step"] for s in stats if s["step"] in losses and name in losses[s["step"]]]
@@ -182,14 +209,25 @@ def _boundaries(stats: Sequence[Mapping[str, Any]], names: list[str], losses: Ma
     kernel = np.ones(half_width) / half_width
     means = np.convolve(loss, kernel, mode="valid")  # means[i] = mean of loss[i : i + half_width]
     jumps = means[half_width:] - means[:-half_width]  # after minus before, at every split point i = half_width ..
-    near = {i - half_width + k for i in marks for k in range(-half_width + 1, half_width) if 0 <= i - half_width + k < jumps.size}
+    near = {
+      i - half_width + k
+      for i in marks
+      for k in range(-half_width + 1, half_width)
+      if 0 <= i - half_width + k < jumps.size
+    }
     null = np.delete(jumps, sorted(near))  # the split points whose averages hold no boundary
     sigma = float(null.std()) or 1e-12
     drop = float(np.mean([jumps[i - half_width] for i in marks if i - half_width < jumps.size]))
     status = "fail" if drop < -4 * sigma else "ok"
-    checks.append(Check(f"boundaries {name}", status, f"loss change at {len(marks)} pass boundaries {drop:+.3f} "
-                        f"(null sigma {sigma:.3f})", "a drop right after a pass begins means the same data in "
-                        "the same order again", "reshuffle_on_repeat: true; Pipeline(epoch=e) per epoch"))
+    checks.append(
+      Check(
+        f"boundaries {name}",
+        status,
+        f"loss change at {len(marks)} pass boundaries {drop:+.3f} (null sigma {sigma:.3f})",
+        "a drop right after a pass begins means the same data in the same order again",
+        "reshuffle_on_repeat: true; Pipeline(epoch=e) per epoch",
+      )
+    )
   return checks
 
 
@@ -199,34 +237,60 @@ def _passes(stats: Sequence[Mapping[str, Any]], names: list[str]) -> list[Check]
   for name in names:
     passes = float(last.get(name, 0))
     status = "warn" if passes > MAX_PASSES else "ok"
-    checks.append(Check(f"passes {name}", status, f"{passes:.0f} completed passes",
-                        f"above {MAX_PASSES:g} a small source is memorised", "lower its weight, or add data"))
+    checks.append(
+      Check(
+        f"passes {name}",
+        status,
+        f"{passes:.0f} completed passes",
+        f"above {MAX_PASSES:g} a small source is memorised",
+        "lower its weight, or add data",
+      )
+    )
   return checks
 
 
-def diagnose(stats: Sequence[Mapping[str, Any]], losses: Mapping[int, Mapping[str, float]] | None = None,
-             overlaps: int | None = None) -> list[Check]:
+def diagnose(
+  stats: Sequence[Mapping[str, Any]],
+  losses: Mapping[int, Mapping[str, float]] | None = None,
+  overlaps: int | None = None,
+) -> list[Check]:
   """Every check on `stats` (the pipeline's JSONL records), `losses` (a loss log) and `overlaps`
   (pieces planned onto two hosts, from `jaxdata audit`)."""
   if not stats:
     raise InputFormatError("doctor: the stats hold no step")
   names = list(stats[0]["tokens_per_source"])
   losses = losses or {}
-  checks = [_histogram(stats, names), *_sawtooth(stats, names, losses), *_boundaries(stats, names, losses),
-            *_passes(stats, names)]
+  checks = [
+    _histogram(stats, names),
+    *_sawtooth(stats, names, losses),
+    *_boundaries(stats, names, losses),
+    *_passes(stats, names),
+  ]
   if overlaps is not None:
-    checks.append(Check("overlap", "fail" if overlaps else "ok", f"{overlaps} pieces on two hosts in one step",
-                        "every host must read different rows", "report a bug: the plan is host-independent"))
+    checks.append(
+      Check(
+        "overlap",
+        "fail" if overlaps else "ok",
+        f"{overlaps} pieces on two hosts in one step",
+        "every host must read different rows",
+        "report a bug: the plan is host-independent",
+      )
+    )
   return checks
 
 
 def write_html(checks: Sequence[Check], path: str) -> str:
-  rows = "".join(f"<tr class={c.status}><td>{c.status}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.figure)}"
-                 f"</td><td>{html.escape(c.meaning)}</td><td>{html.escape(c.advice)}</td></tr>" for c in checks)
-  page = ("<html><head><meta charset=utf-8><title>jaxdata doctor</title><style>td{padding:4px 8px}"
-          ".fail{background:#fdd}.warn{background:#ffd}.ok{background:#dfd}</style></head><body><h1>jaxdata doctor"
-          f"</h1><table><tr><th>status</th><th>check</th><th>figure</th><th>meaning</th><th>what to change</th></tr>"
-          f"{rows}</table></body></html>")
+  rows = "".join(
+    f"<tr class={c.status}><td>{c.status}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.figure)}"
+    f"</td><td>{html.escape(c.meaning)}</td><td>{html.escape(c.advice)}</td></tr>"
+    for c in checks
+  )
+  page = (
+    "<html><head><meta charset=utf-8><title>jaxdata doctor</title><style>td{padding:4px 8px}"
+    ".fail{background:#fdd}.warn{background:#ffd}.ok{background:#dfd}</style></head><body><h1>jaxdata doctor"
+    f"</h1><table><tr><th>status</th><th>check</th><th>figure</th><th>meaning</th><th>what to change</th></tr>"
+    f"{rows}</table></body></html>"
+  )
   with open(path, "w", encoding="utf-8") as f:
     f.write(page)
   return path

@@ -37,17 +37,17 @@ from jaxdata.tools.mixture_checks import stored_order_warnings, weight_notices
 from jaxdata.tools.numbers import human_count
 
 __all__ = [
-    "DatasetExposure",
-    "ExposureTable",
-    "StreamEnd",
-    "expected_unique_fraction",
-    "exposure",
-    "parse_tokens",
-    "plan_run",
-    "schedule_exposure",
-    "step_capacities",
-    "simulate_end",
-    "weights_by_step",
+  "DatasetExposure",
+  "ExposureTable",
+  "StreamEnd",
+  "expected_unique_fraction",
+  "exposure",
+  "parse_tokens",
+  "plan_run",
+  "schedule_exposure",
+  "step_capacities",
+  "simulate_end",
+  "weights_by_step",
 ]
 
 _TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
@@ -113,13 +113,13 @@ def step_capacities(cfg: PipelineConfig, steps: int) -> np.ndarray:
 
 
 def schedule_exposure(
-    unique_tokens: Mapping[str, float],
-    schedule: Schedule,
-    total_tokens: float,
-    tokens_per_step: int,
-    max_passes: float = 4.0,
-    capacities: Callable[[int], np.ndarray] | None = None,
-    steps: int | None = None,
+  unique_tokens: Mapping[str, float],
+  schedule: Schedule,
+  total_tokens: float,
+  tokens_per_step: int,
+  max_passes: float = 4.0,
+  capacities: Callable[[int], np.ndarray] | None = None,
+  steps: int | None = None,
 ) -> ExposureTable:
   """The exposure table for a schedule over `total_tokens` processed tokens; `capacities(n)` gives the
   tokens of the first n steps when they vary (default: `tokens_per_step` each). `steps`, where known
@@ -163,18 +163,20 @@ def schedule_exposure(
     passes = float(cumulative[-1, i] / supply[i])
     completed = np.searchsorted(cumulative[:, i], supply[i] * np.arange(1, math.floor(passes + 1e-12) + 1) - 1e-6)
     table[name] = DatasetExposure(
-        name=name,
-        unique_tokens=int(supply[i]),
-        natural_share=float(natural),
-        sampling_share=shares,
-        upsampling=[s / natural for s in shares],
-        processed_tokens=per_phase,
-        passes=passes,
-        pass_completed_at_step=completed.astype(int).tolist(),
+      name=name,
+      unique_tokens=int(supply[i]),
+      natural_share=float(natural),
+      sampling_share=shares,
+      upsampling=[s / natural for s in shares],
+      processed_tokens=per_phase,
+      passes=passes,
+      pass_completed_at_step=completed.astype(int).tolist(),
     )
     if passes > max_passes:
-      warnings.append(f"{name}: {passes:.2f} passes over {human_count(total_tokens)} tokens exceeds {max_passes:g}: "
-                      "a small source seen that often is memorised (lower its weight or add data)")
+      warnings.append(
+        f"{name}: {passes:.2f} passes over {human_count(total_tokens)} tokens exceeds {max_passes:g}: "
+        "a small source seen that often is memorised (lower its weight or add data)"
+      )
   for (a, b), share_sum in zip(phases, np.sum([t.sampling_share for t in table.values()], axis=0)):
     if abs(share_sum - 1.0) > 1e-9:
       raise AssertionError(f"phase [{a}, {b}): sampling shares sum to {share_sum}")  # a bug, not bad input
@@ -192,18 +194,18 @@ class StreamEnd:
   policy: str
 
   def describe(self) -> str:
-    why = {"passes": "completed its passes last", "stop": "ran out (exhausted_policy: stop)",
-           "repeat": "used up its max_repeats"}[self.policy]
-    return (f"the stream ends after about {self.steps:,} steps ({self.tokens:,} tokens): dataset "
-            f"{self.ended_by} {why}")
+    why = {
+      "passes": "completed its passes last",
+      "stop": "ran out (exhausted_policy: stop)",
+      "repeat": "used up its max_repeats",
+    }[self.policy]
+    return f"the stream ends after about {self.steps:,} steps ({self.tokens:,} tokens): dataset {self.ended_by} {why}"
 
 
 PACKED_SAMPLE_STEPS = 2000  # planned with the real packer: exact ends within, the fill measured for later
 
 
-def simulate_end(
-    cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None, max_steps: int
-) -> StreamEnd | None:
+def simulate_end(cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None, max_steps: int) -> StreamEnd | None:
   """Where the stream ends within `max_steps` steps (None if it does not end by then).
 
   The real packer plans the first PACKED_SAMPLE_STEPS steps: a stream that
@@ -237,20 +239,27 @@ def simulate_end(
   return None
 
 
-def plan_run(
-    cfg: PipelineConfig, tokens: int, max_passes: float
-) -> tuple[ExposureTable, StreamEnd | None, list[str]]:
+def plan_run(cfg: PipelineConfig, tokens: int, max_passes: float) -> tuple[ExposureTable, StreamEnd | None, list[str]]:
   """What `jaxdata plan` shows: exposure over `tokens` tokens, or up to where
   the pass policies end the stream if that comes first, and the warnings."""
   metadata = load_metadata(cfg)
   supply = {name: meta.supply for name, meta in metadata.items()}
   end = simulate_end(cfg, metadata, -(-tokens // cfg.tokens_per_step))
   total = min(tokens, end.tokens, end.steps * cfg.tokens_per_step) if end is not None else tokens
-  varies = bool(cfg.batch.schedule or cfg.batch.ramp or (cfg.packing.linear_warmup is not None
-                                                          and cfg.packing.linear_warmup.keep == "rows"))
-  table = schedule_exposure(supply, cfg.schedule(), total, cfg.tokens_per_step, max_passes,
-                            (lambda n: step_capacities(cfg, n)) if varies else None,
-                            end.steps if end is not None and total == end.tokens else None)
+  varies = bool(
+    cfg.batch.schedule
+    or cfg.batch.ramp
+    or (cfg.packing.linear_warmup is not None and cfg.packing.linear_warmup.keep == "rows")
+  )
+  table = schedule_exposure(
+    supply,
+    cfg.schedule(),
+    total,
+    cfg.tokens_per_step,
+    max_passes,
+    (lambda n: step_capacities(cfg, n)) if varies else None,
+    end.steps if end is not None and total == end.tokens else None,
+  )
   for settings in cfg.dataset_settings():
     meta, row = metadata[settings.name], table.datasets[settings.name]
     if meta.segments is not None:
@@ -294,11 +303,11 @@ def expected_unique_fraction(segments: np.ndarray, window: int, draws: float) ->
 
 
 def exposure(
-    unique_tokens: Mapping[str, float],
-    weights: Mapping[str, float],
-    total_tokens: float,
-    tokens_per_step: int = 1 << 20,
-    max_passes: float = 4.0,
+  unique_tokens: Mapping[str, float],
+  weights: Mapping[str, float],
+  total_tokens: float,
+  tokens_per_step: int = 1 << 20,
+  max_passes: float = 4.0,
 ) -> ExposureTable:
   """`schedule_exposure` for constant weights (validated like the config's)."""
   schedule = Schedule.from_phases(list(weights), [(weights, None, 0)], where="weights")

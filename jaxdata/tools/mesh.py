@@ -29,11 +29,15 @@ class MeshReport:
     """Degenerate inputs said in plain words."""
     out = []
     if self.planned_steps is not None and self.planned_steps < steps:
-      out.append(f"the data ends after {self.planned_steps} of the {steps} steps asked for: the figures cover "
-                 "only those (smaller than a step: nothing to plan; set exhausted_policy: repeat to keep going)")
+      out.append(
+        f"the data ends after {self.planned_steps} of the {steps} steps asked for: the figures cover "
+        "only those (smaller than a step: nothing to plan; set exhausted_policy: repeat to keep going)"
+      )
     if self.documents_per_host is not None and min(self.documents_per_host, default=0) == 0:
-      out.append("some hosts read no document at all in the planned steps (their rows are padding): the batch "
-                 "has more rows than the data fills")
+      out.append(
+        "some hosts read no document at all in the planned steps (their rows are padding): the batch "
+        "has more rows than the data fills"
+      )
     return out
 
   @property
@@ -46,7 +50,7 @@ class MeshReport:
 
 
 def mesh_report(
-    spec: SliceSpec, global_batch: int, seq_len: int, config: str | PipelineConfig | None, steps: int = 5
+  spec: SliceSpec, global_batch: int, seq_len: int, config: str | PipelineConfig | None, steps: int = 5
 ) -> MeshReport:
   """Plans `steps` global steps of `config` (a path or a config) at this
   batch shape (no tokens read)."""
@@ -55,9 +59,9 @@ def mesh_report(
     return MeshReport(None, None)
   cfg = load_config(config) if isinstance(config, str) else config
   cfg = dataclasses.replace(
-      cfg,
-      packing=dataclasses.replace(cfg.packing, seq_len=seq_len, warmup=()),
-      batch=BatchConfig(global_batch_size=global_batch, drop_remainder=cfg.batch.drop_remainder),
+    cfg,
+    packing=dataclasses.replace(cfg.packing, seq_len=seq_len, warmup=()),
+    batch=BatchConfig(global_batch_size=global_batch, drop_remainder=cfg.batch.drop_remainder),
   )
   planner = StepPlanner(cfg)
   documents = np.zeros(spec.hosts)

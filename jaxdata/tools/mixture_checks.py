@@ -43,14 +43,20 @@ class ResidualRatio:
   band: float  # about 3 standard deviations of R under independent random picks
 
   def explain(self) -> str:
-    return (f"per-step residual ratio R (sum of squared histogram residuals / their expectation under "
-            f"independent random picks): about 1 +- {self.band:.2f} for the random interleave over "
-            f"{self.steps} steps; far below 1 for the exact interleave")
+    return (
+      f"per-step residual ratio R (sum of squared histogram residuals / their expectation under "
+      f"independent random picks): about 1 +- {self.band:.2f} for the random interleave over "
+      f"{self.steps} steps; far below 1 for the exact interleave"
+    )
 
 
 def residual_ratio(
-    units: np.ndarray, documents: np.ndarray, weights: np.ndarray, names: Sequence[str],
-    lengths: Mapping[str, np.ndarray], tokens_unit: bool,
+  units: np.ndarray,
+  documents: np.ndarray,
+  weights: np.ndarray,
+  names: Sequence[str],
+  lengths: Mapping[str, np.ndarray],
+  tokens_unit: bool,
 ) -> ResidualRatio:
   """`units` [S, D]: units per dataset emitted in each step; `documents` [S];
   `weights` [S, D]: the weights of each step (summing to 1)."""
@@ -77,16 +83,19 @@ def stored_order_warnings(cfg: PipelineConfig, metadata: Mapping[str, DatasetMet
   """Datasets whose order keeps long runs of stored order, every pass."""
   warnings = []
   for settings in cfg.dataset_settings():
-    if settings.shuffle_within_shard or settings.block_size is not None or (
-        settings.window is not None and settings.with_replacement):  # draws have no stored order
+    if (
+      settings.shuffle_within_shard
+      or settings.block_size is not None
+      or (settings.window is not None and settings.with_replacement)
+    ):  # draws have no stored order
       continue
     counts = np.asarray(metadata[settings.name].shard_counts)
     largest = int(counts.max())
     if counts.size == 1 or largest >= STORED_ORDER_SHARE * counts.sum():
       warnings.append(
-          f"{settings.name}: read in stored order in runs of up to {largest:,} documents "
-          f"({largest / counts.sum():.0%} of it, {counts.size} shard{'s' if counts.size > 1 else ''}), "
-          "the same every pass; set shuffle_within_shard: true or shuffle_block_size"
+        f"{settings.name}: read in stored order in runs of up to {largest:,} documents "
+        f"({largest / counts.sum():.0%} of it, {counts.size} shard{'s' if counts.size > 1 else ''}), "
+        "the same every pass; set shuffle_within_shard: true or shuffle_block_size"
       )
   return warnings
 

@@ -61,8 +61,7 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
   step_tokens = tokens.sum(axis=1)
   cumulative = np.cumsum(tokens, axis=0)
   cumulative_share = cumulative / np.maximum(cumulative.sum(axis=1, keepdims=True), 1)
-  cumulative_target = np.cumsum(targets * step_tokens[:, None], axis=0) / np.maximum(
-      np.cumsum(step_tokens)[:, None], 1)
+  cumulative_target = np.cumsum(targets * step_tokens[:, None], axis=0) / np.maximum(np.cumsum(step_tokens)[:, None], 1)
   batch_share = tokens / np.maximum(step_tokens[:, None], 1)
   deviation = cumulative_share - cumulative_target
   smoothing = max(1, min(50, len(records) // 20))  # about 20 averages over the run
@@ -70,28 +69,30 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
   counts = np.convolve(np.ones(len(records)), kernel, mode="same")  # fewer steps at the edges: no dip there
   smoothed = {n: (np.convolve(batch_share[:, i], kernel, mode="same") / counts).tolist() for i, n in enumerate(names)}
   passes = [r.get("passes", {}) for r in records]
-  boundaries = {n: [records[k]["step"] for k in range(1, len(records)) if passes[k].get(n, 0) > passes[k - 1].get(n, 0)]
-                for n in names}
-  phase_changes = [records[k]["step"] for k in range(1, len(records)) if records[k]["target_share"] !=
-                   records[k - 1]["target_share"]]
+  boundaries = {
+    n: [records[k]["step"] for k in range(1, len(records)) if passes[k].get(n, 0) > passes[k - 1].get(n, 0)]
+    for n in names
+  }
+  phase_changes = [
+    records[k]["step"] for k in range(1, len(records)) if records[k]["target_share"] != records[k - 1]["target_share"]
+  ]
   worst = np.abs(deviation).argmax(axis=0)
   return {
-      "steps": [r["step"] for r in records],
-      "datasets": names,
-      "batch_share": {n: batch_share[:, i].tolist() for i, n in enumerate(names)},
-      "cumulative_share": {n: cumulative_share[:, i].tolist() for i, n in enumerate(names)},
-      "cumulative_target": {n: cumulative_target[:, i].tolist() for i, n in enumerate(names)},
-      "smoothed_share": smoothed,
-      "smoothing_steps": smoothing,
-      "target_share": {n: targets[:, i].tolist() for i, n in enumerate(names)},
-      "pass_boundaries": boundaries,
-      "phase_changes": phase_changes,
-      "padding_fraction": [r["padding_fraction"] for r in records],
-      "largest_deviation": {
-          n: {"step": records[worst[i]]["step"], "deviation": float(deviation[worst[i], i])}
-          for i, n in enumerate(names)
-      },
-      "final_deviation": {n: float(deviation[-1, i]) for i, n in enumerate(names)},
+    "steps": [r["step"] for r in records],
+    "datasets": names,
+    "batch_share": {n: batch_share[:, i].tolist() for i, n in enumerate(names)},
+    "cumulative_share": {n: cumulative_share[:, i].tolist() for i, n in enumerate(names)},
+    "cumulative_target": {n: cumulative_target[:, i].tolist() for i, n in enumerate(names)},
+    "smoothed_share": smoothed,
+    "smoothing_steps": smoothing,
+    "target_share": {n: targets[:, i].tolist() for i, n in enumerate(names)},
+    "pass_boundaries": boundaries,
+    "phase_changes": phase_changes,
+    "padding_fraction": [r["padding_fraction"] for r in records],
+    "largest_deviation": {
+      n: {"step": records[worst[i]]["step"], "deviation": float(deviation[worst[i], i])} for i, n in enumerate(names)
+    },
+    "final_deviation": {n: float(deviation[-1, i]) for i, n in enumerate(names)},
   }
 
 
@@ -115,14 +116,20 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   fig = _figure(figsize=(8, 4.5))
   ax = fig.subplots()
   for i, n in enumerate(series["datasets"]):
-    ax.plot(steps, series["smoothed_share"][n], color=f"C{i}", lw=2, label=f"{n} (mean of {series['smoothing_steps']} steps)")
+    ax.plot(
+      steps, series["smoothed_share"][n], color=f"C{i}", lw=2, label=f"{n} (mean of {series['smoothing_steps']} steps)"
+    )
     ax.plot(steps, series["target_share"][n], color=f"C{i}", ls="--", lw=1, label=f"{n} target")
     for boundary in series["pass_boundaries"][n]:
       ax.axvline(boundary, color=f"C{i}", ls=":", lw=0.8, alpha=0.7)
   for change in series["phase_changes"]:
     ax.axvline(change, color="black", lw=1.2, alpha=0.6)
-  ax.set(xlabel="step (dotted: a pass of that source ends; black: a phase change)", ylabel="share of the batch's tokens",
-         title="sources per batch, smoothed, against the target", ylim=(0, 1))
+  ax.set(
+    xlabel="step (dotted: a pass of that source ends; black: a phase change)",
+    ylabel="share of the batch's tokens",
+    title="sources per batch, smoothed, against the target",
+    ylim=(0, 1),
+  )
   ax.legend(fontsize=7, ncol=2, loc="upper right")
   fig.tight_layout()
   fig.savefig(paths["sources"], dpi=100)
@@ -156,18 +163,22 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
   for start, _ in table.phases[1:]:  # phase changes, on both step axes
     for ax in (top, middle):
       ax.axvline(start, color="black", lw=1, alpha=0.5)
-  top.set(ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens (black: a phase "
-          "change)")
+  top.set(
+    ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens (black: a phase change)"
+  )
   middle.set(xlabel="step", ylabel="cumulative passes")
   top.legend(fontsize=7)
   # Exposure per phase: the passes each dataset makes inside each phase.
   width = 0.8 / max(len(names), 1)
   for i, name in enumerate(names):
     row = table.datasets[name]
-    bottom.bar(np.arange(len(table.phases)) + i * width, [t / row.unique_tokens for t in row.processed_tokens],
-               width, label=name)
-  bottom.set_xticks(np.arange(len(table.phases)) + width * (len(names) - 1) / 2,
-                    [f"phase {k}: steps {a}-{b}" for k, (a, b) in enumerate(table.phases)])
+    bottom.bar(
+      np.arange(len(table.phases)) + i * width, [t / row.unique_tokens for t in row.processed_tokens], width, label=name
+    )
+  bottom.set_xticks(
+    np.arange(len(table.phases)) + width * (len(names) - 1) / 2,
+    [f"phase {k}: steps {a}-{b}" for k, (a, b) in enumerate(table.phases)],
+  )
   bottom.set(ylabel="passes in the phase")
   fig.tight_layout()
   fig.savefig(path, dpi=100)
@@ -179,8 +190,12 @@ def ablation_plot(rows: Any, names: Sequence[str], path: str) -> str:
   ax = fig.subplots()
   width = 0.8 / max(len(rows), 1)
   for i, row in enumerate(rows):
-    ax.bar(np.arange(len(names)) + i * width, [row.domain_loss[n] for n in names], width,
-           label=f"{row.name} (target loss {row.target_loss:.3f})")
+    ax.bar(
+      np.arange(len(names)) + i * width,
+      [row.domain_loss[n] for n in names],
+      width,
+      label=f"{row.name} (target loss {row.target_loss:.3f})",
+    )
   ax.set_xticks(np.arange(len(names)) + width * (len(rows) - 1) / 2, list(names))
   ax.set(ylabel="held-out loss per token", title="mixture ablation: the same tokens, the same initialisation")
   ax.legend(fontsize=7)

@@ -17,24 +17,20 @@ def summarize(dataset: Dataset) -> dict[str, Any]:
   """Counts, length percentiles, dtype, tokenizer and skip counts, JSON-able."""
   lengths = dataset.lengths
   stats = dataset.manifest.stats
-  percentiles = (
-      np.percentile(lengths, LENGTH_PERCENTILES).tolist()
-      if lengths.size
-      else [0.0] * len(LENGTH_PERCENTILES)
-  )
+  percentiles = np.percentile(lengths, LENGTH_PERCENTILES).tolist() if lengths.size else [0.0] * len(LENGTH_PERCENTILES)
   return {
-      "name": dataset.name,
-      "path": dataset.path,
-      "shards": dataset.num_shards,
-      "documents": dataset.num_records,
-      "tokens": dataset.num_tokens,
-      "mean_length": float(lengths.mean()) if lengths.size else 0.0,
-      "length_percentiles": dict(zip((f"p{p}" for p in LENGTH_PERCENTILES), percentiles)),
-      "max_length": int(lengths.max()) if lengths.size else 0,
-      "dtype": dataset.dtype.name,
-      "format": dataset.manifest.format,
-      "tokenizer": dataset.manifest.tokenizer,
-      "fingerprint": dataset.manifest.fingerprint,
-      "skipped_empty": stats.get("skipped_empty", 0),
-      "skipped_invalid": stats.get("skipped_invalid", 0),
+    "name": dataset.name,
+    "path": dataset.path,
+    "shards": dataset.num_shards,
+    "documents": dataset.num_records,
+    "tokens": dataset.num_tokens,
+    "mean_length": float(lengths.mean()) if lengths.size else 0.0,
+    "length_percentiles": dict(zip((f"p{p}" for p in LENGTH_PERCENTILES), percentiles)),
+    "max_length": int(lengths.max()) if lengths.size else 0,
+    "dtype": dataset.dtype.name,
+    "format": dataset.manifest.format,
+    "tokenizer": dataset.manifest.tokenizer,
+    "fingerprint": dataset.manifest.fingerprint,
+    "skipped_empty": stats.get("skipped_empty", 0),
+    "skipped_invalid": stats.get("skipped_invalid", 0),
   }
