@@ -178,9 +178,11 @@ def audit(
     step_documents.append(stream.emitted - emitted)
     step_weights.append(weights)
     taken, emitted = now, stream.emitted
+    completed = stream.passes_completed()  # as of this step: a partial last step is dropped with its pulls
     plans.append(plan)
   lengths = {n: np.asarray(metadata[n].lengths) for n in cfg.names}
-  completed = stream.passes_completed()
+  if not plans:
+    completed = {}
   result = audit_plans(cfg, plans, hosts, lengths, completed, planner.packer.carry)
   if plans:
     ratio = residual_ratio(
@@ -198,7 +200,9 @@ def audit(
       "was not checked (audit more steps)"
     )
   result.warnings.extend([*weight_notices(cfg), *stored_order_warnings(cfg, metadata)])
-  taken = np.array([c.taken for c in stream.cursors], dtype=float)
+  # As of the last step planned: where the stream ends inside a step, that partial step's pulls
+  # (dropped with it) are not in the targets either.
+  taken = taken.astype(float)
   result.taken, result.target = dict(zip(cfg.names, taken.tolist())), dict(zip(cfg.names, targets.tolist()))
   if cfg.mixture.interleave == "exact":
     # Steps pull whole documents with one step's weights, and the last pull of a
