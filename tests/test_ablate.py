@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import yaml
 
 from jaxdata.cli import main
 from jaxdata.demo.ablate import ablation_config, run_ablation
 from jaxdata.demo.corpus import build_demo_corpus
 from jaxdata.demo.run import demo_config
+
+pytestmark = [pytest.mark.slow]
 
 
 def test_three_candidates_train_equal_tokens_and_report_held_out_losses(tmp_path, capsys, monkeypatch):

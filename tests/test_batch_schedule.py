@@ -53,6 +53,7 @@ def test_rows_follow_the_ramp_and_the_phases(config):
   assert [phases.rows_at(s) for s in range(7)] == [4, 4, 8, 8, 8, 16, 16]
 
 
+@pytest.mark.slow
 def test_state_at_every_step_of_the_ramp_restores(config):
   cfg = load_config(config)
 
@@ -62,6 +63,8 @@ def test_state_at_every_step_of_the_ramp_restores(config):
   assert_restores_exactly(lambda: Pipeline(cfg, prefetch=0), advance, total=11, stops=range(11))
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_a_ramp_restored_mid_ramp_onto_other_host_counts_gives_the_same_batches(config, tmp_path):
   save_at, steps = 3, 6  # saved mid-ramp, resumed through 16, 16, 16, 24, 24, 32 rows
   with Pipeline(load_config(config), prefetch=0) as pipe:

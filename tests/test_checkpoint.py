@@ -61,6 +61,7 @@ def test_orbax_round_trip_with_a_model_in_one_manager(cfg, reference, tmp_path, 
   assert len(state_file.read_bytes()) < 4096
 
 
+@pytest.mark.slow
 def test_restore_onto_other_meshes_8_to_4_to_8_devices(cfg, reference):
   devices = jax.devices()
   mesh8 = Mesh(np.array(devices[:8]), ("data",))

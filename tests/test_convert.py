@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import gzip
 import json
 import os
 
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sentencepiece as spm
+import zstandard
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from conftest import make_texts, write_jsonl
@@ -267,3 +269,32 @@ def test_cli_convert_reports_skips_and_errors(tmp_path, capsys):
   assert "skipped 4 invalid records" in printed
   assert "bad.jsonl:4: missing field 'text'" in printed
   assert read_all(out) == expected_ids(["fine", "ok too", "last"])
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz", ".zst"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_progress_bars_count_their_own_units_and_end_at_their_totals(tmp_path, suffix, workers):
+  """scan and tokenize count input bytes (a compressed file's own bytes: never past 100%); write counts
+  documents. Each bar rises and ends exactly at its total."""
+  path = write_jsonl(str(tmp_path / "a.jsonl"), make_texts(3_000, seed=4))
+  if suffix == ".gz":
+    with open(path, "rb") as f, gzip.open(path + suffix, "wb") as out:
+      out.write(f.read())
+  elif suffix == ".zst":
+    with open(path, "rb") as f, open(path + suffix, "wb") as out:
+      out.write(zstandard.ZstdCompressor().compress(f.read()))
+  write_jsonl(str(tmp_path / "b.jsonl"), make_texts(500, seed=5))
+  inputs = [path + suffix, str(tmp_path / "b.jsonl")]
+  seen: dict[str, list[tuple[int, int]]] = {}
+  manifest = convert(
+    inputs,
+    str(tmp_path / "out"),
+    "p",
+    ConvertOptions(workers=workers, unit_bytes=1 << 16),
+    lambda phase, done, total, documents: seen.setdefault(phase, []).append((done, total)),
+  )
+  sizes = sum(os.path.getsize(p) for p in inputs)
+  for phase, total in (("tokenize", sizes), ("write", manifest.num_records)):
+    done = [d for d, _ in seen[phase]]
+    assert {t for _, t in seen[phase]} == {total}, phase
+    assert done == sorted(done) and done[-1] == total and max(done) <= total, phase

@@ -28,6 +28,8 @@ from jaxdata.conversion.tokenizers import ByteTokenizer
 from jaxdata.conversion.work_units import plan_units
 from jaxdata.sources.writer import DatasetWriter
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
 
 def text(rng: random.Random) -> str:
   return " ".join(rng.choice(["alpha", "beta", "gamma", "délta", "ε", "\n"]) for _ in range(rng.randint(0, 60)))

@@ -11,6 +11,8 @@ import pytest
 from jaxdata.cli import main
 from jaxdata.demo.corpus import build_demo_corpus
 
+pytestmark = [pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> tuple[dict, str]:

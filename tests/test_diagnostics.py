@@ -153,8 +153,12 @@ def test_an_audit_past_the_streams_end_counts_only_the_steps_handed_out(tmp_path
   """The stream stops inside a step (drop_remainder drops it): the documents pulled for that step are
   counted neither as taken nor in the targets, so the exact interleave's bound holds to the end."""
   rng = np.random.default_rng(5)
-  cfg = coded_config(tmp_path, [rng.integers(1, 60, 90).tolist(), rng.integers(1, 30, 200).tolist()],
-                     mixture={"weights": {"d0": 3, "d1": 1}, "unit": "tokens"}, packing={"seq_len": 32})
+  cfg = coded_config(
+    tmp_path,
+    [rng.integers(1, 60, 90).tolist(), rng.integers(1, 30, 200).tolist()],
+    mixture={"weights": {"d0": 3, "d1": 1}, "unit": "tokens"},
+    packing={"seq_len": 32},
+  )
   handed_out = list(StepPlanner(cfg).plans(10_000))
   result = audit(cfg, 2, len(handed_out) + 50)
   assert result.steps == len(handed_out) and result.ok, result.failures
@@ -332,6 +336,7 @@ def test_bench_command_reports_throughput(pipeline_yaml, capsys, workers):
   assert "C loops: in C: assembly, first-fit placement, exact interleave picks" in out  # both extensions built
 
 
+@pytest.mark.slow
 def test_bench_names_the_loops_that_run_in_python() -> None:
   # A fresh interpreter for each: JAXDATA_NATIVE is read at import.
   script = "from jaxdata.tools.bench import c_loops; print(c_loops())"

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import glob
 import inspect
 import os
 import re
+import shlex
 from typing import Any
 
 import pytest
 import yaml
 
 from jaxdata import Pipeline, load_config
+from jaxdata.cli import build_parser
 from jaxdata.config import (
   BatchConfig,
   DatasetConfig,
@@ -183,3 +186,34 @@ def test_the_formats_doc_example_is_a_valid_window_config(tmp_path):
   assert (settings["web"].window, settings["web"].with_replacement) == (2048, True)
   assert (settings["books"].with_replacement, settings["books"].cross_documents) == (False, False)
   assert settings["code"].window is None
+
+
+FENCE = re.compile(r"```\w*\n(.*?)```", re.S)
+DOCUMENTS = ["README.md", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md")))]
+
+
+def documented_command_lines() -> list[tuple[str, str]]:
+  """(document, line) of every `jaxdata ...` line in a fenced block: `\\` continuations joined,
+  `[optional]` parts dropped (usage notation), comments dropped by shlex."""
+  found = []
+  for document in DOCUMENTS:
+    for block in FENCE.findall(open(os.path.join(REPO, document), encoding="utf-8").read()):
+      for line in block.replace("\\\n", " ").splitlines():
+        if line.startswith("jaxdata "):
+          found.append((document, re.sub(r"\s\[[^\]]*\]", "", line)))
+  return found
+
+
+def test_the_documents_show_commands():
+  assert len(documented_command_lines()) >= 20  # the extraction finds them (a broken pattern would find none)
+
+
+@pytest.mark.parametrize("document,line", documented_command_lines())
+def test_every_documented_command_line_parses(document, line, capsys):
+  """Every flag and choice a document shows exists: a renamed flag fails here, not for a reader."""
+  words = shlex.split(line, comments=True)[1:]
+  try:
+    build_parser().parse_args(words)
+  except SystemExit as e:
+    if e.code != 0:  # `--version` and `--help` exit 0
+      pytest.fail(f"{document}: `{line}` does not parse: {capsys.readouterr().err.strip()}")

@@ -11,6 +11,8 @@ import crash_trials
 from jaxdata import Pipeline, load_config
 from pipeline_fixtures import free_port, rebuilt_batch, run_workers
 
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
 WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
 SAVE_AT = 3
 

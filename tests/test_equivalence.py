@@ -19,6 +19,8 @@ import equivalence_matrix as matrix
 import object_store
 from pipeline_fixtures import free_port, worker_env
 
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.integration]
+
 HERE = [m for m in matrix.MODES if m.runs == "here"]
 SCRIPT = os.path.abspath(matrix.__file__)
 

@@ -107,6 +107,7 @@ class CountingPick:
     return out
 
 
+@pytest.mark.slow
 def test_c_and_python_make_the_same_picks_on_random_loops(monkeypatch: pytest.MonkeyPatch) -> None:
   counting = CountingPick(pick_loops._exact_pick)
   monkeypatch.setattr(pick_loops, "_exact_pick", counting)

@@ -8,6 +8,7 @@ import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from jaxdata import Pipeline
 from pipeline_fixtures import coded_config
@@ -46,6 +47,7 @@ def test_the_cli_converts_and_inspects_without_rich_matplotlib_or_pyarrow(tmp_pa
   assert lines[2].split()[:3] == ["plain", "1", "50"]  # a plain, aligned table
 
 
+@pytest.mark.slow
 def test_a_missing_extra_is_named(tmp_path):
   pq.write_table(pa.table({"text": ["a", "b"]}), tmp_path / "t.parquet")
   done = jaxdata(

@@ -18,6 +18,8 @@ import pytest
 from jaxdata import Pipeline, PipelineConfig, PipelineDataset, TokenDataset
 from pipeline_fixtures import coded_config, digest
 
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
 
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory) -> PipelineConfig:

@@ -384,6 +384,8 @@ with Pipeline(cfg, prefetch=2 if workers else 0, workers=workers) as pipe:
 """
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("workers", [0, 2])
 def test_truncating_the_files_of_a_running_flat_dataset_is_a_named_error_not_sigbus(tmp_path, documents, workers):
   write_flat(str(tmp_path / "a.bin"), documents, np.uint16)

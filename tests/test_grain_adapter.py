@@ -37,6 +37,8 @@ def test_grain_transforms_and_checkpoint_handler_work_on_the_pipeline(tmp_path):
   manager.close()
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_grain_worker_processes_are_refused_naming_jaxdatas_own(tmp_path):
   cfg = coded_config(tmp_path, [[5, 9, 3] * 10])
   dataset = PipelineDataset(cfg, prefetch=0)

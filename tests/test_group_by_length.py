@@ -59,6 +59,7 @@ def test_batch_order_inside_a_group_is_shuffled_not_sorted(tmp_path):
   assert longest != sorted(longest, reverse=True) and longest != sorted(longest)
 
 
+@pytest.mark.slow
 def test_state_at_every_step_restores_mid_group(tmp_path):
   cfg = config(tmp_path, 5)
 

@@ -99,5 +99,5 @@ def test_the_cache_plan_reads_what_training_reads_not_the_held_out_documents(tmp
       "batch": {"global_batch_size": 4},
     }
   )
-  (need,) = cache_needs(cfg, hosts=1, windows=1, read_ahead_tokens=10_000).datasets
+  (need,) = cache_needs(cfg, hosts=1, spans=1, read_ahead_tokens=10_000).datasets
   assert need.shards == 40 and need.max_shards == 32

@@ -17,6 +17,8 @@ import jaxdata
 from hostile_cases import CASES, _pipeline_state, run_case
 from jaxdata.cli import main
 
+pytestmark = [pytest.mark.slow]
+
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_every_hostile_input_gets_a_clear_named_error(case):

@@ -204,6 +204,7 @@ def batches_digest(native: str) -> str:
   return done.stdout.split()
 
 
+@pytest.mark.slow
 def test_jaxdata_native_0_runs_the_numpy_loops_with_the_same_batches() -> None:
   c, numpy = batches_digest("1"), batches_digest("0")
   assert c[0] == "True" and numpy[0] == "False"

@@ -170,6 +170,7 @@ def _heavy_modules_after(code: str) -> list[str]:
   return eval(out.stdout.strip().splitlines()[-1])  # a printed list of str literals
 
 
+@pytest.mark.slow
 def test_import_and_cli_load_no_heavy_dependency(tmp_path):
   assert _heavy_modules_after("import jaxdata, jaxdata.cli") == []
   assert (

@@ -65,6 +65,7 @@ def test_fractions_of_total_steps_place_boundaries_like_the_seed():
     )
 
 
+@pytest.mark.slow
 def test_batches_follow_the_warmup_and_resume_exactly_mid_warmup(tmp_path):
   cfg = coded_config(
     tmp_path,

@@ -105,6 +105,7 @@ def model_loss(params: dict, batch: dict) -> jax.Array:
   return (losses * weights).sum() / weights.sum()
 
 
+@pytest.mark.slow
 def test_a_small_model_trains_on_the_maxtext_batches(values):
   keys = jax.random.split(jax.random.PRNGKey(0), 6)
   width = 32

@@ -13,6 +13,8 @@ from jaxdata import Pipeline, load_config
 from jaxdata.pipeline.planner import StepPlanner
 from pipeline_fixtures import free_port, run_workers, write_coded_dataset
 
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
 WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
 STEPS = 4
 

@@ -25,6 +25,8 @@ from null_statistics import (
   serial_correlation,
 )
 
+pytestmark = [pytest.mark.slow]
+
 
 @pytest.mark.parametrize("n", [5, 6, 10])
 def test_every_item_lands_at_every_position_equally_often(n):

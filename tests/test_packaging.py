@@ -7,6 +7,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 import jaxdata
 import jaxdata.tpu_configs
 import jaxdata.transforms
@@ -28,6 +30,8 @@ def test_editable_install_maps_transforms_from_repo_root():
   assert os.path.samefile(os.path.dirname(jaxdata.tpu_configs.__file__), os.path.join(REPO, "tpu_configs"))
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_normal_install_has_jaxdata_transforms_and_no_top_level_transforms(tmp_path):
   wheel_dir = tmp_path / "wheel"
   subprocess.run(

@@ -20,6 +20,8 @@ import pytest
 
 from pipeline_fixtures import worker_env
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = re.compile(r"(?:<!-- test: (run|write \S+) -->\n)?```(\w+)\n(.*?)```", re.S)
 WORDS = "the quick brown fox jumps over a lazy dog while the code runs fast and well".split()

@@ -35,6 +35,8 @@ from jaxdata.testing import wait_for_processes
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
 STEPS = 200
 
 
@@ -200,7 +202,7 @@ def test_the_plan_names_the_cache_a_read_span_needs(stores, local, tmp_path):
   server = stores["gs"]
   urls = [server.upload(d.path, "jaxdata-test", f"plan/{d.name}") for d in local.datasets]
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 14 * largest_shard(local))
-  needs = cache_needs(cfg, hosts=2, windows=6, read_ahead_tokens=512)
+  needs = cache_needs(cfg, hosts=2, spans=6, read_ahead_tokens=512)
   # Each host's 2-step windows touch the 3 open shards of each dataset, or a few more.
   assert all(3 <= n.max_shards <= 8 and n.remote for n in needs.datasets)
   # The most one window holds of both datasets together.

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from jaxdata import ConfigError, Pipeline
-from jaxdata.cli import _parser, main
+from jaxdata.cli import build_parser, main
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from pipeline_fixtures import coded_config
 
@@ -107,6 +107,7 @@ def test_mesh_command_prints_per_host_figures(tmp_path, capsys):
   assert "does not divide over the 256 data-parallel shards" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_pipeline_from_a_slice_name(tmp_path):
   cfg = coded_config(
     tmp_path, [list(range(1, 60)), [9] * 80], exhausted_policy="repeat", batch={"global_batch_size": 16}
@@ -127,7 +128,7 @@ def test_pipeline_from_a_slice_name(tmp_path):
 
 
 def test_every_command_option_has_help_text():
-  commands = _parser()._subparsers._group_actions[0].choices
+  commands = build_parser()._subparsers._group_actions[0].choices
   missing = [
     (name, action.dest)
     for name, sub in commands.items()

@@ -44,6 +44,7 @@ def deviations(batch, weights: np.ndarray, tokens_unit: bool) -> np.ndarray:
 lengths_strategy = st.lists(st.integers(1, 3000), min_size=1, max_size=60)
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(
   data=st.data(),

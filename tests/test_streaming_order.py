@@ -115,7 +115,7 @@ def test_open_shards_is_configured_per_dataset_or_at_the_top_and_checked(tmp_pat
   assert [s.open_shards for s in cfg.dataset_settings()] == [3, 1]
   with pytest.raises(ConfigError, match="open_shards: expected an int >= 1, got 0"):
     coded_config(tmp_path / "b", [[1, 2]], open_shards=0)
-  with pytest.raises(ConfigError, match=r"datasets\.d0: open_shards 2 .* 'global'"):
+  with pytest.raises(ConfigError, match=r"datasets\.d0: open_shards: 2 .* 'global'"):
     coded_config(tmp_path / "c", [[1, 2]], open_shards=2, shuffle_block_size="global")
 
 
@@ -130,7 +130,7 @@ def test_a_checkpoint_does_not_restore_under_another_open_shards(tmp_path):
 
 
 @pytest.mark.parametrize("lanes", [2, 4])
-def test_a_read_window_touches_about_k_shards_of_each_dataset(tmp_path, lanes):
+def test_a_read_span_touches_about_k_shards_of_each_dataset(tmp_path, lanes):
   """`jaxdata plan`'s read-span measurement. Shards hold about 42 documents
   (3,360 bytes of ids of mean length 20); a 1,024-token window takes about 26
   documents of each dataset, which with blocks of 16 spans at most
@@ -151,7 +151,7 @@ def test_a_read_window_touches_about_k_shards_of_each_dataset(tmp_path, lanes):
         "batch": {"global_batch_size": 8},
       }
     )
-    return cache_needs(cfg, hosts=1, windows=10, read_ahead_tokens=1024)
+    return cache_needs(cfg, hosts=1, spans=10, read_ahead_tokens=1024)
 
   streaming, scattered = needs(open_shards=lanes, shuffle_block_size=16), needs(shuffle_block_size="global")
   # Replayed through the LRU cache: the streaming order needs a fraction of what the global one does.

@@ -42,6 +42,7 @@ def setup(tmp_path, monkeypatch):
   return tmp_path, str(config)
 
 
+@pytest.mark.slow
 def test_every_command_fits_80_columns(setup, capsys):
   tmp_path, config = setup
   commands = [

@@ -217,6 +217,8 @@ def test_bos_or_eos_with_windows_is_a_config_error(tmp_path):
     PipelineConfig.from_dict({"datasets": [{"name": "w", "window": 8}], "mixture": {"weights": {"w": 1}}})
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
 
   path, _ = corpus_with_documents(tmp_path)
@@ -314,6 +316,7 @@ def test_audit_checks_window_passes_and_lets_draws_repeat(tmp_path):
   assert "perm:" in warned and "draws:" not in warned  # draws have no stored order to warn about
 
 
+@pytest.mark.multiprocess
 def test_worker_processes_assemble_the_same_window_batches(tmp_path):
   path, _ = corpus_with_documents(tmp_path)
   cfg = window_config(path, 16)

@@ -26,6 +26,8 @@ from jaxdata.pipeline.worker_process import PLANNER, WorkerSpec, _Planning
 from jaxdata.testing import recorded_reads, start_processes, wait_for_processes, worker_processes
 from pipeline_fixtures import coded_config, digest
 
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
 STEPS = 24
 
 

@@ -20,7 +20,7 @@ from jaxdata.cli import data, demo, planning
 from jaxdata.cli.output import Console, flag_words
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
 
-__all__ = ["main", "parse_size"]
+__all__ = ["build_parser", "main", "parse_size"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -54,7 +54,8 @@ def _common() -> argparse.ArgumentParser:
   return common
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+  """The `jaxdata` command's argument parser (every command and flag)."""
   common = _common()
   parser = argparse.ArgumentParser(
     prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common]
@@ -113,8 +114,8 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument(
     "--beam-options",
     default="",
-    help="Beam pipeline options, e.g. '--runner=DataflowRunner --project=P --region=R "
-    "--temp_location=gs://B/tmp' (default: the local DirectRunner)",
+    help="Beam pipeline options, given with '=': --beam-options='--runner=DataflowRunner --project=P "
+    "--region=R --temp_location=gs://B/tmp' (default: the local DirectRunner)",
   )
   p.set_defaults(handler=convert_command.convert)
 
@@ -173,7 +174,10 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument(
     "--checkpoint-at", type=int, default=20, help="step at which model and pipeline are saved, then restored"
   )
-  p.add_argument("--out", help="run directory for checkpoints and the plot (default: CACHE/run)")
+  p.add_argument(
+    "--out",
+    help="run directory for checkpoints and the plot (default: CACHE/run, or CACHE/run-NAME for --config NAME.yaml)",
+  )
   p.add_argument("--json", help="also write the summary as JSON here")
   p.set_defaults(handler=demo.demo)
 
@@ -260,7 +264,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  args = _parser().parse_args(argv)
+  args = build_parser().parse_args(argv)
   args.quiet = getattr(args, "quiet", False)
   console = Console(highlight=False)
   if not console.is_terminal and "COLUMNS" not in os.environ:

@@ -12,6 +12,7 @@ from jaxdata.conversion.local_runner import convert as convert_files
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.roundtrip import check_roundtrip
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
+from jaxdata.tools.numbers import human_bytes
 
 __all__ = ["convert"]
 
@@ -35,9 +36,14 @@ def convert(args: argparse.Namespace, console: Console) -> int:
   tasks: dict[str, Any] = {}
 
   def on_progress(phase: str, done: int, total: int, documents: int) -> None:
+    # scan and tokenize count input bytes (compressed bytes for .gz / .zst); write counts documents.
+    if phase == "write":
+      amount = f"{done:,} / {total:,} documents"
+    else:
+      amount = f"{human_bytes(done)} / {human_bytes(total)}" + (f", {documents:,} documents" if documents else "")
     if phase not in tasks:
-      tasks[phase] = progress.add_task(phase, total=total, documents=0)
-    progress.update(tasks[phase], completed=done, documents=documents)
+      tasks[phase] = progress.add_task(phase, total=total, amount=amount)
+    progress.update(tasks[phase], completed=done, amount=amount)
 
   with progress:
     if args.runner == "beam":
@@ -51,7 +57,8 @@ def convert(args: argparse.Namespace, console: Console) -> int:
     f"wrote {args.out}: {manifest.num_records} documents, {manifest.num_tokens} "
     f"tokens, {len(manifest.shards)} shards, dtype {manifest.dtype}"
   )
-  console.print(f"skipped {stats['skipped_empty']} empty documents")
+  if stats["skipped_empty"]:
+    console.print(f"skipped {stats['skipped_empty']:,} empty documents")
   if stats["skipped_invalid"]:
     console.print(f"skipped {stats['skipped_invalid']} invalid records, first ones:")
     for message in stats["invalid_examples"]:

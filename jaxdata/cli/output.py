@@ -12,14 +12,28 @@ web    1,024
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from jaxdata.errors import installed_module
 
-__all__ = ["Console", "PARAMETER_FLAGS", "PlainConsole", "PlainTable", "Table", "flag_words", "progress_bar", "show"]
+__all__ = [
+  "Console",
+  "PARAMETER_FLAGS",
+  "PlainConsole",
+  "PlainTable",
+  "Table",
+  "check_output_path",
+  "flag_words",
+  "progress_bar",
+  "show",
+  "working",
+]
 
 # Library errors name parameters (`out_dir`, `force=True`); on the command line the same thing is a flag.
 PARAMETER_FLAGS = {
@@ -123,8 +137,8 @@ class _PlainProgress:
     if self.disable or (now - self.shown < 1.0 and completed < self.tasks[task]["total"]):
       return
     self.shown = now
-    extra = " ".join(f"{v:,} {k}" for k, v in fields.items() if isinstance(v, int))
-    print(f"{task}: {completed:,} / {self.tasks[task]['total']:,} {extra}".rstrip(), file=sys.stderr)
+    self.tasks[task].update(fields)
+    print(f"{task}: {self.tasks[task].get('amount', completed)}", file=sys.stderr)
 
 
 _console, _table, _progress = _rich("console"), _rich("table"), _rich("progress")
@@ -152,18 +166,41 @@ def show(console: Any, table: PlainTable) -> None:
 
 
 def progress_bar(console: Any, disable: bool) -> Any:
-  """Bytes and documents of a conversion: rich's bar, or plain lines."""
+  """A bar per phase of a conversion, its amount in the phase's own unit (the `amount` field, text):
+  rich's bar, or plain lines."""
   if _progress is None:
     return _PlainProgress(disable)
   rich = _progress
   return rich.Progress(
     rich.TextColumn("{task.description}"),
     rich.BarColumn(),
-    rich.DownloadColumn(),
-    rich.TransferSpeedColumn(),
-    rich.TextColumn("{task.fields[documents]:,} documents"),
+    rich.TextColumn("{task.fields[amount]}"),
     rich.TimeElapsedColumn(),
     console=console,
     disable=disable,
     refresh_per_second=5,
   )
+
+
+@contextlib.contextmanager
+def working(console: Any, quiet: bool, what: str) -> Iterator[None]:
+  """While a step of several seconds runs: a spinner on a terminal (rich), else one line on stderr."""
+  if quiet:
+    yield
+  elif hasattr(console, "status") and console.is_terminal:
+    with console.status(what):
+      yield
+  else:
+    print(f"{what} ...", file=sys.stderr, flush=True)
+    yield
+
+
+def check_output_path(path: str | None, flag: str) -> None:
+  """Fails at once where a file asked for cannot be written, not after the work that makes it."""
+  if path is None:
+    return
+  directory = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f"{flag} {path}: the directory {directory} does not exist")
+  if os.path.isdir(path):
+    raise IsADirectoryError(f"{flag} {path}: is a directory; give a file name")

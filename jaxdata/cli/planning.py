@@ -9,7 +9,7 @@ import os
 
 from jaxdata._lazy import lazy_module
 from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, SAMPLING_WINDOWS_LEGEND, print_legend
-from jaxdata.cli.output import Console, Table, show
+from jaxdata.cli.output import Console, Table, check_output_path, show, working
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.planner import check_host_count
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
@@ -28,14 +28,23 @@ bench_module = lazy_module("jaxdata.tools.bench")  # runs a Pipeline: jax only w
 
 def plan(args: argparse.Namespace, console: Console) -> int:
   cfg = load_config(args.config)
+  # What can fail at once does, before the planning: the host count, the tokens, the plot's path.
   if args.read_spans > 0:
-    check_host_count(cfg, args.hosts)  # before the exposure's planning, not after it
+    check_host_count(cfg, args.hosts)
+  tokens = parse_tokens(args.tokens)
+  check_output_path(args.png, "--png")
   schedule = cfg.schedule()
   tokens_per_step = cfg.tokens_per_step
-  table, end, warnings = plan_run(cfg, parse_tokens(args.tokens), args.max_passes)
-  if args.png:
-    plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
-  needs = cache_needs(cfg, args.hosts, args.read_spans, args.read_ahead_tokens) if args.read_spans > 0 else None
+  with working(console, args.quiet or args.json, f"planning {args.tokens} tokens of {args.config}"):
+    table, end, warnings = plan_run(cfg, tokens, args.max_passes)
+    if args.png:
+      plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
+  with working(
+    console,
+    args.quiet or args.json or args.read_spans <= 0,
+    f"replaying {args.read_spans} read spans per host for the cache table",
+  ):
+    needs = cache_needs(cfg, args.hosts, args.read_spans, args.read_ahead_tokens) if args.read_spans > 0 else None
   warnings += cache_warnings(needs, cfg.cache_bytes) if needs is not None else []
   if args.json:
     print(
@@ -124,7 +133,8 @@ def read_span_table(needs: CacheNeeds, args: argparse.Namespace) -> Table:
 
 
 def audit(args: argparse.Namespace, console: Console) -> int:
-  result = audit_plan(load_config(args.config), args.hosts, args.steps)
+  with working(console, args.quiet or args.json, f"planning and checking {args.steps:,} steps for {args.hosts} hosts"):
+    result = audit_plan(load_config(args.config), args.hosts, args.steps)
   if args.json:
     print(json.dumps(result.to_json(), indent=1))
   else:
@@ -245,7 +255,8 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
 
 
 def bench(args: argparse.Namespace, console: Console) -> int:
-  result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
+  with working(console, args.quiet, f"timing {args.steps} steps of {args.config}"):
+    result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
   console.print(
     f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
     f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "

@@ -14,7 +14,7 @@ same inputs and options, whatever the runner, its parallelism or how units
 are cut. Scratch and output go through Beam's `FileSystems` (local paths,
 or `gs://` / `s3://` on a cluster); `pip install 'jaxdata[beam]'`.
 
->>> # jaxdata convert corpus/ --out data/web --name web --runner beam --beam-options "--direct_num_workers=2"
+>>> # jaxdata convert corpus/ --out data/web --name web --runner beam --beam-options="--direct_num_workers=2"
 """
 
 from __future__ import annotations

@@ -188,9 +188,10 @@ def iter_documents(
     raise InputFormatError(f"{path}: not a readable Parquet file ({str(e)[:200]})") from e
 
 
-def open_binary(path: str) -> IO[bytes]:
-  """The file's bytes (local, gs:// or s3://), decompressed for .gz and .zst."""
-  raw = open_remote(path) if is_remote(path) else open(path, "rb")
+def open_binary(path: str, raw: IO[bytes] | None = None) -> IO[bytes]:
+  """The file's bytes (local, gs:// or s3://), decompressed for .gz and .zst (read from `raw` if given)."""
+  if raw is None:
+    raw = open_remote(path) if is_remote(path) else open(path, "rb")
   if path.endswith(".gz"):
     return gzip.GzipFile(fileobj=raw, mode="rb")
   if path.endswith(".zst"):
@@ -239,16 +240,47 @@ class _ZstdReader(io.RawIOBase):
     super().close()
 
 
+class _CountingReader(io.RawIOBase):
+  """A file's raw bytes, counted as they are read: a compressed file's progress is in its own bytes."""
+
+  def __init__(self, raw: IO[bytes]) -> None:
+    self._raw = raw
+    self.count = 0
+
+  def readable(self) -> bool:
+    return True
+
+  def readinto(self, buffer: Any) -> int:
+    data = self._raw.read(len(buffer))
+    buffer[: len(data)] = data
+    self.count += len(data)
+    return len(data)
+
+  def close(self) -> None:
+    self._raw.close()
+    super().close()
+
+
 def _lines(path: str, stream: Iterable[bytes] | None, on_bytes: Callable[[int], None]) -> Iterator[bytes]:
   if stream is not None:
     for line in stream:
       on_bytes(len(line))
       yield line
     return
-  with open_binary(path) as f:
+  if not is_compressed(path):
+    with open_binary(path) as f:
+      for line in f:
+        on_bytes(len(line))
+        yield line
+    return
+  counted = _CountingReader(open_remote(path) if is_remote(path) else open(path, "rb"))
+  reported = 0
+  with open_binary(path, counted) as f:
     for line in f:
-      on_bytes(len(line))
+      on_bytes(counted.count - reported)  # compressed bytes: what the file's size (the bar's total) counts
+      reported = counted.count
       yield line
+  on_bytes(counted.count - reported)
 
 
 def _iter_jsonl(

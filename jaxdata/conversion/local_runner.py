@@ -184,6 +184,7 @@ def convert(
   unit_bytes = unit_size(total, workers, options)
   units = plan_units(files, formats, options.text_mode, unit_bytes, on_scan, sizes)
   batches = _batches(units, unit_bytes)
+  unit_total = sum(u.size for u in units)  # the tokenize bar's total: each unit reports exactly its size
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
   pool = _executor(min(workers, len(batches)))
@@ -194,12 +195,12 @@ def convert(
       def tokenized(i: int, result: list[UnitResult] | None) -> None:
         if pool is not None:
           done[:] = [pool.counters[0].value, pool.counters[1].value]  # type: ignore[attr-defined]
-        progress("tokenize", done[0], total, done[1])
+        progress("tokenize", done[0], unit_total, done[1])
 
       def here(done_bytes: int, documents: int) -> None:  # no pool: progress straight from tokenize_unit
         done[0] += done_bytes
         done[1] += documents
-        progress("tokenize", done[0], total, done[1])
+        progress("tokenize", done[0], unit_total, done[1])
 
       token_args = (options, scratch) if pool is not None else (options, scratch, here)
       results = [r for batch in _run(pool, _tokenize_batch, batches, token_args, tokenized) for r in batch]

@@ -53,15 +53,24 @@ def tokenize_unit(
   pending = [0]
   tokens, lengths, empty = [], [], 0
 
+  # Progress in input bytes, exactly `unit.size` over the unit: a reader may count more (a whole
+  # compressed file decompressed, Parquet rows in memory) but the bar's total is the input's size.
+  budget = [unit.size]
+
   def consumed(count: int) -> None:
     pending[0] += count
+
+  def reported() -> int:
+    step = min(pending[0], budget[0])
+    budget[0] -= step
+    pending[0] = 0
+    return step
 
   def flush(texts: list[str]) -> int:
     flat, found = tokenizer.encode_batch(texts)
     tokens.append(flat.astype(dtype))
     lengths.append(found[found > 0])
-    on_progress(pending[0], len(texts))
-    pending[0] = 0
+    on_progress(reported(), len(texts))
     return int((found == 0).sum())
 
   batch: list[str] = []
@@ -72,7 +81,8 @@ def tokenize_unit(
       batch = []
   if batch:
     empty += flush(batch)
-  on_progress(pending[0], 0)
+  pending[0] = budget[0]  # what the reader counted less than the unit's size (never more)
+  on_progress(reported(), 0)
   all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype)
   all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
   result = UnitResult(

@@ -144,7 +144,8 @@ def run_ablation(
   total = sum(target.values())
   vocab = max(int(Manifest.load(d.path).tokenizer.get("vocab_size") or 1 << 16) for d in base.datasets)
   rows = []
-  for name, weights in candidates:
+  for index, (name, weights) in enumerate(candidates):
+    log(f"{name}: training on {tokens:,} valid tokens (candidate {index + 1} of {len(candidates)}) ...")
     cfg = ablation_config(base, weights)
     params = model.init_params(jax.random.key(0), vocab, cfg.packing.seq_len)
     state = {

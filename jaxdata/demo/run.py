@@ -40,7 +40,7 @@ from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.sources.manifest import Manifest
 from jaxdata.tools.audit import audit
 
-__all__ = ["DemoResult", "demo_config", "resume_check", "run_demo"]
+__all__ = ["DemoResult", "demo_config", "resume_check", "run_demo", "run_directory"]
 
 
 def demo_config(cache_dir: str, config_path: str | None = None) -> PipelineConfig:
@@ -115,6 +115,18 @@ def _plot(history: list[dict[str, Any]], names: tuple[str, ...], path: str) -> s
   return path
 
 
+def run_directory(cache_dir: str, config_path: str | None) -> str:
+  """Where a demo run keeps its checkpoints and plot: `run/` for the embedded demo, `run-NAME/` for a
+  config NAME.yaml (so that `--config` never overwrites the embedded demo's plot).
+
+  >>> run_directory("/c", None), run_directory("/c", "exp/web-heavy.yaml")
+  ('/c/run', '/c/run-web-heavy')
+  """
+  if config_path is None:
+    return os.path.join(cache_dir, "run")
+  return os.path.join(cache_dir, "run-" + os.path.splitext(os.path.basename(config_path))[0])
+
+
 def run_demo(
   cache_dir: str | None = None,
   config_path: str | None = None,
@@ -128,7 +140,7 @@ def run_demo(
   if config_path is None:
     build_demo_corpus(cache_dir, log)
   cfg = demo_config(cache_dir, config_path)
-  out_dir = out_dir or os.path.join(cache_dir, "run")
+  out_dir = out_dir or run_directory(cache_dir, config_path)
   ckpt_dir = os.path.join(out_dir, "checkpoints")
   os.makedirs(out_dir, exist_ok=True)
   claim_directory(ckpt_dir, OWNER)  # refuses checkpoints the demo did not write
