@@ -12,7 +12,8 @@ importing only the ones before it::
     transforms/  packing documents into rows, planned from lengths; row assembly
     checkpoint/  the versioned state, its fingerprint, Orbax args
     pipeline/    step planning, reading, prefetch, sharding: `Pipeline`
-    tools/, demo/, research/, cli/   built on the stages above
+    conversion/  raw text into datasets (jaxdata convert, from_iterable)
+    tools/, demo/, research/, cli/, testing   built on the stages above
 
 docs/ in the repository describes the configuration, the state, the order
 and its guarantees, and a training loop with save and restore.

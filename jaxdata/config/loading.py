@@ -78,10 +78,30 @@ for _tag in ("set", "binary", "omap", "pairs"):  # YAML types a JSON-shaped conf
 
 
 def load_config(path: str) -> PipelineConfig:
-  """Reads a YAML config with the limited safe loader and validates it.
+  """Reads a pipeline config from YAML (a safe loader: no tags, no objects) and validates it.
 
-  Dataset paths are relative to the config file's directory. Errors name the
-  file and the offending key or value.
+  Args:
+    path: the YAML file (docs/configuration.md lists every key). Dataset
+      paths in it are relative to its directory.
+
+  Returns:
+    The frozen, validated `PipelineConfig`.
+
+  Raises:
+    ConfigError: naming the file and the key or value at fault (an unknown
+      key gets the allowed ones and a did-you-mean); not UTF-8, not YAML,
+      non-JSON YAML types, a file over 1 MiB.
+    OSError: the file cannot be read.
+
+  >>> import os, tempfile
+  >>> from jaxdata import from_iterable
+  >>> root = tempfile.mkdtemp()
+  >>> _ = from_iterable(["hello world", "more text"], out=os.path.join(root, "web"))
+  >>> with open(os.path.join(root, "pipeline.yaml"), "w") as f:
+  ...   _ = f.write("datasets: [{name: web, path: web}]\\nmixture: {weights: {web: 1}}\\n")
+  >>> cfg = load_config(os.path.join(root, "pipeline.yaml"))
+  >>> cfg.names, cfg.datasets[0].path == os.path.join(root, "web")
+  (('web',), True)
   """
   with open(path, "rb") as f:
     blob = f.read(MAX_CONFIG_BYTES + 1)

@@ -69,12 +69,31 @@ def from_iterable(
   dtype: str | None = None,
   overwrite: bool = False,
 ) -> Manifest:
-  """Writes a dataset from texts (tokenized by `tokenizer`: "byte", "hf:FILE", "sp:FILE") and / or
-  token lists (written as they are). Empty documents are skipped and counted.
+  """Writes a dataset from Python: texts, token lists, or both, streamed in batches.
 
-  `dtype` defaults to what the tokenizer's vocabulary needs (uint32 for
-  token lists without a tokenizer). Ids outside the vocabulary or dtype are
-  a ValueError. Returns the manifest.
+  Args:
+    items: an iterable of texts (tokenized by `tokenizer`) and / or token
+      lists (written as they are). Empty documents are skipped and counted.
+    out: the dataset directory to write.
+    name: the dataset's name; default: the directory's.
+    tokenizer: "byte", "hf:FILE.json", "sp:FILE.model", a `TokenizerSpec`,
+      or None for token lists only.
+    shard_bytes: a shard is closed before it would exceed this size.
+    dtype: "uint16" or "uint32"; default: what the vocabulary needs (uint32
+      for token lists without a tokenizer).
+    overwrite: replace a dataset already in `out`.
+
+  Returns:
+    The dataset's `Manifest`.
+
+  Raises:
+    ValueError: an id outside the vocabulary or the dtype (naming the item).
+    InputFormatError: an item that is neither a text nor a token list.
+    FileExistsError: `out` holds a dataset and `overwrite` is not set.
+
+  >>> import tempfile
+  >>> from_iterable([[1, 2, 3], [4, 5]], out=tempfile.mkdtemp() + "/ids", tokenizer=None).num_tokens
+  5
   """
   spec = TokenizerSpec.parse(tokenizer) if isinstance(tokenizer, str) else tokenizer
   model = load_tokenizer(spec) if spec is not None else None
@@ -103,9 +122,24 @@ def from_iterable(
 def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any) -> Manifest:
   """`from_iterable` over one column of a Hugging Face dataset (texts or token lists), read in batches.
 
-  Works on `datasets.Dataset` (through ``.iter(batch_size=...)``), an
-  `IterableDataset`, or any iterable of dict rows. A row without `field`
-  is an `InputFormatError` naming the row.
+  Args:
+    dataset: a `datasets.Dataset` (read through ``.iter(batch_size=...)``),
+      an `IterableDataset`, or any iterable of dict rows; the `datasets`
+      package itself is never imported.
+    out: the dataset directory to write.
+    field: the column holding the text or the token ids.
+    **options: `from_iterable`'s `name`, `tokenizer`, `shard_bytes`, `dtype`, `overwrite`.
+
+  Returns:
+    The dataset's `Manifest`.
+
+  Raises:
+    InputFormatError: a row without `field`, naming the row.
+
+  >>> import tempfile
+  >>> rows = [{"text": "hello"}, {"text": "world"}]
+  >>> from_hf_dataset(rows, out=tempfile.mkdtemp() + "/hf").num_records
+  2
   """
 
   def column() -> Iterator[Any]:

@@ -153,13 +153,41 @@ def convert(
   on_progress: Progress | None = None,
   overwrite: bool = False,
 ) -> Manifest:
-  """Tokenizes `inputs` into a dataset directory `out_dir`; returns its manifest.
+  """Tokenizes JSONL, Parquet or text files into a dataset directory (`jaxdata convert`).
 
-  Raises `InputFormatError` naming file and line (or row) for a malformed
-  record (unless `options.skip_invalid`), `FileNotFoundError` for a missing
-  input, `FileExistsError` if `out_dir` already holds a dataset (unless
-  `overwrite`). Nothing is written to `out_dir` until every input has been
-  tokenized without error.
+  The output does not depend on `options.workers` or on how the inputs are
+  cut into units (module docstring).
+
+  Args:
+    inputs: files, directories or globs (local, or gs:// / s3:// through
+      Beam's file systems); `.gz` and `.zst` are decompressed.
+    out_dir: the dataset directory to write.
+    name: the dataset's name (a file-name prefix of its shards).
+    options: tokenizer, format, field, shard size, workers, ... (`ConvertOptions`).
+    on_progress: `(phase, done, total, documents)` as work is done; "scan"
+      and "tokenize" count input bytes, "write" counts documents.
+    overwrite: replace a dataset already in `out_dir` (only jaxdata's files).
+
+  Returns:
+    The new dataset's `Manifest` (its `stats` count skipped empty and
+    invalid documents, per input file too).
+
+  Raises:
+    InputFormatError: a malformed record, naming file and line (or row),
+      unless `options.skip_invalid`.
+    FileNotFoundError: no input found, or a missing tokenizer model.
+    FileExistsError: `out_dir` holds a dataset and `overwrite` is not set.
+  Nothing is written to `out_dir` until every input has been tokenized
+  without error.
+
+  >>> import json, os, tempfile
+  >>> root = tempfile.mkdtemp()
+  >>> with open(os.path.join(root, "web.jsonl"), "w") as f:
+  ...   _ = f.write(json.dumps({"text": "hello"}) + "\\n" + json.dumps({"text": "world!"}) + "\\n")
+  >>> manifest = convert([os.path.join(root, "web.jsonl")], os.path.join(root, "web"), "web",
+  ...                    ConvertOptions(workers=1))
+  >>> manifest.num_records, manifest.num_tokens, manifest.dtype
+  (2, 11, 'uint16')
   """
   progress = on_progress or (lambda phase, done, total, documents: None)
   check_name(name, "name")  # a file-name prefix: nothing may land outside out_dir

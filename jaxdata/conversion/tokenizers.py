@@ -229,7 +229,22 @@ def roundtrip_warning(tokenizer: Tokenizer) -> str | None:
 
 
 def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:
-  """Builds the tokenizer a spec names; a missing model file is an error."""
+  """The tokenizer a spec names: byte-level, Hugging Face (`tokenizers`) or SentencePiece.
+
+  Args:
+    spec: a `TokenizerSpec` (`TokenizerSpec.parse("hf:tokenizer.json")`, ...).
+
+  Returns:
+    A `Tokenizer`: `encode_batch(texts)` -> (flat ids, lengths), `decode`,
+    `vocab_size`, `identity()` (what the manifest records).
+
+  Raises:
+    FileNotFoundError: the model file does not exist.
+    ImportError: naming the extra (`tokenizers`, `sentencepiece`) to install.
+
+  >>> load_tokenizer(TokenizerSpec.parse("byte")).vocab_size  # 256 bytes and 3 special ids
+  259
+  """
   if spec.kind == "byte":
     return ByteTokenizer()
   assert spec.path is not None

@@ -87,13 +87,36 @@ class DocBatch:
 
 
 class DocumentStream:
-  """The mixture stream of `DocRef`s for a `PipelineConfig`.
+  """The mixture as one stream of documents, from metadata alone (no token is read).
 
   `take(step, max_docs=..., max_tokens=...)` returns the next documents for
   the step being built (the packer's call); iterating yields one `DocRef` at
   a time, with the step = tokens so far // (global_batch_size x seq_len).
   The output never depends on how it is cut into `take` calls.
-  `get_state()` / `set_state()` round-trip through JSON.
+
+  Args:
+    cfg: the pipeline config (its datasets, mixture, schedule, pass policies).
+    metadata: per dataset name, its `DatasetMeta`; None reads the datasets'
+      manifests and lengths indices.
+    epoch: start every dataset at pass `epoch` of its keyed order.
+
+  Raises:
+    ConfigError: metadata missing for a dataset of the config.
+    ValueError: `epoch` not an int >= 0.
+    DatasetError: a dataset directory that cannot be opened (named).
+
+  `get_state()` returns a JSON-able dict; `set_state(state)` continues
+  exactly from it (a `ValueError` names what does not match).
+
+  >>> import os, tempfile
+  >>> from jaxdata import PipelineConfig, from_iterable
+  >>> root = tempfile.mkdtemp()
+  >>> _ = from_iterable([[1, 2, 3], [4, 5], [6]], out=os.path.join(root, "a"))
+  >>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": os.path.join(root, "a"),
+  ...                                               "shuffle_shards": False}], "mixture": {"weights": {"a": 1}}})
+  >>> stream = DocumentStream(cfg)
+  >>> sorted(stream.take(step=0, max_docs=3).length.tolist())
+  [1, 2, 3]
   """
 
   def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:

@@ -40,6 +40,23 @@ class StepPlanner:
     metadata: per dataset name, its `DatasetMeta`; None loads it from the
       datasets' directories (manifests and lengths indices only).
     epoch: start every dataset at pass `epoch` of its keyed order.
+
+  Raises:
+    ConfigError, DatasetError: as `DocumentStream` (a dataset that cannot be opened is named).
+
+  `plan()` returns the next step's `StepPlan` (rows, the pieces and where
+  they go) or None at the stream's end; `plans(n)` up to n of them;
+  `get_state()` / `set_state()` round-trip through JSON.
+
+  >>> import os, tempfile
+  >>> from jaxdata import PipelineConfig, from_iterable
+  >>> root = tempfile.mkdtemp()
+  >>> _ = from_iterable([[1] * 5, [2] * 7, [3] * 3], out=os.path.join(root, "a"))
+  >>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": os.path.join(root, "a")}],
+  ...                                 "mixture": {"weights": {"a": 1}}, "packing": {"seq_len": 4},
+  ...                                 "batch": {"global_batch_size": 2}, "exhausted_policy": "repeat"})
+  >>> [(plan.step, plan.rows, int(plan.pieces.length.sum())) for plan in StepPlanner(cfg).plans(2)]
+  [(0, 2, 8), (1, 2, 8)]
   """
 
   def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:
@@ -112,10 +129,31 @@ def pieces_for_hosts(
   num_hosts: int,
   metadata: Mapping[str, DatasetMeta] | None = None,
 ) -> list[Pieces]:
-  """The document pieces each of `num_hosts` hosts reads at `step`.
+  """The document pieces each of `num_hosts` hosts reads at `step`, from metadata alone.
 
-  Hosts split the rows evenly and in order (`host_row_blocks`). The plan is
-  replayed from step 0 from metadata alone: no tokens are read.
+  Args:
+    cfg: the pipeline config.
+    step: the step to look at (replayed from step 0; no token is read).
+    num_hosts: hosts splitting the rows evenly and in order (`host_row_blocks`).
+    metadata: per dataset name, its `DatasetMeta`; None reads the datasets'
+      manifests and lengths indices.
+
+  Returns:
+    One `Pieces` per host: dataset, pass, record, offset and length of
+    every piece its rows hold.
+
+  Raises:
+    ValueError: `num_hosts` does not divide the step's rows.
+
+  >>> import os, tempfile
+  >>> from jaxdata import PipelineConfig, from_iterable
+  >>> root = tempfile.mkdtemp()
+  >>> _ = from_iterable([[1] * 5, [2] * 7, [3] * 3, [4] * 9], out=os.path.join(root, "a"))
+  >>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": os.path.join(root, "a")}],
+  ...                                 "mixture": {"weights": {"a": 1}}, "packing": {"seq_len": 8},
+  ...                                 "batch": {"global_batch_size": 2}, "exhausted_policy": "repeat"})
+  >>> [int(p.length.sum()) for p in pieces_for_hosts(cfg, step=0, num_hosts=2)]
+  [8, 8]
   """
   plan = StepPlanner(cfg, metadata).plan_at(step)
   return [plan.pieces.take(plan.in_rows(rows)) for rows in host_row_blocks(plan.rows, num_hosts)]

@@ -113,14 +113,45 @@ def build_flat_index(
   force: bool = False,
   check_dtype: bool = True,
 ) -> Manifest:
-  """Indexes `inputs` (Megatron prefixes, or flat token files) into `out_dir`.
+  """Makes Megatron `.bin` / `.idx` pairs or flat token files a dataset, read in place.
 
-  Flat files split into documents after each `eos_id`, at the starts in
-  ``FILE.offsets.npy`` (`offsets`), or not at all. Raises `DatasetError`
-  naming the file for anything that does not add up, `FileExistsError` if
-  `out_dir` already has a manifest (unless `force`: rebuilt); nothing is
-  left behind on an error. A raw file whose ids look like another dtype
-  (`dtype_suspicion`) is an error unless `check_dtype` is off.
+  Reads every file once (its sha256 and block checksums); writes document
+  lengths, starts and block sums beside a manifest. No token is copied.
+
+  Args:
+    fmt: "megatron" or "flat".
+    inputs: Megatron prefixes (or their `.bin` / `.idx`), or flat files (raw
+      ids, or `.npy`).
+    out_dir: the metadata directory; default: the files' directory.
+    dtype: "uint16" or "uint32"; required for raw flat files (a `.idx` or a
+      `.npy` header says its own).
+    eos_id: flat files: a document ends after each of these ids.
+    offsets: flat files: document starts from `FILE.offsets.npy`.
+    name: the dataset's name; default: the directory's.
+    tokenizer: the tokenizer identity to record (optional).
+    data_root: where readers find the files when not beside the metadata (a
+      directory, or a gs:// / s3:// prefix).
+    on_file: called with each file's path once it is indexed.
+    force: rebuild a directory's existing index and manifest.
+    check_dtype: refuse raw ids whose statistics say another dtype.
+
+  Returns:
+    The dataset's `Manifest` (also saved in `out_dir`).
+
+  Raises:
+    DatasetError: naming the file for anything that does not add up (sizes,
+      offsets, a `.idx` its ids contradict, ids of another dtype).
+    FileExistsError: `out_dir` already has a manifest and `force` is not set.
+    ValueError: naming the parameter (`format`, `dtype`, `eos_id`, `inputs`).
+  Nothing is left behind on an error.
+
+  >>> import os, tempfile
+  >>> root = tempfile.mkdtemp()
+  >>> np.array([5, 6, 0, 7, 8, 9, 0], "<u2").tofile(os.path.join(root, "part.bin"))
+  >>> manifest = build_flat_index("flat", [os.path.join(root, "part.bin")], dtype="uint16", eos_id=0,
+  ...                             check_dtype=False)
+  >>> manifest.num_records, manifest.num_tokens
+  (2, 7)
   """
   if fmt not in FLAT_FORMATS:
     raise ValueError(f"format: {fmt!r} is not one of {FLAT_FORMATS}")

@@ -118,15 +118,43 @@ def build_index(
   force: bool = False,
   check_dtype: bool = True,
 ) -> Manifest:
-  """Writes lengths indices for `shard_paths` and a manifest; returns it.
+  """Makes ArrayRecord shards that another tool wrote (one record of raw ids per document) a dataset.
 
-  Shards in several directories need an explicit `out_dir` (one dataset over
-  them all; or index each directory on its own: `group_by_directory`).
-  Raises `DatasetError` naming the shard for a missing or unreadable file, a
-  record whose byte length is not a whole number of `dtype` tokens, or
-  token statistics that say the dtype is wrong (`dtype_suspicion`; skip with
-  `check_dtype=False`), and `FileExistsError` if the output directory
-  already has a manifest (unless `force`: then it is rebuilt).
+  Reads every shard once; writes a lengths index beside each and a
+  manifest. No token is copied.
+
+  Args:
+    shard_paths: the `.array_record` files.
+    dtype: "uint16" or "uint32", the ids' type.
+    out_dir: the dataset directory (it must hold the shards); default: the
+      shards' one directory (shards in several need an `out_dir`, or index
+      each directory on its own: `group_by_directory`).
+    name: the dataset's name; default: the directory's.
+    tokenizer: the tokenizer identity to record (optional).
+    on_shard: called with each shard's path once it is indexed.
+    force: rebuild a directory's existing index and manifest.
+    check_dtype: refuse ids whose statistics say another dtype (uint32 ids
+      read as uint16, ...: `dtype_suspicion`).
+
+  Returns:
+    The dataset's `Manifest` (also saved as `out_dir/manifest.json`).
+
+  Raises:
+    DatasetError: naming the shard: missing or unreadable, a record that is
+      not a whole number of `dtype` tokens, ids that look like another dtype.
+    FileExistsError: `out_dir` already has a manifest and `force` is not set.
+    ValueError: naming the parameter (`dtype`, `shard_paths`, `name`).
+
+  >>> import os, tempfile
+  >>> from array_record.python.array_record_module import ArrayRecordWriter
+  >>> root = tempfile.mkdtemp()
+  >>> writer = ArrayRecordWriter(os.path.join(root, "web-00000.array_record"), "group_size:1")
+  >>> for doc in ([5, 6, 7], [8, 9]):
+  ...   writer.write(bytes(np.array(doc, "<u2")))
+  >>> writer.close()
+  >>> manifest = build_index([os.path.join(root, "web-00000.array_record")], "uint16", check_dtype=False)
+  >>> manifest.num_records, manifest.num_tokens
+  (2, 5)
   """
   if not shard_paths:
     raise ValueError("shard_paths: give at least one shard")

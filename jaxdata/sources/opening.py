@@ -32,9 +32,33 @@ def open_dataset(
   windows: WindowOptions | None = None,
   expected_format: str | None = None,
 ) -> Dataset:
-  """Opens and checks the dataset at `path` (a directory or gs:// / s3:// prefix).
+  """Opens and checks a dataset of any format: random access to its documents' tokens.
 
-  `expected_format`, when given, must match the manifest's format.
+  Args:
+    path: the dataset directory, or its gs:// / s3:// prefix.
+    read_options: threads and reader choices (`ReadOptions`).
+    cache: where and how much of a remote ArrayRecord dataset's shards to
+      keep; default: the config's defaults.
+    windows: sample fixed windows of T + 1 tokens instead of documents
+      (Megatron and flat datasets only: `WindowOptions`).
+    expected_format: when given, the manifest's format must be this one.
+
+  Returns:
+    A `TokenDataset` (ArrayRecord), `FlatTokenDataset` (Megatron, flat) or
+    a window view of one: `num_records`, `read(shard_ids, record_ids)` (a
+    `RaggedTokens`), `close()` (or `with`).
+
+  Raises:
+    DatasetError: naming the file: a missing or malformed manifest, shards
+      that disagree with it, windows asked of an ArrayRecord dataset.
+
+  >>> import os, tempfile
+  >>> from jaxdata import from_iterable
+  >>> root = tempfile.mkdtemp()
+  >>> _ = from_iterable([[1, 2, 3], [4, 5]], out=os.path.join(root, "a"))
+  >>> with open_dataset(os.path.join(root, "a")) as dataset:
+  ...   dataset.num_records, [doc.tolist() for doc in dataset.read([0, 0], [1, 0]).to_list()]
+  (2, [[4, 5], [1, 2, 3]])
   """
   path = os.fspath(path)
   if is_remote(path):
