@@ -159,3 +159,17 @@ def test_mesh_warns_when_the_data_is_smaller_than_the_steps_asked_for(tmp_path, 
     "warning: the data ends after 0 of the 5 steps asked for" in printed
     or "warning: the data ends after 1 of the 5 steps asked for" in printed
   )
+
+
+@pytest.mark.parametrize(
+  "argv,suggestion",
+  [
+    (["plna", "x.yaml"], "did you mean 'plan'?"),
+    (["index", "x", "--format", "megatorn"], "did you mean 'megatron'?"),
+    (["audit", "x.yaml", "--hosts", "2", "--steps", "2", "--jsn"], "did you mean '--json'?"),
+  ],
+)
+def test_a_mistyped_command_choice_or_flag_gets_a_suggestion(argv, suggestion, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    main(argv)
+  assert exit_info.value.code == 2 and suggestion in capsys.readouterr().err

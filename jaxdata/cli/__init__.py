@@ -9,10 +9,12 @@ inspect` never load jax, grain, orbax, pyarrow or matplotlib.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from jaxdata import __version__
 from jaxdata.cli import convert as convert_command
@@ -41,9 +43,30 @@ def parse_size(text: str) -> int:
   return int(number * scale)
 
 
+class _Parser(argparse.ArgumentParser):
+  """argparse's parser, with a did-you-mean for a mistyped command, flag or choice."""
+
+  def error(self, message: str) -> NoReturn:
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+      options = re.findall(r"'?([\w.-]+)'?", choice.group(2))
+      close = difflib.get_close_matches(choice.group(1), options, n=1)
+      if close:
+        message += f"; did you mean {close[0]!r}?"
+    unknown = re.match(r"unrecognized arguments: (\S+)", message)
+    if unknown:
+      flags = [s for action in self._actions for s in action.option_strings]
+      for sub in self._subparsers._group_actions if self._subparsers else ():
+        flags += [s for parser in sub.choices.values() for a in parser._actions for s in a.option_strings]
+      close = difflib.get_close_matches(unknown.group(1).split("=")[0], flags, n=1)
+      if close:
+        message += f"; did you mean {close[0]!r}?"
+    super().error(message)
+
+
 def _common() -> argparse.ArgumentParser:
   """Flags every command takes, before or after the command's name."""
-  common = argparse.ArgumentParser(add_help=False)
+  common = _Parser(add_help=False)
   common.add_argument(
     "-q",
     "--quiet",
@@ -57,9 +80,7 @@ def _common() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
   """The `jaxdata` command's argument parser (every command and flag)."""
   common = _common()
-  parser = argparse.ArgumentParser(
-    prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common]
-  )
+  parser = _Parser(prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common])
   parser.add_argument("--version", action="version", version=f"jaxdata {__version__}")
   commands = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
