@@ -1,8 +1,9 @@
-"""Tools around the pipeline: each is the body of one CLI command.
+"""Tools that look at a pipeline from outside: each is the body of one CLI command.
 
-`convert` (+ `inputs`, `formats`, `tokenizers`): raw text into datasets;
-`summary`: what `jaxdata inspect` shows; `exposure`: `jaxdata plan`;
-`audit`: `jaxdata audit`; `report`: plots of a run's stats; `mesh`:
-`jaxdata mesh`; `bench`: `jaxdata bench`. They use the stages of the data
-flow and nothing uses them back.
+`summary`: what `jaxdata inspect` shows; `exposure` and `cache_plan`:
+`jaxdata plan`; `audit` and `mixture_checks`: `jaxdata audit`; `doctor`:
+`jaxdata doctor`; `report`: plots of a run's stats; `mesh`: `jaxdata mesh`;
+`bench`: `jaxdata bench`; `numbers`: how they print sizes and counts. They use
+the stages of the data flow; only the CLI, the demo and `jaxdata.exposure` (a public
+module) use them.
 """
