@@ -450,3 +450,19 @@ def test_importance_weights_warn_when_a_small_q_ruins_the_variance():
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     importance_weights({"a": 0.5, "b": 0.5}, {"a": 0.4, "b": 0.6})  # close mixes: no warning
+
+
+@pytest.mark.parametrize(
+  "argv",
+  [
+    ["plan", "CONFIG", "--tokens", "1M", "--png", "NOWHERE/plot.png"],
+    ["ablate", "CONFIG", "--candidates", "CONFIG", "--png", "NOWHERE/plot.png"],
+    ["demo", "--config", "CONFIG", "--json", "NOWHERE/summary.json"],
+  ],
+)
+def test_an_output_path_that_cannot_be_written_fails_before_any_work(pipeline_yaml, tmp_path, argv, capsys):
+  argv = [a.replace("CONFIG", pipeline_yaml).replace("NOWHERE", str(tmp_path / "missing")) for a in argv]
+  assert main(argv) == 1
+  err = capsys.readouterr().err
+  assert "does not exist" in err and str(tmp_path / "missing") in err
+  assert not (tmp_path / "run-pipeline").exists()  # the demo did not start

@@ -8,7 +8,7 @@ import json
 import os
 
 from jaxdata._lazy import lazy_module
-from jaxdata.cli.output import Console, Table, show
+from jaxdata.cli.output import Console, Table, check_output_path, show
 from jaxdata.demo import DEVICES, default_cache_dir, xla_flags
 from jaxdata.demo.corpus import build_demo_corpus
 from jaxdata.tools.report import ablation_plot
@@ -39,6 +39,7 @@ def share_claim(interleave: str, bound: float) -> str:
 
 
 def demo(args: argparse.Namespace, console: Console) -> int:
+  check_output_path(args.json, "--json")  # before the run, not after it
   os.environ["XLA_FLAGS"] = xla_flags()  # before JAX starts its backend
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
   result = demo_run.run_demo(
@@ -78,6 +79,7 @@ def demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def ablate(args: argparse.Namespace, console: Console) -> int:
+  check_output_path(args.png, "--png")  # before the training runs, not after them
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
   if args.config is None:
     build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
