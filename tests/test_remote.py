@@ -203,15 +203,15 @@ def test_the_plan_names_the_cache_a_read_span_needs(stores, local, tmp_path):
   urls = [server.upload(d.path, "jaxdata-test", f"plan/{d.name}") for d in local.datasets]
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 14 * largest_shard(local))
   needs = cache_needs(cfg, hosts=2, spans=6, read_ahead_tokens=512)
-  # Each host's 2-step windows touch the 3 open shards of each dataset, or a few more.
+  # Each host's 2-step read spans touch the 3 open shards of each dataset, or a few more.
   assert all(3 <= n.max_shards <= 8 and n.remote for n in needs.datasets)
-  # The most one window holds of both datasets together.
+  # The most one read span holds of both datasets together.
   peaks = [n.max_bytes for n in needs.datasets]
   assert max(peaks) < needs.max_remote_bytes <= sum(peaks)
   assert needs.max_remote_bytes <= needs.thrash_bytes <= dataset_bytes(local)
   assert cache_warnings(needs, needs.thrash_bytes) == []
   (warning,) = cache_warnings(needs, needs.thrash_bytes - 1)
-  assert f"below the {needs.thrash_bytes:,} bytes under which the planned windows would fetch" in warning
+  assert f"below the {needs.thrash_bytes:,} bytes under which the planned spans would fetch" in warning
 
 
 def test_a_pinned_read_span_stays_cached_until_it_is_read(stores, local, tmp_path):

@@ -35,7 +35,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   check_output_path(args.png, "--png")
   schedule = cfg.schedule()
   tokens_per_step = cfg.tokens_per_step
-  with working(console, args.quiet or args.json, f"planning {args.tokens} tokens of {args.config}"):
+  with working(console, args.quiet or args.json, f"planning {args.tokens} tokens"):
     table, end, warnings = plan_run(cfg, tokens, args.max_passes)
     if args.png:
       plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
@@ -255,7 +255,7 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
 
 
 def bench(args: argparse.Namespace, console: Console) -> int:
-  with working(console, args.quiet, f"timing {args.steps} steps of {args.config}"):
+  with working(console, args.quiet, f"timing {args.steps} steps"):
     result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
   console.print(
     f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
