@@ -40,6 +40,7 @@ def reference(cfg) -> list[tuple]:
     return [digest(next(pipe)) for _ in range(14)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_async", [False, True])
 def test_orbax_round_trip_with_a_model_in_one_manager(cfg, reference, tmp_path, use_async):
   params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
@@ -152,6 +153,7 @@ def test_weight_change_is_accepted(cfg, reference):
     assert digest(next(other)) != reference[1]  # the new weights rule from here
 
 
+@pytest.mark.slow
 def test_corrupt_missing_and_newer_checkpoints_name_the_path(cfg, tmp_path):
   with ocp.CheckpointManager(tmp_path / "ckpt") as manager, Pipeline(cfg, prefetch=0) as pipe:
     next(pipe)

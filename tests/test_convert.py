@@ -271,6 +271,7 @@ def test_cli_convert_reports_skips_and_errors(tmp_path, capsys):
   assert read_all(out) == expected_ids(["fine", "ok too", "last"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", ["", ".gz", ".zst"])
 @pytest.mark.parametrize("workers", [1, 2])
 def test_progress_bars_count_their_own_units_and_end_at_their_totals(tmp_path, suffix, workers):

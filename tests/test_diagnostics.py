@@ -103,6 +103,7 @@ def test_a_plan_past_its_packed_sample_scales_steps_by_the_measured_fill(pipelin
   assert simulate_end(cfg, None, 10_000).steps < predicted.steps
 
 
+@pytest.mark.slow
 def test_plan_command_json_png_and_warnings(pipeline_yaml, tmp_path, capsys):
   png = tmp_path / "plan.png"
   assert main(["plan", pipeline_yaml, "--tokens", "20k", "--json", "--png", str(png), "--max-passes", "3"]) == 0
@@ -208,6 +209,7 @@ def test_audit_fails_on_a_broken_plan(pipeline_yaml):
 # ------------------------------------------------------------------ report
 
 
+@pytest.mark.slow
 def test_report_plots_and_data_match_the_pipeline_stats(pipeline_yaml, tmp_path, capsys):
   cfg = load_config(pipeline_yaml)
   with Pipeline(cfg, prefetch=2) as pipe:
@@ -328,6 +330,7 @@ def test_per_source_loss_is_jittable_and_ignores_padding():
   assert mean.tolist() == pytest.approx([(1 + 3 + 6) / 3, (5 + 2) / 2, 0.0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "1"])
 def test_bench_command_reports_throughput(pipeline_yaml, capsys, workers):
   assert main(["bench", pipeline_yaml, "--steps", "5", "--workers", workers]) == 0
@@ -357,6 +360,7 @@ def _ratio_metas():
   }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", ["documents", "tokens"])
 @pytest.mark.parametrize("scheduled", [False, True])
 def test_residual_ratio_is_one_for_random_picks_and_far_below_for_exact(unit, scheduled):
@@ -410,6 +414,7 @@ def test_audit_warns_when_nothing_was_checked_or_a_dataset_keeps_stored_order(ca
   assert result.warnings[2].startswith("one: read in stored order in runs of up to 400 documents (100% of it, 1 shard)")
 
 
+@pytest.mark.slow
 def test_plan_warns_about_a_dataset_read_in_stored_order(tmp_path, capsys):
   write_coded_dataset(str(tmp_path / "one"), 0, [7] * 50, shard_bytes=1 << 20)  # a single shard
   write_coded_dataset(str(tmp_path / "many"), 1, [7] * 200)  # 14 shards: short runs

@@ -84,6 +84,7 @@ def test_set_epoch_restarts_at_step_zero_of_that_epoch_and_the_state_carries_it(
     Pipeline(cfg, prefetch=0).set_epoch(-1)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_worker_processes_follow_the_epoch(cfg):
   with Pipeline(cfg, prefetch=0, epoch=2) as pipe:

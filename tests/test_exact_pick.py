@@ -168,6 +168,7 @@ def test_the_c_loop_refuses_lists_of_different_sizes() -> None:
     )
 
 
+@pytest.mark.slow
 def test_jaxdata_native_0_runs_the_python_loop() -> None:
   script = "from jaxdata.mixture import pick_loops; print(pick_loops.NATIVE)"
   assert [fresh_python(script, native).strip() for native in ("0", "1")] == ["False", "True"]
@@ -184,6 +185,7 @@ def test_without_the_extension_the_python_loop_runs() -> None:
   assert fresh_python(script, missing="jaxdata.mixture._exact_pick").strip() == "None False [0, 1, 0]"
 
 
+@pytest.mark.slow
 def test_c_and_python_agree_at_the_edges_of_the_exact_range() -> None:
   # Scales and deficits at and around 2**53 (where C must hand over), document lengths
   # up to 2**40, weights of 0 among the eligible datasets (Python raises before the loop),

@@ -32,6 +32,7 @@ PLOTS = ("matplotlib", "matplotlib.figure")
 PARQUET = ("pyarrow", "pyarrow.parquet")
 
 
+@pytest.mark.slow
 def test_the_cli_converts_and_inspects_without_rich_matplotlib_or_pyarrow(tmp_path):
   (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(50)))
   out = str(tmp_path / "ds")

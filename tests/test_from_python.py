@@ -27,6 +27,7 @@ def test_texts_and_token_lists_in_order_with_empty_ones_counted(tmp_path):
   )  # the long one alone
 
 
+@pytest.mark.slow
 def test_many_items_stream_in_batches_and_match_the_converter(tmp_path):
   texts = [f"document {i} " * (i % 7) for i in range(5000)]
   (tmp_path / "in.jsonl").write_text("".join(f'{{"text": "{t}"}}\n' for t in texts))

@@ -42,6 +42,7 @@ def run(cfg: PipelineConfig, steps: int) -> tuple[list[tuple[int, int]], float]:
   return rows, pad / cells
 
 
+@pytest.mark.slow
 def test_grouping_reads_the_same_documents_with_far_less_padding(tmp_path):
   plain, plain_pad = run(config(tmp_path / "a", 0), 150)  # 1,200 rows: two passes of 600 documents
   grouped, grouped_pad = run(config(tmp_path / "b", 20), 150)

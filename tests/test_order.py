@@ -143,6 +143,7 @@ def test_global_shuffle_spreads_every_shard_over_the_whole_pass(seed):
   assert chi2 < 134
 
 
+@pytest.mark.slow
 def test_trillion_record_global_shuffle_in_bounded_memory():
   n = 10**12
   order = DatasetOrder("huge", [n // 4] * 4, ShuffleOptions(block_size="global"), seed=9)
@@ -168,6 +169,7 @@ def test_invalid_positions_and_options_are_named():
     DatasetOrder("web", [0, 0], ShuffleOptions(), 0)
 
 
+@pytest.mark.slow
 def test_a_long_run_holds_its_live_passes_permutations_not_every_pass(tmp_path, monkeypatch):
   """The permutation cache drops what the stream stopped asking for: over many passes of repeating
   datasets it holds the same entries at pass 40 as at pass 20 (it grew with every pass before)."""

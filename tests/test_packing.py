@@ -235,6 +235,7 @@ def test_same_batches_for_any_threads_prefetch_and_read_ahead(mixed_cfg, options
   check_batch_invariants({k: np.asarray(v) for k, v in batch.items()}, mixed_cfg)
 
 
+@pytest.mark.slow
 def test_pipeline_state_restores_the_remaining_batches_and_statistics(mixed_cfg):
   # Statistics are part of the property: after a restore, every step's stats
   # (cumulative shares included) equal the uninterrupted run's. (0.1: the
@@ -312,6 +313,7 @@ def test_global_array_on_an_emulated_mesh_equals_the_numpy_batch(mixed_cfg, layo
       assert len(by_rows) == int(np.prod([mesh.shape[a] for a in data_axes]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "arguments", [{"prefetch": 0, "planner_process": False}, {"prefetch": 2}, {"prefetch": 1, "workers": 1}]
 )

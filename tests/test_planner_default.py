@@ -47,6 +47,7 @@ def reference(cfg: PipelineConfig, mesh: jax.sharding.Mesh, steps: int) -> list[
     return [digest(next(pipe)) for _ in range(steps)]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_with_a_mesh_the_planner_is_a_process_by_default(cfg, mesh):
   assert planner_process_helps(mesh, workers=0) == (len(os.sched_getaffinity(0)) >= 2)
@@ -121,6 +122,7 @@ def test_a_default_planner_that_cannot_run_falls_back_with_a_warning(cfg, mesh, 
   assert got == reference(cfg, mesh, len(got))  # nothing skipped or repeated
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_an_asked_for_planner_that_cannot_run_is_an_error_then_is_retried(cfg, mesh, monkeypatch):
   monkeypatch.setattr(sys, "executable", "/bin/false")

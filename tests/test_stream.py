@@ -307,6 +307,7 @@ def test_state_after_any_document_restores_the_same_remaining_stream(top):
   assert_restores_exactly(make, advance_documents, total=150, stops=[0, 1, 2, 17, 40, 99, 149])
 
 
+@pytest.mark.slow
 @given(cuts=st.lists(st.integers(1, 60), min_size=1, max_size=30))
 def test_output_does_not_depend_on_how_the_stream_is_cut(cuts):
   make = stream_factory(

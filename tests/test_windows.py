@@ -316,6 +316,7 @@ def test_audit_checks_window_passes_and_lets_draws_repeat(tmp_path):
   assert "perm:" in warned and "draws:" not in warned  # draws have no stored order to warn about
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_worker_processes_assemble_the_same_window_batches(tmp_path):
   path, _ = corpus_with_documents(tmp_path)
