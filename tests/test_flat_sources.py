@@ -178,7 +178,14 @@ def test_a_bin_truncated_after_indexing_is_named_when_opened(tmp_path, documents
     open_dataset(str(tmp_path), ReadOptions(flat_reader="tensorstore"))
 
 
-@pytest.mark.parametrize("code, name", [(7, "float32"), (6, "float64"), (99, "unknown")])
+@pytest.mark.parametrize(
+  "code, name",
+  [
+    (7, "float32 in Megatron-LM, float64 in GPT-NeoX"),  # the two tools number their floats the other way
+    (6, "float64 in Megatron-LM, float32 in GPT-NeoX"),
+    (99, "unknown"),
+  ],
+)
 def test_a_wrong_dtype_code_is_named(tmp_path, code, name):
   write_megatron(str(tmp_path / "x"), [[[5, 6, 7]]], np.dtype(np.uint16), code=code)
   with pytest.raises(DatasetError, match=rf"x\.idx: dtype code {code} \({name}\) is not a token type"):
@@ -271,23 +278,45 @@ def test_starts_metadata_that_disagrees_with_the_lengths_is_named(tmp_path, docu
     open_dataset(str(tmp_path))
 
 
-def test_a_negative_int32_megatron_id_is_named_when_read(tmp_path):
+def test_a_negative_int32_megatron_id_is_refused_when_indexed_as_written(tmp_path):
   write_megatron(str(tmp_path / "x"), [[[5, 6, 7]], [[8, -5, 9]]], np.dtype(np.int32))
-  build_flat_index("megatron", [str(tmp_path / "x")])
-  cfg = PipelineConfig.from_dict(
-    {
-      "datasets": [{"name": "x", "path": str(tmp_path)}],
-      "mixture": {"weights": {"x": 1}},
-      "shuffle_shards": False,
-      "packing": {"seq_len": 8},
-      "batch": {"global_batch_size": 1, "drop_remainder": False},
-    }
-  )
-  with (
-    Pipeline(cfg, prefetch=0) as pipe,
-    pytest.raises(DatasetError, match=r"x\.bin: record 1 holds token id 4294967291"),
-  ):
-    next(pipe)
+  with pytest.raises(DatasetError, match=r"x\.bin: token 4 is -5, a negative id \(.*x\.idx says int32\)"):
+    build_flat_index("megatron", [str(tmp_path / "x")], check_dtype=False)
+  assert not (tmp_path / "manifest.json").exists()  # nothing left behind
+
+
+def test_megatron_empty_documents_are_left_out_and_counted(tmp_path, capsys):
+  """Megatron's preprocess_data writes an empty text as a document of no sequence (a repeated
+  document-index entry, `add_document([], [])`); the older add_item / end_document API can write a
+  document of one empty sequence. Both index; the records are the other documents, in order."""
+  documents = [[[5, 6, 7]], [], [[8, 9], [10]], [[]], [], [[11]]]
+  write_megatron(str(tmp_path / "x"), documents)
+  manifest = build_flat_index("megatron", [str(tmp_path / "x")], check_dtype=False)
+  assert manifest.num_records == 3 and manifest.stats["skipped_empty"] == 3
+  with open_dataset(str(tmp_path)) as dataset:
+    got = [doc.tolist() for doc in dataset.read([0, 0, 0], [0, 1, 2]).to_list()]
+  assert got == [[5, 6, 7], [8, 9, 10], [11]]
+  assert main(["inspect", str(tmp_path), "--json"]) == 0
+  assert json.loads(capsys.readouterr().out)[0]["skipped_empty"] == 3
+
+
+def test_a_falling_megatron_document_index_names_the_entry(tmp_path):
+  write_megatron(str(tmp_path / "x"), [[[5, 6]], [[7]], [[8, 9]]])
+  data = bytearray((tmp_path / "x.idx").read_bytes())
+  entries_at = 9 + 8 + 1 + 8 + 8 + 4 * 3 + 8 * 3  # doc_idx: 0, 1, 2, 3
+  data[entries_at + 8 * 2 : entries_at + 8 * 3] = struct.pack("<q", 0)  # 0, 1, 0, 3
+  (tmp_path / "x.idx").write_bytes(bytes(data))
+  with pytest.raises(DatasetError, match=r"x\.idx: document index entry 2 \(0\) is below entry 1 \(1\)"):
+    build_flat_index("megatron", [str(tmp_path / "x")])
+
+
+def test_deepspeeds_uint32_code_reads_as_uint32(tmp_path):
+  ids = [[[70_000, 5, 131_000]], [[8, 9]]]  # ids above uint16
+  write_megatron(str(tmp_path / "x"), [[list(map(int, s)) for s in d] for d in ids], np.dtype(np.int32), code=9)
+  manifest = build_flat_index("megatron", [str(tmp_path / "x")], check_dtype=False)
+  assert manifest.dtype == "uint32"
+  with open_dataset(str(tmp_path)) as dataset:
+    assert dataset.read([0], [0]).to_list()[0].tolist() == [70_000, 5, 131_000]
 
 
 @pytest.mark.parametrize("reader", ["mmap", "tensorstore"])

@@ -38,25 +38,29 @@ __all__ = [
   "MegatronIndex",
   "TokenLayout",
   "eos_lengths",
+  "first_negative_id",
   "offsets_lengths",
   "read_megatron_index",
   "token_layout",
 ]
 
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
-# Megatron's dtype codes; jaxdata reads the two that hold token ids (int32 ids are read as uint32:
-# the same bytes for every id below 2^31, and a negative id fails the vocabulary check).
-MEGATRON_DTYPES = {8: "uint16", 4: "uint32"}
+# The dtype codes of Megatron-LM's index, with DeepSpeed's code 9 (uint32). jaxdata reads the ones
+# that hold token ids; int32 ids are read as uint32 (the same bytes for every id below 2^31: a
+# negative id is refused at indexing, shown as written).
+MEGATRON_DTYPES = {8: "uint16", 4: "uint32", 9: "uint32"}
 _MEGATRON_CODE_NAMES = {
   1: "uint8",
   2: "int8",
   3: "int16",
   4: "int32",
   5: "int64",
-  6: "float64",
-  7: "float32",
+  6: "float64 in Megatron-LM, float32 in GPT-NeoX",
+  7: "float32 in Megatron-LM, float64 in GPT-NeoX",
   8: "uint16",
+  9: "uint32, DeepSpeed's code",
 }
+SIGNED_CODE = 4  # int32: ids are checked for negatives when indexed
 _HEADER = len(MEGATRON_MAGIC) + 8 + 1 + 8 + 8
 _SCAN_TOKENS = 1 << 24  # an EOS scan reads this many tokens at a time (bounded memory)
 
@@ -66,7 +70,9 @@ class MegatronIndex:
   """The parts of a `.idx` file jaxdata uses."""
 
   dtype: str  # "uint16" or "uint32"
-  lengths: np.ndarray  # tokens per document (int64)
+  lengths: np.ndarray  # tokens per non-empty document (int64)
+  empty: int = 0  # documents of no tokens (Megatron writes one for an empty text), left out of `lengths`
+  signed: bool = False  # the .idx says int32: a negative id is possible and refused
 
 
 def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
@@ -91,7 +97,8 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
   if code not in MEGATRON_DTYPES:
     name = _MEGATRON_CODE_NAMES.get(code, "unknown")
     raise DatasetError(
-      f"{idx_path}: dtype code {code} ({name}) is not a token type jaxdata reads (code 8 = uint16 or 4 = int32)"
+      f"{idx_path}: dtype code {code} ({name}) is not a token type jaxdata reads "
+      "(codes 8 = uint16, 4 = int32, 9 = uint32)"
     )
   dtype = MEGATRON_DTYPES[code]
   itemsize = np.dtype(dtype).itemsize
@@ -129,15 +136,36 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
       f"{idx_path}: its sequence sizes add up to {total} bytes of {dtype}, but {bin_path} "
       f"has {bin_size} bytes (truncated .bin, or .idx of another file?)"
     )
-  if doc_idx[0] != 0 or doc_idx[-1] != sequences or (np.diff(doc_idx) <= 0).any():
+  if doc_idx[0] != 0 or doc_idx[-1] != sequences:
     raise DatasetError(
-      f"{idx_path}: document index must rise strictly from 0 to {sequences} (the sequence "
-      f"count); got {doc_idx[:3].tolist()}...{doc_idx[-2:].tolist()}"
+      f"{idx_path}: the document index must run from 0 to {sequences} (the sequence count); "
+      f"got {doc_idx[:3].tolist()}...{doc_idx[-2:].tolist()}"
+    )
+  falling = np.flatnonzero(np.diff(doc_idx) < 0)
+  if falling.size:
+    i = int(falling[0]) + 1
+    raise DatasetError(
+      f"{idx_path}: document index entry {i} ({int(doc_idx[i])}) is below entry {i - 1} "
+      f"({int(doc_idx[i - 1])}); it must not fall (an equal entry is an empty document)"
     )
   starts = np.concatenate([[0], np.cumsum(sizes)])
   lengths = np.diff(starts[doc_idx])
-  _check_nonempty(lengths, idx_path)
-  return MegatronIndex(dtype, lengths)
+  # An empty text becomes a document of no sequence (a repeated entry) or of empty sequences:
+  # Megatron reads it as a document of no tokens; here it is left out of the records and counted.
+  kept = lengths[lengths > 0]
+  if kept.size == 0:
+    raise DatasetError(f"{idx_path}: its {lengths.size} documents hold no token")
+  return MegatronIndex(dtype, kept, int(lengths.size - kept.size), code == SIGNED_CODE)
+
+
+def first_negative_id(bin_path: str) -> tuple[int, int] | None:
+  """(position, id) of the first negative id of an int32 token file, read in bounded chunks; None if none."""
+  ids = np.memmap(bin_path, "<i4", "r") if os.path.getsize(bin_path) else np.zeros(0, "<i4")
+  for start in range(0, ids.size, _SCAN_TOKENS):
+    below = np.flatnonzero(ids[start : start + _SCAN_TOKENS] < 0)
+    if below.size:
+      return start + int(below[0]), int(ids[start + int(below[0])])
+  return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,13 @@ import numpy as np
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
 from jaxdata.sources.fileutil import check_name, index_sha256, replace_arrays, sample_sha256
-from jaxdata.sources.flat_format import eos_lengths, offsets_lengths, read_megatron_index, token_layout
+from jaxdata.sources.flat_format import (
+  eos_lengths,
+  first_negative_id,
+  offsets_lengths,
+  read_megatron_index,
+  token_layout,
+)
 from jaxdata.sources.index import dtype_suspicion
 from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, token_dtype
 from jaxdata.sources.manifest import Manifest, ShardInfo
@@ -56,15 +62,21 @@ def _token_path(fmt: str, given: str) -> str:
 
 def _document_lengths(
   fmt: str, path: str, dtype: str | None, eos_id: int | None, offsets: bool, check_dtype: bool = True
-) -> tuple[str, int, np.ndarray]:
-  """(dtype, byte offset of the first token, document lengths) of one token file."""
+) -> tuple[str, int, np.ndarray, int]:
+  """(dtype, byte offset of the first token, lengths of the non-empty documents, empty documents
+  left out) of one token file."""
   if fmt == "megatron":
     index = read_megatron_index(path[:-4] + ".idx", path)
     if dtype is not None and dtype != index.dtype:
       raise DatasetError(f"{path[:-4]}.idx: holds {index.dtype} tokens, dtype says {dtype}")
+    negative = first_negative_id(path) if index.signed else None
+    if negative is not None:
+      raise DatasetError(
+        f"{path}: token {negative[0]} is {negative[1]}, a negative id ({path[:-4]}.idx says int32); token ids are >= 0"
+      )
     if check_dtype:  # the .idx's dtype code is only what its writer said
       _check_ids_look_like(path, np.dtype(index.dtype), f"{path[:-4]}.idx says {index.dtype}")
-    return index.dtype, 0, index.lengths
+    return index.dtype, 0, index.lengths, index.empty
   layout = token_layout(path, np.dtype(dtype) if dtype is not None else None)
   if check_dtype and not path.endswith(".npy"):  # a raw file's dtype is only what dtype says
     _check_ids_look_like(path, layout.dtype, f"dtype says {layout.dtype.name}")
@@ -76,7 +88,7 @@ def _document_lengths(
     lengths = eos_lengths(path, layout, eos_id)
   else:
     lengths = np.array([layout.count], np.int64)  # no boundaries: the file is one document
-  return layout.dtype.name, layout.offset, lengths
+  return layout.dtype.name, layout.offset, lengths, 0
 
 
 def _check_ids_look_like(path: str, dtype: np.dtype, claim: str) -> None:
@@ -177,10 +189,10 @@ def build_flat_index(
   name = check_name(name or os.path.basename(out_dir), "name")
   # Every file is checked before anything is written.
   found = [_document_lengths(fmt, p, dtype, eos_id, offsets, check_dtype) for p in paths]
-  dtypes = {d for d, _, _ in found}
+  dtypes = {d for d, _, _, _ in found}
   if len(dtypes) > 1:
     raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
-  for path, (_, _, lengths) in zip(paths, found):
+  for path, (_, _, lengths, _) in zip(paths, found):
     if int(lengths.max()) >= 1 << 32:
       raise DatasetError(
         f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
@@ -188,7 +200,7 @@ def build_flat_index(
       )
   os.makedirs(out_dir, exist_ok=True)
   shards, arrays = [], {}
-  for path, stem, (_, data_offset, lengths) in zip(paths, stems, found):
+  for path, stem, (_, data_offset, lengths, _) in zip(paths, stems, found):
     lengths_name, starts_name, blocks_name = f"{stem}.lengths.npy", f"{stem}.starts.npy", f"{stem}.blocks.npy"
     stored_lengths, starts = lengths.astype(LENGTHS_DTYPE), (np.cumsum(lengths) - lengths).astype(np.int64)
     arrays[os.path.join(out_dir, lengths_name)] = stored_lengths
@@ -221,7 +233,7 @@ def build_flat_index(
       dtype=dtypes.pop(),
       tokenizer=tokenizer or {"kind": "unknown"},
       shards=tuple(shards),
-      stats={"indexed_by": f"jaxdata index --format {fmt}"},
+      stats={"indexed_by": f"jaxdata index --format {fmt}", "skipped_empty": sum(f[3] for f in found)},
       format=fmt,
       data_root=data_root,
     )
