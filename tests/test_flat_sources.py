@@ -453,3 +453,41 @@ def test_a_data_root_elsewhere_does_not_tell_the_sizes_of_its_files(tmp_path, do
   with pytest.raises(DatasetError, match=r"a\.bin: its size on disk differs from manifest\.json") as error:
     open_dataset(str(tmp_path / "meta"))
   assert "1234" not in str(error.value)
+
+
+def write_dolma_memmap(path: str, documents: list[list[int]], dtype: str = "uint32") -> None:
+  """As Dolma's tokenizer writes a part: raw ids back to back (a `np.memmap`, no NumPy header) under
+  a `.npy` name, each document ending in its EOS."""
+  ids = np.concatenate([np.asarray(d, dtype) for d in documents])
+  memmap = np.memmap(path, dtype=dtype, mode="w+", shape=ids.shape)
+  memmap[:] = ids
+  memmap.flush()
+
+
+def test_dolmas_headerless_npy_is_read_as_raw_ids_when_dtype_is_given(tmp_path, capsys):
+  documents = [[70_000, 5, 6, 0], [7, 8, 0], [131_000, 0]]  # uint32 ids, EOS 0
+  write_dolma_memmap(str(tmp_path / "part-0-00000.npy"), documents)
+  with pytest.raises(DatasetError, match=r"part-0-00000\.npy: named \.npy but has no NumPy header .* give `dtype`"):
+    build_flat_index("flat", [str(tmp_path / "part-0-00000.npy")], eos_id=0)
+  assert main(["index", "--format", "flat", str(tmp_path / "part-0-00000.npy"), "--eos-id", "0", "-q"]) == 1
+  assert "give --dtype" in capsys.readouterr().err  # the CLI's words
+  manifest = build_flat_index("flat", [str(tmp_path / "part-0-00000.npy")], dtype="uint32", eos_id=0, check_dtype=False)
+  assert manifest.num_records == 3 and manifest.shards[0].data_offset == 0
+  with open_dataset(str(tmp_path)) as dataset:
+    assert [d.tolist() for d in dataset.read([0, 0, 0], [0, 1, 2]).to_list()] == documents
+
+
+def test_a_bos_delimited_corpus_splits_before_each_bos(tmp_path):
+  # BOS = 1 begins every document; ids before the first BOS are a document of their own.
+  ids = [9, 9, 1, 5, 6, 1, 7, 1, 8, 8, 8]
+  np.array(ids, "<u2").tofile(tmp_path / "bos.bin")
+  manifest = build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=1, check_dtype=False)
+  with open_dataset(str(tmp_path)) as dataset:
+    got = [d.tolist() for d in dataset.read([0] * manifest.num_records, range(manifest.num_records)).to_list()]
+  assert got == [[9, 9], [1, 5, 6], [1, 7], [1, 8, 8, 8]]
+  with pytest.raises(
+    ValueError, match=r"eos_id: give one of `eos_id`, `bos_id` or `offsets`, not `eos_id` and `bos_id`"
+  ):
+    build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=1, eos_id=0, force=True)
+  with pytest.raises(ValueError, match=r"bos_id: 70000 is not a uint16 id"):
+    build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=70_000, force=True)

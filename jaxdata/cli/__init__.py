@@ -158,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     help="token type (required for arrayrecord and raw flat files; a Megatron .idx or .npy header says its own)",
   )
   p.add_argument("--eos-id", type=int, help="flat: a document ends with each of these ids")
+  p.add_argument("--bos-id", type=int, help="flat: a document begins with each of these ids")
   p.add_argument("--offsets", action="store_true", help="flat: document starts from FILE.offsets.npy beside each file")
   p.add_argument(
     "--data-root",

@@ -24,6 +24,7 @@ def index(args: argparse.Namespace, console: Console) -> int:
   if args.format == "arrayrecord":
     for flag, value in (
       ("--eos-id", args.eos_id),
+      ("--bos-id", args.bos_id),
       ("--offsets", args.offsets or None),
       ("--data-root", args.data_root),
     ):
@@ -50,6 +51,7 @@ def index(args: argparse.Namespace, console: Console) -> int:
         shards,
         dtype=args.dtype,
         eos_id=args.eos_id,
+        bos_id=args.bos_id,
         offsets=args.offsets,
         data_root=args.data_root,
         on_file=report,

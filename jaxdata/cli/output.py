@@ -46,6 +46,9 @@ PARAMETER_FLAGS = {
   "`input_format`": "--format",
   "`check_roundtrip`": "--check-roundtrip N",
   "`tokens`": "--tokens",
+  "`eos_id`": "--eos-id",
+  "`bos_id`": "--bos-id",
+  "`offsets`": "--offsets",
 }
 
 

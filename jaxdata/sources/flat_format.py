@@ -37,7 +37,9 @@ __all__ = [
   "MEGATRON_DTYPES",
   "MegatronIndex",
   "TokenLayout",
+  "bos_lengths",
   "eos_lengths",
+  "has_npy_header",
   "first_negative_id",
   "offsets_lengths",
   "read_megatron_index",
@@ -177,13 +179,25 @@ class TokenLayout:
   count: int
 
 
+def has_npy_header(path: str) -> bool:
+  """Whether a file starts with NumPy's magic (Dolma names its raw, headerless memmaps `.npy` too)."""
+  with open(path, "rb") as f:
+    return f.read(len(np.lib.format.MAGIC_PREFIX)) == np.lib.format.MAGIC_PREFIX
+
+
 def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
-  """A raw file (`dtype` required) or a .npy file (its header says; `dtype`, if given, must agree)."""
+  """A raw file (`dtype` required) or a .npy file (its header says; `dtype`, if given, must agree).
+  A `.npy` name without NumPy's header is a raw file: Dolma's memmaps are named so."""
   if not os.path.isfile(path):
     raise DatasetError(f"{path}: token file is missing")
   size = os.path.getsize(path)
   offset = 0
-  if path.endswith(".npy"):
+  if path.endswith(".npy") and not has_npy_header(path) and dtype is None:
+    raise DatasetError(
+      f"{path}: named .npy but has no NumPy header (a raw memmap, as Dolma writes them); give `dtype` "
+      "(uint16 or uint32)"
+    )
+  if path.endswith(".npy") and has_npy_header(path):
     with open(path, "rb") as f:
       try:
         version = np.lib.format.read_magic(f)
@@ -214,6 +228,22 @@ def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
   if size == offset:
     raise DatasetError(f"{path}: empty token file")
   return TokenLayout(dtype, offset, (size - offset) // dtype.itemsize)
+
+
+def bos_lengths(path: str, layout: TokenLayout, bos_id: int) -> np.ndarray:
+  """Document lengths of a flat token file in which every document begins with `bos_id` (the BOS
+  stays with its document; ids before the first BOS are a document too)."""
+  count = layout.count
+  ids = np.memmap(path, layout.dtype.newbyteorder("<"), "r", offset=layout.offset, shape=(count,))
+  starts = [
+    np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == bos_id) + begin for begin in range(0, count, _SCAN_TOKENS)
+  ]
+  starts = np.concatenate(starts + [np.zeros(0, np.int64)]).astype(np.int64)
+  if not starts.size or starts[0] != 0:
+    starts = np.concatenate([[0], starts])
+  lengths = np.diff(np.append(starts, count))
+  _check_nonempty(lengths, path)
+  return lengths
 
 
 def eos_lengths(path: str, layout: TokenLayout, eos_id: int) -> np.ndarray:

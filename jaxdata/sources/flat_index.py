@@ -34,6 +34,7 @@ from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
 from jaxdata.sources.fileutil import check_name, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import (
+  bos_lengths,
   eos_lengths,
   first_negative_id,
   offsets_lengths,
@@ -61,7 +62,13 @@ def _token_path(fmt: str, given: str) -> str:
 
 
 def _document_lengths(
-  fmt: str, path: str, dtype: str | None, eos_id: int | None, offsets: bool, check_dtype: bool = True
+  fmt: str,
+  path: str,
+  dtype: str | None,
+  eos_id: int | None,
+  offsets: bool,
+  check_dtype: bool = True,
+  bos_id: int | None = None,
 ) -> tuple[str, int, np.ndarray, int]:
   """(dtype, byte offset of the first token, lengths of the non-empty documents, empty documents
   left out) of one token file."""
@@ -78,14 +85,17 @@ def _document_lengths(
       _check_ids_look_like(path, np.dtype(index.dtype), f"{path[:-4]}.idx says {index.dtype}")
     return index.dtype, 0, index.lengths, index.empty
   layout = token_layout(path, np.dtype(dtype) if dtype is not None else None)
-  if check_dtype and not path.endswith(".npy"):  # a raw file's dtype is only what dtype says
+  if check_dtype and layout.offset == 0:  # no NumPy header: the dtype is only what `dtype` says
     _check_ids_look_like(path, layout.dtype, f"dtype says {layout.dtype.name}")
-  if eos_id is not None:
-    _check_eos_id(eos_id, layout.dtype)
+  for name, value in (("eos_id", eos_id), ("bos_id", bos_id)):
+    if value is not None:
+      _check_special_id(value, layout.dtype, name)
   if offsets:
     lengths = offsets_lengths(path, layout, path + OFFSETS_SUFFIX)
   elif eos_id is not None:
     lengths = eos_lengths(path, layout, eos_id)
+  elif bos_id is not None:
+    lengths = bos_lengths(path, layout, bos_id)
   else:
     lengths = np.array([layout.count], np.int64)  # no boundaries: the file is one document
   return layout.dtype.name, layout.offset, lengths, 0
@@ -101,14 +111,14 @@ def _check_ids_look_like(path: str, dtype: np.dtype, claim: str) -> None:
     )
 
 
-def _check_eos_id(eos_id: Any, dtype: np.dtype) -> None:
-  """An EOS id the token dtype can hold (else no id equals it and the file would be one document)."""
-  if isinstance(eos_id, bool) or not isinstance(eos_id, (int, np.integer)):
-    raise ValueError(f"eos_id: expected an int, got {eos_id!r}")
-  top, digits = int(np.iinfo(dtype).max), str(int(eos_id))
-  if not 0 <= int(eos_id) <= top:
+def _check_special_id(value: Any, dtype: np.dtype, name: str) -> None:
+  """An EOS or BOS id the token dtype can hold (else no id equals it and the file would be one document)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name}: expected an int, got {value!r}")
+  top, digits = int(np.iinfo(dtype).max), str(int(value))
+  if not 0 <= int(value) <= top:
     shown = digits if len(digits) <= 40 else f"an int of {len(digits)} digits"
-    raise ValueError(f"eos_id: {shown} is not a {dtype.name} id (0..{top})")
+    raise ValueError(f"{name}: {shown} is not a {dtype.name} id (0..{top})")
 
 
 def build_flat_index(
@@ -124,6 +134,7 @@ def build_flat_index(
   on_file: Callable[[str], None] | None = None,
   force: bool = False,
   check_dtype: bool = True,
+  bos_id: int | None = None,
 ) -> Manifest:
   """Makes Megatron `.bin` / `.idx` pairs or flat token files a dataset, read in place.
 
@@ -146,6 +157,7 @@ def build_flat_index(
     on_file: called with each file's path once it is indexed.
     force: rebuild a directory's existing index and manifest.
     check_dtype: refuse raw ids whose statistics say another dtype.
+    bos_id: flat files: a document begins with each of these ids (BOS-delimited corpora).
 
   Returns:
     The dataset's `Manifest` (also saved in `out_dir`).
@@ -171,8 +183,13 @@ def build_flat_index(
     raise ValueError("inputs: give at least one token file")
   if dtype is not None:
     token_dtype(dtype)
-  if eos_id is not None and offsets:
-    raise ValueError("eos_id: give an EOS id or offsets files, not both")
+  given = [
+    name for name, value in (("eos_id", eos_id), ("bos_id", bos_id), ("offsets", offsets or None)) if value is not None
+  ]
+  if len(given) > 1:
+    raise ValueError(
+      f"{given[0]}: give one of `eos_id`, `bos_id` or `offsets`, not {' and '.join(f'`{g}`' for g in given)}"
+    )
   paths = [_token_path(fmt, p) for p in inputs]
   stems = [os.path.basename(p)[:-4] if p.endswith((".bin", ".npy")) else os.path.basename(p) for p in paths]
   if len(set(stems)) < len(stems):
@@ -188,7 +205,7 @@ def build_flat_index(
   refuse_existing_index(out_dir, force)
   name = check_name(name or os.path.basename(out_dir), "name")
   # Every file is checked before anything is written.
-  found = [_document_lengths(fmt, p, dtype, eos_id, offsets, check_dtype) for p in paths]
+  found = [_document_lengths(fmt, p, dtype, eos_id, offsets, check_dtype, bos_id) for p in paths]
   dtypes = {d for d, _, _, _ in found}
   if len(dtypes) > 1:
     raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
@@ -196,7 +213,7 @@ def build_flat_index(
     if int(lengths.max()) >= 1 << 32:
       raise DatasetError(
         f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
-        "boundaries (eos_id or offsets)"
+        "boundaries (eos_id, bos_id or offsets)"
       )
   os.makedirs(out_dir, exist_ok=True)
   shards, arrays = [], {}
