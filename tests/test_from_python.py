@@ -68,3 +68,26 @@ def test_bad_items_are_named_and_nothing_is_left_half_written(tmp_path):
     jaxdata.from_iterable(["y"], out=str(tmp_path / "e"))
   jaxdata.from_iterable(["y"], out=str(tmp_path / "e"), overwrite=True)
   assert read_all(str(tmp_path / "e")) == [ByteTokenizer().encode_batch(["y"])[0].tolist()]
+
+
+def test_hugging_face_formats_dicts_of_splits_and_typed_token_columns(tmp_path):
+  texts = datasets.Dataset.from_dict({"text": ["alpha", "beta", "gamma"]})
+  # with_format("arrow"): batches are pyarrow Tables; the same documents come out.
+  jaxdata.from_hf_dataset(texts, out=str(tmp_path / "plain"))
+  jaxdata.from_hf_dataset(texts.with_format("arrow"), out=str(tmp_path / "arrow"))
+  assert read_all(str(tmp_path / "arrow")) == read_all(str(tmp_path / "plain"))
+  with pytest.raises(InputFormatError, match=r"row 0: no column 'body' \(columns: text\)"):
+    jaxdata.from_hf_dataset(texts.with_format("arrow"), out=str(tmp_path / "bad"), field="body")
+  # A DatasetDict: the error names its splits and how to pick one.
+  splits = datasets.DatasetDict({"train": texts, "test": texts})
+  with pytest.raises(InputFormatError, match=r"a DatasetDict of the splits \['train', 'test'\]; .* dataset\['train'\]"):
+    jaxdata.from_hf_dataset(splits, out=str(tmp_path / "dict"))
+  # A Sequence(uint16) column keeps its type; an explicit dtype still wins.
+  features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("uint16"))})
+  ids = datasets.Dataset.from_dict({"input_ids": [[1, 2], [65_000]]}, features=features)
+  assert jaxdata.from_hf_dataset(ids, out=str(tmp_path / "u16"), field="input_ids", tokenizer=None).dtype == "uint16"
+  assert (
+    jaxdata.from_hf_dataset(ids, out=str(tmp_path / "u32"), field="input_ids", tokenizer=None, dtype="uint32").dtype
+    == "uint32"
+  )
+  assert read_all(str(tmp_path / "u16")) == [[1, 2], [65_000]]

@@ -142,14 +142,26 @@ def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any)
   2
   """
 
+  splits = _splits(dataset)
+  if splits:
+    raise InputFormatError(
+      f"dataset: a DatasetDict of the splits {splits}; pass one of them, e.g. dataset[{splits[0]!r}]"
+    )
+  if "dtype" not in options:
+    options = {**options, "dtype": _token_dtype(dataset, field)}
+
   def column() -> Iterator[Any]:
     if hasattr(dataset, "iter"):
       row = 0
       for batch in dataset.iter(batch_size=BATCH):
-        if field not in batch:
-          raise InputFormatError(f"row {row}: no column {field!r} (columns: {', '.join(batch)})")
-        yield from batch[field]
-        row += len(batch[field])
+        # dicts of lists by default; a pyarrow Table with `with_format("arrow")`.
+        names = list(getattr(batch, "column_names", None) or batch)
+        if field not in names:
+          raise InputFormatError(f"row {row}: no column {field!r} (columns: {', '.join(map(str, names))})")
+        values = batch[field]
+        values = values.to_pylist() if hasattr(values, "to_pylist") else values
+        yield from values
+        row += len(values)
       return
     for row, record in enumerate(dataset):
       if not isinstance(record, dict) or field not in record:
@@ -157,3 +169,24 @@ def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any)
       yield record[field]
 
   return from_iterable(column(), out, **options)
+
+
+def _splits(dataset: Any) -> list[str]:
+  """The split names of a `DatasetDict` (a mapping of names to datasets), else []."""
+  if not isinstance(dataset, dict) or not dataset:
+    return []
+  if all(isinstance(k, str) and hasattr(v, "iter") for k, v in dataset.items()):
+    return list(dataset)
+  return []
+
+
+def _token_dtype(dataset: Any, field: str) -> str | None:
+  """A token-list column's own integer type where its features say it (`Sequence(Value("uint16"))`):
+  the ids keep it; None (from_iterable's default) otherwise."""
+  features = getattr(dataset, "features", None)
+  feature = features.get(field) if isinstance(features, dict) else None
+  inner = getattr(feature, "feature", None)
+  if inner is None and isinstance(feature, list) and feature:  # the list form of a sequence feature
+    inner = feature[0]
+  kind = getattr(inner, "dtype", None)
+  return kind if kind in ("uint16", "uint32") else None
