@@ -4,6 +4,7 @@ and documents from them in a pipeline like any other dataset."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
 import struct
@@ -464,6 +465,37 @@ def write_dolma_memmap(path: str, documents: list[list[int]], dtype: str = "uint
   memmap.flush()
 
 
+def write_dolma_metadata(path: str, documents: list[list[int]]) -> None:
+  """Dolma's metadata beside a memmap: one gzipped CSV row per document, start,end,id,src,loc (no header)."""
+  ends = np.cumsum([len(d) for d in documents])
+  with gzip.open(path, "wt", encoding="utf-8") as f:
+    for i, (start, end) in enumerate(zip(np.r_[0, ends[:-1]], ends)):
+      f.write(f"{start},{end},doc-{i},s3://bucket/src.jsonl.gz,{i + 1}\n")
+
+
+def test_dolma_metadata_gives_the_document_boundaries(tmp_path, capsys):
+  documents = [[70_000, 5, 6], [7, 8], [131_000]]  # no EOS needed: the metadata says where each ends
+  write_dolma_memmap(str(tmp_path / "part-0-00000.npy"), documents)
+  write_dolma_metadata(str(tmp_path / "part-0-00000.csv.gz"), documents)
+  argv = ["index", "--format", "flat", "--dtype", "uint32", "--dolma-metadata", "--no-dtype-check", "-q"]
+  assert main([*argv, str(tmp_path / "part-0-00000.npy")]) == 0
+  with open_dataset(str(tmp_path)) as dataset:
+    assert [d.tolist() for d in dataset.read([0, 0, 0], [0, 1, 2]).to_list()] == documents
+  # Rows that do not tile the file are named.
+  with gzip.open(tmp_path / "part-0-00000.csv.gz", "wt") as f:
+    f.write("0,3,a,s,1\n4,5,b,s,2\n5,6,c,s,3\n")
+  with pytest.raises(DatasetError, match=r"part-0-00000\.csv\.gz: row 2 covers tokens \[4, 5\), .* start at 3"):
+    build_flat_index(
+      "flat", [str(tmp_path / "part-0-00000.npy")], dtype="uint32", dolma_metadata=True, check_dtype=False, force=True
+    )
+  with gzip.open(tmp_path / "part-0-00000.csv.gz", "wt") as f:
+    f.write("0,3,a,s,1\n3,5,b,s,2\n")
+  with pytest.raises(DatasetError, match=r"documents end at token 5, but .*part-0-00000\.npy holds 6 tokens"):
+    build_flat_index(
+      "flat", [str(tmp_path / "part-0-00000.npy")], dtype="uint32", dolma_metadata=True, check_dtype=False, force=True
+    )
+
+
 def test_dolmas_headerless_npy_is_read_as_raw_ids_when_dtype_is_given(tmp_path, capsys):
   documents = [[70_000, 5, 6, 0], [7, 8, 0], [131_000, 0]]  # uint32 ids, EOS 0
   write_dolma_memmap(str(tmp_path / "part-0-00000.npy"), documents)
@@ -486,7 +518,8 @@ def test_a_bos_delimited_corpus_splits_before_each_bos(tmp_path):
     got = [d.tolist() for d in dataset.read([0] * manifest.num_records, range(manifest.num_records)).to_list()]
   assert got == [[9, 9], [1, 5, 6], [1, 7], [1, 8, 8, 8]]
   with pytest.raises(
-    ValueError, match=r"eos_id: give one of `eos_id`, `bos_id` or `offsets`, not `eos_id` and `bos_id`"
+    ValueError,
+    match=r"eos_id: give one of `eos_id`, `bos_id`, `offsets` or `dolma_metadata`, not `eos_id` and `bos_id`",
   ):
     build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=1, eos_id=0, force=True)
   with pytest.raises(ValueError, match=r"bos_id: 70000 is not a uint16 id"):

@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
   )
   p.add_argument("--eos-id", type=int, help="flat: a document ends with each of these ids")
   p.add_argument("--bos-id", type=int, help="flat: a document begins with each of these ids")
+  p.add_argument(
+    "--dolma-metadata", action="store_true", help="flat: documents from Dolma's FILE.csv.gz beside each FILE.npy"
+  )
   p.add_argument("--offsets", action="store_true", help="flat: document starts from FILE.offsets.npy beside each file")
   p.add_argument(
     "--data-root",

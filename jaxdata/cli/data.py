@@ -25,6 +25,7 @@ def index(args: argparse.Namespace, console: Console) -> int:
     for flag, value in (
       ("--eos-id", args.eos_id),
       ("--bos-id", args.bos_id),
+      ("--dolma-metadata", args.dolma_metadata or None),
       ("--offsets", args.offsets or None),
       ("--data-root", args.data_root),
     ):
@@ -52,6 +53,7 @@ def index(args: argparse.Namespace, console: Console) -> int:
         dtype=args.dtype,
         eos_id=args.eos_id,
         bos_id=args.bos_id,
+        dolma_metadata=args.dolma_metadata,
         offsets=args.offsets,
         data_root=args.data_root,
         on_file=report,

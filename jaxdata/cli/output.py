@@ -49,6 +49,7 @@ PARAMETER_FLAGS = {
   "`eos_id`": "--eos-id",
   "`bos_id`": "--bos-id",
   "`offsets`": "--offsets",
+  "`dolma_metadata`": "--dolma-metadata",
 }
 
 

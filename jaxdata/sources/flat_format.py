@@ -26,7 +26,9 @@ document lengths, checked to tile the token file exactly; problems are a
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import gzip
 import os
 
 import numpy as np
@@ -38,6 +40,8 @@ __all__ = [
   "MegatronIndex",
   "TokenLayout",
   "bos_lengths",
+  "dolma_metadata_lengths",
+  "dolma_metadata_path",
   "eos_lengths",
   "has_npy_header",
   "first_negative_id",
@@ -228,6 +232,45 @@ def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
   if size == offset:
     raise DatasetError(f"{path}: empty token file")
   return TokenLayout(dtype, offset, (size - offset) // dtype.itemsize)
+
+
+def dolma_metadata_path(path: str) -> str:
+  """Where Dolma's tokenizer writes a memmap's document metadata: `part-0-00000.npy` -> `part-0-00000.csv.gz`."""
+  stem = path[: -len(".npy")] if path.endswith(".npy") else path
+  return stem + ".csv.gz"
+
+
+def dolma_metadata_lengths(path: str, layout: TokenLayout, metadata_path: str) -> np.ndarray:
+  """Document lengths from Dolma's metadata: one CSV row per document, `start,end,id,src,loc`, the
+  token range [start, end) of the memmap. The rows must tile the file in order."""
+  try:
+    with gzip.open(metadata_path, "rt", encoding="utf-8", newline="") as f:
+      ranges = [(row[0], row[1]) for row in csv.reader(f) if row]
+  except (OSError, EOFError, UnicodeDecodeError, csv.Error) as e:
+    raise DatasetError(f"{metadata_path}: not a readable gzipped CSV of document ranges ({str(e)[:200]})") from e
+  try:
+    bounds = np.array(ranges, dtype=np.int64).reshape(-1, 2)
+  except ValueError as e:
+    first_bad = next((i for i, r in enumerate(ranges) if not (r[0].isdigit() and r[1].isdigit())), 0)
+    raise DatasetError(
+      f"{metadata_path}: row {first_bad + 1}: start and end must be token offsets, got {list(ranges[first_bad])}"
+    ) from e
+  if not bounds.size:
+    raise DatasetError(f"{metadata_path}: no document rows")
+  starts, ends = bounds[:, 0], bounds[:, 1]
+  expected = np.concatenate([[0], ends[:-1]])
+  off = np.flatnonzero((starts != expected) | (ends <= starts))
+  if off.size:
+    i = int(off[0])
+    raise DatasetError(
+      f"{metadata_path}: row {i + 1} covers tokens [{int(starts[i])}, {int(ends[i])}), but documents must "
+      f"follow each other from token 0 (this one should start at {int(expected[i])} and end after it)"
+    )
+  if ends[-1] != layout.count:
+    raise DatasetError(
+      f"{metadata_path}: its documents end at token {int(ends[-1])}, but {path} holds {layout.count} tokens"
+    )
+  return ends - starts
 
 
 def bos_lengths(path: str, layout: TokenLayout, bos_id: int) -> np.ndarray:

@@ -35,6 +35,8 @@ from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
 from jaxdata.sources.fileutil import check_name, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import (
   bos_lengths,
+  dolma_metadata_lengths,
+  dolma_metadata_path,
   eos_lengths,
   first_negative_id,
   offsets_lengths,
@@ -69,6 +71,7 @@ def _document_lengths(
   offsets: bool,
   check_dtype: bool = True,
   bos_id: int | None = None,
+  dolma_metadata: bool = False,
 ) -> tuple[str, int, np.ndarray, int]:
   """(dtype, byte offset of the first token, lengths of the non-empty documents, empty documents
   left out) of one token file."""
@@ -92,6 +95,8 @@ def _document_lengths(
       _check_special_id(value, layout.dtype, name)
   if offsets:
     lengths = offsets_lengths(path, layout, path + OFFSETS_SUFFIX)
+  elif dolma_metadata:
+    lengths = dolma_metadata_lengths(path, layout, dolma_metadata_path(path))
   elif eos_id is not None:
     lengths = eos_lengths(path, layout, eos_id)
   elif bos_id is not None:
@@ -135,6 +140,7 @@ def build_flat_index(
   force: bool = False,
   check_dtype: bool = True,
   bos_id: int | None = None,
+  dolma_metadata: bool = False,
 ) -> Manifest:
   """Makes Megatron `.bin` / `.idx` pairs or flat token files a dataset, read in place.
 
@@ -158,6 +164,8 @@ def build_flat_index(
     force: rebuild a directory's existing index and manifest.
     check_dtype: refuse raw ids whose statistics say another dtype.
     bos_id: flat files: a document begins with each of these ids (BOS-delimited corpora).
+    dolma_metadata: flat files: documents from Dolma's metadata beside each memmap
+      (`part-0-00000.csv.gz` for `part-0-00000.npy`: rows of start, end, id, src, loc).
 
   Returns:
     The dataset's `Manifest` (also saved in `out_dir`).
@@ -183,12 +191,17 @@ def build_flat_index(
     raise ValueError("inputs: give at least one token file")
   if dtype is not None:
     token_dtype(dtype)
-  given = [
-    name for name, value in (("eos_id", eos_id), ("bos_id", bos_id), ("offsets", offsets or None)) if value is not None
-  ]
+  boundaries = {
+    "eos_id": eos_id,
+    "bos_id": bos_id,
+    "offsets": offsets or None,
+    "dolma_metadata": dolma_metadata or None,
+  }
+  given = [name for name, value in boundaries.items() if value is not None]
   if len(given) > 1:
     raise ValueError(
-      f"{given[0]}: give one of `eos_id`, `bos_id` or `offsets`, not {' and '.join(f'`{g}`' for g in given)}"
+      f"{given[0]}: give one of `eos_id`, `bos_id`, `offsets` or `dolma_metadata`, "
+      f"not {' and '.join(f'`{g}`' for g in given)}"
     )
   paths = [_token_path(fmt, p) for p in inputs]
   stems = [os.path.basename(p)[:-4] if p.endswith((".bin", ".npy")) else os.path.basename(p) for p in paths]
@@ -205,7 +218,7 @@ def build_flat_index(
   refuse_existing_index(out_dir, force)
   name = check_name(name or os.path.basename(out_dir), "name")
   # Every file is checked before anything is written.
-  found = [_document_lengths(fmt, p, dtype, eos_id, offsets, check_dtype, bos_id) for p in paths]
+  found = [_document_lengths(fmt, p, dtype, eos_id, offsets, check_dtype, bos_id, dolma_metadata) for p in paths]
   dtypes = {d for d, _, _, _ in found}
   if len(dtypes) > 1:
     raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
