@@ -196,12 +196,13 @@ def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
     raise DatasetError(f"{path}: token file is missing")
   size = os.path.getsize(path)
   offset = 0
-  if path.endswith(".npy") and not has_npy_header(path) and dtype is None:
+  numpy_header = path.endswith(".npy") and has_npy_header(path)
+  if path.endswith(".npy") and not numpy_header and dtype is None:
     raise DatasetError(
       f"{path}: named .npy but has no NumPy header (a raw memmap, as Dolma writes them); give `dtype` "
       "(uint16 or uint32)"
     )
-  if path.endswith(".npy") and has_npy_header(path):
+  if numpy_header:
     with open(path, "rb") as f:
       try:
         version = np.lib.format.read_magic(f)
