@@ -9,6 +9,7 @@ import pytest
 from absl import flags
 
 from jaxdata.pipeline.grain import PipelineDataset
+from jaxdata.pipeline.grain_mixture import MixtureDataset
 from pipeline_fixtures import coded_config
 
 
@@ -37,13 +38,18 @@ def test_grain_transforms_and_checkpoint_handler_work_on_the_pipeline(tmp_path):
   manager.close()
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
 def test_grain_worker_processes_are_refused_naming_jaxdatas_own(tmp_path):
   cfg = coded_config(tmp_path, [[5, 9, 3] * 10])
   dataset = PipelineDataset(cfg, prefetch=0)
   with pytest.raises(ValueError, match=r"mp_prefetch: .* use PipelineDataset\(cfg, workers=n\)"):
     dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
   flags.FLAGS.mark_as_parsed()  # Grain's workers read absl flags; outside absl.app.run nobody parses them
-  with pytest.raises(Exception, match=r"mp_prefetch: Grain's worker processes slice"):  # also after a transform,
-    next(iter(dataset.map(len).mp_prefetch(grain.MultiprocessingOptions(num_workers=2))))  # raised in a worker
+  # After a transform Grain builds mp_prefetch lazily: the first next() pickles the chain for its workers,
+  # which is refused here, in the caller (a ValueError, not a worker's error), before a worker starts.
+  with pytest.raises(ValueError, match=r"^PipelineDataset.mp_prefetch: Grain's worker processes slice"):
+    next(iter(dataset.map(len).mp_prefetch(grain.MultiprocessingOptions(num_workers=2))))
+  mixture = MixtureDataset(cfg)
+  with pytest.raises(ValueError, match=r"^MixtureDataset.mp_prefetch: Grain's worker processes slice"):
+    mixture.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+  with pytest.raises(ValueError, match=r"^MixtureDataset.mp_prefetch: Grain's worker processes slice"):
+    next(iter(mixture.map(len).mp_prefetch(grain.MultiprocessingOptions(num_workers=2))))

@@ -21,13 +21,46 @@ import grain
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.pipeline import Pipeline
 
-__all__ = ["MP_PREFETCH_REFUSED", "PipelineDataset", "PipelineDatasetIterator"]
+__all__ = [
+  "GlobalStreamDataset",
+  "MP_PREFETCH_REFUSED",
+  "PipelineDataset",
+  "PipelineDatasetIterator",
+  "mp_prefetch_refused",
+]
 
-MP_PREFETCH_REFUSED = (
-  "PipelineDataset.mp_prefetch: Grain's worker processes slice a dataset per worker, but a jaxdata Pipeline is "
-  "one global stream already sharded by host; use PipelineDataset(cfg, workers=n) (or Pipeline(cfg, workers=n)): "
-  "n processes read and assemble with output and state identical to one"
-)
+
+def mp_prefetch_refused(kind: str) -> str:
+  """The one line that refuses Grain's worker processes for a global-stream dataset."""
+  return (
+    f"{kind}.mp_prefetch: Grain's worker processes slice a dataset per worker, but a jaxdata {kind} is "
+    "one global stream already sharded by host; use PipelineDataset(cfg, workers=n) (or Pipeline(cfg, workers=n)): "
+    "n processes read and assemble with output and state identical to one"
+  )
+
+
+MP_PREFETCH_REFUSED = mp_prefetch_refused("PipelineDataset")
+
+
+class GlobalStreamDataset(grain.IterDataset):
+  """A Grain `IterDataset` that is one global stream: Grain's workers are refused.
+
+  Grain builds `mp_prefetch` lazily: it calls `mp_prefetch` on this dataset
+  only when it is the last node; after a transform (``ds.map(f).mp_prefetch()``)
+  the first `next()` pickles the chain for the workers, which is refused here,
+  in the caller, before any worker process starts.
+  """
+
+  def mp_prefetch(self, *args: Any, **kwargs: Any) -> grain.IterDataset:
+    """Refused: Grain's workers would each slice the stream; use jaxdata's workers instead."""
+    raise ValueError(mp_prefetch_refused(type(self).__name__))
+
+  def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+    """What Grain's workers call to take their slice."""
+    raise ValueError(mp_prefetch_refused(type(self).__name__))
+
+  def __reduce__(self) -> Any:
+    raise ValueError(mp_prefetch_refused(type(self).__name__))
 
 
 class PipelineDatasetIterator(grain.DatasetIterator):
@@ -50,7 +83,7 @@ class PipelineDatasetIterator(grain.DatasetIterator):
     self.pipeline.close()
 
 
-class PipelineDataset(grain.IterDataset):
+class PipelineDataset(GlobalStreamDataset):
   """A Grain `IterDataset` whose iterators are fresh `Pipeline`s."""
 
   def __init__(self, cfg: PipelineConfig, **pipeline_kwargs: Any) -> None:
@@ -60,14 +93,6 @@ class PipelineDataset(grain.IterDataset):
 
   def __iter__(self) -> PipelineDatasetIterator:
     return PipelineDatasetIterator(Pipeline(self.cfg, **self.pipeline_kwargs))
-
-  def mp_prefetch(self, *args: Any, **kwargs: Any) -> grain.IterDataset:
-    """Refused: Grain's workers would each slice the stream; use jaxdata's workers instead."""
-    raise ValueError(MP_PREFETCH_REFUSED)
-
-  def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
-    """What Grain's workers call to take their slice (after a transform: `ds.map(f).mp_prefetch()`)."""
-    raise ValueError(MP_PREFETCH_REFUSED)
 
   def __str__(self) -> str:
     return f"PipelineDataset(datasets={list(self.cfg.names)})"

@@ -104,6 +104,7 @@ class TokenDataset(ShardedRecords):
   def __init__(self, path: str, read_options: ReadOptions = ReadOptions(), cache: CacheOptions | None = None) -> None:
     self.path = os.fspath(path)
     self.read_options = read_options
+    self.cache_options = cache
     # One reader per shard, shared by all threads: ArrayRecord readers are
     # thread-safe for reads. A remote shard's reader opens once its file is cached.
     self._readers: list[ArrayRecordReader | None] = []
@@ -222,6 +223,9 @@ class TokenDataset(ShardedRecords):
       if reader is not None:
         reader.close()
     self._readers = []
+
+  def reopen_arguments(self) -> tuple[Any, ...]:
+    return (self.path, self.read_options, self.cache_options)
 
   def __repr__(self) -> str:
     return (

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -167,6 +168,9 @@ class FlatTokenDataset(ShardedRecords):
     files, self.files = getattr(self, "files", None), None
     if files is not None:
       files.close()
+
+  def reopen_arguments(self) -> tuple[Any, ...]:
+    return (self.path, self.read_options, self.manifest)  # the manifest as opened: the files are checked against it
 
   def __repr__(self) -> str:
     return (

@@ -4,18 +4,28 @@
 
     shard_num_records  [3, 2, 4]          record_starts  [0, 3, 5, 9]
     global record 6  ->  shard 2, record 1          (locate; global_index is the inverse)
+
+Every reader is also a Grain `RandomAccessDataSource`: ``len(ds)``, ``ds[i]``
+(record i's token ids, shards concatenated in manifest order), batched
+``ds.__getitems__(indices)``, and a pickle of a few hundred bytes that
+reopens the dataset where it is loaded (a Grain worker process) and checks
+that its manifest is still the one that was opened::
+
+    grain.MapDataset.source(jaxdata.open_dataset(path)).shuffle(seed=0).to_iter_dataset()
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 
+from jaxdata.errors import DatasetError
 from jaxdata.sources.manifest import Manifest
 
-__all__ = ["ShardedRecords", "check_range"]
+__all__ = ["ShardedRecords", "check_range", "reopened"]
 
 
 def check_range(values: np.ndarray, upper: int, what: str, where: str) -> None:
@@ -78,6 +88,34 @@ class ShardedRecords:
   def read(self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray) -> Any:
     raise NotImplementedError
 
+  # ------------------------------------------- Grain's RandomAccessDataSource
+
+  def __len__(self) -> int:
+    return self.num_records
+
+  def __getitem__(self, index: SupportsIndex) -> np.ndarray:
+    """Record `index`'s token ids (negative counts from the end, as in a list)."""
+    position = operator.index(index)
+    if position < 0:
+      position += self.num_records
+    if not 0 <= position < self.num_records:
+      raise IndexError(f"{self.path}: {self.what} index {index} out of range for {self.num_records} {self.what}s")
+    return self.read_global([position])[0]
+
+  def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
+    """Records by global index in one batched read (what Grain's batched sources and torch samplers call)."""
+    return self.read_global(indices).to_list() if len(indices) else []
+
+  _getitems = __getitems__  # the name Grain's `SupportsBatchedReadRandomAccessDataSource` reads
+
+  def reopen_arguments(self) -> tuple[Any, ...]:
+    """What the constructor needs to open this dataset again elsewhere (a small, picklable tuple)."""
+    raise NotImplementedError
+
+  def __reduce__(self) -> tuple[Any, ...]:
+    # The open files and mapped memory stay here; the other process opens the dataset anew.
+    return (reopened, (type(self), self.reopen_arguments(), self.manifest.fingerprint))
+
   def close(self) -> None:
     raise NotImplementedError
 
@@ -86,3 +124,15 @@ class ShardedRecords:
 
   def __exit__(self, *exc: object) -> None:
     self.close()
+
+
+def reopened(kind: type[ShardedRecords], arguments: tuple[Any, ...], fingerprint: str) -> ShardedRecords:
+  """Opens a pickled dataset again; a DatasetError if its manifest changed since it was pickled."""
+  dataset = kind(*arguments)
+  if dataset.manifest.fingerprint != fingerprint:
+    dataset.close()
+    raise DatasetError(
+      f"{dataset.path}/manifest.json: the dataset changed after it was opened and pickled "
+      f"(fingerprint {dataset.manifest.fingerprint[:12]}..., was {fingerprint[:12]}...); open it again"
+    )
+  return dataset

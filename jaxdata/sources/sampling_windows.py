@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -115,6 +116,12 @@ class WindowView(ShardedRecords):
 
   def shard_path(self, shard: int) -> str:
     return self.dataset.shard_path(shard)
+
+  def reopen_arguments(self) -> tuple[Any, ...]:
+    return (self.dataset, self.options)
+
+  def __repr__(self) -> str:
+    return f"WindowView({self.dataset!r}, window={self.options.window}, windows={self.num_records})"
 
   def window_starts(self, shard_ids: np.ndarray, record_ids: np.ndarray) -> np.ndarray:
     """The first token (within its shard) of each window."""
