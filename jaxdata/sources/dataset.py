@@ -19,6 +19,7 @@ import operator
 import os
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
