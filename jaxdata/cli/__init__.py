@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument(
     "--format", default="auto", choices=("auto", *INPUT_FORMATS), help="input format (auto: from each file's suffix)"
   )
-  p.add_argument("--field", default="text", help="JSONL field / Parquet column")
+  p.add_argument("--field", default="text", help="JSONL field / Parquet column / tf.train.Example feature")
   p.add_argument(
     "--text-mode", default="file", choices=TEXT_MODES, help="plain text: one document per file, line or paragraph"
   )

@@ -48,6 +48,8 @@ _SUFFIX_FORMATS = {
   ".text": "text",
   ".md": "text",
 }
+# MaxText / TFDS shard names: c4-train.array_record-00000-of-01024, data.tfrecord-00003-of-00010, x.tfrecords
+_RECORD_NAME = re.compile(r"\.(?:(array_?record)|(tfrecords?))(?:-\d+-of-\d+)?$", re.IGNORECASE)
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 MAX_EXAMPLES = 20
 
@@ -118,6 +120,9 @@ def detect_format(path: str, requested: str = "auto") -> str:
       raise ValueError(f"format: {requested!r} is not one of {INPUT_FORMATS} or 'auto'")
     return requested
   base = os.path.splitext(path)[0] if is_compressed(path) else path
+  records = _RECORD_NAME.search(os.path.basename(base))
+  if records:
+    return "arrayrecord" if records.group(1) else "tfrecord"
   suffix = os.path.splitext(base)[1].lower()
   if suffix not in _SUFFIX_FORMATS:
     raise ValueError(

@@ -12,7 +12,7 @@ from jaxdata.conversion.tokenizers import TokenizerSpec
 
 __all__ = ["ConvertOptions", "INPUT_FORMATS", "Progress", "TEXT_MODES"]
 
-INPUT_FORMATS = ("jsonl", "parquet", "text")
+INPUT_FORMATS = ("jsonl", "parquet", "text", "arrayrecord", "tfrecord")  # the last two: tf.train.Example records
 TEXT_MODES = ("file", "line", "paragraph")
 # (phase, done, in all, documents so far); phase: "scan" and "tokenize" count input bytes, "write" documents.
 Progress = Callable[[str, int, int, int], None]
@@ -24,8 +24,10 @@ class ConvertOptions:
 
   Attributes:
     tokenizer: which tokenizer; the byte-level one by default.
-    input_format: "auto" (from each file's suffix), "jsonl", "parquet", "text".
-    field: JSONL field / Parquet column holding the text.
+    input_format: "auto" (from each file's suffix), "jsonl", "parquet", "text",
+      "arrayrecord" or "tfrecord" (files of `tf.train.Example` records).
+    field: JSONL field / Parquet column / Example feature holding the text
+      (an Example's int64 feature holds token ids, written as they are).
     text_mode: plain text: one document per "file", "line" or "paragraph".
     shard_bytes: a shard is closed before it would exceed this many bytes.
     workers: tokenizer processes; 0 = one per available core.

@@ -8,10 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from jaxdata.conversion.example_records import Document
 from jaxdata.conversion.inputs import InvalidLog
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
+from jaxdata.errors import InputFormatError
 
 __all__ = ["UnitResult", "conversion_stats", "tokenize_unit", "unit_size"]
 
@@ -66,14 +68,14 @@ def tokenize_unit(
     pending[0] = 0
     return step
 
-  def flush(texts: list[str]) -> int:
-    flat, found = tokenizer.encode_batch(texts)
+  def flush(documents: list[Document]) -> int:
+    flat, found = _encode(tokenizer, documents, unit.path, options.field)
     tokens.append(flat.astype(dtype))
     lengths.append(found[found > 0])
-    on_progress(reported(), len(texts))
+    on_progress(reported(), len(documents))
     return int((found == 0).sum())
 
-  batch: list[str] = []
+  batch: list[Document] = []
   for text in iter_unit_documents(unit, options.field, options.text_mode, invalid, consumed):
     batch.append(text)
     if len(batch) == options.batch_documents:
@@ -89,6 +91,30 @@ def tokenize_unit(
     unit.index, unit.file_index, int(all_lengths.size), int(all_tokens.size), empty, invalid.count, invalid.examples
   )
   return all_tokens, all_lengths, result
+
+
+def _encode(tokenizer: Tokenizer, documents: list[Document], path: str, field: str) -> tuple[np.ndarray, np.ndarray]:
+  """(flat ids, length of each document): texts tokenized in one call, token-id documents (an
+  Example's int64 feature) as they are, in the documents' order."""
+  texts = [d for d in documents if isinstance(d, str)]
+  if len(texts) == len(documents):
+    return tokenizer.encode_batch(texts)
+  flat_texts, text_lengths = tokenizer.encode_batch(texts) if texts else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+  text_starts = np.concatenate([[0], np.cumsum(text_lengths)]).astype(np.int64)
+  parts, lengths, text = [], [], 0
+  for document in documents:
+    if isinstance(document, str):
+      parts.append(flat_texts[text_starts[text] : text_starts[text + 1]])
+      text += 1
+    else:
+      if document.size and int(document.max()) >= tokenizer.vocab_size:
+        raise InputFormatError(
+          f"{path}: feature {field!r} holds token id {int(document.max())}, beyond the tokenizer's "
+          f"vocabulary of {tokenizer.vocab_size}; give the tokenizer these ids come from (`tokenizer`)"
+        )
+      parts.append(document)
+    lengths.append(parts[-1].size)
+  return np.concatenate(parts), np.asarray(lengths, np.int64)
 
 
 def unit_size(total_bytes: int, workers: int, options: ConvertOptions) -> int:

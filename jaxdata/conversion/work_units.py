@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 
+from jaxdata.conversion.example_records import RECORD_FORMATS, Document, iter_example_documents
 from jaxdata.conversion.inputs import InvalidLog, arrow, file_sizes, is_compressed, iter_documents, open_binary
 from jaxdata.sources.stores import is_remote
 
@@ -106,8 +107,12 @@ def _parquet_units(first_index: int, file_index: int, path: str, unit_bytes: int
 
 def iter_unit_documents(
   unit: WorkUnit, field: str, text_mode: str, invalid: InvalidLog, on_bytes: Callable[[int], None] = lambda n: None
-) -> Iterator[str]:
-  """The valid documents of one unit, in order (errors name file and line / row)."""
+) -> Iterator[Document]:
+  """The valid documents of one unit, in order (errors name file and line / row / record): texts, or
+  token ids from an Example's int64 feature."""
+  if unit.fmt in RECORD_FORMATS:  # always whole files
+    yield from iter_example_documents(unit.path, unit.fmt, field, invalid, on_bytes)
+    return
   if unit.end is None:
     yield from iter_documents(unit.path, unit.fmt, field, text_mode, invalid, on_bytes=on_bytes)
     return

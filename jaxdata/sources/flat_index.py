@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
@@ -43,9 +45,10 @@ from jaxdata.sources.flat_format import (
   read_megatron_index,
   token_layout,
 )
-from jaxdata.sources.index import dtype_suspicion
+from jaxdata.sources.index import close_reader_quietly, dtype_suspicion
 from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, token_dtype
 from jaxdata.sources.manifest import Manifest, ShardInfo
+from jaxdata.sources.record_files import convert_hint, example_feature_names, record_file_kind
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
@@ -61,6 +64,29 @@ def _token_path(fmt: str, given: str) -> str:
     stem = given[:-4] if given.endswith((".bin", ".idx")) else given
     return os.path.abspath(stem + ".bin")
   return os.path.abspath(given)
+
+
+def _refuse_record_file(path: str) -> None:
+  """A DatasetError saying to convert, for an ArrayRecord or TFRecord file given as raw token ids."""
+  if not os.path.isfile(path):
+    return  # token_layout names the missing file
+  with open(path, "rb") as f:
+    head = f.read(64)
+    kind = record_file_kind(head)
+    if kind is None:
+      return
+    features = None
+    if kind == "TFRecord":
+      (length,) = struct.unpack("<Q", head[:8])
+      f.seek(12)
+      features = example_feature_names(f.read(min(length, 1 << 20)))
+  if kind == "ArrayRecord":
+    reader = ArrayRecordReader(path)
+    try:
+      features = example_feature_names(reader.read([0])[0]) if reader.num_records() else None
+    finally:
+      close_reader_quietly(reader)
+  raise DatasetError(convert_hint(path, kind, features))
 
 
 def _document_lengths(
@@ -87,6 +113,7 @@ def _document_lengths(
     if check_dtype:  # the .idx's dtype code is only what its writer said
       _check_ids_look_like(path, np.dtype(index.dtype), f"{path[:-4]}.idx says {index.dtype}")
     return index.dtype, 0, index.lengths, index.empty
+  _refuse_record_file(path)
   layout = token_layout(path, np.dtype(dtype) if dtype is not None else None)
   if check_dtype and layout.offset == 0:  # no NumPy header: the dtype is only what `dtype` says
     _check_ids_look_like(path, layout.dtype, f"dtype says {layout.dtype.name}")

@@ -19,9 +19,10 @@ from jaxdata.errors import DatasetError
 from jaxdata.sources.fileutil import check_name, file_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, token_dtype
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from jaxdata.sources.record_files import convert_hint, example_feature_names
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
-__all__ = ["build_index", "dtype_suspicion", "group_by_directory", "record_byte_lengths"]
+__all__ = ["build_index", "close_reader_quietly", "dtype_suspicion", "group_by_directory", "record_byte_lengths"]
 
 SAMPLE_RECORDS = 64  # records per shard whose tokens the dtype check looks at
 
@@ -49,7 +50,7 @@ def record_byte_lengths(path: str) -> np.ndarray:
       pieces.append(np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)))
     return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
   finally:
-    _close_quietly(reader)
+    close_reader_quietly(reader)
 
 
 def _sample_records(path: str, count: int) -> bytes:
@@ -59,10 +60,10 @@ def _sample_records(path: str, count: int) -> bytes:
     picks = np.unique(np.linspace(0, count - 1, min(count, SAMPLE_RECORDS)).astype(np.int64)).tolist()
     return b"".join(reader.read(picks))
   finally:
-    _close_quietly(reader)
+    close_reader_quietly(reader)
 
 
-def _close_quietly(reader: ArrayRecordReader) -> None:
+def close_reader_quietly(reader: ArrayRecordReader) -> None:
   """Closes a reader; a failure to close a file that already failed must not
   replace the error that says which file and why."""
   try:
@@ -217,6 +218,10 @@ def _shard_lengths(path: str, np_dtype: np.dtype, check_dtype: bool = True) -> n
   """The tokens of every record of a shard; DatasetError for a record that is
   empty or not a whole number of tokens, or tokens that look like another dtype."""
   byte_lengths = record_byte_lengths(path)
+  if byte_lengths.size:  # MaxText's and TFDS's records are tf.train.Example messages, not ids
+    features = example_feature_names(_sample_records(path, 1))
+    if features is not None:
+      raise DatasetError(convert_hint(path, "ArrayRecord", features))
   if check_dtype and byte_lengths.size:
     suspicion = dtype_suspicion(_sample_records(path, byte_lengths.size), np_dtype)
     if suspicion:
