@@ -111,6 +111,7 @@ def _maxtext_values(data: Data) -> dict[str, Any]:
     "add_bos": False,
     "add_eos": False,
     "grain_worker_count": 0,
+    "num_epoch": 1000,  # MaxText's default (1) would end the stream after one pass
   }
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import sentencepiece as spm
 
 from jaxdata import ConfigError, DatasetWriter, Pipeline
-from jaxdata.integrations.maxtext import FEATURES, MaxTextPipeline, maxtext_config
+from jaxdata.integrations import maxtext_keys
+from jaxdata.integrations.maxtext import FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_config
 
 VOCAB = 64
 
@@ -43,6 +48,7 @@ def values(tmp_path) -> dict:
     "base_emb_dim": 64,
     "dataset_type": "grain",
     "grain_worker_count": 0,
+    "num_epoch": 100,
   }
 
 
@@ -71,16 +77,32 @@ def test_the_keys_map_onto_the_pipeline(values, tmp_path):
 
 
 def test_batches_carry_maxtexts_features(values):
+  boundaries = 0
   with MaxTextPipeline(values, prefetch=0) as maxtext, Pipeline(maxtext_config(values), prefetch=0) as plain:
     for _ in range(3):
       batch, reference = next(maxtext), next(plain)
       assert tuple(batch) == FEATURES and all(batch[k].dtype == np.int32 for k in FEATURES)
-      assert np.array_equal(batch["inputs"], reference["tokens"]) and np.array_equal(
-        batch["targets"], reference["targets"]
-      )
+      assert np.array_equal(batch["inputs"], reference["tokens"])
       assert np.array_equal(batch["inputs_segmentation"], reference["segment_ids"])
-      assert np.array_equal(batch["targets_segmentation"], reference["segment_ids"] * reference["loss_mask"])
+      assert np.array_equal(batch["inputs_position"], reference["positions"])
       assert np.array_equal(batch["inputs_position"], batch["targets_position"])
+      shifted = maxtext_shift_data(
+        {
+          "inputs": reference["tokens"],
+          "targets": reference["tokens"],
+          "targets_segmentation": reference["segment_ids"],
+        },
+        ignored_ids=[maxtext.config.packing.pad_id],
+      )
+      assert np.array_equal(batch["targets"], shifted["targets"])
+      assert np.array_equal(batch["targets_segmentation"], shifted["targets_segmentation"])
+      # at a document's last token MaxText keeps the segment (its target: the next document's first token)
+      ends = (reference["segment_ids"][:, :-1] != reference["segment_ids"][:, 1:]) & (
+        reference["segment_ids"][:, 1:] > 0
+      )
+      assert (batch["targets_segmentation"][:, :-1][ends] > 0).all()
+      boundaries += int(ends.sum())
+    assert boundaries > 0
     state = maxtext.get_state()
   with MaxTextPipeline(values, prefetch=0) as restored, MaxTextPipeline(values, prefetch=0) as straight:
     restored.set_state(state)  # the state is the pipeline's: it restores like any jaxdata checkpoint
@@ -88,6 +110,22 @@ def test_batches_carry_maxtexts_features(values):
       next(straight)
     for _ in range(2):
       assert [next(restored)[k].tobytes() for k in FEATURES] == [next(straight)[k].tobytes() for k in FEATURES]
+
+
+def maxtext_shift_data(element: dict, ignored_ids: list[int], axis: int = 1) -> dict:
+  """MaxText's `ShiftData` (its `shift_left` then `shift_and_refine`), re-implemented from its definition:
+  targets move left by one along `axis`, the first ignored id filling the end; targets_segmentation is
+  zeroed wherever the shifted target is an ignored id."""
+  targets = np.asarray(element["targets"])
+  pad = [(0, 0)] * targets.ndim
+  pad[axis] = (0, 1)
+  keep = [slice(None)] * targets.ndim
+  keep[axis] = slice(1, None)
+  shifted = np.pad(targets, pad, constant_values=targets.dtype.type(ignored_ids[0]))[tuple(keep)]
+  segmentation = np.asarray(element["targets_segmentation"])
+  for ignored in ignored_ids:
+    segmentation = np.where(shifted != ignored, segmentation, 0)
+  return {**element, "targets": shifted, "targets_segmentation": segmentation}
 
 
 def model_loss(params: dict, batch: dict) -> jax.Array:
@@ -135,3 +173,164 @@ def test_paths_without_a_dataset_and_other_file_types_are_named(values, tmp_path
     maxtext_config({**values, "grain_file_type": "parquet"})
   with pytest.raises(ConfigError, match=r"grain_train_files: 'a/\*,x' is not 'glob,weight'"):
     maxtext_config({**values, "grain_train_files": "a/*,x;b/*,1"}, check_paths=False)
+
+
+# ---------------------------------------------------------------- MaxText's keys, one by one
+
+
+def test_every_key_the_adapter_reads_is_in_the_table():
+  source = open(maxtext_keys.__file__, encoding="utf-8").read()
+  read = set(re.findall(r'values(?:\.get\(|\[)f?"([a-z_]+)(?:\{suffix\})?"', source))
+  read |= {f"{k}_eval" for k in re.findall(r'values(?:\.get\(|\[)f"([a-z_]+)\{suffix\}"', source)}
+  read |= set(maxtext_keys._NEUTRAL)
+  assert len(read) > 25 and not read - set(MAXTEXT_KEYS), read - set(MAXTEXT_KEYS)
+
+
+@pytest.mark.parametrize(
+  "key, value, message",
+  [
+    ("dataset_type", "tfds", r"dataset_type: 'tfds'; jaxdata reads jaxdata datasets"),
+    ("dataset_type", "hf", r"dataset_type: 'hf'"),
+    ("grain_file_type", "parquet", r"grain_file_type: 'parquet'"),
+    ("max_segments_per_seq", 32, r"max_segments_per_seq: 32 is not supported: jaxdata packs without a cap"),
+    ("expansion_factor_real_data", 2, r"expansion_factor_real_data: 2 is not supported"),
+    ("colocated_python_data_input", True, r"colocated_python_data_input: True is not supported"),
+    ("generate_padding_batch_train", True, r"generate_padding_batch_train: True is not supported"),
+    ("use_dpo", True, r"use_dpo: True is not supported"),
+    ("use_sft", True, r"use_sft: True is not supported"),
+    ("enable_rampup_batch_size", True, r"enable_rampup_batch_size: True is not supported: use jaxdata's batch.ramp"),
+    ("train_data_columns", ["chosen", "rejected"], r"train_data_columns: \['chosen', 'rejected'\]: one text column"),
+    ("grain_packing_type", "greedy", r"grain_packing_type: 'greedy' is not one of first_fit, best_fit"),
+  ],
+)
+def test_keys_jaxdata_cannot_honour_are_refused_by_name(values, key, value, message):
+  with pytest.raises(ConfigError, match=message):
+    maxtext_config({**values, key: value})
+
+
+def test_keys_that_are_honoured_change_the_config(values, tmp_path):
+  base = maxtext_config(values)
+  assert maxtext_config({**values, "dataset_type": "grain", "max_segments_per_seq": -1}) == base
+  assert maxtext_config({**values, "grain_packing_type": "best_fit"}).packing.mode == "best_fit"
+  assert maxtext_config({**values, "grain_packing_type": "concat_then_split"}).packing.mode == "concat"
+  assert maxtext_config({**values, "packing": False, "grain_packing_type": "best_fit"}).packing.mode == "none"
+  assert base.packing.long_docs == "truncate"  # use_truncation: true, MaxText's default (TokenizeAndTrim)
+  assert maxtext_config({**values, "use_truncation": False}).packing.long_docs == "split"
+  assert (base.stop_after_passes, maxtext_config({**values, "num_epoch": 2}).stop_after_passes) == (100, 2)
+  assert maxtext_config({**values, "enable_data_shuffling": False}).shuffle_block_size is None
+  assert maxtext_config({**values, "grain_use_elastic_iterator": True}) == base  # jaxdata's state is elastic anyway
+  for no_effect in ("grain_prefetch_buffer_size", "grain_ram_budget_mb", "grain_data_source_max_workers"):
+    assert maxtext_config({**values, no_effect: 7}) == base
+  # the older "glob:weight" syntax, and a gs:// glob with no weight
+  older = values["grain_train_files"].replace(",0.7", ":0.7").replace(",0.3", ":0.3")
+  assert maxtext_config({**values, "grain_train_files": older}) == base
+  assert maxtext_keys.parse_train_files("gs://b/c4/*.array_record") == [("gs://b/c4/*.array_record", 1.0)]
+
+
+def test_the_global_batch_is_derived_from_per_device_batch_size_as_maxtext_does(values):
+  derived = {k: v for k, v in values.items() if k != "global_batch_size_to_load"}
+  assert maxtext_config({**derived, "per_device_batch_size": 2}, num_devices=4).batch.global_batch_size == 8
+  assert maxtext_config({**derived, "per_device_batch_size": 1}).batch.global_batch_size == jax.device_count()
+  with pytest.raises(ConfigError, match=r"per_device_batch_size: 0.3 x 8 devices = 2.4 rows"):
+    maxtext_config({**derived, "per_device_batch_size": 0.3}, num_devices=8)
+  with pytest.raises(ConfigError, match=r"global_batch_size_to_load: give it, or per_device_batch_size"):
+    maxtext_config({k: v for k, v in derived.items() if k != "per_device_batch_size"})
+
+
+def test_a_glob_selects_exactly_the_shards_it_matches(values, tmp_path):
+  writer = DatasetWriter(str(tmp_path / "books"), "books", np.dtype("<u2"), {"kind": "x", "eos_id": 0}, 200)
+  writer.write_documents(np.arange(1, 601) % 60 + 1, np.full(60, 10))
+  manifest = writer.finish()
+  assert len(manifest.shards) > 2
+  whole = f"{tmp_path}/books/*.array_record"
+  assert maxtext_config({**values, "grain_train_files": whole}).datasets[0].path == f"{tmp_path}/books"
+  first = manifest.shards[0].path
+  with pytest.raises(
+    ConfigError, match=rf"matches 1 of the {len(manifest.shards)} shards .* jaxdata reads a dataset whole"
+  ):
+    maxtext_config({**values, "grain_train_files": f"{tmp_path}/books/{first}"})
+  with pytest.raises(ConfigError, match=r"grain_train_files: .*/books/\*\.arayrecord matches no shard"):
+    maxtext_config({**values, "grain_train_files": f"{tmp_path}/books/*.arayrecord"})  # a typo
+
+
+def test_bos_and_eos_ids_must_be_known_never_guessed(values, tmp_path):
+  # The counting datasets were indexed with an EOS id (0) and no BOS id: add_bos (MaxText's default) is refused.
+  with pytest.raises(ConfigError, match=r"add_bos: true \(MaxText's default\) adds the tokenizer's BOS, and no id"):
+    maxtext_config({k: v for k, v in values.items() if k != "add_bos"})
+  assert maxtext_config({**values, "add_bos": True, "bos_id": 63}).packing.bos_id == 63
+
+
+def test_the_tokenizer_path_must_be_the_datasets_tokenizer_and_gives_its_bos_and_eos(values, tmp_path):
+  spm.SentencePieceTrainer.train(
+    sentence_iterator=iter([f"some text {i} of a corpus" for i in range(40)]),
+    model_prefix=str(tmp_path / "sp"),
+    vocab_size=40,
+    hard_vocab_limit=False,
+    minloglevel=2,
+  )
+  model = str(tmp_path / "sp.model")
+  processor = spm.SentencePieceProcessor(model_file=model)
+  identity = {
+    "kind": "sentencepiece",
+    "file": "sp.model",
+    "sha256": hashlib.sha256(open(model, "rb").read()).hexdigest(),
+  }
+  for name in ("news", "blogs"):
+    writer = DatasetWriter(str(tmp_path / name), name, np.dtype("<u2"), identity)
+    writer.write_documents(np.arange(3, 43) % 30 + 3, np.full(4, 10))
+    writer.finish()
+  same = {
+    **{k: v for k, v in values.items() if k not in ("add_bos", "add_eos")},  # MaxText's defaults: both true
+    "grain_train_files": f"{tmp_path}/news/*.array_record,1;{tmp_path}/blogs/*.array_record,1",
+  }
+  cfg = maxtext_config({**same, "tokenizer_path": model})
+  assert (cfg.packing.add_bos, cfg.packing.bos_id, cfg.packing.add_eos, cfg.packing.eos_id) == (
+    True,
+    processor.bos_id(),
+    True,
+    processor.eos_id(),
+  )
+  other = tmp_path / "other.json"
+  other.write_text("{}")
+  with pytest.raises(ConfigError, match=r"tokenizer_path: .*other.json .* is not the tokenizer dataset 'news' was"):
+    maxtext_config({**same, "tokenizer_path": str(other), "bos_id": 1, "eos_id": 2})
+  unchecked = {**same, "tokenizer_path": str(other), "tokenize_train_data": False, "bos_id": 1, "eos_id": 2}
+  assert maxtext_config(unchecked).names == ("news", "blogs")
+  (tmp_path / "broken.model").write_bytes(b"not a model")
+  with pytest.raises(ConfigError, match=r"tokenizer_path: .*broken.model is not a SentencePiece model"):
+    maxtext_config({**same, "tokenizer_path": str(tmp_path / "broken.model"), "tokenize_train_data": False})
+
+
+def test_eval_keys_build_the_eval_pipeline(values, tmp_path):
+  counting_dataset(str(tmp_path / "heldout"), "heldout", 7)
+  eval_values = {
+    **values,
+    "grain_eval_files": f"{tmp_path}/heldout/*.array_record",
+    "global_batch_size_to_load_eval": 4,
+    "grain_worker_count_eval": 0,
+  }
+  cfg = maxtext_config(eval_values, split="eval")
+  assert cfg.names == ("heldout",) and cfg.batch.global_batch_size == 4
+  assert (cfg.shuffle_block_size, cfg.shuffle_shards, cfg.stop_after_passes) == (None, False, 1)
+  with MaxTextPipeline(eval_values, split="eval", prefetch=0) as batches:
+    first = next(batches)
+  assert first["inputs"].shape == (4, 32) and tuple(first) == FEATURES
+  with pytest.raises(ConfigError, match=r"grain_eval_files: give a glob"):
+    maxtext_config(values, split="eval")
+
+
+def test_worker_and_buffer_keys_reach_the_pipeline(values):
+  cores = len(os.sched_getaffinity(0))
+  assert maxtext_keys.maxtext_workers({"grain_worker_count": -1}) == max(0, cores - 1)  # MaxText's auto
+  assert maxtext_keys.maxtext_workers({"grain_worker_count": 3}) == 3
+  with pytest.raises(ConfigError, match=r"grain_worker_count: -2"):
+    maxtext_keys.maxtext_workers({"grain_worker_count": -2})
+  with MaxTextPipeline({**values, "grain_per_worker_buffer_size": 0, "grain_num_threads": 2}) as maxtext:
+    assert maxtext.pipeline.prefetch == 0
+    next(maxtext)
+
+
+def test_the_docs_table_lists_every_key():
+  docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "integrations.md"), encoding="utf-8").read()
+  missing = [key for key, what in MAXTEXT_KEYS.items() if f"| `{key}` | {what} |" not in docs]
+  assert not missing, missing

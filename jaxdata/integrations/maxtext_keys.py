@@ -1,0 +1,387 @@
+"""MaxText's data keys -> a jaxdata `PipelineConfig`: every key is honoured, or refused with one line.
+
+`MAXTEXT_KEYS` says, for every data key of MaxText's `base.yml`, what
+jaxdata does with it (docs/integrations.md prints the same table). A key
+that jaxdata cannot honour is a `ConfigError` naming it when it is set to
+anything but MaxText's neutral value; MaxText's other keys (model,
+optimizer, ...) are not read.
+
+Files: a glob selects exactly the shards it matches, as MaxText's
+`glob.glob` does. The directory before its first wildcard must be a jaxdata
+dataset; a glob matching no shard, or only some shards of it, is refused
+(jaxdata reads a dataset whole: index the subset as its own dataset).
+
+>>> parse_train_files("a/*.ar:0.25;b/*.ar:0.75") == parse_train_files("a/*.ar,0.25;b/*.ar,0.75")
+True
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.validate import short, weight
+from jaxdata.errors import ConfigError, optional_module
+from jaxdata.sources.fileutil import file_sha256
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
+from jaxdata.sources.stores import is_remote
+from jaxdata.sources.token_files import read_object
+
+__all__ = ["MAXTEXT_KEYS", "maxtext_config", "maxtext_workers", "parse_train_files"]
+
+# key: what jaxdata does with it (the table of docs/integrations.md).
+MAXTEXT_KEYS: dict[str, str] = {
+  "dataset_type": "grain (or unset): read; tfds, hf, synthetic, c4_mlperf: refused (convert the data first)",
+  "grain_train_files": "datasets and weights: 'glob', 'glob,w;glob,w' or the older 'glob:w;glob:w'; exact glob match",
+  "grain_train_mixture_config_path": "the same from JSON {name: {path, weight}}",
+  "grain_eval_files": "the datasets of maxtext_config(values, split='eval')",
+  "grain_file_type": "arrayrecord: read; parquet: refused (convert it)",
+  "grain_packing_type": "packing.mode: first_fit, best_fit, concat_then_split -> concat",
+  "packing": "false: packing.mode none (one document a row)",
+  "max_segments_per_seq": "-1: read; a cap: refused (jaxdata packs without a segment cap)",
+  "max_target_length": "packing.seq_len",
+  "use_truncation": "packing.long_docs: true -> truncate (MaxText's TokenizeAndTrim), false -> split (chunks)",
+  "add_bos": "packing.add_bos, with the tokenizer's BOS id (refused when no id is known)",
+  "add_eos": "packing.add_eos, with the tokenizer's EOS id (refused when no id is known)",
+  "tokenize_train_data": "true: the datasets hold this tokenizer's ids (checked against tokenizer_path); false: ids",
+  "tokenize_eval_data": "as tokenize_train_data, for split='eval'",
+  "tokenizer_path": "checked against each dataset's tokenizer (sha256); SentencePiece: BOS / EOS ids",
+  "tokenizer_type": "read with tokenizer_path (sentencepiece, huggingface); tiktoken: not checked",
+  "train_data_columns": "one column: read (it was the feature `jaxdata convert --field` read); several: refused",
+  "eval_data_columns": "as train_data_columns",
+  "data_shuffle_seed": "seed",
+  "enable_data_shuffling": "true: shuffle shards and a global permutation; false: stored order",
+  "num_epoch": "stop_after_passes (every dataset repeats until then; eval: one pass)",
+  "global_batch_size_to_load": "batch.global_batch_size",
+  "per_device_batch_size": "batch.global_batch_size = per_device_batch_size x devices, when the above is unset",
+  "global_batch_size_to_load_eval": "batch.global_batch_size of split='eval'",
+  "eval_per_device_batch_size": "as per_device_batch_size, for split='eval' (0: per_device_batch_size)",
+  "expansion_factor_real_data": "-1 or 1: read; other values: refused",
+  "grain_worker_count": "Pipeline(workers=n); 0: in process; -1: auto (one reader per spare core)",
+  "grain_worker_count_eval": "as grain_worker_count, for split='eval'",
+  "grain_per_worker_buffer_size": "Pipeline(prefetch=n): steps made ahead",
+  "grain_per_worker_buffer_size_eval": "as grain_per_worker_buffer_size, for split='eval'",
+  "grain_num_threads": "Pipeline(read_threads=n)",
+  "grain_num_threads_eval": "as grain_num_threads, for split='eval'",
+  "grain_prefetch_buffer_size": "no effect: jaxdata reads ahead by read_ahead_tokens, not by records",
+  "grain_prefetch_buffer_size_eval": "no effect (as grain_prefetch_buffer_size)",
+  "grain_ram_budget_mb": "no effect: sizes MaxText's worker auto-tuning, which jaxdata does not do",
+  "grain_data_source_max_workers": "no effect: jaxdata reads every dataset in one batched read per step",
+  "grain_use_elastic_iterator": "read: jaxdata's state is elastic whatever the value (any host count restores it)",
+  "colocated_python_data_input": "false: read; true: refused",
+  "generate_padding_batch_train": "false: read; true: refused (the mixture repeats; it never runs out)",
+  "generate_padding_batch_eval": "false: read; true: refused",
+  "use_dpo": "false: read; true: refused (pretraining batches only)",
+  "use_sft": "false: read; true: refused (pretraining batches only)",
+  "enable_rampup_batch_size": "false: read; true: refused (use jaxdata's batch.ramp)",
+  "dataset_path": "not read with dataset_type grain (MaxText reads it for tfds only)",
+  "dataset_name": "not read with dataset_type grain (tfds only)",
+  "eval_dataset_name": "not read with dataset_type grain (tfds only)",
+  "train_split": "not read with dataset_type grain (tfds / hf only)",
+  "eval_split": "not read with dataset_type grain (tfds / hf only)",
+  "hf_path": "not read with dataset_type grain (hf only)",
+  "hf_name": "not read with dataset_type grain (hf only)",
+  "hf_data_dir": "not read with dataset_type grain (hf only)",
+  "hf_train_files": "not read with dataset_type grain (hf only)",
+  "hf_eval_split": "not read with dataset_type grain (hf only)",
+  "hf_eval_files": "not read with dataset_type grain (hf only)",
+  "hf_access_token": "not read with dataset_type grain (hf only)",
+}
+
+# Keys jaxdata refuses unless they hold MaxText's neutral value.
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+  "max_segments_per_seq": (-1, None),
+  "expansion_factor_real_data": (-1, -1.0, 1, 1.0, None),
+  "colocated_python_data_input": (False, None),
+  "generate_padding_batch_train": (False, None),
+  "generate_padding_batch_eval": (False, None),
+  "use_dpo": (False, None),
+  "use_sft": (False, None),
+  "enable_rampup_batch_size": (False, None),
+}
+_WHY_REFUSED = {
+  "max_segments_per_seq": "jaxdata packs without a cap on documents per row",
+  "expansion_factor_real_data": "jaxdata loads exactly the global batch",
+  "colocated_python_data_input": "jaxdata reads on every host itself",
+  "generate_padding_batch_train": "the mixture repeats and never runs out",
+  "generate_padding_batch_eval": "jaxdata does not add padding batches",
+  "use_dpo": "jaxdata hands out pretraining batches only",
+  "use_sft": "jaxdata hands out pretraining batches only",
+  "enable_rampup_batch_size": "use jaxdata's batch.ramp (docs/configuration.md)",
+}
+_PACKING_TYPES = {"first_fit": "first_fit", "best_fit": "best_fit", "concat_then_split": "concat"}
+_READ_DATASET_TYPES = ("grain",)
+
+
+def parse_train_files(spec: str, key: str = "grain_train_files") -> list[tuple[str, float]]:
+  """MaxText's file spec: one glob, or "glob,weight;glob,weight" (the older form: "glob:weight").
+
+  >>> parse_train_files("a/*.ar,0.25;b/*.ar,0.75")
+  [('a/*.ar', 0.25), ('b/*.ar', 0.75)]
+  >>> parse_train_files("gs://bucket/c4/*")
+  [('gs://bucket/c4/*', 1.0)]
+  """
+  if not isinstance(spec, str) or not spec.strip():
+    raise ConfigError(f"{key}: give a glob, or 'glob,weight;glob,weight'")
+  parts = [p.strip() for p in spec.split(";") if p.strip()]
+  if len(parts) == 1:
+    glob, weight_text = _split_weight(parts[0])
+    return [(parts[0], 1.0)] if weight_text is None else [(glob, _weight(weight_text, parts[0], key))]
+  out = []
+  for part in parts:
+    glob, weight_text = _split_weight(part)
+    if weight_text is None:
+      raise ConfigError(f"{key}: {part!r} is not 'glob,weight' (or 'glob:weight')")
+    out.append((glob, _weight(weight_text, part, key)))
+  return out
+
+
+def _split_weight(part: str) -> tuple[str, str | None]:
+  """(glob, weight text) at the last ',' or ':' (a gs:// scheme's ':' is not a weight), or (part, None)."""
+  cut = max(part.rfind(","), part.rfind(":"))
+  if cut <= 0 or part[cut + 1 :].startswith("//"):
+    return part, None
+  return part[:cut].strip(), part[cut + 1 :].strip()
+
+
+def _weight(text: str, part: str, key: str) -> float:
+  try:
+    return float(text)
+  except ValueError as e:
+    raise ConfigError(f"{key}: {part!r} is not 'glob,weight' (or 'glob:weight')") from e
+
+
+def _mixture_file(path: str) -> list[tuple[str, str, float]]:
+  try:
+    with open(path, encoding="utf-8") as f:
+      raw = json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ConfigError(f"grain_train_mixture_config_path: {path}: {e}") from e
+  if not isinstance(raw, dict) or not raw:
+    raise ConfigError(f"grain_train_mixture_config_path: {path}: expected {{name: {{path, weight}}}}")
+  out = []
+  for name, entry in raw.items():
+    if not isinstance(entry, dict) or "path" not in entry or "weight" not in entry:
+      raise ConfigError(f"grain_train_mixture_config_path: {path}: {name!r} needs 'path' and 'weight'")
+    if not isinstance(entry["path"], str):
+      raise ConfigError(
+        f"grain_train_mixture_config_path: {path}: {name!r}.path: expected a glob, got {short(entry['path'])}"
+      )
+    out.append(
+      (name, entry["path"], weight(entry["weight"], f"grain_train_mixture_config_path: {path}: weight of {name!r}"))
+    )
+  return out
+
+
+def _directory_of(glob: str) -> str:
+  """A file glob's dataset directory: the path before its first wildcard component."""
+  parts = glob.split("/")
+  wild = next((i for i, p in enumerate(parts) if set("*?[") & set(p)), len(parts))
+  directory = "/".join(parts[:wild]) if wild < len(parts) else os.path.dirname(glob)
+  return directory or "."
+
+
+def _glob_matches(pattern: str, path: str) -> bool:
+  """Whether `glob.glob(pattern)` would list `path`: component by component (a '*' never crosses '/')."""
+  wanted, parts = pattern.split("/"), path.split("/")
+  return len(wanted) == len(parts) and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted))
+
+
+def _dataset_manifest(directory: str, glob: str, key: str) -> Manifest:
+  if is_remote(directory):
+    return Manifest.parse(read_object(directory, MANIFEST_NAME), f"{directory}/{MANIFEST_NAME}")
+  if not os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
+    raise ConfigError(
+      f"{key}: {glob}: {directory} holds no jaxdata dataset ({MANIFEST_NAME}); write one with "
+      f"`jaxdata convert` (MaxText's tf.train.Example files: `jaxdata convert {glob} --out DIR --name NAME "
+      "--tokenizer ...`), or index token shards with `jaxdata index`"
+    )
+  return Manifest.load(directory)
+
+
+def _check_glob_selects_the_dataset(glob: str, directory: str, manifest: Manifest, key: str) -> None:
+  root = directory.rstrip("/")
+  shard_paths = [f"{root}/{shard.path}" for shard in manifest.shards]
+  matched = [p for p in shard_paths if _glob_matches(glob, p)]
+  if not matched:
+    raise ConfigError(f"{key}: {glob} matches no shard of the dataset in {directory} (MaxText: no file found)")
+  if len(matched) < len(shard_paths):
+    raise ConfigError(
+      f"{key}: {glob} matches {len(matched)} of the {len(shard_paths)} shards of the dataset in {directory}; "
+      "jaxdata reads a dataset whole: widen the glob, or index those shards as a dataset of their own"
+    )
+
+
+def _unique_names(directories: list[str]) -> list[str]:
+  names = [os.path.basename(os.path.normpath(d)) or "data" for d in directories]
+  return [n if names.count(n) == 1 else f"{n}{i}" for i, n in enumerate(names)]
+
+
+def _refuse_unsupported(values: Mapping[str, Any]) -> None:
+  dataset_type = values.get("dataset_type", "grain")
+  if dataset_type not in _READ_DATASET_TYPES:
+    raise ConfigError(
+      f"dataset_type: {dataset_type!r}; jaxdata reads jaxdata datasets through dataset_type: grain with "
+      "grain_train_files naming them: convert the data first (`jaxdata convert`)"
+    )
+  file_type = values.get("grain_file_type", "arrayrecord")
+  if file_type != "arrayrecord":
+    raise ConfigError(
+      f"grain_file_type: {file_type!r}; jaxdata reads jaxdata datasets (ArrayRecord shards with lengths and a "
+      "manifest): convert the files first (`jaxdata convert` reads Parquet)"
+    )
+  for key, neutral in _NEUTRAL.items():
+    if key in values and values[key] not in neutral:
+      raise ConfigError(f"{key}: {short(values[key])} is not supported: {_WHY_REFUSED[key]}")
+  for key in ("train_data_columns", "eval_data_columns"):
+    columns = values.get(key)
+    if isinstance(columns, (list, tuple)) and len(columns) > 1:
+      raise ConfigError(f"{key}: {list(columns)}: one text column per dataset (the feature converted)")
+
+
+def _batch_size(values: Mapping[str, Any], split: str, num_devices: int | None) -> int:
+  suffix = "_eval" if split == "eval" else ""
+  direct = values.get(f"global_batch_size_to_load{suffix}")
+  if direct is not None:
+    return int(direct)
+  per_device = values.get("eval_per_device_batch_size") if split == "eval" else None
+  if not per_device:
+    per_device = values.get("per_device_batch_size")
+  if per_device is None:
+    raise ConfigError(f"global_batch_size_to_load{suffix}: give it, or per_device_batch_size")
+  if num_devices is None:
+    num_devices = jax.device_count()  # as MaxText's pyconfig counts them
+  rows = float(per_device) * num_devices
+  if rows < 1 or rows != int(rows):
+    raise ConfigError(
+      f"per_device_batch_size: {per_device} x {num_devices} devices = {rows} rows; the global batch must be a "
+      "whole number of rows >= 1"
+    )
+  return int(rows)
+
+
+def _tokenizer_ids(values: Mapping[str, Any], manifests: list[Manifest], names: list[str]) -> dict[str, int]:
+  """bos_id / eos_id / pad_id: from the values, the datasets' tokenizer, or tokenizer_path (SentencePiece)."""
+  from_path: dict[str, int] = {}
+  path = values.get("tokenizer_path")
+  if path and os.path.isfile(path) and str(path).endswith(".model"):
+    sentencepiece = optional_module("sentencepiece", "sentencepiece", "reading BOS / EOS ids from tokenizer_path")
+    try:
+      processor = sentencepiece.SentencePieceProcessor(model_file=path)
+    except (OSError, RuntimeError) as e:
+      raise ConfigError(f"tokenizer_path: {path} is not a SentencePiece model ({str(e)[:200]})") from e
+    from_path = {"bos_id": processor.bos_id(), "eos_id": processor.eos_id(), "pad_id": processor.pad_id()}
+  out = {}
+  for key in ("bos_id", "eos_id", "pad_id"):
+    candidates = [values.get(key), *(m.tokenizer.get(key) for m in manifests), from_path.get(key)]
+    found = next((v for v in candidates if isinstance(v, int) and not isinstance(v, bool) and v >= 0), None)
+    if found is not None:
+      out[key] = found
+  for flag, key in (("add_bos", "bos_id"), ("add_eos", "eos_id")):
+    if bool(values.get(flag, True)) and key not in out:
+      raise ConfigError(
+        f"{flag}: true (MaxText's default) adds the tokenizer's {key[:3].upper()}, and no id is known: dataset "
+        f"{names[0]!r} was indexed without a tokenizer; give tokenizer_path (a SentencePiece model), {key}, "
+        f"or {flag}: false"
+      )
+  return out
+
+
+def _check_tokenizer(values: Mapping[str, Any], manifests: list[Manifest], names: list[str], split: str) -> None:
+  """tokenize_*_data: true says the data was text for tokenizer_path: each dataset's tokenizer must be it."""
+  tokenize = values.get("tokenize_eval_data" if split == "eval" else "tokenize_train_data", True)
+  path = values.get("tokenizer_path")
+  if not tokenize or not path or not os.path.isfile(path):
+    return
+  digest = file_sha256(path)
+  for name, manifest in zip(names, manifests):
+    recorded = manifest.tokenizer.get("sha256")
+    if recorded is not None and recorded != digest:
+      raise ConfigError(
+        f"tokenizer_path: {path} (sha256 {digest[:12]}...) is not the tokenizer dataset {name!r} was converted "
+        f"with ({manifest.tokenizer.get('file', '?')}, sha256 {recorded[:12]}...): convert it again with this "
+        "tokenizer, or point tokenizer_path at that one"
+      )
+
+
+def maxtext_config(
+  values: Mapping[str, Any],
+  check_paths: bool = True,
+  split: str = "train",
+  num_devices: int | None = None,
+  **extra: Any,
+) -> PipelineConfig:
+  """A `PipelineConfig` from MaxText config values (see `MAXTEXT_KEYS`; other keys are MaxText's own).
+
+  Args:
+    values: MaxText's config values (a dict, or its pyconfig's keys).
+    check_paths: open every glob's dataset (its manifest) and check the glob
+      selects it exactly; False builds the config from the values alone.
+    split: "train" (grain_train_files) or "eval" (grain_eval_files: one
+      pass, stored order).
+    num_devices: the device count for per_device_batch_size (default:
+      `jax.device_count()`).
+    extra: jaxdata keys added or overridden (`open_shards`, a schedule, ...).
+  """
+  if split not in ("train", "eval"):
+    raise ConfigError(f"split: 'train' or 'eval', got {split!r}")
+  _refuse_unsupported(values)
+  key = "grain_eval_files" if split == "eval" else "grain_train_files"
+  if split == "train" and values.get("grain_train_mixture_config_path"):
+    entries = _mixture_file(values["grain_train_mixture_config_path"])
+    names, globs, weights = [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries]
+    key = "grain_train_mixture_config_path"
+  else:
+    pairs = parse_train_files(values.get(key, ""), key)
+    globs, weights = [glob for glob, _ in pairs], [w for _, w in pairs]
+    names = _unique_names([_directory_of(glob) for glob in globs])
+  directories = [_directory_of(glob) for glob in globs]
+  manifests = []
+  if check_paths:
+    for directory, glob in zip(directories, globs):
+      manifest = _dataset_manifest(directory, glob, key)
+      _check_glob_selects_the_dataset(glob, directory, manifest, key)
+      manifests.append(manifest)
+    _check_tokenizer(values, manifests, names, split)
+  special = _tokenizer_ids(values, manifests, names) if check_paths else {}
+  packing_type = values.get("grain_packing_type", "first_fit")
+  if packing_type not in _PACKING_TYPES:
+    raise ConfigError(f"grain_packing_type: {packing_type!r} is not one of {', '.join(_PACKING_TYPES)}")
+  shuffle = bool(values.get("enable_data_shuffling", True)) and split == "train"
+  epochs = 1 if split == "eval" else int(values.get("num_epoch", 1))
+  raw = {
+    "seed": int(values.get("data_shuffle_seed", 0)),
+    "datasets": [{"name": n, "path": d} for n, d in zip(names, directories)],
+    "mixture": {"weights": dict(zip(names, weights))},
+    "shuffle_block_size": "global" if shuffle else None,
+    "shuffle_shards": shuffle,
+    "exhausted_policy": "repeat",
+    "stop_after_passes": epochs,
+    "packing": {
+      "mode": _PACKING_TYPES[packing_type] if values.get("packing", True) else "none",
+      "seq_len": int(values.get("max_target_length", 2048)),
+      "long_docs": "truncate" if values.get("use_truncation", True) else "split",
+      "add_bos": bool(values.get("add_bos", True)),
+      "add_eos": bool(values.get("add_eos", True)),
+      **special,
+    },
+    "batch": {"global_batch_size": _batch_size(values, split, num_devices)},
+  }
+  raw.update(extra)
+  return PipelineConfig.from_dict(raw)
+
+
+def maxtext_workers(values: Mapping[str, Any], split: str = "train") -> int:
+  """`Pipeline(workers=...)` from grain_worker_count (-1, MaxText's auto-tuning: one reader per spare core)."""
+  count = int(values.get("grain_worker_count_eval" if split == "eval" else "grain_worker_count", 0))
+  if count == -1:
+    return max(0, len(os.sched_getaffinity(0)) - 1) if hasattr(os, "sched_getaffinity") else 0
+  if count < 0:
+    raise ConfigError(f"grain_worker_count: {count}; give n >= 0, or -1 for auto")
+  return count
