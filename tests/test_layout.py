@@ -33,7 +33,18 @@ ALLOWED = {
   "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "errors"},
   "integrations": {"config", "sources", "pipeline", "errors"},
   "testing": {"pipeline", "errors"},
-  "cli": {"config", "sources", "pipeline", "conversion", "tools", "demo", "errors", "_lazy", "__init__"},
+  "cli": {
+    "config",
+    "sources",
+    "pipeline",
+    "conversion",
+    "tools",
+    "demo",
+    "integrations",
+    "errors",
+    "_lazy",
+    "__init__",
+  },
   # The package's lazy exports (the public API) name modules of every stage.
   "__init__": {
     "_lazy",

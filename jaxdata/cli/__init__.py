@@ -184,6 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
   p.set_defaults(handler=data.index)
 
+  p = command("from-megatron", "a jaxdata config from Megatron's --data-path blend and --split")
+  p.add_argument(
+    "--data-path", nargs="+", required=True, help="Megatron's blend: 'w1 prefix1 w2 prefix2 ...' or prefixes"
+  )
+  p.add_argument("--split", default="969,30,1", help="Megatron's train,valid,test ratios (default: 969,30,1)")
+  p.add_argument("--which", default="train", choices=("train", "valid", "test"), help="the split the config reads")
+  p.add_argument("--index-dir", help="where each prefix's metadata goes (default: jaxdata-index beside the first)")
+  p.add_argument("--seq-length", type=int, default=2048, help="packing.seq_len (Megatron's --seq-length)")
+  p.add_argument("--global-batch-size", type=int, default=256, help="batch.global_batch_size (rows)")
+  p.add_argument("--seed", type=int, default=1234, help="seed (Megatron's default 1234)")
+  p.add_argument("--out", required=True, help="the YAML config to write")
+  p.set_defaults(handler=data.from_megatron)
+
   p = command("inspect", "table of shards, documents, tokens, lengths")
   p.add_argument("datasets", nargs="+", help="dataset directories")
   p.add_argument("--json", action="store_true", help="print JSON instead of a table")

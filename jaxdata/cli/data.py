@@ -1,4 +1,4 @@
-"""Handlers of `jaxdata index` and `inspect` (imported when one runs)."""
+"""Handlers of `jaxdata index`, `from-megatron` and `inspect` (imported when one runs)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from jaxdata.cli.output import Console, Table, show
+import yaml
+
+from jaxdata.cli.output import Console, Table, check_output_path, show
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
+from jaxdata.integrations.megatron import megatron_config
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.sources.opening import open_dataset
 from jaxdata.tools.summary import summarize
 
-__all__ = ["index", "inspect"]
+__all__ = ["from_megatron", "index", "inspect"]
 
 
 def index(args: argparse.Namespace, console: Console) -> int:
@@ -62,6 +65,25 @@ def index(args: argparse.Namespace, console: Console) -> int:
     console.print(
       f"{manifest.name}: {len(manifest.shards)} shards, {manifest.num_records} documents, {manifest.num_tokens} tokens"
     )
+  return 0
+
+
+def from_megatron(args: argparse.Namespace, console: Console) -> int:
+  check_output_path(args.out, "--out")
+  cfg = megatron_config(
+    args.data_path,
+    split=args.split,
+    which=args.which,
+    index_dir=args.index_dir,
+    seq_len=args.seq_length,
+    global_batch_size=args.global_batch_size,
+    seed=args.seed,
+  )
+  with open(args.out, "w", encoding="utf-8") as f:
+    yaml.safe_dump(cfg.to_dict(), f, sort_keys=False)
+  shares = ", ".join(f"{n} {float(w):.4g}" for n, w in zip(cfg.names, cfg.schedule().exact_weights_at(0)))
+  ranges = ", ".join(f"{d.name} [{d.documents[0]}, {d.documents[1]})" for d in cfg.datasets)
+  console.print(f"wrote {args.out}: {args.which} split, token shares {shares}; documents {ranges}", markup=False)
   return 0
 
 

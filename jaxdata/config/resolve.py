@@ -85,6 +85,7 @@ class DatasetSettings:
   with_replacement: bool = True
   cross_documents: bool = True
   holdout: int | float | None = None
+  documents: tuple[int, int] | None = None
 
   def resolve_block_size(self, largest_shard: int, num_records: int) -> int | str | None:
     """The block size once record counts are known: "auto" becomes 8 x the
@@ -156,4 +157,5 @@ def resolve_dataset(d: DatasetConfig, top: DatasetDefaults, seq_len: int = 2048)
     with_replacement=d.with_replacement,
     cross_documents=d.cross_documents,
     holdout=d.holdout,
+    documents=d.documents,
   )

@@ -90,6 +90,7 @@ class DatasetConfig:
   with_replacement: bool = True
   cross_documents: bool = True
   holdout: int | float | None = None  # documents kept out of training for split="eval": a count or a fraction
+  documents: tuple[int, int] | None = None  # only documents [start, stop) in stored order (Megatron's --split)
 
   def __post_init__(self) -> None:
     where = f"datasets.{self.name}" if isinstance(self.name, str) else "datasets[].name"
@@ -129,6 +130,18 @@ class DatasetConfig:
         )
       if self.sampling == "windows":
         raise ConfigError(f"{where}.holdout: not with sampling: windows (hold out a file instead)")
+    if self.documents is not None:
+      bounds = self.documents
+      if (
+        not isinstance(bounds, (list, tuple))
+        or len(bounds) != 2
+        or any(isinstance(b, bool) or not isinstance(b, int) for b in bounds)
+        or not 0 <= bounds[0] < bounds[1]
+      ):
+        raise ConfigError(f"{where}.documents: expected [start, stop] with 0 <= start < stop, got {short(bounds)}")
+      object.__setattr__(self, "documents", (int(bounds[0]), int(bounds[1])))
+      if self.sampling == "windows":
+        raise ConfigError(f"{where}.documents: not with sampling: windows")
     if self.sampling != "windows":
       for field, default in (("window", None), ("with_replacement", True), ("cross_documents", True)):
         if getattr(self, field) != default:

@@ -23,7 +23,7 @@ from jaxdata.config.resolve import DatasetSettings
 from jaxdata.errors import ConfigError
 from jaxdata.order.feistel import derive_key
 from jaxdata.order.permutation import permute
-from jaxdata.sources.subset import SubsetView
+from jaxdata.sources.subset import RangeView, SubsetView
 
 __all__ = ["SPLITS", "eval_config", "held_out_count", "held_out_records", "split_view"]
 
@@ -48,9 +48,12 @@ def held_out_records(name: str, num_records: int, holdout: int | float | None, s
 
 
 def split_view(dataset: Any, settings: DatasetSettings, seed: int, split: str) -> Any:
-  """`dataset` as the split sees it: itself (no holdout), the others ("train") or the held-out ones ("eval")."""
+  """`dataset` as the split sees it: itself (no holdout), the others ("train") or the held-out ones ("eval");
+  within its `documents` range when it has one."""
   if split not in SPLITS:
     raise ValueError(f"split: {split!r} is not one of {SPLITS}")
+  if settings.documents is not None:
+    dataset = RangeView(dataset, *settings.documents)
   if not settings.holdout:
     return dataset
   records = held_out_records(settings.name, dataset.num_records, settings.holdout, seed)

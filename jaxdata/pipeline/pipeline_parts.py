@@ -93,6 +93,8 @@ def _sampling(dataset: Dataset, settings: Any) -> str:
   parts = [dataset.options.describe()] if isinstance(dataset, WindowView) else []
   if settings.holdout:
     parts.append(f"holdout={settings.holdout}")
+  if settings.documents is not None:
+    parts.append(f"documents={settings.documents[0]}:{settings.documents[1]}")
   return " ".join(parts)
 
 

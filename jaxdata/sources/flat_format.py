@@ -79,6 +79,12 @@ class MegatronIndex:
   lengths: np.ndarray  # tokens per non-empty document (int64)
   empty: int = 0  # documents of no tokens (Megatron writes one for an empty text), left out of `lengths`
   signed: bool = False  # the .idx says int32: a negative id is possible and refused
+  empty_positions: np.ndarray | None = None  # the empty documents' numbers in the .idx (Megatron's numbering)
+
+  def records_before(self, documents: np.ndarray | int) -> np.ndarray | int:
+    """How many non-empty documents (jaxdata records) come before each Megatron document number."""
+    empty = self.empty_positions if self.empty_positions is not None else np.zeros(0, np.int64)
+    return documents - np.searchsorted(empty, documents, side="left")
 
 
 def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
@@ -161,7 +167,8 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
   kept = lengths[lengths > 0]
   if kept.size == 0:
     raise DatasetError(f"{idx_path}: its {lengths.size} documents hold no token")
-  return MegatronIndex(dtype, kept, int(lengths.size - kept.size), code == SIGNED_CODE)
+  empty_positions = np.flatnonzero(lengths == 0)
+  return MegatronIndex(dtype, kept, int(empty_positions.size), code == SIGNED_CODE, empty_positions)
 
 
 def first_negative_id(bin_path: str) -> tuple[int, int] | None:

@@ -1,4 +1,5 @@
-"""`SubsetView`: a dataset seen through a subset of its records (held-out documents, or all the others).
+"""`SubsetView` / `RangeView`: a dataset seen through a subset of its records (held-out documents, or
+all the others; or a range of documents in stored order, as Megatron's train / valid / test split cuts).
 
 Records keep their shards; the view renumbers them densely::
 
@@ -28,11 +29,14 @@ from typing import Any
 
 import numpy as np
 
+from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import RaggedTokens
 from jaxdata.sources.lengths import LengthsBase
 from jaxdata.sources.records import ShardedRecords
 
-__all__ = ["SubsetView"]
+__all__ = ["RangeView", "SubsetView"]
+
+_CHUNK = 1 << 22
 
 
 class _MappedLengths(LengthsBase):
@@ -86,6 +90,54 @@ class SubsetView(ShardedRecords):
     if self.keep:
       return self.records[indices]
     return indices + np.searchsorted(self._gaps, indices, side="right")
+
+  def shard_path(self, shard: int) -> str:
+    return self.dataset.shard_path(shard)
+
+  def read(self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray) -> RaggedTokens:
+    return self.dataset.read_global(self.to_base(self.global_index(np.asarray(shard_ids), np.asarray(record_ids))))
+
+  def verify(self) -> None:
+    self.dataset.verify()
+
+  def close(self) -> None:
+    self.dataset.close()
+
+
+class RangeView(ShardedRecords):
+  """Records [start, stop) of `dataset` in stored order; nothing of the range's size is built.
+
+  >>> import tempfile
+  >>> from jaxdata.sources.writer import DatasetWriter
+  >>> from jaxdata.sources.dataset import TokenDataset
+  >>> out = tempfile.mkdtemp()
+  >>> w = DatasetWriter(out, "t", np.dtype("<u2"), {"kind": "x"})
+  >>> w.write_documents(np.arange(10), np.ones(10, np.int64)); _ = w.finish()
+  >>> middle = RangeView(TokenDataset(out), 3, 7)
+  >>> middle.num_records, middle.read_global(np.arange(4)).tokens.tolist()
+  (4, [3, 4, 5, 6])
+  """
+
+  pass_records = None
+
+  def __init__(self, dataset: Any, start: int, stop: int) -> None:
+    if not 0 <= start < stop <= dataset.num_records:
+      raise DatasetError(
+        f"{dataset.path}: documents [{start}, {stop}) asked of a dataset of {dataset.num_records} documents"
+      )
+    self.dataset, self.start, self.stop = dataset, start, stop
+    self.path, self.manifest, self.dtype, self.remote = dataset.path, dataset.manifest, dataset.dtype, dataset.remote
+    starts = dataset.record_starts
+    self._number_records(np.clip(starts[1:], start, stop) - np.clip(starts[:-1], start, stop))
+    total, low, high = 0, None, 0
+    for begin in range(start, stop, _CHUNK):  # one pass over the range's lengths, a chunk at a time
+      part = np.asarray(dataset.lengths[np.arange(begin, min(begin + _CHUNK, stop))], np.int64)
+      total, high = total + int(part.sum()), max(high, int(part.max()))
+      low = int(part.min()) if low is None else min(low, int(part.min()))
+    self.lengths = _MappedLengths(dataset.lengths, self.to_base, self.num_records, total, low, high)
+
+  def to_base(self, indices: np.ndarray) -> np.ndarray:
+    return np.asarray(indices, np.int64) + self.start
 
   def shard_path(self, shard: int) -> str:
     return self.dataset.shard_path(shard)

@@ -1,0 +1,161 @@
+"""Megatron's blend and split: `--data-path 0.3 A 0.7 B --split 969,30,1` as a jaxdata mixture.
+
+::
+
+    --data-path 0.3 A 0.7 B     datasets A, B (Megatron .bin / .idx prefixes) with token shares 0.3, 0.7
+    --data-path A B             no weights: shares proportional to the datasets' tokens (Megatron: their sizes)
+    --split 969,30,1            normalised to [0.969, 0.03, 0.001]; book-ends [0, .969), [.969, .999), [.999, 1]
+                                split s of a dataset of n documents: documents [round(b0 n), round(b1 n))
+
+Each prefix is indexed once (`jaxdata index --format megatron`) into its own
+metadata directory, `index_dir/<prefix name>` (the files are read in place);
+each dataset then reads only its split's documents (`documents: [start,
+stop]`), in Megatron's document order before any shuffle. The split is cut
+in Megatron's numbering, which counts empty documents (jaxdata leaves them
+out), so a split holds the same documents as Megatron's. Megatron's
+weights are shares of samples of seq_len tokens: of tokens, as jaxdata's.
+What differs is the packing: Megatron cuts one token stream into windows,
+jaxdata packs documents into rows.
+
+>>> megatron_split_ranges("969,30,1", 1000)
+[(0, 969), (969, 999), (999, 1000)]
+>>> parse_blend("0.3 data/web_text_document 0.7 data/code_text_document")
+[(0.3, 'data/web_text_document'), (0.7, 'data/code_text_document')]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.errors import ConfigError
+from jaxdata.sources.flat_format import read_megatron_index
+from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.sources.manifest import MANIFEST_NAME
+from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.subset import RangeView
+
+__all__ = ["MEGATRON_SPLITS", "megatron_config", "megatron_split_ranges", "parse_blend"]
+
+MEGATRON_SPLITS = ("train", "valid", "test")
+
+
+def _is_number(text: str) -> bool:
+  try:
+    float(text)
+  except ValueError:
+    return False
+  return True
+
+
+def parse_blend(data_path: str | Sequence[str]) -> list[tuple[float | None, str]]:
+  """Megatron's `--data-path`: "w1 p1 w2 p2 ..." (weights) or "p1 p2 ..." (None: by size)."""
+  tokens = data_path.split() if isinstance(data_path, str) else [str(t) for t in data_path]
+  if not tokens:
+    raise ConfigError("data_path: give one or more prefixes, each optionally after its weight")
+  if not any(_is_number(t) for t in tokens):
+    return [(None, t) for t in tokens]
+  if len(tokens) % 2 or not all(_is_number(w) and not _is_number(p) for w, p in zip(tokens[::2], tokens[1::2])):
+    raise ConfigError(f"data_path: {' '.join(tokens)!r} is not 'weight prefix weight prefix ...'")
+  pairs = [(float(w), p) for w, p in zip(tokens[::2], tokens[1::2])]
+  bad = [w for w, _ in pairs if not w >= 0]
+  if bad or not sum(w for w, _ in pairs) > 0:
+    raise ConfigError(f"data_path: weights must be >= 0 and not all 0, got {[w for w, _ in pairs]}")
+  return pairs
+
+
+def megatron_split_ranges(split: str, num_documents: int) -> list[tuple[int, int]]:
+  """[start, stop) documents of train, valid and test, as Megatron-Core cuts a dataset by `--split`."""
+  values = [float(v) for v in re.findall(r"[.0-9]+", split)]
+  if not values or len(values) > len(MEGATRON_SPLITS) or not sum(values) > 0:
+    raise ConfigError(f"split: {split!r} is not up to three ratios such as '969,30,1'")
+  values += [0.0] * (len(MEGATRON_SPLITS) - len(values))
+  total = sum(values)
+  ends, cumulative = [0.0], 0.0
+  for value in values:
+    cumulative += value / total
+    ends.append(min(cumulative, 1.0))
+  ends[-1] = 1.0
+  return [(int(round(a * num_documents)), int(round(b * num_documents))) for a, b in zip(ends, ends[1:])]
+
+
+def _prefix(path: str) -> str:
+  return path[:-4] if path.endswith((".bin", ".idx")) else path
+
+
+def _indexed(prefix: str, index_dir: str, name: str) -> str:
+  """The metadata directory of one prefix (built with `jaxdata index --format megatron` when missing)."""
+  out_dir = os.path.join(index_dir, name)
+  if not os.path.isfile(os.path.join(out_dir, MANIFEST_NAME)):
+    for suffix in (".bin", ".idx"):
+      if not os.path.isfile(prefix + suffix):
+        raise ConfigError(f"data_path: {prefix}{suffix} does not exist (a Megatron prefix names a .bin / .idx pair)")
+    build_flat_index("megatron", [prefix], out_dir=out_dir, name=name)
+  return out_dir
+
+
+def megatron_config(
+  data_path: str | Sequence[str],
+  split: str = "969,30,1",
+  which: str = "train",
+  index_dir: str | None = None,
+  seq_len: int = 2048,
+  global_batch_size: int = 256,
+  seed: int = 1234,
+  **extra: Any,
+) -> PipelineConfig:
+  """A `PipelineConfig` of Megatron's blend, reading the documents of split `which`.
+
+  Args:
+    data_path: `--data-path`, as a string or its words.
+    split: `--split` ("969,30,1").
+    which: "train", "valid" or "test".
+    index_dir: where each prefix's metadata goes (`<index_dir>/<prefix
+      name>`); default: `jaxdata-index` beside the first prefix.
+    seq_len, global_batch_size, seed: `--seq-length`, `--global-batch-size`, `--seed`.
+    extra: jaxdata keys added or overridden (packing, shuffles, pass policies).
+  """
+  if which not in MEGATRON_SPLITS:
+    raise ConfigError(f"which: one of {', '.join(MEGATRON_SPLITS)}, got {which!r}")
+  blend = parse_blend(data_path)
+  prefixes = [_prefix(p) for _, p in blend]
+  names = [os.path.basename(p) for p in prefixes]
+  if len(set(names)) < len(names):
+    names = [f"{n}_{i}" for i, n in enumerate(names)]
+  index_dir = index_dir or os.path.join(os.path.dirname(os.path.abspath(prefixes[0])), "jaxdata-index")
+  datasets, weights = [], {}
+  for (weight, _), prefix, name in zip(blend, prefixes, names):
+    directory = _indexed(prefix, index_dir, name)
+    # Megatron numbers every document of the .idx, empty ones included; jaxdata's records leave those out.
+    index = read_megatron_index(prefix + ".idx", prefix + ".bin")
+    megatron_documents = int(index.lengths.size) + index.empty
+    first, last = megatron_split_ranges(split, megatron_documents)[MEGATRON_SPLITS.index(which)]
+    start, stop = int(index.records_before(first)), int(index.records_before(last))
+    if start == stop:
+      raise ConfigError(
+        f"split: {split!r} gives {which} no document of {prefix} ({megatron_documents} documents); "
+        f"pick another split or leave {which} out"
+      )
+    datasets.append({"name": name, "path": directory, "documents": [start, stop]})
+    weights[name] = weight if weight is not None else _range_tokens(directory, start, stop)
+  raw: dict[str, Any] = {
+    "seed": seed,
+    "datasets": datasets,
+    "mixture": {"weights": weights},
+    "packing": {"seq_len": seq_len},
+    "batch": {"global_batch_size": global_batch_size},
+    "exhausted_policy": "repeat",
+  }
+  if which != "train":  # valid / test: every dataset's documents at least once, the mixture held
+    raw["stop_after_passes"] = 1
+  raw.update(extra)
+  return PipelineConfig.from_dict(raw)
+
+
+def _range_tokens(directory: str, start: int, stop: int) -> int:
+  """The tokens of documents [start, stop): an unweighted blend's share (Megatron weighs by size)."""
+  with open_dataset(directory) as dataset:
+    return int(RangeView(dataset, start, stop).lengths.sum())
