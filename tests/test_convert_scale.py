@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import random
+import re
 import subprocess
 import tempfile
 
@@ -352,3 +353,21 @@ def test_a_failed_beam_conversion_removes_its_scratch_too(tmp_path):
       [str(tmp_path)], str(tmp_path / "out"), "bad", ConvertOptions(unit_bytes=4096), [f"--temp_location={temp}"]
     )
   assert not (temp / "jaxdata-scratch").exists() or os.listdir(temp / "jaxdata-scratch") == []
+
+
+def test_a_beam_failure_is_one_named_line_and_beams_own_lines_go_to_a_kept_log(tmp_path):
+  (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(50)) + "{broken\n")
+  command = ["jaxdata", "convert", str(tmp_path / "in.jsonl"), "--name", "x", "--runner", "beam"]
+  command += ["--beam-options=--direct_num_workers=2 --direct_running_mode=multi_processing"]
+  env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the log goes
+  failed = subprocess.run([*command, "--out", str(tmp_path / "bad")], capture_output=True, text=True, env=env)
+  assert failed.returncode == 1
+  lines = [line for line in failed.stderr.splitlines() if line.strip()]
+  assert len(lines) == 1, failed.stderr[-3000:]  # no Beam logging, no worker traceback
+  match = re.match(r"jaxdata convert: error: .*in.jsonl:51: malformed JSON .*\(Beam's log: (\S+)\)$", lines[0])
+  assert match, lines[0]
+  assert "Traceback" in open(match.group(1), encoding="utf-8").read()  # what Beam said is kept
+  (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(50)))
+  done = subprocess.run([*command, "--out", str(tmp_path / "good")], capture_output=True, text=True, env=env)
+  assert done.returncode == 0 and not done.stderr.strip(), done.stderr[-3000:]
+  assert [n for n in os.listdir(tmp_path) if n.startswith("jaxdata-beam-")] == [os.path.basename(match.group(1))]

@@ -8,6 +8,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -632,3 +634,32 @@ def test_shards_whose_bodies_are_cut_short_every_time_are_named_after_retries(st
   finally:
     os.environ["AWS_ENDPOINT_URL"] = saved
     proxy.close()
+
+
+def test_reading_a_store_with_credentials_in_the_environment_logs_no_credential_errors(stores, tmp_path):
+  """Tensorstore's default credential chains log an error line per request when ~/.aws or gcloud's
+  defaults are absent; keys in the environment (S3) and an emulator (GCS) must not go through them."""
+  urls = []
+  for scheme, server in stores.items():
+    _, in_store = flat_in_store(server, tmp_path, f"quiet-{scheme}")
+    urls.append(in_store.datasets[0].path)
+  script = tmp_path / "read.py"
+  script.write_text(
+    "import sys\n"
+    "from jaxdata.sources.opening import open_dataset\n"
+    "for path in sys.argv[1:]:\n"
+    "  with open_dataset(path) as dataset:\n"
+    "    assert len(dataset[3]) > 0 and len(dataset.__getitems__(list(range(50)))) == 50\n"
+  )
+  home = tmp_path / "home"  # no ~/.aws, no gcloud configuration
+  home.mkdir()
+  done = subprocess.run(
+    [sys.executable, str(script), *urls],
+    env={**os.environ, "HOME": str(home)},
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  errors = [line for line in done.stderr.splitlines() if re.match(r"^[EW]\d{4} ", line)]
+  assert not errors, errors

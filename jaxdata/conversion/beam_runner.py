@@ -19,12 +19,17 @@ or `gs://` / `s3://` on a cluster); `pip install 'jaxdata[beam]'`.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import os
+import re
 import shutil
+import sys
 import tempfile
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +42,7 @@ from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, unit_size
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
-from jaxdata.errors import optional_module
+from jaxdata.errors import ConfigError, DatasetError, InputFormatError, optional_module
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import shard_file_names
@@ -51,7 +56,14 @@ _PURPOSE = "the Beam converter"
 
 
 def _beam() -> Any:
-  return optional_module("apache_beam", "beam", _PURPOSE)
+  # Importing Beam warns on the root logger that BigQuery's clients are missing: nothing jaxdata uses.
+  root = logging.getLogger()
+  level = root.level
+  root.setLevel(max(level, logging.ERROR))
+  try:
+    return optional_module("apache_beam", "beam", _PURPOSE)
+  finally:
+    root.setLevel(level)
 
 
 def _filesystems() -> Any:
@@ -166,6 +178,95 @@ def _remove_scratch(scratch: str) -> None:
     filesystems.delete([entry.path for entry in found])
 
 
+# The errors a worker's traceback may end with, raised again here by name (the rest stay Beam's).
+_RAISED_AGAIN: dict[str, type[Exception]] = {
+  **{f"jaxdata.errors.{kind.__name__}": kind for kind in (DatasetError, InputFormatError, ConfigError)},
+  **{kind.__name__: kind for kind in (FileNotFoundError, PermissionError, IsADirectoryError, UnicodeError)},
+  "ValueError": ValueError,
+}
+_FINAL_ERROR = re.compile(r"^([\w.]+): (.*?)(?: \[while running '[^']*'\])?$", re.MULTILINE)
+
+
+class _QuietStderr:
+  """fd 2 pointed at one log file, and Beam's loggers at CRITICAL, while any quiet Beam run of this
+  process is under way (runs in threads share them); restored when the last one ends, the file kept
+  if any of them failed."""
+
+  def __init__(self) -> None:
+    self.lock = threading.Lock()
+    self.runs = 0
+    self.failed = False
+    self.saved = -1
+    self.log = ""
+    self.level = logging.NOTSET
+
+  def enter(self) -> str:
+    with self.lock:
+      if self.runs == 0:
+        handle, self.log = tempfile.mkstemp(prefix="jaxdata-beam-", suffix=".log")
+        sys.stderr.flush()
+        self.saved, self.failed = os.dup(2), False
+        os.dup2(handle, 2)
+        os.close(handle)
+        beam_logger = logging.getLogger("apache_beam")
+        self.level = beam_logger.level
+        beam_logger.setLevel(logging.CRITICAL)
+      self.runs += 1
+      return self.log
+
+  def leave(self, failed: bool) -> None:
+    with self.lock:
+      self.runs -= 1
+      self.failed = self.failed or failed
+      if self.runs == 0:
+        logging.getLogger("apache_beam").setLevel(self.level)
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        if not self.failed:
+          os.remove(self.log)
+
+
+_QUIET_STDERR = _QuietStderr()
+
+
+@contextlib.contextmanager
+def _beam_logs_quiet(quiet: bool) -> Iterator[str | None]:
+  """Beam's own lines go to a log file for the run (yields its path; None when not quiet).
+
+  Beam's loggers here are set to CRITICAL (the job service relays every worker line), and this
+  process's stderr (fd 2, which Beam's worker processes inherit: they print their imports'
+  warnings and each failure's traceback there) points at the file. It is removed after a
+  success and kept after a failure, whose error names it: nothing Beam said is lost.
+  """
+  if not quiet:
+    yield None
+    return
+  log = _QUIET_STDERR.enter()
+  failed = True
+  try:
+    yield log
+    failed = False
+  finally:
+    _QUIET_STDERR.leave(failed)
+
+
+@contextlib.contextmanager
+def _named_errors(log: str | None) -> Iterator[None]:
+  """A worker's failure as the error it raised (one line, its own type), not Beam's wrapping of it:
+  in process Beam appends "[while running 'Step']"; from worker processes it is a RuntimeError
+  holding the worker's traceback text. The message names Beam's log file when there is one."""
+  try:
+    yield
+  except (RuntimeError, ValueError, OSError) as e:
+    found = [(kind, message) for kind, message in _FINAL_ERROR.findall(str(e)) if kind in _RAISED_AGAIN]
+    if not found:
+      raise
+    kind, message = found[-1]
+    suffix = f" (Beam's log: {log})" if log else ""
+    raise _RAISED_AGAIN[kind](message + suffix) from None
+
+
 def convert_with_beam(
   inputs: Sequence[str],
   out_dir: str,
@@ -189,7 +290,11 @@ def convert_with_beam(
   """
   beam = _beam()
   pipeline_options = optional_module("apache_beam.options.pipeline_options", "beam", _PURPOSE)
-  options_obj = pipeline_options.PipelineOptions(list(beam_args))
+  beam_args = list(beam_args)
+  quiet = not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args)
+  if quiet:  # workers log every bundle and relay each error's traceback; a failure is raised here, named
+    beam_args.append("--default_sdk_harness_log_level=CRITICAL")
+  options_obj = pipeline_options.PipelineOptions(beam_args)
   set_options(options_obj)  # gs:// / s3:// inputs are listed here with the pipeline's settings
   # --gcp_temp_location is the Java SDK's (and Dataflow's docs') name: Beam's Python options drop it as unknown.
   temp_location = options_obj.view_as(pipeline_options.GoogleCloudOptions).temp_location or options_obj.get_all_options(
@@ -216,7 +321,7 @@ def convert_with_beam(
   else:  # runs that share a temp location each get a folder of their own
     scratch = _join(root, uuid.uuid4().hex)
   try:
-    with beam.Pipeline(options=options_obj) as pipeline:
+    with _beam_logs_quiet(quiet) as log, _named_errors(log), beam.Pipeline(options=options_obj) as pipeline:
       results = (
         pipeline
         | "Units" >> beam.Create(units)

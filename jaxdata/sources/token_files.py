@@ -42,7 +42,8 @@ def kv_root(root: str) -> dict[str, Any]:
   """The tensorstore kvstore spec of a directory or gs:// / s3:// prefix.
 
   S3 endpoints and regions come from AWS_ENDPOINT_URL and AWS_DEFAULT_REGION
-  (or AWS_REGION) when set, as for boto3; a GCS emulator from
+  (or AWS_REGION) when set, as for boto3, and keys from AWS_ACCESS_KEY_ID /
+  AWS_SECRET_ACCESS_KEY when both are set (else AWS's default chain); a GCS emulator from
   TENSORSTORE_GCS_HTTP_URL (tensorstore's own variable), which defaults to
   STORAGE_EMULATOR_HOST (google-cloud-storage's).
   """
@@ -53,8 +54,15 @@ def kv_root(root: str) -> dict[str, Any]:
   if location.scheme == "gs":
     if os.environ.get("STORAGE_EMULATOR_HOST"):
       os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", os.environ["STORAGE_EMULATOR_HOST"])
+      # An emulator takes no credentials (google-cloud-storage sends none to it); without this token
+      # tensorstore looks for gcloud's default credentials and logs an error line when there are none.
+      os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
     return {"driver": "gcs", "bucket": location.bucket, "path": path}
   spec: dict[str, Any] = {"driver": "s3", "bucket": location.bucket, "path": path}
+  if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+    # Keys in the environment are used as they are: the default chain would first look for
+    # ~/.aws/config and ~/.aws/credentials and log an error line per request when they are absent.
+    spec["aws_credentials"] = {"type": "environment"}
   if os.environ.get("AWS_ENDPOINT_URL"):
     spec["endpoint"] = os.environ["AWS_ENDPOINT_URL"]
   region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
