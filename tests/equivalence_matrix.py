@@ -209,6 +209,14 @@ FEATURES = [
   Feature("megatron-and-flat", lambda d: _config(d, names=("d0", "flat", "meg"), exhausted_policy="repeat")),
   Feature("remote-s3", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="s3:"), store="s3"),
   Feature("remote-gs", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="gs:"), store="gs"),
+  Feature(
+    "documents-range",  # Megatron's --split: a range of each dataset's documents, holdout inside it
+    lambda d: _with_datasets(
+      _config(d, names=("d0", "meg"), exhausted_policy="repeat"),
+      d0={"documents": [5, 60], "holdout": 4},
+      meg={"documents": [10, 110]},
+    ),
+  ),
   Feature("maxtext", _maxtext_values, entrance="maxtext"),
   Feature("grain-adapter", lambda d: _config(d), entrance="grain"),
   Feature(
