@@ -35,7 +35,7 @@ from jaxdata.sources.index import close_reader_quietly
 from jaxdata.sources.record_files import RIEGELI_SIGNATURE, iter_tfrecord
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["RECORD_FORMATS", "Document", "iter_example_documents", "parse_example"]
+__all__ = ["RECORD_FORMATS", "Document", "example_message_class", "iter_example_documents", "parse_example"]
 
 RECORD_FORMATS = ("arrayrecord", "tfrecord")
 Document = str | np.ndarray  # a text, or token ids
@@ -54,7 +54,8 @@ def _message(file: Any, name: str, fields: list[tuple[str, int, int, int, str]])
 
 
 @functools.cache
-def _example_class() -> type[message.Message]:
+def example_message_class() -> type[message.Message]:
+  """The `tf.train.Example` message class, declared from its .proto in a private descriptor pool."""
   file = descriptor_pb2.FileDescriptorProto(name="jaxdata_example.proto", package="jaxdata_example", syntax="proto3")
   repeated, optional = _FIELD.LABEL_REPEATED, _FIELD.LABEL_OPTIONAL
   _message(file, "BytesList", [("value", 1, repeated, _FIELD.TYPE_BYTES, "")])
@@ -92,7 +93,7 @@ def parse_example(blob: bytes) -> dict[str, bytes | list[bytes] | np.ndarray]:
 
   Raises `google.protobuf.message.DecodeError` for bytes that are not one.
   """
-  example = _example_class()()
+  example = example_message_class()()
   example.ParseFromString(blob)
   out: dict[str, Any] = {}
   for name, feature in example.features.feature.items():
