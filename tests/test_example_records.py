@@ -119,13 +119,20 @@ def test_a_damaged_or_truncated_tfrecord_names_the_record_and_its_offset(tmp_pat
   with pytest.raises(InputFormatError, match=rf"cut.tfrecord: record 1 at byte {second}: the file ends inside"):
     convert([str(tmp_path / "cut.tfrecord")], str(tmp_path / "o2"), "x", ConvertOptions(workers=1))
   assert not os.path.exists(tmp_path / "o1" / "manifest.json") and not os.path.exists(tmp_path / "o2" / "manifest.json")
+  # a damaged length (2^40, its own checksum valid) is a truncated record, not an attempt to allocate it
+  huge = struct.pack("<Q", 1 << 40)
+  (tmp_path / "huge.tfrecord").write_bytes(bytes(blob[:second]) + huge + struct.pack("<I", masked(huge)) + b"x" * 100)
+  with pytest.raises(
+    InputFormatError, match=rf"huge.tfrecord: record 1 at byte {second}: the file ends inside a record"
+  ):
+    convert([str(tmp_path / "huge.tfrecord")], str(tmp_path / "o3"), "x", ConvertOptions(workers=1))
 
 
 def test_index_recognises_example_records_and_says_to_convert(tmp_path, capsys):
   records = [example({"text": t}) for t in _texts(20)]
   write_array_record(str(tmp_path / "c4.array_record"), records)
   write_tfrecord(str(tmp_path / "c4.tfrecord"), records)
-  hint = r"an {kind} file of tf.train.Example records \(features: text\).*jaxdata convert .* --field text"
+  hint = r"an? {kind} file of tf.train.Example records \(features: text\).*jaxdata convert .* --field text"
   with pytest.raises(DatasetError, match=hint.format(kind="ArrayRecord")):
     build_index([str(tmp_path / "c4.array_record")], "uint16")
   for name, kind in (("c4.array_record", "ArrayRecord"), ("c4.tfrecord", "TFRecord")):

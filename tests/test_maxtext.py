@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 
 import jax
 import jax.numpy as jnp
@@ -92,7 +91,7 @@ def test_batches_carry_maxtexts_features(values):
           "targets": reference["tokens"],
           "targets_segmentation": reference["segment_ids"],
         },
-        ignored_ids=[maxtext.config.packing.pad_id],
+        ignored_ids=[maxtext.pad_id],
       )
       assert np.array_equal(batch["targets"], shifted["targets"])
       assert np.array_equal(batch["targets_segmentation"], shifted["targets_segmentation"])
@@ -178,12 +177,34 @@ def test_paths_without_a_dataset_and_other_file_types_are_named(values, tmp_path
 # ---------------------------------------------------------------- MaxText's keys, one by one
 
 
-def test_every_key_the_adapter_reads_is_in_the_table():
-  source = open(maxtext_keys.__file__, encoding="utf-8").read()
-  read = set(re.findall(r'values(?:\.get\(|\[)f?"([a-z_]+)(?:\{suffix\})?"', source))
-  read |= {f"{k}_eval" for k in re.findall(r'values(?:\.get\(|\[)f"([a-z_]+)\{suffix\}"', source)}
-  read |= set(maxtext_keys._NEUTRAL)
-  assert len(read) > 25 and not read - set(MAXTEXT_KEYS), read - set(MAXTEXT_KEYS)
+class RecordingValues(dict):
+  """MaxText values that remember every key the adapter looks up."""
+
+  looked_up: set = set()
+
+  def get(self, key, default=None):
+    RecordingValues.looked_up.add(key)
+    return super().get(key, default)
+
+  def __getitem__(self, key):
+    RecordingValues.looked_up.add(key)
+    return super().__getitem__(key)
+
+  def __contains__(self, key):
+    RecordingValues.looked_up.add(key)
+    return super().__contains__(key)
+
+
+def test_every_key_the_adapter_reads_is_in_the_table(values, tmp_path):
+  counting_dataset(str(tmp_path / "heldout"), "heldout", 7)
+  eval_files = {"grain_eval_files": f"{tmp_path}/heldout/*.array_record", "global_batch_size_to_load_eval": 4}
+  for extra, split in (({}, "train"), ({"packing": False}, "train"), (eval_files, "eval")):
+    recorded = RecordingValues({**values, **extra})
+    maxtext_config(recorded, split=split)
+    maxtext_keys.maxtext_workers(recorded, split)
+    maxtext_keys.maxtext_pad_id(recorded, split)
+  looked_up = RecordingValues.looked_up - {"bos_id", "eos_id", "pad_id"}  # jaxdata's own additions
+  assert len(looked_up) > 30 and not looked_up - set(MAXTEXT_KEYS), looked_up - set(MAXTEXT_KEYS)
 
 
 @pytest.mark.parametrize(
@@ -296,6 +317,13 @@ def test_the_tokenizer_path_must_be_the_datasets_tokenizer_and_gives_its_bos_and
     maxtext_config({**same, "tokenizer_path": str(other), "bos_id": 1, "eos_id": 2})
   unchecked = {**same, "tokenizer_path": str(other), "tokenize_train_data": False, "bos_id": 1, "eos_id": 2}
   assert maxtext_config(unchecked).names == ("news", "blogs")
+  bytes_dataset = DatasetWriter(str(tmp_path / "bytes"), "bytes", np.dtype("<u2"), {"kind": "byte", "bos_id": 1})
+  bytes_dataset.write_documents(np.arange(3, 43), np.full(4, 10))
+  bytes_dataset.finish()
+  with pytest.raises(
+    ConfigError, match=r"is not the tokenizer dataset 'bytes' was converted with \(the byte tokenizer\)"
+  ):
+    maxtext_config({**same, "grain_train_files": f"{tmp_path}/bytes/*.array_record", "tokenizer_path": model})
   (tmp_path / "broken.model").write_bytes(b"not a model")
   with pytest.raises(ConfigError, match=r"tokenizer_path: .*broken.model is not a SentencePiece model"):
     maxtext_config({**same, "tokenizer_path": str(tmp_path / "broken.model"), "tokenize_train_data": False})
@@ -334,3 +362,39 @@ def test_the_docs_table_lists_every_key():
   docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "integrations.md"), encoding="utf-8").read()
   missing = [key for key, what in MAXTEXT_KEYS.items() if f"| `{key}` | {what} |" not in docs]
   assert not missing, missing
+
+
+def test_without_tokenizing_at_load_no_bos_or_eos_is_added(values):
+  cfg = maxtext_config({**values, "add_bos": True, "add_eos": True, "tokenize_train_data": False})
+  assert (cfg.packing.add_bos, cfg.packing.add_eos) == (False, False)  # MaxText's tokenizer adds them, and did not run
+
+
+def test_unpacked_chunks_are_refused_and_the_eval_batch_is_padded(values, tmp_path):
+  with pytest.raises(ConfigError, match=r"use_truncation: false with packing: false"):
+    maxtext_config({**values, "packing": False, "use_truncation": False})
+  counting_dataset(str(tmp_path / "heldout"), "heldout", 7)
+  eval_values = {
+    **values,
+    "grain_eval_files": f"{tmp_path}/heldout/*.array_record",
+    "global_batch_size_to_load_eval": 4,
+  }
+  assert maxtext_config(eval_values, split="eval").batch.drop_remainder is False
+  with pytest.raises(ConfigError, match=r"grain_worker_count_eval: -2"):
+    maxtext_keys.maxtext_workers({"grain_worker_count_eval": -2}, "eval")
+  with pytest.raises(ConfigError, match=r"grain_train_files: .*a weight must be a number >= 0"):
+    maxtext_config({**values, "grain_train_files": "a/*.ar,-1;b/*.ar,2"}, check_paths=False)
+
+
+def test_with_a_nonzero_pad_id_rows_are_zero_padded_and_shiftdata_ignores_the_pad_id(values):
+  padded = {**values, "pad_id": 9}  # a tokenizer whose pad is 9 (the counting tokens run 1..63)
+  with MaxTextPipeline(padded, prefetch=0) as maxtext:
+    assert (maxtext.pad_id, maxtext.config.packing.pad_id) == (9, 0)  # Grain's packers pad with zeros
+    with Pipeline(maxtext.config, prefetch=0) as plain:
+      for _ in range(3):
+        batch, reference = next(maxtext), next(plain)
+        shifted = maxtext_shift_data(
+          {"targets": reference["tokens"], "targets_segmentation": reference["segment_ids"]}, ignored_ids=[9]
+        )
+        assert np.array_equal(batch["targets"], shifted["targets"])
+        assert np.array_equal(batch["targets_segmentation"], shifted["targets_segmentation"])
+  assert maxtext_config({**padded, "packing": False}).packing.pad_id == 9  # PadOrTrimToMaxLength pads with it

@@ -141,3 +141,15 @@ def test_the_cli_writes_a_config_that_trains(prefixes, tmp_path, capsys):
     batch = next(pipe)
   assert batch["tokens"].shape == (4, 32)
   assert os.path.isfile(tmp_path / "ix" / "web_text_document" / "manifest.json")
+
+
+def test_a_prefix_rewritten_after_indexing_is_indexed_again(tmp_path):
+  rng = np.random.default_rng(8)
+  write_megatron(str(tmp_path / "a"), [[d] for d in random_documents(rng, 50, eos_id=0)])
+  first = megatron_config(f"1 {tmp_path}/a", index_dir=str(tmp_path / "ix"), split="1")
+  assert first.datasets[0].documents == (0, 50)
+  write_megatron(str(tmp_path / "a"), [[d] for d in random_documents(rng, 80, eos_id=0)])  # rewritten in place
+  second = megatron_config(f"1 {tmp_path}/a", index_dir=str(tmp_path / "ix"), split="1")
+  assert second.datasets[0].documents == (0, 80)
+  with Pipeline(second, prefetch=0) as pipe:
+    next(pipe)

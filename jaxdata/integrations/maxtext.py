@@ -22,7 +22,13 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdata.integrations.maxtext_keys import MAXTEXT_KEYS, maxtext_config, maxtext_workers, parse_train_files
+from jaxdata.integrations.maxtext_keys import (
+  MAXTEXT_KEYS,
+  maxtext_config,
+  maxtext_pad_id,
+  maxtext_workers,
+  parse_train_files,
+)
 from jaxdata.pipeline.pipeline import Pipeline
 
 __all__ = [
@@ -93,13 +99,14 @@ class MaxTextPipeline:
     if values.get(f"grain_num_threads{suffix}") is not None:
       pipeline_kwargs.setdefault("read_threads", int(values[f"grain_num_threads{suffix}"]))
     self.config = maxtext_config(values, split=split)
+    self.pad_id = maxtext_pad_id(values, split)  # what ShiftData ignores (rows are zero-padded when packed)
     self.pipeline = Pipeline(self.config, mesh, data_axes, **pipeline_kwargs)
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self
 
   def __next__(self) -> dict[str, Any]:
-    return maxtext_batch(next(self.pipeline), self.config.packing.pad_id)
+    return maxtext_batch(next(self.pipeline), self.pad_id)
 
   def get_state(self) -> dict[str, Any]:
     return self.pipeline.get_state()

@@ -33,25 +33,26 @@ from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.token_files import read_object
 
-__all__ = ["MAXTEXT_KEYS", "maxtext_config", "maxtext_workers", "parse_train_files"]
+__all__ = ["MAXTEXT_KEYS", "maxtext_config", "maxtext_pad_id", "maxtext_workers", "parse_train_files"]
 
 # key: what jaxdata does with it (the table of docs/integrations.md).
 MAXTEXT_KEYS: dict[str, str] = {
   "dataset_type": "grain (or unset): read; tfds, hf, synthetic, c4_mlperf: refused (convert the data first)",
-  "grain_train_files": "datasets and weights: 'glob', 'glob,w;glob,w' or the older 'glob:w;glob:w'; exact glob match",
+  "grain_train_files": "datasets and weights ('glob', 'glob,w;glob,w', older 'glob:w;...'); exact glob match; "
+  "weights are token shares (MaxText's mix counts records)",
   "grain_train_mixture_config_path": "the same from JSON {name: {path, weight}}",
-  "grain_eval_files": "the datasets of maxtext_config(values, split='eval')",
+  "grain_eval_files": "the datasets of maxtext_config(values, split='eval'): one pass, last batch padded",
   "grain_file_type": "arrayrecord: read; parquet: refused (convert it)",
   "grain_packing_type": "packing.mode: first_fit, best_fit, concat_then_split -> concat",
-  "packing": "false: packing.mode none (one document a row)",
+  "packing": "false: packing.mode none (one document a row, padded with the pad id; true: zeros, as Grain's packers)",
   "max_segments_per_seq": "-1: read; a cap: refused (jaxdata packs without a segment cap)",
   "max_target_length": "packing.seq_len",
-  "use_truncation": "packing.long_docs: true -> truncate (MaxText's TokenizeAndTrim), false -> split (chunks)",
-  "add_bos": "packing.add_bos, with the tokenizer's BOS id (refused when no id is known)",
-  "add_eos": "packing.add_eos, with the tokenizer's EOS id (refused when no id is known)",
-  "tokenize_train_data": "true: the datasets hold this tokenizer's ids (checked against tokenizer_path); false: ids",
+  "use_truncation": "packing.long_docs: true -> truncate (TokenizeAndTrim), false -> split (chunks; refused unpacked)",
+  "add_bos": "packing.add_bos when MaxText tokenizes (tokenize_*_data), with the tokenizer's BOS id (refused if unknown)",
+  "add_eos": "packing.add_eos when MaxText tokenizes (tokenize_*_data), with the tokenizer's EOS id (refused if unknown)",
+  "tokenize_train_data": "true: the datasets hold tokenizer_path's ids (checked) and get BOS / EOS; false: ids, no BOS / EOS",
   "tokenize_eval_data": "as tokenize_train_data, for split='eval'",
-  "tokenizer_path": "checked against each dataset's tokenizer (sha256); SentencePiece: BOS / EOS ids",
+  "tokenizer_path": "checked against each dataset's tokenizer (sha256); SentencePiece: BOS / EOS / pad ids",
   "tokenizer_type": "read with tokenizer_path (sentencepiece, huggingface); tiktoken: not checked",
   "train_data_columns": "one column: read (it was the feature `jaxdata convert --field` read); several: refused",
   "eval_data_columns": "as train_data_columns",
@@ -152,9 +153,12 @@ def _split_weight(part: str) -> tuple[str, str | None]:
 
 def _weight(text: str, part: str, key: str) -> float:
   try:
-    return float(text)
+    value = float(text)
   except ValueError as e:
     raise ConfigError(f"{key}: {part!r} is not 'glob,weight' (or 'glob:weight')") from e
+  if not value >= 0:  # NaN too
+    raise ConfigError(f"{key}: {part!r}: a weight must be a number >= 0")
+  return value
 
 
 def _mixture_file(path: str) -> list[tuple[str, str, float]]:
@@ -266,17 +270,31 @@ def _batch_size(values: Mapping[str, Any], split: str, num_devices: int | None) 
   return int(rows)
 
 
-def _tokenizer_ids(values: Mapping[str, Any], manifests: list[Manifest], names: list[str]) -> dict[str, int]:
-  """bos_id / eos_id / pad_id: from the values, the datasets' tokenizer, or tokenizer_path (SentencePiece)."""
-  from_path: dict[str, int] = {}
+def _tokenize(values: Mapping[str, Any], split: str) -> bool:
+  """Whether MaxText would tokenize at load (and so add BOS / EOS): tokenize_train_data / tokenize_eval_data."""
+  return bool(values.get("tokenize_eval_data" if split == "eval" else "tokenize_train_data", True))
+
+
+def _sentencepiece_ids(values: Mapping[str, Any]) -> dict[str, int]:
   path = values.get("tokenizer_path")
-  if path and os.path.isfile(path) and str(path).endswith(".model"):
-    sentencepiece = optional_module("sentencepiece", "sentencepiece", "reading BOS / EOS ids from tokenizer_path")
-    try:
-      processor = sentencepiece.SentencePieceProcessor(model_file=path)
-    except (OSError, RuntimeError) as e:
-      raise ConfigError(f"tokenizer_path: {path} is not a SentencePiece model ({str(e)[:200]})") from e
-    from_path = {"bos_id": processor.bos_id(), "eos_id": processor.eos_id(), "pad_id": processor.pad_id()}
+  if not (path and os.path.isfile(path) and str(path).endswith(".model")):
+    return {}
+  sentencepiece = optional_module("sentencepiece", "sentencepiece", "reading BOS / EOS ids from tokenizer_path")
+  try:
+    processor = sentencepiece.SentencePieceProcessor(model_file=path)
+  except (OSError, RuntimeError) as e:
+    raise ConfigError(f"tokenizer_path: {path} is not a SentencePiece model ({str(e)[:200]})") from e
+  ids = {"bos_id": processor.bos_id(), "eos_id": processor.eos_id(), "pad_id": processor.pad_id()}
+  if ids["pad_id"] < 0:  # MaxText pads with the unknown id when the model has no pad
+    ids["pad_id"] = processor.unk_id()
+  return ids
+
+
+def _tokenizer_ids(
+  values: Mapping[str, Any], manifests: list[Manifest], names: list[str], adds: dict[str, bool]
+) -> dict[str, int]:
+  """bos_id / eos_id / pad_id: from the values, the datasets' tokenizer, or tokenizer_path (SentencePiece)."""
+  from_path = _sentencepiece_ids(values)
   out = {}
   for key in ("bos_id", "eos_id", "pad_id"):
     candidates = [values.get(key), *(m.tokenizer.get(key) for m in manifests), from_path.get(key)]
@@ -284,7 +302,7 @@ def _tokenizer_ids(values: Mapping[str, Any], manifests: list[Manifest], names: 
     if found is not None:
       out[key] = found
   for flag, key in (("add_bos", "bos_id"), ("add_eos", "eos_id")):
-    if bool(values.get(flag, True)) and key not in out:
+    if adds[flag] and key not in out:
       raise ConfigError(
         f"{flag}: true (MaxText's default) adds the tokenizer's {key[:3].upper()}, and no id is known: dataset "
         f"{names[0]!r} was indexed without a tokenizer; give tokenizer_path (a SentencePiece model), {key}, "
@@ -294,20 +312,51 @@ def _tokenizer_ids(values: Mapping[str, Any], manifests: list[Manifest], names: 
 
 
 def _check_tokenizer(values: Mapping[str, Any], manifests: list[Manifest], names: list[str], split: str) -> None:
-  """tokenize_*_data: true says the data was text for tokenizer_path: each dataset's tokenizer must be it."""
-  tokenize = values.get("tokenize_eval_data" if split == "eval" else "tokenize_train_data", True)
+  """tokenize_*_data: true says the data was text for tokenizer_path: each dataset's tokenizer must be it
+  (a dataset indexed with no tokenizer record cannot be checked, and is not refused)."""
   path = values.get("tokenizer_path")
-  if not tokenize or not path or not os.path.isfile(path):
+  if not _tokenize(values, split) or not path or not os.path.isfile(path):
     return
   digest = file_sha256(path)
   for name, manifest in zip(names, manifests):
-    recorded = manifest.tokenizer.get("sha256")
-    if recorded is not None and recorded != digest:
-      raise ConfigError(
-        f"tokenizer_path: {path} (sha256 {digest[:12]}...) is not the tokenizer dataset {name!r} was converted "
-        f"with ({manifest.tokenizer.get('file', '?')}, sha256 {recorded[:12]}...): convert it again with this "
-        "tokenizer, or point tokenizer_path at that one"
-      )
+    kind, recorded = manifest.tokenizer.get("kind"), manifest.tokenizer.get("sha256")
+    if kind in (None, "unknown") or recorded == digest:
+      continue
+    was = f"{manifest.tokenizer.get('file', kind)}, sha256 {recorded[:12]}..." if recorded else f"the {kind} tokenizer"
+    raise ConfigError(
+      f"tokenizer_path: {path} (sha256 {digest[:12]}...) is not the tokenizer dataset {name!r} was converted "
+      f"with ({was}): convert it again with this tokenizer, or point tokenizer_path at that one"
+    )
+
+
+def maxtext_pad_id(values: Mapping[str, Any], split: str = "train") -> int:
+  """The id MaxText's `ShiftData` ignores: the tokenizer's pad (else its unknown id), as MaxText picks it."""
+  names, _, _, _, manifests = _datasets(values, split, check_paths=True)
+  return _tokenizer_ids(values, manifests, names, {"add_bos": False, "add_eos": False}).get("pad_id", 0)
+
+
+def _datasets(
+  values: Mapping[str, Any], split: str, check_paths: bool
+) -> tuple[list[str], list[str], list[float], list[str], list[Manifest]]:
+  """(names, globs, weights, directories, manifests) of the split's files."""
+  key = "grain_eval_files" if split == "eval" else "grain_train_files"
+  if split == "train" and values.get("grain_train_mixture_config_path"):
+    entries = _mixture_file(values["grain_train_mixture_config_path"])
+    names, globs, weights = [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries]
+    key = "grain_train_mixture_config_path"
+  else:
+    pairs = parse_train_files(values.get(key, ""), key)
+    globs, weights = [glob for glob, _ in pairs], [w for _, w in pairs]
+    names = _unique_names([_directory_of(glob) for glob in globs])
+  globs = [os.path.expanduser(glob) for glob in globs]  # as MaxText's find_data_files does
+  directories = [_directory_of(glob) for glob in globs]
+  manifests = []
+  if check_paths:
+    for directory, glob in zip(directories, globs):
+      manifest = _dataset_manifest(directory, glob, key)
+      _check_glob_selects_the_dataset(glob, directory, manifest, key)
+      manifests.append(manifest)
+  return names, globs, weights, directories, manifests
 
 
 def maxtext_config(
@@ -332,24 +381,22 @@ def maxtext_config(
   if split not in ("train", "eval"):
     raise ConfigError(f"split: 'train' or 'eval', got {split!r}")
   _refuse_unsupported(values)
-  key = "grain_eval_files" if split == "eval" else "grain_train_files"
-  if split == "train" and values.get("grain_train_mixture_config_path"):
-    entries = _mixture_file(values["grain_train_mixture_config_path"])
-    names, globs, weights = [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries]
-    key = "grain_train_mixture_config_path"
-  else:
-    pairs = parse_train_files(values.get(key, ""), key)
-    globs, weights = [glob for glob, _ in pairs], [w for _, w in pairs]
-    names = _unique_names([_directory_of(glob) for glob in globs])
-  directories = [_directory_of(glob) for glob in globs]
-  manifests = []
+  names, _, weights, directories, manifests = _datasets(values, split, check_paths)
+  packing = bool(values.get("packing", True))
+  truncate = bool(values.get("use_truncation", True))
+  if not packing and not truncate:
+    raise ConfigError(
+      "use_truncation: false with packing: false: MaxText then makes a row of each chunk of a long document; "
+      "jaxdata's unpacked rows hold one document each (truncated): pack, or keep use_truncation: true"
+    )
+  tokenize = _tokenize(values, split)
+  adds = {flag: tokenize and bool(values.get(flag, True)) for flag in ("add_bos", "add_eos")}  # the tokenizer adds them
+  special = {}
   if check_paths:
-    for directory, glob in zip(directories, globs):
-      manifest = _dataset_manifest(directory, glob, key)
-      _check_glob_selects_the_dataset(glob, directory, manifest, key)
-      manifests.append(manifest)
     _check_tokenizer(values, manifests, names, split)
-  special = _tokenizer_ids(values, manifests, names) if check_paths else {}
+    special = _tokenizer_ids(values, manifests, names, adds)
+  # Grain's packers pad rows with zeros; MaxText pads unpacked rows with the tokenizer's pad id.
+  special["pad_id"] = special.get("pad_id", 0) if not packing else 0
   packing_type = values.get("grain_packing_type", "first_fit")
   if packing_type not in _PACKING_TYPES:
     raise ConfigError(f"grain_packing_type: {packing_type!r} is not one of {', '.join(_PACKING_TYPES)}")
@@ -364,14 +411,15 @@ def maxtext_config(
     "exhausted_policy": "repeat",
     "stop_after_passes": epochs,
     "packing": {
-      "mode": _PACKING_TYPES[packing_type] if values.get("packing", True) else "none",
+      "mode": _PACKING_TYPES[packing_type] if packing else "none",
       "seq_len": int(values.get("max_target_length", 2048)),
-      "long_docs": "truncate" if values.get("use_truncation", True) else "split",
-      "add_bos": bool(values.get("add_bos", True)),
-      "add_eos": bool(values.get("add_eos", True)),
+      "long_docs": "truncate" if truncate else "split",
+      "add_bos": adds["add_bos"],
+      "add_eos": adds["add_eos"],
       **special,
     },
-    "batch": {"global_batch_size": _batch_size(values, split, num_devices)},
+    # eval: MaxText pads the last batch (batch_and_pad), so every held document is seen
+    "batch": {"global_batch_size": _batch_size(values, split, num_devices), "drop_remainder": split != "eval"},
   }
   raw.update(extra)
   return PipelineConfig.from_dict(raw)
@@ -379,9 +427,10 @@ def maxtext_config(
 
 def maxtext_workers(values: Mapping[str, Any], split: str = "train") -> int:
   """`Pipeline(workers=...)` from grain_worker_count (-1, MaxText's auto-tuning: one reader per spare core)."""
-  count = int(values.get("grain_worker_count_eval" if split == "eval" else "grain_worker_count", 0))
+  key = "grain_worker_count_eval" if split == "eval" else "grain_worker_count"
+  count = int(values.get(key, 0))
   if count == -1:
     return max(0, len(os.sched_getaffinity(0)) - 1) if hasattr(os, "sched_getaffinity") else 0
   if count < 0:
-    raise ConfigError(f"grain_worker_count: {count}; give n >= 0, or -1 for auto")
+    raise ConfigError(f"{key}: {count}; give n >= 0, or -1 for auto")
   return count

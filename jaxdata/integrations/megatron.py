@@ -32,9 +32,10 @@ from typing import Any
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError
+from jaxdata.sources.fileutil import sample_sha256
 from jaxdata.sources.flat_format import read_megatron_index
 from jaxdata.sources.flat_index import build_flat_index
-from jaxdata.sources.manifest import MANIFEST_NAME
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.subset import RangeView
 
@@ -87,13 +88,25 @@ def _prefix(path: str) -> str:
 
 
 def _indexed(prefix: str, index_dir: str, name: str) -> str:
-  """The metadata directory of one prefix (built with `jaxdata index --format megatron` when missing)."""
+  """The metadata directory of one prefix, built with `jaxdata index --format megatron` when missing,
+  and built again when the .bin / .idx changed since (size, sampled hash, documents or tokens)."""
   out_dir = os.path.join(index_dir, name)
-  if not os.path.isfile(os.path.join(out_dir, MANIFEST_NAME)):
-    for suffix in (".bin", ".idx"):
-      if not os.path.isfile(prefix + suffix):
-        raise ConfigError(f"data_path: {prefix}{suffix} does not exist (a Megatron prefix names a .bin / .idx pair)")
-    build_flat_index("megatron", [prefix], out_dir=out_dir, name=name)
+  for suffix in (".bin", ".idx"):
+    if not os.path.isfile(prefix + suffix):
+      raise ConfigError(f"data_path: {prefix}{suffix} does not exist (a Megatron prefix names a .bin / .idx pair)")
+  manifest_path = os.path.join(out_dir, MANIFEST_NAME)
+  if os.path.isfile(manifest_path):
+    manifest, index = Manifest.load(out_dir), read_megatron_index(prefix + ".idx", prefix + ".bin")
+    shard = manifest.shards[0] if len(manifest.shards) == 1 else None
+    current = (
+      shard is not None
+      and shard.num_bytes == os.path.getsize(prefix + ".bin")
+      and shard.sample_sha256 == sample_sha256(prefix + ".bin")
+      and (shard.num_records, shard.num_tokens) == (int(index.lengths.size), int(index.lengths.sum()))
+    )
+    if current:
+      return out_dir
+  build_flat_index("megatron", [prefix], out_dir=out_dir, name=name, force=True)
   return out_dir
 
 

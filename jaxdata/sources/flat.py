@@ -170,7 +170,7 @@ class FlatTokenDataset(ShardedRecords):
       files.close()
 
   def reopen_arguments(self) -> tuple[Any, ...]:
-    return (self.path, self.read_options, self.manifest)  # the manifest as opened: the files are checked against it
+    return (self.path, self.read_options)  # the manifest is read again, and checked by its fingerprint
 
   def __repr__(self) -> str:
     return (

@@ -105,10 +105,27 @@ def convert_hint(path: str, kind: str, features: list[str] | None) -> str:
   what = f"{kind} file of tf.train.Example records" if features is not None or kind == "TFRecord" else f"{kind} file"
   listed = f" (features: {', '.join(features)})" if features else ""
   field = features[0] if features and len(features) == 1 else "FEATURE"
+  article = "an" if kind == "ArrayRecord" else "a"
   return (
-    f"{path}: an {what}{listed}, as MaxText and TFDS keep data, not token ids; convert it: "
+    f"{path}: {article} {what}{listed}, as MaxText and TFDS keep data, not token ids; convert it: "
     f"jaxdata convert {path} --out DIR --name NAME --field {field} --tokenizer YOUR_TOKENIZER"
   )
+
+
+_READ_CHUNK = 64 << 20
+
+
+def _read_up_to(f: IO[bytes], length: int) -> bytes:
+  """`length` bytes, or fewer at the end of the file: read in bounded chunks, so that a damaged
+  length (up to 2^64) is a truncated record, never an attempt to allocate it."""
+  parts, left = [], length
+  while left > 0:
+    chunk = f.read(min(left, _READ_CHUNK))
+    if not chunk:
+      break
+    parts.append(chunk)
+    left -= len(chunk)
+  return b"".join(parts)
 
 
 def iter_tfrecord(f: IO[bytes], path: str) -> Iterator[tuple[int, bytes]]:
@@ -121,7 +138,7 @@ def iter_tfrecord(f: IO[bytes], path: str) -> Iterator[tuple[int, bytes]]:
     length, length_crc = struct.unpack("<QI", header)
     if masked_crc32c(header[:8]) != length_crc:
       raise InputFormatError(f"{where}: the length's checksum does not match (not a TFRecord file, or damaged)")
-    data = f.read(length)
+    data = _read_up_to(f, length)
     footer = f.read(4)
     if len(data) < length or len(footer) < 4:
       raise InputFormatError(f"{where}: the file ends inside a record of {length} bytes (truncated)")

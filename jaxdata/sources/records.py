@@ -103,8 +103,12 @@ class ShardedRecords:
     return self.read_global([position])[0]
 
   def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
-    """Records by global index in one batched read (what Grain's batched sources and torch samplers call)."""
-    return self.read_global(indices).to_list() if len(indices) else []
+    """Records by global index in one batched read (what Grain's batched sources and torch samplers
+    call); negative indices count from the end, as for `ds[i]`."""
+    if not len(indices):
+      return []
+    positions = np.asarray(indices, np.int64)
+    return self.read_global(np.where(positions < 0, positions + self.num_records, positions)).to_list()
 
   _getitems = __getitems__  # the name Grain's `SupportsBatchedReadRandomAccessDataSource` reads
 
