@@ -56,7 +56,28 @@ class _MappedLengths(LengthsBase):
     return values.astype(dtype) if dtype is not None else values
 
 
-class SubsetView(ShardedRecords):
+class _View(ShardedRecords):
+  """A dataset seen through a map of record indices (`to_base`): reads, paths and checks go to it."""
+
+  dataset: Any
+
+  def to_base(self, indices: np.ndarray) -> np.ndarray:
+    raise NotImplementedError
+
+  def shard_path(self, shard: int) -> str:
+    return self.dataset.shard_path(shard)
+
+  def read(self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray) -> RaggedTokens:
+    return self.dataset.read_global(self.to_base(self.global_index(np.asarray(shard_ids), np.asarray(record_ids))))
+
+  def verify(self) -> None:
+    self.dataset.verify()
+
+  def close(self) -> None:
+    self.dataset.close()
+
+
+class SubsetView(_View):
   """The records `records` (sorted global indices) of `dataset` (`keep`), or all the others."""
 
   pass_records = None
@@ -91,20 +112,11 @@ class SubsetView(ShardedRecords):
       return self.records[indices]
     return indices + np.searchsorted(self._gaps, indices, side="right")
 
-  def shard_path(self, shard: int) -> str:
-    return self.dataset.shard_path(shard)
-
-  def read(self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray) -> RaggedTokens:
-    return self.dataset.read_global(self.to_base(self.global_index(np.asarray(shard_ids), np.asarray(record_ids))))
-
-  def verify(self) -> None:
-    self.dataset.verify()
-
-  def close(self) -> None:
-    self.dataset.close()
+  def reopen_arguments(self) -> tuple[Any, ...]:
+    return (self.dataset, self.records, self.keep)
 
 
-class RangeView(ShardedRecords):
+class RangeView(_View):
   """Records [start, stop) of `dataset` in stored order; nothing of the range's size is built.
 
   >>> import tempfile
@@ -139,14 +151,5 @@ class RangeView(ShardedRecords):
   def to_base(self, indices: np.ndarray) -> np.ndarray:
     return np.asarray(indices, np.int64) + self.start
 
-  def shard_path(self, shard: int) -> str:
-    return self.dataset.shard_path(shard)
-
-  def read(self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray) -> RaggedTokens:
-    return self.dataset.read_global(self.to_base(self.global_index(np.asarray(shard_ids), np.asarray(record_ids))))
-
-  def verify(self) -> None:
-    self.dataset.verify()
-
-  def close(self) -> None:
-    self.dataset.close()
+  def reopen_arguments(self) -> tuple[Any, ...]:
+    return (self.dataset, self.start, self.stop)
