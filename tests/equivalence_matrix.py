@@ -125,6 +125,8 @@ class Feature:
   entrance: str = "pipeline"  # "pipeline", "maxtext" (MaxTextPipeline), "grain" (PipelineDataset)
   store: str | None = None  # "s3" or "gs": needs that emulator
   multihost: bool = False  # in the representative subset run on 2 jax.distributed processes
+  # The loop's mixture updates: before taking batch c, update_mixture(weights, at_step) for each (weights, at_step).
+  updates: Mapping[int, tuple[tuple[Mapping[str, float], int | None], ...]] = dataclasses.field(default_factory=dict)
 
 
 FEATURES = [
@@ -216,6 +218,17 @@ FEATURES = [
       d0={"documents": [5, 60], "holdout": 4},
       meg={"documents": [10, 110]},
     ),
+  ),
+  Feature(
+    "mixture-updates",  # made by the loop before the split, across it (pending at the save) and after it
+    lambda d: _config(d, exhausted_policy="repeat"),
+    updates={
+      1: (({"d0": 0, "d1": 1, "d2": 3}, None),),
+      2: (({"d0": 5, "d1": 1, "d2": 1}, SPLIT + 2),),
+      SPLIT: (({"d0": 1, "d1": 1, "d2": 0}, None),),
+      SPLIT + 3: (({"d0": 1, "d1": 2, "d2": 1}, None),),
+    },
+    multihost=True,
   ),
   Feature("maxtext", _maxtext_values, entrance="maxtext"),
   Feature("grain-adapter", lambda d: _config(d), entrance="grain"),
@@ -324,10 +337,19 @@ def steps_from_workers(iterator: Any) -> int | None:
   return execution.steps_from_processes if execution.processes else None
 
 
-def take(iterator: Any, count: int, summary: Callable[[Any], list[str]] = digest) -> list[list[str]]:
-  """Up to `count` batches' digests (fewer where the stream ends)."""
+def take(
+  iterator: Any,
+  count: int,
+  summary: Callable[[Any], list[str]] = digest,
+  feature: Feature | None = None,
+  start: int = 0,
+) -> list[list[str]]:
+  """Up to `count` batches' digests (fewer where the stream ends), batch `start` first; the feature's
+  mixture updates are made where the loop makes them."""
   out = []
-  for _ in range(count):
+  for position in range(start, start + count):
+    for weights, at_step in feature.updates.get(position, ()) if feature is not None else ():
+      pipeline_of(iterator).update_mixture(weights, at_step)
     try:
       out.append(summary(next(iterator)))
     except StopIteration:
@@ -344,10 +366,10 @@ def run_cell(
   try:
     if with_workers:
       wait_for_workers(iterator)
-    first = take(iterator, SPLIT, summary)
+    first = take(iterator, SPLIT, summary, feature)
     state = iterator.get_state()
     iterator.set_state(json.loads(json.dumps(state)))  # a round trip through JSON, as a checkpoint makes it
-    rest = take(iterator, STEPS - SPLIT, summary)
+    rest = take(iterator, STEPS - SPLIT, summary, feature, SPLIT)
     from_workers = steps_from_workers(iterator)
   finally:
     iterator.close()
@@ -356,7 +378,7 @@ def run_cell(
     if with_workers:
       wait_for_workers(fresh)
     fresh.set_state(json.loads(json.dumps(state)))
-    restored = take(fresh, STEPS - SPLIT, summary)
+    restored = take(fresh, STEPS - SPLIT, summary, feature, SPLIT)
   finally:
     fresh.close()
   return {"first": first, "rest": rest, "restored": restored, "from_workers": from_workers}
@@ -365,7 +387,7 @@ def run_cell(
 def reference(feature: Feature, data: Data) -> list[list[str]]:
   iterator = open_iterator(feature, data, REFERENCE)
   try:
-    return take(iterator, STEPS)
+    return take(iterator, STEPS, digest, feature)
   finally:
     iterator.close()
 

@@ -133,7 +133,7 @@ def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
 
 def test_a_span_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
   planner = StepPlanner(cfg)
-  recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None)
+  recorder = StatsRecorder(cfg.names, cfg.mixture.unit, planner.stream, None)
   rows = np.array([1, 4, 5, 6, 11])  # a host's rows need not be contiguous
   span = plan_span(planner, recorder, lambda _rows, _seq_len: rows, 2_000, dict)
   assert len(span.steps) == 2_000 // (rows.size * 32) + 1 and not span.ended

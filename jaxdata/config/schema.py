@@ -170,10 +170,12 @@ class MixtureConfig:
   schedule: tuple[Phase, ...] | None = None
   unit: str = "tokens"
   interleave: str = "exact"
+  update_lag_steps: int = 0  # Pipeline.update_mixture: new weights from the next step handed out + this
 
   def __post_init__(self) -> None:
     if (self.weights is None) == (self.schedule is None):
       raise ConfigError("mixture: give exactly one of weights or schedule")
+    check_int(self.update_lag_steps, "mixture.update_lag_steps", 0)
     if self.schedule is not None and not self.schedule:
       raise ConfigError("mixture.schedule: needs at least one phase")
     check_choice(self.unit, UNITS, "mixture.unit")

@@ -34,6 +34,7 @@ from jaxdata.errors import ConfigError
 from jaxdata.mixture.interleave import StreamPosition, make_interleave
 from jaxdata.mixture.metadata import DatasetMeta, load_metadata, window_options
 from jaxdata.mixture.pick_loops import PassMarks, PickLoop
+from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.order.cursor import DatasetCursor
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
 from jaxdata.order.sampled import SampledOrder
@@ -132,6 +133,8 @@ class DocumentStream:
       raise ConfigError(f"datasets.{missing[0]}: no metadata given for this dataset")
     metas = [metadata[n] for n in self.names]
     self.schedule: Schedule = cfg.schedule()
+    self.updates = MixtureUpdates(tuple(self.names))  # weights the loop set (update), each from a step on
+    self.next_step = 0  # the first step no document has been taken for yet
     self.tokens_unit = cfg.mixture.unit == "tokens"
     self.tokens_per_step = cfg.tokens_per_step
     for name, meta in zip(self.names, metas):
@@ -178,7 +181,7 @@ class DocumentStream:
       self.cfg.mixture.interleave,
       self.cfg.seed,
       self.tokens_unit,
-      self.schedule.exact_weights_at(0),
+      self.exact_weights_at(0),
       [c.mean_length for c in self.cursors],
       epoch,
     )
@@ -194,6 +197,27 @@ class DocumentStream:
   def units(self) -> int:
     """Units emitted so far: tokens or documents, per the mixture's unit."""
     return self.tokens if self.tokens_unit else self.emitted
+
+  def exact_weights_at(self, step: int) -> tuple[Fraction, ...]:
+    """The weights in force at `step`: the last mixture update at or before it, else the config's."""
+    return self.updates.in_force(step) or self.schedule.exact_weights_at(step)
+
+  def weights_at(self, step: int) -> tuple[float, ...]:
+    return tuple(float(w) for w in self.exact_weights_at(step))
+
+  def update_starting_at(self, step: int) -> dict[str, float] | None:
+    """The weights of a mixture update that takes effect at `step` (for the stats), else None."""
+    weights = self.updates.starting_at(step)
+    return None if weights is None else {n: float(w) for n, w in zip(self.names, weights)}
+
+  def update(self, weights: Mapping[str, Any], at_step: int | None = None) -> int:
+    """New weights from `at_step` on (default: the next step no document was taken for); returns the
+    step. Steps already taken from are refused; on an error nothing changes."""
+    step = self.next_step if at_step is None else at_step
+    if is_int(step) and step < self.next_step:
+      raise ValueError(f"at_step: {step} already has documents taken; the next step is {self.next_step}")
+    self.updates = self.updates.added(step, weights)
+    return step
 
   def passes_completed(self) -> dict[str, int]:
     return {c.settings.name: c.completed_passes for c in self.cursors}
@@ -228,6 +252,8 @@ class DocumentStream:
         c.settings.name: {"pass": c.pass_index, "position": c.position, "taken": c.taken} for c in self.cursors
       },
       "segment": self.interleave.get_state(),
+      "next_step": self.next_step,
+      "updates": self.updates.pruned(self.next_step - 1).to_json(),
     }
 
   def set_state(self, state: Mapping[str, Any]) -> None:
@@ -262,6 +288,10 @@ class DocumentStream:
       if values[1] > cursor.num_records:
         raise ValueError(f"{where}: position {values[1]} beyond the {cursor.num_records} records")
       entries.append(values)
+    updates = MixtureUpdates.from_json(state.get("updates", []), self.names)  # states before updates: none
+    next_step = state.get("next_step", 0)
+    if not is_int(next_step) or not 0 <= next_step < MAX_COUNTER:
+      raise ValueError(f"stream state: next_step must be an int in [0, 2**62), got {next_step!r}")
     if epoch != self.epoch:
       self._set_epoch(epoch)
     self.interleave.set_state(state.get("segment"))
@@ -269,6 +299,7 @@ class DocumentStream:
       cursor.set(*values)
     self.emitted, self.tokens = counters
     self.ended = bool(state.get("ended"))
+    self.updates, self.next_step = updates, next_step
 
   # -------------------------------------------------------------- iteration
 
@@ -298,7 +329,8 @@ class DocumentStream:
         raise ValueError(f"take: {name} must be an int >= 1, got {bound!r}")
     if self.ended:
       return DocBatch.concatenate(self.names, [])
-    weights = self.schedule.exact_weights_at(step)
+    weights = self.exact_weights_at(step)
+    self.next_step = max(self.next_step, step + 1)
     self._check_can_end(step, weights)
     self.interleave.begin(step, weights, self._position())
     eligible = [i for i, w in enumerate(weights) if w > 0]
@@ -346,7 +378,8 @@ class DocumentStream:
   def _check_can_end(self, step: int, weights: Sequence[Fraction]) -> None:
     """Refuses to run forever: in the final phase, an unfinished stop_after_passes
     dataset with weight 0 (and nothing else that can end the stream) is an error."""
-    if step < self.schedule.constant_from:
+    constant_from = max(self.schedule.constant_from, self.updates.last_step)
+    if step < constant_from:
       return
     watch, _ = self._pass_watch()
     starved = [i for i, need in enumerate(watch) if need and weights[i] == 0]
@@ -354,7 +387,7 @@ class DocumentStream:
     if starved and not can_stop:
       cursor = self.cursors[starved[0]]
       raise ConfigError(
-        f"datasets.{cursor.settings.name}: weight 0 from step {self.schedule.constant_from} on, "
+        f"datasets.{cursor.settings.name}: weight 0 from step {constant_from} on, "
         f"but only {cursor.completed_passes} of its {cursor.settings.target_passes} passes are "
         "done; the stream could never end"
       )

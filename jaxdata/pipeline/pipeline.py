@@ -42,14 +42,22 @@ from jax.sharding import Mesh
 
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.validate import is_int
 from jaxdata.errors import CheckpointError
+from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.read_spans import READ_AHEAD
 from jaxdata.pipeline.reader import DocumentReader
-from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
+from jaxdata.pipeline.sharding import (
+  aliases_host_memory,
+  batch_sharding,
+  check_rows_divide,
+  check_same_on_every_host,
+  output_functions,
+)
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
@@ -117,7 +125,7 @@ class Pipeline:
     self.recorder = StatsRecorder(
       cfg.names,
       cfg.mixture.unit,
-      cfg.schedule(),
+      parts.planner.stream,
       stats_path if stats_path is not None else cfg.stats_path,
       parts.record_starts,
     )
@@ -224,6 +232,30 @@ class Pipeline:
     except ValueError as e:
       self._continue_from(self.get_state())  # back to just after the last batch handed out
       raise CheckpointError(f"pipeline state: {e}") from e
+
+  def update_mixture(self, weights: Mapping[str, float], at_step: int | None = None) -> int:
+    """New mixture weights from `at_step` on; returns that step.
+
+    Default: the next step handed out plus `mixture.update_lag_steps`, a step fixed by the loop's
+    calls, never by timing. Steps handed out never change; steps made ahead (prefetch, read span,
+    planner or worker processes) are planned again. The update is part of the state: a restore
+    replays it. Every host must make the same update at the same point (checked: a difference is a
+    `ValueError` on every host). Bad weights (NaN, negative, all zero, a dataset missing or unknown)
+    are a `ConfigError` and change nothing.
+    """
+    state = json.loads(json.dumps(encoded_state(self._state)))
+    stream = state["stream"]
+    earliest = max(state["step"], int(stream.get("next_step", 0)))  # documents may be drawn for the next step
+    step = max(state["step"] + self.cfg.mixture.update_lag_steps, earliest) if at_step is None else at_step
+    if not is_int(step) or step < earliest:
+      raise ValueError(f"at_step: {step!r} is already planned; the earliest step an update can start at is {earliest}")
+    updates = MixtureUpdates.from_json(stream.get("updates", []), self.cfg.names).added(step, weights)
+    check_same_on_every_host(f"update_mixture(at_step={step})", updates.to_json())
+    stream["updates"] = updates.to_json()
+    self._resources.stop_prefetch()
+    self._resources.interrupted = False
+    self._continue_from(state)
+    return step
 
   def set_epoch(self, epoch: int) -> None:
     """Starts over at step 0 of `epoch`, like `DistributedSampler.set_epoch` (before each epoch)."""

@@ -16,12 +16,15 @@ Each feature's global array is one batched transfer of every device's block
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdata.config.pipeline_config import PipelineConfig
@@ -43,6 +46,22 @@ __all__ = [
   "local_rows",
   "output_functions",
 ]
+
+
+def check_same_on_every_host(what: str, value: Any) -> None:
+  """A `ValueError` on every host if `value` (JSON-able) differs between the processes of a
+  multi-process run: its sha256 is compared with a collective (every host must call this together)."""
+  if jax.process_count() == 1:
+    return
+  digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).digest()
+  mine = np.frombuffer(digest, np.uint8)
+  every = np.asarray(multihost_utils.process_allgather(mine)).reshape(jax.process_count(), -1)
+  differing = [i for i in range(every.shape[0]) if not np.array_equal(every[i], every[0])]
+  if differing:
+    raise ValueError(
+      f"{what}: differs between hosts (process {differing[0]} disagrees with process 0); every host must make "
+      "the same update at the same step"
+    )
 
 
 def batch_sharding(mesh: Mesh, data_axes: Sequence[str]) -> NamedSharding:

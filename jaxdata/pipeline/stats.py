@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from jaxdata.config.schedule import Schedule
 from jaxdata.errors import ConfigError
 from jaxdata.transforms.packing import StepPlan
 
@@ -24,6 +23,14 @@ TIMERS = ("plan", "read", "assemble", "wait", "output")
 MAX_LISTED_SHARDS = 8  # per source and step: enough for the sawtooth check; a global shuffle touches hundreds
 
 
+class MixtureTargets(Protocol):
+  """What the stats read of the mixture: the weights in force, and an update that starts at a step."""
+
+  def weights_at(self, step: int) -> tuple[float, ...]: ...
+
+  def update_starting_at(self, step: int) -> dict[str, float] | None: ...
+
+
 class StatsRecorder:
   """Builds each step's stats when it is planned; records them when it is handed out."""
 
@@ -31,7 +38,7 @@ class StatsRecorder:
     self,
     names: Sequence[str],
     unit: str,
-    schedule: Schedule,
+    targets: MixtureTargets,
     path: str | None,
     record_starts: Sequence[np.ndarray] = (),
   ) -> None:
@@ -40,11 +47,16 @@ class StatsRecorder:
     self.shards = _ShardNumbering(record_starts) if len(record_starts) else None  # shards read per step
     self.names = tuple(names)
     self.unit = unit
-    self.schedule = schedule
+    self.targets = targets
     self.path = path
     self.cumulative = [0] * len(self.names)  # tokens per source, up to the last planned step
     self.timers = dict.fromkeys(TIMERS, 0.0)
     self.last: dict[str, Any] = {}
+
+  def _update(self, step: int) -> dict[str, Any]:
+    """{"mixture_update": weights} at the step a mixture update takes effect: the updates' history."""
+    weights = self.targets.update_starting_at(step)
+    return {} if weights is None else {"mixture_update": weights}
 
   def tokens_per_source(self) -> dict[str, int]:
     return dict(zip(self.names, self.cumulative))
@@ -70,7 +82,8 @@ class StatsRecorder:
       "tokens_per_source": dict(zip(self.names, per_source.tolist())),
       "share_batch": dict(zip(self.names, (per_source / total).tolist())),
       "share_cumulative": dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
-      "target_share": dict(zip(self.names, self.schedule.weights_at(plan.step))),
+      "target_share": dict(zip(self.names, self.targets.weights_at(plan.step))),
+      **self._update(plan.step),
       "unit": self.unit,
       "documents_per_source": dict(zip(self.names, documents.tolist())),
       **self._shards(plan),

@@ -198,7 +198,7 @@ class _Planning(_Role):
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts) -> None:
     super().__init__(conn)
     self.spec, self.planner = spec, parts.planner
-    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, cfg.schedule(), None, parts.record_starts)
+    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, parts.planner.stream, None, parts.record_starts)
     rows = {k: np.asarray(v, np.int64) for k, v in spec.rows_by_shape.items()}
     self.rows_here = lambda num_rows, seq_len: rows[f"{num_rows}x{seq_len}"]
     self.snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder)

@@ -1,0 +1,185 @@
+"""Online mixture updates: the loop sets weights from a step on; exact, resumable, the same on every host.
+
+The equivalence matrix runs updates in every execution mode and on two
+jax.distributed hosts (feature "mixture-updates"); here: the stream's rules,
+resume at every step, the deviation bound after a change, refusals, stats,
+and hosts that disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import textwrap
+
+import numpy as np
+import pytest
+
+from jaxdata import ConfigError, DocumentStream, Pipeline, PipelineConfig
+from pipeline_fixtures import coded_config, digest, free_port, run_workers
+
+NAMES = ("d0", "d1", "d2")
+
+
+@pytest.fixture()
+def cfg(tmp_path):
+  rng = np.random.default_rng(3)
+  lengths = [rng.integers(1, 40, 300).tolist(), rng.integers(1, 25, 400).tolist(), rng.integers(5, 60, 200).tolist()]
+  return coded_config(tmp_path, lengths, exhausted_policy="repeat")
+
+
+def loop(pipe: Pipeline, start: int, count: int, updates: dict[int, dict]) -> list:
+  """What a training loop does: before batch c, the updates it decided at c; then the batch."""
+  out = []
+  for position in range(start, start + count):
+    if position in updates:
+      pipe.update_mixture(updates[position])
+    out.append(digest(next(pipe)))
+  return out
+
+
+@pytest.mark.slow
+def test_a_state_at_every_step_restores_to_the_same_remaining_batches_with_updates(cfg):
+  rng = np.random.default_rng(0)
+  positions = sorted(rng.choice(np.arange(1, 30), 6, replace=False).tolist())
+  updates = {p: dict(zip(NAMES, rng.integers(0, 5, 3).tolist())) for p in positions}
+  for weights in updates.values():
+    weights["d1"] += 1  # never all zero
+  with Pipeline(cfg, prefetch=0) as reference:
+    expected = loop(reference, 0, 30, updates)
+  with Pipeline(cfg, prefetch=2) as ahead:  # steps made ahead are planned again on each update
+    assert loop(ahead, 0, 30, updates) == expected
+  for k in range(0, 30, 3):
+    with Pipeline(cfg, prefetch=2) as first:
+      prefix = loop(first, 0, k, updates)
+      state = json.loads(json.dumps(first.get_state()))
+    with Pipeline(cfg, prefetch=1) as restored:
+      restored.set_state(state)
+      assert prefix + loop(restored, k, 30 - k, updates) == expected, f"restored at step {k}"
+
+
+def test_an_update_for_a_later_step_is_pending_in_the_state(cfg):
+  with Pipeline(cfg, prefetch=0) as pipe:
+    next(pipe)
+    assert pipe.update_mixture({"d0": 1, "d1": 0, "d2": 0}, at_step=5) == 5
+    state = pipe.get_state()
+    assert state["stream"]["updates"][-1]["step"] == 5
+    shares = []
+    for _ in range(8):
+      next(pipe)
+      shares.append(pipe.stats()["target_share"]["d0"])
+      if pipe.stats()["step"] == 5:
+        assert pipe.stats()["mixture_update"] == {"d0": 1.0, "d1": 0.0, "d2": 0.0}  # the history, in the stats
+  assert shares[:4] == [pytest.approx(1 / 3)] * 4 and shares[4:] == [1.0] * 4  # steps 1-4 old, 5-8 new
+
+
+def test_the_lag_is_counted_in_steps_handed_out(cfg, tmp_path):
+  lagged = coded_config(tmp_path / "lag", [[5, 9, 3] * 50, [7, 2] * 60], exhausted_policy="repeat")
+  raw = lagged.to_dict()
+  raw["mixture"]["update_lag_steps"] = 3
+  with Pipeline(PipelineConfig.from_dict(raw), prefetch=2) as pipe:
+    for _ in range(4):
+      next(pipe)
+    assert pipe.update_mixture({"d0": 1, "d1": 3}) == 4 + 3  # whatever was made ahead by then
+
+
+@pytest.mark.parametrize(
+  "weights, message",
+  [
+    ({"d0": float("nan"), "d1": 1, "d2": 1}, r"weight of 'd0'"),
+    ({"d0": -1, "d1": 1, "d2": 1}, r"weight of 'd0'"),
+    ({"d0": 0, "d1": 0, "d2": 0}, r"all are 0"),
+    ({"d0": 1, "d1": 1, "d2": 1, "web": 1}, r"web"),
+    ({"d0": 1, "d1": 1}, r"d2"),
+  ],
+)
+def test_invalid_weights_are_refused_and_nothing_changes(cfg, weights, message):
+  with Pipeline(cfg, prefetch=0) as pipe, Pipeline(cfg, prefetch=0) as untouched:
+    next(pipe)
+    next(untouched)
+    before = pipe.get_state()
+    with pytest.raises(ConfigError, match=message):
+      pipe.update_mixture(weights)
+    assert pipe.get_state() == before
+    assert [digest(next(pipe)) for _ in range(3)] == [digest(next(untouched)) for _ in range(3)]
+    with pytest.raises(ValueError, match=r"at_step: 0 is already planned; the earliest step an update can start at"):
+      pipe.update_mixture({"d0": 1, "d1": 1, "d2": 1}, at_step=0)
+
+
+def test_after_a_change_every_prefix_stays_within_one_document_of_the_moving_target(cfg):
+  """The exact interleave's bound holds across changes: the target integrates the weights in force
+  (the deficits carry over, no jump), and every prefix stays within one document's tokens of it."""
+  stream = DocumentStream(cfg)
+  rng = np.random.default_rng(1)
+  changes = {step: dict(zip(NAMES, (rng.integers(0, 6, 3) + [0, 1, 0]).tolist())) for step in (3, 7, 8, 20, 31)}
+  largest = max(int(c.lengths.max()) for c in stream.cursors)
+  target, taken, worst = np.zeros(3), np.zeros(3), 0.0
+  for _ in range(6000):
+    step = stream.tokens // stream.tokens_per_step
+    if step in changes and stream.next_step <= step:
+      stream.update(changes.pop(step), at_step=step)
+    ref = next(stream)
+    weights = np.array([float(w) for w in stream.exact_weights_at(step)])
+    target += weights * ref.length
+    taken[NAMES.index(ref.dataset)] += ref.length
+    worst = max(worst, float(np.abs(target - taken).max()))
+  assert not changes  # every change was reached
+  assert worst <= largest, (worst, largest)
+
+
+def test_a_stream_update_for_a_step_already_drawn_is_refused_and_the_state_keeps_only_what_is_needed(cfg):
+  stream = DocumentStream(cfg)
+  stream.take(step=4, max_docs=10)
+  with pytest.raises(ValueError, match=r"at_step: 4 already has documents taken; the next step is 5"):
+    stream.update({"d0": 1, "d1": 1, "d2": 1}, at_step=4)
+  for step, weights in ((5, {"d0": 1, "d1": 0, "d2": 1}), (9, {"d0": 0, "d1": 1, "d2": 1})):
+    stream.update(weights, at_step=step)
+  stream.take(step=6, max_docs=3)
+  state = stream.get_state()
+  assert [u["step"] for u in state["updates"]] == [5, 9]  # in force, and still to come
+  stream.take(step=10, max_docs=3)
+  assert [u["step"] for u in stream.get_state()["updates"]] == [9]  # 5 can no longer be seen
+  restored = DocumentStream(cfg)
+  restored.set_state(json.loads(json.dumps(state)))
+  assert restored.exact_weights_at(9) == stream.exact_weights_at(9)
+  assert math.isclose(float(restored.exact_weights_at(6)[0]), 0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_hosts_that_make_different_updates_are_refused_on_every_host(cfg, tmp_path):
+  config = tmp_path / "cfg.json"
+  config.write_text(json.dumps(cfg.to_dict()))
+  script = tmp_path / "host.py"
+  script.write_text(
+    textwrap.dedent(
+      """
+      import json, os, sys
+      os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+      os.environ["JAX_PLATFORMS"] = "cpu"
+      import jax
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
+      port, index, config, out = sys.argv[1:5]
+      jax.distributed.initialize(f"localhost:{port}", 2, int(index))
+      from jaxdata import Pipeline, PipelineConfig
+      with Pipeline(PipelineConfig.from_dict(json.load(open(config))), prefetch=0) as pipe:
+        next(pipe)
+        pipe.update_mixture({"d0": 1, "d1": 1, "d2": 1})  # the same on both hosts: accepted
+        next(pipe)
+        try:
+          pipe.update_mixture({"d0": 1 + int(index), "d1": 1, "d2": 1})  # differs
+          outcome = "accepted"
+        except ValueError as e:
+          outcome = str(e)
+      open(out, "w").write(outcome)
+      jax.distributed.shutdown()
+      """
+    )
+  )
+  port = free_port()
+  outs = [str(tmp_path / f"out{i}") for i in range(2)]
+  run_workers(str(script), [[str(port), str(i), str(config), outs[i]] for i in range(2)])
+  for out in outs:
+    assert "differs between hosts (process 1 disagrees with process 0)" in open(out).read()
+  assert os.path.getsize(outs[0]) > 0
