@@ -142,6 +142,7 @@ __getattr__, __dir__ = lazy_exports(
     "checkpoint": "jaxdata.checkpoint",
     "exposure": "jaxdata.tools.exposure",
     "mixing": "jaxdata.research.mixing",
+    "online": "jaxdata.research.online",
     "sources": "jaxdata.sources",
     "testing": "jaxdata.testing",
   },

@@ -1,0 +1,103 @@
+"""The online controllers against direct re-implementations of their papers' updates, on fixed losses,
+and a pipeline steered by one."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdata import Pipeline
+from jaxdata.research.mixing import doremi_update
+from jaxdata.research.online import DoReMiController, EXP3Controller, ReplayController, per_source_excess_loss
+from pipeline_fixtures import coded_config
+
+DOMAINS = ("web", "code", "books")
+
+
+def test_doremi_follows_the_papers_update_and_averages_its_steps():
+  rng = np.random.default_rng(0)
+  controller = DoReMiController(DOMAINS)
+  weights = np.full(3, 1 / 3)
+  history = []
+  for step in range(60):
+    excess = rng.gamma(1.0, 0.5, 3)
+    got = controller.observe(step, dict(zip(DOMAINS, excess)))
+    # Xie et al. (2023), Algorithm 1: exponentiated gradient, then smoothing toward uniform (eta 0.1, c 1e-3)
+    raised = weights * np.exp(0.1 * excess)
+    weights = (1 - 1e-3) * raised / raised.sum() + 1e-3 / 3
+    history.append(weights)
+    assert np.allclose([got[d] for d in DOMAINS], weights, rtol=0, atol=1e-12)
+  average = np.mean(history, axis=0)
+  assert np.allclose([controller.averaged()[d] for d in DOMAINS], average / average.sum(), atol=1e-12)
+  # and it agrees with the offline round on per-token losses whose clipped excess has those means
+  one = DoReMiController(DOMAINS).observe(0, {"web": 0.5, "code": 0.0, "books": 1.5})
+  offline = doremi_update(
+    dict.fromkeys(DOMAINS, 1 / 3),
+    {"web": [1.5], "code": [0.2], "books": [2.5]},
+    {"web": [1.0], "code": [0.4], "books": [1.0]},
+  )
+  assert all(math.isclose(one[d], offline[d], abs_tol=1e-12) for d in DOMAINS)
+
+
+def test_exp3_follows_odms_update():
+  rng = np.random.default_rng(1)
+  k, alpha = 3, 0.9
+  controller = EXP3Controller(DOMAINS, alpha=alpha)
+  rewards = np.zeros(k)
+
+  def eps(t: int) -> float:
+    return min(1 / k, math.sqrt(math.log(k) / (k * t)))
+
+  def policy(t: int) -> np.ndarray:  # pi_t with eps_t, from rewards scaled by eps_(t-1) (eps_0 := eps_1)
+    scores = np.exp(eps(max(t - 1, 1)) * rewards - np.max(eps(max(t - 1, 1)) * rewards))
+    return (1 - k * eps(t)) * scores / scores.sum() + eps(t)
+
+  pi = policy(1)
+  for t in range(1, 80):
+    present = rng.random(k) < 0.8
+    losses = rng.gamma(2.0, 1.0, k)
+    observed = {d: float(losses[i]) for i, d in enumerate(DOMAINS) if present[i]}
+    got = controller.observe(t - 1, observed)
+    rewards = np.where(present, alpha * rewards + (1 - alpha) * losses / pi, rewards)
+    pi = policy(t + 1)
+    assert np.allclose([got[d] for d in DOMAINS], pi, rtol=0, atol=1e-12)
+    assert math.isclose(sum(got.values()), 1.0, abs_tol=1e-12) and min(got.values()) >= eps(t + 1) - 1e-15
+
+
+def test_replay_hands_back_the_recorded_trajectory_and_refuses_a_broken_one():
+  replay = ReplayController([(0, {"a": 1}), (5, {"a": 2}), (9, {"a": 3})])
+  assert [replay.observe(s, {})["a"] for s in (0, 4, 5, 8, 9, 100)] == [1, 1, 2, 2, 3, 3]
+  with pytest.raises(ValueError, match=r"trajectory: steps must rise from 0"):
+    ReplayController([(3, {"a": 1})])
+
+
+def test_the_excess_loss_helper_clips_per_token_then_averages_per_source():
+  rng = np.random.default_rng(2)
+  loss, reference = rng.gamma(2.0, 1.0, (4, 16)), rng.gamma(2.0, 1.0, (4, 16))
+  sources = rng.integers(-1, 3, (4, 16))  # -1: padding
+  mask = (rng.random((4, 16)) < 0.9) & (sources >= 0)
+  means, counts = per_source_excess_loss(
+    jnp.asarray(loss), jnp.asarray(reference), jnp.asarray(sources), jnp.asarray(mask), num_sources=3
+  )
+  for s in range(3):
+    chosen = (sources == s) & mask
+    assert int(counts[s]) == int(chosen.sum())
+    assert math.isclose(float(means[s]), float(np.maximum(loss - reference, 0)[chosen].mean()), rel_tol=1e-5)
+  with pytest.raises(ValueError, match=r"excess_loss: every value must be a finite number >= 0"):
+    DoReMiController(DOMAINS).observe(0, {"web": float("nan"), "code": 0, "books": 0})
+
+
+def test_a_pipeline_steered_by_doremi_moves_its_shares_toward_the_domain_with_excess_loss(tmp_path):
+  rng = np.random.default_rng(4)
+  cfg = coded_config(tmp_path, [rng.integers(1, 30, 400).tolist(), rng.integers(1, 30, 400).tolist()])
+  raw_names = cfg.names
+  controller = DoReMiController(raw_names, eta=1.0)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    for step in range(40):
+      next(pipe)
+      pipe.update_mixture(controller.observe(step, {raw_names[0]: 1.0, raw_names[1]: 0.0}))
+    share = pipe.stats()["share_batch"][raw_names[0]]
+  assert controller.weights[0] > 0.99 and share > 0.9  # the loop's weights reached the batches
