@@ -15,8 +15,13 @@ import textwrap
 
 import numpy as np
 import pytest
+import yaml
 
-from jaxdata import ConfigError, DocumentStream, Pipeline, PipelineConfig
+from jaxdata import ConfigError, DocumentStream, InputFormatError, Pipeline, PipelineConfig
+from jaxdata.cli import main
+from jaxdata.tools.doctor import diagnose
+from jaxdata.tools.report import load_stats
+from jaxdata.tools.trajectory import load_trajectory
 from pipeline_fixtures import coded_config, digest, free_port, run_workers
 
 NAMES = ("d0", "d1", "d2")
@@ -183,3 +188,38 @@ def test_hosts_that_make_different_updates_are_refused_on_every_host(cfg, tmp_pa
   for out in outs:
     assert "differs between hosts (process 1 disagrees with process 0)" in open(out).read()
   assert os.path.getsize(outs[0]) > 0
+
+
+def run_with_updates(cfg, stats_path, updates: dict[int, dict], steps: int) -> None:
+  with Pipeline(cfg, prefetch=0, stats_path=str(stats_path)) as pipe:
+    loop(pipe, 0, steps, updates)
+
+
+def test_the_trajectory_of_a_run_is_read_back_and_planned(cfg, tmp_path, capsys):
+  updates = {5: {"d0": 1, "d1": 2, "d2": 1}, 12: {"d0": 0, "d1": 1, "d2": 1}}
+  run_with_updates(cfg, tmp_path / "stats.jsonl", updates, 20)
+  trajectory = load_trajectory(str(tmp_path / "stats.jsonl"))
+  assert [s for s, _ in trajectory] == [0, 5, 12]
+  assert trajectory[2][1] == {"d0": 0.0, "d1": 0.5, "d2": 0.5}
+  (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+  argv = ["plan", str(tmp_path / "cfg.yaml"), "--tokens", "20000", "--read-spans", "0", "--json"]
+  assert main([*argv, "--weights-trajectory", str(tmp_path / "stats.jsonl")]) == 0
+  planned = json.loads(capsys.readouterr().out)
+  assert main(argv) == 0
+  fixed = json.loads(capsys.readouterr().out)
+  assert planned != fixed and planned["datasets"]["d0"] != fixed["datasets"]["d0"]  # d0 is not read after step 12
+  (tmp_path / "bad.json").write_text('[{"step": 3, "weights": {"d0": 1}}]')
+  with pytest.raises(InputFormatError, match=r"bad.json: a trajectory's steps must rise from 0"):
+    load_trajectory(str(tmp_path / "bad.json"))
+
+
+def test_doctor_flags_an_oscillating_controller_and_a_starved_source(cfg, tmp_path):
+  swinging = {step: {"d0": 1 + 4 * (step % 2), "d1": 1, "d2": 1} for step in range(1, 15)}
+  run_with_updates(cfg, tmp_path / "swing.jsonl", swinging, 16)
+  checks = {c.name: c for c in diagnose(load_stats(str(tmp_path / "swing.jsonl")))}
+  assert checks["controller d0"].status == "warn" and checks["controller d1"].status == "warn"
+  steady = {step: {"d0": 1 + step, "d1": 10, "d2": 0.001} for step in range(1, 15)}  # d0 rises; d2 starved
+  run_with_updates(cfg, tmp_path / "steady.jsonl", steady, 16)
+  checks = {c.name: c for c in diagnose(load_stats(str(tmp_path / "steady.jsonl")), share_floor=0.05)}
+  assert checks["controller d0"].status == "ok" and checks["starved d2"].status == "warn"
+  assert checks["starved d0"].status == "ok"

@@ -225,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--max-passes", type=float, default=4.0, help="warn above this many passes")
   p.add_argument("--json", action="store_true", help="print the table as JSON")
   p.add_argument("--png", help="write weights over steps and cumulative passes here")
+  p.add_argument(
+    "--weights-trajectory",
+    help="plan under moving weights: a JSON list of {step, weights} or a run's stats JSONL (its mixture updates)",
+  )
   p.add_argument("--hosts", type=int, default=1, help="hosts splitting the rows, for the read-span table")
   p.add_argument(
     "--read-spans",
@@ -263,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--config", help="the run's pipeline YAML: with --hosts, checks the plan's host overlap")
   p.add_argument("--hosts", type=int, default=0, help="hosts of the run, for the overlap check")
   p.add_argument("--html", help="also write the checks as an HTML report here")
+  p.add_argument(
+    "--share-floor",
+    type=float,
+    default=0.01,
+    help="with mixture updates: warn when a source's share stays below this after the first update",
+  )
   p.set_defaults(handler=planning.doctor)
 
   p = command("report", "plots and deviations from a run's stats JSONL")

@@ -20,6 +20,7 @@ from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
 from jaxdata.tools.numbers import human_bytes, human_count
 from jaxdata.tools.report import load_stats, plan_plot, write_report
+from jaxdata.tools.trajectory import load_trajectory, with_trajectory
 
 __all__ = ["audit", "bench", "mesh", "plan", "report"]
 
@@ -28,6 +29,8 @@ bench_module = lazy_module("jaxdata.tools.bench")  # runs a Pipeline: jax only w
 
 def plan(args: argparse.Namespace, console: Console) -> int:
   cfg = load_config(args.config)
+  if args.weights_trajectory:
+    cfg = with_trajectory(cfg, load_trajectory(args.weights_trajectory))
   # What can fail at once does, before the planning: the host count, the tokens, the plot's path.
   if args.read_spans > 0:
     check_host_count(cfg, args.hosts)
@@ -182,7 +185,7 @@ def doctor(args: argparse.Namespace, console: Console) -> int:
   if args.config and args.hosts:
     check_host_count(load_config(args.config), args.hosts)
     overlaps = audit_plan(load_config(args.config), args.hosts, min(len(stats), 200)).piece_overlaps
-  checks = diagnose(stats, losses, overlaps)
+  checks = diagnose(stats, losses, overlaps, args.share_floor)
   for check in checks:
     style = {"fail": "bold red", "warn": "bold yellow"}.get(check.status)
     console.print(check.line(), style=style, markup=False)

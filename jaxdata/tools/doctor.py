@@ -16,6 +16,11 @@ line: ok / warn / fail, the figure, what it means, what to change::
     passes      implied passes per source (the stats' completed passes + the current pass's progress):
                 warn above 4 (a small source seen many times: memorisation)
     overlap     with --config and --hosts: pieces planned onto two hosts in one step (`jaxdata audit`): fail if any
+    controller  with mixture updates in the stats (an online controller): per source, oscillation = the share
+                of its weight changes (over 0.01) that reverse the one before: a controller converging or
+                drifting reverses few, a noisy one ~2/3 (independent changes: 1/2 to 2/3); warn above 0.5 over
+                6 or more changes. Starved: its realised share of the tokens since the first update below
+                --share-floor (default 0.01): warn
 
 Loss log: JSONL, one object per step: {"step": 12, "losses": {"web": 2.31, "code": 1.87}} (what
 `jaxdata.research.per_source_loss` gives, as floats per source name).
@@ -249,10 +254,54 @@ def _passes(stats: Sequence[Mapping[str, Any]], names: list[str]) -> list[Check]
   return checks
 
 
+OSCILLATION = 0.5  # share of weight changes that reverse the previous one
+MIN_CHANGES = 6
+CHANGE = 0.01  # smaller weight changes are not counted as moves
+
+
+def _controller(stats: Sequence[Mapping[str, Any]], names: list[str], floor: float) -> list[Check]:
+  """Oscillation and starvation of an online controller's weights (only with mixture updates)."""
+  updated = [i for i, r in enumerate(stats) if "mixture_update" in r]
+  if not updated:
+    return []
+  since = stats[updated[0] :]
+  tokens = np.array([[r["tokens_per_source"][n] for n in names] for r in since], dtype=float).sum(axis=0)
+  shares = tokens / max(tokens.sum(), 1.0)
+  checks = []
+  for i, name in enumerate(names):
+    weights = np.array([stats[k]["mixture_update"][name] for k in updated])
+    moves = np.diff(weights)
+    moves = moves[np.abs(moves) > CHANGE]
+    reversals = int((np.sign(moves[1:]) != np.sign(moves[:-1])).sum()) if moves.size > 1 else 0
+    ratio = reversals / max(moves.size - 1, 1)
+    noisy = moves.size >= MIN_CHANGES and ratio > OSCILLATION
+    checks.append(
+      Check(
+        f"controller {name}",
+        "warn" if noisy else "ok",
+        f"{reversals} of {max(moves.size - 1, 0)} weight changes reverse the one before",
+        f"above {OSCILLATION:g} the controller oscillates",
+        "smooth its updates (a larger averaging window or smaller step size), or update less often",
+      )
+    )
+    starved = shares[i] < floor
+    checks.append(
+      Check(
+        f"starved {name}",
+        "warn" if starved else "ok",
+        f"{shares[i]:.4f} of the tokens since the first update (step {stats[updated[0]]['step']})",
+        f"below {floor:g} the source is starved",
+        "raise the controller's smoothing toward uniform, or set a floor on its weights",
+      )
+    )
+  return checks
+
+
 def diagnose(
   stats: Sequence[Mapping[str, Any]],
   losses: Mapping[int, Mapping[str, float]] | None = None,
   overlaps: int | None = None,
+  share_floor: float = 0.01,
 ) -> list[Check]:
   """Every check on `stats` (the pipeline's JSONL records), `losses` (a loss log) and `overlaps`
   (pieces planned onto two hosts, from `jaxdata audit`)."""
@@ -265,6 +314,7 @@ def diagnose(
     *_sawtooth(stats, names, losses),
     *_boundaries(stats, names, losses),
     *_passes(stats, names),
+    *_controller(stats, names, share_floor),
   ]
   if overlaps is not None:
     checks.append(
