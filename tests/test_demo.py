@@ -89,3 +89,23 @@ def test_a_directory_with_a_file_named_like_the_demos_stamp_is_refused_and_kept(
   ):
     assert main(command) != 0
     assert sorted(os.listdir(tmp_path)) == ["c.yaml", "corpus_version", "thesis.txt"]
+
+
+def test_the_online_doremi_demo_steers_the_pipeline_and_resumes_across_updates(tmp_path):
+  summary = tmp_path / "online.json"
+  out = subprocess.run(
+    ["jaxdata", "demo", "--online", "doremi", "--steps", "8", "--cache-dir", str(tmp_path / "cache")]
+    + ["--json", str(summary)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env={**os.environ, "COLUMNS": "80"},
+  )
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  result = json.loads(summary.read_text())
+  assert result["resume_ok"], result["resume_detail"]
+  assert len(result["trajectory"]) == 8 and result["trajectory"][0] != result["trajectory"][-1]
+  averaged = [sum(step[n] for step in result["trajectory"]) / 8 for n in result["averaged"]]
+  assert [round(a, 9) for a in averaged] == [round(result["averaged"][n], 9) for n in result["averaged"]]
+  assert set(result["uniform_loss"]) == set(result["doremi_loss"]) == set(result["averaged"])
+  assert "resume check: OK" in out.stdout and max(len(line) for line in out.stdout.splitlines()) <= 80

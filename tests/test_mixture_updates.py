@@ -223,3 +223,29 @@ def test_doctor_flags_an_oscillating_controller_and_a_starved_source(cfg, tmp_pa
   checks = {c.name: c for c in diagnose(load_stats(str(tmp_path / "steady.jsonl")), share_floor=0.05)}
   assert checks["controller d0"].status == "ok" and checks["starved d2"].status == "warn"
   assert checks["starved d0"].status == "ok"
+
+
+def test_pass_policies_and_schedules_keep_working_when_weights_move(tmp_path):
+  cfg = coded_config(tmp_path, [[5, 9, 3] * 30, [7, 2] * 40], stop_after_passes=1)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    next(pipe)
+    pipe.update_mixture({"d0": 1, "d1": 0})  # d1 still owes its pass and can no longer be read
+    with pytest.raises(ConfigError, match=r"datasets.d1: weight 0 from step 1 on, but only 0 of its 1 passes"):
+      next(pipe)
+  scheduled = coded_config(
+    tmp_path / "s",
+    [[5, 9, 3] * 30, [7, 2] * 40],
+    exhausted_policy="repeat",
+    mixture={
+      "weights": None,
+      "schedule": [{"until_step": 4, "weights": {"d0": 1, "d1": 1}}, {"weights": {"d0": 0, "d1": 1}}],
+    },
+  )
+  with Pipeline(scheduled, prefetch=0) as pipe:
+    next(pipe)
+    pipe.update_mixture({"d0": 3, "d1": 1}, at_step=6)  # the schedule until step 6, the update from there on
+    shares = []
+    for _ in range(8):
+      next(pipe)
+      shares.append(pipe.stats()["target_share"]["d0"])
+  assert shares == [0.5, 0.5, 0.5, 0.0, 0.0, 0.75, 0.75, 0.75]  # steps 1..8

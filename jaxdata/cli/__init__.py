@@ -217,6 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
     help="run directory for checkpoints and the plot (default: CACHE/run, or CACHE/run-NAME for --config NAME.yaml)",
   )
   p.add_argument("--json", help="also write the summary as JSON here")
+  p.add_argument(
+    "--online",
+    choices=("doremi",),
+    help="instead: DoReMi run online (a proxy steering the pipeline every step), then main runs on its weights",
+  )
   p.set_defaults(handler=demo.demo)
 
   p = command("plan", "exposure per dataset and phase before a run")

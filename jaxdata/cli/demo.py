@@ -18,6 +18,7 @@ __all__ = ["ablate", "demo"]
 # Both train a model with jax: imported when a command runs (jax reads XLA_FLAGS when its backend starts).
 ablation = lazy_module("jaxdata.demo.ablate")
 demo_run = lazy_module("jaxdata.demo.run")
+online = lazy_module("jaxdata.demo.online")
 
 
 UNSETTLED_BOUND = 0.05  # one document past this share of what was pulled: the shares have not settled
@@ -42,6 +43,8 @@ def demo(args: argparse.Namespace, console: Console) -> int:
   check_output_path(args.json, "--json")  # before the run, not after it
   os.environ["XLA_FLAGS"] = xla_flags()  # before JAX starts its backend
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
+  if args.online:
+    return _online(args, console, cache_dir)
   result = demo_run.run_demo(
     cache_dir,
     args.config,
@@ -83,6 +86,8 @@ def ablate(args: argparse.Namespace, console: Console) -> int:
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
   if args.config is None:
     build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
+  if args.config is None:
+    build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
   base = demo_run.demo_config(cache_dir, args.config)
   candidates = [ablation.load_candidate(path) for path in args.candidates]
   rows = ablation.run_ablation(base, candidates, args.tokens, log=lambda m: console.print(m, markup=False))
@@ -107,3 +112,30 @@ def ablate(args: argparse.Namespace, console: Console) -> int:
   if args.png:
     console.print(f"plot: {ablation_plot(rows, base.names, args.png)}", markup=False)
   return 0
+
+
+def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
+  """`demo --online doremi`: the weight trajectory, the averaged weights, the resume check, the main runs."""
+  if args.config is None:
+    build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
+  base = demo_run.demo_config(cache_dir, args.config)
+  result = online.run_online_doremi(base, steps=args.steps, log=lambda m: console.print(m, markup=False))
+  names = list(result.averaged)
+  marks = sorted({0, len(result.trajectory) // 4, len(result.trajectory) // 2, len(result.trajectory) - 1})
+  table = Table(title="DoReMi online: the proxy's weights, step by step")
+  for column in ("dataset", *(f"step {m}" for m in marks), "averaged"):
+    table.add_column(column, justify="right")
+  for name in names:
+    table.add_row(name, *(f"{result.trajectory[m][name]:.4f}" for m in marks), f"{result.averaged[name]:.4f}")
+  show(console, table)
+  losses = Table(title=f"held-out loss after {args.steps} steps: main runs")
+  for column in ("dataset", "uniform weights", "DoReMi weights"):
+    losses.add_column(column, justify="right")
+  for name in names:
+    losses.add_row(name, f"{result.uniform_loss[name]:.4f}", f"{result.doremi_loss[name]:.4f}")
+  show(console, losses)
+  console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dataclasses.asdict(result), f, indent=1)
+  return 0 if result.resume_ok else 1

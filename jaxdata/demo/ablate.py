@@ -32,7 +32,15 @@ from jaxdata.errors import ConfigError
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
 
-__all__ = ["AblationRow", "ablation_config", "load_candidate", "run_ablation", "share_drift"]
+__all__ = [
+  "AblationRow",
+  "ablation_config",
+  "evaluate",
+  "load_candidate",
+  "run_ablation",
+  "share_drift",
+  "token_losses",
+]
 
 HOLDOUT = 0.05  # of every dataset, unless the base config sets its own
 
@@ -83,7 +91,8 @@ def load_candidate(path: str) -> tuple[str, dict[str, float]]:
 
 
 @jax.jit
-def _token_losses(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+def token_losses(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+  """The model's loss at every position (rows x positions), masked nowhere."""
   log_probs = jax.nn.log_softmax(model.logits_fn(params, batch))
   return -jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
 
@@ -96,12 +105,13 @@ def _cut_at(batch: dict[str, np.ndarray], remaining: int) -> tuple[dict[str, np.
   return {**batch, "loss_mask": kept}, int(kept.sum())
 
 
-def _evaluate(params: Any, cfg: PipelineConfig) -> dict[str, float]:
+def evaluate(params: Any, cfg: PipelineConfig) -> dict[str, float]:
+  """Mean held-out loss per dataset (the config's split="eval")."""
   sums, counts = np.zeros(len(cfg.names)), np.zeros(len(cfg.names))
   with Pipeline(cfg, prefetch=0, split="eval") as evaluation:
     names = evaluation.cfg.names
     for batch in evaluation:
-      losses = np.asarray(_token_losses(params, {k: jnp.asarray(v) for k, v in batch.items()}))
+      losses = np.asarray(token_losses(params, {k: jnp.asarray(v) for k, v in batch.items()}))
       mask, sources = np.asarray(batch["loss_mask"]) == 1, np.asarray(batch["source_ids"])
       for d, name in enumerate(names):
         here = mask & (sources == d)
@@ -162,7 +172,7 @@ def run_ablation(
           by_domain[n] += int(((sources == d) & (batch["loss_mask"] == 1)).sum())
         params, state, _ = model.train_step(params, state, {k: jnp.asarray(v) for k, v in batch.items()})
         processed += valid
-    losses = _evaluate(params, cfg)
+    losses = evaluate(params, cfg)
     target_loss = sum(target[n] / total * losses[n] for n in cfg.names)
     rows.append(AblationRow(name, dict(cfg.mixture.weights), processed, by_domain, losses, float(target_loss)))
     log(f"{name}: {processed:,} tokens trained, target-mixture loss {target_loss:.4f}")
