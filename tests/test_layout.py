@@ -30,7 +30,7 @@ ALLOWED = {
   "research": {"config", "errors"},
   "conversion": {"sources", "errors", "_lazy"},
   "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},
-  "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "errors"},
+  "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "research", "errors"},
   "integrations": {"config", "sources", "pipeline", "errors"},
   "testing": {"pipeline", "errors"},
   "cli": {
