@@ -94,7 +94,7 @@ def test_a_directory_with_a_file_named_like_the_demos_stamp_is_refused_and_kept(
 def test_the_online_doremi_demo_steers_the_pipeline_and_resumes_across_updates(tmp_path):
   summary = tmp_path / "online.json"
   out = subprocess.run(
-    ["jaxdata", "demo", "--online", "doremi", "--steps", "8", "--cache-dir", str(tmp_path / "cache")]
+    ["jaxdata", "demo", "--online", "doremi", "--steps", "4", "--cache-dir", str(tmp_path / "cache")]
     + ["--json", str(summary)],
     capture_output=True,
     text=True,
@@ -104,8 +104,8 @@ def test_the_online_doremi_demo_steers_the_pipeline_and_resumes_across_updates(t
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   result = json.loads(summary.read_text())
   assert result["resume_ok"], result["resume_detail"]
-  assert len(result["trajectory"]) == 8 and result["trajectory"][0] != result["trajectory"][-1]
-  averaged = [sum(step[n] for step in result["trajectory"]) / 8 for n in result["averaged"]]
+  assert len(result["trajectory"]) == 4 and result["trajectory"][0] != result["trajectory"][-1]
+  averaged = [sum(step[n] for step in result["trajectory"]) / 4 for n in result["averaged"]]
   assert [round(a, 9) for a in averaged] == [round(result["averaged"][n], 9) for n in result["averaged"]]
   assert set(result["uniform_loss"]) == set(result["doremi_loss"]) == set(result["averaged"])
   assert "resume check: OK" in out.stdout and max(len(line) for line in out.stdout.splitlines()) <= 80
