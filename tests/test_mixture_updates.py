@@ -218,6 +218,7 @@ def test_doctor_flags_an_oscillating_controller_and_a_starved_source(cfg, tmp_pa
   run_with_updates(cfg, tmp_path / "swing.jsonl", swinging, 16)
   checks = {c.name: c for c in diagnose(load_stats(str(tmp_path / "swing.jsonl")))}
   assert checks["controller d0"].status == "warn" and checks["controller d1"].status == "warn"
+  assert checks["histogram"].status == "ok"  # new weights every step: no steady step to judge, not a failure
   steady = {step: {"d0": 1 + step, "d1": 10, "d2": 0.001} for step in range(1, 15)}  # d0 rises; d2 starved
   run_with_updates(cfg, tmp_path / "steady.jsonl", steady, 16)
   checks = {c.name: c for c in diagnose(load_stats(str(tmp_path / "steady.jsonl")), share_floor=0.05)}
@@ -249,3 +250,57 @@ def test_pass_policies_and_schedules_keep_working_when_weights_move(tmp_path):
       next(pipe)
       shares.append(pipe.stats()["target_share"]["d0"])
   assert shares == [0.5, 0.5, 0.5, 0.0, 0.0, 0.75, 0.75, 0.75]  # steps 1..8
+
+
+def test_the_state_stays_small_however_many_updates_a_run_makes(cfg):
+  """Update weights are held to 1e-9: the interleave's exact scale stays bounded (float weights every step
+  made it grow by hundreds of digits until the state could no longer be written)."""
+  stream = DocumentStream(cfg)
+  rng = np.random.default_rng(7)
+  sizes = []
+  for step in range(3000):
+    stream.update(dict(zip(NAMES, (rng.random(3) + 1e-3).tolist())), at_step=step)
+    stream.take(step, max_tokens=64)
+    if step % 500 == 499:
+      sizes.append(len(json.dumps(stream.get_state())))
+  assert max(sizes) < 3000 and sizes[-1] <= sizes[0] + 200, sizes
+  assert len(str(stream.get_state()["segment"]["scale"])) < 40
+
+
+def test_a_group_drawn_at_once_cannot_be_updated_inside(tmp_path):
+  grouped = coded_config(
+    tmp_path, [[5, 9, 3] * 40, [7, 2] * 60], exhausted_policy="repeat", packing={"mode": "none", "group_by_length": 3}
+  )
+  with Pipeline(grouped, prefetch=0) as pipe:
+    next(pipe)  # step 0 drew the documents of steps 0, 1 and 2
+    assert pipe.update_mixture({"d0": 1, "d1": 0}) == 3
+    with pytest.raises(
+      ValueError, match=r"at_step: 2 is already planned; the earliest step an update can start at is 3"
+    ):
+      pipe.update_mixture({"d0": 1, "d1": 0}, at_step=2)
+    assert pipe.update_mixture({"d0": 1, "d1": 1}, at_step=np.int64(9)) == 9  # a NumPy step is a step
+
+
+def test_a_trajectory_from_stats_follows_schedules_and_resumed_runs(tmp_path):
+  scheduled = coded_config(
+    tmp_path,
+    [[5, 9, 3] * 30, [7, 2] * 40],
+    exhausted_policy="repeat",
+    mixture={
+      "weights": None,
+      "schedule": [{"until_step": 4, "weights": {"d0": 1, "d1": 0}}, {"weights": {"d0": 1, "d1": 1}}],
+    },
+    stats_path=str(tmp_path / "stats.jsonl"),
+  )
+  with Pipeline(scheduled, prefetch=0) as pipe:
+    pipe.update_mixture({"d0": 1, "d1": 3}, at_step=7)  # before the first batch
+    for _ in range(6):
+      next(pipe)
+    state = pipe.get_state()
+    for _ in range(4):
+      next(pipe)
+  with Pipeline(scheduled, prefetch=0) as resumed:  # appends steps 6.. again
+    resumed.set_state(state)
+    for _ in range(4):
+      next(resumed)
+  assert [(s, w["d1"]) for s, w in load_trajectory(str(tmp_path / "stats.jsonl"))] == [(0, 0.0), (4, 0.5), (7, 0.75)]

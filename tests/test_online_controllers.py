@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxdata import Pipeline
-from jaxdata.research.mixing import doremi_update
+from jaxdata.research.mixing import doremi_update, per_source_loss
 from jaxdata.research.online import DoReMiController, EXP3Controller, ReplayController, per_source_excess_loss
 from pipeline_fixtures import coded_config
 
@@ -101,3 +101,30 @@ def test_a_pipeline_steered_by_doremi_moves_its_shares_toward_the_domain_with_ex
       pipe.update_mixture(controller.observe(step, {raw_names[0]: 1.0, raw_names[1]: 0.0}))
     share = pipe.stats()["share_batch"][raw_names[0]]
   assert controller.weights[0] > 0.99 and share > 0.9  # the loop's weights reached the batches
+
+
+def test_hostile_inputs_change_nothing():
+  exp3 = EXP3Controller(DOMAINS)
+  before = exp3.rewards.copy()
+  for bad in ({"web": 2.0, "code": -1.0}, {"web": float("inf")}, {"web": "2.0"}):
+    with pytest.raises(ValueError, match=r"per_source_loss: "):
+      exp3.observe(0, bad)
+    assert np.array_equal(exp3.rewards, before)
+  with pytest.raises(ValueError, match=r"domains: each once"):
+    EXP3Controller(("a", "a", "b"))
+  with pytest.raises(ValueError, match=r"initial: DoReMi's weights stay positive"):
+    DoReMiController(DOMAINS, initial={"web": 1, "code": 0, "books": 1})
+  with pytest.raises(ValueError, match=r"trajectory step 0: every value must be a finite number >= 0"):
+    ReplayController([(0, {"a": float("nan"), "b": 1})])
+  replay = ReplayController([(0, {"a": 1, "b": 1})])
+  replay.observe(0, {})["a"] = 99
+  assert replay.observe(0, {}) == {"a": 1, "b": 1}  # the record is not the caller's to change
+
+
+def test_masked_nan_losses_do_not_reach_a_source():
+  loss = jnp.array([[1.0, jnp.nan, 2.0, jnp.inf]])
+  sources = jnp.array([[0, -1, 1, 0]])
+  mask = jnp.array([[1, 1, 1, 0]])
+  means, _ = per_source_loss(loss, sources, mask, num_sources=2)
+  excess, _ = per_source_excess_loss(loss, jnp.zeros_like(loss), sources, mask, num_sources=2)
+  assert means.tolist() == [1.0, 2.0] and excess.tolist() == [1.0, 2.0]

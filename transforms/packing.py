@@ -79,6 +79,9 @@ class DocumentSource(Protocol):
     `max_tokens`, until their tokens, each counting `token_overhead` more,
     reach it (the crossing document included)."""
 
+  def drawn_through(self, step: int) -> None:
+    """Documents for the steps up to `step` are drawn already (a mixture update may not start there)."""
+
   def document_lengths(self, dataset: np.ndarray, record: np.ndarray) -> np.ndarray:
     """Token counts of the given documents; ValueError if one does not exist."""
 
@@ -252,6 +255,11 @@ class GroupedOnePerRow(OnePerRow):
 
   def shortfall(self, carry: Pieces, rows: int, seq_len: int) -> int:
     return 0 if len(carry) >= rows else self.group * rows - len(carry)
+
+  def take(self, source: DocumentSource, step: int, need: int) -> DocumentColumns:
+    docs = source.take(step, max_docs=need)
+    source.drawn_through(step + self.group - 1)  # the group's later batches hold documents drawn now
+    return docs
 
   def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
     return super().place(carry, self._grouped(new, rows) if len(new) else new, rows, seq_len)

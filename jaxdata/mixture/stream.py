@@ -205,6 +205,10 @@ class DocumentStream:
   def weights_at(self, step: int) -> tuple[float, ...]:
     return tuple(float(w) for w in self.exact_weights_at(step))
 
+  def drawn_through(self, step: int) -> None:
+    """Documents for the steps up to `step` are drawn (a packer pulling several steps at once)."""
+    self.next_step = max(self.next_step, step + 1)
+
   def update_starting_at(self, step: int) -> dict[str, float] | None:
     """The weights of a mixture update that takes effect at `step` (for the stats), else None."""
     weights = self.updates.starting_at(step)
@@ -214,7 +218,9 @@ class DocumentStream:
     """New weights from `at_step` on (default: the next step no document was taken for); returns the
     step. Steps already taken from are refused; on an error nothing changes."""
     step = self.next_step if at_step is None else at_step
-    if is_int(step) and step < self.next_step:
+    if not is_int(step) or step < 0:
+      raise ValueError(f"at_step: must be an int >= 0, got {step!r}")
+    if step < self.next_step:
       raise ValueError(f"at_step: {step} already has documents taken; the next step is {self.next_step}")
     self.updates = self.updates.added(step, weights)
     return step

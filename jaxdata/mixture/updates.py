@@ -30,7 +30,30 @@ from typing import Any
 from jaxdata.config.schedule import exact_weights
 from jaxdata.config.validate import is_int
 
-__all__ = ["MixtureUpdates"]
+__all__ = ["MixtureUpdates", "UPDATE_RESOLUTION", "quantized"]
+
+# Update weights are held to multiples of 1 / UPDATE_RESOLUTION: the exact interleave's common scale
+# (the lcm of every weight's denominator) then stays bounded however many updates a run makes.
+UPDATE_RESOLUTION = 10**9
+
+
+def quantized(weights: Sequence[Fraction]) -> tuple[Fraction, ...]:
+  """Weights summing to 1 as multiples of 1 / UPDATE_RESOLUTION still summing to exactly 1 (largest
+  remainders round up); a positive weight stays positive (one unit, taken from the largest).
+
+  >>> [str(w) for w in quantized([Fraction(1, 3), Fraction(2, 3)])]
+  ['333333333/1000000000', '666666667/1000000000']
+  """
+  scaled = [w * UPDATE_RESOLUTION for w in weights]
+  units = [int(v) for v in scaled]  # floors (weights are >= 0)
+  order = sorted(range(len(scaled)), key=lambda i: (-(scaled[i] - units[i]), i))
+  for i in order[: UPDATE_RESOLUTION - sum(units)]:
+    units[i] += 1
+  for i, w in enumerate(weights):
+    if w > 0 and units[i] == 0:
+      units[i] = 1
+      units[max(range(len(units)), key=lambda j: units[j])] -= 1
+  return tuple(Fraction(u, UPDATE_RESOLUTION) for u in units)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +69,7 @@ class MixtureUpdates:
     what is wrong (NaN, negative, all zero, an unknown or missing dataset), nothing changed."""
     if not is_int(step) or step < 0:
       raise ValueError(f"at_step: must be an int >= 0, got {step!r}")
-    exact = exact_weights(weights, self.names, "update_mixture weights")
+    exact = quantized(exact_weights(weights, self.names, "update_mixture weights"))
     kept = [(s, w) for s, w in zip(self.steps, self.weights) if s != step] + [(step, exact)]
     kept.sort(key=lambda entry: entry[0])
     return MixtureUpdates(self.names, tuple(s for s, _ in kept), tuple(w for _, w in kept))

@@ -42,7 +42,6 @@ from jax.sharding import Mesh
 
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.config.validate import is_int
 from jaxdata.errors import CheckpointError
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
@@ -243,12 +242,16 @@ class Pipeline:
     `ValueError` on every host). Bad weights (NaN, negative, all zero, a dataset missing or unknown)
     are a `ConfigError` and change nothing.
     """
+    if at_step is not None:
+      if isinstance(at_step, bool) or not isinstance(at_step, (int, np.integer)):
+        raise ValueError(f"at_step: must be an int, got {at_step!r}")
+      at_step = int(at_step)
     state = json.loads(json.dumps(encoded_state(self._state)))
     stream = state["stream"]
     earliest = max(state["step"], int(stream.get("next_step", 0)))  # documents may be drawn for the next step
     step = max(state["step"] + self.cfg.mixture.update_lag_steps, earliest) if at_step is None else at_step
-    if not is_int(step) or step < earliest:
-      raise ValueError(f"at_step: {step!r} is already planned; the earliest step an update can start at is {earliest}")
+    if step < earliest:
+      raise ValueError(f"at_step: {step} is already planned; the earliest step an update can start at is {earliest}")
     updates = MixtureUpdates.from_json(stream.get("updates", []), self.cfg.names).added(step, weights)
     check_same_on_every_host(f"update_mixture(at_step={step})", updates.to_json())
     stream["updates"] = updates.to_json()

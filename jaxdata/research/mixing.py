@@ -194,6 +194,7 @@ def per_source_loss(
   """
   mask = loss_mask.astype(token_loss.dtype) * (source_ids >= 0)
   index = jnp.clip(source_ids, 0, num_sources - 1).ravel()
-  total = jax.ops.segment_sum((token_loss * mask).ravel(), index, num_segments=num_sources)
+  kept = jnp.where(mask > 0, token_loss, 0.0)  # a NaN / inf at a masked position must not reach a source
+  total = jax.ops.segment_sum(kept.ravel(), index, num_segments=num_sources)
   count = jax.ops.segment_sum(mask.ravel(), index, num_segments=num_sources)
   return jnp.where(count > 0, total / jnp.maximum(count, 1), 0.0), count

@@ -52,7 +52,7 @@ def per_source_excess_loss(
   """(mean over valid tokens of max(loss - reference, 0), valid token count) per source: DoReMi's
   clip-then-average, on device; over global (mesh-sharded) arrays it sums across the mesh."""
   mask = loss_mask.astype(token_loss.dtype) * (source_ids >= 0)
-  excess = jnp.maximum(token_loss - reference_loss, 0.0) * mask
+  excess = jnp.where(mask > 0, jnp.maximum(token_loss - reference_loss, 0.0), 0.0)  # masked NaN / inf: left out
   index = jnp.clip(source_ids, 0, num_sources - 1).ravel()
   total = jax.ops.segment_sum(excess.ravel(), index, num_segments=num_sources)
   count = jax.ops.segment_sum(mask.ravel(), index, num_segments=num_sources)
@@ -81,9 +81,11 @@ class DoReMiController:
     if not math.isfinite(eta) or eta <= 0 or not 0 <= smoothing <= 1:
       raise ValueError(f"eta must be > 0 and smoothing in [0, 1], got {eta!r}, {smoothing!r}")
     self.eta, self.smoothing = eta, smoothing
+    if len(set(self.domains)) != len(self.domains):
+      raise ValueError(f"domains: each once, got {list(self.domains)}")
     start = _values("initial", initial, self.domains) if initial is not None else np.ones(len(self.domains))
-    if start.sum() <= 0:
-      raise ValueError("initial: weights must not all be 0")
+    if (start <= 0).any():
+      raise ValueError("initial: DoReMi's weights stay positive; give every domain a weight > 0")
     self.weights = start / start.sum()
     self.history: list[dict[str, float]] = []
 
@@ -109,6 +111,8 @@ class EXP3Controller:
 
   def __init__(self, domains: Sequence[str], alpha: float = 0.9) -> None:
     self.domains = tuple(domains)
+    if len(set(self.domains)) != len(self.domains):
+      raise ValueError(f"domains: each once, got {list(self.domains)}")
     if len(self.domains) < 2 or not 0 <= alpha < 1:
       raise ValueError(f"EXP3 needs >= 2 domains and alpha in [0, 1), got {len(self.domains)}, {alpha!r}")
     self.alpha = alpha
@@ -130,12 +134,15 @@ class EXP3Controller:
 
   def observe(self, step: int, per_source_loss: Mapping[str, float]) -> dict[str, float]:
     """Updates the rewards of the domains with a loss this step (absent or NaN: not in the batch)."""
-    present = [d for d in self.domains if d in per_source_loss and math.isfinite(float(per_source_loss[d]))]
-    for d in present:
-      i = self.domains.index(d)
-      loss = float(per_source_loss[d])
-      if loss < 0:
-        raise ValueError(f"per_source_loss: {d!r} is {loss}, a loss must be >= 0")
+    losses = {}
+    for d in self.domains:  # every loss checked before any reward changes
+      value = per_source_loss.get(d)
+      if value is None or (isinstance(value, float) and math.isnan(value)):
+        continue  # not in the batch
+      if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not 0 <= value < math.inf:
+        raise ValueError(f"per_source_loss: {d!r} is {value!r}; a loss is a finite number >= 0 (NaN: absent)")
+      losses[self.domains.index(d)] = float(value)
+    for i, loss in losses.items():
       self.rewards[i] = self.alpha * self.rewards[i] + (1 - self.alpha) * loss / self.pi[i]
     eps = self._eps(self.t + 1)
     self.pi = self._policy(eps, self._eps(self.t))
@@ -150,6 +157,11 @@ class ReplayController:
     steps = [s for s, _ in trajectory]
     if not trajectory or steps != sorted(set(steps)) or steps[0] != 0:
       raise ValueError(f"trajectory: steps must rise from 0, got {steps[:10]}")
+    domains = sorted(trajectory[0][1])
+    for step, weights in trajectory:
+      if sorted(weights) != domains:
+        raise ValueError(f"trajectory: step {step} names {sorted(weights)}, step 0 {domains}")
+      _values(f"trajectory step {step}", weights, domains)
     self.trajectory = [(s, dict(w)) for s, w in trajectory]
 
   def observe(self, step: int, per_source_loss: Mapping[str, float]) -> dict[str, float]:
@@ -158,4 +170,4 @@ class ReplayController:
       if start > step:
         break
       current = weights
-    return current
+    return dict(current)  # a copy: the caller's changes stay out of the record

@@ -74,6 +74,8 @@ def load_losses(path: str) -> dict[int, dict[str, float]]:
 
 
 def _histogram(stats: Sequence[Mapping[str, Any]], names: list[str]) -> Check:
+  if not stats:
+    return Check("histogram", "ok", "not computed", "too few steps whose weights equal the step before's")
   docs = np.array([[s["documents_per_source"].get(n, 0) for n in names] for s in stats], np.float64)
   tokens = np.array([[s["tokens_per_source"].get(n, 0) for n in names] for s in stats], np.float64)
   target = np.array([[s["target_share"].get(n, 0.0) for n in names] for s in stats], np.float64)
@@ -309,8 +311,11 @@ def diagnose(
     raise InputFormatError("doctor: the stats hold no step")
   names = list(stats[0]["tokens_per_source"])
   losses = losses or {}
+  # A step right after its weights changed holds documents drawn under the old ones (carried over):
+  # the histogram reads the steps whose weights equal the step before's.
+  steady = [stats[0]] + [r for r, before in zip(stats[1:], stats[:-1]) if r["target_share"] == before["target_share"]]
   checks = [
-    _histogram(stats, names),
+    _histogram(steady if len(steady) >= 3 else stats[:0], names),
     *_sawtooth(stats, names, losses),
     *_boundaries(stats, names, losses),
     *_passes(stats, names),

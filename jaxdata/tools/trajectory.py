@@ -4,8 +4,8 @@ A trajectory is [(step, {dataset: weight}), ...] in rising step order, read from
 either file a run has::
 
     trajectory.json   [{"step": 0, "weights": {...}}, {"step": 40, "weights": {...}}, ...]
-    stats JSONL       the pipeline's per-step records: the first step's target_share, then
-                      every "mixture_update" (what Pipeline.update_mixture set, at its step)
+    stats JSONL       the pipeline's per-step records: their target_share wherever it changes
+                      (mixture updates, schedule phases, ramps)
 
 `with_trajectory(cfg, trajectory)` is the config whose schedule follows it, so
 `jaxdata plan --weights-trajectory FILE` plans exposure under moving weights.
@@ -30,14 +30,19 @@ Trajectory = list[tuple[int, dict[str, float]]]
 
 
 def _from_stats(path: str) -> Trajectory:
-  out: Trajectory = []
+  """Every step whose target shares differ from the step before's (updates, schedule phases, ramps);
+  a step recorded twice (a resumed run) keeps its last record."""
+  by_step: dict[int, dict[str, float]] = {}
   for number, record in jsonl_records(path, "stats record"):
-    if not isinstance(record, dict) or "step" not in record:
-      raise InputFormatError(f"{path}:{number}: a stats record needs a step")
-    if not out and "target_share" in record:
-      out.append((0, dict(record["target_share"])))
-    if "mixture_update" in record:
-      out.append((int(record["step"]), dict(record["mixture_update"])))
+    if not isinstance(record, dict) or "step" not in record or "target_share" not in record:
+      raise InputFormatError(f"{path}:{number}: a stats record needs a step and its target_share")
+    by_step[int(record["step"])] = dict(record["target_share"])
+  out: Trajectory = []
+  for step in sorted(by_step):
+    if not out or by_step[step] != out[-1][1]:
+      out.append((step, by_step[step]))
+  if out:
+    out[0] = (0, out[0][1])  # the first step's weights hold from step 0
   return out
 
 
