@@ -3,6 +3,11 @@
     python benchmarks/make_corpus.py --out /tmp/jaxdata-bench
     python -m benchmarks.pipeline_throughput --corpus /tmp/jaxdata-bench
 
+Both id widths by default: the corpus at --corpus (uint16, vocab 50,257) and
+its uint32 twin (vocab 128,256, `<corpus>-u32`), each with every kind, then a
+side-by-side table. `--widths uint32 --compression none` measures the uint32
+corpus written without record compression; `--kinds` picks configurations.
+
 Workload: the 4-dataset benchmark corpus; token shares web .62, code .18,
 books .12, curated .08; a global shuffle per dataset; first_fit packing,
 seq_len 2048, 32 rows per step; one host.
@@ -48,7 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.make_corpus import make_corpus
+from benchmarks.make_corpus import VOCABS, corpus_dir, make_corpus
+from jaxdata.sources.manifest import COMPRESSIONS
 
 TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
 SEQ_LEN = 2048
@@ -152,7 +158,7 @@ def _cpu_figures(cpu_s: float, seconds: float, tokens: int) -> dict[str, float]:
 
 def _tree_cpu_s(pid: int) -> float:
   """User + system CPU seconds of a process and its live descendants."""
-  return sum(_cpu_s(current) for current in _tree_pids(pid))
+  return sum(_cpu_s(current) for current in tree_pids(pid))
 
 
 def _cpu_s(pid: int) -> float:
@@ -194,8 +200,8 @@ def run_jaxdata(corpus: str, mesh_devices: int, arguments: dict[str, Any]) -> di
   return {**result, "first_batch_s": first, "restore_s": restore, "restore_identical": identical}
 
 
-def _decode(raw: bytes, source: int) -> dict[str, np.ndarray]:
-  tokens = np.frombuffer(raw, dtype="<u2").astype(np.int32)
+def _decode(raw: bytes, source: int, dtype: str) -> dict[str, np.ndarray]:
+  tokens = np.frombuffer(raw, dtype=dtype).astype(np.int32)
   return {"tokens": tokens, "source": np.full(tokens.size, source, np.int32)}
 
 
@@ -227,13 +233,14 @@ def grain_dataset(corpus: str, workers: int) -> Any:
     paths = [local.shard_path(s) for s in range(local.num_shards)]
     pieces = np.maximum(1, -(-np.asarray(local.lengths, dtype=np.int64) // SEQ_LEN))
     mean_piece = local.lengths.sum() / pieces.sum()
+    dtype = np.dtype(local.dtype).newbyteorder("<").str  # the ids' stored width
     local.close()
     source = grain.sources.ArrayRecordDataSource(paths)
     dataset = (
       grain.MapDataset.source(source)
       .shuffle(seed=i)
       .repeat()
-      .map(functools.partial(_decode, source=i))
+      .map(functools.partial(_decode, source=i, dtype=dtype))
       .to_iter_dataset(grain.ReadOptions(num_threads=0))
     )
     datasets.append(grain.experimental.FlatMapIterDataset(dataset, split_cls()))
@@ -333,7 +340,7 @@ def run_training_thread(corpus: str, mesh_devices: int, arguments: dict[str, Any
   return {"slowdown": 1 - statistics.median(fed) / statistics.median(alone), "in_next": statistics.median(in_next)}
 
 
-def _tree_pids(pid: int) -> list[int]:
+def tree_pids(pid: int) -> list[int]:
   """A process and all its descendants (children through
   /proc/PID/task/TID/children, so a sample reads a few files, not all of /proc)."""
   found, stack = [], [pid]
@@ -352,7 +359,7 @@ def _tree_pids(pid: int) -> list[int]:
 def _tree_rss_mb(pid: int) -> float:
   """RSS of a process and all its descendants (from /proc)."""
   total = 0.0
-  for current in _tree_pids(pid):
+  for current in tree_pids(pid):
     try:
       with open(f"/proc/{current}/status") as f:
         total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024
@@ -436,33 +443,38 @@ def _print_ceiling_budget(results: dict[str, dict[str, Any]], ceiling: float) ->
     print(f"  {kind:24s} {used:5.2f} ms ({own:4.2f} here + {others:4.2f})  {verdict}{alone}")
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--corpus", default="/tmp/jaxdata-bench")
-  parser.add_argument("--repetitions", type=int, default=3)
-  parser.add_argument("--run", help="one configuration, in this process (used by the driver)")
-  args = parser.parse_args()
-  if args.run:
-    print(json.dumps(run_kind(args.run, args.corpus)))
-    return
-  make_corpus(args.corpus)
-  kinds = [*JAXDATA_KINDS, *GRAIN_KINDS, "ceiling", *TRAINING_KINDS]
-  runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
-  for repetition in range(args.repetitions):  # interleaved: drifts of the machine hit every kind alike
-    for kind in kinds:
-      runs[kind].append(measure(kind, args.corpus))
-      print(f"  repetition {repetition + 1}: {kind} done", file=sys.stderr)
-  results = {kind: _median(r) for kind, r in runs.items()}
+def _corpora(base: str, widths: list[str], compression: str) -> dict[str, str]:
+  """{width: corpus directory}, written (or reused) by make_corpus."""
+  corpora = {}
+  for width in widths:
+    directory = corpus_dir(base, VOCABS[width], compression)
+    make_corpus(directory, vocab_size=VOCABS[width], compression=compression)
+    corpora[width] = directory
+  return corpora
+
+
+def _measure_all(corpora: dict[str, str], kinds: list[str], repetitions: int) -> dict[str, dict[str, Any]]:
+  """{width: {kind: median result}}; every (width, kind) runs `repetitions`
+  times, interleaved: drifts of the machine hit every kind and width alike."""
+  runs: dict[str, dict[str, list[dict[str, Any]]]] = {w: {k: [] for k in kinds} for w in corpora}
+  for repetition in range(repetitions):
+    for width, corpus in corpora.items():
+      for kind in kinds:
+        runs[width][kind].append(measure(kind, corpus))
+        print(f"  repetition {repetition + 1}: {width} {kind} done", file=sys.stderr)
+  return {w: {k: _median(r) for k, r in by_kind.items()} for w, by_kind in runs.items()}
+
+
+def _print_width(results: dict[str, dict[str, Any]], corpus: str) -> None:
+  """One width's table: every kind, the ceiling, the ratios and the checks."""
   names = " / ".join(TOKEN_SHARES)
-  print(
-    f"medians of {args.repetitions} interleaved runs; {STEPS} steps measured after {WARMUP}; "
-    f"restore after {RESTORE_AT} steps\n"
-  )
+  print(f"\n== {corpus} ==")
   print(
     f"{'':24s} {'non-pad tok/s':>13s} {'efficiency':>10s} {'first batch':>11s} {'restore+first':>13s} "
     f"{'peak RSS (tree)':>15s} {'CPU ms/64Ki':>11s} {'cores':>5s}   realised token shares {names}"
   )
-  for kind in [*JAXDATA_KINDS, *GRAIN_KINDS]:
+  pipelines = [k for k in [*JAXDATA_KINDS, *GRAIN_KINDS] if k in results]
+  for kind in pipelines:
     r = results[kind]
     shares = " / ".join(f"{s:.3f}" for s in r["shares"])
     same = "" if r["restore_identical"] else "  (restored batch DIFFERS)"
@@ -472,31 +484,81 @@ def main() -> None:
       f"{shares}{same}"
     )
   print(f"{'target shares':24s} {'':88s}   " + " / ".join(f"{s:.3f}" for s in TOKEN_SHARES.values()))
+  if "ceiling" not in results:
+    return
   ceiling = results["ceiling"]["tokens_per_s"]
   r = results["ceiling"]
   print(f"{'raw read ceiling':24s} {ceiling / 1e6:11.2f} M {'':58s} {r['cpu_ms_per_64k']:11.2f} {r['cores']:5.2f}")
-  _print_ceiling_budget(results, ceiling)
-  best_grain_kind = max(GRAIN_KINDS, key=lambda k: results[k]["tokens_per_s"])
+  if all(k in results for k in JAXDATA_KINDS):
+    _print_ceiling_budget(results, ceiling)
+  grains = [k for k in GRAIN_KINDS if k in results]
+  if not grains:
+    return
+  best_grain_kind = max(grains, key=lambda k: results[k]["tokens_per_s"])
   best_grain = results[best_grain_kind]["tokens_per_s"]
-  grain_rss = results["grain"]["peak_rss_mb"]
+  grain_rss = results[grains[0]]["peak_rss_mb"]
   print(f"\nbest Grain: {best_grain_kind} ({best_grain / 1e6:.2f} M tokens/s)")
-  for kind in JAXDATA_KINDS:
+  for kind in [k for k in JAXDATA_KINDS if k in results]:
     r = results[kind]
     print(
       f"{kind:24s} / best Grain {r['tokens_per_s'] / best_grain:5.2f}x (goal >= 5x with mesh output); "
-      f"/ read ceiling {r['tokens_per_s'] / ceiling:4.2f} (goal >= 0.60); first batch {r['first_batch_s']:.3f} s, "
-      f"restore + first {r['restore_s']:.3f} s (goal <= 0.1 s); RSS - Grain {r['peak_rss_mb'] - grain_rss:+.0f} MB "
+      f"/ read ceiling {r['tokens_per_s'] / ceiling:4.2f}; first batch {r['first_batch_s']:.3f} s, "
+      f"restore + first {r['restore_s']:.3f} s (goal <= 0.1 s); RSS - {grains[0]} {r['peak_rss_mb'] - grain_rss:+.0f} MB "
       f"(goal <= +100 MB)"
     )
-  one, two = (results[f"jaxdata-mesh8-workers{n}"]["tokens_per_s"] for n in (1, 2))
-  print(f"\nworker scaling (mesh output): 1 -> 2 workers: {one / 1e6:.2f} M -> {two / 1e6:.2f} M ({two / one:.2f}x)")
-  for kind in TRAINING_KINDS:
+  if all(f"jaxdata-mesh8-workers{n}" in results for n in (1, 2)):
+    one, two = (results[f"jaxdata-mesh8-workers{n}"]["tokens_per_s"] for n in (1, 2))
+    print(f"worker scaling (mesh output): 1 -> 2 workers: {one / 1e6:.2f} M -> {two / 1e6:.2f} M ({two / one:.2f}x)")
+  for kind in [k for k in TRAINING_KINDS if k in results]:
     r = results[kind]
     print(
       f"Python-bound training thread fed {FEED_TOKENS_PER_S / 1e6:.0f}M tokens/s, {kind.split('-', 2)[2]}: "
       f"{100 * r['slowdown']:+.1f}% slower (goal <= 5%); {100 * r['in_next']:.1f}% of its time inside next()"
     )
-  spread = host_spread(args.corpus)
+
+
+def _print_side_by_side(results: dict[str, dict[str, dict[str, Any]]]) -> None:
+  """Each width's tokens/s, CPU-ms per 65,536 tokens and ratio to the best Grain."""
+  widths = list(results)
+  print("\n== side by side: tokens/s (CPU-ms per 65,536 tokens) [/ best Grain] ==")
+  print(f"{'':24s}" + "".join(f"{w:>34s}" for w in widths))
+  for kind in [k for k in [*JAXDATA_KINDS, *GRAIN_KINDS, "ceiling"] if k in results[widths[0]]]:
+    cells = []
+    for width in widths:
+      r = results[width][kind]
+      grains = [results[width][g]["tokens_per_s"] for g in GRAIN_KINDS if g in results[width]]
+      ratio = f" [{r['tokens_per_s'] / max(grains):5.2f}x]" if grains else ""
+      cells.append(f"{r['tokens_per_s'] / 1e6:7.2f} M ({r['cpu_ms_per_64k']:5.2f} ms){ratio}")
+    print(f"{kind:24s}" + "".join(f"{c:>34s}" for c in cells))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--corpus", default="/tmp/jaxdata-bench", help="the uint16 corpus; uint32 is <corpus>-u32")
+  parser.add_argument("--widths", default="uint16,uint32", help="id widths to measure, comma-separated")
+  parser.add_argument("--compression", default="zstd", choices=sorted(COMPRESSIONS), help="the corpora's records")
+  parser.add_argument("--kinds", help="configurations to run, comma-separated (default: all)")
+  parser.add_argument("--repetitions", type=int, default=3)
+  parser.add_argument("--run", help="one configuration, in this process (used by the driver)")
+  args = parser.parse_args()
+  if args.run:
+    print(json.dumps(run_kind(args.run, args.corpus)))
+    return
+  every_kind = [*JAXDATA_KINDS, *GRAIN_KINDS, "ceiling", *TRAINING_KINDS]
+  kinds = args.kinds.split(",") if args.kinds else every_kind
+  unknown = sorted(set(kinds) - set(every_kind))
+  if unknown:
+    parser.error(f"--kinds: unknown {unknown}; choose from {every_kind}")
+  corpora = _corpora(args.corpus, args.widths.split(","), args.compression)
+  results = _measure_all(corpora, kinds, args.repetitions)
+  print(
+    f"medians of {args.repetitions} interleaved runs; {STEPS} steps measured after {WARMUP}; "
+    f"restore after {RESTORE_AT} steps"
+  )
+  for width, corpus in corpora.items():
+    _print_width(results[width], f"{width} ids: {corpus} ({args.compression})")
+  _print_side_by_side(results)
+  spread = host_spread(next(iter(corpora.values())))
   print(f"documents read per host per step, v5p-128 (16 hosts), 1024 x 4096: max / mean {spread:.2f} (goal <= 1.25)")
 
 

@@ -1,22 +1,38 @@
-"""Remote datasets: local files vs the same datasets in an S3 server, in one run.
+"""Remote datasets over a network's latency: local files vs a bucket at 0-100 ms, in one run.
 
-    python -m benchmarks.remote_throughput [--out /tmp/jaxdata-remote-bench]
+    python -m benchmarks.remote_throughput [--out /tmp/jaxdata-remote-bench] [--store s3|gs]
 
-A quarter-size benchmark corpus in 256 KB shards (about 100 shards, 50 MB),
-uploaded to a local S3 server (moto, on 127.0.0.1, on the same two cores:
-its throughput bounds the remote figure here). The config is the
-two-level streaming order scaled down to these small shards: open_shards 2
-per dataset, blocks of 64 documents (16 for books, whose shards hold about 15
-long documents), a 256K-token read span, a cache of 10% of the corpus's bytes. Printed: non-padding tokens/s for local and remote, the bytes fetched
-per token read against the dataset's bytes per token (goal: <= 1.05x over a
-pass), and how each shard get was served (present, prefetched, fetched on
-demand). Grain has no remote ArrayRecord source to compare with.
+A quarter-size benchmark corpus in 256 KB ArrayRecord shards (about 200
+shards, 50 MB) and the same documents as flat token files, uploaded to a
+local object store (moto's S3 or the GCS emulator, on 127.0.0.1, on the
+same two cores: its own throughput bounds every remote figure here). In
+front of it, `benchmarks.latency_proxy` adds a per-request latency of 0, 20,
+50 and 100 ms and caps each connection at 100 MB/s, as a TPU host sees a
+bucket. Every run uses the mesh defaults (an 8-device CPU mesh, the planner
+in a process of its own) and a cache of 10% of the corpus, in a fresh
+subprocess with a cold cache. Layouts:
+
+  open_shards   ArrayRecord, the two-level streaming order: 2 open shards per
+                dataset, blocks of 64 documents (16 for books)
+  block         ArrayRecord, blocks of 64 documents over all shards (no open_shards)
+  global        ArrayRecord, a global shuffle (every step reads anywhere:
+                with 10% cached, most shards are fetched again and again)
+  windows       flat token files, window sampling (2049-token windows)
+
+Printed per layout and latency: non-padding tokens/s, its ratio to the same
+layout on local files and to the same store at 0 ms (goal at 50 ms: >= 0.9
+of local for open_shards and windows), the bytes fetched per token read, and
+the parallelism chosen from the measured latency. Grain has no remote
+ArrayRecord source to compare with.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,27 +40,43 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.latency_proxy import LatencyProxy
 from benchmarks.make_corpus import make_corpus
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-import jaxdata  # noqa: E402
-import object_store  # noqa: E402 -- the tests' local object stores
 
 TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
-STEPS = 1640  # two passes of books (6.3M tokens at 12% of 65,536 per step), more of the others
+WARMUP = 40
+# Steps measured per layout: a global shuffle with 10% cached fetches shards for most documents (slow here).
+STEPS = {"open_shards": 400, "block": 200, "global": 40, "windows": 400}
+LATENCIES_MS = (0, 20, 50, 100)
+MB_PER_S = 100.0  # per connection
+LAYOUTS = ("open_shards", "block", "global", "windows")
+GOAL_LAYOUTS = ("open_shards", "windows")
 
 
-def config(paths: dict[str, str], cache_dir: str, cache_bytes: int) -> jaxdata.PipelineConfig:
+def config(layout: str, paths: dict[str, str], cache_dir: str, cache_bytes: int) -> Any:
+  import jaxdata  # noqa: PLC0415 -- in the measuring subprocess, after XLA_FLAGS
+
+  datasets = [{"name": n, "path": p} for n, p in paths.items()]
+  order: dict[str, Any] = {}
+  if layout == "open_shards":
+    # books' 256 KB shards hold about 15 documents: its blocks are smaller, to span as few shards.
+    datasets = [{**d, **({"shuffle_block_size": 16} if d["name"] == "books" else {})} for d in datasets]
+    order = {"open_shards": 2, "shuffle_block_size": 64}
+  elif layout == "block":
+    order = {"shuffle_block_size": 64}
+  elif layout == "global":
+    order = {"shuffle_block_size": "global"}
+  else:
+    datasets = [{**d, "sampling": "windows"} for d in datasets]
+    order = {"shuffle_block_size": "global"}
   return jaxdata.PipelineConfig.from_dict(
     {
-      # books' 256 KB shards hold about 15 documents: its blocks are smaller, to span as few shards.
-      "datasets": [
-        {"name": n, "path": p, **({"shuffle_block_size": 16} if n == "books" else {})} for n, p in paths.items()
-      ],
+      "datasets": datasets,
       "mixture": {"weights": TOKEN_SHARES, "unit": "tokens"},
       "exhausted_policy": "repeat",
-      "open_shards": 2,
-      "shuffle_block_size": 64,
+      **order,
       "packing": {"mode": "first_fit", "seq_len": 2048},
       "batch": {"global_batch_size": 32},
       "cache_dir": cache_dir,
@@ -53,70 +85,135 @@ def config(paths: dict[str, str], cache_dir: str, cache_bytes: int) -> jaxdata.P
   )
 
 
-def run(
-  cfg: jaxdata.PipelineConfig, planner_process: bool = False
-) -> tuple[float, dict[str, float], dict[str, int], Any]:
-  """(non-pad tokens/s, share of the tokens per dataset, bytes fetched per dataset, the cache).
-  `planner_process`: windows planned by a planner process and read here (the default with a mesh)."""
-  with jaxdata.Pipeline(cfg, prefetch=2, read_ahead_tokens=1 << 18, planner_process=planner_process) as pipe:
-    started, tokens = time.perf_counter(), 0
-    for _ in range(STEPS):
-      tokens += int(np.count_nonzero(next(pipe)["segment_ids"]))
-    elapsed = time.perf_counter() - started
-    read = pipe.stats()["share_cumulative"]
-    remotes = [d.remote for d in pipe.reader.datasets]
-    fetched = {name: r.fetched_bytes for name, r in zip(read, remotes) if r is not None}
-    cache = next((r.cache for r in remotes if r is not None), None)
-  return tokens / elapsed, read, fetched, cache
+def run_one(layout: str, paths: dict[str, str], cache_bytes: int, **arguments: Any) -> dict[str, Any]:
+  """One measurement in this process: the mesh defaults, a cold cache."""
+  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+  import jax  # noqa: PLC0415
+
+  import jaxdata  # noqa: PLC0415
+
+  mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+  with tempfile.TemporaryDirectory() as cache_dir:
+    started = time.perf_counter()
+    with jaxdata.Pipeline(config(layout, paths, cache_dir, cache_bytes), mesh=mesh, **arguments) as pipe:
+      next(pipe)
+      first = time.perf_counter() - started
+      for _ in range(WARMUP):
+        next(pipe)
+      read, started = np.zeros(len(TOKEN_SHARES)), time.perf_counter()
+      for _ in range(STEPS[layout]):
+        jax.block_until_ready(next(pipe))
+        read += list(pipe.stats()["tokens_per_source"].values())  # the step's non-pad tokens per source
+      seconds = time.perf_counter() - started
+      tokens = int(read.sum())
+      transfers = [d.transfer_stats() for d in pipe.reader.datasets]
+      total_read = (1 + WARMUP + STEPS[layout]) * tokens / STEPS[layout]  # about: every step read so far
+      fetched = sum(t["fetched_bytes"] for t in transfers if t)
+      parallelism = sorted({int(t["parallelism"]) for t in transfers if t})
+      latency_ms = sorted({round(1e3 * t["latency_s"]) for t in transfers if t})
+  return {
+    "tokens_per_s": tokens / seconds,
+    "shares": (read / tokens).tolist(),
+    "first_batch_s": first,
+    "fetched_bytes_per_token": fetched / max(total_read, 1),
+    "parallelism": parallelism,
+    "latency_ms": latency_ms,
+  }
+
+
+def measure(layout: str, paths: dict[str, str], cache_bytes: int, env: dict[str, str]) -> dict[str, Any]:
+  process = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.remote_throughput",
+      "--run",
+      json.dumps({"layout": layout, "paths": paths, "cache_bytes": cache_bytes}),
+    ],
+    capture_output=True,
+    text=True,
+    env={**os.environ, **env, "PYTHONPATH": os.getcwd()},
+  )
+  if process.returncode:
+    raise RuntimeError(f"{layout} failed:\n{process.stderr[-3000:]}")
+  return json.loads(process.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", default="/tmp/jaxdata-remote-bench")
+  parser.add_argument("--store", default="s3", choices=("s3", "gs"))
+  parser.add_argument("--layouts", default=",".join(LAYOUTS))
+  parser.add_argument("--latencies", default=",".join(map(str, LATENCIES_MS)), help="milliseconds, comma-separated")
+  parser.add_argument("--repetitions", type=int, default=1)
+  parser.add_argument("--run", help="one measurement, in this process (used by the driver)")
   args = parser.parse_args()
-  paths = make_corpus(args.out, scale=0.25, shard_bytes=256 << 10)
+  if args.run:
+    spec = json.loads(args.run)
+    print(json.dumps(run_one(**spec)))
+    return
+  import object_store  # noqa: PLC0415 -- the tests' local object stores
+  from benchmarks.flat_throughput import write_copies  # noqa: PLC0415
+
+  layouts, latencies = args.layouts.split(","), [float(x) for x in args.latencies.split(",")]
+  corpus = make_corpus(args.out, scale=0.25, shard_bytes=256 << 10)
+  flat, _ = write_copies(corpus, os.path.join(args.out, "copies"))
+  local = {layout: (flat if layout == "windows" else corpus) for layout in layouts}
   sizes = {
-    n: sum(os.path.getsize(os.path.join(p, f)) for f in os.listdir(p) if f.endswith(".array_record"))
-    for n, p in paths.items()
+    layout: sum(os.path.getsize(os.path.join(p, f)) for p in paths.values() for f in os.listdir(p))
+    for layout, paths in local.items()
   }
-  tokens = {n: jaxdata.TokenDataset(p).num_tokens for n, p in paths.items()}
-  cache_bytes = sum(sizes.values()) // 10
   servers = object_store.servers()
   stores = next(servers)
+  results: dict[tuple[str, float | None], list[dict[str, Any]]] = {}
   try:
-    s3 = stores["s3"]
-    urls = {n: s3.upload(p, "jaxdata-bench", f"corpus/{n}") for n, p in paths.items()}
-    with tempfile.TemporaryDirectory() as cache_dir:
-      local_rate, *_ = run(config(paths, cache_dir, cache_bytes))
-      remote_rate, shares, fetched, cache = run(config(urls, cache_dir, cache_bytes))
-    with tempfile.TemporaryDirectory() as cache_dir:  # a cold cache again
-      planner_rate, _, _, planner_cache = run(config(urls, cache_dir, cache_bytes), planner_process=True)
+    store = stores[args.store]
+    urls = {
+      layout: {
+        n: store.upload(p, "jaxdata-bench", f"{'flat' if layout == 'windows' else 'ar'}/{n}") for n, p in paths.items()
+      }
+      for layout, paths in local.items()
+    }
+    endpoint_variable = "AWS_ENDPOINT_URL" if args.store == "s3" else "STORAGE_EMULATOR_HOST"
+    for _ in range(args.repetitions):  # interleaved: drifts of the machine hit every cell alike
+      for layout in layouts:
+        cache_bytes = sizes[layout] // 10
+        results.setdefault((layout, None), []).append(measure(layout, local[layout], cache_bytes, {}))
+        for latency in latencies:
+          with LatencyProxy(store.endpoint, latency / 1e3, MB_PER_S) as proxy:
+            env = {endpoint_variable: proxy.endpoint}
+            results.setdefault((layout, latency), []).append(measure(layout, urls[layout], cache_bytes, env))
+          print(f"  {layout} {latency:g} ms done", file=sys.stderr)
   finally:
     servers.close()
-  total_tokens = STEPS * 32 * 2048
   print(
-    f"corpus: {sum(sizes.values()) / 1e6:.1f} MB in {sum(len(os.listdir(p)) // 2 for p in paths.values())} "
-    f"shards; cache_bytes {cache_bytes / 1e6:.1f} MB (10%); {STEPS} steps"
+    f"store: {args.store} emulator behind a proxy adding each latency, {MB_PER_S:g} MB/s per connection; "
+    f"cache 10% of the corpus; mesh defaults (8 CPU devices, planner process); {STEPS} steps after {WARMUP}; "
+    f"medians of {args.repetitions}"
   )
   print(
-    f"non-pad tokens/s   local {local_rate / 1e6:6.2f} M   remote (moto S3) {remote_rate / 1e6:6.2f} M   "
-    f"ratio {remote_rate / local_rate:.2f}"
+    f"{'layout':12s} {'latency':>8s} {'non-pad tok/s':>13s} {'/ local':>8s} {'/ 0 ms':>7s} "
+    f"{'first batch':>11s} {'fetched B/token':>15s} {'parallelism':>12s}   shares {' / '.join(TOKEN_SHARES)}"
   )
-  print("dataset  passes  bytes fetched / (dataset bytes x passes)  (goal <= 1.05x)")
-  for name, share in shares.items():
-    passes = share * total_tokens / tokens[name]
-    print(
-      f"{name:8s} {passes:6.2f}  {fetched[name] / (sizes[name] * passes):6.3f}x  "
-      f"({fetched[name] / 1e6:.1f} MB fetched, {sizes[name] / 1e6:.1f} MB per pass)"
+  for layout in layouts:
+    base = statistics.median(r["tokens_per_s"] for r in results[(layout, None)])
+    zero = statistics.median(r["tokens_per_s"] for r in results.get((layout, 0.0), results[(layout, None)]))
+    stored = sizes[layout] / sum(
+      json.load(open(os.path.join(p, "manifest.json")))["num_tokens"] for p in local[layout].values()
     )
-  for label, shard_cache in (("planned in process", cache), ("planner process", planner_cache)):
-    gets = shard_cache.hits + shard_cache.prefetched + shard_cache.misses
-    print(
-      f"shard gets, {label}: {shard_cache.hits / gets:.1%} present, {shard_cache.prefetched / gets:.1%} on "
-      f"their way, {shard_cache.misses / gets:.1%} fetched on demand; {shard_cache.ahead_gets / gets:.1%} asked "
-      f"for a window ahead; peak held {shard_cache.peak_bytes / 1e6:.1f} MB"
-    )
-  print(f"remote with a planner process (the default with a mesh): {planner_rate / 1e6:.2f} M non-pad tokens/s")
+    for latency in [None, *latencies]:
+      runs = results[(layout, latency)]
+      rate = statistics.median(r["tokens_per_s"] for r in runs)
+      shares = " / ".join(f"{statistics.median(r['shares'][i] for r in runs):.3f}" for i in range(len(TOKEN_SHARES)))
+      label = "local" if latency is None else f"{latency:g} ms"
+      goal = "  (goal >= 0.9)" if latency == 50 and layout in GOAL_LAYOUTS else ""
+      print(
+        f"{layout:12s} {label:>8s} {rate / 1e6:11.2f} M {rate / base:8.2f} {rate / zero:7.2f} "
+        f"{statistics.median(r['first_batch_s'] for r in runs):9.2f} s "
+        f"{statistics.median(r['fetched_bytes_per_token'] for r in runs):15.2f} "
+        f"{str(runs[-1]['parallelism']):>12s}   {shares}{goal}"
+      )
+    print(f"{'':12s} (the files hold {stored:.2f} bytes per token)")
 
 
 if __name__ == "__main__":

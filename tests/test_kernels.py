@@ -63,6 +63,42 @@ def test_write_runs_in_c_equals_numpy_on_random_runs(dtype: type) -> None:
     assert c["positions"][d : d + k].tolist() == (list(range(k)) if piece else [0] * k)
 
 
+def restarted(starts: np.ndarray, seq_len: int, segments: np.ndarray, positions: np.ndarray) -> tuple[list, list]:
+  """restart_segments by its definition, slot by slot."""
+  segments, positions = segments.copy(), positions.copy()
+  for slot in range(segments.size):
+    row_begin = slot - slot % seq_len
+    mine = starts[(starts >= row_begin) & (starts <= slot)]
+    if mine.size:
+      if segments[slot] > 0:
+        segments[slot] += mine.size
+      positions[slot] = min(positions[slot], slot - int(mine.max()))
+  return segments.tolist(), positions.tolist()
+
+
+def test_restart_segments_in_c_equals_numpy_and_the_definition() -> None:
+  rng = np.random.default_rng(11)
+  for _ in range(80):
+    seq_len, rows = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+    grid = seq_len * rows
+    starts = rng.integers(0, grid, int(rng.integers(0, 10)))  # unsorted, repeats allowed
+    segments = np.where(rng.random(grid) < 0.2, 0, rng.integers(1, 5, grid)).astype(np.int32)
+    positions = rng.integers(0, 3 * seq_len, grid).astype(np.int32)
+    expected = restarted(starts, seq_len, segments, positions)
+    for native in (True, False):
+      got_segments, got_positions = segments.copy(), positions.copy()
+      kernels.restart_segments(starts, seq_len, got_segments, got_positions, native=native)
+      assert (got_segments.tolist(), got_positions.tolist()) == expected, native
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_restart_segments_refuses_starts_outside_the_grid(native: bool) -> None:
+  segments, positions = np.ones(8, np.int32), np.zeros(8, np.int32)
+  with pytest.raises(ValueError, match="restart_segments: a start lies outside the grid"):
+    kernels.restart_segments(np.array([3, 8]), 4, segments, positions, native=native)
+  assert segments.tolist() == [1] * 8  # nothing written
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing(native: bool) -> None:
   buffer = np.arange(10, dtype=np.uint16)

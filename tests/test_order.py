@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 
 import numpy as np
@@ -190,3 +191,35 @@ def test_a_long_run_holds_its_live_passes_permutations_not_every_pass(tmp_path, 
     if passes in (20, 40, 60) and len(held) < (20, 40, 60).index(passes) + 1:
       held.append(cache.entries)
   assert held[0] > 0 and held[2] <= held[1] <= held[0] * 1.5 + 1024, held
+
+
+def test_stable_argsort_is_numpys_stable_argsort():
+  """The packed sort gives np.argsort(kind="stable") exactly, ties of the packed high bits and of whole
+  keys included (forced here: real keys tie on their high bits with probability n^2 / 2^45)."""
+  rng = np.random.default_rng(7)
+  for trial in range(200):
+    size = int(rng.integers(1, 3000))
+    keys = rng.integers(0, 2**63, size, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, size, dtype=np.uint64)
+    if trial % 2:  # few distinct high parts, and whole-key duplicates
+      keys = (keys >> np.uint64(52)) << np.uint64(52) | rng.integers(0, 4, size).astype(np.uint64)
+    assert permutation.stable_argsort(keys).tolist() == np.argsort(keys, kind="stable").tolist(), trial
+
+
+def test_global_permutations_stay_cached_when_together_they_exceed_the_cache(tmp_path, monkeypatch):
+  """Three global shuffles of 600 records each look up their permutations every step; with room for
+  1,000 entries they would evict each other every step (an argsort of every dataset per step). The
+  orders reserve their sizes: each permutation is computed once, and the reservation ends with them."""
+  cache = permutation._PermutationCache(1000)
+  monkeypatch.setattr(permutation, "_CACHE", cache)
+  computed = []
+  image = permutation._image
+  monkeypatch.setattr(permutation, "_image", lambda *a: computed.append(a) or image(*a))
+  cfg = coded_config(tmp_path, [[3] * 600] * 3, shuffle_block_size="global", exhausted_policy="repeat")
+  planner = StepPlanner(cfg)
+  assert cache.reserved == 1800
+  planned = list(planner.plans(30))  # 30 x 64 tokens: within the first pass of each dataset
+  cached_sizes = [size for _, _, size in computed if size >= permutation.CACHED_MIN]  # the rest: never cached
+  assert len(planned) == 30 and cached_sizes == [600] * 3, computed
+  del planner, planned
+  gc.collect()  # the orders' finalizers run
+  assert cache.reserved == 0

@@ -31,11 +31,15 @@ from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.sources import remote as remote_module
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.parallelism import RANGE_REQUESTS, fetch_threads, range_requests
 from jaxdata.sources.remote import CacheOptions, RemotePath
 from jaxdata.sources.stores import open_store
 from jaxdata.testing import wait_for_processes
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.latency_proxy import LatencyProxy  # noqa: E402 -- the benchmarks' network: latency, bandwidth
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -663,3 +667,57 @@ def test_reading_a_store_with_credentials_in_the_environment_logs_no_credential_
   assert done.returncode == 0, done.stderr[-2000:]
   errors = [line for line in done.stderr.splitlines() if re.match(r"^[EW]\d{4} ", line)]
   assert not errors, errors
+
+
+def test_behind_a_network_latency_more_fetches_run_at_once_and_the_batches_stay(
+  stores, local, reference, tmp_path, monkeypatch
+):
+  """A store 40 ms away (a proxy holding every exchange, 20 MB/s per connection): each dataset
+  measures the round trip when it opens and keeps fetch_threads(latency, shard size) fetches in
+  flight instead of 8; the batches are the local ones, and every byte fetched is counted."""
+  server = stores["s3"]
+  urls = [server.upload(d.path, "jaxdata-test", f"latency/{d.name}") for d in local.datasets]
+  with LatencyProxy(server.endpoint, 0.04, mb_per_s=20) as proxy:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    cfg = remote_config(local, urls, str(tmp_path / "cache"), 14 * largest_shard(local))
+    with Pipeline(cfg, prefetch=2, read_ahead_tokens=1024) as pipe:
+      got = [digest(next(pipe)) for _ in range(60)]
+      transfers = [(d.transfer_stats(), d.manifest.shards) for d in pipe.reader.datasets]
+  assert got == reference[:60]
+  for stats, shards in transfers:
+    assert stats["latency_s"] >= 0.04
+    assert stats["parallelism"] >= fetch_threads(stats["latency_s"], np.median([s.num_bytes for s in shards])) > 8
+    assert stats["fetched_bytes"] > 0
+
+
+def test_windows_from_a_store_far_away_keep_more_ranges_in_flight_and_read_the_same(stores, tmp_path, monkeypatch):
+  """Flat files read by range through a 30 ms proxy: the kvstore keeps range_requests(latency)
+  requests in flight (tensorstore's default, 32, without it) and the windows are the local ones."""
+  documents = random_documents(np.random.default_rng(6), 120, eos_id=0)
+  write_flat(str(tmp_path / "flat" / "a.bin"), documents)
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=0)
+  server = stores["s3"]
+  url = server.upload(str(tmp_path / "flat"), "jaxdata-test", "latency-flat")
+
+  def config(path: str) -> PipelineConfig:
+    return PipelineConfig.from_dict(
+      {
+        "exhausted_policy": "repeat",
+        "datasets": [{"name": "w", "path": path, "sampling": "windows", "window": 16}],
+        "mixture": {"weights": {"w": 1}},
+        "packing": {"mode": "first_fit", "seq_len": 16},
+        "batch": {"global_batch_size": 8},
+      }
+    )
+
+  with Pipeline(config(str(tmp_path / "flat")), prefetch=0) as pipe:
+    want = [digest(next(pipe)) for _ in range(20)]
+    assert pipe.reader.datasets[0].transfer_stats() is None  # local files: nothing fetched
+  with LatencyProxy(server.endpoint, 0.03) as proxy:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    with Pipeline(config(url), prefetch=0) as pipe:
+      assert [digest(next(pipe)) for _ in range(20)] == want
+      stats = pipe.reader.datasets[0].transfer_stats()
+  assert stats["latency_s"] >= 0.03
+  assert stats["parallelism"] == range_requests(stats["latency_s"]) > RANGE_REQUESTS
+  assert stats["fetched_bytes"] >= 20 * 8 * 17 * 2  # every window's 17 uint16 tokens, at least

@@ -323,3 +323,37 @@ def test_an_oversized_manifest_is_refused_naming_its_file(tmp_path):
     f.write(b"{" + b" " * MAX_MANIFEST_BYTES + b"}")
   with pytest.raises(DatasetError, match=rf"{path}: larger than 64 MiB; not a jaxdata manifest"):
     Manifest.load(str(tmp_path))
+
+
+def test_every_record_compression_reads_the_same_tokens(tmp_path):
+  """zstd (the default), snappy and none store the same uint32 ids; readers need no option (each
+  chunk names its compression). Ids below 128,256 leave a zero top byte that zstd removes."""
+  rng = np.random.default_rng(3)
+  lengths = rng.integers(1, 3000, 60)
+  tokens = rng.integers(0, 128_256, int(lengths.sum())).astype(np.uint32)
+  read, sizes = {}, {}
+  for compression in ("zstd", "snappy", "none"):
+    out = str(tmp_path / compression)
+    writer = DatasetWriter(out, "d", np.dtype("<u4"), {"kind": "x", "vocab_size": 128_256}, compression=compression)
+    writer.write_documents(tokens, lengths)
+    writer.finish()
+    with TokenDataset(out) as ds:
+      read[compression] = ds.read_global(np.arange(ds.num_records)).tokens.tolist()
+      sizes[compression] = sum(s.num_bytes for s in ds.manifest.shards)
+  assert read["zstd"] == read["snappy"] == read["none"] == tokens.tolist()
+  assert sizes["zstd"] < 0.85 * sizes["none"], sizes
+  with pytest.raises(ValueError, match="compression: 'lz4' is not one of"):
+    DatasetWriter(str(tmp_path / "bad"), "d", np.dtype("<u4"), {"kind": "x"}, compression="lz4")
+
+
+def test_convert_takes_a_compression_and_refuses_an_unknown_one(tmp_path):
+  source = tmp_path / "in.jsonl"
+  source.write_text("".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(40)))
+  for compression in ("zstd", "none"):
+    out = str(tmp_path / compression)
+    assert main(["convert", str(source), "--out", out, "--name", "d", "--compression", compression, "-q"]) == 0
+  with TokenDataset(str(tmp_path / "zstd")) as a, TokenDataset(str(tmp_path / "none")) as b:
+    everything = np.arange(a.num_records)
+    assert a.read_global(everything).tokens.tolist() == b.read_global(everything).tokens.tolist()
+  with pytest.raises(SystemExit):
+    main(["convert", str(source), "--out", str(tmp_path / "bad"), "--name", "d", "--compression", "lz4"])

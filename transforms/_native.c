@@ -7,6 +7,10 @@
  *                array and six passes)
  *   first_fit    the lowest row with room for each piece (a max segment tree
  *                over the rows' free space), the same rows as fit.first_fit
+ *   restart_segments
+ *                documents that start inside a window: a new segment and
+ *                positions from 0 from each start to the next or the row's end
+ *                (NumPy needs a few whole-grid passes: cumsum, accumulate)
  *
  * Both hold the GIL for calls as short as a training step's (a 32 x 2048 step
  * is written in ~0.07 ms): a thread that hands the GIL to a busy Python
@@ -265,9 +269,62 @@ static PyObject *first_fit(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(restart_segments_doc,
+"restart_segments(starts, seq_len, segment_ids, positions)\n\n"
+"starts: int64 grid slots in ascending order where a document starts inside\n"
+"a row. From each start s to the next start of its row (or the row's end):\n"
+"segment_ids += the number of its row's starts up to s (where segment_ids >\n"
+"0: padding stays 0) and positions = min(positions, slot - s). Outputs flat\n"
+"int32 of one size, a multiple of seq_len.");
+
+static PyObject *restart_segments(PyObject *self, PyObject *args) {
+  PyObject *starts_obj, *segments_obj, *positions_obj;
+  long long seq_len;
+  if (!PyArg_ParseTuple(args, "OLOO", &starts_obj, &seq_len, &segments_obj, &positions_obj)) {
+    return NULL;
+  }
+  Py_buffer views[3];
+  int count = 0;
+  if (checked_buffer(starts_obj, &views[count++], 0, 8, "starts") < 0 ||
+      checked_buffer(segments_obj, &views[count++], 1, 4, "segment_ids") < 0 ||
+      checked_buffer(positions_obj, &views[count++], 1, 4, "positions") < 0) {
+    release_all(views, count - 1);
+    return NULL;
+  }
+  const Py_ssize_t n = views[0].len / 8, grid = views[1].len / 4;
+  const int64_t *starts = views[0].buf;
+  int32_t *segments = views[1].buf, *positions = views[2].buf;
+  const char *problem = NULL;
+  if (views[2].len / 4 != grid) problem = "segment_ids and positions must have one size";
+  else if (seq_len < 1 || grid % seq_len) problem = "seq_len must be >= 1 and divide the grid";
+  for (Py_ssize_t i = 0; !problem && i < n; i++) {
+    if (starts[i] < 0 || starts[i] >= grid) problem = "a start lies outside the grid";
+    else if (i && starts[i] < starts[i - 1]) problem = "starts must be in ascending order";
+  }
+  if (problem) {
+    PyErr_Format(PyExc_ValueError, "restart_segments: %s", problem);
+    release_all(views, count);
+    return NULL;
+  }
+  int64_t row = -1, bump = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    const int64_t start = starts[i], start_row = start / seq_len, row_end = (start_row + 1) * seq_len;
+    if (start_row != row) row = start_row, bump = 0;
+    bump++;
+    const int64_t end = i + 1 < n && starts[i + 1] < row_end ? starts[i + 1] : row_end;
+    for (int64_t j = start; j < end; j++) {
+      if (segments[j] > 0) segments[j] += (int32_t)bump;
+      if (positions[j] > j - start) positions[j] = (int32_t)(j - start);
+    }
+  }
+  release_all(views, count);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"write_runs", write_runs, METH_VARARGS, write_runs_doc},
     {"first_fit", first_fit, METH_VARARGS, first_fit_doc},
+    {"restart_segments", restart_segments, METH_VARARGS, restart_segments_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxdata.config.schema import PackingConfig
-from jaxdata.transforms.kernels import write_runs
+from jaxdata.transforms.kernels import restart_segments, write_runs
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["FEATURES", "assemble_rows", "follow_boundaries", "padded_buffer"]
@@ -180,14 +180,5 @@ def follow_boundaries(
   flat["loss_mask"][ending] = 0
   inside = offset < end
   starts = (first_slot + offset)[inside]
-  if not starts.size:
-    return
-  bump = np.zeros(num_rows * seq_len, np.int32)
-  np.add.at(bump, starts, 1)
-  bumps = np.cumsum(bump.reshape(num_rows, seq_len), axis=1).reshape(-1)
-  segments = flat["segment_ids"]
-  segments += np.where(segments > 0, bumps, 0).astype(np.int32)
-  marker = np.full(num_rows * seq_len, -(1 << 40), np.int64)
-  marker[starts] = starts
-  since = np.arange(marker.size) - np.maximum.accumulate(marker)
-  np.minimum(flat["positions"], since, out=flat["positions"], casting="unsafe")
+  if starts.size:
+    restart_segments(starts, seq_len, flat["segment_ids"], flat["positions"])

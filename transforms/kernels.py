@@ -30,7 +30,7 @@ try:
 except ImportError:  # built without a C compiler: the NumPy versions below
   _native = None
 
-__all__ = ["BUILT", "NATIVE", "best_fit_rows", "first_fit_rows", "write_runs"]
+__all__ = ["BUILT", "NATIVE", "best_fit_rows", "first_fit_rows", "restart_segments", "write_runs"]
 
 
 BUILT: bool = _native is not None  # the extension was compiled at install
@@ -121,6 +121,42 @@ def _check_runs(
       f"write_runs: run {r} (src {src[r]}, dst {dst[r]}, length {length[r]}) lies outside the "
       f"buffer ({buffer_size} tokens) or the grid ({grid} slots)"
     )
+
+
+def restart_segments(
+  starts: np.ndarray, seq_len: int, segment_ids: np.ndarray, positions: np.ndarray, native: bool | None = None
+) -> None:
+  """Documents that start inside rows (windows across documents), in place::
+
+      from each start s (grid slots) to the next start of its row or the row's end:
+      segment_ids += how many of its row's starts lie at or before the slot   (not on padding: 0)
+      positions    = min(positions, slot - s)
+
+  `starts`: int64 grid slots (sorted here); `segment_ids`, `positions`: flat contiguous int32
+  of one size, a multiple of `seq_len`.
+
+  >>> segments, positions = np.array([1, 1, 1, 1, 1, 0], np.int32), np.arange(6, dtype=np.int32)
+  >>> restart_segments(np.array([2, 4]), 6, segments, positions)
+  >>> segments.tolist(), positions.tolist()
+  ([1, 1, 2, 2, 3, 0], [0, 1, 0, 1, 0, 1])
+  """
+  starts = np.sort(np.asarray(starts, np.int64))
+  if NATIVE if native is None else native:
+    _native.restart_segments(starts, seq_len, segment_ids, positions)
+    return
+  grid = segment_ids.size
+  if positions.size != grid or seq_len < 1 or grid % seq_len:
+    raise ValueError("restart_segments: segment_ids and positions must have one size, a multiple of seq_len")
+  if starts.size and (starts[0] < 0 or starts[-1] >= grid):
+    raise ValueError("restart_segments: a start lies outside the grid")
+  bump = np.bincount(starts, minlength=grid).astype(np.int32)
+  bumps = np.cumsum(bump.reshape(-1, seq_len), axis=1, dtype=np.int32).reshape(-1)
+  segment_ids += np.where(segment_ids > 0, bumps, 0).astype(np.int32)
+  marker = np.full(grid, -(1 << 40), np.int64)
+  marker[starts] = starts
+  last_start = np.maximum.accumulate(marker.reshape(-1, seq_len), axis=1).reshape(-1)  # in its own row
+  since = _grid_slots(grid, np.int64) - last_start
+  np.minimum(positions, since, out=positions, casting="unsafe")
 
 
 def first_fit_rows(

@@ -21,6 +21,7 @@ from jaxdata.cli import convert as convert_command
 from jaxdata.cli import data, demo, planning
 from jaxdata.cli.output import Console, flag_words
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
+from jaxdata.sources.manifest import COMPRESSIONS
 
 __all__ = ["build_parser", "main", "parse_size"]
 
@@ -101,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
   )
   p.add_argument(
     "--shard-size", type=parse_size, default=256 << 20, help="target shard size in bytes, e.g. 256MB (default 256MiB)"
+  )
+  p.add_argument(
+    "--compression",
+    default="zstd",
+    choices=sorted(COMPRESSIONS),
+    help="shard records' compression: zstd (smaller), snappy, none (cheapest to read; default zstd)",
   )
   p.add_argument("--workers", type=int, default=0, help="tokenizer processes (0 = cores)")
   p.add_argument("--skip-invalid", action="store_true", help="count and skip malformed records instead of failing")

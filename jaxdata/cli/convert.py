@@ -24,6 +24,7 @@ def convert(args: argparse.Namespace, console: Console) -> int:
     field=args.field,
     text_mode=args.text_mode,
     shard_bytes=args.shard_size,
+    compression=args.compression,
     workers=args.workers,
     skip_invalid=args.skip_invalid,
     include=tuple(args.include),

@@ -107,7 +107,7 @@ def _array(path: str) -> np.ndarray:
   return np.load(io.BytesIO(_get(path)), allow_pickle=False)
 
 
-def _write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str) -> ShardInfo:
+def _write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str, compression: str) -> ShardInfo:
   """A shard written locally (into out_dir, or a temporary directory first for a bucket)."""
   local_dir = out_dir if not is_remote(out_dir) else tempfile.mkdtemp(prefix="jaxdata-shard-")
   info = write_shard(
@@ -117,6 +117,7 @@ def _write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: st
     dtype,
     lambda u: _array(_join(scratch, f"{u:07d}.tokens.npy")),
     lambda u: _array(_join(scratch, f"{u:07d}.lengths.npy")),
+    compression,
   )
   if local_dir != out_dir:
     for file_name in shard_file_names(name, job[0]):
@@ -333,7 +334,7 @@ def convert_with_beam(
         every_result
         | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize, options.shard_bytes)
         | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.Map(_write_shard, out_dir, name, dtype.name, scratch)
+        | "WriteShards" >> beam.Map(_write_shard, out_dir, name, dtype.name, scratch, options.compression)
         | "AllShards" >> beam.combiners.ToList()
       )
       _ = infos | "Manifest" >> beam.Map(

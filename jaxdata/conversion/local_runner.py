@@ -141,8 +141,8 @@ def _load_lengths(scratch: str) -> Callable[[int], np.ndarray]:
   return lambda unit: np.load(os.path.join(scratch, f"{unit:07d}.lengths.npy"))
 
 
-def _write_job(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str) -> ShardInfo:
-  return write_shard(job, out_dir, name, dtype, _load_tokens(scratch, dtype), _load_lengths(scratch))
+def _write_job(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str, compression: str) -> ShardInfo:
+  return write_shard(job, out_dir, name, dtype, _load_tokens(scratch, dtype), _load_lengths(scratch), compression)
 
 
 def convert(
@@ -244,7 +244,7 @@ def convert(
           written[0] += info.num_records
         progress("write", written[0], sum(r.documents for r in results), written[0])
 
-      infos = _run(pool, _write_job, jobs, (out_dir, name, dtype.name, scratch), shard_done)
+      infos = _run(pool, _write_job, jobs, (out_dir, name, dtype.name, scratch, options.compression), shard_done)
       manifest = Manifest(
         name=name,
         dtype=dtype.name,

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Callable
 
 from jaxdata.conversion.tokenizers import TokenizerSpec
+from jaxdata.sources.manifest import COMPRESSIONS
 
 __all__ = ["ConvertOptions", "INPUT_FORMATS", "Progress", "TEXT_MODES"]
 
@@ -35,6 +36,8 @@ class ConvertOptions:
     batch_documents: documents per tokenizer call.
     include, exclude: globs a file (path or name) must / must not match.
     unit_bytes: input bytes per work unit; 0 = from the input size and workers.
+    compression: shard records' compression, "zstd" (smaller), "snappy" or
+      "none" (the cheapest to read: no per-byte decode; docs/performance.md).
   """
 
   tokenizer: TokenizerSpec = TokenizerSpec()
@@ -48,8 +51,11 @@ class ConvertOptions:
   include: tuple[str, ...] = ()
   exclude: tuple[str, ...] = ()
   unit_bytes: int = 0
+  compression: str = "zstd"
 
   def __post_init__(self) -> None:
+    if self.compression not in COMPRESSIONS:
+      raise ValueError(f"compression: {self.compression!r} is not one of {sorted(COMPRESSIONS)}")
     if self.input_format != "auto" and self.input_format not in INPUT_FORMATS:
       raise ValueError(f"input_format: {self.input_format!r} is not 'auto' or one of {INPUT_FORMATS}")
     if self.text_mode not in TEXT_MODES:

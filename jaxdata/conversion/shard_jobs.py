@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
-from jaxdata.sources.manifest import ShardInfo
-from jaxdata.sources.writer import WRITER_OPTIONS, finish_shard, shard_file_names
+from jaxdata.sources.manifest import ShardInfo, writer_options
+from jaxdata.sources.writer import finish_shard, shard_file_names
 
 __all__ = ["ShardJob", "plan_shard_jobs", "plan_shards", "write_shard"]
 
@@ -70,12 +70,14 @@ def plan_shard_jobs(unit_lengths: Sequence[tuple[int, np.ndarray]], itemsize: in
   return jobs
 
 
-def write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, tokens_of: Loader, lengths_of: Loader) -> ShardInfo:
+def write_shard(
+  job: ShardJob, out_dir: str, name: str, dtype: str, tokens_of: Loader, lengths_of: Loader, compression: str = "zstd"
+) -> ShardInfo:
   """Writes shard `job` into `out_dir` (a local directory) from its units' tokens; its manifest entry."""
   index, pieces = job
   np_dtype = np.dtype(dtype).newbyteorder("<")
   shard_name, _ = shard_file_names(name, index)
-  writer = ArrayRecordWriter(os.path.join(out_dir, shard_name), WRITER_OPTIONS)
+  writer = ArrayRecordWriter(os.path.join(out_dir, shard_name), writer_options(compression))
   all_lengths = []
   try:
     for unit, first, last in pieces:

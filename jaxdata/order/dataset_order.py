@@ -24,13 +24,21 @@ True
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
 
 from jaxdata.config.validate import check_open_shards, is_int
 from jaxdata.order.feistel import derive_key
-from jaxdata.order.permutation import CACHED_MIN, forget_permutations, permute
+from jaxdata.order.permutation import (
+  CACHED_MIN,
+  EXACT_MAX,
+  forget_permutations,
+  permute,
+  release_permutations,
+  reserve_permutations,
+)
 from jaxdata.order.streaming import ShardLanes
 
 __all__ = ["DatasetOrder", "ShuffleOptions"]
@@ -94,6 +102,9 @@ class DatasetOrder:
     self._lane_schedules: dict[int, ShardLanes] = {}
     self._newest_key_pass = -1  # the cached permutations of passes two behind it are freed
     self._cached_levels = self._levels_in_cache()
+    if "global" in self._cached_levels and self.num_records <= EXACT_MAX:  # looked up every step: kept
+      reserve_permutations(self.num_records)
+      weakref.finalize(self, release_permutations, self.num_records)
 
   def key_pass(self, pass_index: int) -> int:
     """The pass whose keys pass `pass_index` uses (epoch e starts at the keys of pass e)."""

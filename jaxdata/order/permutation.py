@@ -30,13 +30,22 @@ import numpy as np
 
 from jaxdata.order.feistel import GOLDEN, check_domain, derive_key, feistel_permute, mix64
 
-__all__ = ["CACHED_MIN", "EXACT_MAX", "derive_key", "forget_permutations", "permute"]
+__all__ = [
+  "CACHED_MIN",
+  "EXACT_MAX",
+  "derive_key",
+  "forget_permutations",
+  "permute",
+  "release_permutations",
+  "reserve_permutations",
+  "stable_argsort",
+]
 
 EXACT_MAX = 1 << 20
 _SMALL = 256  # groups below this size are sorted together, vectorised, uncached
 CACHED_MIN = _SMALL  # the smallest permutation the cache holds
 _SMALL_BATCH = 1 << 14  # positions per vectorised batch: at most 4M keys sorted at once
-_CACHE_ENTRIES = 1 << 23  # cached permutation entries (int32): 32 MB at most
+_CACHE_ENTRIES = 1 << 23  # cached permutation entries (int32): 32 MB, plus what the orders in use reserve
 _U64 = np.uint64
 _SIZE_SALT = _U64(0xD6E8FEB86659FD93)
 
@@ -93,7 +102,38 @@ def _sort_keys(salts: np.ndarray, local: np.ndarray) -> np.ndarray:
 def _image(key: int, tweak: int, size: int) -> np.ndarray:
   """The permutation of (key, tweak, size): image[i] for every i < size (int32)."""
   salt = _salts(key, np.array([tweak]), np.array([size]))
-  return np.argsort(_sort_keys(salt, np.arange(size)), kind="stable").astype(np.int32)
+  return stable_argsort(_sort_keys(salt, np.arange(size))).astype(np.int32)
+
+
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+  """`np.argsort(keys, kind="stable")` of uint64 keys, 5x faster for 2^20 of them.
+
+  Each key's high bits and its index share one uint64, sorted by value (a
+  plain sort is much faster than an argsort); runs whose high bits tie are
+  then ordered by their full keys, index breaking ties::
+
+      packed = key >> b << b | index      (b = bits of the largest index)
+      sort(packed)                        order by (key >> b, index)
+      runs of equal key >> b              re-sorted by (key, index): rare (n^2 / 2^(65-b) pairs)
+
+  >>> keys = np.array([7 << 60, 3, 3, 1 << 62], dtype=np.uint64)
+  >>> stable_argsort(keys).tolist() == np.argsort(keys, kind="stable").tolist()
+  True
+  """
+  size = keys.size
+  bits = max(1, (size - 1).bit_length())
+  packed = (keys >> _U64(bits)) << _U64(bits) | np.arange(size, dtype=_U64)
+  packed.sort()
+  order = (packed & _U64((1 << bits) - 1)).astype(np.int64)
+  high = packed >> _U64(bits)
+  tied = np.flatnonzero(high[1:] == high[:-1])
+  if tied.size:
+    starts = tied[np.concatenate([[True], tied[1:] != tied[:-1] + 1])]
+    ends = tied[np.concatenate([tied[1:] != tied[:-1] + 1, [True]])] + 2
+    for start, end in zip(starts.tolist(), ends.tolist()):
+      run = order[start:end]
+      order[start:end] = run[np.lexsort((run, keys[run]))]
+  return order
 
 
 def _groups(sizes: np.ndarray, tweaks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -128,6 +168,7 @@ class _PermutationCache:
 
   def __init__(self, max_entries: int) -> None:
     self.max_entries = max_entries
+    self.reserved = 0  # entries the orders in use asked to keep (reserve_permutations), beyond max_entries
     self.entries = 0
     self.table: collections.OrderedDict[tuple[int, int, int], np.ndarray] = collections.OrderedDict()
     self.lock = threading.Lock()
@@ -142,23 +183,38 @@ class _PermutationCache:
     with self.lock:
       self.table[(key, tweak, size)] = image
       self.entries += size
-      while self.entries > self.max_entries and len(self.table) > 1:
+      while self.entries > self.max_entries + self.reserved and len(self.table) > 1:
         _, evicted = self.table.popitem(last=False)
         self.entries -= evicted.size
     return image
 
-  def forget(self, keys: set[int]) -> None:
-    """Drops every permutation of these keys (a finished pass's: the stream will not ask again)."""
+  def forget(self, keys: set[int] | None) -> None:
+    """Drops every permutation of these keys (a finished pass's: the stream will not ask again); None: all."""
     with self.lock:
-      for entry in [e for e in self.table if e[0] in keys]:
+      for entry in [e for e in self.table if keys is None or e[0] in keys]:
         self.entries -= self.table.pop(entry).size
 
 
 _CACHE = _PermutationCache(_CACHE_ENTRIES)
 
 
-def forget_permutations(keys: set[int]) -> None:
-  """Frees the cached permutations of `keys` (recomputed, identical, if ever asked for again)."""
+def reserve_permutations(entries: int) -> None:
+  """Lets the cache hold `entries` more: an order whose permutation it looks up every step (a global
+  shuffle of up to EXACT_MAX records) reserves its size. Without it, a mixture whose permutations
+  together exceed the cache (100 datasets of 10^6 documents: 10^8 entries) evicts each one before
+  its next use and sorts 10^6 keys per dataset per step (40 s a step instead of 50 ms)."""
+  with _CACHE.lock:
+    _CACHE.reserved += entries
+
+
+def release_permutations(entries: int) -> None:
+  """Gives back what `reserve_permutations` reserved (the order is gone)."""
+  with _CACHE.lock:
+    _CACHE.reserved -= entries
+
+
+def forget_permutations(keys: set[int] | None = None) -> None:
+  """Frees the cached permutations of `keys`, or all of them (recomputed, identical, if ever asked for again)."""
   _CACHE.forget(keys)
 
 

@@ -35,10 +35,9 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from jax.sharding import Mesh
 
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
@@ -62,6 +61,9 @@ from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_producer import END, Prepared, StepProducer
 from jaxdata.pipeline.worker_producer import WorkerProducer
+
+if TYPE_CHECKING:  # jax is imported when a mesh is used (NumPy output starts without it)
+  from jax.sharding import Mesh
 
 __all__ = ["Pipeline"]
 

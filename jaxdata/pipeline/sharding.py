@@ -22,19 +22,17 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jax
 import numpy as np
-from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxdata._lazy import lazy_module
 from jaxdata.config.pipeline_config import PipelineConfig
 
-try:  # private: see _batched_put
-  from jax._src import core as _jax_core
-  from jax._src.interpreters import pxla as _pxla
-except ImportError:
-  _jax_core = _pxla = None
-_with_sharding = getattr(_jax_core, "update_aval_with_sharding", None)
+# jax is imported when a mesh is first used: NumPy output starts without it (~2 s of imports on 2 cores).
+jax = lazy_module("jax")
+jax_sharding = lazy_module("jax.sharding")
+multihost_utils = lazy_module("jax.experimental.multihost_utils")
+_jax_core = lazy_module("jax._src.core")  # private: see _batched_put
+_pxla = lazy_module("jax._src.interpreters.pxla")
 
 
 __all__ = [
@@ -64,19 +62,19 @@ def check_same_on_every_host(what: str, value: Any) -> None:
     )
 
 
-def batch_sharding(mesh: Mesh, data_axes: Sequence[str]) -> NamedSharding:
+def batch_sharding(mesh: jax.sharding.Mesh, data_axes: Sequence[str]) -> jax.sharding.NamedSharding:
   """Rows over `data_axes` (together), sequence replicated."""
   missing = [a for a in data_axes if a not in mesh.axis_names]
   if missing:
     raise ValueError(f"data_axes: {missing[0]!r} is not an axis of the mesh {mesh.axis_names}")
-  return NamedSharding(mesh, PartitionSpec(tuple(data_axes), None))
+  return jax_sharding.NamedSharding(mesh, jax_sharding.PartitionSpec(tuple(data_axes), None))
 
 
-def data_parallel_size(mesh: Mesh, data_axes: Sequence[str]) -> int:
+def data_parallel_size(mesh: jax.sharding.Mesh, data_axes: Sequence[str]) -> int:
   return int(np.prod([mesh.shape[a] for a in data_axes]))
 
 
-def check_rows_divide(cfg: PipelineConfig, mesh: Mesh, data_axes: Sequence[str]) -> None:
+def check_rows_divide(cfg: PipelineConfig, mesh: jax.sharding.Mesh, data_axes: Sequence[str]) -> None:
   """Every step's rows (warmup included) must split evenly over the data-parallel shards."""
   shards = data_parallel_size(mesh, data_axes)
   for rows, seq_len in cfg.row_shapes():
@@ -107,7 +105,8 @@ def global_arrays(
 ) -> dict[str, jax.Array]:
   """Global arrays of `shape` from this process's rows (`arrays[name][i]` is row `rows_here[i]`)."""
   devices, blocks = _device_blocks(sharding, shape, np.asarray(rows_here, np.int64).tobytes())
-  if _BATCHED_PUT is None:
+  put = _batched_put()
+  if put is None:
     return {
       name: jax.make_array_from_callback(shape, sharding, functools.partial(_piece, local, rows_here, shape))
       for name, local in arrays.items()
@@ -115,8 +114,8 @@ def global_arrays(
   out = {}
   for name, local in arrays.items():
     pieces = [local[first:stop] if columns == _ALL else local[first:stop, columns] for first, stop, columns in blocks]
-    aval = _with_sharding(_jax_core.ShapedArray(shape, local.dtype), sharding)
-    out[name] = _BATCHED_PUT(aval, sharding, pieces, devices)
+    aval = _jax_core.update_aval_with_sharding(_jax_core.ShapedArray(shape, local.dtype), sharding)
+    out[name] = put(aval, sharding, pieces, devices)
   return out
 
 
@@ -151,6 +150,7 @@ def _piece(local: np.ndarray, rows_here: np.ndarray, shape: tuple[int, int], ind
   return block if index[1] == _ALL else block[:, index[1]]
 
 
+@functools.cache
 def _batched_put() -> Callable[..., jax.Array] | None:
   """jax's `pxla.batched_device_put`, when it takes (aval, sharding, xs, devices).
 
@@ -161,8 +161,12 @@ def _batched_put() -> Callable[..., jax.Array] | None:
   8-device mesh slowed 3.4-5.7% with it, 1.8-3.0% without). It is not public
   API, so it is used only where it has the expected parameters; otherwise
   the callback path, with the same arrays."""
-  put = getattr(_pxla, "batched_device_put", None) if _pxla is not None else None
-  if put is None or _with_sharding is None:
+  try:
+    put = getattr(_pxla, "batched_device_put", None)
+    with_sharding = getattr(_jax_core, "update_aval_with_sharding", None)
+  except ImportError:  # a jax without these private modules
+    return None
+  if put is None or with_sharding is None:
     return None
   if list(inspect.signature(put).parameters)[:4] != ["aval", "sharding", "xs", "devices"]:
     return None
@@ -170,7 +174,6 @@ def _batched_put() -> Callable[..., jax.Array] | None:
 
 
 _ALL = slice(None)
-_BATCHED_PUT = _batched_put()
 
 
 def output_functions(

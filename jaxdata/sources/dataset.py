@@ -214,6 +214,9 @@ class TokenDataset(ShardedRecords):
         records,
       )
 
+  def transfer_stats(self) -> dict[str, float] | None:
+    return self.remote.transfer_stats() if self.remote is not None else None
+
   def close(self) -> None:
     if self._pool is not None:
       self._pool.shutdown(wait=True)

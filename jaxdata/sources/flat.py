@@ -31,7 +31,14 @@ from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.records import ShardedRecords, check_range
 from jaxdata.sources.stores import is_remote
-from jaxdata.sources.token_files import KvTokenFiles, MappedTokenFiles, TokenFiles, kv_root, read_object
+from jaxdata.sources.token_files import (
+  KvTokenFiles,
+  MappedTokenFiles,
+  TokenFiles,
+  kv_root,
+  read_object,
+  read_objects,
+)
 
 __all__ = ["FlatTokenDataset"]
 
@@ -71,6 +78,12 @@ class FlatTokenDataset(ShardedRecords):
     shards = self.manifest.shards
     self._number_records([s.num_records for s in shards])
     self.shard_tokens = np.array([s.num_tokens for s in shards], dtype=np.int64)
+    # A bucket's metadata files all at once (one round trip, not one per file and shard).
+    self._fetched = (
+      read_objects(self.path, [r for s in shards for r in (s.lengths_path, s.starts_path, s.blocks_path) if r])
+      if self.in_store
+      else {}
+    )
     lengths, self.doc_starts = [], []
     for shard in shards:
       lengths.append(self._metadata(shard.lengths_path, shard.num_records, shard.path, "lengths index"))
@@ -98,6 +111,7 @@ class FlatTokenDataset(ShardedRecords):
           "edited or from another file? Rebuild it with `jaxdata index`"
         )
     self.files = self._open_files(read_options)
+    self._fetched = {}  # read: not kept
 
   def shard_path(self, shard: int) -> str:
     return self._data(self.manifest.shards[shard].path)
@@ -164,6 +178,9 @@ class FlatTokenDataset(ShardedRecords):
           f"({shard.sha256[:12]}...); the file changed after it was indexed"
         )
 
+  def transfer_stats(self) -> dict[str, float] | None:
+    return self.files.transfer_stats() if self.files is not None else None
+
   def close(self) -> None:
     files, self.files = getattr(self, "files", None), None
     if files is not None:
@@ -190,7 +207,7 @@ class FlatTokenDataset(ShardedRecords):
   def _metadata(self, relative: str, num_records: int, shard: str, what: str) -> np.ndarray:
     named = self._named(relative)
     if self.in_store:
-      local = read_object(self.path, relative)
+      local = self._fetched[relative] if relative in self._fetched else read_object(self.path, relative)
       return load_lengths_file(local, named, num_records, shard, what)
     if not os.path.isfile(named):
       raise DatasetError(f"{named}: {what} of {shard} is missing; rebuild it with `jaxdata index`")
@@ -220,8 +237,9 @@ class FlatTokenDataset(ShardedRecords):
         [s.data_offset for s in self.manifest.shards],
         [self._block_sums(s) for s in self.manifest.shards],
       )
-      for shard_id, shard in enumerate(self.manifest.shards):
-        files.check_sample(shard_id, shard.num_bytes, shard.sample_sha256, SAMPLE_BLOCKS, SAMPLE_BLOCK)
+      files.check_samples(
+        [(i, s.num_bytes, s.sample_sha256) for i, s in enumerate(self.manifest.shards)], SAMPLE_BLOCKS, SAMPLE_BLOCK
+      )
       return files
     external = bool(self.manifest.data_root)  # token files the manifest names in a directory of its choosing
     for path, shard in zip(paths, self.manifest.shards):

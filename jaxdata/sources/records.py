@@ -71,6 +71,11 @@ class ShardedRecords:
   def num_tokens(self) -> int:
     return self.manifest.num_tokens
 
+  def transfer_stats(self) -> dict[str, float] | None:
+    """Data in object storage: bytes fetched so far, the store's measured round trip
+    (`latency_s`) and the requests kept in flight (`parallelism`); None for local data."""
+    return None
+
   def global_index(self, shard_ids: np.ndarray, record_ids: np.ndarray) -> np.ndarray:
     return self.record_starts[np.asarray(shard_ids)] + np.asarray(record_ids)
 

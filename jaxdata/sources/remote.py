@@ -35,6 +35,7 @@ import numpy as np
 from jaxdata.errors import ConfigError, DatasetError
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
+from jaxdata.sources.parallelism import FETCH_THREADS, fetch_threads, timed
 from jaxdata.sources.stores import ObjectStore, RemotePath, is_remote, open_store, with_retries
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
 ]
 
 DEFAULT_CACHE_BYTES = 32 << 30
-FETCH_THREADS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +96,8 @@ class ShardCache:
     self.pending: dict[str, concurrent.futures.Future[None]] = {}
     self.pending_bytes: dict[str, int] = {}  # of the fetches under way
     self.lock = threading.Lock()
-    self.pool = concurrent.futures.ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="jaxdata-fetch")
+    self.threads = FETCH_THREADS  # fetches in flight at most; raised from a store's latency (ensure_threads)
+    self.pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="jaxdata-fetch")
     self.fetched_bytes: collections.Counter[str] = collections.Counter()  # downloaded, per dataset (RemoteShards.key)
     self.peak_bytes = 0  # the most bytes of shards held at once
     self.hits = self.prefetched = self.misses = 0  # gets found present, on their way (want), or not
@@ -107,22 +108,39 @@ class ShardCache:
   def path(self, name: str) -> str:
     return os.path.join(self.directory, name)
 
+  def ensure_threads(self, threads: int) -> None:
+    """At least `threads` fetches in flight from now on (`parallelism.fetch_threads`).
+    Fetches already queued finish on the pool they were given to."""
+    with self.lock:
+      if threads <= self.threads:
+        return
+      old, self.threads = self.pool, threads
+      self.pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="jaxdata-fetch")
+    old.shutdown(wait=False)
+
   def held(self) -> int:
     return sum(shard.num_bytes for shard in self.present.values())
 
   def want(self, shards: list[CachedShard], ahead: bool = False) -> None:
-    """Starts fetching the given shards (in order) while they fit beside the
-    ones present and under way; does not wait. `ahead`: for the window after
-    the one being read. (Making room for it by evicting would drop shards that
-    later windows still read: with 10% of the data cached, 1.4x the bytes.)"""
+    """Starts fetching the given shards (in order); does not wait. For the
+    read being made, all of them at once, least recently used shards outside
+    it leaving first. `ahead` (for the window after the one being read): only
+    while they fit beside the ones present and under way (making room by
+    evicting would drop shards that later windows still read: with 10% of the
+    data cached, 1.4x the bytes)."""
     with self.lock:
       if ahead:
         self.asked_ahead.update(dict.fromkeys((shard.name for shard in shards), 1))
+      else:
+        # The read being made needs these now: least recently used shards outside it leave at once, so
+        # its fetches all start together (left to `get`, each would wait for the one before: a round trip each).
+        missing = {s.name: s.num_bytes for s in shards if s.name not in self.present and s.name not in self.pending}
+        self._evict(set(), sum(missing.values()) + sum(self.pending_bytes.values()))
       room = self.cache_bytes - self.held() - sum(self.pending_bytes.values())
       for shard in shards:
         if shard.name in self.present or shard.name in self.pending:
           continue
-        if shard.num_bytes > room:
+        if shard.num_bytes > room and ahead:  # the read being made holds its shards at once anyway
           break
         room -= shard.num_bytes
         self.pending_bytes[shard.name] = shard.num_bytes
@@ -167,12 +185,12 @@ class ShardCache:
         first = False
       future.result()
 
-  def _evict(self, keep: set[str]) -> None:
+  def _evict(self, keep: set[str], room: int = 0) -> None:
     """Least recently used shards outside `keep` and the pinned ones leave
-    until the cache holds at most cache_bytes."""
+    until the cache holds at most cache_bytes (less `room` bytes to be fetched)."""
     total = self.held()
     for name in list(self.present):
-      if total <= self.cache_bytes:
+      if total + room <= self.cache_bytes:
         return
       if name in keep or name in self.pinned:
         continue
@@ -284,8 +302,12 @@ class RemoteShards:
     self.store = open_store(self.location)
     manifest_url = self.location.url_of(MANIFEST_NAME)
     # One byte past the limit: a larger object is refused by Manifest.parse without being read whole.
-    blob = with_retries(
-      manifest_url, lambda: self.store.read(self.location.key(MANIFEST_NAME), MAX_MANIFEST_BYTES + 1), self.store.errors
+    blob, self.latency_s = timed(  # the store's round trip, or more (a first connection, a retry): an upper bound
+      lambda: with_retries(
+        manifest_url,
+        lambda: self.store.read(self.location.key(MANIFEST_NAME), MAX_MANIFEST_BYTES + 1),
+        self.store.errors,
+      )
     )
     self.manifest = Manifest.parse(blob, manifest_url)
     digest = self.key = hashlib.sha256(f"{url}\n{self.manifest.fingerprint}".encode()).hexdigest()[:16]
@@ -306,6 +328,7 @@ class RemoteShards:
       )
       for i, s in enumerate(self.manifest.shards)
     ]
+    self.cache.ensure_threads(fetch_threads(self.latency_s, float(np.median([s.num_bytes for s in self.shards]))))
     list(self.cache.pool.map(self._fetch_lengths, range(len(self.shards))))
     self._check_room(options)
 
@@ -321,6 +344,10 @@ class RemoteShards:
         f"{self.cache.cache_bytes:,}, the dataset {sum(s.num_bytes for s in self.shards):,}): lower "
         "cache_bytes or free space"
       )
+
+  def transfer_stats(self) -> dict[str, float]:
+    """Bytes fetched so far, the measured round trip, the fetches kept in flight."""
+    return {"fetched_bytes": self.fetched_bytes, "latency_s": self.latency_s, "parallelism": self.cache.threads}
 
   @property
   def fetched_bytes(self) -> int:

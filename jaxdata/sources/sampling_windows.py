@@ -172,6 +172,9 @@ class WindowView(ShardedRecords):
   def verify(self) -> None:
     self.dataset.verify()
 
+  def transfer_stats(self) -> dict[str, float] | None:
+    return self.dataset.transfer_stats()
+
   def close(self) -> None:
     self.dataset.close()
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from jaxdata.errors import DatasetError, optional_module
+from jaxdata.sources.parallelism import MAX_FETCH_THREADS
 
 __all__ = ["FETCH_ATTEMPTS", "ObjectStore", "RemotePath", "is_remote", "open_store", "with_retries"]
 
@@ -81,7 +82,12 @@ class _S3Store:
       "s3", "boto3", "botocore.config", "botocore.exceptions", "boto3.exceptions"
     )
     # One attempt per call: FETCH_ATTEMPTS retries above it, so a failure surfaces in seconds.
-    settings = config.Config(connect_timeout=5, read_timeout=30, retries={"total_max_attempts": 1})
+    settings = config.Config(
+      connect_timeout=5,
+      read_timeout=30,
+      retries={"total_max_attempts": 1},
+      max_pool_connections=MAX_FETCH_THREADS,  # a connection per fetch thread (parallelism.fetch_threads)
+    )
     self.client = boto3.client("s3", config=settings)
     self.bucket = bucket
     # boto3's own (Boto3Error: RetriesExceededError on bodies cut short every time, S3TransferFailedError) too.
@@ -108,6 +114,10 @@ class _GcsStore:
       client = storage.Client(project="jaxdata", credentials=credentials.AnonymousCredentials())
     else:
       client = storage.Client()
+    # A connection per fetch thread (parallelism.fetch_threads); requests keeps 10 by default.
+    adapter = requests.adapters.HTTPAdapter(pool_maxsize=MAX_FETCH_THREADS)
+    for prefix in ("http://", "https://"):
+      client._http.mount(prefix, adapter)  # noqa: SLF001 -- the client's session; its constructor takes it as _http
     self.bucket = client.bucket(bucket)
     self.errors = (api.GoogleAPIError, auth.GoogleAuthError, requests.RequestException, OSError)
 

@@ -26,9 +26,19 @@ import numpy as np
 from jaxdata._lazy import lazy_module
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, bad_block
+from jaxdata.sources.parallelism import MAX_RANGE_REQUESTS, RANGE_REQUESTS, range_requests, timed
 from jaxdata.sources.stores import RemotePath, is_remote
 
-__all__ = ["KvTokenFiles", "MERGE_GAP", "MappedTokenFiles", "TokenFiles", "kv_root", "ranges_index", "read_object"]
+__all__ = [
+  "KvTokenFiles",
+  "MERGE_GAP",
+  "MappedTokenFiles",
+  "TokenFiles",
+  "kv_root",
+  "ranges_index",
+  "read_object",
+  "read_objects",
+]
 
 MERGE_GAP = 64 << 10  # ranges of one file closer than this are fetched as one request
 _HASH_CHUNK = 16 << 20
@@ -71,9 +81,18 @@ def kv_root(root: str) -> dict[str, Any]:
   return spec
 
 
-def _open_kvstore(spec: dict[str, Any]) -> Any:
+def _open_kvstore(spec: dict[str, Any], requests: int = RANGE_REQUESTS) -> Any:
+  """A kvstore with tensorstore's retries and `requests` requests in flight at most (gcs, s3)."""
   ts = tensorstore
-  context = ts.Context({"gcs_request_retries": _RETRIES, "s3_request_retries": _RETRIES})
+  limit = {"limit": requests}
+  context = ts.Context(
+    {
+      "gcs_request_retries": _RETRIES,
+      "s3_request_retries": _RETRIES,
+      "gcs_request_concurrency": limit,
+      "s3_request_concurrency": limit,
+    }
+  )
   return ts.KvStore.open(spec, context=context).result()
 
 
@@ -112,6 +131,22 @@ def read_object(root: str, relative: str) -> bytes:
   return _read(_open_kvstore(kv_root(root)), relative, f"{root.rstrip('/')}/{relative}")
 
 
+def read_objects(root: str, relatives: Sequence[str]) -> dict[str, bytes]:
+  """Whole objects under `root`, all requested at once: one round trip, not one each.
+
+  >>> import tempfile
+  >>> root = tempfile.mkdtemp()
+  >>> for name in ("a", "b"):
+  ...   _ = open(os.path.join(root, name), "w").write(name * 3)
+  >>> read_objects(root, ["a", "b"])
+  {'a': b'aaa', 'b': b'bbb'}
+  """
+  store, named = _open_kvstore(kv_root(root), MAX_RANGE_REQUESTS), root.rstrip("/")
+  with tensorstore.Batch() as batch:
+    futures = {relative: _read(store, relative, f"{named}/{relative}", None, batch) for relative in relatives}
+  return {relative: _value(future, f"{named}/{relative}") for relative, future in futures.items()}
+
+
 class TokenFiles(abc.ABC):
   """Per shard, a file of little-endian token ids."""
 
@@ -122,6 +157,10 @@ class TokenFiles(abc.ABC):
   @abc.abstractmethod
   def sha256(self, shard: int) -> str:
     """Hex sha256 of a whole file (reads it all)."""
+
+  def transfer_stats(self) -> dict[str, float] | None:
+    """Files in object storage: bytes fetched, round trip, requests in flight (None: local files)."""
+    return None
 
   def close(self) -> None:  # noqa: B027 -- optional: files read through a store hold nothing open
     pass
@@ -219,12 +258,28 @@ class KvTokenFiles(TokenFiles):
     offsets: Sequence[int],
     sums: Sequence[np.ndarray | None] | None = None,
   ) -> None:
-    self.store = _open_kvstore(spec)
     self.keys, self.named, self.dtype, self.sizes = list(keys), list(named), dtype, list(sizes)
+    self.store = _open_kvstore(spec)
+    self.latency_s, self.parallelism = 0.0, RANGE_REQUESTS
+    if spec["driver"] != "file" and self.keys:
+      # The store's round trip: the faster of two one-byte reads (the first may open the connection).
+      self.latency_s = min(
+        timed(lambda: _read(self.store, self.keys[0], self.named[0], slice(0, min(1, self.sizes[0]))))[1]
+        for _ in range(2)
+      )
+      self.parallelism = range_requests(self.latency_s)
+      self.store = _open_kvstore(spec, self.parallelism)
+    self.remote = spec["driver"] != "file"
+    self.fetched_bytes = 0  # bytes of token ranges fetched (gather)
     self.offsets = np.asarray(offsets, np.int64)  # bytes before each file's first token
     self.sums = list(sums) if sums is not None else [None] * len(self.keys)  # block_sums per file, or None
     # Each object's generation (GCS) or ETag (S3), pinned by its first read: bytes of any other are refused.
     self.generations: list[bytes | None] = [None] * len(self.keys)
+
+  def transfer_stats(self) -> dict[str, float] | None:
+    if not self.remote:
+      return None
+    return {"fetched_bytes": self.fetched_bytes, "latency_s": self.latency_s, "parallelism": self.parallelism}
 
   def _bytes(self, future: Any, shard: int) -> bytes:
     """A read's bytes, refused if they come from another version of the object than the first read's."""
@@ -257,29 +312,35 @@ class KvTokenFiles(TokenFiles):
     at = begin - first_block * BLOCK_BYTES
     return data[at : at + end - begin]
 
-  def check_sample(self, shard: int, num_bytes: int, expected: str, blocks: int, block: int) -> None:
-    """The file's sampled hash (`fileutil.sample_sha256`, by range reads) against the manifest's."""
+  def check_samples(self, shards: Sequence[tuple[int, int, str]], blocks: int, block: int) -> None:
+    """Each (shard, num_bytes, expected) file's sampled hash (`fileutil.sample_sha256`, by range
+    reads, all shards' at once) against the manifest's."""
     ts = tensorstore
-    last = max(num_bytes - block, 0)
     with ts.Batch() as batch:
-      futures = [
-        _read(
-          self.store,
-          self.keys[shard],
-          self.named[shard],
-          slice(last * i // (blocks - 1), min(last * i // (blocks - 1) + block, num_bytes)),
-          batch,
+      futures = []
+      for shard, num_bytes, _ in shards:
+        last = max(num_bytes - block, 0)
+        futures.append(
+          [
+            _read(
+              self.store,
+              self.keys[shard],
+              self.named[shard],
+              slice(last * i // (blocks - 1), min(last * i // (blocks - 1) + block, num_bytes)),
+              batch,
+            )
+            for i in range(blocks)
+          ]
         )
-        for i in range(blocks)
-      ]
-    digest = hashlib.sha256(str(num_bytes).encode())
-    for future in futures:
-      digest.update(self._bytes(future, shard))
-    if digest.hexdigest() != expected:
-      raise DatasetError(
-        f"{self.named[shard]}: content differs from the file manifest.json lists (sampled hash; "
-        "replaced, truncated or resized?)"
-      )
+    for (shard, num_bytes, expected), shard_futures in zip(shards, futures):
+      digest = hashlib.sha256(str(num_bytes).encode())
+      for future in shard_futures:
+        digest.update(self._bytes(future, shard))
+      if digest.hexdigest() != expected:
+        raise DatasetError(
+          f"{self.named[shard]}: content differs from the file manifest.json lists (sampled hash; "
+          "replaced, truncated or resized?)"
+        )
 
   def gather(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     item = self.dtype.itemsize
@@ -304,6 +365,7 @@ class KvTokenFiles(TokenFiles):
       end_bytes,
     )
     ts = tensorstore
+    self.fetched_bytes += int((read_end - read_begin).sum())
     requests = list(zip(request_shard.tolist(), read_begin.tolist(), read_end.tolist()))
     with ts.Batch() as batch:
       futures = [

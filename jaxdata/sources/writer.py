@@ -20,12 +20,10 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
-from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from jaxdata.sources.manifest import COMPRESSIONS, MANIFEST_NAME, WRITER_OPTIONS, Manifest, ShardInfo, writer_options
 
-__all__ = ["DatasetWriter", "WRITER_OPTIONS", "finish_shard", "shard_file_names"]
+__all__ = ["COMPRESSIONS", "DatasetWriter", "WRITER_OPTIONS", "finish_shard", "shard_file_names", "writer_options"]
 
-# group_size:1 makes every record its own chunk: a random read decodes one record.
-WRITER_OPTIONS = "group_size:1"
 LENGTHS_DTYPE = np.dtype("<u4")
 
 
@@ -74,8 +72,10 @@ class DatasetWriter:
     dtype: np.dtype,
     tokenizer: dict[str, Any],
     shard_bytes: int = 256 << 20,
+    compression: str = "zstd",
   ) -> None:
     check_name(name, "name")
+    self._writer_options = writer_options(compression)
     if shard_bytes <= 0:
       raise ValueError(f"shard_bytes: must be positive, got {shard_bytes}")
     self._dtype = np.dtype(dtype).newbyteorder("<")
@@ -158,7 +158,7 @@ class DatasetWriter:
 
   def _open_shard(self) -> None:
     shard_name, _ = shard_file_names(self._name, len(self._shards))
-    self._writer = ArrayRecordWriter(os.path.join(self._out_dir, shard_name), WRITER_OPTIONS)
+    self._writer = ArrayRecordWriter(os.path.join(self._out_dir, shard_name), self._writer_options)
     self._lengths = []
     self._open_bytes = 0
 
