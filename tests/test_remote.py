@@ -4,6 +4,7 @@ batches as local files, a bounded cache, named errors, refused changes."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -721,3 +722,44 @@ def test_windows_from_a_store_far_away_keep_more_ranges_in_flight_and_read_the_s
   assert stats["latency_s"] >= 0.03
   assert stats["parallelism"] == range_requests(stats["latency_s"]) > RANGE_REQUESTS
   assert stats["fetched_bytes"] >= 20 * 8 * 17 * 2  # every window's 17 uint16 tokens, at least
+
+
+class _CountingStore:
+  """A store whose objects are bytes in memory; it records each download."""
+
+  errors = (OSError,)
+
+  def __init__(self, objects: dict[str, bytes]) -> None:
+    self.objects, self.downloads = objects, []
+
+  def read(self, key: str, limit: int) -> bytes:
+    return self.objects[key][:limit]
+
+  def download(self, key: str, destination: str) -> None:
+    self.downloads.append(key)
+    with open(destination, "wb") as f:
+      f.write(self.objects[key])
+
+
+def test_a_read_of_more_shards_than_fit_keeps_its_own_and_fetches_the_rest_at_once(tmp_path):
+  """Room for two shards, 1 and 3 cached (0 evicted earlier); a read needs 0, 1 and 2: shard 3 (not
+  in it) leaves, shard 1 (in it) stays, and 0 and 2 are requested together before the read waits."""
+  objects = {f"k{i}": bytes([i]) * 100 for i in range(4)}
+  store = _CountingStore(objects)
+  shards = [
+    remote_module.CachedShard(
+      f"d-{i}", f"s3://b/k{i}", f"k{i}", 100, hashlib.sha256(objects[f"k{i}"]).hexdigest(), store, lambda: None
+    )
+    for i in range(4)
+  ]
+  cache = remote_module.ShardCache(str(tmp_path / "cache"), 200)
+  for shard in (shards[0], shards[1], shards[3]):
+    cache.get(shard, set())
+  assert store.downloads == ["k0", "k1", "k3"] and list(cache.present) == ["d-1", "d-3"]
+  read = shards[:3]
+  cache.want(read)
+  assert set(cache.pending) | set(cache.present) >= {"d-0", "d-2"}  # both requested at once
+  for shard in read:
+    cache.get(shard, {s.name for s in read})
+  assert sorted(store.downloads[3:]) == ["k0", "k2"], store.downloads  # shard 1 was not fetched again
+  cache.pool.shutdown(wait=True)

@@ -141,6 +141,9 @@ def restart_segments(
   ([1, 1, 2, 2, 3, 0], [0, 1, 0, 1, 0, 1])
   """
   starts = np.sort(np.asarray(starts, np.int64))
+  for name, array in (("segment_ids", segment_ids), ("positions", positions)):
+    if array.dtype != np.int32 or not array.flags.c_contiguous:
+      raise ValueError(f"restart_segments: {name} must be flat contiguous int32, got {array.dtype}")
   if NATIVE if native is None else native:
     _native.restart_segments(starts, seq_len, segment_ids, positions)
     return

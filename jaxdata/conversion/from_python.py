@@ -66,6 +66,7 @@ def from_iterable(
   name: str | None = None,
   tokenizer: TokenizerSpec | str | None = "byte",
   shard_bytes: int = 256 << 20,
+  compression: str = "zstd",
   dtype: str | None = None,
   overwrite: bool = False,
 ) -> Manifest:
@@ -79,6 +80,7 @@ def from_iterable(
     tokenizer: "byte", "hf:FILE.json", "sp:FILE.model", a `TokenizerSpec`,
       or None for token lists only.
     shard_bytes: a shard is closed before it would exceed this size.
+    compression: the records' compression: "zstd", "snappy" or "none" (`jaxdata convert --compression`).
     dtype: "uint16" or "uint32"; default: what the vocabulary needs (uint32
       for token lists without a tokenizer).
     overwrite: replace a dataset already in `out`.
@@ -100,7 +102,9 @@ def from_iterable(
   identity = model.identity() if model is not None else {"kind": "pretokenized"}
   np_dtype = np.dtype(dtype) if dtype else (dtype_for_vocab_size(model.vocab_size) if model else np.dtype("<u4"))
   prepare_output(out, overwrite)
-  writer = DatasetWriter(out, name or os.path.basename(os.path.normpath(out)), np_dtype, identity, shard_bytes)
+  writer = DatasetWriter(
+    out, name or os.path.basename(os.path.normpath(out)), np_dtype, identity, shard_bytes, compression
+  )
   items, count, empty = iter(items), 0, 0
   while batch := list(itertools.islice(items, BATCH)):
     flat, lengths = _encode(batch, count, model)

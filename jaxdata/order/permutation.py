@@ -171,7 +171,7 @@ class _PermutationCache:
     self.reserved = 0  # entries the orders in use asked to keep (reserve_permutations), beyond max_entries
     self.entries = 0
     self.table: collections.OrderedDict[tuple[int, int, int], np.ndarray] = collections.OrderedDict()
-    self.lock = threading.Lock()
+    self.lock = threading.RLock()  # reentrant: an order's finalizer may run inside get / forget (gc)
 
   def get(self, key: int, tweak: int, size: int) -> np.ndarray:
     with self.lock:

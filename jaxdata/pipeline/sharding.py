@@ -19,6 +19,7 @@ import functools
 import hashlib
 import inspect
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -49,7 +50,7 @@ __all__ = [
 def check_same_on_every_host(what: str, value: Any) -> None:
   """A `ValueError` on every host if `value` (JSON-able) differs between the processes of a
   multi-process run: its sha256 is compared with a collective (every host must call this together)."""
-  if jax.process_count() == 1:
+  if "jax" not in sys.modules or jax.process_count() == 1:  # no jax yet: no jax.distributed, one process
     return
   digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).digest()
   mine = np.frombuffer(digest, np.uint8)

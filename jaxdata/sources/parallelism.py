@@ -55,7 +55,7 @@ def fetch_threads(latency_s: float, shard_bytes: float) -> int:
   """
   shard_bytes = max(float(shard_bytes), 1.0)
   needed = TARGET_BYTES_PER_S * (latency_s + shard_bytes / CONNECTION_BYTES_PER_S) / shard_bytes
-  return min(max(math.ceil(needed), FETCH_THREADS), MAX_FETCH_THREADS)
+  return _clamped(needed, FETCH_THREADS, MAX_FETCH_THREADS)
 
 
 def range_requests(latency_s: float) -> int:
@@ -64,7 +64,12 @@ def range_requests(latency_s: float) -> int:
   >>> range_requests(0.0005), range_requests(0.02), range_requests(0.05), range_requests(0.2)
   (32, 160, 400, 1024)
   """
-  return min(max(math.ceil(TARGET_REQUESTS_PER_S * latency_s), RANGE_REQUESTS), MAX_RANGE_REQUESTS)
+  return _clamped(TARGET_REQUESTS_PER_S * latency_s, RANGE_REQUESTS, MAX_RANGE_REQUESTS)
+
+
+def _clamped(needed: float, floor: int, cap: int) -> int:
+  """ceil(needed) within [floor, cap]; the cap for a latency that is not a number (a failed timing)."""
+  return cap if not math.isfinite(needed) else min(max(math.ceil(min(needed, cap)), floor), cap)
 
 
 def timed(request: Callable[[], T]) -> tuple[T, float]:

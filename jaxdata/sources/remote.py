@@ -35,7 +35,7 @@ import numpy as np
 from jaxdata.errors import ConfigError, DatasetError
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
-from jaxdata.sources.parallelism import FETCH_THREADS, fetch_threads, timed
+from jaxdata.sources.parallelism import FETCH_THREADS, MAX_FETCH_THREADS, fetch_threads, timed
 from jaxdata.sources.stores import ObjectStore, RemotePath, is_remote, open_store, with_retries
 
 __all__ = [
@@ -96,8 +96,11 @@ class ShardCache:
     self.pending: dict[str, concurrent.futures.Future[None]] = {}
     self.pending_bytes: dict[str, int] = {}  # of the fetches under way
     self.lock = threading.Lock()
-    self.threads = FETCH_THREADS  # fetches in flight at most; raised from a store's latency (ensure_threads)
-    self.pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="jaxdata-fetch")
+    # Fetches in flight at most: `threads` slots, raised from a store's latency (ensure_threads). The pool
+    # has room for the most ever allowed (its threads start only as fetches wait for them).
+    self.threads = FETCH_THREADS
+    self.slots = threading.Semaphore(FETCH_THREADS)
+    self.pool = concurrent.futures.ThreadPoolExecutor(MAX_FETCH_THREADS, thread_name_prefix="jaxdata-fetch")
     self.fetched_bytes: collections.Counter[str] = collections.Counter()  # downloaded, per dataset (RemoteShards.key)
     self.peak_bytes = 0  # the most bytes of shards held at once
     self.hits = self.prefetched = self.misses = 0  # gets found present, on their way (want), or not
@@ -109,14 +112,14 @@ class ShardCache:
     return os.path.join(self.directory, name)
 
   def ensure_threads(self, threads: int) -> None:
-    """At least `threads` fetches in flight from now on (`parallelism.fetch_threads`).
-    Fetches already queued finish on the pool they were given to."""
+    """At least `threads` fetches in flight from now on (`parallelism.fetch_threads`), at most
+    MAX_FETCH_THREADS."""
     with self.lock:
-      if threads <= self.threads:
+      more = min(threads, MAX_FETCH_THREADS) - self.threads
+      if more <= 0:
         return
-      old, self.threads = self.pool, threads
-      self.pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="jaxdata-fetch")
-    old.shutdown(wait=False)
+      self.threads += more
+    self.slots.release(more)
 
   def held(self) -> int:
     return sum(shard.num_bytes for shard in self.present.values())
@@ -135,7 +138,7 @@ class ShardCache:
         # The read being made needs these now: least recently used shards outside it leave at once, so
         # its fetches all start together (left to `get`, each would wait for the one before: a round trip each).
         missing = {s.name: s.num_bytes for s in shards if s.name not in self.present and s.name not in self.pending}
-        self._evict(set(), sum(missing.values()) + sum(self.pending_bytes.values()))
+        self._evict({s.name for s in shards}, sum(missing.values()) + sum(self.pending_bytes.values()))
       room = self.cache_bytes - self.held() - sum(self.pending_bytes.values())
       for shard in shards:
         if shard.name in self.present or shard.name in self.pending:
@@ -212,7 +215,8 @@ class ShardCache:
       return
     partial = f"{target}.partial-{os.getpid()}-{threading.get_ident()}"
     try:
-      with_retries(shard.url, lambda: _download(shard, partial, self.directory), shard.store.errors)
+      with self.slots:
+        with_retries(shard.url, lambda: _download(shard, partial, self.directory), shard.store.errors)
       if not _matches(partial, shard):
         raise DatasetError(
           f"{shard.url}: differs from the shard manifest.json lists (size or content hash): "
@@ -328,7 +332,8 @@ class RemoteShards:
       )
       for i, s in enumerate(self.manifest.shards)
     ]
-    self.cache.ensure_threads(fetch_threads(self.latency_s, float(np.median([s.num_bytes for s in self.shards]))))
+    typical_shard = float(np.median([s.num_bytes for s in self.shards])) if self.shards else 1.0
+    self.cache.ensure_threads(fetch_threads(self.latency_s, typical_shard))
     list(self.cache.pool.map(self._fetch_lengths, range(len(self.shards))))
     self._check_room(options)
 
@@ -394,9 +399,10 @@ class RemoteShards:
       return
     info = self.manifest.shards[shard]
     partial = f"{target}.partial-{os.getpid()}-{threading.get_ident()}"
-    with_retries(
-      self.location.url_of(info.lengths_path),
-      lambda: self.store.download(self.location.key(info.lengths_path), partial),
-      self.store.errors,
-    )
+    with self.cache.slots:
+      with_retries(
+        self.location.url_of(info.lengths_path),
+        lambda: self.store.download(self.location.key(info.lengths_path), partial),
+        self.store.errors,
+      )
     os.replace(partial, target)

@@ -115,9 +115,11 @@ class _GcsStore:
     else:
       client = storage.Client()
     # A connection per fetch thread (parallelism.fetch_threads); requests keeps 10 by default.
-    adapter = requests.adapters.HTTPAdapter(pool_maxsize=MAX_FETCH_THREADS)
-    for prefix in ("http://", "https://"):
-      client._http.mount(prefix, adapter)  # noqa: SLF001 -- the client's session; its constructor takes it as _http
+    session = client._http  # noqa: SLF001 -- the client's session; its constructor takes it as _http
+    if not getattr(session, "is_mtls", False):  # an mTLS session's adapter carries the client certificate
+      adapter = requests.adapters.HTTPAdapter(pool_maxsize=MAX_FETCH_THREADS)
+      for prefix in ("http://", "https://"):
+        session.mount(prefix, adapter)
     self.bucket = client.bucket(bucket)
     self.errors = (api.GoogleAPIError, auth.GoogleAuthError, requests.RequestException, OSError)
 
