@@ -348,8 +348,9 @@ def test_the_batched_transfer_and_the_public_callback_make_the_same_arrays(monke
   sharding = batch_sharding(Mesh(np.array(jax.devices()[:8]).reshape(shape), names), data_axes)
   rows = local_rows(sharding, (16, 24))
   arrays = {"tokens": np.arange(16 * 24, dtype=np.int32).reshape(16, 24)[rows], "other": np.ones((16, 24), np.int32)}
+  assert sharding_module._batched_put() is not None  # this jax has it: the first call took the batched path
   batched = global_arrays(arrays, sharding, (16, 24), rows)
-  monkeypatch.setattr(sharding_module, "_BATCHED_PUT", None)
+  monkeypatch.setattr(sharding_module, "_batched_put", lambda: None)
   public = global_arrays(arrays, sharding, (16, 24), rows)
   for name in arrays:
     assert batched[name].sharding == public[name].sharding == sharding
