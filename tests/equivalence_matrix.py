@@ -35,7 +35,7 @@ import numpy as np
 STEPS, SPLIT = 10, 4
 ROWS, SEQ_LEN = 8, 16  # 8 rows: one per device of the 8-device mesh
 
-Data = Mapping[str, str]  # "d0", "d1", "d2", "flat", "meg", and "s3:d0", "gs:d0", ... once uploaded
+Data = Mapping[str, str]  # "d0", "d1", "d2", "d3" (uncompressed), "flat", "meg", and "s3:d0", "gs:d0", ... once uploaded
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -53,6 +53,8 @@ def write_data(root: str) -> dict[str, str]:
   for d, (count, longest) in enumerate([(90, 40), (50, 20), (40, 10)]):
     data[f"d{d}"] = os.path.join(root, f"d{d}")
     write_coded_dataset(data[f"d{d}"], d, rng.integers(1, longest, count).tolist(), shard_bytes=300)
+  data["d3"] = os.path.join(root, "d3")  # records stored without compression (jaxdata convert --compression none)
+  write_coded_dataset(data["d3"], 3, rng.integers(1, 30, 60).tolist(), shard_bytes=300, compression="none")
   documents = random_documents(rng, 150, eos_id=0, max_length=30)
   data["flat"] = os.path.join(root, "flat")
   write_flat(os.path.join(data["flat"], "a.bin"), documents[:80])
@@ -209,6 +211,7 @@ FEATURES = [
     ),
   ),
   Feature("megatron-and-flat", lambda d: _config(d, names=("d0", "flat", "meg"), exhausted_policy="repeat")),
+  Feature("uncompressed-records", lambda d: _config(d, names=("d0", "d3"), exhausted_policy="repeat")),
   Feature("remote-s3", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="s3:"), store="s3"),
   Feature("remote-gs", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="gs:"), store="gs"),
   Feature(

@@ -35,11 +35,13 @@ def decode(token: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   return body // 4096, body % 4096, np.asarray(token, dtype=np.int64) % 512
 
 
-def write_coded_dataset(directory: str, d: int, lengths: list[int], shard_bytes: int = 400) -> None:
+def write_coded_dataset(
+  directory: str, d: int, lengths: list[int], shard_bytes: int = 400, compression: str = "zstd"
+) -> None:
   lengths_arr = np.asarray(lengths, dtype=np.int64)
   record = np.repeat(np.arange(len(lengths)), lengths_arr)
   k = np.arange(int(lengths_arr.sum())) - np.repeat(np.cumsum(lengths_arr) - lengths_arr, lengths_arr)
-  writer = DatasetWriter(directory, f"d{d}", np.dtype("<u4"), {"kind": "coded"}, shard_bytes)
+  writer = DatasetWriter(directory, f"d{d}", np.dtype("<u4"), {"kind": "coded"}, shard_bytes, compression)
   writer.write_documents(code(d, record, k), lengths_arr)
   writer.finish()
 
