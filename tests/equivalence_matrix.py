@@ -35,7 +35,9 @@ import numpy as np
 STEPS, SPLIT = 10, 4
 ROWS, SEQ_LEN = 8, 16  # 8 rows: one per device of the 8-device mesh
 
-Data = Mapping[str, str]  # "d0", "d1", "d2", "d3" (uncompressed), "flat", "meg", and "s3:d0", "gs:d0", ... once uploaded
+Data = Mapping[
+  str, str
+]  # "d0", "d1", "d2", "d3" (uncompressed), "flat", "meg", and "s3:d0", "gs:d0", ... once uploaded
 
 
 # ----------------------------------------------------------------------------------------------- data

@@ -267,3 +267,11 @@ def test_an_invalid_jaxdata_native_is_a_named_error() -> None:
   )
   assert done.returncode != 0
   assert "JAXDATA_NATIVE: 'yes' is not 0 (Python / NumPy loops) or 1 (C loops where built)" in done.stderr
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_restart_segments_refuses_arrays_that_are_not_flat_int32(native: bool) -> None:
+  positions = np.zeros(8, np.int32)
+  with pytest.raises(ValueError, match="restart_segments: segment_ids must be flat contiguous int32, got int64"):
+    kernels.restart_segments(np.array([3]), 4, np.ones(8, np.int64), positions, native=native)
+  assert positions.tolist() == [0] * 8

@@ -23,7 +23,7 @@ import zstandard
 import object_store
 import test_multihost
 from flat_fixtures import random_documents, write_flat, write_megatron
-from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig, TokenDataset, load_config
+from jaxdata import ConfigError, DatasetError, DatasetWriter, Pipeline, PipelineConfig, TokenDataset, load_config
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
@@ -763,3 +763,11 @@ def test_a_read_of_more_shards_than_fit_keeps_its_own_and_fetches_the_rest_at_on
     cache.get(shard, {s.name for s in read})
   assert sorted(store.downloads[3:]) == ["k0", "k2"], store.downloads  # shard 1 was not fetched again
   cache.pool.shutdown(wait=True)
+
+
+def test_a_remote_dataset_without_documents_opens(stores, tmp_path):
+  """A manifest with no shards (DatasetWriter.finish with nothing written) opens from a bucket as locally."""
+  DatasetWriter(str(tmp_path / "empty"), "empty", np.dtype("<u4"), {"kind": "x"}).finish()
+  url = stores["s3"].upload(str(tmp_path / "empty"), "jaxdata-test", "empty")
+  with TokenDataset(url, cache=CacheOptions(str(tmp_path / "cache"), 1 << 20)) as dataset:
+    assert dataset.num_records == 0 and dataset.transfer_stats()["fetched_bytes"] == 0

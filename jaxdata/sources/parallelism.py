@@ -14,8 +14,10 @@ needs `R x (L + size / B) / size` of them in flight:
     R_requests = 8,000 per s      windows of 2,049 uint32 tokens at 16M tokens/s
     B          = 100 MB/s         one connection to GCS / S3
 
-At the latency of a local emulator (< 1 ms) both stay at their floors (the
-values before this rule: 8 fetch threads, tensorstore's 32 requests); at 50 ms
+At the latency of a local emulator (< 1 ms) range requests stay at their
+floor (tensorstore's 32); shard fetches are 11 (8 before this rule) at any
+latency, since 1 GiB/s at 100 MB/s a connection needs 11 connections
+whatever the shard size, plus 1 GiB/s x L / S for the round trips. At 50 ms
 a flat dataset keeps 400 ranges in flight and a cache of 256 KB shards 64
 fetches. Parallelism never changes what is read, only when: the batches
 are the same at any setting.
