@@ -38,9 +38,15 @@ def main() -> None:
     lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), share * args.tokens)) + 1]
     builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.int32)  # its 4-byte ids (no uint32 code)
     tokens = rng.integers(0, VOCAB, int(lengths.sum()), dtype=np.uint32)
-    for document in np.split(tokens, np.cumsum(lengths)[:-1]):
-      builder.add_document(torch.from_numpy(document.astype(np.int64)), [document.size])
-    builder.finalize(prefix + ".idx")
+    try:
+      for document in np.split(tokens, np.cumsum(lengths)[:-1]):
+        builder.add_document(torch.from_numpy(document.astype(np.int64)), [document.size])
+      builder.finalize(prefix + ".idx")
+    except BaseException:  # a partial pair would be taken as written by the next run (.idx exists)
+      for suffix in (".bin", ".idx"):
+        if os.path.exists(prefix + suffix):
+          os.remove(prefix + suffix)
+      raise
     print(f"{name}: {lengths.size:,} documents, {lengths.sum():,} tokens -> {prefix}.bin/.idx")
 
 

@@ -159,10 +159,12 @@ def main() -> None:
     return
   host = max((v["tokens_per_s"] for k, v in ours.items() if "mesh" not in k), default=0.0)
   mesh = max((v["tokens_per_s"] for k, v in ours.items() if "mesh" in k), default=0.0)
-  startup = max(v["startup_s"] for k, v in ours.items() if "mesh" not in k)
-  mesh_startup = max(v["startup_s"] for k, v in ours.items() if "mesh" in k)
-  pss = max(v["peak_pss_mb"] for k, v in ours.items() if "mesh" not in k)
-  mesh_pss = max(v["peak_pss_mb"] for k, v in ours.items() if "mesh" in k)
+
+  def most(key: str, on_mesh: bool) -> float:  # our worst figure of one output kind (nan: none run)
+    return max((v[key] for k, v in ours.items() if ("mesh" in k) == on_mesh), default=float("nan"))
+
+  startup, mesh_startup = most("startup_s", False), most("startup_s", True)
+  pss, mesh_pss = most("peak_pss_mb", False), most("peak_pss_mb", True)
   print(
     "\nagainst each peer, our best NumPy / mesh rate, our slowest startup and largest PSS (goals: >= 1.5x "
     "with NumPy output, > 1x with mesh output, faster startup, PSS within):"
