@@ -49,6 +49,7 @@ __all__ = [
   "Phase",
   "Pipeline",
   "PipelineConfig",
+  "PipelineClosedError",
   "PipelineDataset",
   "RaggedTokens",
   "ReadOptions",
@@ -101,7 +102,15 @@ __getattr__, __dir__ = lazy_exports(
       _CONFIG,
     ),
     **dict.fromkeys(
-      ("CheckpointError", "ConfigError", "DatasetError", "InputFormatError", "WorkerStartError"), _ERRORS
+      (
+        "CheckpointError",
+        "ConfigError",
+        "DatasetError",
+        "InputFormatError",
+        "PipelineClosedError",
+        "WorkerStartError",
+      ),
+      _ERRORS,
     ),
     **dict.fromkeys(
       (

@@ -37,6 +37,13 @@ class WorkerStartError(RuntimeError):
   before it had opened the data; the message names the process and its exit."""
 
 
+class PipelineClosedError(RuntimeError):
+  """A closed pipeline was asked for a batch, a new state or a mixture update.
+
+  Its `get_state()` still answers: the state after the last batch handed out.
+  """
+
+
 def optional_module(name: str, extra: str, purpose: str) -> Any:
   """Imports an optional dependency, or raises an ImportError naming the extra that installs it.
 

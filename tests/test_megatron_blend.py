@@ -8,6 +8,7 @@ definition; the files by the reference Megatron writer of `flat_fixtures`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -18,6 +19,8 @@ from flat_fixtures import random_documents, write_megatron
 from jaxdata import ConfigError, DatasetError, DocumentStream, Pipeline, PipelineConfig, load_config
 from jaxdata.cli import main
 from jaxdata.integrations.megatron import megatron_config, megatron_split_ranges, parse_blend
+from jaxdata.sources.opening import open_dataset
+from pipeline_fixtures import write_coded_dataset
 
 
 def megatron_core_split(split: str, num_documents: int) -> list[tuple[int, int] | None]:
@@ -153,3 +156,73 @@ def test_a_prefix_rewritten_after_indexing_is_indexed_again(tmp_path):
   assert second.datasets[0].documents == (0, 80)
   with Pipeline(second, prefetch=0) as pipe:
     next(pipe)
+
+
+def test_an_idx_rewritten_with_the_same_counts_is_indexed_again(tmp_path):
+  # two documents swap sizes: the document count and the token total stay, the .idx bytes do not
+  write_megatron(str(tmp_path / "a"), [[list(range(1, 34))], [list(range(1, 32))], [list(range(1, 47))]])
+  megatron_config(f"1 {tmp_path}/a", index_dir=str(tmp_path / "ix"), split="1")
+  write_megatron(str(tmp_path / "a"), [[list(range(1, 32))], [list(range(1, 34))], [list(range(1, 47))]])
+  cfg = megatron_config(f"1 {tmp_path}/a", index_dir=str(tmp_path / "ix"), split="1")
+  with open_dataset(cfg.datasets[0].path) as dataset:
+    assert np.asarray(dataset.lengths).tolist() == [31, 33, 46]
+    assert [len(dataset[i]) for i in range(3)] == [31, 33, 46]
+
+
+def test_from_megatron_never_replaces_a_directory_it_did_not_index_for_that_prefix(prefixes, tmp_path):
+  web, code = list(prefixes)
+  index_dir = tmp_path / "ix"
+  # a user's ArrayRecord dataset where the prefix's index would go
+  write_coded_dataset(str(index_dir / "web_text_document"), 0, [5, 9, 3] * 10)
+  before = {p.name: p.read_bytes() for p in (index_dir / "web_text_document").iterdir()}
+  with pytest.raises(ConfigError, match=r"index_dir: .*web_text_document holds a arrayrecord dataset"):
+    megatron_config(f"1 {web}", index_dir=str(index_dir))
+  assert {p.name: p.read_bytes() for p in (index_dir / "web_text_document").iterdir()} == before
+  # another prefix's index under this prefix's name
+  megatron_config(f"1 {code}", index_dir=str(tmp_path / "other"))
+  os.rename(tmp_path / "other" / "code_text_document", tmp_path / "other" / "web_text_document")
+  with pytest.raises(ConfigError, match=r"holds the Megatron index of .*code_text_document"):
+    megatron_config(f"1 {web}", index_dir=str(tmp_path / "other"))
+  # files but no manifest
+  (tmp_path / "loose" / "web_text_document").mkdir(parents=True)
+  (tmp_path / "loose" / "web_text_document" / "notes.txt").write_text("mine")
+  with pytest.raises(ConfigError, match=r"already holds files and no jaxdata index"):
+    megatron_config(f"1 {web}", index_dir=str(tmp_path / "loose"))
+  assert (tmp_path / "loose" / "web_text_document" / "notes.txt").read_text() == "mine"
+
+
+def test_the_written_config_shuffles_keeps_every_eval_token_and_holds_only_what_it_sets(tmp_path):
+  rng = np.random.default_rng(5)
+  web, code = str(tmp_path / "web_text_document"), str(tmp_path / "code_text_document")
+  for prefix, count in ((web, 400), (code, 250)):  # byte-level ids: they mix with `--tokenizer byte` data
+    write_megatron(prefix, [[d] for d in random_documents(rng, count, eos_id=0, vocab=256, max_length=30)])
+  (tmp_path / "cfg").mkdir()
+  out = str(tmp_path / "cfg" / "valid.yaml")
+  argv = ["from-megatron", "--data-path", "0.3", web, "0.7", code, "--split", "90,10,0", "--which", "valid"]
+  argv += ["--index-dir", str(tmp_path / "ix"), "--seq-length", "16", "--global-batch-size", "4", "--out", out]
+  argv += ["--tokenizer", "byte"]
+  assert main(argv) == 0
+  text = open(out).read()
+  assert len(text.splitlines()) < 25 and str(tmp_path) not in text  # only the keys set, relative paths
+  cfg = load_config(out)
+  assert cfg.shuffle_block_size == "global" and not cfg.batch.drop_remainder
+  # every token of the valid split reaches a batch (the last one padded): the stream's tokens, all placed
+  with Pipeline(cfg, prefetch=0) as pipe:
+    placed = sum(int((b["segment_ids"] > 0).sum()) for b in pipe)
+  streamed = list(DocumentStream(cfg))
+  assert placed == sum(r.length for r in streamed)
+  for d in cfg.datasets:
+    assert {r.record for r in streamed if r.dataset == d.name} == set(range(d.documents[1] - d.documents[0]))
+  # train shuffles: the first pass is not the stored order
+  train = megatron_config(f"1 {web}", split="1", index_dir=str(tmp_path / "ix"), tokenizer={"kind": "byte"})
+  order = [r.record for _, r in zip(range(50), DocumentStream(train))]
+  assert order != list(range(50)) and len(set(order)) == 50
+  # the tokenizer is recorded: the index mixes with byte-converted data
+  manifest = json.load(open(tmp_path / "ix" / "web_text_document" / "manifest.json"))
+  assert manifest["tokenizer"]["kind"] == "byte"
+
+
+def test_a_split_that_is_not_ratios_is_named(prefixes, tmp_path):
+  for bad in ("1.2.3", "a,b", "1,-1,0", "nan,1", "1,2,3,4"):
+    with pytest.raises(ConfigError, match=rf"split: {re.escape(repr(bad))} is not up to three ratios"):
+      megatron_config(f"1 {list(prefixes)[0]}", split=bad, index_dir=str(tmp_path / "ix"))

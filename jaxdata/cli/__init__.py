@@ -201,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--seq-length", type=int, default=2048, help="packing.seq_len (Megatron's --seq-length)")
   p.add_argument("--global-batch-size", type=int, default=256, help="batch.global_batch_size (rows)")
   p.add_argument("--seed", type=int, default=1234, help="seed (Megatron's default 1234)")
+  p.add_argument(
+    "--tokenizer", help="the tokenizer that wrote the ids, recorded in each index: byte | hf:FILE.json | sp:FILE.model"
+  )
   p.add_argument("--out", required=True, help="the YAML config to write")
   p.set_defaults(handler=data.from_megatron)
 

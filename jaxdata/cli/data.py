@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 import yaml
 
 from jaxdata.cli.output import Console, Table, check_output_path, show
+from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
-from jaxdata.integrations.megatron import megatron_config
+from jaxdata.integrations.megatron import megatron_raw
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.sources.opening import open_dataset
@@ -70,7 +72,8 @@ def index(args: argparse.Namespace, console: Console) -> int:
 
 def from_megatron(args: argparse.Namespace, console: Console) -> int:
   check_output_path(args.out, "--out")
-  cfg = megatron_config(
+  tokenizer = load_tokenizer(TokenizerSpec.parse(args.tokenizer)).identity() if args.tokenizer else None
+  raw = megatron_raw(
     args.data_path,
     split=args.split,
     which=args.which,
@@ -78,9 +81,15 @@ def from_megatron(args: argparse.Namespace, console: Console) -> int:
     seq_len=args.seq_length,
     global_batch_size=args.global_batch_size,
     seed=args.seed,
+    tokenizer=tokenizer,
   )
+  cfg = PipelineConfig.from_dict(raw)
+  # Only the keys set (docs/configuration.md gives every default), paths relative to the config file.
+  here = os.path.dirname(os.path.abspath(args.out))
+  for dataset in raw["datasets"]:
+    dataset["path"] = os.path.relpath(dataset["path"], here)
   with open(args.out, "w", encoding="utf-8") as f:
-    yaml.safe_dump(cfg.to_dict(), f, sort_keys=False)
+    yaml.safe_dump(raw, f, sort_keys=False)
   shares = ", ".join(f"{n} {float(w):.4g}" for n, w in zip(cfg.names, cfg.schedule().exact_weights_at(0)))
   ranges = ", ".join(f"{d.name} [{d.documents[0]}, {d.documents[1]})" for d in cfg.datasets)
   console.print(f"wrote {args.out}: {args.which} split, token shares {shares}; documents {ranges}", markup=False)

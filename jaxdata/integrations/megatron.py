@@ -25,21 +25,22 @@ jaxdata packs documents into rows.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.errors import ConfigError
-from jaxdata.sources.fileutil import sample_sha256
+from jaxdata.errors import ConfigError, DatasetError
+from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from jaxdata.sources.flat_format import read_megatron_index
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.subset import RangeView
 
-__all__ = ["MEGATRON_SPLITS", "megatron_config", "megatron_split_ranges", "parse_blend"]
+__all__ = ["MEGATRON_SPLITS", "megatron_config", "megatron_raw", "megatron_split_ranges", "parse_blend"]
 
 MEGATRON_SPLITS = ("train", "valid", "test")
 
@@ -70,9 +71,18 @@ def parse_blend(data_path: str | Sequence[str]) -> list[tuple[float | None, str]
 
 def megatron_split_ranges(split: str, num_documents: int) -> list[tuple[int, int]]:
   """[start, stop) documents of train, valid and test, as Megatron-Core cuts a dataset by `--split`."""
-  values = [float(v) for v in re.findall(r"[.0-9]+", split)]
-  if not values or len(values) > len(MEGATRON_SPLITS) or not sum(values) > 0:
-    raise ConfigError(f"split: {split!r} is not up to three ratios such as '969,30,1'")
+  words = [w for w in re.split(r"[,/\s]+", str(split).strip()) if w]
+  try:
+    values = [float(w) for w in words]
+  except ValueError:
+    values = []
+  if (
+    not values
+    or len(values) > len(MEGATRON_SPLITS)
+    or not all(math.isfinite(v) and v >= 0 for v in values)
+    or not sum(values) > 0
+  ):
+    raise ConfigError(f"split: {split!r} is not up to three ratios >= 0 such as '969,30,1'")
   values += [0.0] * (len(MEGATRON_SPLITS) - len(values))
   total = sum(values)
   ends, cumulative = [0.0], 0.0
@@ -87,27 +97,53 @@ def _prefix(path: str) -> str:
   return path[:-4] if path.endswith((".bin", ".idx")) else path
 
 
-def _indexed(prefix: str, index_dir: str, name: str) -> str:
+def _indexed(prefix: str, index_dir: str, name: str, tokenizer: dict[str, Any] | None = None) -> str:
   """The metadata directory of one prefix, built with `jaxdata index --format megatron` when missing,
-  and built again when the .bin / .idx changed since (size, sampled hash, documents or tokens)."""
+  and built again when the .bin / .idx changed since (size, sampled hash, the .idx's sha256). A
+  directory holding anything else (another dataset, another prefix's index, other files) is refused:
+  only an index jaxdata wrote for this same prefix is ever replaced."""
   out_dir = os.path.join(index_dir, name)
   for suffix in (".bin", ".idx"):
     if not os.path.isfile(prefix + suffix):
       raise ConfigError(f"data_path: {prefix}{suffix} does not exist (a Megatron prefix names a .bin / .idx pair)")
-  manifest_path = os.path.join(out_dir, MANIFEST_NAME)
-  if os.path.isfile(manifest_path):
-    manifest, index = Manifest.load(out_dir), read_megatron_index(prefix + ".idx", prefix + ".bin")
-    shard = manifest.shards[0] if len(manifest.shards) == 1 else None
-    current = (
-      shard is not None
-      and shard.num_bytes == os.path.getsize(prefix + ".bin")
-      and shard.sample_sha256 == sample_sha256(prefix + ".bin")
-      and (shard.num_records, shard.num_tokens) == (int(index.lengths.size), int(index.lengths.sum()))
-    )
-    if current:
+  if os.path.isfile(os.path.join(out_dir, MANIFEST_NAME)):
+    manifest = _own_index(out_dir, prefix)
+    if _index_is_current(manifest, prefix) and tokenizer in (None, manifest.tokenizer):
       return out_dir
-  build_flat_index("megatron", [prefix], out_dir=out_dir, name=name, force=True)
+  elif os.path.isdir(out_dir) and os.listdir(out_dir):
+    raise ConfigError(
+      f"index_dir: {out_dir} already holds files and no jaxdata index of {prefix}; nothing was changed: "
+      "give another --index-dir, or empty that directory"
+    )
+  build_flat_index("megatron", [prefix], out_dir=out_dir, name=name, force=True, tokenizer=tokenizer)
   return out_dir
+
+
+def _own_index(out_dir: str, prefix: str) -> Manifest:
+  """The manifest in `out_dir` if it is jaxdata's Megatron index of `prefix`; else a ConfigError."""
+  try:
+    manifest = Manifest.load(out_dir)
+  except DatasetError as e:
+    raise ConfigError(f"index_dir: {out_dir} holds a manifest jaxdata cannot read ({e}); nothing was changed") from e
+  bin_path = os.path.realpath(prefix + ".bin")
+  root = manifest.data_root or out_dir
+  indexed = [os.path.realpath(os.path.join(root, shard.path)) for shard in manifest.shards]
+  if manifest.format != "megatron" or indexed != [bin_path]:
+    what = f"a {manifest.format} dataset" if manifest.format != "megatron" else f"the Megatron index of {indexed}"
+    raise ConfigError(
+      f"index_dir: {out_dir} holds {what} ({manifest.name!r}), not jaxdata's index of {prefix}; nothing was "
+      "changed: give another --index-dir"
+    )
+  return manifest
+
+
+def _index_is_current(manifest: Manifest, prefix: str) -> bool:
+  shard = manifest.shards[0]
+  return (
+    shard.num_bytes == os.path.getsize(prefix + ".bin")
+    and shard.sample_sha256 == sample_sha256(prefix + ".bin")
+    and manifest.stats.get("idx_sha256") == [file_sha256(prefix + ".idx")]
+  )
 
 
 def megatron_config(
@@ -118,6 +154,7 @@ def megatron_config(
   seq_len: int = 2048,
   global_batch_size: int = 256,
   seed: int = 1234,
+  tokenizer: dict[str, Any] | None = None,
   **extra: Any,
 ) -> PipelineConfig:
   """A `PipelineConfig` of Megatron's blend, reading the documents of split `which`.
@@ -129,11 +166,35 @@ def megatron_config(
     index_dir: where each prefix's metadata goes (`<index_dir>/<prefix
       name>`); default: `jaxdata-index` beside the first prefix.
     seq_len, global_batch_size, seed: `--seq-length`, `--global-batch-size`, `--seed`.
+    tokenizer: the identity of the tokenizer that wrote the ids (recorded in each index,
+      so the data mixes with data converted by the same tokenizer).
     extra: jaxdata keys added or overridden (packing, shuffles, pass policies).
+
+  Documents are shuffled globally, afresh every pass (`shuffle_block_size: global`), as
+  Megatron's GPTDataset shuffles its document index every epoch; valid and test keep
+  every token (their last batch is padded, not dropped).
   """
+  return PipelineConfig.from_dict(
+    megatron_raw(data_path, split, which, index_dir, seq_len, global_batch_size, seed, tokenizer, **extra)
+  )
+
+
+def megatron_raw(
+  data_path: str | Sequence[str],
+  split: str = "969,30,1",
+  which: str = "train",
+  index_dir: str | None = None,
+  seq_len: int = 2048,
+  global_batch_size: int = 256,
+  seed: int = 1234,
+  tokenizer: dict[str, Any] | None = None,
+  **extra: Any,
+) -> dict[str, Any]:
+  """The config of `megatron_config` as the keys it sets (every other key keeps its default)."""
   if which not in MEGATRON_SPLITS:
     raise ConfigError(f"which: one of {', '.join(MEGATRON_SPLITS)}, got {which!r}")
   blend = parse_blend(data_path)
+  megatron_split_ranges(split, 1)  # a bad split is named before any file is indexed
   prefixes = [_prefix(p) for _, p in blend]
   names = [os.path.basename(p) for p in prefixes]
   if len(set(names)) < len(names):
@@ -141,7 +202,7 @@ def megatron_config(
   index_dir = index_dir or os.path.join(os.path.dirname(os.path.abspath(prefixes[0])), "jaxdata-index")
   datasets, weights = [], {}
   for (weight, _), prefix, name in zip(blend, prefixes, names):
-    directory = _indexed(prefix, index_dir, name)
+    directory = _indexed(prefix, index_dir, name, tokenizer)
     # Megatron numbers every document of the .idx, empty ones included; jaxdata's records leave those out.
     index = read_megatron_index(prefix + ".idx", prefix + ".bin")
     megatron_documents = int(index.lengths.size) + index.empty
@@ -158,14 +219,17 @@ def megatron_config(
     "seed": seed,
     "datasets": datasets,
     "mixture": {"weights": weights},
+    # Megatron's GPTDataset shuffles its documents every epoch: a global permutation per pass
+    "shuffle_block_size": "global",
     "packing": {"seq_len": seq_len},
     "batch": {"global_batch_size": global_batch_size},
     "exhausted_policy": "repeat",
   }
-  if which != "train":  # valid / test: every dataset's documents at least once, the mixture held
+  if which != "train":  # valid / test: every dataset's documents at least once, the mixture held, no token dropped
     raw["stop_after_passes"] = 1
+    raw["batch"]["drop_remainder"] = False
   raw.update(extra)
-  return PipelineConfig.from_dict(raw)
+  return raw
 
 
 def _range_tokens(directory: str, start: int, stop: int) -> int:

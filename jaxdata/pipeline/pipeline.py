@@ -41,7 +41,7 @@ import numpy as np
 
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.errors import CheckpointError
+from jaxdata.errors import CheckpointError, PipelineClosedError
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
@@ -178,6 +178,7 @@ class Pipeline:
     return self
 
   def __next__(self) -> dict[str, Any]:
+    self._check_open("next()")
     if self._resources.interrupted:
       self._rewind()
     if self._exhausted:
@@ -209,7 +210,16 @@ class Pipeline:
     self._continue_from(self.get_state())
 
   def close(self) -> None:
+    """Stops the threads and processes and closes the files; `get_state()` still answers,
+    every call that would make a batch raises `PipelineClosedError`."""
     self._finalizer()
+
+  def _check_open(self, call: str) -> None:
+    if not self._finalizer.alive:
+      raise PipelineClosedError(
+        f"{call}: the pipeline is closed (its state is still that after step {self._state['step']}); "
+        "build a new Pipeline and set_state(...) to go on"
+      )
 
   def __enter__(self) -> Pipeline:
     return self
@@ -225,6 +235,7 @@ class Pipeline:
     """Continues from `state` (the next batches equal the original run's, on any mesh or host count).
     `CheckpointError` (listing what changed) if anything that determines the order changed or the state
     is malformed; the pipeline is then left as it was. Weights, schedules and pass policies may change."""
+    self._check_open("set_state()")
     state = read_pipeline_state(state, self.fingerprint, self.cfg.names)
     self._resources.stop_prefetch()
     self._resources.interrupted = False
@@ -244,6 +255,7 @@ class Pipeline:
     `ValueError` on every host). Bad weights (NaN, negative, all zero, a dataset missing or unknown)
     are a `ConfigError` and change nothing.
     """
+    self._check_open("update_mixture()")
     if at_step is not None:
       if isinstance(at_step, bool) or not isinstance(at_step, (int, np.integer)):
         raise ValueError(f"at_step: must be an int, got {at_step!r}")

@@ -53,6 +53,18 @@ class TokenBound:
     )
 
 
+def _unknown_hint(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> str:
+  """How to record the tokenizer of a dataset indexed without one (the usual cause of a mismatch)."""
+  unknown = [d.name for d, ds in zip(cfg.datasets, datasets) if ds.manifest.tokenizer.get("kind") in (None, "unknown")]
+  if not unknown:
+    return ""
+  return (
+    f"; {', '.join(unknown)} was indexed with no tokenizer record: if its ids come from the same tokenizer, "
+    "index it again with `jaxdata index ... --force --tokenizer SPEC` (or `jaxdata from-megatron --tokenizer "
+    "SPEC`), SPEC as given to `jaxdata convert`"
+  )
+
+
 def token_bound(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> TokenBound:
   """Checks the datasets' tokenizers and the config's special ids; the bound every read is held to."""
   identities = [_identity(ds.manifest.tokenizer) for ds in datasets]
@@ -61,8 +73,8 @@ def token_bound(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> TokenBound:
       if identity != identities[0]:
         raise ConfigError(
           f"datasets.{d.name}: tokenizer {identity} differs from datasets.{cfg.datasets[0].name}'s "
-          f"{identities[0]}; token ids would mean different things (set allow_mixed_tokenizers: true "
-          "to mix them on purpose)"
+          f"{identities[0]}; token ids would mean different things{_unknown_hint(cfg, datasets)} (set "
+          "allow_mixed_tokenizers: true to mix them on purpose)"
         )
   sizes = [ds.manifest.tokenizer.get("vocab_size") for ds in datasets]
   if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):

@@ -34,7 +34,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
-from jaxdata.sources.fileutil import check_name, index_sha256, replace_arrays, sample_sha256
+from jaxdata.sources.fileutil import check_name, file_sha256, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import (
   bos_lengths,
   dolma_metadata_lengths,
@@ -290,7 +290,12 @@ def build_flat_index(
       dtype=dtypes.pop(),
       tokenizer=tokenizer or {"kind": "unknown"},
       shards=tuple(shards),
-      stats={"indexed_by": f"jaxdata index --format {fmt}", "skipped_empty": sum(f[3] for f in found)},
+      stats={
+        "indexed_by": f"jaxdata index --format {fmt}",
+        "skipped_empty": sum(f[3] for f in found),
+        # megatron: what each .idx said when indexed (from-megatron rebuilds an index whose .idx changed)
+        **({"idx_sha256": [file_sha256(p[:-4] + ".idx") for p in paths]} if fmt == "megatron" else {}),
+      },
       format=fmt,
       data_root=data_root,
     )
