@@ -192,6 +192,10 @@ FEATURES = [
   ),
   Feature("holdout-train", lambda d: _with_datasets(_config(d), d0={"holdout": 0.5}, d1={"holdout": 20})),
   Feature(
+    "segment-cap-best-fit",
+    lambda d: _config(d, packing={"mode": "best_fit", "max_segments_per_row": 2}, exhausted_policy="repeat"),
+  ),
+  Feature(
     "group-by-length", lambda d: _config(d, packing={"mode": "none", "group_by_length": 3}, exhausted_policy="repeat")
   ),
   Feature(

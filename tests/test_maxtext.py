@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ import sentencepiece as spm
 from jaxdata import ConfigError, DatasetWriter, Pipeline
 from jaxdata.integrations import maxtext_keys
 from jaxdata.integrations.maxtext import FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_config
+from jaxdata.integrations.maxtext_values import KEY_TYPES
 
 VOCAB = 64
 
@@ -195,7 +197,9 @@ class RecordingValues(dict):
     return super().__contains__(key)
 
 
-def test_every_key_the_adapter_reads_is_in_the_table(values, tmp_path):
+def test_every_key_the_adapter_reads_is_in_the_table(values, tmp_path, monkeypatch):
+  checked = maxtext_keys.maxtext_values
+  monkeypatch.setattr(maxtext_keys, "maxtext_values", lambda v: RecordingValues(checked(v)))
   counting_dataset(str(tmp_path / "heldout"), "heldout", 7)
   eval_files = {"grain_eval_files": f"{tmp_path}/heldout/*.array_record", "global_batch_size_to_load_eval": 4}
   for extra, split in (({}, "train"), ({"packing": False}, "train"), (eval_files, "eval")):
@@ -213,7 +217,6 @@ def test_every_key_the_adapter_reads_is_in_the_table(values, tmp_path):
     ("dataset_type", "tfds", r"dataset_type: 'tfds'; jaxdata reads jaxdata datasets"),
     ("dataset_type", "hf", r"dataset_type: 'hf'"),
     ("grain_file_type", "parquet", r"grain_file_type: 'parquet'"),
-    ("max_segments_per_seq", 32, r"max_segments_per_seq: 32 is not supported: jaxdata packs without a cap"),
     ("expansion_factor_real_data", 2, r"expansion_factor_real_data: 2 is not supported"),
     ("colocated_python_data_input", True, r"colocated_python_data_input: True is not supported"),
     ("generate_padding_batch_train", True, r"generate_padding_batch_train: True is not supported"),
@@ -398,3 +401,85 @@ def test_with_a_nonzero_pad_id_rows_are_zero_padded_and_shiftdata_ignores_the_pa
         assert np.array_equal(batch["targets"], shifted["targets"])
         assert np.array_equal(batch["targets_segmentation"], shifted["targets_segmentation"])
   assert maxtext_config({**padded, "packing": False}).packing.pad_id == 9  # PadOrTrimToMaxLength pads with it
+
+
+# ---------------------------------------------------------------- every value checked where it enters
+
+WRONG_VALUES = [
+  ("packing", "false", "expected true or false"),
+  ("enable_data_shuffling", "false", "expected true or false"),
+  ("use_truncation", 0, "expected true or false"),
+  ("add_bos", "False", "expected true or false"),
+  ("global_batch_size_to_load", 8.7, "expected an int"),
+  ("global_batch_size_to_load", True, "expected an int"),
+  ("max_target_length", 32.9, "expected an int"),
+  ("max_target_length", None, "null"),
+  ("data_shuffle_seed", 1.7, "expected an int"),
+  ("data_shuffle_seed", "abc", "expected an int"),
+  ("num_epoch", [1], "expected an int"),
+  ("num_epoch", 0, "expected an int >= 1"),
+  ("per_device_batch_size", float("nan"), "not a finite number"),
+  ("per_device_batch_size", float("inf"), "not a finite number"),
+  ("grain_worker_count", {"a": 1}, "expected an int"),
+  ("max_segments_per_seq", 0, "give -1"),
+  ("max_segments_per_seq", 2.5, "expected an int"),
+  ("grain_train_files", 3, "expected a string"),
+  ("train_data_columns", [1], "expected a column name"),
+]
+
+
+@pytest.mark.parametrize("key, value, message", WRONG_VALUES, ids=[f"{k}={v!r}" for k, v, _ in WRONG_VALUES])
+def test_a_value_of_the_wrong_type_is_refused_naming_its_key(values, key, value, message):
+  for call in (maxtext_config, maxtext_keys.maxtext_workers):
+    with pytest.raises(ConfigError, match=rf"^{key}: .*{re.escape(message)}"):
+      call({**values, key: value})
+
+
+def test_every_data_key_has_a_checked_type():
+  # every key jaxdata reads has MaxText's type; the rest are keys MaxText reads for other pipelines only
+  not_typed = set(MAXTEXT_KEYS) - set(KEY_TYPES)
+  assert all("not read" in MAXTEXT_KEYS[k] for k in not_typed), not_typed
+  for key, (kind, _) in KEY_TYPES.items():
+    wrong = {"bool": "yes", "int": 1.5, "number": "1", "str": 1, "columns": 2}[kind]
+    with pytest.raises(ConfigError, match=rf"^{key}: "):
+      maxtext_config({key: wrong}, check_paths=False)
+
+
+@pytest.mark.parametrize(
+  "typo, real", [("grain_train_filez", "grain_train_files"), ("max_target_lenght", "max_target_length")]
+)
+def test_a_misspelled_data_key_is_refused_with_the_near_key(values, typo, real):
+  with pytest.raises(ConfigError, match=rf"{typo}: not a MaxText data key, given beside '{real}'"):
+    maxtext_config({**values, typo: values[real]})
+  without = {k: v for k, v in values.items() if k != real}
+  with pytest.raises(ConfigError, match=rf"{typo}: not a MaxText data key; did you mean '{real}'"):
+    maxtext_config({**without, typo: values[real]})
+  # MaxText's other keys pass unread
+  assert maxtext_config({**values, "learning_rate": 1e-3, "global_batch_size_to_train_on": 8}) == maxtext_config(values)
+
+
+def test_conflicting_batch_keys_duplicate_names_and_a_missing_tokenizer_are_refused(values, tmp_path):
+  with pytest.raises(ConfigError, match=r"global_batch_size_to_load: 6 rows, but per_device_batch_size 4 x 4"):
+    maxtext_config({**values, "global_batch_size_to_load": 6, "per_device_batch_size": 4}, num_devices=4)
+  assert maxtext_config({**values, "global_batch_size_to_load": 16, "per_device_batch_size": 4}, num_devices=4)
+  mixture = tmp_path / "mix.json"
+  mixture.write_text(
+    f'{{"web": {{"path": "{tmp_path}/web/*.array_record", "weight": 1}}, '
+    f'"web": {{"path": "{tmp_path}/code/*.array_record", "weight": 2}}}}'
+  )
+  with pytest.raises(ConfigError, match=r"grain_train_mixture_config_path: .*'web' is named twice"):
+    maxtext_config({**values, "grain_train_files": "", "grain_train_mixture_config_path": str(mixture)})
+  with pytest.raises(ConfigError, match=r"tokenizer_path: .*nope.model does not exist"):
+    maxtext_config({**values, "tokenizer_path": str(tmp_path / "nope.model"), "tokenize_train_data": True})
+  # not tokenizing: the file is not needed
+  maxtext_config({**values, "tokenizer_path": str(tmp_path / "nope.model"), "tokenize_train_data": False})
+
+
+def test_maxtexts_default_segment_cap_is_honoured(values):
+  cfg = maxtext_config({**values, "max_segments_per_seq": 2})
+  assert cfg.packing.max_segments_per_row == 2
+  assert maxtext_config({**values, "max_segments_per_seq": -1}).packing.max_segments_per_row is None
+  assert maxtext_config({**values, "max_segments_per_seq": 32, "packing": False}).packing.max_segments_per_row is None
+  with MaxTextPipeline({**values, "max_segments_per_seq": 2}) as pipe:
+    for _ in range(3):
+      assert int(np.asarray(next(pipe)["inputs_segmentation"]).max()) <= 2

@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from jax.sharding import Mesh
 
 from checkpoint_property import assert_restores_exactly
-from jaxdata import DatasetError, DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
+from jaxdata import ConfigError, DatasetError, DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
 from jaxdata.pipeline import sharding as sharding_module
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.pipeline.sharding import batch_sharding, global_arrays, local_rows
 from jaxdata.testing import prefetched_steps, recorded_reads, wait_for_processes
+from jaxdata.transforms import kernels
+from jaxdata.transforms.fit import first_fit
 from jaxdata.transforms.packing import balanced_rows
 from jaxdata.transforms.pieces import Pieces
 from pipeline_fixtures import FEATURES, FIRST_CODE, code, coded_config, decode, digest
@@ -558,3 +560,57 @@ def _balanced_reference(counts: list[int]) -> list[int]:
 @given(st.lists(st.integers(0, 60), min_size=1, max_size=300))
 def test_balanced_rows_follows_its_recursive_definition(counts):
   assert balanced_rows(np.array(counts)).tolist() == _balanced_reference(counts)
+
+
+@settings(max_examples=30)
+@given(
+  lengths=st.lists(st.lists(st.integers(1, 24), min_size=1, max_size=30), min_size=1, max_size=3),
+  mode=st.sampled_from(["first_fit", "best_fit", "concat", "none"]),
+  cap=st.integers(1, 4),
+  eos=st.booleans(),
+)
+def test_a_segment_cap_holds_in_every_packer_and_loses_no_token(tmp_path_factory, lengths, mode, cap, eos):
+  """packing.max_segments_per_row: no row holds more than `cap` segments; every token still comes out once."""
+  tmp_path = tmp_path_factory.mktemp("capped")
+  cfg = coded_config(
+    tmp_path,
+    lengths,
+    packing={"mode": mode, "add_eos": eos, "max_segments_per_row": cap},
+    batch={"global_batch_size": 4, "drop_remainder": False},
+    exhausted_policy="stop",
+    mixture={"weights": {f"d{i}": 1 for i in range(len(lengths))}, "unit": "documents"},
+  )
+  with Pipeline(cfg, prefetch=0) as pipe:
+    batches = all_batches(pipe)
+  for b in batches:
+    check_batch_invariants(b, cfg)
+    assert int(b["segment_ids"].max(initial=0)) <= cap
+  stream_docs = DocumentStream(cfg).take(0, max_docs=10_000)
+  if mode == "none":  # one truncated document a row
+    want = {(int(d), int(r)): list(range(min(n, 16))) for d, r, n in zip(*_columns(stream_docs))}
+  else:
+    want = {(int(d), int(r)): list(range(n)) for d, r, n in zip(*_columns(stream_docs))}
+  assert covered(batches) == want
+
+
+def _columns(docs):
+  return docs.dataset, docs.record, docs.length
+
+
+def test_the_segment_cap_is_part_of_the_order_and_c_equals_python():
+  rng = np.random.default_rng(3)
+  for _ in range(200):
+    rows, seq_len, cap = int(rng.integers(1, 20)), int(rng.integers(2, 100)), int(rng.integers(0, 5))
+    lengths = rng.integers(0, seq_len + 3, int(rng.integers(0, 120)))
+    documents = np.where(rng.random(lengths.size) < 0.3, rng.integers(0, 10, lengths.size), -1)
+    want = first_fit(lengths.tolist(), rows, seq_len, documents.tolist(), cap)
+    assert kernels.first_fit_rows(lengths, documents, rows, seq_len, cap, native=True).tolist() == want
+    placed = np.asarray(want, dtype=np.int64)
+    if cap:
+      assert np.bincount(placed[placed >= 0], minlength=rows).max(initial=0) <= cap
+  base = {"datasets": [{"name": "a", "path": "/x"}], "mixture": {"weights": {"a": 1}}}
+  capped = PipelineConfig.from_dict({**base, "packing": {"max_segments_per_row": 2}})
+  assert capped.packing.max_segments_per_row == 2
+  for bad in (0, -1, 1.5, "2", True):
+    with pytest.raises(ConfigError, match="packing.max_segments_per_row"):
+      PipelineConfig.from_dict({**base, "packing": {"max_segments_per_row": bad}})

@@ -187,17 +187,22 @@ static void id_set_add(IdSet *set, int64_t id) {
 }
 
 PyDoc_STRVAR(first_fit_doc,
-"first_fit(lengths, documents, rows, seq_len, out)\n\n"
+"first_fit(lengths, documents, rows, seq_len, out, max_segments=0)\n\n"
 "Writes into out (int64) the row of each piece (-1: no room): the lowest\n"
 "row whose free space holds it. lengths and documents are int64; pieces with\n"
 "the same document id >= 0 are one split document: after one finds no row,\n"
-"the later ones are not placed either. documents may be None.");
+"the later ones are not placed either. documents may be None. max_segments\n"
+"> 0: a row that holds that many pieces takes no more.");
 
 static PyObject *first_fit(PyObject *self, PyObject *args) {
   PyObject *lengths_obj, *documents_obj, *out_obj;
-  Py_ssize_t rows;
+  Py_ssize_t rows, max_segments = 0;
   long long seq_len;
-  if (!PyArg_ParseTuple(args, "OOnLO", &lengths_obj, &documents_obj, &rows, &seq_len, &out_obj)) {
+  if (!PyArg_ParseTuple(args, "OOnLO|n", &lengths_obj, &documents_obj, &rows, &seq_len, &out_obj, &max_segments)) {
+    return NULL;
+  }
+  if (max_segments < 0) {
+    PyErr_Format(PyExc_ValueError, "first_fit: max_segments must be >= 0, got %zd", max_segments);
     return NULL;
   }
   if (rows < 1 || rows > ((Py_ssize_t)1 << 40)) {
@@ -224,9 +229,11 @@ static PyObject *first_fit(PyObject *self, PyObject *args) {
   uint64_t capacity = 2;
   while (capacity < 2 * (uint64_t)pieces + 2) capacity *= 2;
   int64_t *tree = malloc(sizeof(int64_t) * 2 * size);
+  int64_t *segments = calloc((size_t)rows, sizeof(int64_t)); /* pieces per row, for max_segments */
   IdSet blocked = {malloc(sizeof(int64_t) * capacity), capacity - 1};
-  if (!tree || !blocked.slots) {
+  if (!tree || !blocked.slots || !segments) {
     free(tree);
+    free(segments);
     free(blocked.slots);
     release_all(views, count);
     return PyErr_NoMemory();
@@ -255,6 +262,7 @@ static PyObject *first_fit(PyObject *self, PyObject *args) {
     }
     out[i] = node - size;
     tree[node] -= length;
+    if (max_segments && ++segments[node - size] == max_segments) tree[node] = -1; /* the row is closed */
     for (node >>= 1; node; node >>= 1) {
       const int64_t left = tree[2 * node], right = tree[2 * node + 1];
       const int64_t top = left > right ? left : right;
@@ -264,6 +272,7 @@ static PyObject *first_fit(PyObject *self, PyObject *args) {
   }
   if (released) PyEval_RestoreThread(released);
   free(tree);
+  free(segments);
   free(blocked.slots);
   release_all(views, count);
   Py_RETURN_NONE;

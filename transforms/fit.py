@@ -19,10 +19,13 @@ import bisect
 __all__ = ["best_fit", "first_fit"]
 
 
-def first_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] | None = None) -> list[int]:
-  """Row of each length (-1: no room), lowest row with room first.
+def first_fit(
+  lengths: list[int], rows: int, seq_len: int, documents: list[int] | None = None, max_segments: int = 0
+) -> list[int]:
+  """Row of each length (-1: no room), lowest row with room first; with
+  `max_segments` > 0, a row holding that many pieces takes no more.
 
-  A max segment tree over the rows' free space: O(log rows) per piece.
+  A max segment tree over the rows' free space (-1 for a closed row): O(log rows) per piece.
 
   >>> first_fit([3, 3, 2, 2], rows=2, seq_len=5)
   [0, 1, 0, 1]
@@ -37,6 +40,7 @@ def first_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] 
     tree[node] = left if left > right else right
   out = []
   blocked: set[int] = set()
+  segments = [0] * rows
   for i, length in enumerate(lengths):
     document = documents[i] if documents is not None else -1
     if tree[1] < length or document in blocked:
@@ -51,6 +55,9 @@ def first_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] 
         node += 1
     out.append(node - size)
     tree[node] -= length
+    segments[node - size] += 1
+    if segments[node - size] == max_segments:
+      tree[node] = -1  # the row is closed
     node >>= 1
     while node:
       left, right = tree[2 * node], tree[2 * node + 1]
@@ -62,9 +69,12 @@ def first_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] 
   return out
 
 
-def best_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] | None = None) -> list[int]:
+def best_fit(
+  lengths: list[int], rows: int, seq_len: int, documents: list[int] | None = None, max_segments: int = 0
+) -> list[int]:
   """Row of each length (-1: no room), the row with the least room that fits
-  (ties: lowest row). Keys free << 32 | row kept sorted: O(log rows) search.
+  (ties: lowest row); with `max_segments` > 0, a row holding that many pieces
+  takes no more. Keys free << 32 | row kept sorted: O(log rows) search.
 
   >>> best_fit([3, 3, 2, 2], rows=2, seq_len=5)
   [0, 1, 0, 1]
@@ -74,6 +84,7 @@ def best_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] |
   mask = (1 << shift) - 1
   out = []
   blocked: set[int] = set()
+  segments = [0] * rows
   for index, length in enumerate(lengths):
     document = documents[index] if documents is not None else -1
     i = bisect.bisect_left(keys, length << shift)
@@ -84,6 +95,8 @@ def best_fit(lengths: list[int], rows: int, seq_len: int, documents: list[int] |
       continue
     key = keys.pop(i)
     row = key & mask
-    bisect.insort(keys, (((key >> shift) - length) << shift) | row)
+    segments[row] += 1
+    if segments[row] != max_segments:  # else the row is closed: its key stays out
+      bisect.insort(keys, (((key >> shift) - length) << shift) | row)
     out.append(row)
   return out

@@ -163,23 +163,36 @@ def restart_segments(
 
 
 def first_fit_rows(
-  lengths: np.ndarray, documents: np.ndarray | None, rows: int, seq_len: int, native: bool | None = None
+  lengths: np.ndarray,
+  documents: np.ndarray | None,
+  rows: int,
+  seq_len: int,
+  max_segments: int = 0,
+  native: bool | None = None,
 ) -> np.ndarray:
   """`fit.first_fit` on arrays: the row of each piece (-1: no room), int64."""
   lengths = np.ascontiguousarray(lengths, np.int64)
   if NATIVE if native is None else native:
     out = np.empty(lengths.size, np.int64)
     _native.first_fit(
-      lengths, None if documents is None else np.ascontiguousarray(documents, np.int64), rows, seq_len, out
+      lengths,
+      None if documents is None else np.ascontiguousarray(documents, np.int64),
+      rows,
+      seq_len,
+      out,
+      max_segments,
     )
     return out
-  placed = first_fit(lengths.tolist(), rows, seq_len, None if documents is None else documents.tolist())
+  placed = first_fit(lengths.tolist(), rows, seq_len, None if documents is None else documents.tolist(), max_segments)
   return np.asarray(placed, dtype=np.int64)
 
 
-def best_fit_rows(lengths: np.ndarray, documents: np.ndarray | None, rows: int, seq_len: int) -> np.ndarray:
+def best_fit_rows(
+  lengths: np.ndarray, documents: np.ndarray | None, rows: int, seq_len: int, max_segments: int = 0
+) -> np.ndarray:
   """`fit.best_fit` on arrays (Python only: its sorted keys are not a hot path here)."""
-  placed = best_fit(np.asarray(lengths).tolist(), rows, seq_len, None if documents is None else documents.tolist())
+  documents_list = None if documents is None else np.asarray(documents).tolist()
+  placed = best_fit(np.asarray(lengths).tolist(), rows, seq_len, documents_list, max_segments)
   return np.asarray(placed, dtype=np.int64)
 
 

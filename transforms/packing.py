@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -116,7 +117,7 @@ class StepPlan:
 
 
 Placement = tuple[Pieces, np.ndarray, np.ndarray, Pieces]  # placed, row, column, carry
-Placer = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]  # (lengths, documents, rows, seq_len) -> rows
+Placer = Callable[[np.ndarray, np.ndarray, int, int, int], np.ndarray]  # (lengths, documents, rows, seq_len, cap)
 
 
 class PackingStrategy(abc.ABC):
@@ -185,6 +186,9 @@ class Concat(PackingStrategy):
     return Pieces(*columns, np.zeros(doc_length.size, np.int64), span, doc_length), 0
 
   def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
+    cap = self.packing.max_segments_per_row
+    if cap is not None:
+      return _concat_capped(carry, new, rows, seq_len, cap)
     return _concat(carry, new, rows, seq_len)
 
 
@@ -207,7 +211,10 @@ class Fit(PackingStrategy):
     return Pieces(*(c[owner] for c in columns), offset, length, doc_length[owner]), 0
 
   def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
-    placed, row, column, rest = _fit(carry, new, rows, seq_len, self.placer, self.tail)
+    cap = self.packing.max_segments_per_row or 0
+    placed, row, column, rest = _fit(
+      carry, new, rows, seq_len, functools.partial(self.placer, max_segments=cap), self.tail
+    )
     # Fit packing puts long pieces in low rows: spread rows so every host's block
     # reads a similar number of documents (the plan stays host-independent).
     return placed, balanced_rows(np.bincount(row, minlength=rows))[row], column, rest
@@ -380,6 +387,38 @@ def _split_documents(pool: Pieces, tail: Callable[[np.ndarray], np.ndarray]) -> 
     new_document[1:] = np.any([k[order][1:] != k[order][:-1] for k in keys], axis=0)
     ids[split[order]] = np.cumsum(new_document) - 1
   return ids
+
+
+def _concat_capped(carry: Pieces, new: Pieces, rows: int, seq_len: int, cap: int) -> Placement:
+  """`_concat` with at most `cap` pieces a row: a row is closed (padded) once it holds `cap`.
+  A loop over the step's pieces, at most rows x cap of them (a cap is small: MaxText's is 32)."""
+  pool = Pieces.concatenate([carry, new])
+  lengths = pool.length.tolist()
+  owner, offset, length, row, column = [], [], [], [], []
+  i, used = 0, 0  # the piece being placed and the tokens of it placed already
+  for r in range(rows):
+    filled, segments = 0, 0
+    while i < len(lengths) and filled < seq_len and segments < cap:
+      take = min(seq_len - filled, lengths[i] - used)
+      owner.append(i)
+      offset.append(used)
+      length.append(take)
+      row.append(r)
+      column.append(filled)
+      filled, segments = filled + take, segments + 1
+      used += take
+      if used == lengths[i]:
+        i, used = i + 1, 0
+  placed = pool.take(np.asarray(owner, np.int64))
+  placed = dataclasses.replace(
+    placed, offset=placed.offset + np.asarray(offset, np.int64), length=np.asarray(length, np.int64)
+  )
+  rest = pool.take(np.arange(i, len(pool)))
+  if used:  # the piece cut at the step's end continues in the carry
+    head = np.zeros(len(rest), np.int64)
+    head[0] = used
+    rest = dataclasses.replace(rest, offset=rest.offset + head, length=rest.length - head)
+  return placed, np.asarray(row, np.int64), np.asarray(column, np.int64), rest
 
 
 def _concat(carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:

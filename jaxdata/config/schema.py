@@ -243,6 +243,7 @@ class PackingConfig:
   warmup: tuple[WarmupPhase, ...] = ()
   linear_warmup: LinearWarmup | None = None
   group_by_length: int = 0  # mode none: rows of similar length together, within groups of this many batches
+  max_segments_per_row: int | None = None  # at most this many documents (pieces) a row; None: no cap
 
   def __post_init__(self) -> None:
     check_choice(self.mode, PACKING_MODES, "packing.mode")
@@ -253,6 +254,8 @@ class PackingConfig:
         f"(packed rows are full already), got mode: {self.mode}"
       )
     check_int(self.seq_len, "packing.seq_len", 2)
+    if self.max_segments_per_row is not None:
+      check_int(self.max_segments_per_row, "packing.max_segments_per_row", 1)
     check_choice(self.long_docs, LONG_DOCS, "packing.long_docs")
     for field in ("add_bos", "add_eos"):
       check_bool(getattr(self, field), f"packing.{field}")

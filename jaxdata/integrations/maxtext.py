@@ -26,6 +26,7 @@ from jaxdata.integrations.maxtext_keys import (
   MAXTEXT_KEYS,
   maxtext_config,
   maxtext_pad_id,
+  maxtext_values,
   maxtext_workers,
   parse_train_files,
 )
@@ -92,6 +93,7 @@ class MaxTextPipeline:
     split: str = "train",
     **pipeline_kwargs: Any,
   ) -> None:
+    values = maxtext_values(values)
     pipeline_kwargs.setdefault("workers", maxtext_workers(values, split))
     suffix = "_eval" if split == "eval" else ""
     if values.get(f"grain_per_worker_buffer_size{suffix}") is not None:

@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -28,12 +29,20 @@ import jax
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import short, weight
 from jaxdata.errors import ConfigError, optional_module
+from jaxdata.integrations.maxtext_values import KEY_TYPES, checked_values
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.token_files import read_object
 
-__all__ = ["MAXTEXT_KEYS", "maxtext_config", "maxtext_pad_id", "maxtext_workers", "parse_train_files"]
+__all__ = [
+  "MAXTEXT_KEYS",
+  "maxtext_config",
+  "maxtext_pad_id",
+  "maxtext_values",
+  "maxtext_workers",
+  "parse_train_files",
+]
 
 # key: what jaxdata does with it (the table of docs/integrations.md).
 MAXTEXT_KEYS: dict[str, str] = {
@@ -45,7 +54,7 @@ MAXTEXT_KEYS: dict[str, str] = {
   "grain_file_type": "arrayrecord: read; parquet: refused (convert it)",
   "grain_packing_type": "packing.mode: first_fit, best_fit, concat_then_split -> concat",
   "packing": "false: packing.mode none (one document a row, padded with the pad id; true: zeros, as Grain's packers)",
-  "max_segments_per_seq": "-1: read; a cap: refused (jaxdata packs without a segment cap)",
+  "max_segments_per_seq": "packing.max_segments_per_row (-1: no cap; MaxText's default 32 caps documents per row)",
   "max_target_length": "packing.seq_len",
   "use_truncation": "packing.long_docs: true -> truncate (TokenizeAndTrim), false -> split (chunks; refused unpacked)",
   "add_bos": "packing.add_bos when MaxText tokenizes (tokenize_*_data), with the tokenizer's BOS id (refused if unknown)",
@@ -97,7 +106,6 @@ MAXTEXT_KEYS: dict[str, str] = {
 
 # Keys jaxdata refuses unless they hold MaxText's neutral value.
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-  "max_segments_per_seq": (-1, None),
   "expansion_factor_real_data": (-1, -1.0, 1, 1.0, None),
   "colocated_python_data_input": (False, None),
   "generate_padding_batch_train": (False, None),
@@ -107,7 +115,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
   "enable_rampup_batch_size": (False, None),
 }
 _WHY_REFUSED = {
-  "max_segments_per_seq": "jaxdata packs without a cap on documents per row",
   "expansion_factor_real_data": "jaxdata loads exactly the global batch",
   "colocated_python_data_input": "jaxdata reads on every host itself",
   "generate_padding_batch_train": "the mixture repeats and never runs out",
@@ -164,8 +171,8 @@ def _weight(text: str, part: str, key: str) -> float:
 def _mixture_file(path: str) -> list[tuple[str, str, float]]:
   try:
     with open(path, encoding="utf-8") as f:
-      raw = json.load(f)
-  except (OSError, json.JSONDecodeError) as e:
+      raw = json.load(f, object_pairs_hook=functools.partial(_unique_keys, path))
+  except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
     raise ConfigError(f"grain_train_mixture_config_path: {path}: {e}") from e
   if not isinstance(raw, dict) or not raw:
     raise ConfigError(f"grain_train_mixture_config_path: {path}: expected {{name: {{path, weight}}}}")
@@ -181,6 +188,19 @@ def _mixture_file(path: str) -> list[tuple[str, str, float]]:
       (name, entry["path"], weight(entry["weight"], f"grain_train_mixture_config_path: {path}: weight of {name!r}"))
     )
   return out
+
+
+def _unique_keys(path: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  names = [k for k, _ in pairs]
+  twice = sorted({k for k in names if names.count(k) > 1})
+  if twice:
+    raise ConfigError(f"grain_train_mixture_config_path: {path}: {twice[0]!r} is named twice; name each dataset once")
+  return dict(pairs)
+
+
+def maxtext_values(values: Mapping[str, Any]) -> dict[str, Any]:
+  """The data keys of MaxText `values`, each checked to have MaxText's type (see `maxtext_values.KEY_TYPES`)."""
+  return checked_values(values, not_read=tuple(k for k in MAXTEXT_KEYS if k not in KEY_TYPES))
 
 
 def _directory_of(glob: str) -> str:
@@ -252,19 +272,29 @@ def _refuse_unsupported(values: Mapping[str, Any]) -> None:
 def _batch_size(values: Mapping[str, Any], split: str, num_devices: int | None) -> int:
   suffix = "_eval" if split == "eval" else ""
   direct = values.get(f"global_batch_size_to_load{suffix}")
-  if direct is not None:
+  per_device_key = (
+    "eval_per_device_batch_size" if split == "eval" and values.get("eval_per_device_batch_size") else None
+  )
+  per_device_key = per_device_key or "per_device_batch_size"
+  per_device = values.get(per_device_key)
+  # a direct size is checked against the per-device size of its own split (eval: eval_per_device_batch_size)
+  if direct is not None and (per_device is None or (split == "eval") != per_device_key.startswith("eval")):
     return int(direct)
-  per_device = values.get("eval_per_device_batch_size") if split == "eval" else None
-  if not per_device:
-    per_device = values.get("per_device_batch_size")
   if per_device is None:
     raise ConfigError(f"global_batch_size_to_load{suffix}: give it, or per_device_batch_size")
   if num_devices is None:
     num_devices = jax.device_count()  # as MaxText's pyconfig counts them
   rows = float(per_device) * num_devices
+  if direct is not None:
+    if rows != direct:
+      raise ConfigError(
+        f"global_batch_size_to_load{suffix}: {direct} rows, but {per_device_key} {per_device} x {num_devices} "
+        f"devices = {rows:g}: give one of them, or values that agree"
+      )
+    return int(direct)
   if rows < 1 or rows != int(rows):
     raise ConfigError(
-      f"per_device_batch_size: {per_device} x {num_devices} devices = {rows} rows; the global batch must be a "
+      f"{per_device_key}: {per_device} x {num_devices} devices = {rows} rows; the global batch must be a "
       "whole number of rows >= 1"
     )
   return int(rows)
@@ -315,8 +345,13 @@ def _check_tokenizer(values: Mapping[str, Any], manifests: list[Manifest], names
   """tokenize_*_data: true says the data was text for tokenizer_path: each dataset's tokenizer must be it
   (a dataset indexed with no tokenizer record cannot be checked, and is not refused)."""
   path = values.get("tokenizer_path")
-  if not _tokenize(values, split) or not path or not os.path.isfile(path):
+  if not _tokenize(values, split) or not path or is_remote(path):
     return
+  if not os.path.isfile(path):
+    raise ConfigError(
+      f"tokenizer_path: {path} does not exist; MaxText tokenizes with it (tokenize_{split}_data: true) and jaxdata "
+      f"checks the datasets were converted with it: give the tokenizer file, or tokenize_{split}_data: false"
+    )
   digest = file_sha256(path)
   for name, manifest in zip(names, manifests):
     kind, recorded = manifest.tokenizer.get("kind"), manifest.tokenizer.get("sha256")
@@ -331,6 +366,7 @@ def _check_tokenizer(values: Mapping[str, Any], manifests: list[Manifest], names
 
 def maxtext_pad_id(values: Mapping[str, Any], split: str = "train") -> int:
   """The id MaxText's `ShiftData` ignores: the tokenizer's pad (else its unknown id), as MaxText picks it."""
+  values = maxtext_values(values)
   names, _, _, _, manifests = _datasets(values, split, check_paths=True)
   return _tokenizer_ids(values, manifests, names, {"add_bos": False, "add_eos": False}).get("pad_id", 0)
 
@@ -380,6 +416,7 @@ def maxtext_config(
   """
   if split not in ("train", "eval"):
     raise ConfigError(f"split: 'train' or 'eval', got {split!r}")
+  values = maxtext_values(values)
   _refuse_unsupported(values)
   names, _, weights, directories, manifests = _datasets(values, split, check_paths)
   packing = bool(values.get("packing", True))
@@ -416,6 +453,7 @@ def maxtext_config(
       "long_docs": "truncate" if truncate else "split",
       "add_bos": adds["add_bos"],
       "add_eos": adds["add_eos"],
+      "max_segments_per_row": _segment_cap(values, packing),
       **special,
     },
     # eval: MaxText pads the last batch (batch_and_pad), so every held document is seen
@@ -425,8 +463,15 @@ def maxtext_config(
   return PipelineConfig.from_dict(raw)
 
 
+def _segment_cap(values: Mapping[str, Any], packing: bool) -> int | None:
+  """max_segments_per_seq -> packing.max_segments_per_row: -1 is no cap; unpacked rows hold one document."""
+  cap = values.get("max_segments_per_seq", -1)
+  return None if cap == -1 or not packing else int(cap)
+
+
 def maxtext_workers(values: Mapping[str, Any], split: str = "train") -> int:
   """`Pipeline(workers=...)` from grain_worker_count (-1, MaxText's auto-tuning: one reader per spare core)."""
+  values = maxtext_values(values)
   key = "grain_worker_count_eval" if split == "eval" else "grain_worker_count"
   count = int(values.get(key, 0))
   if count == -1:
