@@ -179,3 +179,17 @@ def test_a_damaged_array_record_file_is_named(tmp_path):
     InputFormatError, match=r"a.array_record: (not a readable ArrayRecord file|read failed near record)"
   ):
     convert([str(tmp_path / "a.array_record")], str(tmp_path / "out"), "a", ConvertOptions(workers=1))
+
+
+def test_an_example_with_a_feature_key_given_twice_is_refused_naming_the_record(tmp_path):
+  # two serialized Examples back to back merge: one Example whose map names 'text' twice
+  twice = example({"text": "first"}) + example({"text": "second"})
+  with pytest.raises(ValueError, match=r"feature 'text' is given twice"):
+    parse_example(twice)
+  write_tfrecord(str(tmp_path / "dup.tfrecord"), [example({"text": "fine"}), twice])
+  with pytest.raises(InputFormatError, match=r"dup.tfrecord:record 1: feature 'text' is given twice"):
+    convert([str(tmp_path / "dup.tfrecord")], str(tmp_path / "o"), "x", ConvertOptions(workers=1))
+  manifest = convert(
+    [str(tmp_path / "dup.tfrecord")], str(tmp_path / "o"), "x", ConvertOptions(workers=1, skip_invalid=True)
+  )
+  assert (manifest.num_records, manifest.stats["skipped_invalid"]) == (1, 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ import pytest
 
 from flat_fixtures import random_documents, write_megatron
 from jaxdata import DatasetError, PipelineConfig, from_iterable
+from jaxdata.checkpoint.state import seal
 from jaxdata.errors import CheckpointError
 from jaxdata.mixture.stream import DocumentStream
 from jaxdata.pipeline.grain_mixture import MixtureDataset, MixtureDatasetIterator
@@ -28,7 +30,7 @@ from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.sampling_windows import WindowOptions
-from pipeline_fixtures import coded_config, worker_env
+from pipeline_fixtures import coded_config, free_port, run_workers, worker_env, write_coded_dataset
 
 
 @pytest.fixture(scope="module")
@@ -166,8 +168,45 @@ def test_a_mixture_state_of_another_order_is_refused(tmp_path):
   reseeded = iter(MixtureDataset(PipelineConfig.from_dict({**cfg.to_dict(), "seed": 99})))
   with pytest.raises(CheckpointError, match=r"mixture state: the config or data changed .*seed"):
     reseeded.set_state(state)
+  unsealed = {k: v for k, v in state.items() if k != "digest"}
   with pytest.raises(CheckpointError, match=r"offset must be an int >= 0"):
-    iterator.set_state({**state, "offset": -1})
+    iterator.set_state(seal({**unsealed, "offset": -1}))
+  # an edited position is refused by the digest, and the iterator goes on where it was
+  after = [next(iterator)["tokens"].tolist() for _ in range(3)]
+  iterator.set_state(state)
+  for edited in ({**state, "offset": state["offset"] + 1}, {**state, "stream": {**state["stream"], "emitted": 7}}):
+    with pytest.raises(CheckpointError, match=r"mixture state: its digest does not match"):
+      iterator.set_state(edited)
+  assert [next(iterator)["tokens"].tolist() for _ in range(3)] == after
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_mixture_dataset_on_two_processes_is_refused_naming_what_to_use(tmp_path):
+  cfg = _config(tmp_path)
+  script = tmp_path / "host.py"
+  script.write_text(
+    textwrap.dedent(
+      f"""
+      import os, sys
+      os.environ["JAX_PLATFORMS"] = "cpu"
+      import jax
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
+      jax.distributed.initialize("localhost:" + sys.argv[1], 2, int(sys.argv[2]))
+      from jaxdata import ConfigError, PipelineConfig
+      from jaxdata.pipeline.grain_mixture import MixtureDataset
+      cfg = PipelineConfig.from_dict({cfg.to_dict()!r})
+      try:
+        MixtureDataset(cfg)
+      except ConfigError as e:
+        assert "one of 2 jax.distributed processes" in str(e) and "Pipeline(cfg, mesh=mesh)" in str(e), e
+      else:
+        raise SystemExit("MixtureDataset was built on 2 processes")
+      """
+    )
+  )
+  port = str(free_port())
+  run_workers(str(script), [[port, "0"], [port, "1"]], timeout=120)
 
 
 @pytest.mark.slow
@@ -205,3 +244,31 @@ def test_grain_worker_processes_read_a_source_they_unpickle(datasets, documents,
   assert sorted(result["in_process"]) == sorted(documents)
   assert result["workers"] == result["in_process"]  # Grain's workers interleave back to the one-process order
   assert result["resumed"] == result["tail"]
+
+
+BAD_INDICES = [
+  ([1.5, 2.9], TypeError, "float64"),
+  (["1", "2"], TypeError, "str"),
+  (np.array([True, False, True]), TypeError, "bool"),
+  ([True, False], TypeError, "booleans"),
+  ([[1], [2]], TypeError, "2-D"),
+  ([np.uint64(2**63)], IndexError, "9223372036854775808 out of range"),
+  ([2**64], TypeError, "object"),
+  (None, TypeError, "NoneType"),
+  ("12", TypeError, "str"),
+  ([-41], IndexError, "index -41 out of range for 40"),
+  ([40], IndexError, "index 40 out of range for 40"),
+]
+
+
+@pytest.mark.parametrize("indices, error, names", BAD_INDICES, ids=[repr(b[0])[:30] for b in BAD_INDICES])
+def test_getitems_takes_integer_indices_only_and_names_the_value(tmp_path, indices, error, names):
+  write_coded_dataset(str(tmp_path / "x"), 0, [3] * 40)
+  with open_dataset(str(tmp_path / "x")) as dataset:
+    with pytest.raises(error, match=re.escape(names)) as raised:
+      dataset.__getitems__(indices)
+    assert str(tmp_path / "x") in str(raised.value)
+    assert [r.tolist() for r in dataset.__getitems__(np.array([-1, 0], np.int32))] == [
+      dataset[39].tolist(),
+      dataset[0].tolist(),
+    ]

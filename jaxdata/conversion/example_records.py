@@ -35,7 +35,14 @@ from jaxdata.sources.index import close_reader_quietly
 from jaxdata.sources.record_files import RIEGELI_SIGNATURE, iter_tfrecord
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["RECORD_FORMATS", "Document", "example_message_class", "iter_example_documents", "parse_example"]
+__all__ = [
+  "RECORD_FORMATS",
+  "Document",
+  "DuplicateFeatureError",
+  "example_message_class",
+  "iter_example_documents",
+  "parse_example",
+]
 
 RECORD_FORMATS = ("arrayrecord", "tfrecord")
 Document = str | np.ndarray  # a text, or token ids
@@ -56,7 +63,15 @@ def _message(file: Any, name: str, fields: list[tuple[str, int, int, int, str]])
 @functools.cache
 def example_message_class() -> type[message.Message]:
   """The `tf.train.Example` message class, declared from its .proto in a private descriptor pool."""
-  file = descriptor_pb2.FileDescriptorProto(name="jaxdata_example.proto", package="jaxdata_example", syntax="proto3")
+  return _example_class(as_map=True)
+
+
+@functools.cache
+def _example_class(as_map: bool) -> type[message.Message]:
+  """`as_map=False`: the same wire format with the feature map read as its list of entries, so a
+  key given twice is seen (protobuf's map keeps the last one without a word)."""
+  package = "jaxdata_example" if as_map else "jaxdata_example_entries"
+  file = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package, syntax="proto3")
   repeated, optional = _FIELD.LABEL_REPEATED, _FIELD.LABEL_OPTIONAL
   _message(file, "BytesList", [("value", 1, repeated, _FIELD.TYPE_BYTES, "")])
   _message(file, "FloatList", [("value", 1, repeated, _FIELD.TYPE_FLOAT, "")])
@@ -65,38 +80,44 @@ def example_message_class() -> type[message.Message]:
     file,
     "Feature",
     [
-      ("bytes_list", 1, optional, _FIELD.TYPE_MESSAGE, ".jaxdata_example.BytesList"),
-      ("float_list", 2, optional, _FIELD.TYPE_MESSAGE, ".jaxdata_example.FloatList"),
-      ("int64_list", 3, optional, _FIELD.TYPE_MESSAGE, ".jaxdata_example.Int64List"),
+      ("bytes_list", 1, optional, _FIELD.TYPE_MESSAGE, f".{package}.BytesList"),
+      ("float_list", 2, optional, _FIELD.TYPE_MESSAGE, f".{package}.FloatList"),
+      ("int64_list", 3, optional, _FIELD.TYPE_MESSAGE, f".{package}.Int64List"),
     ],
   )
   feature.oneof_decl.add(name="kind")
   for field in feature.field:
     field.oneof_index = 0
   features = _message(
-    file, "Features", [("feature", 1, repeated, _FIELD.TYPE_MESSAGE, ".jaxdata_example.Features.FeatureEntry")]
+    file, "Features", [("feature", 1, repeated, _FIELD.TYPE_MESSAGE, f".{package}.Features.FeatureEntry")]
   )
   entry = features.nested_type.add(name="FeatureEntry")
   entry.field.add(name="key", number=1, label=optional, type=_FIELD.TYPE_STRING)
-  entry.field.add(
-    name="value", number=2, label=optional, type=_FIELD.TYPE_MESSAGE, type_name=".jaxdata_example.Feature"
-  )
-  entry.options.map_entry = True
-  _message(file, "Example", [("features", 1, optional, _FIELD.TYPE_MESSAGE, ".jaxdata_example.Features")])
+  entry.field.add(name="value", number=2, label=optional, type=_FIELD.TYPE_MESSAGE, type_name=f".{package}.Feature")
+  entry.options.map_entry = as_map
+  _message(file, "Example", [("features", 1, optional, _FIELD.TYPE_MESSAGE, f".{package}.Features")])
   pool = descriptor_pool.DescriptorPool()
   pool.Add(file)
-  return message_factory.GetMessageClass(pool.FindMessageTypeByName("jaxdata_example.Example"))
+  return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Example"))
+
+
+class DuplicateFeatureError(ValueError):
+  """A `tf.train.Example` names one feature key twice (which value is the document is not said)."""
 
 
 def parse_example(blob: bytes) -> dict[str, bytes | list[bytes] | np.ndarray]:
   """A serialized `tf.train.Example` -> {feature: list of bytes | int64 array | float32 array}.
 
-  Raises `google.protobuf.message.DecodeError` for bytes that are not one.
+  Raises `google.protobuf.message.DecodeError` for bytes that are not one, and
+  `DuplicateFeatureError` for a feature key given twice.
   """
-  example = example_message_class()()
+  example = _example_class(as_map=False)()
   example.ParseFromString(blob)
   out: dict[str, Any] = {}
-  for name, feature in example.features.feature.items():
+  for entry in example.features.feature:
+    name, feature = entry.key, entry.value
+    if name in out:
+      raise DuplicateFeatureError(f"feature {name!r} is given twice; a feature key is named once")
     kind = feature.WhichOneof("kind")
     if kind == "bytes_list":
       out[name] = list(feature.bytes_list.value)
@@ -114,6 +135,9 @@ def _document(blob: bytes, field: str, where: str, invalid: InvalidLog) -> Docum
     features = parse_example(blob)
   except message.DecodeError as e:
     invalid.report(f"{where}: not a tf.train.Example ({e})")
+    return None
+  except DuplicateFeatureError as e:
+    invalid.report(f"{where}: {e}")
     return None
   if field not in features:
     names = ", ".join(sorted(features)) or "none"

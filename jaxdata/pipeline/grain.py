@@ -4,7 +4,7 @@ Grain transforms chain on it in the training process, and Grain's own Orbax
 checkpoint handler saves and restores it (the iterator state is the
 pipeline's JSON state). Grain's worker processes (`mp_prefetch`) cannot
 run it: they slice a dataset by worker, while a Pipeline is already one
-global, host-sharded stream; it is refused, naming jaxdata's own worker
+global stream of batches, each host reading its own rows; it is refused, naming jaxdata's own worker
 option (`Pipeline(..., workers=n)`, same output, same state)::
 
     dataset = PipelineDataset(cfg, mesh=mesh).map(lambda batch: batch["tokens"])
@@ -32,9 +32,14 @@ __all__ = [
 
 def mp_prefetch_refused(kind: str) -> str:
   """The one line that refuses Grain's worker processes for a global-stream dataset."""
+  what = (
+    "one global stream of documents in the mixture's order"
+    if kind == "MixtureDataset"
+    else "one global stream of batches, each host reading its own rows"
+  )
   return (
     f"{kind}.mp_prefetch: Grain's worker processes slice a dataset per worker, but a jaxdata {kind} is "
-    "one global stream already sharded by host; use PipelineDataset(cfg, workers=n) (or Pipeline(cfg, workers=n)): "
+    f"{what}; use PipelineDataset(cfg, workers=n) (or Pipeline(cfg, workers=n)): "
     "n processes read and assemble with output and state identical to one"
   )
 

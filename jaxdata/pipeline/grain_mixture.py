@@ -21,6 +21,8 @@ fingerprint, so a state of other data or another order is refused::
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,9 +30,10 @@ import grain
 import numpy as np
 
 from jaxdata.checkpoint.fingerprint import describe_changes
+from jaxdata.checkpoint.state import seal, state_digest
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import is_int
-from jaxdata.errors import CheckpointError
+from jaxdata.errors import CheckpointError, ConfigError
 from jaxdata.mixture.stream import DocBatch
 from jaxdata.pipeline.grain import GlobalStreamDataset
 from jaxdata.pipeline.pipeline_parts import open_parts
@@ -86,17 +89,28 @@ class MixtureDatasetIterator(grain.DatasetIterator):
     return documents
 
   def get_state(self) -> dict[str, Any]:
-    return {
-      "version": MIXTURE_STATE_VERSION,
-      "stream": self._chunk_start,
-      "offset": self._offset,
-      "fingerprint": self.parts.fingerprint,
-    }
+    """JSON-able, sealed with a digest of its content (an edited copy is refused, as a Pipeline's)."""
+    return seal(
+      json.loads(
+        json.dumps(
+          {
+            "version": MIXTURE_STATE_VERSION,
+            "stream": self._chunk_start,
+            "offset": self._offset,
+            "fingerprint": self.parts.fingerprint,
+          }
+        )
+      )
+    )
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     """Continues from a `get_state()`; a `CheckpointError` names what does not match."""
     if not isinstance(state, Mapping) or state.get("version") != MIXTURE_STATE_VERSION:
       raise CheckpointError(f"mixture state: expected version {MIXTURE_STATE_VERSION}, got {str(state)[:200]}")
+    if state.get("digest") != state_digest(state):
+      raise CheckpointError(
+        "mixture state: its digest does not match its content: the state was edited or damaged after it was saved"
+      )
     offset, saved = state.get("offset"), state.get("fingerprint")
     if not is_int(offset) or offset < 0 or not isinstance(saved, Mapping):
       raise CheckpointError(f"mixture state: offset must be an int >= 0 and fingerprint a mapping, got {offset!r}")
@@ -143,6 +157,14 @@ class MixtureDataset(GlobalStreamDataset):
 
   def __init__(self, cfg: PipelineConfig, dataset_ids: bool = False, split: str = "train") -> None:
     super().__init__()
+    processes = _process_count()
+    if processes > 1:
+      raise ConfigError(
+        f"MixtureDataset: this is one of {processes} jax.distributed processes, and a MixtureDataset is one "
+        "stream of documents that every process would read whole (it is not sharded by host); on several "
+        "hosts use Pipeline(cfg, mesh=mesh) or PipelineDataset(cfg, mesh=mesh): each host reads only the "
+        "documents of its rows, every document once"
+      )
     self.spec = PipelineSpec(cfg, split)
     self.dataset_ids = dataset_ids
 
@@ -151,3 +173,9 @@ class MixtureDataset(GlobalStreamDataset):
 
   def __str__(self) -> str:
     return f"MixtureDataset(datasets={list(self.spec.config.names)})"
+
+
+def _process_count() -> int:
+  """jax's process count where jax is in use already (jax.distributed needs it imported), else 1."""
+  jax = sys.modules.get("jax")
+  return int(jax.process_count()) if jax is not None else 1

@@ -100,6 +100,8 @@ class ShardedRecords:
 
   def __getitem__(self, index: SupportsIndex) -> np.ndarray:
     """Record `index`'s token ids (negative counts from the end, as in a list)."""
+    if isinstance(index, (bool, np.bool_)):
+      raise TypeError(f"{self.path}: a {self.what} index is an int, not a boolean: {index!r}")
     position = operator.index(index)
     if position < 0:
       position += self.num_records
@@ -110,10 +112,31 @@ class ShardedRecords:
   def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
     """Records by global index in one batched read (what Grain's batched sources and torch samplers
     call); negative indices count from the end, as for `ds[i]`."""
-    if not len(indices):
-      return []
-    positions = np.asarray(indices, np.int64)
-    return self.read_global(np.where(positions < 0, positions + self.num_records, positions)).to_list()
+    positions = self._positions(indices)
+    return self.read_global(positions).to_list() if positions.size else []
+
+  def _positions(self, indices: Any) -> np.ndarray:
+    """Record positions of integer `indices` (a sequence or a 1-D integer array; negative from the end).
+    TypeError for anything else (floats, strings, booleans, nesting), IndexError naming the value given."""
+    given = indices
+    if isinstance(indices, (str, bytes)) or not isinstance(indices, (Sequence, np.ndarray, range)):
+      raise TypeError(f"{self.path}: __getitems__ takes a sequence of int indices, got {type(given).__name__}")
+    if not isinstance(indices, np.ndarray) and any(isinstance(i, (bool, np.bool_)) for i in indices):
+      raise TypeError(f"{self.path}: __getitems__ takes int indices, not booleans: {given!r:.200}")
+    array = np.asarray(indices) if len(indices) else np.zeros(0, np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+      kind = f"{array.ndim}-D" if array.ndim != 1 else array.dtype.name
+      raise TypeError(f"{self.path}: __getitems__ takes a 1-D sequence of int indices, got {kind}: {given!r:.200}")
+    top = self.num_records
+    if array.dtype.kind == "u":
+      beyond = np.flatnonzero(array >= np.uint64(max(top, 0)))
+      if beyond.size:
+        raise IndexError(f"{self.path}: {self.what} index {int(array[beyond[0]])} out of range for {top} {self.what}s")
+    positions = array.astype(np.int64)
+    bad = np.flatnonzero((positions < -top) | (positions >= top))
+    if bad.size:
+      raise IndexError(f"{self.path}: {self.what} index {int(positions[bad[0]])} out of range for {top} {self.what}s")
+    return np.where(positions < 0, positions + top, positions)
 
   _getitems = __getitems__  # the name Grain's `SupportsBatchedReadRandomAccessDataSource` reads
 
