@@ -4,6 +4,7 @@ and a pipeline steered by one."""
 from __future__ import annotations
 
 import math
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -86,7 +87,7 @@ def test_the_excess_loss_helper_clips_per_token_then_averages_per_source():
     chosen = (sources == s) & mask
     assert int(counts[s]) == int(chosen.sum())
     assert math.isclose(float(means[s]), float(np.maximum(loss - reference, 0)[chosen].mean()), rel_tol=1e-5)
-  with pytest.raises(ValueError, match=r"excess_loss: every value must be a finite number >= 0"):
+  with pytest.raises(ValueError, match=r"excess_loss: 'web' is nan; give every domain a finite number >= 0"):
     DoReMiController(DOMAINS).observe(0, {"web": float("nan"), "code": 0, "books": 0})
 
 
@@ -110,7 +111,7 @@ def test_hostile_inputs_change_nothing():
     with pytest.raises(ValueError, match=r"per_source_loss: "):
       exp3.observe(0, bad)
     assert np.array_equal(exp3.rewards, before)
-  with pytest.raises(ValueError, match=r"domains: each once"):
+  with pytest.raises(ValueError, match=r"domains: each a non-empty name, each once"):
     EXP3Controller(("a", "a", "b"))
   with pytest.raises(ValueError, match=r"initial: DoReMi's weights stay positive"):
     DoReMiController(DOMAINS, initial={"web": 1, "code": 0, "books": 1})
@@ -128,3 +129,44 @@ def test_masked_nan_losses_do_not_reach_a_source():
   means, _ = per_source_loss(loss, sources, mask, num_sources=2)
   excess, _ = per_source_excess_loss(loss, jnp.zeros_like(loss), sources, mask, num_sources=2)
   assert means.tolist() == [1.0, 2.0] and excess.tolist() == [1.0, 2.0]
+
+
+BAD_FEEDS = [
+  ({"web": 1.0, "code": 1.0, "books": 1.0, "news": 1.0}, "unknown domain(s) ['news']"),
+  ({"web": True, "code": 1.0, "books": 1.0}, "'web' is True"),
+  ({"web": [1.0], "code": 1.0, "books": 1.0}, "'web' is [1.0]"),
+  ({"web": -0.5, "code": 1.0, "books": 1.0}, "'web' is -0.5"),
+  ({"web": float("inf"), "code": 1.0, "books": 1.0}, "'web' is inf"),
+  ([1.0, 2.0, 3.0], "a mapping of domain"),
+]
+
+
+@pytest.mark.parametrize("feed, names", BAD_FEEDS, ids=[n for _, n in BAD_FEEDS])
+def test_every_controller_checks_what_it_is_fed_the_same_way_and_changes_nothing(feed, names):
+  doremi, exp3 = DoReMiController(DOMAINS), EXP3Controller(DOMAINS)
+  before = (doremi.weights.copy(), list(doremi.history), exp3.rewards.copy(), exp3.pi.copy(), exp3.t)
+  for controller in (doremi, exp3):
+    with pytest.raises(ValueError, match=re.escape(names)):
+      controller.observe(0, feed)
+  after = (doremi.weights, doremi.history, exp3.rewards, exp3.pi, exp3.t)
+  assert all(np.array_equal(a, b) for a, b in zip(before[:1] + before[2:4], after[:1] + after[2:4]))
+  assert before[1] == after[1] and before[4] == after[4]
+
+
+def test_controllers_never_return_a_non_finite_weight_and_refuse_empty_domains():
+  doremi = DoReMiController(DOMAINS, eta=10)
+  weights = doremi.observe(0, {"web": 1e308, "code": 0.0, "books": 1e200})
+  assert all(np.isfinite(list(weights.values()))) and abs(sum(weights.values()) - 1) < 1e-12
+  assert weights["web"] > 0.99  # the largest excess takes the weight, the smoothing floor keeps the rest
+  exp3 = EXP3Controller(DOMAINS)
+  for _ in range(50):
+    pi = exp3.observe(0, {"web": 1e300, "code": 1e-300, "books": 0.0})
+    assert all(np.isfinite(list(pi.values())))
+  # a None excess is an error naming the domain for DoReMi (EXP3 reads None as "not in this batch")
+  with pytest.raises(ValueError, match=r"excess_loss: 'web' is None"):
+    doremi.observe(1, {"web": None, "code": 1.0, "books": 1.0})
+  for make, least in ((DoReMiController, 1), (EXP3Controller, 2)):
+    with pytest.raises(ValueError, match=rf"domains: .* needs at least {least}"):
+      make([])
+    with pytest.raises(ValueError, match=r"domains: a list of domain names"):
+      make("web")

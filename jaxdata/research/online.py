@@ -67,6 +67,47 @@ def _values(name: str, values: Mapping[str, Any], domains: Sequence[str]) -> np.
   return array
 
 
+def _domains(domains: Sequence[str], least: int, who: str) -> tuple[str, ...]:
+  if isinstance(domains, (str, bytes)) or not isinstance(domains, Sequence):
+    raise ValueError(f"domains: a list of domain names, got {domains!r:.200}")
+  out = tuple(domains)
+  if len(out) < least:
+    raise ValueError(f"domains: {who} needs at least {least} domain{'s' * (least > 1)}, got {list(out)}")
+  if len(set(out)) != len(out) or not all(isinstance(d, str) and d for d in out):
+    raise ValueError(f"domains: each a non-empty name, each once, got {list(out)}")
+  return out
+
+
+def _losses(name: str, values: Any, domains: Sequence[str], absent_ok: bool) -> dict[int, float]:
+  """Every controller's check of what the loop feeds it, before anything changes: a mapping of known
+  domains to finite numbers >= 0; with `absent_ok`, a missing, None or NaN value is a domain the batch
+  did not hold (left out of the result); without, it is an error naming the domain."""
+  if not isinstance(values, Mapping):
+    raise ValueError(f"{name}: a mapping of domain -> value, got {values!r:.200}")
+  unknown = sorted(str(k) for k in values if k not in domains)
+  if unknown:
+    raise ValueError(f"{name}: unknown domain(s) {unknown}; the controller's domains are {list(domains)}")
+  out = {}
+  for i, d in enumerate(domains):
+    value = values.get(d)
+    if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+      if absent_ok:
+        continue
+      raise ValueError(f"{name}: {d!r} is {value!r}; give every domain a finite number >= 0")
+    if (
+      isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)) or not 0 <= value < math.inf
+    ):
+      raise ValueError(f"{name}: {d!r} is {value!r:.100}; a value is a finite number >= 0")
+    out[i] = float(value)
+  return out
+
+
+def _finite_weights(weights: np.ndarray, domains: Sequence[str], who: str) -> dict[str, float]:
+  if not (np.isfinite(weights).all() and (weights >= 0).all() and weights.sum() > 0):
+    raise ValueError(f"{who}: the update gave weights {weights.tolist()}; nothing was changed")  # a guard: never sent
+  return dict(zip(domains, weights.tolist()))
+
+
 class DoReMiController:
   """DoReMi's online proxy step on per-domain excess losses; `averaged()` are the final weights."""
 
@@ -77,12 +118,10 @@ class DoReMiController:
     smoothing: float = 1e-3,
     initial: Mapping[str, float] | None = None,
   ) -> None:
-    self.domains = tuple(domains)
-    if not math.isfinite(eta) or eta <= 0 or not 0 <= smoothing <= 1:
+    self.domains = _domains(domains, 1, "DoReMi")
+    if not isinstance(eta, (int, float)) or not math.isfinite(eta) or eta <= 0 or not 0 <= smoothing <= 1:
       raise ValueError(f"eta must be > 0 and smoothing in [0, 1], got {eta!r}, {smoothing!r}")
-    self.eta, self.smoothing = eta, smoothing
-    if len(set(self.domains)) != len(self.domains):
-      raise ValueError(f"domains: each once, got {list(self.domains)}")
+    self.eta, self.smoothing = float(eta), float(smoothing)
     start = _values("initial", initial, self.domains) if initial is not None else np.ones(len(self.domains))
     if (start <= 0).any():
       raise ValueError("initial: DoReMi's weights stay positive; give every domain a weight > 0")
@@ -91,13 +130,17 @@ class DoReMiController:
 
   def observe(self, step: int, excess_loss: Mapping[str, float]) -> dict[str, float]:
     """The weights after this step's excess losses (also kept for `averaged`)."""
-    excess = _values("excess_loss", excess_loss, self.domains)
-    logits = np.log(self.weights) + self.eta * excess
+    given = _losses("excess_loss", excess_loss, self.domains, absent_ok=False)
+    excess = np.array([given[i] for i in range(len(self.domains))], np.float64)
+    with np.errstate(over="ignore"):
+      step_size = np.minimum(self.eta * excess, np.finfo(np.float64).max)  # 1e308 x eta: the largest, not inf
+    logits = np.log(self.weights) + step_size
     logits -= logits.max()
     updated = np.exp(logits)
     updated /= updated.sum()
-    self.weights = (1 - self.smoothing) * updated + self.smoothing / len(self.domains)
-    current = dict(zip(self.domains, self.weights.tolist()))
+    weights = (1 - self.smoothing) * updated + self.smoothing / len(self.domains)
+    current = _finite_weights(weights, self.domains, "DoReMiController")
+    self.weights = weights
     self.history.append(current)
     return current
 
@@ -110,11 +153,9 @@ class EXP3Controller:
   """ODM's EXP3 over per-domain losses (rewards); `observe` returns pi for the next step."""
 
   def __init__(self, domains: Sequence[str], alpha: float = 0.9) -> None:
-    self.domains = tuple(domains)
-    if len(set(self.domains)) != len(self.domains):
-      raise ValueError(f"domains: each once, got {list(self.domains)}")
-    if len(self.domains) < 2 or not 0 <= alpha < 1:
-      raise ValueError(f"EXP3 needs >= 2 domains and alpha in [0, 1), got {len(self.domains)}, {alpha!r}")
+    self.domains = _domains(domains, 2, "EXP3")
+    if not isinstance(alpha, (int, float)) or not 0 <= alpha < 1:
+      raise ValueError(f"alpha: EXP3 needs alpha in [0, 1), got {alpha!r}")
     self.alpha = alpha
     self.rewards = np.zeros(len(self.domains))
     self.t = 1
@@ -134,20 +175,21 @@ class EXP3Controller:
 
   def observe(self, step: int, per_source_loss: Mapping[str, float]) -> dict[str, float]:
     """Updates the rewards of the domains with a loss this step (absent or NaN: not in the batch)."""
-    losses = {}
-    for d in self.domains:  # every loss checked before any reward changes
-      value = per_source_loss.get(d)
-      if value is None or (isinstance(value, float) and math.isnan(value)):
-        continue  # not in the batch
-      if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not 0 <= value < math.inf:
-        raise ValueError(f"per_source_loss: {d!r} is {value!r}; a loss is a finite number >= 0 (NaN: absent)")
-      losses[self.domains.index(d)] = float(value)
+    losses = _losses("per_source_loss", per_source_loss, self.domains, absent_ok=True)  # before anything changes
+    rewards = self.rewards.copy()
     for i, loss in losses.items():
-      self.rewards[i] = self.alpha * self.rewards[i] + (1 - self.alpha) * loss / self.pi[i]
-    eps = self._eps(self.t + 1)
-    self.pi = self._policy(eps, self._eps(self.t))
-    self.t += 1
-    return dict(zip(self.domains, self.pi.tolist()))
+      rewards[i] = self.alpha * rewards[i] + (1 - self.alpha) * loss / self.pi[i]
+    if not np.isfinite(rewards).all():
+      raise ValueError(f"per_source_loss: {dict(per_source_loss)!r:.200} makes a reward overflow; nothing was changed")
+    previous, self.rewards = self.rewards, rewards
+    pi = self._policy(self._eps(self.t + 1), self._eps(self.t))
+    try:
+      current = _finite_weights(pi, self.domains, "EXP3Controller")
+    except ValueError:
+      self.rewards = previous
+      raise
+    self.pi, self.t = pi, self.t + 1
+    return current
 
 
 class ReplayController:
