@@ -19,6 +19,7 @@ import yaml
 
 from jaxdata import ConfigError, DocumentStream, InputFormatError, Pipeline, PipelineConfig
 from jaxdata.cli import main
+from jaxdata.mixture import updates as updates_module
 from jaxdata.tools.doctor import diagnose
 from jaxdata.tools.report import load_stats
 from jaxdata.tools.trajectory import load_trajectory
@@ -304,3 +305,29 @@ def test_a_trajectory_from_stats_follows_schedules_and_resumed_runs(tmp_path):
     for _ in range(4):
       next(resumed)
   assert [(s, w["d1"]) for s, w in load_trajectory(str(tmp_path / "stats.jsonl"))] == [(0, 0.0), (4, 0.5), (7, 0.75)]
+
+
+def test_an_update_call_does_no_per_update_work_however_many_are_pending(cfg, monkeypatch):
+  """10,000 updates at future steps: each call encodes or parses no update but its own (the calls were
+  quadratic: every call re-read every pending update). Counted, not timed."""
+  entries = []
+  real_entry = updates_module._entry
+  monkeypatch.setattr(updates_module, "_entry", lambda *a: entries.append(1) or real_entry(*a))
+  parsed = []
+  real_from_json = updates_module.MixtureUpdates.from_json.__func__
+  monkeypatch.setattr(
+    updates_module.MixtureUpdates,
+    "from_json",
+    classmethod(lambda cls, raw, names: parsed.append(len(raw)) or real_from_json(cls, raw, names)),
+  )
+  with Pipeline(cfg, prefetch=0) as reference, Pipeline(cfg, prefetch=2) as pipe:
+    for p in (reference, pipe):
+      next(p)
+    for i in range(10_000):
+      for p in (reference, pipe):
+        p.update_mixture({"d0": 1 + i % 5, "d1": 1, "d2": 2}, at_step=50 + i)
+    assert len(entries) == 2 * 10_000 and sum(parsed) == 0  # one encoding per call, nothing parsed again
+    assert [digest(next(pipe)) for _ in range(60)] == [digest(next(reference)) for _ in range(60)]
+    state = pipe.get_state()
+  # the state keeps the update in force and those still to come (steps 50 .. 10,049)
+  assert len(state["stream"]["updates"]) == 10_049 - (state["stream"]["next_step"] - 1) + 1

@@ -311,7 +311,9 @@ class Packer:
       raise ValueError(f"packer state: expected a mapping with a carry, got {state!r:.200}")
     # The carry never exceeds a step plus one document: a generous bound on its pieces.
     max_pieces = 2 * self.cfg.tokens_per_step + (1 << 16)
-    carry = Pieces.from_json(state["carry"], self._effective_lengths, max_pieces)
+    carry = state["carry"]
+    if not isinstance(carry, Pieces):  # else a snapshot's own carry (`get_state(encode_carry=False)`)
+      carry = Pieces.from_json(carry, self._effective_lengths, max_pieces)
     if len(carry) and ((carry.offset + carry.length) > carry.doc_length).any():
       raise ValueError("packer state: a carried piece lies past the end of its document")
     self.carry, self.done = carry, bool(state.get("done"))

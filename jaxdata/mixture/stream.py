@@ -244,8 +244,10 @@ class DocumentStream:
 
   # ----------------------------------------------------------------- state
 
-  def get_state(self) -> dict[str, Any]:
-    """JSON-able state; its size does not grow with dataset size or run length."""
+  def get_state(self, encode_updates: bool = True) -> dict[str, Any]:
+    """JSON-able state; its size does not grow with dataset size or run length.
+    `encode_updates=False` leaves "updates" a (frozen) `MixtureUpdates`: cheap, for per-step snapshots."""
+    updates = self.updates.pruned(self.next_step - 1)
     return {
       "version": STATE_VERSION,
       "epoch": self.epoch,
@@ -259,7 +261,7 @@ class DocumentStream:
       },
       "segment": self.interleave.get_state(),
       "next_step": self.next_step,
-      "updates": self.updates.pruned(self.next_step - 1).to_json(),
+      "updates": updates.to_json() if encode_updates else updates,
     }
 
   def set_state(self, state: Mapping[str, Any]) -> None:
@@ -294,7 +296,12 @@ class DocumentStream:
       if values[1] > cursor.num_records:
         raise ValueError(f"{where}: position {values[1]} beyond the {cursor.num_records} records")
       entries.append(values)
-    updates = MixtureUpdates.from_json(state.get("updates", []), self.names)  # states before updates: none
+    updates = state.get("updates", [])  # states before updates: none
+    if isinstance(updates, MixtureUpdates):  # a snapshot's own (made by `update` or `get_state`)
+      if updates.names != tuple(self.names):
+        raise ValueError(f"stream state: updates for datasets {list(updates.names)}, not {list(self.names)}")
+    else:
+      updates = MixtureUpdates.from_json(updates, self.names)
     next_step = state.get("next_step", 0)
     if not is_int(next_step) or not 0 <= next_step < MAX_COUNTER:
       raise ValueError(f"stream state: next_step must be an int in [0, 2**62), got {next_step!r}")

@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -58,11 +59,22 @@ def quantized(weights: Sequence[Fraction]) -> tuple[Fraction, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class MixtureUpdates:
-  """Updates in step order: (step, exact weights summing to 1) each."""
+  """Updates in step order: (step, exact weights summing to 1) each.
+
+  Every operation a call or a step makes is a binary search plus, for a new
+  object, a copy of its tuples: no per-update Python work, so a call's cost
+  does not grow with the updates made before it (each entry's JSON is made
+  once, when the entry is added or read).
+  """
 
   names: tuple[str, ...]
   steps: tuple[int, ...] = ()
   weights: tuple[tuple[Fraction, ...], ...] = ()
+  encoded: tuple[dict[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+  def __post_init__(self) -> None:
+    if len(self.encoded) != len(self.steps):
+      object.__setattr__(self, "encoded", tuple(_entry(self.names, s, w) for s, w in zip(self.steps, self.weights)))
 
   def added(self, step: int, weights: Mapping[str, Any]) -> MixtureUpdates:
     """With an update at `step` (replacing one already at that step); ValueError / ConfigError naming
@@ -70,22 +82,24 @@ class MixtureUpdates:
     if not is_int(step) or step < 0:
       raise ValueError(f"at_step: must be an int >= 0, got {step!r}")
     exact = quantized(exact_weights(weights, self.names, "update_mixture weights"))
-    kept = [(s, w) for s, w in zip(self.steps, self.weights) if s != step] + [(step, exact)]
-    kept.sort(key=lambda entry: entry[0])
-    return MixtureUpdates(self.names, tuple(s for s, _ in kept), tuple(w for _, w in kept))
+    at = bisect.bisect_left(self.steps, step)
+    after = at + 1 if at < len(self.steps) and self.steps[at] == step else at
+    return MixtureUpdates(
+      self.names,
+      self.steps[:at] + (step,) + self.steps[after:],
+      self.weights[:at] + (exact,) + self.weights[after:],
+      self.encoded[:at] + (_entry(self.names, step, exact),) + self.encoded[after:],
+    )
 
   def in_force(self, step: int) -> tuple[Fraction, ...] | None:
     """The weights of the last update at or before `step`, None if none is."""
-    found = None
-    for start, weights in zip(self.steps, self.weights):
-      if start > step:
-        break
-      found = weights
-    return found
+    at = bisect.bisect_right(self.steps, step) - 1
+    return self.weights[at] if at >= 0 else None
 
   def starting_at(self, step: int) -> tuple[Fraction, ...] | None:
     """The weights of an update that takes effect exactly at `step`."""
-    return self.weights[self.steps.index(step)] if step in self.steps else None
+    at = bisect.bisect_left(self.steps, step)
+    return self.weights[at] if at < len(self.steps) and self.steps[at] == step else None
 
   @property
   def last_step(self) -> int:
@@ -94,16 +108,18 @@ class MixtureUpdates:
 
   def pruned(self, step: int) -> MixtureUpdates:
     """Without the updates that `step` and later steps can no longer see (all but the one in force)."""
-    keep = [i for i, s in enumerate(self.steps) if s > step]
-    in_force = [i for i, s in enumerate(self.steps) if s <= step][-1:]
-    indices = in_force + keep
-    return MixtureUpdates(self.names, tuple(self.steps[i] for i in indices), tuple(self.weights[i] for i in indices))
+    first = bisect.bisect_right(self.steps, step) - 1  # the one in force at `step`
+    if first <= 0:
+      return self
+    return MixtureUpdates(self.names, self.steps[first:], self.weights[first:], self.encoded[first:])
+
+  def to_json_at(self, step: int) -> dict[str, Any] | None:
+    """The JSON of the update at `step`, None if there is none."""
+    at = bisect.bisect_left(self.steps, step)
+    return dict(self.encoded[at]) if at < len(self.steps) and self.steps[at] == step else None
 
   def to_json(self) -> list[dict[str, Any]]:
-    return [
-      {"step": step, "weights": {n: [w.numerator, w.denominator] for n, w in zip(self.names, weights)}}
-      for step, weights in zip(self.steps, self.weights)
-    ]
+    return [dict(entry, weights=dict(entry["weights"])) for entry in self.encoded]
 
   @classmethod
   def from_json(cls, raw: Any, names: Sequence[str]) -> MixtureUpdates:
@@ -123,3 +139,8 @@ class MixtureUpdates:
     if steps != sorted(set(steps)):
       raise ValueError(f"stream state: mixture updates must be in rising step order, got {steps}")
     return cls(tuple(names), tuple(steps), tuple(weights))
+
+
+def _entry(names: Sequence[str], step: int, weights: Sequence[Fraction]) -> dict[str, Any]:
+  """One update as the state's JSON holds it."""
+  return {"step": step, "weights": {n: [w.numerator, w.denominator] for n, w in zip(names, weights)}}

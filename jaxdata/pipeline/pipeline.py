@@ -260,15 +260,21 @@ class Pipeline:
       if isinstance(at_step, bool) or not isinstance(at_step, (int, np.integer)):
         raise ValueError(f"at_step: must be an int, got {at_step!r}")
       at_step = int(at_step)
-    state = json.loads(json.dumps(encoded_state(self._state)))
+    # The snapshot as it is (its carry `Pieces`, its updates `MixtureUpdates`): nothing is encoded,
+    # so a call costs the same whatever the number of updates made before it.
+    state = {**self._state, "stream": dict(self._state["stream"])}
     stream = state["stream"]
     earliest = max(state["step"], int(stream.get("next_step", 0)))  # documents may be drawn for the next step
     step = max(state["step"] + self.cfg.mixture.update_lag_steps, earliest) if at_step is None else at_step
     if step < earliest:
       raise ValueError(f"at_step: {step} is already planned; the earliest step an update can start at is {earliest}")
-    updates = MixtureUpdates.from_json(stream.get("updates", []), self.cfg.names).added(step, weights)
-    check_same_on_every_host(f"update_mixture(at_step={step})", updates.to_json())
-    stream["updates"] = updates.to_json()
+    updates = stream.get("updates", [])
+    if not isinstance(updates, MixtureUpdates):
+      updates = MixtureUpdates.from_json(updates, self.cfg.names)
+    updates = updates.added(step, weights)
+    # every host checks this call (the step handed out, the update): equal calls make equal update lists
+    check_same_on_every_host(f"update_mixture(at_step={step})", [state["step"], updates.to_json_at(step)])
+    stream["updates"] = updates
     self._resources.stop_prefetch()
     self._resources.interrupted = False
     self._continue_from(state)

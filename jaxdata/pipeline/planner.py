@@ -26,6 +26,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import is_int
 from jaxdata.mixture.stream import DatasetMeta, DocumentStream
+from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.transforms.packing import Packer, StepPlan
 from jaxdata.transforms.pieces import Pieces
 
@@ -96,15 +97,20 @@ class StepPlanner:
     raise ValueError(f"step: the stream ends before step {step}")
 
   def get_state(self, encode_carry: bool = True) -> dict[str, Any]:
-    """{"step", "stream", "packer"}; `encode_carry=False` is cheap (see `Packer.get_state`)."""
-    return {"step": self.step, "stream": self.stream.get_state(), "packer": self.packer.get_state(encode_carry)}
+    """{"step", "stream", "packer"}; `encode_carry=False` is cheap: the carry stays `Pieces` and the
+    mixture updates a `MixtureUpdates` (see `Packer.get_state`, `DocumentStream.get_state`)."""
+    return {
+      "step": self.step,
+      "stream": self.stream.get_state(encode_updates=encode_carry),
+      "packer": self.packer.get_state(encode_carry),
+    }
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     """Restores `get_state()`; on a ValueError the planner is left as it was."""
     step = state.get("step")
     if not is_int(step) or step < 0:
       raise ValueError(f"step must be an int >= 0, got {step!r}")
-    previous = self.get_state()
+    previous = self.get_state(encode_carry=False)
     try:
       self.stream.set_state(state["stream"])
       self.packer.set_state(state["packer"])
@@ -116,11 +122,13 @@ class StepPlanner:
 
 
 def encoded_state(state: Mapping[str, Any]) -> dict[str, Any]:
-  """A pipeline state snapshot (whose packer carry may still be `Pieces`,
-  see `StepPlanner.get_state`) with the carry encoded: JSON-able."""
+  """A pipeline state snapshot (whose packer carry may still be `Pieces` and mixture updates
+  `MixtureUpdates`, see `StepPlanner.get_state`) with both encoded: JSON-able."""
   carry = state["packer"]["carry"]
   packer = {**state["packer"], "carry": carry.to_json() if isinstance(carry, Pieces) else carry}
-  return {**state, "packer": packer}
+  updates = state["stream"].get("updates", [])
+  stream = {**state["stream"], "updates": updates.to_json() if isinstance(updates, MixtureUpdates) else updates}
+  return {**state, "stream": stream, "packer": packer}
 
 
 def pieces_for_hosts(
