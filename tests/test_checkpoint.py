@@ -193,6 +193,12 @@ def test_corrupt_missing_and_newer_checkpoints_name_the_path(cfg, tmp_path):
   state_file.write_text(json.dumps(seal(broken)))
   with pytest.raises(CheckpointError, match=r"carry is not a valid encoded piece list \(more than \d+ pieces"):
     restore()
+  # restored without the pipeline to restore into: say what to pass (it was an AttributeError on None)
+  state_file.write_text(good)
+  for args in ({}, {"args": ocp.args.Composite(data=jaxdata.checkpoint.Restore())}):
+    with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+      with pytest.raises(CheckpointError, match=r"restored into no pipeline: .*jaxdata.checkpoint.Restore\(pipe\)"):
+        manager.restore(1, **args)
   state_file.unlink()
   with pytest.raises(CheckpointError, match="no jaxdata pipeline state in this checkpoint"):
     restore()

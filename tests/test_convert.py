@@ -26,6 +26,7 @@ from jaxdata import (
   load_tokenizer,
 )
 from jaxdata.cli import main
+from jaxdata.conversion import local_runner
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size
 
 
@@ -299,3 +300,25 @@ def test_progress_bars_count_their_own_units_and_end_at_their_totals(tmp_path, s
     done = [d for d, _ in seen[phase]]
     assert {t for _, t in seen[phase]} == {total}, phase
     assert done == sorted(done) and done[-1] == total and max(done) <= total, phase
+
+
+def test_ctrl_c_while_writing_shards_says_so_and_leaves_no_partial_shard(tmp_path, monkeypatch, capsys):
+  src = tmp_path / "in.jsonl"
+  src.write_text("".join(json.dumps({"text": f"document {i} " * 40}) + "\n" for i in range(3000)))
+  written = []
+  real = local_runner._write_job
+
+  def interrupted_after_one(job, *args):
+    if written:
+      raise KeyboardInterrupt
+    written.append(real(job, *args))
+    return written[-1]
+
+  monkeypatch.setattr(local_runner, "_write_job", interrupted_after_one)
+  out = tmp_path / "out"
+  argv = ["convert", str(src), "--out", str(out), "--name", "x", "--workers", "1", "--shard-size", "20000", "-q"]
+  assert main(argv) == 130
+  assert "jaxdata convert: interrupted (Ctrl-C); what it had begun to write was removed" in capsys.readouterr().err
+  assert len(written) == 1 and not out.exists()  # the finished shard went too: no dataset is half there
+  leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".jaxdata-convert-")]
+  assert not leftovers

@@ -28,6 +28,7 @@ from jaxdata.conversion.shard_jobs import plan_shards
 from jaxdata.conversion.tokenizers import ByteTokenizer
 from jaxdata.conversion.work_units import plan_units
 from jaxdata.sources.writer import DatasetWriter
+from record_fixtures import example, write_tfrecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -371,3 +372,46 @@ def test_a_beam_failure_is_one_named_line_and_beams_own_lines_go_to_a_kept_log(t
   done = subprocess.run([*command, "--out", str(tmp_path / "good")], capture_output=True, text=True, env=env)
   assert done.returncode == 0 and not done.stderr.strip(), done.stderr[-3000:]
   assert [n for n in os.listdir(tmp_path) if n.startswith("jaxdata-beam-")] == [os.path.basename(match.group(1))]
+
+
+def _damaged_archives(root) -> dict[str, bytes]:
+  """Compressed inputs damaged as a copy or a download goes wrong: name -> bytes."""
+  lines = "".join(json.dumps({"text": f"document number {i} " * 20}) + "\n" for i in range(2000)).encode()
+  write_tfrecord(str(root / "plain.tfrecord"), [example({"text": f"record {i} " * 30}) for i in range(500)])
+  tfrecord = (root / "plain.tfrecord").read_bytes()
+  out = {}
+  for suffix, data in ((".jsonl.gz", lines), (".tfrecord.gz", tfrecord)):
+    packed = gzip.compress(data)
+    middle = len(packed) // 2
+    out[f"flipped{suffix}"] = packed[:middle] + bytes([packed[middle] ^ 0xFF]) + packed[middle + 1 :]
+    out[f"header{suffix}"] = packed[:10] + bytes([packed[10] ^ 0xFF]) + packed[11:]  # the deflate stream's start
+    out[f"crc{suffix}"] = packed[:-8] + bytes([packed[-8] ^ 1]) + packed[-7:]  # the trailer's CRC
+    out[f"half{suffix}"] = packed[:middle]
+    out[f"plain{suffix}"] = data  # not gzip at all
+  zstd = zstandard.ZstdCompressor().compress(lines)
+  out["cut.jsonl.zst"] = zstd[: len(zstd) // 2]
+  return out
+
+
+@pytest.mark.parametrize("runner", ["local", "beam"])
+def test_a_damaged_compressed_input_is_named_by_either_runner_and_leaves_nothing(tmp_path, runner):
+  for name, data in _damaged_archives(tmp_path).items():
+    path = tmp_path / name
+    path.write_bytes(data)
+    out = tmp_path / f"out-{name}"
+    with pytest.raises(InputFormatError) as raised:
+      if runner == "local":
+        convert([str(path)], str(out), "x", dataclasses.replace(OPTIONS, workers=1))
+      else:
+        convert_with_beam([str(path)], str(out), "x", OPTIONS, [])
+    message = str(raised.value)
+    assert name in message and "\n" not in message, (name, message)
+    assert not os.path.exists(out / "manifest.json"), name
+  # from the CLI: one line naming the file, exit 2, no traceback
+  done = subprocess.run(
+    ["jaxdata", "convert", str(tmp_path / "half.tfrecord.gz"), "--out", str(tmp_path / "cli"), "--name", "x", "-q"],
+    capture_output=True,
+    text=True,
+  )
+  assert done.returncode != 0 and "half.tfrecord.gz: not a readable gzip file" in done.stderr
+  assert "Traceback" not in done.stderr

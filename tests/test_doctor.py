@@ -87,7 +87,8 @@ def test_a_healthy_run_passes_every_check(tmp_path, capsys):
 
 
 def test_swinging_histograms_fail_against_their_null(tmp_path):
-  _, stats = run(tmp_path, "healthy")
+  # 16 x 32 tokens a step: the documents (2..29 tokens) are small parts of a step, so a swing is the order's
+  _, stats = run(tmp_path, "healthy", batch={"global_batch_size": 16})
   swung = []
   for s in stats:  # whole steps from one source, alternating: the totals stay, the steps swing
     s = json.loads(json.dumps(s))
@@ -247,6 +248,6 @@ def test_swings_from_documents_longer_than_a_step_name_the_data_not_the_order(tm
     shard_bytes=1 << 14,
   )
   histogram = {c.name: c for c in diagnose(stats)}["histogram"]
-  assert histogram.status == "fail", histogram.line()
+  assert histogram.status == "warn", histogram.line()  # the data's swing: named, not a fault of the order
   assert "the data, not the order" in histogram.advice and "d0" in histogram.advice
   assert "shuffle" not in histogram.advice.split("For steadier")[0]

@@ -86,4 +86,5 @@ def test_flat_files_get_the_same_dtype_check(tmp_path):
   zipf_ids(rng, 100_000, 60_000).astype("<u4").tofile(tmp_path / "t.bin")
   with pytest.raises(DatasetError, match=r"t\.bin: looks like uint32 ids read as uint16"):
     build_flat_index("flat", [str(tmp_path / "t.bin")], dtype="uint16", eos_id=0)
-  assert build_flat_index("flat", [str(tmp_path / "t.bin")], dtype="uint32", eos_id=0).dtype == "uint32"
+  eos = int(np.fromfile(tmp_path / "t.bin", "<u4")[0])  # an id the file holds (0 never occurs: refused)
+  assert build_flat_index("flat", [str(tmp_path / "t.bin")], dtype="uint32", eos_id=eos).dtype == "uint32"

@@ -60,11 +60,18 @@ class PipelineCheckpointHandler(ocp.JsonCheckpointHandler):
       state = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
       raise CheckpointError(f"{path}: pipeline state is not valid JSON (corrupt or truncated?): {e}") from e
-    if isinstance(restore, Restore):
-      try:
-        restore.pipeline.set_state(state)
-      except CheckpointError as e:
-        raise CheckpointError(f"{path}: {e}") from e
+    if not isinstance(restore, Restore) or restore.pipeline is None:
+      # manager.restore(step) without args: Orbax builds Restore() itself, and a state restored into no
+      # pipeline would look like a resume that did not happen
+      raise CheckpointError(
+        f"{path}: a jaxdata pipeline state, restored into no pipeline: pass the pipeline to continue, "
+        "manager.restore(step, args=ocp.args.Composite(..., data=jaxdata.checkpoint.Restore(pipe))) "
+        "(the state itself is the JSON file named here)"
+      )
+    try:
+      restore.pipeline.set_state(state)
+    except CheckpointError as e:
+      raise CheckpointError(f"{path}: {e}") from e
     return state
 
 
@@ -83,6 +90,7 @@ class Save(ocp.args.CheckpointArgs):
 @ocp.args.register_with_handler(PipelineCheckpointHandler, for_restore=True)
 @dataclasses.dataclass
 class Restore(ocp.args.CheckpointArgs):
-  """Orbax args restoring the saved state into `pipeline` (None: return it only)."""
+  """Orbax args restoring the saved state into `pipeline` (required: without one, the restore is a
+  `CheckpointError` saying what to pass; the default exists because Orbax builds these args itself)."""
 
   pipeline: Checkpointable | None = None

@@ -339,6 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # OSError (missing / existing files); each message names file and problem.
     print(f"jaxdata {args.command}: error: {flag_words(str(e))}", file=sys.stderr)
     return 1
+  except KeyboardInterrupt:  # Ctrl-C: the commands that write remove what is partial on the way out
+    print(f"jaxdata {args.command}: interrupted (Ctrl-C); what it had begun to write was removed", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

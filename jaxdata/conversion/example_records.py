@@ -28,7 +28,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from jaxdata.conversion.inputs import InvalidLog, open_binary
+from jaxdata.conversion.inputs import InvalidLog, open_binary, readable_archive
 from jaxdata.conversion.remote_inputs import open_remote
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.index import close_reader_quietly
@@ -208,7 +208,8 @@ def iter_example_documents(
 ) -> Iterator[Document]:
   """The document in feature `field` of every record of an ArrayRecord or TFRecord file, in order."""
   blobs = _tfrecord_blobs(path, on_bytes) if fmt == "tfrecord" else _array_record_blobs(path, on_bytes)
-  for where, blob in blobs:
-    document = _document(blob, field, where, invalid)
-    if document is not None:
-      yield document
+  with readable_archive(path):  # a .tfrecord.gz that is cut, damaged or not gzip names the file
+    for where, blob in blobs:
+      document = _document(blob, field, where, invalid)
+      if document is not None:
+        yield document

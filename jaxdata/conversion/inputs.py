@@ -7,6 +7,7 @@ counted in an `InvalidLog` instead of raising; nothing is dropped silently.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import gzip
@@ -35,6 +36,7 @@ __all__ = [
   "is_compressed",
   "iter_documents",
   "open_binary",
+  "readable_archive",
 ]
 
 COMPRESSED_SUFFIXES = (".gz", ".zst")
@@ -179,18 +181,27 @@ def iter_documents(
   """
   if fmt not in INPUT_FORMATS:
     raise ValueError(f"format: {fmt!r} is not one of {INPUT_FORMATS}")
+  with readable_archive(path):
+    try:
+      if fmt == "jsonl":
+        yield from _iter_jsonl(path, field, invalid, stream, first or 1, on_bytes)
+      elif fmt == "parquet":
+        yield from _iter_parquet(path, field, invalid, row_groups, first or 0, on_bytes)
+      else:
+        yield from _iter_text(path, text_mode, invalid, stream, first or 1, on_bytes)
+    except _arrow_errors() as e:  # a damaged Parquet row group
+      raise InputFormatError(f"{path}: not a readable Parquet file ({str(e)[:200]})") from e
+
+
+@contextlib.contextmanager
+def readable_archive(path: str) -> Iterator[None]:
+  """A truncated, damaged or foreign .gz / .zst file (its CRC, its deflate stream, its end) as an
+  InputFormatError naming the file, whatever reads it (texts, JSONL, TFRecords)."""
   try:
-    if fmt == "jsonl":
-      yield from _iter_jsonl(path, field, invalid, stream, first or 1, on_bytes)
-    elif fmt == "parquet":
-      yield from _iter_parquet(path, field, invalid, row_groups, first or 0, on_bytes)
-    else:
-      yield from _iter_text(path, text_mode, invalid, stream, first or 1, on_bytes)
-  except (EOFError, zlib.error, gzip.BadGzipFile, *_zstd_errors()) as e:  # a truncated or foreign archive
-    kind = "zstd" if path.endswith(".zst") else "gzip"
+    yield
+  except (EOFError, zlib.error, gzip.BadGzipFile, *_zstd_errors()) as e:
+    kind = "zstd" if path.endswith(".zst") else "gzip" if path.endswith(".gz") else "compressed"
     raise InputFormatError(f"{path}: not a readable {kind} file ({str(e)[:200] or type(e).__name__})") from e
-  except _arrow_errors() as e:  # a damaged Parquet row group
-    raise InputFormatError(f"{path}: not a readable Parquet file ({str(e)[:200]})") from e
 
 
 def open_binary(path: str, raw: IO[bytes] | None = None) -> IO[bytes]:

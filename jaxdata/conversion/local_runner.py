@@ -18,6 +18,7 @@ by its workers, byte-identical either way.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import tempfile
@@ -35,6 +36,7 @@ from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.sources.fileutil import check_name
 from jaxdata.sources.manifest import Manifest, ShardInfo
+from jaxdata.sources.writer import shard_file_names
 
 __all__ = ["convert"]
 
@@ -131,6 +133,17 @@ def _run(
       future.cancel()
     concurrent.futures.wait(futures)  # and let the running ones end before their scratch files go
     raise
+
+
+def _remove_shards(out_dir: str, name: str, indices: Sequence[int], created: bool) -> None:
+  """Removes the shard files this conversion writes (finished or partial), and `out_dir` if it made it."""
+  for index in indices:
+    for file_name in shard_file_names(name, index):
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(out_dir, file_name))
+  if created:
+    with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+      os.rmdir(out_dir)
 
 
 def _load_tokens(scratch: str, dtype: str) -> Callable[[int], np.ndarray]:
@@ -236,6 +249,7 @@ def convert(
         [(u.index, _load_lengths(scratch)(u.index)) for u in units], dtype.itemsize, options.shard_bytes
       )
       prepare_output(out_dir, overwrite)
+      created = not os.path.isdir(out_dir)
       os.makedirs(out_dir, exist_ok=True)
       written = [0]
 
@@ -244,15 +258,19 @@ def convert(
           written[0] += info.num_records
         progress("write", written[0], sum(r.documents for r in results), written[0])
 
-      infos = _run(pool, _write_job, jobs, (out_dir, name, dtype.name, scratch, options.compression), shard_done)
-      manifest = Manifest(
-        name=name,
-        dtype=dtype.name,
-        tokenizer=tokenizer.identity(),
-        shards=tuple(infos),
-        stats=conversion_stats(files, results, options),
-      )
-      manifest.save(out_dir)
+      try:
+        infos = _run(pool, _write_job, jobs, (out_dir, name, dtype.name, scratch, options.compression), shard_done)
+        manifest = Manifest(
+          name=name,
+          dtype=dtype.name,
+          tokenizer=tokenizer.identity(),
+          shards=tuple(infos),
+          stats=conversion_stats(files, results, options),
+        )
+        manifest.save(out_dir)
+      except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)
+        _remove_shards(out_dir, name, [job[0] for job in jobs], created)
+        raise
       return manifest
   finally:
     if pool is not None:

@@ -171,9 +171,11 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
   return MegatronIndex(dtype, kept, int(empty_positions.size), code == SIGNED_CODE, empty_positions)
 
 
-def first_negative_id(bin_path: str) -> tuple[int, int] | None:
-  """(position, id) of the first negative id of an int32 token file, read in bounded chunks; None if none."""
-  ids = np.memmap(bin_path, "<i4", "r") if os.path.getsize(bin_path) else np.zeros(0, "<i4")
+def first_negative_id(bin_path: str, offset: int = 0) -> tuple[int, int] | None:
+  """(position, id) of the first negative id of an int32 token file (ids from byte `offset`), read in
+  bounded chunks; None if none."""
+  size = os.path.getsize(bin_path) - offset
+  ids = np.memmap(bin_path, "<i4", "r", offset=offset, shape=(size // 4,)) if size >= 4 else np.zeros(0, "<i4")
   for start in range(0, ids.size, _SCAN_TOKENS):
     below = np.flatnonzero(ids[start : start + _SCAN_TOKENS] < 0)
     if below.size:
@@ -188,6 +190,7 @@ class TokenLayout:
   dtype: np.dtype
   offset: int
   count: int
+  signed: bool = False  # a .npy of int32 ids, read as uint32: a negative id is refused when indexed
 
 
 def has_npy_header(path: str) -> bool:
@@ -239,7 +242,7 @@ def token_layout(path: str, dtype: np.dtype | None) -> TokenLayout:
     raise DatasetError(f"{path}: {size - offset} bytes is not a whole number of {dtype.name} tokens (wrong `dtype`?)")
   if size == offset:
     raise DatasetError(f"{path}: empty token file")
-  return TokenLayout(dtype, offset, (size - offset) // dtype.itemsize)
+  return TokenLayout(dtype, offset, (size - offset) // dtype.itemsize, numpy_header and found.str == "<i4")
 
 
 def dolma_metadata_path(path: str) -> str:
@@ -290,6 +293,11 @@ def bos_lengths(path: str, layout: TokenLayout, bos_id: int) -> np.ndarray:
     np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == bos_id) + begin for begin in range(0, count, _SCAN_TOKENS)
   ]
   starts = np.concatenate(starts + [np.zeros(0, np.int64)]).astype(np.int64)
+  if not starts.size and count > 1:
+    raise DatasetError(
+      f"{path}: bos_id {bos_id} never occurs in its {count} ids: the whole file would be one document; "
+      "check the id, or give the boundaries another way (eos_id, offsets)"
+    )
   if not starts.size or starts[0] != 0:
     starts = np.concatenate([[0], starts])
   lengths = np.diff(np.append(starts, count))
@@ -305,6 +313,11 @@ def eos_lengths(path: str, layout: TokenLayout, eos_id: int) -> np.ndarray:
     np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == eos_id) + begin + 1 for begin in range(0, count, _SCAN_TOKENS)
   ]
   ends = np.concatenate(ends + [np.zeros(0, np.int64)]).astype(np.int64)
+  if not ends.size and count > 1:
+    raise DatasetError(
+      f"{path}: eos_id {eos_id} never occurs in its {count} ids: the whole file would be one document; "
+      "check the id, or give the boundaries another way (bos_id, offsets)"
+    )
   if not ends.size or ends[-1] != count:
     ends = np.append(ends, count)  # tokens after the last EOS: one more document
   lengths = np.diff(np.concatenate([[0], ends]))

@@ -115,6 +115,11 @@ def _document_lengths(
     return index.dtype, 0, index.lengths, index.empty
   _refuse_record_file(path)
   layout = token_layout(path, np.dtype(dtype) if dtype is not None else None)
+  negative = first_negative_id(path, layout.offset) if layout.signed else None
+  if negative is not None:
+    raise DatasetError(
+      f"{path}: id {negative[0]} is {negative[1]}, a negative id (the .npy holds int32); token ids are >= 0"
+    )
   if check_dtype and layout.offset == 0:  # no NumPy header: the dtype is only what `dtype` says
     _check_ids_look_like(path, layout.dtype, f"dtype says {layout.dtype.name}")
   for name, value in (("eos_id", eos_id), ("bos_id", bos_id)):

@@ -52,6 +52,7 @@ __all__ = [
 
 _TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+MAX_PLANNED_TOKENS = 10**18  # a quintillion: a thousand times today's largest runs
 
 
 def parse_tokens(text: str) -> int:
@@ -66,6 +67,8 @@ def parse_tokens(text: str) -> int:
   value = float(match.group(1)) * _SCALE[match.group(2).lower()]
   if not math.isfinite(value) or value <= 0:
     raise ValueError(f"tokens: must be a positive number, got {text!r}")
+  if value > MAX_PLANNED_TOKENS:
+    raise ValueError(f"tokens: {text!r} is more than {MAX_PLANNED_TOKENS:.0e} tokens, beyond any run jaxdata plans")
   return int(round(value))
 
 
@@ -245,6 +248,14 @@ def plan_run(cfg: PipelineConfig, tokens: int, max_passes: float) -> tuple[Expos
   metadata = load_metadata(cfg)
   supply = {name: meta.supply for name, meta in metadata.items()}
   end = simulate_end(cfg, metadata, -(-tokens // cfg.tokens_per_step))
+  if end is not None and end.steps == 0:
+    held = sum(meta.supply for meta in metadata.values())
+    raise ValueError(
+      f"the stream ends before one whole step of {cfg.tokens_per_step:,} tokens (the datasets hold "
+      f"{held:,}; dataset {end.ended_by} ends it under its pass policy): no batch would be made "
+      "(batch.drop_remainder drops the partial one); use smaller batches or rows, more data, or "
+      "exhausted_policy: repeat"
+    )
   total = min(tokens, end.tokens, end.steps * cfg.tokens_per_step) if end is not None else tokens
   varies = bool(
     cfg.batch.schedule

@@ -74,4 +74,9 @@ def mesh_report(
       mine = plan.pieces.take(plan.in_rows(rows))
       documents[host] += len(set(zip(mine.dataset.tolist(), mine.record.tolist())))
     started = time.perf_counter()
-  return MeshReport((documents / max(planned, 1)).tolist(), elapsed / max(planned, 1), planned)
+  if planned == 0:
+    raise ValueError(
+      f"config: the data ends before one whole step of {global_batch} x {seq_len} tokens: no step to plan, "
+      "so no documents per host to show (use smaller batches or rows, more data, or exhausted_policy: repeat)"
+    )
+  return MeshReport((documents / planned).tolist(), elapsed / planned, planned)
