@@ -11,6 +11,7 @@ Megatron's code::
 
 from __future__ import annotations
 
+import gzip
 import os
 import struct
 from collections.abc import Sequence
@@ -76,3 +77,20 @@ def lying_megatron(prefix: str, documents: list[list[int]], stored: np.dtype, cl
     f.write(struct.pack("<Q", len(documents)) + struct.pack("<Q", len(documents) + 1))
     f.write(sizes.astype("<i4").tobytes() + pointers.astype("<i8").tobytes())
     f.write(np.arange(len(documents) + 1, dtype="<i8").tobytes())
+
+
+def write_dolma_memmap(path: str, documents: list[list[int]], dtype: str = "uint32") -> None:
+  """As Dolma's tokenizer writes a part: raw ids back to back (a `np.memmap`, no NumPy header) under
+  a `.npy` name, each document ending in its EOS."""
+  ids = np.concatenate([np.asarray(d, dtype) for d in documents])
+  memmap = np.memmap(path, dtype=dtype, mode="w+", shape=ids.shape)
+  memmap[:] = ids
+  memmap.flush()
+
+
+def write_dolma_metadata(path: str, documents: list[list[int]]) -> None:
+  """Dolma's metadata beside a memmap: one gzipped CSV row per document, start,end,id,src,loc (no header)."""
+  ends = np.cumsum([len(d) for d in documents])
+  with gzip.open(path, "wt", encoding="utf-8") as f:
+    for i, (start, end) in enumerate(zip(np.r_[0, ends[:-1]], ends)):
+      f.write(f"{start},{end},doc-{i},s3://bucket/src.jsonl.gz,{i + 1}\n")

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import glob
 import inspect
+import json
 import os
 import re
 import shlex
@@ -27,6 +28,7 @@ from jaxdata.config import (
   WarmupPhase,
   schema,
 )
+from pipeline_fixtures import coded_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = os.path.join(REPO, "docs", "configuration.md")
@@ -217,3 +219,28 @@ def test_every_documented_command_line_parses(document, line, capsys):
   except SystemExit as e:
     if e.code != 0:  # `--version` and `--help` exit 0
       pytest.fail(f"{document}: `{line}` does not parse: {capsys.readouterr().err.strip()}")
+
+
+def test_the_state_listing_has_every_field_a_state_has(tmp_path):
+  """docs/state.md's example state: the same keys as a real state, top level and stream, and every one
+  explained in its table (`stream.next_step` and `stream.updates` were missing)."""
+  text = open(os.path.join(REPO, "docs", "state.md")).read()
+  listed = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
+  cfg = coded_config(tmp_path, [[5, 9, 3] * 20, [4, 6] * 20])
+  with Pipeline(cfg, prefetch=0) as pipe:
+    next(pipe)
+    pipe.update_mixture({"d0": 3, "d1": 2})
+    real = pipe.get_state()
+  assert set(listed) == set(real) and set(listed["stream"]) == set(real["stream"])
+  assert set(listed["packer"]) == set(real["packer"])
+  explained = set(re.findall(r"^\| `([\w.]+)`", text, re.MULTILINE))
+  for key in set(real["stream"]) - {"version", "unit", "interleave", "emitted", "tokens"}:
+    assert f"stream.{key}" in explained, key
+
+
+def test_the_state_guide_counts_the_matrix_as_it_is():
+  import equivalence_matrix  # noqa: PLC0415 -- a test support module, imported where it is read
+
+  text = " ".join(open(os.path.join(REPO, "docs", "state.md")).read().split())
+  count = int(re.search(r"`tests/test_equivalence.py`\): (\d+) features", text).group(1))
+  assert count == len(equivalence_matrix.FEATURES)

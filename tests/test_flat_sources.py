@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from checkpoint_property import assert_restores_exactly
-from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron
+from flat_fixtures import (
+  lying_megatron,
+  random_documents,
+  write_dolma_memmap,
+  write_dolma_metadata,
+  write_flat,
+  write_megatron,
+)
 from jaxdata import DatasetError, Pipeline, PipelineConfig
 from jaxdata.cli import main
 from jaxdata.sources.dataset import ReadOptions
@@ -454,23 +461,6 @@ def test_a_data_root_elsewhere_does_not_tell_the_sizes_of_its_files(tmp_path, do
   with pytest.raises(DatasetError, match=r"a\.bin: its size on disk differs from manifest\.json") as error:
     open_dataset(str(tmp_path / "meta"))
   assert "1234" not in str(error.value)
-
-
-def write_dolma_memmap(path: str, documents: list[list[int]], dtype: str = "uint32") -> None:
-  """As Dolma's tokenizer writes a part: raw ids back to back (a `np.memmap`, no NumPy header) under
-  a `.npy` name, each document ending in its EOS."""
-  ids = np.concatenate([np.asarray(d, dtype) for d in documents])
-  memmap = np.memmap(path, dtype=dtype, mode="w+", shape=ids.shape)
-  memmap[:] = ids
-  memmap.flush()
-
-
-def write_dolma_metadata(path: str, documents: list[list[int]]) -> None:
-  """Dolma's metadata beside a memmap: one gzipped CSV row per document, start,end,id,src,loc (no header)."""
-  ends = np.cumsum([len(d) for d in documents])
-  with gzip.open(path, "wt", encoding="utf-8") as f:
-    for i, (start, end) in enumerate(zip(np.r_[0, ends[:-1]], ends)):
-      f.write(f"{start},{end},doc-{i},s3://bucket/src.jsonl.gz,{i + 1}\n")
 
 
 def test_dolma_metadata_gives_the_document_boundaries(tmp_path, capsys):

@@ -18,12 +18,12 @@ import sys
 import numpy as np
 import pytest
 
+from docs_runner import run_markdown
 from pipeline_fixtures import worker_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BLOCK = re.compile(r"(?:<!-- test: (run|write \S+) -->\n)?```(\w+)\n(.*?)```", re.S)
 WORDS = "the quick brown fox jumps over a lazy dog while the code runs fast and well".split()
 
 
@@ -34,29 +34,6 @@ def write_corpus(directory: str) -> None:
     with open(os.path.join(directory, "corpus", f"{name}.jsonl"), "w") as f:
       for _ in range(count):
         f.write(json.dumps({"text": " ".join(rng.choice(WORDS, int(rng.integers(3, 80))))}) + "\n")
-
-
-def run_markdown(path: str, directory: str) -> None:
-  env = worker_env()
-  env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-  python = []
-  for marker, language, body in BLOCK.findall(open(path, encoding="utf-8").read()):
-    if marker == "run":
-      assert language == "bash", f"{path}: only bash blocks are run"
-      out = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", body], cwd=directory, env=env, capture_output=True, text=True, timeout=300
-      )
-      assert out.returncode == 0, f"{path}: bash block failed:\n{body}\n{out.stdout[-2000:]}{out.stderr[-3000:]}"
-    elif marker.startswith("write "):
-      with open(os.path.join(directory, marker.split(" ", 1)[1]), "w") as f:
-        f.write(body)
-    elif language == "python":
-      python.append(body)
-  assert python, f"{path}: no python blocks found"
-  out = subprocess.run(
-    [sys.executable, "-c", "\n".join(python)], cwd=directory, env=env, capture_output=True, text=True, timeout=600
-  )
-  assert out.returncode == 0, f"{path}: python blocks failed:\n{out.stdout[-2000:]}{out.stderr[-4000:]}"
 
 
 def test_readme_code_runs(tmp_path):

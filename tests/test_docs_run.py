@@ -1,0 +1,162 @@
+"""The docs' code runs as written, top to bottom, on data made here (docs_runner says how blocks run).
+
+Each document gets, in a fresh directory, the files its text names (a corpus,
+Megatron and flat token files, a tokenizer) and, for its Python blocks, a
+preamble with what it assumes its reader has (a mesh, a training step).
+A block that needs a cluster or a bucket (Dataflow, s3://) is not marked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from docs_runner import run_markdown
+from flat_fixtures import write_dolma_memmap, write_dolma_metadata, write_megatron
+from pipeline_fixtures import worker_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 600  # the test tokenizer's words w0 .. w599 (ids 1 .. 600; 0 is [UNK])
+
+
+def _tokenizer_json(path: str) -> None:
+  """A word-level tokenizer.json, built by `tokenizers` (no network)."""
+  from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: PLC0415 -- an extra the test installs
+
+  vocab = {"[UNK]": 0, **{f"w{i}": i + 1 for i in range(VOCAB)}}
+  tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+  tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+  tokenizer.save(path)
+
+
+def _texts(rng: np.random.Generator, count: int, longest: int) -> list[str]:
+  return [" ".join(f"w{i}" for i in rng.integers(0, VOCAB, int(rng.integers(3, longest)))) for _ in range(count)]
+
+
+def _jsonl(path: str, texts: list[str]) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+
+
+def _documents(rng: np.random.Generator, count: int, low: int, high: int, end: int | None = None) -> list[list[int]]:
+  docs = [rng.integers(1, VOCAB + 1, int(rng.integers(low, high))).tolist() for _ in range(count)]
+  return [d + [end] for d in docs] if end is not None else docs
+
+
+def _token_files(root: str) -> None:
+  """Every file docs/formats.md indexes, written as the other tools write them."""
+  rng = np.random.default_rng(7)
+  for folder in ("corpus", "olmo", "dolma", "data", "readonly/corpus"):
+    os.makedirs(os.path.join(root, folder), exist_ok=True)
+  write_megatron(os.path.join(root, "corpus/web_text_document"), [[d] for d in _documents(rng, 300, 20, 400)])
+  for part in range(2):  # OLMo: uint16 ids, documents long enough for whole windows, each ending in EOS 0
+    ids = np.concatenate([np.asarray(d, "<u2") for d in _documents(rng, 20, 2100, 4000, end=0)])
+    ids.tofile(os.path.join(root, f"olmo/part-{part}.bin"))
+  dolma = _documents(rng, 50, 10, 300, end=100257)  # Dolma: raw uint32 memmaps under .npy names
+  write_dolma_memmap(os.path.join(root, "dolma/part-0-00000.npy"), dolma)
+  write_dolma_metadata(os.path.join(root, "dolma/part-0-00000.csv.gz"), dolma)
+  bos = [[128000, *d] for d in _documents(rng, 50, 10, 300)]
+  np.concatenate([np.asarray(d, "<u4") for d in bos]).tofile(os.path.join(root, "corpus/tokens.bin"))
+  offsets = _documents(rng, 40, 10, 300)
+  np.concatenate([np.asarray(d, "<u4") for d in offsets]).tofile(os.path.join(root, "data/tokens.bin"))
+  starts = np.concatenate([[0], np.cumsum([len(d) for d in offsets])[:-1]]).astype(np.int64)
+  np.save(os.path.join(root, "data/tokens.bin.offsets.npy"), starts)
+  for part in range(2):
+    write_megatron(os.path.join(root, f"readonly/corpus/part{part}"), [[d] for d in _documents(rng, 40, 5, 200)])
+
+
+def _convert(root: str, *names: str, tokenizer: str = "byte") -> None:
+  for name in names:
+    subprocess.run(
+      ["jaxdata", "convert", f"corpus/{name}.jsonl", "--out", f"data/{name}", "--name", name, "--tokenizer", tokenizer]
+      + ["-q"],
+      cwd=root,
+      env={**worker_env(), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")},
+      check=True,
+      capture_output=True,
+    )
+
+
+def test_formats_guide_runs(tmp_path):
+  root = str(tmp_path)
+  _tokenizer_json(os.path.join(root, "tokenizer.json"))
+  _token_files(root)
+  _jsonl(os.path.join(root, "corpus/code.jsonl"), _texts(np.random.default_rng(1), 300, 200))
+  assert run_markdown(os.path.join(REPO, "docs", "formats.md"), root, require_python=False) >= 4
+  for name in ("web", "olmo", "dolma", "dolma-docs", "bos", "offsets", "corpus"):
+    assert (tmp_path / "meta" / name / "manifest.json").is_file(), name
+
+
+INTEGRATIONS_PREAMBLE = """
+import os
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import jax
+import numpy as np
+
+mesh = jax.make_mesh((8,), ("data",))
+state, rng = {"step": 0}, jax.random.key(0)
+
+
+def p_train_step(state, batch, rng):  # the reader's MaxText training step
+  assert batch["inputs"].shape == batch["targets"].shape
+  return {"step": state["step"] + 1}, {}
+
+
+def eval_step(state, batch):  # the reader's evaluation step: a loss per token
+  return np.ones(batch["tokens"].shape, np.float32)
+"""
+
+INTEGRATIONS_CONFIG = """seed: 3
+datasets:
+  - {name: web, path: data/web, holdout: 20}
+  - {name: code, path: data/code, holdout: 10}
+mixture: {weights: {web: 0.7, code: 0.3}}
+exhausted_policy: repeat
+packing: {mode: first_fit, seq_len: 2048}
+batch: {global_batch_size: 8}
+"""
+
+
+def test_integrations_guide_runs(tmp_path):
+  root = str(tmp_path)
+  rng = np.random.default_rng(2)
+  _tokenizer_json(os.path.join(root, "tokenizer.json"))
+  for name, count in (("web", 400), ("code", 200)):
+    _jsonl(os.path.join(root, f"corpus/{name}.jsonl"), _texts(rng, count, 3000))
+  _convert(root, "web", "code")
+  os.makedirs(os.path.join(root, "data"), exist_ok=True)
+  for name, count in (("web_text_document", 300), ("code_text_document", 200)):
+    write_megatron(os.path.join(root, "data", name), [[d] for d in _documents(rng, count, 20, 400)])
+  (tmp_path / "pipeline.yaml").write_text(INTEGRATIONS_CONFIG)
+  assert run_markdown(os.path.join(REPO, "docs", "integrations.md"), root, INTEGRATIONS_PREAMBLE) >= 3
+  assert (tmp_path / "train.yaml").is_file() and (tmp_path / "valid.yaml").is_file()
+
+
+def test_convert_guide_python_runs(tmp_path):
+  root = str(tmp_path)
+  _tokenizer_json(os.path.join(root, "tokenizer.json"))
+  preamble = (
+    "import datasets\n"
+    "hf_dataset = datasets.Dataset.from_dict({'text': ['w1 w2 w3', 'w4 w5']})\n"
+    "tokenized = datasets.Dataset.from_dict({'input_ids': [[5, 6, 7], [8, 9]]})\n"
+  )
+  run_markdown(os.path.join(REPO, "docs", "convert.md"), root, preamble)
+  for name in ("notes", "wiki", "ids"):
+    assert (tmp_path / "data" / name / "manifest.json").is_file(), name
+
+
+def test_configuration_reference_example_plans(tmp_path):
+  root = str(tmp_path)
+  rng = np.random.default_rng(3)
+  for name, count in (("web", 3000), ("code", 1000)):  # more than one step of 256 x 2048 tokens
+    _jsonl(os.path.join(root, f"corpus/{name}.jsonl"), _texts(rng, count, 300))
+  _convert(root, "web", "code")
+  assert run_markdown(os.path.join(REPO, "docs", "configuration.md"), root, require_python=False) >= 2
