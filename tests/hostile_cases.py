@@ -30,6 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import orbax.checkpoint as ocp
+import zstandard
 from array_record.python.array_record_module import ArrayRecordWriter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -38,13 +40,19 @@ import jaxdata  # noqa: E402
 from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron  # noqa: E402
 from jaxdata.checkpoint import seal  # noqa: E402
 from jaxdata.cli import main as cli  # noqa: E402
+from jaxdata.conversion.local_runner import convert  # noqa: E402
+from jaxdata.conversion.options import ConvertOptions  # noqa: E402
 from jaxdata.demo.ablate import load_candidate  # noqa: E402
 from jaxdata.integrations.maxtext import maxtext_config  # noqa: E402
+from jaxdata.integrations.megatron import megatron_config  # noqa: E402
+from jaxdata.pipeline.grain_mixture import MixtureDataset  # noqa: E402
 from jaxdata.research.mixing import doremi_average  # noqa: E402
+from jaxdata.research.online import DoReMiController, EXP3Controller  # noqa: E402
 from jaxdata.sources.fileutil import claim_directory, clear_claimed  # noqa: E402
 from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
 from jaxdata.sources.opening import open_dataset  # noqa: E402
 from pipeline_fixtures import write_coded_dataset  # noqa: E402
+from record_fixtures import example, write_tfrecord  # noqa: E402
 
 HANG_SECONDS = 20
 OUR_ERRORS = (jaxdata.DatasetError, jaxdata.ConfigError, jaxdata.CheckpointError, jaxdata.InputFormatError)
@@ -735,6 +743,322 @@ CASES = [
   Case("doremi_average of infinity", lambda r: doremi_average([{"a": float("inf"), "b": 1.0}]), ValueError, "'a'"),
   Case("doremi_average of all zeros", lambda r: doremi_average([{"a": 0.0, "b": 0.0}]), ValueError, "round 0"),
 ]
+
+
+# --- the entrances of the last round (MaxText keys, compressed inputs, Megatron indexes, Grain sources,
+# controllers, the pipeline's lifecycle): every value checked where it enters
+
+
+def _maxtext(root: str, **values: Any) -> Any:
+  base = {
+    "grain_train_files": f"{_dataset(root)}/*.array_record",
+    "global_batch_size_to_load": 4,
+    "max_target_length": 16,
+    "tokenize_train_data": False,
+  }
+  return maxtext_config({**base, **values})
+
+
+def _megatron_prefix(root: str, name: str = "web_text_document", sizes: tuple[int, ...] = (5, 9, 3) * 10) -> str:
+  prefix = os.path.join(root, name)
+  write_megatron(prefix, [[list(range(1, n + 1))] for n in sizes])
+  return prefix
+
+
+def _closed_next(root: str) -> None:
+  cfg, _ = _pipeline_state(root)
+  pipe = jaxdata.Pipeline(cfg, prefetch=2)
+  next(pipe)
+  pipe.close()
+  next(pipe)
+
+
+def _getitems(root: str, indices: Any) -> Any:
+  with open_dataset(_dataset(root)) as dataset:
+    return dataset.__getitems__(indices)
+
+
+def _edited_mixture_state(root: str) -> None:
+  cfg, _ = _pipeline_state(root)
+  iterator = iter(MixtureDataset(cfg))
+  next(iterator)
+  state = iterator.get_state()
+  iterator.set_state({**state, "offset": state["offset"] + 3})
+
+
+def _gz_input(root: str, damage: Callable[[bytes], bytes], suffix: str = ".jsonl.gz") -> None:
+  lines = "".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(500)).encode()
+  path = os.path.join(root, "in" + suffix)
+  open(path, "wb").write(damage(gzip.compress(lines)))
+  convert([path], os.path.join(root, "out"), "x", ConvertOptions(workers=1))
+
+
+def _tfrecord_gz(root: str, damage: Callable[[bytes], bytes]) -> None:
+  write_tfrecord(os.path.join(root, "t.tfrecord"), [example({"text": f"doc {i} " * 30}) for i in range(200)])
+  path = os.path.join(root, "t.tfrecord.gz")
+  open(path, "wb").write(damage(gzip.compress(open(os.path.join(root, "t.tfrecord"), "rb").read())))
+  convert([path], os.path.join(root, "out"), "x", ConvertOptions(workers=1))
+
+
+def _flip(data: bytes, at: float = 0.5) -> bytes:
+  i = int(len(data) * at)
+  return data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :]
+
+
+def _restore_without_pipeline(root: str) -> None:
+  cfg, _ = _pipeline_state(root)
+  with ocp.CheckpointManager(os.path.join(root, "ckpt")) as manager, jaxdata.Pipeline(cfg, prefetch=0) as pipe:
+    next(pipe)
+    manager.save(1, args=ocp.args.Composite(data=jaxdata.checkpoint.Save(pipe)))
+    manager.wait_until_finished()
+  with ocp.CheckpointManager(os.path.join(root, "ckpt")) as manager:
+    manager.restore(1)
+
+
+def _tiny_config(root: str) -> str:
+  path = os.path.join(root, "tiny.yaml")
+  open(path, "w").write(
+    f"datasets: [{{name: d0, path: {_dataset(root, 'd0', [5, 3])}}}]\nmixture: {{weights: {{d0: 1}}}}\n"
+    "packing: {seq_len: 16}\nbatch: {global_batch_size: 16}\n"
+  )
+  return path
+
+
+def _half(data: bytes) -> bytes:
+  return data[: len(data) // 2]
+
+
+def _twice_named_mixture(root: str) -> None:
+  path = _dataset(root)
+  mixture = os.path.join(root, "m.json")
+  open(mixture, "w").write(
+    f'{{"a": {{"path": "{path}/*.array_record", "weight": 1}}, "a": {{"path": "x/*", "weight": 2}}}}'
+  )
+  maxtext_config({"grain_train_files": "", "grain_train_mixture_config_path": mixture, "global_batch_size_to_load": 4})
+
+
+def _negative_npy(root: str) -> None:
+  np.save(os.path.join(root, "t.npy"), np.array([5, 6, 0, 7, -3, 0], np.int32))
+  build_flat_index("flat", [os.path.join(root, "t.npy")], eos_id=0)
+
+
+ENTRANCE_CASES = [
+  # the pipeline's lifecycle
+  Case("next() after close()", _closed_next, jaxdata.PipelineClosedError, "closed"),
+  # Megatron indexes and configs
+  Case(
+    "from-megatron over a user's dataset",
+    lambda r: (
+      write_coded_dataset(os.path.join(r, "ix", "web_text_document"), 0, [5, 9] * 10),
+      megatron_config(f"1 {_megatron_prefix(r)}", index_dir=os.path.join(r, "ix")),
+    ),
+    jaxdata.ConfigError,
+    "index_dir",
+  ),
+  Case(
+    "from-megatron over loose files",
+    lambda r: (
+      os.makedirs(os.path.join(r, "ix", "web_text_document")),
+      open(os.path.join(r, "ix", "web_text_document", "notes.txt"), "w").write("mine"),
+      megatron_config(f"1 {_megatron_prefix(r)}", index_dir=os.path.join(r, "ix")),
+    ),
+    jaxdata.ConfigError,
+    "already holds files",
+  ),
+  Case(
+    "from-megatron --split 1.2.3",
+    lambda r: _cli("from-megatron", "--data-path", _megatron_prefix(r), "--split", "1.2.3", "--out", f"{r}/o.yaml"),
+    CliError,
+    "split: '1.2.3'",
+  ),
+  Case(
+    "from-megatron --split with a negative ratio",
+    lambda r: megatron_config(f"1 {_megatron_prefix(r)}", split="1,-1,0", index_dir=os.path.join(r, "ix")),
+    jaxdata.ConfigError,
+    "split: '1,-1,0'",
+  ),
+  # MaxText values of the wrong type
+  *[
+    Case(f"MaxText {key}: {value!r}", lambda r, k=key, v=value: _maxtext(r, **{k: v}), jaxdata.ConfigError, key)
+    for key, value in [
+      ("packing", "false"),
+      ("enable_data_shuffling", "false"),
+      ("use_truncation", "false"),
+      ("add_bos", "false"),
+      ("global_batch_size_to_load", 8.7),
+      ("global_batch_size_to_load", True),
+      ("max_target_length", 32.9),
+      ("data_shuffle_seed", 1.7),
+      ("data_shuffle_seed", "abc"),
+      ("max_target_length", None),
+      ("num_epoch", [1]),
+      ("per_device_batch_size", float("nan")),
+      ("per_device_batch_size", float("inf")),
+      ("grain_worker_count", {"a": 1}),
+      ("grain_packing_type", {"a": 1}),
+      ("grain_train_files", {"a": 1}),
+      ("max_segments_per_seq", 0),
+      ("tokenizer_path", 7),
+    ]
+  ],
+  Case(
+    "MaxText grain_train_filez", lambda r: _maxtext(r, grain_train_filez="x"), jaxdata.ConfigError, "grain_train_files"
+  ),
+  Case(
+    "MaxText max_target_lenght", lambda r: _maxtext(r, max_target_lenght=8), jaxdata.ConfigError, "max_target_length"
+  ),
+  Case(
+    "MaxText batch keys that disagree",
+    lambda r: maxtext_config(
+      {
+        "grain_train_files": f"{_dataset(r)}/*.array_record",
+        "global_batch_size_to_load": 6,
+        "per_device_batch_size": 4,
+        "tokenize_train_data": False,
+      },
+      num_devices=4,
+    ),
+    jaxdata.ConfigError,
+    "global_batch_size_to_load: 6",
+  ),
+  Case("MaxText mixture naming a dataset twice", lambda r: _twice_named_mixture(r), jaxdata.ConfigError, "named twice"),
+  Case(
+    "MaxText tokenizer_path that does not exist",
+    lambda r: _maxtext(r, tokenizer_path=os.path.join(r, "missing.model"), tokenize_train_data=True),
+    jaxdata.ConfigError,
+    "missing.model does not exist",
+  ),
+  # tf.train.Example and Grain sources
+  Case(
+    "tf.train.Example with a feature key twice",
+    lambda r: (
+      write_tfrecord(os.path.join(r, "d.tfrecord"), [example({"text": "a"}) + example({"text": "b"})]),
+      convert([os.path.join(r, "d.tfrecord")], os.path.join(r, "o"), "x", ConvertOptions(workers=1)),
+    ),
+    jaxdata.InputFormatError,
+    "d.tfrecord:record 0: feature 'text' is given twice",
+  ),
+  *[
+    Case(f"__getitems__({value!r})", lambda r, v=value: _getitems(r, v), error, names)
+    for value, error, names in [
+      ([1.5, 2.9], TypeError, "float64"),
+      (["1", "2"], TypeError, "str"),
+      (np.array([True, False, True]), TypeError, "bool"),
+      ([[1], [2]], TypeError, "2-D"),
+      ([np.uint64(2**63)], IndexError, "9223372036854775808"),
+      ([2**64], TypeError, "object"),
+      (None, TypeError, "NoneType"),
+      ([-41], IndexError, "-41"),
+    ]
+  ],
+  Case("MixtureDataset state edited", _edited_mixture_state, jaxdata.CheckpointError, "digest"),
+  # controllers
+  Case(
+    "EXP3 fed an unknown domain",
+    lambda r: EXP3Controller(("a", "b")).observe(0, {"a": 1.0, "zz": 2.0}),
+    ValueError,
+    "unknown domain(s) ['zz']",
+  ),
+  Case(
+    "DoReMi fed a None excess",
+    lambda r: DoReMiController(("a", "b")).observe(0, {"a": None, "b": 1.0}),
+    ValueError,
+    "'a'",
+  ),
+  Case("DoReMi of no domains", lambda r: DoReMiController([]), ValueError, "domains"),
+  Case("EXP3 of no domains", lambda r: EXP3Controller([]), ValueError, "domains"),
+  # damaged compressed inputs
+  Case("a .jsonl.gz with a flipped byte", lambda r: _gz_input(r, _flip), jaxdata.InputFormatError, "in.jsonl.gz"),
+  Case(
+    "a .jsonl.gz with a damaged deflate header",
+    lambda r: _gz_input(r, lambda d: d[:10] + bytes([d[10] ^ 0xFF]) + d[11:]),
+    jaxdata.InputFormatError,
+    "in.jsonl.gz",
+  ),
+  Case(
+    "a .jsonl.gz with a bad CRC trailer",
+    lambda r: _gz_input(r, lambda d: d[:-8] + bytes([d[-8] ^ 1]) + d[-7:]),
+    jaxdata.InputFormatError,
+    "in.jsonl.gz",
+  ),
+  Case(
+    "a .jsonl.gz cut in half",
+    lambda r: _gz_input(r, lambda d: d[: len(d) // 2]),
+    jaxdata.InputFormatError,
+    "in.jsonl.gz",
+  ),
+  Case(
+    "a .jsonl.gz that is not gzip", lambda r: _gz_input(r, gzip.decompress), jaxdata.InputFormatError, "in.jsonl.gz"
+  ),
+  Case(
+    "a .tfrecord.gz cut in half",
+    lambda r: _tfrecord_gz(r, lambda d: d[: len(d) // 2]),
+    jaxdata.InputFormatError,
+    "t.tfrecord.gz",
+  ),
+  Case(
+    "a .tfrecord.gz with a bad CRC trailer",
+    lambda r: _tfrecord_gz(r, lambda d: d[:-8] + bytes([d[-8] ^ 1]) + d[-7:]),
+    jaxdata.InputFormatError,
+    "t.tfrecord.gz",
+  ),
+  Case(
+    "a .tfrecord.gz that is not gzip",
+    lambda r: _tfrecord_gz(r, gzip.decompress),
+    jaxdata.InputFormatError,
+    "t.tfrecord.gz",
+  ),
+  Case(
+    "a .zst cut inside a frame",
+    lambda r: (
+      open(os.path.join(r, "in.jsonl.zst"), "wb").write(
+        _half(zstandard.ZstdCompressor().compress("".join(f'{{"text": "{i}"}}\n' for i in range(5000)).encode()))
+      ),
+      convert([os.path.join(r, "in.jsonl.zst")], os.path.join(r, "out"), "x", ConvertOptions(workers=1)),
+    ),
+    jaxdata.InputFormatError,
+    "in.jsonl.zst",
+  ),
+  # checkpoints, indexing, planning
+  Case(
+    "manager.restore(step) without Restore(pipe)", _restore_without_pipeline, jaxdata.CheckpointError, "Restore(pipe)"
+  ),
+  Case(
+    "--eos-id that never occurs", lambda r: _flat_index(r, eos_id=999), jaxdata.DatasetError, "eos_id 999 never occurs"
+  ),
+  Case(
+    "--bos-id that never occurs", lambda r: _flat_index(r, bos_id=999), jaxdata.DatasetError, "bos_id 999 never occurs"
+  ),
+  Case("an int32 .npy with a negative id", _negative_npy, jaxdata.DatasetError, "t.npy"),
+  Case("plan --tokens 10**25", lambda r: _cli("plan", _small_config(r), "--tokens", str(10**25)), CliError, "tokens"),
+  Case(
+    "plan of data smaller than a step",
+    lambda r: _cli("plan", _tiny_config(r), "--tokens", "1M"),
+    CliError,
+    "one whole step",
+  ),
+  Case(
+    "mesh of data smaller than a step",
+    lambda r: _cli(
+      "mesh",
+      "--mesh-shape",
+      "4",
+      "--mesh-axes",
+      "data",
+      "--data-axes",
+      "data",
+      "--global-batch",
+      "16",
+      "--seq-len",
+      "16",
+      "--config",
+      _tiny_config(r),
+    ),
+    CliError,
+    "before one whole step",
+  ),
+]
+CASES += ENTRANCE_CASES
 
 
 def run_case(case: Case) -> tuple[str, str]:
