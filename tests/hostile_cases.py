@@ -1037,26 +1037,6 @@ ENTRANCE_CASES = [
     CliError,
     "one whole step",
   ),
-  Case(
-    "mesh of data smaller than a step",
-    lambda r: _cli(
-      "mesh",
-      "--mesh-shape",
-      "4",
-      "--mesh-axes",
-      "data",
-      "--data-axes",
-      "data",
-      "--global-batch",
-      "16",
-      "--seq-len",
-      "16",
-      "--config",
-      _tiny_config(r),
-    ),
-    CliError,
-    "before one whole step",
-  ),
 ]
 CASES += ENTRANCE_CASES
 

@@ -34,3 +34,14 @@ def test_a_pipeline_closed_before_its_first_batch(tmp_path):
     next(pipe)
   assert pipe.get_state()["step"] == 0
   assert pipe.get_state() == jaxdata.Pipeline(cfg, prefetch=0).get_state()
+
+
+def test_an_update_after_the_stream_ended_is_refused_and_bad_arguments_are_named(tmp_path):
+  cfg = coded_config(tmp_path, [[5, 9, 3, 7] * 10], exhausted_policy="stop")
+  with jaxdata.Pipeline(cfg, prefetch=0) as pipe:
+    steps = len(list(pipe))
+    with pytest.raises(ValueError, match=rf"update_mixture: the stream ended after step {steps}"):
+      pipe.update_mixture({"d0": 1})
+  for name, value in (("prefetch", True), ("prefetch", "2"), ("workers", 1.0), ("read_ahead_tokens", 2.5)):
+    with pytest.raises(ValueError, match=rf"{name}: must be an int"):
+      jaxdata.Pipeline(cfg, **{name: value})

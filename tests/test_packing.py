@@ -422,9 +422,9 @@ def test_bad_pipeline_arguments_and_packer_states_are_named(mixed_cfg):
   mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
   with pytest.raises(ValueError, match="tpu: give a slice name or a mesh, not both"):
     Pipeline(mixed_cfg, mesh=mesh, tpu="cpu-8")
-  with pytest.raises(ValueError, match="prefetch: must be >= 0, got -1"):
+  with pytest.raises(ValueError, match="prefetch: must be an int >= 0, got -1"):
     Pipeline(mixed_cfg, prefetch=-1)
-  with pytest.raises(ValueError, match="read_ahead_tokens: must be >= 1, got 0"):
+  with pytest.raises(ValueError, match="read_ahead_tokens: must be an int >= 1, got 0"):
     Pipeline(mixed_cfg, read_ahead_tokens=0)
   with pytest.raises(ValueError, match="data_axes: 'rows' is not an axis of the mesh"):
     Pipeline(mixed_cfg, mesh=mesh, data_axes=("rows",))

@@ -248,7 +248,9 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
       )
   for warning in report.warnings(args.steps):
     console.print(f"warning: {warning}", style="bold yellow", markup=False)
-  if report.plan_seconds is None:
+  if report.planned_steps == 0:
+    pass  # the warning above says why there is nothing to measure
+  elif report.plan_seconds is None:
     console.print("pass --config pipeline.yaml to measure planning time and documents per host")
   else:
     console.print(

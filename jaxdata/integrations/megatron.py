@@ -55,6 +55,10 @@ def _is_number(text: str) -> bool:
 
 def parse_blend(data_path: str | Sequence[str]) -> list[tuple[float | None, str]]:
   """Megatron's `--data-path`: "w1 p1 w2 p2 ..." (weights) or "p1 p2 ..." (None: by size)."""
+  if not isinstance(data_path, (str, Sequence)) or (
+    not isinstance(data_path, str) and not all(isinstance(t, (str, int, float)) for t in data_path)
+  ):
+    raise ConfigError(f"data_path: give 'weight prefix weight prefix ...' or prefixes, got {data_path!r:.200}")
   tokens = data_path.split() if isinstance(data_path, str) else [str(t) for t in data_path]
   if not tokens:
     raise ConfigError("data_path: give one or more prefixes, each optionally after its weight")
@@ -146,7 +150,13 @@ def _index_is_current(manifest: Manifest, prefix: str) -> bool:
   )
 
 
-def megatron_config(
+def megatron_config(data_path: str | Sequence[str], **options: Any) -> PipelineConfig:
+  """A `PipelineConfig` of Megatron's blend, reading the documents of split `which`: `megatron_raw`'s
+  keys (its arguments are this function's) as a config."""
+  return PipelineConfig.from_dict(megatron_raw(data_path, **options))
+
+
+def megatron_raw(
   data_path: str | Sequence[str],
   split: str = "969,30,1",
   which: str = "train",
@@ -156,8 +166,9 @@ def megatron_config(
   seed: int = 1234,
   tokenizer: dict[str, Any] | None = None,
   **extra: Any,
-) -> PipelineConfig:
-  """A `PipelineConfig` of Megatron's blend, reading the documents of split `which`.
+) -> dict[str, Any]:
+  """The config of Megatron's blend, reading the documents of split `which`, as the keys it sets
+  (every other key keeps its default).
 
   Args:
     data_path: `--data-path`, as a string or its words.
@@ -174,23 +185,6 @@ def megatron_config(
   Megatron's GPTDataset shuffles its document index every epoch; valid and test keep
   every token (their last batch is padded, not dropped).
   """
-  return PipelineConfig.from_dict(
-    megatron_raw(data_path, split, which, index_dir, seq_len, global_batch_size, seed, tokenizer, **extra)
-  )
-
-
-def megatron_raw(
-  data_path: str | Sequence[str],
-  split: str = "969,30,1",
-  which: str = "train",
-  index_dir: str | None = None,
-  seq_len: int = 2048,
-  global_batch_size: int = 256,
-  seed: int = 1234,
-  tokenizer: dict[str, Any] | None = None,
-  **extra: Any,
-) -> dict[str, Any]:
-  """The config of `megatron_config` as the keys it sets (every other key keeps its default)."""
   if which not in MEGATRON_SPLITS:
     raise ConfigError(f"which: one of {', '.join(MEGATRON_SPLITS)}, got {which!r}")
   blend = parse_blend(data_path)

@@ -36,6 +36,7 @@ __all__ = ["MixtureUpdates", "UPDATE_RESOLUTION", "quantized"]
 # Update weights are held to multiples of 1 / UPDATE_RESOLUTION: the exact interleave's common scale
 # (the lcm of every weight's denominator) then stays bounded however many updates a run makes.
 UPDATE_RESOLUTION = 10**9
+MAX_STEP = 1 << 62  # as every counter of a state: a step beyond it cannot be saved and restored
 
 
 def quantized(weights: Sequence[Fraction]) -> tuple[Fraction, ...]:
@@ -79,8 +80,8 @@ class MixtureUpdates:
   def added(self, step: int, weights: Mapping[str, Any]) -> MixtureUpdates:
     """With an update at `step` (replacing one already at that step); ValueError / ConfigError naming
     what is wrong (NaN, negative, all zero, an unknown or missing dataset), nothing changed."""
-    if not is_int(step) or step < 0:
-      raise ValueError(f"at_step: must be an int >= 0, got {step!r}")
+    if not is_int(step) or not 0 <= step < MAX_STEP:
+      raise ValueError(f"at_step: must be an int in [0, 2**62), got {step!r}")
     exact = quantized(exact_weights(weights, self.names, "update_mixture weights"))
     at = bisect.bisect_left(self.steps, step)
     after = at + 1 if at < len(self.steps) and self.steps[at] == step else at
@@ -132,7 +133,7 @@ class MixtureUpdates:
         step, values = entry["step"], [Fraction(*entry["weights"][n]) for n in names]
       except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         raise ValueError(f"stream state: malformed mixture update {str(entry)[:200]} ({e})") from e
-      if not is_int(step) or step < 0 or sum(values) != 1 or min(values) < 0:
+      if not is_int(step) or not 0 <= step < MAX_STEP or sum(values) != 1 or min(values) < 0:
         raise ValueError(f"stream state: mixture update {str(entry)[:200]} is not a step and weights summing to 1")
       steps.append(step)
       weights.append(tuple(values))

@@ -256,6 +256,11 @@ class Pipeline:
     are a `ConfigError` and change nothing.
     """
     self._check_open("update_mixture()")
+    if self._exhausted:
+      raise ValueError(
+        f"update_mixture: the stream ended after step {self._state['step']}; an update would never take effect "
+        "(set_epoch or set_state start it again)"
+      )
     if at_step is not None:
       if isinstance(at_step, bool) or not isinstance(at_step, (int, np.integer)):
         raise ValueError(f"at_step: must be an int, got {at_step!r}")
@@ -342,16 +347,16 @@ def _usable_cores() -> int:
 
 
 def _check_arguments(prefetch: int, workers: int, planner_process: bool | None, read_ahead_tokens: int) -> None:
-  if prefetch < 0:
-    raise ValueError(f"prefetch: must be >= 0, got {prefetch}")
-  if not isinstance(workers, int) or workers < 0:
+  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+    raise ValueError(f"prefetch: must be an int >= 0, got {prefetch!r}")
+  if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
     raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
   if planner_process is not None and not isinstance(planner_process, bool):
     raise ValueError(f"planner_process: must be True, False or None, got {planner_process!r}")
   if workers and RECORDED_READS.get() is not None:
     raise ValueError("workers: reads cannot be recorded (`recorded_reads`) when worker processes make them")
-  if not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:
-    raise ValueError(f"read_ahead_tokens: must be >= 1, got {read_ahead_tokens}")
+  if isinstance(read_ahead_tokens, bool) or not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:
+    raise ValueError(f"read_ahead_tokens: must be an int >= 1, got {read_ahead_tokens!r}")
 
 
 def _producing(

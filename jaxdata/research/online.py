@@ -60,7 +60,14 @@ def per_source_excess_loss(
 
 
 def _values(name: str, values: Mapping[str, Any], domains: Sequence[str]) -> np.ndarray:
+  if not isinstance(values, Mapping):
+    raise ValueError(f"{name}: a mapping of domain -> value, got {values!r:.200}")
   require_keys(values, domains, name, "value")
+  bad = [
+    d for d in domains if isinstance(values[d], (bool, np.bool_)) or not isinstance(values[d], (int, float, np.number))
+  ]
+  if bad:
+    raise ValueError(f"{name}: {bad[0]!r} is {values[bad[0]]!r:.100}; every value must be a finite number >= 0")
   array = np.array([float(values[d]) for d in domains], np.float64)
   if not np.isfinite(array).all() or (array < 0).any():
     raise ValueError(f"{name}: every value must be a finite number >= 0, got {dict(zip(domains, array.tolist()))}")
@@ -119,7 +126,8 @@ class DoReMiController:
     initial: Mapping[str, float] | None = None,
   ) -> None:
     self.domains = _domains(domains, 1, "DoReMi")
-    if not isinstance(eta, (int, float)) or not math.isfinite(eta) or eta <= 0 or not 0 <= smoothing <= 1:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (eta, smoothing))
+    if not numbers or not math.isfinite(eta) or eta <= 0 or not 0 <= smoothing <= 1:
       raise ValueError(f"eta must be > 0 and smoothing in [0, 1], got {eta!r}, {smoothing!r}")
     self.eta, self.smoothing = float(eta), float(smoothing)
     start = _values("initial", initial, self.domains) if initial is not None else np.ones(len(self.domains))
@@ -196,7 +204,13 @@ class ReplayController:
   """A recorded weight trajectory, [(step, weights), ...] in step order: the weights in force at a step."""
 
   def __init__(self, trajectory: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+    if not isinstance(trajectory, Sequence) or not all(
+      isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[1], Mapping) for e in trajectory
+    ):
+      raise ValueError(f"trajectory: a list of (step, weights) pairs, got {trajectory!r:.200}")
     steps = [s for s, _ in trajectory]
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in steps):
+      raise ValueError(f"trajectory: steps must be ints, got {steps[:10]}")
     if not trajectory or steps != sorted(set(steps)) or steps[0] != 0:
       raise ValueError(f"trajectory: steps must rise from 0, got {steps[:10]}")
     domains = sorted(trajectory[0][1])

@@ -100,8 +100,8 @@ class ShardedRecords:
 
   def __getitem__(self, index: SupportsIndex) -> np.ndarray:
     """Record `index`'s token ids (negative counts from the end, as in a list)."""
-    if isinstance(index, (bool, np.bool_)):
-      raise TypeError(f"{self.path}: a {self.what} index is an int, not a boolean: {index!r}")
+    if isinstance(index, (bool, np.bool_)) or not hasattr(index, "__index__"):
+      raise TypeError(f"{self.path}: a {self.what} index is an int, got {index!r:.100}")
     position = operator.index(index)
     if position < 0:
       position += self.num_records

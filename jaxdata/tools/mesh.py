@@ -29,10 +29,16 @@ class MeshReport:
     """Degenerate inputs said in plain words."""
     out = []
     if self.planned_steps is not None and self.planned_steps < steps:
-      out.append(
-        f"the data ends after {self.planned_steps} of the {steps} steps asked for: the figures cover "
-        "only those (smaller than a step: nothing to plan; set exhausted_policy: repeat to keep going)"
-      )
+      if self.planned_steps == 0:
+        out.append(
+          f"the data ends after 0 of the {steps} steps asked for: it is smaller than one step, so there are no "
+          "documents per host to show (smaller batches or rows, more data, or exhausted_policy: repeat)"
+        )
+      else:
+        out.append(
+          f"the data ends after {self.planned_steps} of the {steps} steps asked for: the figures cover "
+          "only those (set exhausted_policy: repeat to keep going)"
+        )
     if self.documents_per_host is not None and min(self.documents_per_host, default=0) == 0:
       out.append(
         "some hosts read no document at all in the planned steps (their rows are padding): the batch "
@@ -74,9 +80,6 @@ def mesh_report(
       mine = plan.pieces.take(plan.in_rows(rows))
       documents[host] += len(set(zip(mine.dataset.tolist(), mine.record.tolist())))
     started = time.perf_counter()
-  if planned == 0:
-    raise ValueError(
-      f"config: the data ends before one whole step of {global_batch} x {seq_len} tokens: no step to plan, "
-      "so no documents per host to show (use smaller batches or rows, more data, or exhausted_policy: repeat)"
-    )
+  if planned == 0:  # smaller than one step: no documents per host to show (not 0.0 each, nor a spread of 1.00)
+    return MeshReport(None, None, 0)
   return MeshReport((documents / planned).tolist(), elapsed / planned, planned)
