@@ -37,7 +37,7 @@ ROWS, SEQ_LEN = 8, 16  # 8 rows: one per device of the 8-device mesh
 
 Data = Mapping[
   str, str
-]  # "d0", "d1", "d2", "d3" (uncompressed), "flat", "meg", and "s3:d0", "gs:d0", ... once uploaded
+]  # "d0", "d1", "d2", "d3" (uncompressed), "sft" (masked), "flat", "meg", and "s3:d0", "gs:d0", ... once uploaded
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -57,6 +57,8 @@ def write_data(root: str) -> dict[str, str]:
     write_coded_dataset(data[f"d{d}"], d, rng.integers(1, longest, count).tolist(), shard_bytes=300)
   data["d3"] = os.path.join(root, "d3")  # records stored without compression (jaxdata convert --compression none)
   write_coded_dataset(data["d3"], 3, rng.integers(1, 30, 60).tolist(), shard_bytes=300, compression="none")
+  data["sft"] = os.path.join(root, "sft")  # examples with trained-token masks (fine-tuning data)
+  write_coded_dataset(data["sft"], 5, rng.integers(2, 40, 70).tolist(), shard_bytes=300, masks=True)
   documents = random_documents(rng, 150, eos_id=0, max_length=30)
   data["flat"] = os.path.join(root, "flat")
   write_flat(os.path.join(data["flat"], "a.bin"), documents[:80])
@@ -93,6 +95,19 @@ def _config(data: Data, names: tuple[str, ...] = ("d0", "d1", "d2"), prefix: str
   for key, value in overrides.items():
     raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
   return PipelineConfig.from_dict(raw)
+
+
+def _sft_config(data: Data, prefix: str = "") -> Any:
+  """Fine-tuning: a masked set upsampled by document weight beside an unmasked one, best-fit rows with
+  a segment cap and an EOS that trains as the example's last token."""
+  return _config(
+    data,
+    names=("sft", "d1"),
+    prefix=prefix,
+    mixture={"unit": "documents", "weights": {"sft": 3, "d1": 1}},
+    packing={"mode": "best_fit", "max_segments_per_row": 3, "add_eos": True, "eos_id": 0},
+    exhausted_policy="repeat",
+  )
 
 
 def _with_datasets(cfg: Any, **per_dataset: dict[str, Any]) -> Any:
@@ -219,6 +234,8 @@ FEATURES = [
   Feature("megatron-and-flat", lambda d: _config(d, names=("d0", "flat", "meg"), exhausted_policy="repeat")),
   Feature("uncompressed-records", lambda d: _config(d, names=("d0", "d3"), exhausted_policy="repeat")),
   Feature("remote-s3", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="s3:"), store="s3"),
+  Feature("sft-masks", lambda d: _sft_config(d), multihost=True),
+  Feature("sft-masks-remote-s3", lambda d: _sft_config(d, prefix="s3:"), store="s3"),
   Feature("remote-gs", lambda d: _config(d, names=("d0", "d1", "meg"), prefix="gs:"), store="gs"),
   Feature(
     "documents-range",  # Megatron's --split: a range of each dataset's documents, holdout inside it

@@ -78,6 +78,7 @@ def assemble_rows(
   doc_start: np.ndarray,
   packing: PackingConfig,
   out: dict[str, np.ndarray] | None = None,
+  trained: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
   """int32 [num_rows, seq_len] arrays for the given pieces (written into
   `out`, contiguous arrays of that shape, when given).
@@ -89,10 +90,14 @@ def assemble_rows(
       `padded_buffer` (it ends with seq_len + 1 pad ids).
     doc_start: for each piece, where its document starts in the
       concatenated parts that `buffer` was made from.
+    trained: the documents' trained-token masks laid out as `buffer` (uint8 0 / 1, by
+      `padded_buffer`); then `loss_mask` is 1 only where the target is a trained token.
   """
   count = len(pieces)
   if buffer.dtype.kind not in "iu" or buffer.dtype.itemsize > 4 or buffer.size < seq_len + 2:
     raise ValueError("assemble: buffer must be the array padded_buffer makes")
+  if trained is not None and trained.shape != buffer.shape:
+    raise ValueError("assemble: trained must be laid out as the token buffer (padded_buffer of the masks)")
   pad_run = buffer.size - (seq_len + 1)  # where the pad ids start
   dst = local_row * seq_len + column
   order = np.argsort(dst, kind="stable")
@@ -142,7 +147,32 @@ def assemble_rows(
     # The token before EOS predicts EOS.
     before = (pieces.offset <= last - 1) & (end > last - 1)
     targets[piece_dst[before] + last[before] - 1 - pieces.offset[before]] = packing.eos_id
+  if trained is not None:
+    _keep_trained_targets(loss_mask, trained, run_src, run_dst, run_len, pieces, piece_dst, packing)
   return out
+
+
+def _keep_trained_targets(
+  loss_mask: np.ndarray,
+  trained: np.ndarray,
+  run_src: np.ndarray,
+  run_dst: np.ndarray,
+  run_len: np.ndarray,
+  pieces: Pieces,
+  piece_dst: np.ndarray,
+  packing: PackingConfig,
+) -> None:
+  """loss_mask[g] &= the trained flag of slot g's target: the runs tile the grid, so slot g reads
+  buffer position src(g) and its target src(g) + 1, as `targets` does. An EOS that jaxdata appends
+  trains as its document's last token does (the model learns to stop where it learns to answer)."""
+  source = np.repeat(run_src - run_dst, run_len) + np.arange(loss_mask.size)  # buffer position of every slot
+  flag = trained[source + 1]
+  if packing.add_eos:
+    end, last = pieces.offset + pieces.length, pieces.doc_length - 1
+    before = (pieces.offset <= last - 1) & (end > last - 1)
+    slot = piece_dst[before] + last[before] - 1 - pieces.offset[before]
+    flag[slot] = trained[source[slot]]
+  loss_mask &= flag
 
 
 def follow_boundaries(

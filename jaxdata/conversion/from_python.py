@@ -31,6 +31,15 @@ __all__ = ["from_hf_dataset", "from_iterable"]
 BATCH = 1024
 
 
+def _is_pair(item: Any) -> bool:
+  """A (token ids, mask) pair: two sequences, where a token list holds ints."""
+  return (
+    isinstance(item, tuple)
+    and len(item) == 2
+    and all(hasattr(part, "__len__") and not isinstance(part, (str, bytes, dict)) for part in item)
+  )
+
+
 def _tokens_of(item: Any, index: int) -> np.ndarray | None:
   """A token list as int64 ids, None for a text; anything else is an error naming the item."""
   if isinstance(item, str):
@@ -45,9 +54,25 @@ def _tokens_of(item: Any, index: int) -> np.ndarray | None:
   return ids.astype(np.int64)
 
 
-def _encode(batch: list[Any], first: int, tokenizer: Tokenizer | None) -> tuple[np.ndarray, np.ndarray]:
-  """(flat ids, lengths) of a batch, texts tokenized and token lists as they are, in order."""
-  given = [_tokens_of(item, first + i) for i, item in enumerate(batch)]
+def _mask_of(item: Any, ids: np.ndarray | None, index: int) -> np.ndarray | None:
+  """The 0 / 1 mask of a (tokens, mask) pair, checked against its ids; None for any other item."""
+  if not _is_pair(item):
+    return None
+  mask = np.asarray(item[1])
+  if mask.ndim != 1 or mask.size != (ids.size if ids is not None else -1):
+    raise InputFormatError(f"item {index}: its mask has {mask.size} values for {ids.size} token ids; give one per id")
+  if mask.size and (mask.dtype.kind not in "biu" or mask.min() < 0 or mask.max() > 1):
+    raise InputFormatError(f"item {index}: a mask holds 0 or 1 per token (trained or not), got {np.unique(mask)[:5]}")
+  return mask.astype(np.uint8)
+
+
+def _encode(
+  batch: list[Any], first: int, tokenizer: Tokenizer | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+  """(flat ids, lengths, flat masks or None) of a batch, texts tokenized and token lists as they are,
+  in order; where any item is a (tokens, mask) pair, items without a mask train on every token."""
+  given = [_tokens_of(item[0] if _is_pair(item) else item, first + i) for i, item in enumerate(batch)]
+  masks = [_mask_of(item, ids, first + i) for i, (item, ids) in enumerate(zip(batch, given))]
   texts = [item for item, ids in zip(batch, given) if ids is None]
   if texts and tokenizer is None:
     raise InputFormatError(f"item {first + given.index(None)}: a text, but tokenizer=None (token lists only)")
@@ -57,7 +82,11 @@ def _encode(batch: list[Any], first: int, tokenizer: Tokenizer | None) -> tuple[
     encoded = iter(np.split(flat, np.cumsum(lengths)[:-1]))
   parts = [ids if ids is not None else next(encoded) for ids in given]
   lengths = np.array([p.size for p in parts], np.int64)
-  return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), lengths
+  flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+  if all(m is None for m in masks):
+    return flat, lengths, None
+  full = [m if m is not None else np.ones(p.size, np.uint8) for m, p in zip(masks, parts)]
+  return flat, lengths, np.concatenate(full)
 
 
 def from_iterable(
@@ -69,8 +98,10 @@ def from_iterable(
   compression: str = "zstd",
   dtype: str | None = None,
   overwrite: bool = False,
+  masks: bool | None = None,
 ) -> Manifest:
-  """Writes a dataset from Python: texts, token lists, or both, streamed in batches.
+  """Writes a dataset from Python: texts, token lists, or both, streamed in batches; a
+  (token ids, mask) pair is an example with its trained-token mask (0 / 1 per id).
 
   Args:
     items: an iterable of texts (tokenized by `tokenizer`) and / or token
@@ -84,6 +115,8 @@ def from_iterable(
     dtype: "uint16" or "uint32"; default: what the vocabulary needs (uint32
       for token lists without a tokenizer).
     overwrite: replace a dataset already in `out`.
+    masks: store trained-token masks; default: where the first batch holds a (tokens, mask)
+      pair (items without one then train on every token).
 
   Returns:
     The dataset's `Manifest`.
@@ -102,17 +135,27 @@ def from_iterable(
   identity = model.identity() if model is not None else {"kind": "pretokenized"}
   np_dtype = np.dtype(dtype) if dtype else (dtype_for_vocab_size(model.vocab_size) if model else np.dtype("<u4"))
   prepare_output(out, overwrite)
-  writer = DatasetWriter(
-    out, name or os.path.basename(os.path.normpath(out)), np_dtype, identity, shard_bytes, compression
-  )
   items, count, empty = iter(items), 0, 0
-  while batch := list(itertools.islice(items, BATCH)):
-    flat, lengths = _encode(batch, count, model)
+  batch = list(itertools.islice(items, BATCH))
+  masked = any(_is_pair(item) for item in batch) if masks is None else bool(masks)
+  writer = DatasetWriter(
+    out, name or os.path.basename(os.path.normpath(out)), np_dtype, identity, shard_bytes, compression, masked
+  )
+  while batch:
+    flat, lengths, mask = _encode(batch, count, model)
+    if mask is not None and not masked:
+      first_pair = count + next(i for i, item in enumerate(batch) if _is_pair(item))
+      raise InputFormatError(
+        f"item {first_pair}: a (tokens, mask) pair after {count} items without masks; give masks=True"
+      )
+    if masked and mask is None:
+      mask = np.ones(flat.size, np.uint8)
     keep = lengths > 0
     empty += int((~keep).sum())
     if keep.any():
-      writer.write_documents(flat, lengths[keep])
+      writer.write_documents(flat, lengths[keep], mask)
     count += len(batch)
+    batch = list(itertools.islice(items, BATCH))
   return writer.finish(
     {
       "documents": count - empty,

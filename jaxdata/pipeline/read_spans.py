@@ -86,6 +86,7 @@ class ReadStep:
   buffer: np.ndarray  # see `padded_buffer`
   doc_start: np.ndarray  # per piece
   boundaries: Boundaries  # document starts inside span pieces (piece index in this step, offset)
+  trained: np.ndarray | None = None  # the masks laid out as `buffer` (uint8), where a dataset has them
 
 
 def plan_span(
@@ -154,13 +155,19 @@ def read_span(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> li
   if not steps:
     return []
   pieces = Pieces.concatenate([s.pieces for s in steps])
-  parts, doc_start, (inner_piece, inner_offset) = reader.read(range(steps[0].step, steps[-1].step + 1), pieces)
-  buffer = padded_buffer(parts, max(s.seq_len for s in steps), pad_id)
+  parts, masks, doc_start, (inner_piece, inner_offset) = reader.read_with_masks(
+    range(steps[0].step, steps[-1].step + 1), pieces
+  )
+  seq_len = max(s.seq_len for s in steps)
+  buffer = padded_buffer(parts, seq_len, pad_id)
+  trained = padded_buffer(masks, seq_len, 0) if masks is not None else None
   out, first = [], 0
   for s in steps:
     here = (inner_piece >= first) & (inner_piece < first + len(s.pieces))
     out.append(
-      ReadStep(s, buffer, doc_start[first : first + len(s.pieces)], (inner_piece[here] - first, inner_offset[here]))
+      ReadStep(
+        s, buffer, doc_start[first : first + len(s.pieces)], (inner_piece[here] - first, inner_offset[here]), trained
+      )
     )
     first += len(s.pieces)
   return out
@@ -183,7 +190,16 @@ def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] 
   """The step's int32 [local rows, seq_len] arrays (written into `out` if given)."""
   s = item.local
   batch = assemble_rows(
-    s.pieces, s.local_row, s.column, s.num_rows, s.seq_len, item.buffer, item.doc_start, packing, out=out
+    s.pieces,
+    s.local_row,
+    s.column,
+    s.num_rows,
+    s.seq_len,
+    item.buffer,
+    item.doc_start,
+    packing,
+    out=out,
+    trained=item.trained,
   )
   if item.boundaries[0].size:
     follow_boundaries(batch, s.pieces, s.local_row, s.column, *item.boundaries, packing.pad_id)

@@ -46,11 +46,22 @@ class DocumentReader:
     self.names = tuple(names)
     self.bound = bound
     self.read_log = read_log
+    # Where any dataset carries trained-token masks, every read gives masks (ones for the others).
+    self.masked = any(getattr(ds.manifest, "has_mask", False) for ds in self.datasets)
 
   def read(self, steps: range, pieces: Pieces) -> tuple[list[np.ndarray], np.ndarray, Boundaries]:
     """(token arrays, start of each piece's document in their concatenation,
     document starts inside window pieces) for `pieces` of `steps`."""
+    parts, _, doc_start, boundaries = self.read_with_masks(steps, pieces)
+    return parts, doc_start, boundaries
+
+  def read_with_masks(
+    self, steps: range, pieces: Pieces
+  ) -> tuple[list[np.ndarray], list[np.ndarray] | None, np.ndarray, Boundaries]:
+    """`read`, and the trained-token masks aligned with the token arrays (None where no dataset has them;
+    all ones for a dataset without them: every token of it trains)."""
     parts, doc_start, base = [], np.zeros(len(pieces), np.int64), 0
+    masks: list[np.ndarray] | None = [] if self.masked else None
     inner_piece, inner_offset = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     wanted = []
     for d, dataset in enumerate(self.datasets):
@@ -71,6 +82,8 @@ class DocumentReader:
         ragged = _read_with_retries(dataset, records)
         self.bound.check(dataset, records, ragged.tokens, ragged.offsets)
         parts.append(ragged.tokens)
+        if masks is not None:
+          masks.append(ragged.mask if ragged.mask is not None else np.ones(ragged.tokens.size, np.uint8))
         doc_start[mine] = base + ragged.offsets[:-1][inverse]
         base += ragged.tokens.size
         if isinstance(dataset, WindowView):
@@ -80,7 +93,7 @@ class DocumentReader:
     finally:
       for remote, shards in pinned:
         remote.unpin(shards)
-    return parts, doc_start, (np.concatenate(inner_piece), np.concatenate(inner_offset))
+    return parts, masks, doc_start, (np.concatenate(inner_piece), np.concatenate(inner_offset))
 
   @property
   def reads_ranges_from_store(self) -> bool:

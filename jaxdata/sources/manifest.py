@@ -28,6 +28,9 @@ from jaxdata.errors import DatasetError
 __all__ = [
   "COMPRESSIONS",
   "FORMAT_VERSION",
+  "MASK_FORMAT_VERSION",
+  "TOKENS_ONLY",
+  "WITH_MASK",
   "MANIFEST_NAME",
   "MAX_MANIFEST_BYTES",
   "Manifest",
@@ -56,10 +59,15 @@ def writer_options(compression: str = "zstd") -> str:
 
 
 FORMAT_VERSION = 3  # 2: shards carry sample_sha256; 3: format and data_root (1 and 2 are still read)
+# 4: features: a dataset with trained-token masks (written only for those, so older jaxdata still reads the rest)
+MASK_FORMAT_VERSION = 4
 FORMATS = ("arrayrecord", "megatron", "flat")
+TOKENS_ONLY = ("tokens",)
+WITH_MASK = ("tokens", "mask")  # each record: its ids, then one byte (0 or 1) per id: is it trained
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists shards: even 10^5 of them stay far below
 TOKEN_DTYPES = ("uint16", "uint32")
+TOKEN_ITEMSIZE = {"uint16": 2, "uint32": 4}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +105,7 @@ class Manifest:
   # megatron / flat: where the token files lie, "" for the manifest's own directory (their paths
   # are relative to it); an absolute path or URL when the metadata was written elsewhere.
   data_root: str = ""
+  features: tuple[str, ...] = TOKENS_ONLY  # WITH_MASK: every record carries its trained-token mask
 
   def __post_init__(self) -> None:
     if not self.name:
@@ -109,6 +118,23 @@ class Manifest:
       raise ValueError("data_root: an arrayrecord dataset's shards lie beside its manifest")
     if self.format != "arrayrecord" and any(not s.starts_path for s in self.shards):
       raise ValueError(f"shards: every shard of a {self.format} dataset needs a starts_path")
+    object.__setattr__(self, "features", tuple(self.features))
+    if self.features not in (TOKENS_ONLY, WITH_MASK):
+      raise ValueError(f"features: {list(self.features)} is not {list(TOKENS_ONLY)} or {list(WITH_MASK)}")
+    if self.has_mask and self.format != "arrayrecord":
+      raise ValueError(f"features: a {self.format} dataset holds ids only; masks live in ArrayRecord records")
+    if self.has_mask and self.format_version < MASK_FORMAT_VERSION:
+      object.__setattr__(self, "format_version", MASK_FORMAT_VERSION)
+
+  @property
+  def has_mask(self) -> bool:
+    """Whether every record carries a trained-token mask after its ids."""
+    return self.features == WITH_MASK
+
+  @property
+  def record_itemsize(self) -> int:
+    """Bytes a token takes in a record: its id, and its mask byte when there is one."""
+    return TOKEN_ITEMSIZE[self.dtype] + int(self.has_mask)
 
   @property
   def num_records(self) -> int:
@@ -135,6 +161,8 @@ class Manifest:
     }
     if self.format != "arrayrecord":  # unchanged for every dataset written before flat sources
       content["format"] = self.format
+    if self.has_mask:  # unchanged for every dataset without masks
+      content["features"] = list(self.features)
     blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -151,6 +179,7 @@ class Manifest:
       "stats": self.stats,
       "format": self.format,
       "data_root": self.data_root,
+      **({"features": list(self.features)} if self.has_mask else {}),
     }
 
   def save(self, directory: str) -> str:
@@ -193,9 +222,9 @@ class Manifest:
     if not isinstance(raw, dict):
       raise DatasetError(f"{source}: expected a JSON object")
     version = _field(raw, "format_version", int, source)
-    if version > FORMAT_VERSION:
+    if version > MASK_FORMAT_VERSION:
       raise DatasetError(
-        f"{source}: format_version {version} is newer than this jaxdata reads ({FORMAT_VERSION}); upgrade jaxdata"
+        f"{source}: format_version {version} is newer than this jaxdata reads ({MASK_FORMAT_VERSION}); upgrade jaxdata"
       )
     shards_raw = _field(raw, "shards", list, source)
     shards = []
@@ -233,6 +262,7 @@ class Manifest:
         format_version=version,
         format=_field(raw, "format", str, source) if version >= 3 else "arrayrecord",
         data_root=_field(raw, "data_root", str, source) if version >= 3 else "",
+        features=tuple(_field(raw, "features", list, source)) if version >= 4 else TOKENS_ONLY,
       )
     except ValueError as e:
       raise DatasetError(f"{source}: {e}") from e

@@ -98,8 +98,9 @@ class ShardedRecords:
   def __len__(self) -> int:
     return self.num_records
 
-  def __getitem__(self, index: SupportsIndex) -> np.ndarray:
-    """Record `index`'s token ids (negative counts from the end, as in a list)."""
+  def __getitem__(self, index: SupportsIndex) -> Any:
+    """Record `index`'s token ids (negative counts from the end, as in a list); for a dataset with
+    trained-token masks, {"tokens": ids, "mask": 0 / 1 per id}."""
     if isinstance(index, (bool, np.bool_)) or not hasattr(index, "__index__"):
       raise TypeError(f"{self.path}: a {self.what} index is an int, got {index!r:.100}")
     position = operator.index(index)
@@ -107,9 +108,9 @@ class ShardedRecords:
       position += self.num_records
     if not 0 <= position < self.num_records:
       raise IndexError(f"{self.path}: {self.what} index {index} out of range for {self.num_records} {self.what}s")
-    return self.read_global([position])[0]
+    return self.read_global([position]).to_list()[0]
 
-  def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
+  def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
     """Records by global index in one batched read (what Grain's batched sources and torch samplers
     call); negative indices count from the end, as for `ds[i]`."""
     positions = self._positions(indices)

@@ -20,7 +20,16 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
-from jaxdata.sources.manifest import COMPRESSIONS, MANIFEST_NAME, WRITER_OPTIONS, Manifest, ShardInfo, writer_options
+from jaxdata.sources.manifest import (
+  COMPRESSIONS,
+  MANIFEST_NAME,
+  TOKENS_ONLY,
+  WITH_MASK,
+  WRITER_OPTIONS,
+  Manifest,
+  ShardInfo,
+  writer_options,
+)
 
 __all__ = ["COMPRESSIONS", "DatasetWriter", "WRITER_OPTIONS", "finish_shard", "shard_file_names", "writer_options"]
 
@@ -73,8 +82,10 @@ class DatasetWriter:
     tokenizer: dict[str, Any],
     shard_bytes: int = 256 << 20,
     compression: str = "zstd",
+    masks: bool = False,
   ) -> None:
     check_name(name, "name")
+    self._masks = masks  # every record: its ids, then a 0 / 1 byte per id (trained or not)
     self._writer_options = writer_options(compression)
     if shard_bytes <= 0:
       raise ValueError(f"shard_bytes: must be positive, got {shard_bytes}")
@@ -100,10 +111,17 @@ class DatasetWriter:
     self._lengths: list[np.ndarray] = []
     self._open_bytes = 0
 
-  def write_documents(self, flat_tokens: np.ndarray, lengths: np.ndarray) -> None:
-    """Appends documents given as one flat id array and their lengths."""
+  def write_documents(self, flat_tokens: np.ndarray, lengths: np.ndarray, mask: np.ndarray | None = None) -> None:
+    """Appends documents given as one flat id array and their lengths; with `masks`, `mask` gives
+    every id's trained-token flag (0 or 1), aligned with `flat_tokens`."""
     lengths = np.asarray(lengths, dtype=np.int64)
     flat_tokens = np.asarray(flat_tokens)
+    if (mask is not None) != self._masks:
+      raise ValueError(
+        "mask: this writer stores masks (DatasetWriter(..., masks=True)): give one per document"
+        if self._masks
+        else "mask: this writer stores ids only; open it with masks=True to store trained-token masks"
+      )
     if int(lengths.sum()) != flat_tokens.size:
       raise ValueError(f"lengths: sum {int(lengths.sum())} != {flat_tokens.size} tokens given")
     if (lengths < 0).any() or (lengths > np.iinfo(LENGTHS_DTYPE).max).any():
@@ -119,9 +137,11 @@ class DatasetWriter:
         f"tokens: ids must lie in [0, {self._max_id}] for {self._id_source}; "
         f"got [{flat_tokens.min()}, {flat_tokens.max()}]"
       )
-    payload = flat_tokens.astype(self._dtype, copy=False).tobytes()
-    byte_ends = np.cumsum(lengths) * self._dtype.itemsize
-    byte_starts = byte_ends - lengths * self._dtype.itemsize
+    ids = flat_tokens.astype(self._dtype, copy=False)
+    payload = ids.tobytes() if mask is None else _with_masks(ids, lengths, _checked_mask(mask, flat_tokens.size))
+    record_size = self._dtype.itemsize + int(self._masks)
+    byte_ends = np.cumsum(lengths) * record_size
+    byte_starts = byte_ends - lengths * record_size
     start = 0
     while start < lengths.size:
       if self._writer is None:
@@ -152,6 +172,7 @@ class DatasetWriter:
       tokenizer=self._tokenizer,
       shards=tuple(self._shards),
       stats=stats or {},
+      features=WITH_MASK if self._masks else TOKENS_ONLY,
     )
     manifest.save(self._out_dir)
     return manifest
@@ -168,3 +189,22 @@ class DatasetWriter:
     self._writer = None
     lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
     self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths))
+
+
+def _checked_mask(mask: np.ndarray, size: int) -> np.ndarray:
+  mask = np.asarray(mask)
+  if mask.shape != (size,):
+    raise ValueError(f"mask: {mask.shape} values for {size} tokens; give one 0 / 1 per token")
+  if mask.dtype.kind not in "biu" or (mask.size and (mask.min() < 0 or mask.max() > 1)):
+    raise ValueError(f"mask: every value is 0 or 1 (trained or not), got {np.unique(mask)[:5].tolist()}")
+  return mask.astype(np.uint8, copy=False)
+
+
+def _with_masks(ids: np.ndarray, lengths: np.ndarray, mask: np.ndarray) -> bytes:
+  """Records of ids then their mask bytes, back to back (one vectorised interleave, no loop)."""
+  parts = np.stack([lengths * ids.dtype.itemsize, lengths], axis=1).ravel()
+  is_id = np.repeat(np.tile(np.array([True, False]), lengths.size), parts)
+  out = np.empty(is_id.size, np.uint8)
+  out[is_id] = ids.view(np.uint8)
+  out[~is_id] = mask
+  return out.tobytes()

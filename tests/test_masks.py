@@ -1,0 +1,147 @@
+"""Trained-token masks as data: stored with the ids, read in the same read, kept by every packer.
+
+The property, checked position by position from the coded ids (pipeline_fixtures): in a batch,
+loss_mask[r, j] = 1 exactly where targets[r, j] is the next token of the same document and that
+token is trained (`coded_mask`); an appended EOS trains as its document's last token does; a
+dataset without masks trains on every token, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checkpoint_property import assert_restores_exactly
+from jaxdata import DatasetError, DatasetWriter, Manifest, Pipeline, from_iterable, open_dataset
+from jaxdata.sources.fileutil import file_sha256, sample_sha256
+from pipeline_fixtures import FIRST_CODE, code, coded_config, coded_mask, decode, digest
+
+
+def expected_loss_mask(batch: dict[str, np.ndarray], masked: tuple[int, ...], eos: bool) -> np.ndarray:
+  """The loss mask the property defines, from the tokens alone."""
+  tokens, targets, segments = batch["tokens"], batch["targets"], batch["segment_ids"]
+  want = np.zeros(tokens.shape, np.int32)
+  real = (segments > 0) & (tokens >= FIRST_CODE)
+  d, r, k = decode(tokens[real])
+  follows = targets[real] == code(d, r, k + 1)  # the next token of the same document is the target
+  trained_next = np.where(np.isin(d, masked), coded_mask(d, r, k + 1), 1)
+  value = follows & (trained_next == 1)
+  if eos:  # the target is the appended EOS: it trains as the document's last token does
+    to_eos = (targets[real] == 0) & ~follows
+    value |= to_eos & (np.where(np.isin(d, masked), coded_mask(d, r, k), 1) == 1)
+  want[real] = value
+  return want
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+  lengths=st.lists(st.lists(st.integers(1, 30), min_size=1, max_size=25), min_size=1, max_size=3),
+  mode=st.sampled_from(["first_fit", "best_fit", "concat", "none"]),
+  eos=st.booleans(),
+  cap=st.sampled_from([None, 2]),
+  masked_first=st.booleans(),
+)
+def test_every_packer_keeps_the_trained_tokens_of_the_examples_in_each_row(
+  tmp_path_factory, lengths, mode, eos, cap, masked_first
+):
+  tmp_path = tmp_path_factory.mktemp("masked")
+  masked = tuple(i for i in range(len(lengths)) if i % 2 == 0 or not masked_first)
+  cfg = coded_config(
+    tmp_path,
+    lengths,
+    masked=masked,
+    packing={"mode": mode, "add_eos": eos, "eos_id": 0, "max_segments_per_row": cap},
+    batch={"global_batch_size": 4, "drop_remainder": False},
+    exhausted_policy="stop",
+    mixture={"weights": {f"d{i}": 1 for i in range(len(lengths))}, "unit": "documents"},
+  )
+  with Pipeline(cfg, prefetch=0) as pipe:
+    batches = [{k: np.asarray(v) for k, v in b.items()} for b in pipe]
+  assert batches
+  for batch in batches:
+    assert np.array_equal(batch["loss_mask"], expected_loss_mask(batch, masked, eos))
+
+
+def test_masks_are_stored_read_and_hashed_with_the_ids(tmp_path):
+  from_iterable([([5, 6, 7], [0, 1, 1]), ([8, 9], [1, 0]), [10, 11]], out=str(tmp_path / "a"), tokenizer=None)
+  with open_dataset(str(tmp_path / "a")) as dataset:
+    assert dataset.manifest.features == ("tokens", "mask") and dataset.manifest.format_version == 4
+    assert dataset[0]["tokens"].tolist() == [5, 6, 7] and dataset[0]["mask"].tolist() == [0, 1, 1]
+    assert [d["mask"].tolist() for d in dataset.__getitems__([2, 1])] == [[1, 1], [1, 0]]  # no mask: all trained
+  manifest = json.load(open(tmp_path / "a" / "manifest.json"))
+  assert manifest["features"] == ["tokens", "mask"]
+  # the flag is part of the content fingerprint: a manifest edited to drop it is refused
+  manifest["features"] = ["tokens"]
+  (tmp_path / "a" / "manifest.json").write_text(json.dumps(manifest))
+  with pytest.raises(DatasetError, match="fingerprint"):
+    open_dataset(str(tmp_path / "a"))
+  # a dataset without masks keeps format 3, which older jaxdata reads
+  from_iterable([[1, 2, 3]], out=str(tmp_path / "b"), tokenizer=None)
+  assert json.load(open(tmp_path / "b" / "manifest.json"))["format_version"] == 3
+
+
+def test_bad_masks_are_named_and_write_nothing(tmp_path):
+  writer = DatasetWriter(str(tmp_path / "w"), "w", np.dtype("<u2"), {"kind": "x"}, masks=True)
+  for mask, message in (
+    ([0, 1], r"mask: \(2,\) values for 3 tokens"),
+    ([0, 2, 1], "every value is 0 or 1"),
+    (None, "give one"),
+  ):
+    with pytest.raises(ValueError, match=message):
+      writer.write_documents(np.array([1, 2, 3]), np.array([3]), None if mask is None else np.array(mask))
+  with pytest.raises(ValueError, match="open it with masks=True"):
+    DatasetWriter(str(tmp_path / "v"), "v", np.dtype("<u2"), {"kind": "x"}).write_documents(
+      np.array([1]), np.array([1]), np.array([1])
+    )
+  for bad, message in ((([1, 2], [1]), "mask"), (([1, 2], [0, 3]), "0 or 1")):
+    with pytest.raises(ValueError, match=message):
+      from_iterable([bad], out=str(tmp_path / f"x{len(message)}"), tokenizer=None)
+
+
+def test_a_masked_mixture_restores_exactly_at_every_step(tmp_path):
+  cfg = coded_config(
+    tmp_path,
+    [[5, 9, 3, 7, 30] * 8, [11, 4, 6] * 10],
+    masked=(0,),
+    packing={"mode": "best_fit", "seq_len": 16, "max_segments_per_row": 3, "add_eos": True, "eos_id": 0},
+    mixture={"weights": {"d0": 3, "d1": 1}, "unit": "documents"},
+    exhausted_policy="repeat",
+  )
+  assert_restores_exactly(
+    lambda: Pipeline(cfg, prefetch=0), lambda p, n: [digest(next(p)) for _ in range(n)], total=12, stops=range(12)
+  )
+
+
+def test_a_mask_byte_that_is_not_0_or_1_is_a_named_error(tmp_path):
+  from_iterable([([5, 6], [1, 0])], out=str(tmp_path / "a"), tokenizer=None)
+  shard = next((tmp_path / "a").glob("*.array_record"))
+  reader = ArrayRecordReader(str(shard))
+  record = bytearray(reader.read([0])[0])
+  reader.close()
+  record[-1] = 7  # the last mask byte
+  writer = ArrayRecordWriter(str(shard), "group_size:1")
+  writer.write(bytes(record))
+  writer.close()
+  manifest = Manifest.load(str(tmp_path / "a"))
+  entry = dataclasses.replace(
+    manifest.shards[0],
+    num_bytes=shard.stat().st_size,
+    sha256=file_sha256(str(shard)),
+    sample_sha256=sample_sha256(str(shard)),
+  )
+  dataclasses.replace(manifest, shards=(entry,)).save(str(tmp_path / "a"))  # as if written so
+  with open_dataset(str(tmp_path / "a")) as dataset, pytest.raises(DatasetError, match=r"record 0 holds a mask byte"):
+    dataset[0]
+
+
+def test_masks_reach_the_batch_the_same_in_every_mode(tmp_path):
+  cfg = coded_config(tmp_path, [[5, 9, 3, 7] * 10, [11, 4, 6] * 10], masked=(0,), exhausted_policy="repeat")
+  reference = [digest(next(p)) for p in [Pipeline(cfg, prefetch=0)] for _ in range(8)]
+  with Pipeline(cfg, prefetch=2) as pipe:
+    assert [digest(next(pipe)) for _ in range(8)] == reference
