@@ -94,9 +94,22 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--name", required=True, help="dataset name")
   p.add_argument("--tokenizer", default="byte", help="byte | hf:FILE.json | sp:FILE.model")
   p.add_argument(
-    "--format", default="auto", choices=("auto", *INPUT_FORMATS), help="input format (auto: from each file's suffix)"
+    "--format",
+    default="auto",
+    choices=("auto", *INPUT_FORMATS, "chat", "prompt-completion"),
+    help="input format (auto: from each file's suffix); chat / prompt-completion: fine-tuning examples with "
+    "trained-token masks (JSONL or Parquet)",
   )
-  p.add_argument("--field", default="text", help="JSONL field / Parquet column / tf.train.Example feature")
+  p.add_argument(
+    "--field", default="text", help="JSONL field / Parquet column / tf.train.Example feature (chat: messages)"
+  )
+  p.add_argument(
+    "--train-on",
+    default="assistant",
+    choices=("assistant", "last", "all"),
+    help="chat: what trains: every assistant message (weight 1), the last one, or all tokens",
+  )
+  p.add_argument("--chat-template", help="chat: a Jinja chat template file instead of the tokenizer's own")
   p.add_argument(
     "--text-mode", default="file", choices=TEXT_MODES, help="plain text: one document per file, line or paragraph"
   )

@@ -8,6 +8,7 @@ from typing import Any
 
 from jaxdata.cli.output import Console, flag_words, progress_bar
 from jaxdata.conversion.beam_runner import convert_with_beam
+from jaxdata.conversion.examples import EXAMPLE_FORMATS
 from jaxdata.conversion.local_runner import convert as convert_files
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.roundtrip import check_roundtrip
@@ -18,9 +19,13 @@ __all__ = ["convert"]
 
 
 def convert(args: argparse.Namespace, console: Console) -> int:
+  examples = args.format if args.format in EXAMPLE_FORMATS else "text"  # chat / prompt-completion: JSONL or Parquet
   options = ConvertOptions(
     tokenizer=TokenizerSpec.parse(args.tokenizer),
-    input_format=args.format,
+    input_format="auto" if examples != "text" else args.format,
+    examples=examples,
+    train_on=args.train_on,
+    chat_template=args.chat_template or "",
     field=args.field,
     text_mode=args.text_mode,
     shard_bytes=args.shard_size,

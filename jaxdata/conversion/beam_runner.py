@@ -43,7 +43,7 @@ from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, toke
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError, optional_module
-from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from jaxdata.sources.manifest import MANIFEST_NAME, TOKENS_ONLY, WITH_MASK, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import shard_file_names
 
@@ -91,9 +91,11 @@ def _npy(values: np.ndarray) -> bytes:
 
 
 def _tokenize(unit: WorkUnit, options: ConvertOptions, scratch: str) -> UnitResult:
-  tokens, lengths, result = tokenize_unit(unit, options)
+  tokens, lengths, masks, result = tokenize_unit(unit, options)
   _put(_join(scratch, f"{unit.index:07d}.tokens.npy"), _npy(tokens))
   _put(_join(scratch, f"{unit.index:07d}.lengths.npy"), _npy(lengths))
+  if masks is not None:
+    _put(_join(scratch, f"{unit.index:07d}.masks.npy"), _npy(masks))
   return result
 
 
@@ -107,7 +109,9 @@ def _array(path: str) -> np.ndarray:
   return np.load(io.BytesIO(_get(path)), allow_pickle=False)
 
 
-def _write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str, compression: str) -> ShardInfo:
+def _write_shard(
+  job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str, compression: str, masks: bool = False
+) -> ShardInfo:
   """A shard written locally (into out_dir, or a temporary directory first for a bucket)."""
   local_dir = out_dir if not is_remote(out_dir) else tempfile.mkdtemp(prefix="jaxdata-shard-")
   info = write_shard(
@@ -118,6 +122,7 @@ def _write_shard(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: st
     lambda u: _array(_join(scratch, f"{u:07d}.tokens.npy")),
     lambda u: _array(_join(scratch, f"{u:07d}.lengths.npy")),
     compression,
+    (lambda u: _array(_join(scratch, f"{u:07d}.masks.npy"))) if masks else None,
   )
   if local_dir != out_dir:
     for file_name in shard_file_names(name, job[0]):
@@ -139,7 +144,12 @@ def _write_manifest(
   results = sorted(results, key=lambda r: r.unit)
   shards = tuple(sorted(infos, key=lambda info: info.path))  # names carry the index, zero-padded
   manifest = Manifest(
-    name=name, dtype=dtype, tokenizer=tokenizer, shards=shards, stats=conversion_stats(files, results, options)
+    name=name,
+    dtype=dtype,
+    tokenizer=tokenizer,
+    shards=shards,
+    stats=conversion_stats(files, results, options),
+    features=WITH_MASK if options.examples != "text" else TOKENS_ONLY,
   )
   if is_remote(out_dir):
     local = tempfile.mkdtemp(prefix="jaxdata-manifest-")
@@ -321,6 +331,7 @@ def convert_with_beam(
     )
   else:  # runs that share a temp location each get a folder of their own
     scratch = _join(root, uuid.uuid4().hex)
+  masked = options.examples != "text"  # fine-tuning examples: a mask byte per token beside its id
   try:
     with _beam_logs_quiet(quiet) as log, _named_errors(log), beam.Pipeline(options=options_obj) as pipeline:
       results = (
@@ -332,9 +343,9 @@ def convert_with_beam(
       every_result = results | "AllUnits" >> beam.combiners.ToList()
       infos = (
         every_result
-        | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize, options.shard_bytes)
+        | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize + masked, options.shard_bytes)
         | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.Map(_write_shard, out_dir, name, dtype.name, scratch, options.compression)
+        | "WriteShards" >> beam.Map(_write_shard, out_dir, name, dtype.name, scratch, options.compression, masked)
         | "AllShards" >> beam.combiners.ToList()
       )
       _ = infos | "Manifest" >> beam.Map(

@@ -35,6 +35,7 @@ __all__ = [
   "file_sizes",
   "is_compressed",
   "iter_documents",
+  "Record",
   "open_binary",
   "readable_archive",
 ]
@@ -170,7 +171,8 @@ def iter_documents(
   first: int | None = None,
   row_groups: tuple[int, int] | None = None,
   on_bytes: Callable[[int], None] = lambda n: None,
-) -> Iterator[str]:
+  records: bool = False,
+) -> Iterator[Any]:
   """Yields the text of every valid document of one input file, in order.
 
   `stream` (JSONL, text by line): the lines to read instead of the whole
@@ -184,9 +186,11 @@ def iter_documents(
   with readable_archive(path):
     try:
       if fmt == "jsonl":
-        yield from _iter_jsonl(path, field, invalid, stream, first or 1, on_bytes)
+        yield from _iter_jsonl(path, field, invalid, stream, first or 1, on_bytes, records)
       elif fmt == "parquet":
-        yield from _iter_parquet(path, field, invalid, row_groups, first or 0, on_bytes)
+        yield from _iter_parquet(path, field, invalid, row_groups, first or 0, on_bytes, records)
+      elif records:
+        raise InputFormatError(f"{path}: fine-tuning examples are read from JSONL or Parquet, not {fmt} files")
       else:
         yield from _iter_text(path, text_mode, invalid, stream, first or 1, on_bytes)
     except _arrow_errors() as e:  # a damaged Parquet row group
@@ -299,6 +303,14 @@ def _lines(path: str, stream: Iterable[bytes] | None, on_bytes: Callable[[int], 
   on_bytes(counted.count - reported)
 
 
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """A whole input record (a JSONL object, a Parquet row) for fine-tuning examples, named for errors."""
+
+  where: str  # file:line, or file:row N
+  values: dict[str, Any]
+
+
 def _iter_jsonl(
   path: str,
   field: str,
@@ -306,7 +318,8 @@ def _iter_jsonl(
   stream: Iterable[bytes] | None,
   first: int,
   on_bytes: Callable[[int], None],
-) -> Iterator[str]:
+  records: bool = False,
+) -> Iterator[Any]:
   for line_number, line in enumerate(_lines(path, stream, on_bytes), start=first):
     if not line.strip():
       continue  # a blank line holds no record
@@ -322,12 +335,16 @@ def _iter_jsonl(
     if not isinstance(record, dict):
       invalid.report(f"{where}: expected a JSON object, got {type(record).__name__}")
       continue
+    if records:
+      yield Record(where, record)
+      continue
     if field not in record:
       invalid.report(f"{where}: missing field {field!r}")
       continue
     text = record[field]
     if not isinstance(text, str):
-      invalid.report(f"{where}: field {field!r} is {type(text).__name__}, not a string")
+      hint = " (token ids: --format chat or prompt-completion read input_ids with labels or mask)"
+      invalid.report(f"{where}: field {field!r} is {type(text).__name__}, not a string" + hint * isinstance(text, list))
       continue
     if b"\\u" in line and _has_lone_surrogate(text):  # only a \u escape can carry one
       invalid.report(f"{where}: field {field!r} holds a lone surrogate (a \\uD800-\\uDFFF escape), not text")
@@ -350,13 +367,17 @@ def _iter_parquet(
   row_groups: tuple[int, int] | None,
   first: int,
   on_bytes: Callable[[int], None],
-) -> Iterator[str]:
+  records: bool = False,
+) -> Iterator[Any]:
   pa, pq = arrow()
   try:
     parquet = pq.ParquetFile(open_remote(path) if is_remote(path) else path)
   except (pa.ArrowInvalid, OSError) as e:
     raise InputFormatError(f"{path}: not a readable Parquet file ({e})") from e
   schema = parquet.schema_arrow
+  if records:
+    yield from _parquet_records(path, parquet, row_groups, first, on_bytes)
+    return
   if column not in schema.names:
     raise InputFormatError(f"{path}: no column {column!r} (columns: {', '.join(schema.names)})")
   kind = schema.field(column).type
@@ -378,6 +399,25 @@ def _iter_parquet(
         invalid.report(f"{path}:row {row}: column {column!r} is null")
       else:
         yield text
+      row += 1
+
+
+def _parquet_records(
+  path: str, parquet: Any, row_groups: tuple[int, int] | None, first: int, on_bytes: Callable[[int], None]
+) -> Iterator[Record]:
+  pa, _ = arrow()
+  groups = list(range(*row_groups)) if row_groups is not None else None
+  batches, row = parquet.iter_batches(batch_size=1024, row_groups=groups), first
+  while True:
+    try:
+      batch = next(batches, None)
+    except (pa.ArrowException, OSError) as e:
+      raise InputFormatError(f"{path}: not a readable Parquet file near row {row} ({str(e)[:200]})") from e
+    if batch is None:
+      return
+    on_bytes(batch.nbytes)
+    for values in batch.to_pylist():
+      yield Record(f"{path}:row {row}", values)
       row += 1
 
 

@@ -35,7 +35,7 @@ from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, toke
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.sources.fileutil import check_name
-from jaxdata.sources.manifest import Manifest, ShardInfo
+from jaxdata.sources.manifest import TOKENS_ONLY, WITH_MASK, Manifest, ShardInfo
 from jaxdata.sources.writer import shard_file_names
 
 __all__ = ["convert"]
@@ -60,9 +60,11 @@ def _shared_progress(done_bytes: int, documents: int) -> None:
 def _tokenize_to_scratch(
   unit: WorkUnit, options: ConvertOptions, scratch: str, on_progress: Callable[[int, int], None] = _shared_progress
 ) -> UnitResult:
-  tokens, lengths, result = tokenize_unit(unit, options, on_progress)
+  tokens, lengths, masks, result = tokenize_unit(unit, options, on_progress)
   tokens.tofile(os.path.join(scratch, f"{unit.index:07d}.tokens"))
   np.save(os.path.join(scratch, f"{unit.index:07d}.lengths.npy"), lengths)
+  if masks is not None:
+    masks.tofile(os.path.join(scratch, f"{unit.index:07d}.masks"))
   return result
 
 
@@ -146,16 +148,31 @@ def _remove_shards(out_dir: str, name: str, indices: Sequence[int], created: boo
       os.rmdir(out_dir)
 
 
-def _load_tokens(scratch: str, dtype: str) -> Callable[[int], np.ndarray]:
-  return lambda unit: np.memmap(os.path.join(scratch, f"{unit:07d}.tokens"), dtype, "r")
+def _load_tokens(scratch: str, dtype: str, kind: str = "tokens") -> Callable[[int], np.ndarray]:
+  def load(unit: int) -> np.ndarray:
+    path = os.path.join(scratch, f"{unit:07d}.{kind}")
+    return np.memmap(path, dtype, "r") if os.path.getsize(path) else np.zeros(0, dtype)
+
+  return load
 
 
 def _load_lengths(scratch: str) -> Callable[[int], np.ndarray]:
   return lambda unit: np.load(os.path.join(scratch, f"{unit:07d}.lengths.npy"))
 
 
-def _write_job(job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str, compression: str) -> ShardInfo:
-  return write_shard(job, out_dir, name, dtype, _load_tokens(scratch, dtype), _load_lengths(scratch), compression)
+def _write_job(
+  job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str, compression: str, masks: bool = False
+) -> ShardInfo:
+  return write_shard(
+    job,
+    out_dir,
+    name,
+    dtype,
+    _load_tokens(scratch, dtype),
+    _load_lengths(scratch),
+    compression,
+    _load_tokens(scratch, "uint8", "masks") if masks else None,
+  )
 
 
 def convert(
@@ -245,8 +262,9 @@ def convert(
 
       token_args = (options, scratch) if pool is not None else (options, scratch, here)
       results = [r for batch in _run(pool, _tokenize_batch, batches, token_args, tokenized) for r in batch]
+      masked = options.examples != "text"  # one mask byte per token beside its id
       jobs = plan_shard_jobs(
-        [(u.index, _load_lengths(scratch)(u.index)) for u in units], dtype.itemsize, options.shard_bytes
+        [(u.index, _load_lengths(scratch)(u.index)) for u in units], dtype.itemsize + masked, options.shard_bytes
       )
       prepare_output(out_dir, overwrite)
       created = not os.path.isdir(out_dir)
@@ -259,13 +277,15 @@ def convert(
         progress("write", written[0], sum(r.documents for r in results), written[0])
 
       try:
-        infos = _run(pool, _write_job, jobs, (out_dir, name, dtype.name, scratch, options.compression), shard_done)
+        job_args = (out_dir, name, dtype.name, scratch, options.compression, masked)
+        infos = _run(pool, _write_job, jobs, job_args, shard_done)
         manifest = Manifest(
           name=name,
           dtype=dtype.name,
           tokenizer=tokenizer.identity(),
           shards=tuple(infos),
           stats=conversion_stats(files, results, options),
+          features=WITH_MASK if masked else TOKENS_ONLY,
         )
         manifest.save(out_dir)
       except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from jaxdata.conversion.examples import EXAMPLE_FORMATS, TRAIN_ON
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.sources.manifest import COMPRESSIONS
 
@@ -38,6 +39,12 @@ class ConvertOptions:
     unit_bytes: input bytes per work unit; 0 = from the input size and workers.
     compression: shard records' compression, "zstd" (smaller), "snappy" or
       "none" (the cheapest to read: no per-byte decode; docs/performance.md).
+    examples: "text" (documents), or fine-tuning examples with trained-token masks:
+      "chat" (a `messages` list per record, `field` names it) or "prompt-completion";
+      a record with `input_ids` (and `labels` or `mask`) is taken as tokenized.
+    train_on: with "chat": "assistant" (every assistant message of weight 1), "last"
+      (the last assistant message) or "all".
+    chat_template: a Jinja chat template file instead of the tokenizer's own.
   """
 
   tokenizer: TokenizerSpec = TokenizerSpec()
@@ -52,8 +59,20 @@ class ConvertOptions:
   exclude: tuple[str, ...] = ()
   unit_bytes: int = 0
   compression: str = "zstd"
+  examples: str = "text"
+  train_on: str = "assistant"
+  chat_template: str = ""
 
   def __post_init__(self) -> None:
+    if self.examples not in EXAMPLE_FORMATS:
+      raise ValueError(f"examples: {self.examples!r} is not one of {EXAMPLE_FORMATS}")
+    if self.train_on not in TRAIN_ON:
+      raise ValueError(f"train_on: {self.train_on!r} is not one of {TRAIN_ON}")
+    if self.examples != "text" and self.tokenizer.kind != "huggingface":
+      raise ValueError(
+        f"tokenizer: {self.examples} examples are rendered and tokenized by a Hugging Face tokenizer "
+        "(--tokenizer hf:DIR, a directory with tokenizer.json and tokenizer_config.json)"
+      )
     if self.compression not in COMPRESSIONS:
       raise ValueError(f"compression: {self.compression!r} is not one of {sorted(COMPRESSIONS)}")
     if self.input_format != "auto" and self.input_format not in INPUT_FORMATS:

@@ -20,7 +20,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from jaxdata.sources.manifest import ShardInfo, writer_options
-from jaxdata.sources.writer import finish_shard, shard_file_names
+from jaxdata.sources.writer import finish_shard, records_with_masks, shard_file_names
 
 __all__ = ["ShardJob", "plan_shard_jobs", "plan_shards", "write_shard"]
 
@@ -71,20 +71,33 @@ def plan_shard_jobs(unit_lengths: Sequence[tuple[int, np.ndarray]], itemsize: in
 
 
 def write_shard(
-  job: ShardJob, out_dir: str, name: str, dtype: str, tokens_of: Loader, lengths_of: Loader, compression: str = "zstd"
+  job: ShardJob,
+  out_dir: str,
+  name: str,
+  dtype: str,
+  tokens_of: Loader,
+  lengths_of: Loader,
+  compression: str = "zstd",
+  masks_of: Loader | None = None,
 ) -> ShardInfo:
-  """Writes shard `job` into `out_dir` (a local directory) from its units' tokens; its manifest entry."""
+  """Writes shard `job` into `out_dir` (a local directory) from its units' tokens (and, for fine-tuning
+  examples, their trained-token masks: each record its ids, then a mask byte per id); its manifest entry."""
   index, pieces = job
   np_dtype = np.dtype(dtype).newbyteorder("<")
   shard_name, _ = shard_file_names(name, index)
   writer = ArrayRecordWriter(os.path.join(out_dir, shard_name), writer_options(compression))
   all_lengths = []
+  record_size = np_dtype.itemsize + (masks_of is not None)
   try:
     for unit, first, last in pieces:
       lengths = np.asarray(lengths_of(unit), np.int64)
       starts = np.concatenate([[0], np.cumsum(lengths)])
-      payload = np.asarray(tokens_of(unit)[starts[first] : starts[last]]).astype(np_dtype, copy=False).tobytes()
-      offsets = ((starts[first : last + 1] - starts[first]) * np_dtype.itemsize).tolist()
+      ids = np.asarray(tokens_of(unit)[starts[first] : starts[last]]).astype(np_dtype, copy=False)
+      if masks_of is None:
+        payload = ids.tobytes()
+      else:
+        payload = records_with_masks(ids, lengths[first:last], np.asarray(masks_of(unit)[starts[first] : starts[last]]))
+      offsets = ((starts[first : last + 1] - starts[first]) * record_size).tolist()
       for begin, end in zip(offsets[:-1], offsets[1:]):
         writer.write(payload[begin:end])
       all_lengths.append(lengths[first:last])

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from jaxdata.conversion.example_records import Document
-from jaxdata.conversion.inputs import InvalidLog
+from jaxdata.conversion.examples import ExampleEncoder, example_encoder
+from jaxdata.conversion.inputs import InvalidLog, Record
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
@@ -32,6 +34,7 @@ class UnitResult:
   empty: int
   invalid: int
   invalid_examples: list[str]
+  trained_tokens: int = 0  # fine-tuning examples: the tokens their masks train (text: every token)
 
 
 _tokenizers: dict[TokenizerSpec, Tokenizer] = {}
@@ -46,14 +49,15 @@ def _cached_tokenizer(spec: TokenizerSpec) -> Tokenizer:
 
 def tokenize_unit(
   unit: WorkUnit, options: ConvertOptions, on_progress: Callable[[int, int], None] = lambda b, d: None
-) -> tuple[np.ndarray, np.ndarray, UnitResult]:
-  """(tokens, lengths of the non-empty documents, counts) of one unit; `on_progress(bytes, documents)`
-  hears what was done since it last called."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, UnitResult]:
+  """(tokens, lengths of the non-empty documents, trained-token masks of fine-tuning examples or None,
+  counts) of one unit; `on_progress(bytes, documents)` hears what was done since it last called."""
   tokenizer = _cached_tokenizer(options.tokenizer)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size)
   invalid = InvalidLog(options.skip_invalid)
   pending = [0]
-  tokens, lengths, empty = [], [], 0
+  tokens, lengths, masks, empty = [], [], [], 0
+  encoder = _cached_encoder(options) if options.examples != "text" else None
 
   # Progress in input bytes, exactly `unit.size` over the unit: a reader may count more (a whole
   # compressed file decompressed, Parquet rows in memory) but the bar's total is the input's size.
@@ -68,15 +72,20 @@ def tokenize_unit(
     pending[0] = 0
     return step
 
-  def flush(documents: list[Document]) -> int:
-    flat, found = _encode(tokenizer, documents, unit.path, options.field)
+  def flush(documents: list[Any]) -> int:
+    if encoder is not None:
+      flat, found, mask = _encode_examples(encoder, documents, invalid)
+      masks.append(mask)
+    else:
+      flat, found = _encode(tokenizer, documents, unit.path, options.field)
     tokens.append(flat.astype(dtype))
     lengths.append(found[found > 0])
     on_progress(reported(), len(documents))
     return int((found == 0).sum())
 
-  batch: list[Document] = []
-  for text in iter_unit_documents(unit, options.field, options.text_mode, invalid, consumed):
+  batch: list[Any] = []
+  records = encoder is not None
+  for text in iter_unit_documents(unit, options.field, options.text_mode, invalid, consumed, records=records):
     batch.append(text)
     if len(batch) == options.batch_documents:
       empty += flush(batch)
@@ -87,10 +96,54 @@ def tokenize_unit(
   on_progress(reported(), 0)
   all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype)
   all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
+  all_masks = (np.concatenate(masks) if masks else np.zeros(0, np.uint8)) if encoder is not None else None
+  trained = int(all_masks.sum()) if all_masks is not None else int(all_tokens.size)
   result = UnitResult(
-    unit.index, unit.file_index, int(all_lengths.size), int(all_tokens.size), empty, invalid.count, invalid.examples
+    unit.index,
+    unit.file_index,
+    int(all_lengths.size),
+    int(all_tokens.size),
+    empty,
+    invalid.count,
+    invalid.examples,
+    trained,
   )
-  return all_tokens, all_lengths, result
+  return all_tokens, all_lengths, all_masks, result
+
+
+_encoders: dict[tuple[ConvertOptions, bytes], ExampleEncoder] = {}
+
+
+def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
+  # A worker process renders many units: load the tokenizer and template once (a rewritten template: again).
+  template = b""
+  if options.chat_template and os.path.isfile(options.chat_template):
+    with open(options.chat_template, "rb") as f:
+      template = f.read()
+  key = (options, template)
+  if key not in _encoders:
+    field = "messages" if options.examples == "chat" and options.field == "text" else options.field
+    _encoders[key] = example_encoder(
+      options.examples, options.tokenizer.path, field, options.train_on, options.chat_template or None
+    )
+  return _encoders[key]
+
+
+def _encode_examples(encoder: ExampleEncoder, records: list[Record], invalid: InvalidLog) -> tuple[np.ndarray, ...]:
+  """(flat ids, lengths, flat masks) of fine-tuning records; a bad one is reported (named, counted)."""
+  parts, mask_parts = [], []
+  for record in records:  # rendering a conversation is per example: the template sees one at a time
+    try:
+      ids, mask = encoder.encode(record.values, record.where)
+    except InputFormatError as e:
+      invalid.report(str(e))
+      continue
+    parts.append(ids)
+    mask_parts.append(mask)
+  if not parts:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8)
+  lengths = np.array([p.size for p in parts], np.int64)
+  return np.concatenate(parts), lengths, np.concatenate(mask_parts)
 
 
 def _encode(tokenizer: Tokenizer, documents: list[Document], path: str, field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +192,19 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
       }
     )
   examples = [m for r in results for m in r.invalid_examples]
+  fine_tuning = (
+    {
+      "examples": sum(r.documents for r in results),
+      "trained_tokens": sum(r.trained_tokens for r in results),
+      "refused_examples": sum(r.invalid for r in results),
+      "example_format": options.examples,
+      "train_on": options.train_on,
+    }
+    if options.examples != "text"
+    else {}
+  )
   return {
+    **fine_tuning,
     "documents": sum(r.documents for r in results),
     "skipped_empty": sum(r.empty for r in results),
     "skipped_invalid": sum(r.invalid for r in results),

@@ -155,6 +155,8 @@ class HuggingFaceTokenizer:
   def __init__(self, path: str) -> None:
     if hf_tokenizers is None:
       raise ImportError("tokenizer: Hugging Face tokenizers are not installed; pip install 'jaxdata[tokenizers]'")
+    if os.path.isdir(path):  # a tokenizer directory (transformers' layout): its tokenizer.json
+      path = os.path.join(path, "tokenizer.json")
     self._path = path
     try:
       self._tokenizer = hf_tokenizers.Tokenizer.from_file(path)
@@ -248,8 +250,10 @@ def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:
   if spec.kind == "byte":
     return ByteTokenizer()
   assert spec.path is not None
-  if not os.path.isfile(spec.path):
-    raise FileNotFoundError(f"tokenizer: model file {spec.path} does not exist")
+  directory = spec.kind == "huggingface" and os.path.isdir(spec.path)  # transformers' layout: DIR/tokenizer.json
+  if not (os.path.isfile(spec.path) or (directory and os.path.isfile(os.path.join(spec.path, "tokenizer.json")))):
+    what = f"{spec.path}/tokenizer.json" if directory else spec.path
+    raise FileNotFoundError(f"tokenizer: model file {what} does not exist")
   if spec.kind == "huggingface":
     return HuggingFaceTokenizer(spec.path)
   return SentencePieceTokenizer(spec.path)

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from typing import Any
 
-from jaxdata.conversion.example_records import RECORD_FORMATS, Document, iter_example_documents
+from jaxdata.conversion.example_records import RECORD_FORMATS, iter_example_documents
 from jaxdata.conversion.inputs import InvalidLog, arrow, file_sizes, is_compressed, iter_documents, open_binary
+from jaxdata.errors import InputFormatError
 from jaxdata.sources.stores import is_remote
 
 __all__ = ["SCAN_BLOCK", "WorkUnit", "iter_unit_documents", "plan_units"]
@@ -106,15 +108,22 @@ def _parquet_units(first_index: int, file_index: int, path: str, unit_bytes: int
 
 
 def iter_unit_documents(
-  unit: WorkUnit, field: str, text_mode: str, invalid: InvalidLog, on_bytes: Callable[[int], None] = lambda n: None
-) -> Iterator[Document]:
+  unit: WorkUnit,
+  field: str,
+  text_mode: str,
+  invalid: InvalidLog,
+  on_bytes: Callable[[int], None] = lambda n: None,
+  records: bool = False,
+) -> Iterator[Any]:
   """The valid documents of one unit, in order (errors name file and line / row / record): texts, or
-  token ids from an Example's int64 feature."""
+  token ids from an Example's int64 feature; with `records`, whole JSONL / Parquet records (`Record`)."""
   if unit.fmt in RECORD_FORMATS:  # always whole files
+    if records:
+      raise InputFormatError(f"{unit.path}: fine-tuning examples are read from JSONL or Parquet, not {unit.fmt}")
     yield from iter_example_documents(unit.path, unit.fmt, field, invalid, on_bytes)
     return
   if unit.end is None:
-    yield from iter_documents(unit.path, unit.fmt, field, text_mode, invalid, on_bytes=on_bytes)
+    yield from iter_documents(unit.path, unit.fmt, field, text_mode, invalid, on_bytes=on_bytes, records=records)
     return
   if unit.fmt == "parquet":
     yield from iter_documents(
@@ -126,6 +135,7 @@ def iter_unit_documents(
       row_groups=(unit.start, unit.end),
       first=unit.first,
       on_bytes=on_bytes,
+      records=records,
     )
     return
   with open_binary(unit.path) as f:
@@ -139,6 +149,7 @@ def iter_unit_documents(
       stream=_limited(f, unit.end - unit.start),
       first=unit.first,
       on_bytes=on_bytes,
+      records=records,
     )
 
 

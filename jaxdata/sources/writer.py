@@ -31,7 +31,15 @@ from jaxdata.sources.manifest import (
   writer_options,
 )
 
-__all__ = ["COMPRESSIONS", "DatasetWriter", "WRITER_OPTIONS", "finish_shard", "shard_file_names", "writer_options"]
+__all__ = [
+  "COMPRESSIONS",
+  "DatasetWriter",
+  "WRITER_OPTIONS",
+  "finish_shard",
+  "records_with_masks",
+  "shard_file_names",
+  "writer_options",
+]
 
 LENGTHS_DTYPE = np.dtype("<u4")
 
@@ -138,7 +146,7 @@ class DatasetWriter:
         f"got [{flat_tokens.min()}, {flat_tokens.max()}]"
       )
     ids = flat_tokens.astype(self._dtype, copy=False)
-    payload = ids.tobytes() if mask is None else _with_masks(ids, lengths, _checked_mask(mask, flat_tokens.size))
+    payload = ids.tobytes() if mask is None else records_with_masks(ids, lengths, _checked_mask(mask, flat_tokens.size))
     record_size = self._dtype.itemsize + int(self._masks)
     byte_ends = np.cumsum(lengths) * record_size
     byte_starts = byte_ends - lengths * record_size
@@ -200,7 +208,7 @@ def _checked_mask(mask: np.ndarray, size: int) -> np.ndarray:
   return mask.astype(np.uint8, copy=False)
 
 
-def _with_masks(ids: np.ndarray, lengths: np.ndarray, mask: np.ndarray) -> bytes:
+def records_with_masks(ids: np.ndarray, lengths: np.ndarray, mask: np.ndarray) -> bytes:
   """Records of ids then their mask bytes, back to back (one vectorised interleave, no loop)."""
   parts = np.stack([lengths * ids.dtype.itemsize, lengths], axis=1).ravel()
   is_id = np.repeat(np.tile(np.array([True, False]), lengths.size), parts)

@@ -1,0 +1,263 @@
+"""Fine-tuning examples -> token ids and their trained-token mask, decided from one whole rendering.
+
+::
+
+    {"messages": [...]}           render the whole conversation once with the chat template
+      |                           (the tokenizer's, or --chat-template FILE.jinja)
+      v
+    text  --tokenize once-->  ids, character offsets
+      |
+      +-- the template marks {% generation %} blocks:  mask = transformers' assistant mask
+      +-- it does not:  each trained message's content, found in order in the rendering;
+                        a token is trained iff its characters overlap a trained span
+
+    {"prompt": p, "completion": c}  p + c (with --chat-template, a user and an assistant turn): c trains
+    {"input_ids": [...], "labels" | "mask": [...]}  as given: labels of -100 (Hugging Face trainers'
+                                    ignore index) or mask 0 do not train
+
+The straddling rule ("overlaps a trained span") is transformers' own: its
+assistant mask marks every token from the one holding a block's first
+character to the one holding its last. What trains: `train_on` "assistant"
+(every assistant message whose `weight` is not 0, OpenAI's fine-tuning
+files' per-message weight), "last" (the last assistant message) or "all".
+Masks never come from token values (a pad or EOS id also occurs in
+content) or from turn-by-turn renderings (templates rewrite earlier turns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from jaxdata.errors import InputFormatError, optional_module
+
+__all__ = ["EXAMPLE_FORMATS", "ROLES", "TRAIN_ON", "ExampleEncoder", "example_encoder", "span_mask"]
+
+EXAMPLE_FORMATS = ("text", "chat", "prompt-completion")
+TRAIN_ON = ("assistant", "last", "all")
+ROLES = ("system", "user", "assistant", "tool", "developer")
+IGNORE_INDEX = -100  # Hugging Face trainers' label of a token that does not train
+
+Example = tuple[np.ndarray, np.ndarray]  # (int64 ids, uint8 mask)
+
+
+def span_mask(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+  """1 for every token whose characters [start, end) overlap a span [a, b), else 0.
+
+  >>> span_mask(np.array([[0, 3], [3, 5], [5, 9]]), [(4, 6)]).tolist()
+  [0, 1, 1]
+  """
+  mask = np.zeros(len(offsets), np.uint8)
+  if not len(offsets):
+    return mask
+  start, end = offsets[:, 0], np.maximum(offsets[:, 1], offsets[:, 0] + 1)  # a 0-width token: its position
+  for a, b in spans:
+    mask |= ((start < b) & (end > a)).astype(np.uint8)
+  return mask
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleEncoder:
+  """Encodes one record of `kind` ("chat" or "prompt-completion"), or a pre-tokenized record, into
+  (ids, mask); an `InputFormatError` names `where` (file:line) for anything it cannot take."""
+
+  kind: Literal["chat", "prompt-completion"]
+  tokenizer: Any  # a transformers fast tokenizer
+  field: str
+  train_on: str = "assistant"
+  template: str | None = None
+
+  def encode(self, record: Mapping[str, Any], where: str) -> Example:
+    if not isinstance(record, Mapping):
+      raise InputFormatError(f"{where}: expected an object, got {type(record).__name__}")
+    if _pretokenized(record):
+      return _given_ids(record, where, len(self.tokenizer) if self.tokenizer is not None else None)
+    if self.kind == "prompt-completion":
+      return self._prompt_completion(record, where)
+    messages = record.get(self.field)
+    if not isinstance(messages, list):
+      shown = "missing" if self.field not in record else f"{type(messages).__name__}, not a list"
+      raise InputFormatError(f"{where}: field {self.field!r} is {shown} (a chat example holds a list of messages)")
+    return self._chat(_checked_messages(messages, where), record.get("tools"), where)
+
+  def _prompt_completion(self, record: Mapping[str, Any], where: str) -> Example:
+    prompt, completion = record.get("prompt"), record.get("completion")
+    for name, value in (("prompt", prompt), ("completion", completion)):
+      if not isinstance(value, str):
+        shown = "missing" if name not in record else type(value).__name__
+        raise InputFormatError(f"{where}: field {name!r} is {shown}, not a string")
+    if not completion:
+      raise InputFormatError(f"{where}: an empty completion trains nothing")
+    if self.template is not None:  # --chat-template: a user and an assistant turn; else the two texts joined
+      messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
+      return self._chat(messages, None, where)
+    text = prompt + completion
+    ids, offsets = self._tokenized(text)
+    return ids, span_mask(offsets, [(len(prompt), len(text))])
+
+  def _chat(self, messages: list[dict[str, Any]], tools: Any, where: str) -> Example:
+    trained = _trained_messages(messages, self.train_on)
+    if not trained:
+      raise InputFormatError(f"{where}: no assistant message trains (train_on {self.train_on!r}, weights)")
+    try:
+      text = self.tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, chat_template=self.template, add_generation_prompt=False
+      )
+    except Exception as e:  # noqa: BLE001 -- a template raises whatever its author wrote (jinja, raise_exception)
+      raise InputFormatError(f"{where}: the chat template failed: {type(e).__name__}: {str(e)[:200]}") from e
+    ids, offsets = self._tokenized(text)
+    if self.train_on == "all":
+      return ids, np.ones(ids.size, np.uint8)
+    if "{% generation %}" in (self.template or self.tokenizer.chat_template or "") or "{%- generation" in (
+      self.template or self.tokenizer.chat_template or ""
+    ):
+      return ids, self._generation_mask(messages, tools, ids, trained, where)
+    return ids, span_mask(offsets, _content_spans(text, messages, trained, where))
+
+  def _generation_mask(
+    self, messages: list[dict[str, Any]], tools: Any, ids: np.ndarray, trained: set[int], where: str
+  ) -> np.ndarray:
+    """transformers' assistant mask, then only the generation blocks of the trained messages (the
+    k-th block is the k-th assistant message)."""
+    out = self.tokenizer.apply_chat_template(
+      messages,
+      tools=tools,
+      tokenize=True,
+      return_dict=True,
+      return_assistant_tokens_mask=True,
+      chat_template=self.template,
+      add_generation_prompt=False,
+    )
+    if list(out["input_ids"]) != ids.tolist():
+      raise InputFormatError(f"{where}: the template's tokenized rendering differs from its text tokenized once")
+    mask = np.asarray(out["assistant_masks"], np.uint8)
+    starts = np.flatnonzero(np.diff(np.concatenate([[0], mask])) == 1)
+    ends = np.flatnonzero(np.diff(np.concatenate([mask, [0]])) == -1) + 1
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if len(starts) != len(assistants):
+      raise InputFormatError(
+        f"{where}: the template marks {len(starts)} generation blocks for {len(assistants)} assistant messages; "
+        "each assistant message needs one {% generation %} block"
+      )
+    keep = np.zeros_like(mask)
+    for k, message in enumerate(assistants):
+      if message in trained:
+        keep[starts[k] : ends[k]] = 1
+    return keep
+
+  def _tokenized(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+    encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return np.asarray(encoding["input_ids"], np.int64), np.asarray(encoding["offset_mapping"], np.int64).reshape(-1, 2)
+
+
+def _pretokenized(record: Mapping[str, Any]) -> bool:
+  return isinstance(record.get("input_ids"), list)
+
+
+def _given_ids(record: Mapping[str, Any], where: str, vocab_size: int | None) -> Example:
+  """An example tokenized elsewhere: `input_ids` with `labels` (-100: not trained) or `mask` (0 / 1)."""
+  ids = np.asarray(record["input_ids"])
+  if ids.ndim != 1 or not ids.size or ids.dtype.kind not in "iu" or ids.min() < 0:
+    raise InputFormatError(f"{where}: 'input_ids' must be a non-empty list of token ids >= 0")
+  if vocab_size is not None and int(ids.max()) >= vocab_size:
+    raise InputFormatError(f"{where}: 'input_ids' holds id {int(ids.max())}, beyond the vocabulary of {vocab_size}")
+  if "labels" in record:
+    labels = np.asarray(record["labels"])
+    if labels.shape != ids.shape or labels.dtype.kind not in "iu":
+      raise InputFormatError(f"{where}: 'labels' must hold one int per input id ({ids.size})")
+    wrong = (labels != IGNORE_INDEX) & (labels != ids)
+    if wrong.any():
+      raise InputFormatError(
+        f"{where}: labels[{int(np.flatnonzero(wrong)[0])}] is neither -100 nor its input id: jaxdata's targets are "
+        "the next input ids, so labels must equal input_ids where they train"
+      )
+    return ids.astype(np.int64), (labels != IGNORE_INDEX).astype(np.uint8)
+  mask = np.asarray(record.get("mask", np.ones(ids.size, np.uint8)))
+  if mask.shape != ids.shape or mask.dtype.kind not in "biu" or (mask.size and (mask.min() < 0 or mask.max() > 1)):
+    raise InputFormatError(f"{where}: 'mask' must hold one 0 or 1 per input id ({ids.size})")
+  return ids.astype(np.int64), mask.astype(np.uint8)
+
+
+def _checked_messages(messages: list[Any], where: str) -> list[dict[str, Any]]:
+  out = []
+  for i, message in enumerate(messages):
+    at = f"{where}: messages[{i}]"
+    if not isinstance(message, dict):
+      raise InputFormatError(f"{at}: expected an object with role and content, got {type(message).__name__}")
+    role = message.get("role")
+    if role not in ROLES:
+      raise InputFormatError(f"{at}: role {role!r} is not one of {', '.join(ROLES)}")
+    content = message.get("content")
+    if not isinstance(content, str) and not (role == "assistant" and content is None and message.get("tool_calls")):
+      raise InputFormatError(f"{at}: content must be a string (an assistant's may be null beside tool_calls)")
+    weight = message.get("weight", 1)
+    if isinstance(weight, bool) or weight not in (0, 1):
+      raise InputFormatError(f"{at}: weight must be 0 or 1, got {weight!r}")
+    if "weight" in message and role != "assistant":
+      raise InputFormatError(f"{at}: weight is for assistant messages (only they train)")
+    out.append({**message, "weight": weight})
+  if not out:
+    raise InputFormatError(f"{where}: messages is empty")
+  return out
+
+
+def _trained_messages(messages: list[dict[str, Any]], train_on: str) -> set[int]:
+  """Indices of the messages that train."""
+  assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+  if train_on == "all":
+    return set(range(len(messages)))
+  chosen = assistants[-1:] if train_on == "last" else assistants
+  return {i for i in chosen if messages[i].get("weight", 1) == 1}
+
+
+def _content_spans(text: str, messages: list[dict[str, Any]], trained: set[int], where: str) -> list[tuple[int, int]]:
+  """Each message's content, found in order in the one rendering: the character spans of the trained."""
+  spans, at = [], 0
+  for i, message in enumerate(messages):
+    content = message.get("content") or ""
+    if not content:
+      continue
+    found = text.find(content, at)
+    if found < 0:
+      raise InputFormatError(
+        f"{where}: messages[{i}] ({message['role']}) is not in the template's rendering as given: the template "
+        "renders another conversation; mark what trains with {% generation %} blocks in the template"
+      )
+    if i in trained:
+      spans.append((found, found + len(content)))
+    at = found + len(content)
+  return spans
+
+
+def _fast_tokenizer(path: str) -> Any:
+  """transformers' fast tokenizer of `path`: a tokenizer directory, or a tokenizer.json (its directory)."""
+  os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its import says "PyTorch was not found": not needed here
+  transformers = optional_module("transformers", "chat", "chat and prompt-completion conversion")
+  directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
+  if os.path.isfile(os.path.join(directory, "tokenizer_config.json")):
+    return transformers.PreTrainedTokenizerFast.from_pretrained(directory)
+  return transformers.PreTrainedTokenizerFast(tokenizer_file=path if os.path.isfile(path) else None)
+
+
+def example_encoder(
+  kind: str, tokenizer_path: str, field: str, train_on: str, template_file: str | None
+) -> ExampleEncoder:
+  """The encoder of `jaxdata convert --format chat | prompt-completion`."""
+  template = None
+  if template_file:
+    try:
+      with open(template_file, encoding="utf-8") as f:
+        template = f.read()
+    except OSError as e:
+      raise InputFormatError(f"--chat-template {template_file}: cannot be read ({e.strerror})") from e
+  tokenizer = _fast_tokenizer(tokenizer_path)
+  if kind == "chat" and template is None and not getattr(tokenizer, "chat_template", None):
+    raise InputFormatError(
+      f"--tokenizer {tokenizer_path}: has no chat template (tokenizer_config.json or chat_template.jinja); "
+      "give one with --chat-template FILE.jinja"
+    )
+  return ExampleEncoder(kind, tokenizer, field, train_on, template)  # type: ignore[arg-type]

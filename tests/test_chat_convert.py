@@ -1,0 +1,272 @@
+"""Fine-tuning conversion: each conversation rendered once, tokenized once, its mask from that rendering.
+
+The oracle is the tokenizer library's own: transformers' `apply_chat_template(...,
+return_assistant_tokens_mask=True)` on the whole conversation, over template styles written here
+(ChatML-like, header tokens, one that drops earlier reasoning, tool calls), with a tokenizer built by
+`tokenizers` (no network).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import transformers
+
+from jaxdata import InputFormatError, Pipeline, PipelineConfig, open_dataset
+from jaxdata.cli import main
+from jaxdata.conversion.beam_runner import convert_with_beam
+from jaxdata.conversion.examples import span_mask
+from jaxdata.conversion.local_runner import convert
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.tokenizers import TokenizerSpec
+
+SPECIALS = ["[UNK]", "<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+
+CHATML = (
+  "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+  "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}"
+  "{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n{% endfor %}"
+)
+HEADERS = (
+  "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+  "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] | trim }}<|eot_id|>{% endgeneration %}"
+  "{% else %}{{ m['content'] | trim }}<|eot_id|>{% endif %}{% endfor %}"
+)
+# Earlier assistant turns lose their reasoning: the rendering of turn 1 differs from turn 1 rendered alone.
+REASONING = (
+  "{% set last = namespace(i=-1) %}{% for m in messages %}{% if m['role'] == 'assistant' %}"
+  "{% set last.i = loop.index0 %}{% endif %}{% endfor %}"
+  "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
+  "{% if loop.index0 < last.i and '</think>' in m['content'] %}{{ m['content'].split('</think>')[-1] | trim }}"
+  "{% else %}{{ m['content'] }}{% endif %}<|im_end|>{% endgeneration %}"
+  "{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n{% endfor %}"
+)
+TOOLS = (
+  "{% if tools %}<|im_start|>system\ntools: {{ tools | tojson }}<|im_end|>\n{% endif %}"
+  "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
+  "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}call {{ c['function']['name'] }}"
+  "({{ c['function']['arguments'] }}){% endfor %}{% else %}{{ m['content'] }}{% endif %}<|im_end|>"
+  "{% endgeneration %}{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n{% endfor %}"
+)
+# The same turns without generation blocks: the mask comes from the assistant contents' character spans.
+PLAIN = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+# ... and the oracle of the span rule: generation blocks around exactly the contents
+CONTENT_ONLY = (
+  "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
+  "{{ m['content'] }}{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> str:
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+
+  corpus = [json.dumps(c) for c in CONVERSATIONS] * 20 + ["call lookup think answer"] * 20
+  tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(
+    vocab_size=600, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+  )
+  tok.train_from_iterator(corpus, trainer)
+  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok)
+  fast.chat_template = CHATML
+  directory = str(tmp_path_factory.mktemp("tokenizer"))
+  fast.save_pretrained(directory)
+  return directory
+
+
+CONVERSATIONS = [
+  [{"role": "user", "content": "hello, how are you?"}, {"role": "assistant", "content": "I am fine, thanks."}],
+  [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "<think>add them</think> 4"},
+    {"role": "user", "content": "and 3+3?"},
+    {"role": "assistant", "content": "<think>again</think> 6"},
+  ],
+  [
+    {"role": "user", "content": "weather in Paris"},
+    {
+      "role": "assistant",
+      "content": None,
+      "tool_calls": [{"type": "function", "function": {"name": "lookup", "arguments": '{"city": "Paris"}'}}],
+    },
+    {"role": "tool", "content": "sunny, 21C"},
+    {"role": "assistant", "content": "It is sunny and 21C."},
+  ],
+]
+
+
+def _jsonl(path, rows) -> str:
+  with open(path, "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+  return str(path)
+
+
+def _options(tokenizer_dir: str, template: str | None, tmp_path, **overrides) -> ConvertOptions:
+  template_file = ""
+  if template is not None:
+    template_file = str(tmp_path / "template.jinja")
+    (tmp_path / "template.jinja").write_text(template)
+  return ConvertOptions(
+    tokenizer=TokenizerSpec.parse(f"hf:{tokenizer_dir}"),
+    examples="chat",
+    chat_template=template_file,
+    workers=1,
+    **overrides,
+  )
+
+
+def _records(path: str) -> list[dict[str, np.ndarray]]:
+  with open_dataset(path) as dataset:
+    return [dataset[i] for i in range(len(dataset))]
+
+
+def _oracle(tokenizer_dir: str, template: str, messages, tools=None):
+  fast = transformers.PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+  out = fast.apply_chat_template(
+    messages, tools=tools, chat_template=template, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+  )
+  text = fast.apply_chat_template(messages, tools=tools, chat_template=template, tokenize=False)
+  once = fast(text, add_special_tokens=False)["input_ids"]
+  assert list(out["input_ids"]) == list(once)  # the template's tokenization is the rendering tokenized once
+  return list(once), list(out["assistant_masks"])
+
+
+@pytest.mark.parametrize(
+  "name, template", [("chatml", CHATML), ("headers", HEADERS), ("reasoning", REASONING), ("tools", TOOLS)]
+)
+def test_masks_equal_the_tokenizer_librarys_assistant_masks(tokenizer_dir, tmp_path, name, template):
+  tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"city": "string"}}}]
+  rows = [{"messages": m, **({"tools": tools} if name == "tools" else {})} for m in CONVERSATIONS]
+  if name != "tools":
+    rows = [r for r in rows if all(m.get("content") is not None for m in r["messages"])]
+  source = _jsonl(tmp_path / "chat.jsonl", rows)
+  convert([source], str(tmp_path / "out"), "chat", _options(tokenizer_dir, template, tmp_path))
+  records = _records(str(tmp_path / "out"))
+  assert len(records) == len(rows)
+  for row, record in zip(rows, records):
+    ids, mask = _oracle(tokenizer_dir, template, row["messages"], row.get("tools"))
+    assert record["tokens"].tolist() == ids
+    assert record["mask"].tolist() == mask
+  if name == "reasoning":  # the earlier turn's reasoning is gone from the whole rendering, and so from the mask
+    fast = transformers.PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    assert "add them" not in fast.decode(records[1]["tokens"]) and "again" in fast.decode(records[1]["tokens"])
+
+
+def test_without_generation_blocks_a_token_trains_where_it_overlaps_an_assistant_content(tokenizer_dir, tmp_path):
+  rows = [{"messages": m} for m in CONVERSATIONS[:2]]
+  source = _jsonl(tmp_path / "chat.jsonl", rows)
+  convert([source], str(tmp_path / "plain"), "chat", _options(tokenizer_dir, PLAIN, tmp_path))
+  for row, record in zip(rows, _records(str(tmp_path / "plain"))):
+    ids, mask = _oracle(tokenizer_dir, CONTENT_ONLY, row["messages"])  # blocks around exactly the contents
+    assert record["tokens"].tolist() == ids and record["mask"].tolist() == mask
+  assert span_mask(np.array([[0, 2], [2, 4], [4, 6]]), [(3, 5)]).tolist() == [0, 1, 1]  # straddling tokens train
+
+
+def test_weights_and_train_on_choose_what_trains(tokenizer_dir, tmp_path):
+  messages = [dict(m) for m in CONVERSATIONS[1]]
+  messages[2]["weight"] = 0  # OpenAI's per-message weight: the first answer does not train
+  source = _jsonl(tmp_path / "chat.jsonl", [{"messages": messages}])
+  _, full = _oracle(tokenizer_dir, CHATML, CONVERSATIONS[1])
+  blocks = np.flatnonzero(np.diff(np.r_[0, full]) == 1)
+  for train_on, expect_blocks in (("assistant", [1]), ("last", [1]), ("all", None)):
+    out = str(tmp_path / f"out-{train_on}")
+    convert([source], out, "c", _options(tokenizer_dir, CHATML, tmp_path, train_on=train_on))
+    mask = _records(out)[0]["mask"]
+    if expect_blocks is None:
+      assert mask.all()
+    else:
+      starts = np.flatnonzero(np.diff(np.r_[0, mask]) == 1)
+      assert starts.tolist() == [blocks[k] for k in expect_blocks]
+
+
+def test_prompt_completion_and_pretokenized_examples(tokenizer_dir, tmp_path):
+  fast = transformers.PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+  rows = [
+    {"prompt": "hello, how", "completion": " are you?"},
+    {"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8]},
+    {"input_ids": [9, 10, 11], "mask": [0, 1, 1]},
+  ]
+  source = _jsonl(tmp_path / "pc.jsonl", rows)
+  options = ConvertOptions(
+    tokenizer=TokenizerSpec.parse(f"hf:{tokenizer_dir}/tokenizer.json"), examples="prompt-completion", workers=1
+  )
+  manifest = convert([source], str(tmp_path / "pc"), "pc", options)
+  records = _records(str(tmp_path / "pc"))
+  encoding = fast("hello, how are you?", add_special_tokens=False, return_offsets_mapping=True)
+  offsets = np.asarray(encoding["offset_mapping"])
+  assert records[0]["tokens"].tolist() == encoding["input_ids"]
+  assert records[0]["mask"].tolist() == ((offsets[:, 1] > len("hello, how")).astype(int)).tolist()
+  assert records[1]["tokens"].tolist() == [5, 6, 7, 8] and records[1]["mask"].tolist() == [0, 0, 1, 1]
+  assert records[2]["mask"].tolist() == [0, 1, 1]
+  assert manifest.stats["examples"] == 3 and manifest.stats["trained_tokens"] == sum(
+    int(r["mask"].sum()) for r in records
+  )
+
+
+BAD_ROWS = [
+  ({"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]}, "messages[0]: content must be a string"),
+  ({"messages": [{"role": "robot", "content": "x"}]}, "role 'robot' is not one of"),
+  ({"messages": "hello"}, "field 'messages' is str, not a list"),
+  ({"messages": [{"role": "user", "content": "hi"}]}, "no assistant message trains"),
+  (
+    {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "weight": 2}]},
+    "weight must be 0 or 1",
+  ),
+  (
+    {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "weight": 0}]},
+    "no assistant message trains",
+  ),
+  ({"prompt": "x"}, "field 'messages' is missing"),
+]
+
+
+@pytest.mark.parametrize("row, message", BAD_ROWS, ids=[m for _, m in BAD_ROWS])
+def test_bad_examples_are_named_by_file_and_line_and_counted(tokenizer_dir, tmp_path, row, message):
+  good = {"messages": CONVERSATIONS[0]}
+  source = _jsonl(tmp_path / "bad.jsonl", [good, row, good])
+  with pytest.raises(InputFormatError, match=rf"bad.jsonl:2: .*{re.escape(message)}"):
+    convert([source], str(tmp_path / "o"), "x", _options(tokenizer_dir, None, tmp_path))
+  assert not os.path.exists(tmp_path / "o" / "manifest.json")
+  manifest = convert([source], str(tmp_path / "o"), "x", _options(tokenizer_dir, None, tmp_path, skip_invalid=True))
+  assert (manifest.stats["examples"], manifest.stats["refused_examples"]) == (2, 1)
+
+
+def test_a_template_that_raises_or_renders_another_conversation_is_named(tokenizer_dir, tmp_path):
+  source = _jsonl(tmp_path / "c.jsonl", [{"messages": CONVERSATIONS[0]}])
+  raising = "{{ raise_exception('no system prompt allowed') }}"
+  with pytest.raises(InputFormatError, match=r"c.jsonl:1: the chat template failed: .*no system prompt allowed"):
+    convert([source], str(tmp_path / "a"), "x", _options(tokenizer_dir, raising, tmp_path))
+  rewriting = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | upper }}<|im_end|>\n{% endfor %}"
+  with pytest.raises(InputFormatError, match=r"c.jsonl:1: messages\[0\] \(user\) is not in the template's rendering"):
+    convert([source], str(tmp_path / "b"), "x", _options(tokenizer_dir, rewriting, tmp_path))
+
+
+def test_the_cli_and_beam_write_the_same_masked_dataset_and_it_trains_on_masks(tokenizer_dir, tmp_path):
+  source = _jsonl(tmp_path / "chat.jsonl", [{"messages": m} for m in CONVERSATIONS[:2]] * 30)
+  argv = ["convert", source, "--format", "chat", "--tokenizer", f"hf:{tokenizer_dir}", "--out", str(tmp_path / "cli")]
+  assert main([*argv, "--name", "chat", "-q", "--workers", "1"]) == 0
+  convert_with_beam([source], str(tmp_path / "beam"), "chat", _options(tokenizer_dir, None, tmp_path), [])
+  cli, beam = _records(str(tmp_path / "cli")), _records(str(tmp_path / "beam"))
+  assert [(r["tokens"].tolist(), r["mask"].tolist()) for r in cli] == [
+    (r["tokens"].tolist(), r["mask"].tolist()) for r in beam
+  ]
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "chat", "path": str(tmp_path / "cli")}],
+      "mixture": {"weights": {"chat": 1}, "unit": "documents"},
+      "packing": {"mode": "best_fit", "seq_len": 64, "max_segments_per_row": 4},
+      "batch": {"global_batch_size": 4, "drop_remainder": False},
+      "exhausted_policy": "stop",
+    }
+  )
+  trained = sum(int(np.asarray(b["loss_mask"]).sum()) for b in Pipeline(cfg, prefetch=0))
+  # every trained token of every example but each one's first token (no target predicts it): here all
+  # examples' first tokens are prompt tokens, so the batches train exactly the masks' trained tokens
+  assert trained == sum(int(r["mask"].sum()) for r in cli) and trained > 0
