@@ -248,12 +248,16 @@ def test_a_template_that_raises_or_renders_another_conversation_is_named(tokeniz
     convert([source], str(tmp_path / "b"), "x", _options(tokenizer_dir, rewriting, tmp_path))
 
 
-def test_the_cli_and_beam_write_the_same_masked_dataset_and_it_trains_on_masks(tokenizer_dir, tmp_path):
+def test_the_cli_and_beam_write_the_same_masked_dataset_and_it_trains_on_masks(tokenizer_dir, tmp_path, capsys):
   source = _jsonl(tmp_path / "chat.jsonl", [{"messages": m} for m in CONVERSATIONS[:2]] * 30)
   argv = ["convert", source, "--format", "chat", "--tokenizer", f"hf:{tokenizer_dir}", "--out", str(tmp_path / "cli")]
   assert main([*argv, "--name", "chat", "-q", "--workers", "1"]) == 0
   convert_with_beam([source], str(tmp_path / "beam"), "chat", _options(tokenizer_dir, None, tmp_path), [])
   cli, beam = _records(str(tmp_path / "cli")), _records(str(tmp_path / "beam"))
+  capsys.readouterr()
+  assert main(["inspect", str(tmp_path / "cli")]) == 0
+  said = " ".join(capsys.readouterr().out.split())
+  assert f"chat: 60 fine-tuning examples, {sum(int(r['mask'].sum()) for r in cli):,} trained tokens" in said
   assert [(r["tokens"].tolist(), r["mask"].tolist()) for r in cli] == [
     (r["tokens"].tolist(), r["mask"].tolist()) for r in beam
   ]

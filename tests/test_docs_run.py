@@ -46,6 +46,11 @@ def _jsonl(path: str, texts: list[str]) -> None:
     f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
 
 
+def _rows(path: str, rows: list[dict]) -> None:
+  with open(path, "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
 def _documents(rng: np.random.Generator, count: int, low: int, high: int, end: int | None = None) -> list[list[int]]:
   docs = [rng.integers(1, VOCAB + 1, int(rng.integers(low, high))).tolist() for _ in range(count)]
   return [d + [end] for d in docs] if end is not None else docs
@@ -160,3 +165,37 @@ def test_configuration_reference_example_plans(tmp_path):
     _jsonl(os.path.join(root, f"corpus/{name}.jsonl"), _texts(rng, count, 300))
   _convert(root, "web", "code")
   assert run_markdown(os.path.join(REPO, "docs", "configuration.md"), root, require_python=False) >= 2
+
+
+def test_fine_tuning_guide_runs(tmp_path):
+  import transformers  # noqa: PLC0415 -- the chat extra, which the test extra installs
+  from tokenizers import Tokenizer  # noqa: PLC0415
+
+  root = str(tmp_path)
+  _tokenizer_json(os.path.join(root, "tokenizer.json"))
+  fast = transformers.PreTrainedTokenizerFast(
+    tokenizer_object=Tokenizer.from_file(os.path.join(root, "tokenizer.json"))
+  )
+  fast.chat_template = (
+    "{% for m in messages %}{{ m['role'] }}: {% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}"
+    "{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}\n{% endfor %}"
+  )
+  fast.save_pretrained(os.path.join(root, "tokenizer"))
+  rng = np.random.default_rng(4)
+  texts = _texts(rng, 600, 40)
+  for name, count in (("chat", 300), ("tools", 40), ("safety", 60)):
+    rows = [
+      {"messages": [{"role": "user", "content": texts[i]}, {"role": "assistant", "content": texts[-i - 1]}]}
+      for i in range(count)
+    ]
+    _rows(os.path.join(root, f"{name}.jsonl"), rows)
+  _rows(
+    os.path.join(root, "qa.jsonl"), [{"prompt": t, "completion": " " + u} for t, u in zip(texts[:50], texts[50:100])]
+  )
+  env = {**worker_env(), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+  for name in ("tools", "safety"):  # the other sets of the guide's mixture
+    argv = ["jaxdata", "convert", f"{name}.jsonl", "--format", "chat", "--tokenizer", "hf:tokenizer"]
+    subprocess.run(
+      [*argv, "--out", f"data/{name}", "--name", name, "-q"], cwd=root, env=env, check=True, capture_output=True
+    )
+  assert run_markdown(os.path.join(REPO, "docs", "fine-tuning.md"), root, require_python=False) >= 3

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -145,3 +147,34 @@ def test_masks_reach_the_batch_the_same_in_every_mode(tmp_path):
   reference = [digest(next(p)) for p in [Pipeline(cfg, prefetch=0)] for _ in range(8)]
   with Pipeline(cfg, prefetch=2) as pipe:
     assert [digest(next(pipe)) for _ in range(8)] == reference
+
+
+@pytest.mark.parametrize("mode", ["first_fit", "best_fit", "concat", "none"])
+def test_long_docs_drop_leaves_out_examples_longer_than_a_row_and_counts_them(tmp_path, mode):
+  lengths = [5, 40, 9, 17, 3, 16, 60, 7] * 4  # 17, 40 and 60 do not fit a row of 16 (with EOS: 16 neither)
+  cfg = coded_config(
+    tmp_path,
+    [lengths],
+    masked=(0,),
+    packing={"mode": mode, "long_docs": "drop", "add_eos": True, "eos_id": 0},
+    batch={"global_batch_size": 4, "drop_remainder": False},
+    exhausted_policy="stop",
+    stats_path=str(tmp_path / "stats.jsonl"),
+  )
+  with Pipeline(cfg, prefetch=0) as pipe, warnings.catch_warnings(record=True) as said:
+    warnings.simplefilter("always")
+    batches = [{k: np.asarray(v) for k, v in b.items()} for b in pipe]
+  after_last = sum(
+    int(re.search(r"left out (\d+) documents", str(w.message)).group(1)) for w in said if "left out" in str(w.message)
+  )
+  seen = set()
+  for batch in batches:
+    keep = (batch["segment_ids"] > 0) & (batch["tokens"] >= FIRST_CODE)
+    d, r, _ = decode(batch["tokens"][keep])
+    seen |= set(r.tolist())
+    assert np.array_equal(batch["loss_mask"], expected_loss_mask(batch, (0,), True))
+  kept = {i for i, n in enumerate(lengths) if n + 1 <= 16}
+  assert seen == kept  # every example that fits, whole; none that does not
+  stats = [json.loads(line) for line in open(tmp_path / "stats.jsonl")]
+  # counted in the stats of the step that drew them, or said once the stream ends after its last step
+  assert sum(s["dropped_documents"] for s in stats) + after_last == len(lengths) - len(kept)

@@ -5,7 +5,7 @@ documents from a `DocumentSource` and decides, from lengths alone, which
 piece of which document goes to which (row, column)::
 
     carry (placed first, in order)  +  new documents (largest first)
-        |  long documents: split into seq_len pieces, or truncated
+        |  long documents: split into seq_len pieces, truncated, or dropped (counted)
         v
     concat      one long sequence cut into rows (a cut document continues in the next row)
     first_fit   each piece into the lowest row with room         (segment tree over free space)
@@ -33,6 +33,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -100,6 +101,7 @@ class StepPlan:
   final: bool  # the last, partial step of a stream that ended (padded)
   truncated_tokens: int  # dropped by long_docs: truncate (and mode none)
   split_pieces: int  # pieces that are not a whole document
+  dropped_documents: int = 0  # long_docs: drop: documents longer than a row, left out (counted, never silent)
 
   @property
   def tokens(self) -> int:
@@ -332,29 +334,60 @@ class Packer:
       return None
     seq_len = self.cfg.packing.seq_len_at(step)
     rows = self.cfg.rows_at(step)
-    new, truncated = self._pull(step, rows, seq_len)
+    new, truncated, dropped = self._pull(step, rows, seq_len)
     placed, row, column, carry = self.strategy.place(self.carry, new, rows, seq_len)
     ended = self.source.ended and len(carry) == 0
     final = ended and not self.strategy.is_full(placed, rows, seq_len)
     if (ended and not len(placed)) or (final and self.cfg.batch.drop_remainder):
       self.done = True
+      if dropped:  # no step holds them: said here, since no step's stats can
+        warnings.warn(
+          f"jaxdata: long_docs: drop left out {dropped} documents longer than a row after the last step "
+          "(the stream ended)",
+          RuntimeWarning,
+          stacklevel=2,
+        )
       return None
     self.carry = carry
     self.done = ended
     split = int(np.count_nonzero(placed.length < placed.doc_length - self.strategy.tail(placed.dataset)))
-    return StepPlan(step, rows, seq_len, placed, row, column, final, truncated, split)
+    return StepPlan(step, rows, seq_len, placed, row, column, final, truncated, split, dropped)
 
-  def _pull(self, step: int, rows: int, seq_len: int) -> tuple[Pieces, int]:
+  def _pull(self, step: int, rows: int, seq_len: int) -> tuple[Pieces, int, int]:
     """New pieces from the source until, with the carry, they fill the step.
-    Returns them and the tokens truncation dropped."""
+    Returns them, the tokens truncation dropped and the documents long_docs: drop left out."""
     need = self.strategy.shortfall(self.carry, rows, seq_len)
-    parts, truncated = [], 0
+    parts, truncated, dropped_documents = [], 0, 0
     while need > 0 and not self.source.ended:
-      pieces, dropped = self.strategy.to_pieces(self.strategy.take(self.source, step, need), seq_len)
+      docs = self.strategy.take(self.source, step, need)
+      if self.cfg.packing.long_docs == "drop":
+        docs, count = _without_long(docs, self.strategy, seq_len)
+        dropped_documents += count
+      pieces, dropped = self.strategy.to_pieces(docs, seq_len)
       parts.append(pieces)
       truncated += dropped
       need -= self.strategy.amount(pieces)
-    return Pieces.concatenate(parts), truncated
+    return Pieces.concatenate(parts), truncated, dropped_documents
+
+
+@dataclasses.dataclass(frozen=True)
+class _Documents:
+  """Documents as columns (a `DocumentColumns`)."""
+
+  dataset: np.ndarray
+  pass_index: np.ndarray
+  record: np.ndarray
+  length: np.ndarray
+
+
+def _without_long(docs: DocumentColumns, strategy: PackingStrategy, seq_len: int) -> tuple[DocumentColumns, int]:
+  """The documents whose pieces fit one row (BOS / EOS counted), and how many were left out."""
+  _, span = strategy.document_lengths(docs.dataset.astype(np.int64), docs.length)
+  keep = span <= seq_len
+  if keep.all():
+    return docs, 0
+  kept = _Documents(docs.dataset[keep], docs.pass_index[keep], docs.record[keep], docs.length[keep])
+  return kept, int((~keep).sum())
 
 
 def _fit(

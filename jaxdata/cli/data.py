@@ -125,6 +125,16 @@ def _render_summaries(summaries: list[dict[str, Any]], console: Console) -> None
       f"{s['skipped_empty']}/{s['skipped_invalid']}",
     )
   show(console, table)
+  for s in summaries:
+    if "examples" in s:  # a fine-tuning set: what its masks train
+      trained = s["trained_tokens"]
+      share = f" ({trained / s['tokens']:.1%} of its tokens)" if trained is not None and s["tokens"] else ""
+      console.print(
+        f"{s['name']}: {s['examples']:,} fine-tuning examples, "
+        f"{'unknown' if trained is None else f'{trained:,}'} trained tokens{share}, "
+        f"{s['refused_examples']:,} refused",
+        markup=False,
+      )
 
 
 def inspect(args: argparse.Namespace, console: Console) -> int:

@@ -52,7 +52,7 @@ UNITS = ("tokens", "documents")
 INTERLEAVES = ("exact", "random")
 EXHAUSTED_POLICIES = ("stop", "repeat")
 PACKING_MODES = ("concat", "first_fit", "best_fit", "none")
-LONG_DOCS = ("split", "truncate")
+LONG_DOCS = ("split", "truncate", "drop")
 DATASET_FORMATS = ("arrayrecord", "megatron", "flat")
 SAMPLINGS = ("documents", "windows")
 

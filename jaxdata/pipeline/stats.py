@@ -93,6 +93,7 @@ class StatsRecorder:
       "padding_fraction_to_longest": 1.0 - plan.tokens / (plan.rows * longest) if longest else 0.0,
       "pieces_split": plan.split_pieces,
       "truncated_tokens": plan.truncated_tokens,
+      "dropped_documents": plan.dropped_documents,
       "final": plan.final,
       "passes": dict(passes),
       "time_s": {},

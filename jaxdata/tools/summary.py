@@ -33,4 +33,14 @@ def summarize(dataset: Dataset) -> dict[str, Any]:
     "fingerprint": dataset.manifest.fingerprint,
     "skipped_empty": stats.get("skipped_empty", 0),
     "skipped_invalid": stats.get("skipped_invalid", 0),
+    # fine-tuning examples (masked datasets): how many, the tokens their masks train, the refused ones
+    **(
+      {
+        "examples": stats.get("examples", dataset.num_records),
+        "trained_tokens": stats.get("trained_tokens"),
+        "refused_examples": stats.get("refused_examples", stats.get("skipped_invalid", 0)),
+      }
+      if getattr(dataset.manifest, "has_mask", False)
+      else {}
+    ),
   }
