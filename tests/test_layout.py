@@ -20,8 +20,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALLOWED = {
   "errors": set(),
   "_lazy": set(),
-  "config": {"errors"},
-  "sources": {"errors", "_lazy"},
+  "_native_switch": set(),
+  "config": {"errors", "_native_switch"},
+  "sources": {"errors", "_lazy", "_native_switch"},
   "order": {"config", "errors"},
   "mixture": {"config", "sources", "order", "errors"},
   "transforms": {"config", "errors"},

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetError, DatasetWriter, Manifest, Pipeline, from_iterable, open_dataset
+from jaxdata.sources import masked as masked_records
 from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from pipeline_fixtures import FIRST_CODE, code, coded_config, coded_mask, decode, digest
 
@@ -178,3 +179,25 @@ def test_long_docs_drop_leaves_out_examples_longer_than_a_row_and_counts_them(tm
   stats = [json.loads(line) for line in open(tmp_path / "stats.jsonl")]
   # counted in the stats of the step that drew them, or said once the stream ends after its last step
   assert sum(s["dropped_documents"] for s in stats) + after_last == len(lengths) - len(kept)
+
+
+def test_masked_records_split_the_same_in_c_and_numpy():
+  assert masked_records._masked is not None, "jaxdata.sources._masked was not built (pip install -e . compiles it)"
+  rng = np.random.default_rng(2)
+  for dtype in (np.dtype("<u2"), np.dtype("<u4")):
+    for _ in range(50):
+      lengths = rng.integers(0, 40, int(rng.integers(0, 30)))
+      ids = rng.integers(0, np.iinfo(dtype).max, int(lengths.sum()), dtype=np.int64).astype(dtype)
+      mask = rng.integers(0, 2, ids.size).astype(np.uint8)
+      joined = np.frombuffer(masked_records.records_with_masks(ids, lengths, mask), np.uint8)
+      for native in (True, False):
+        got_ids, got_mask, bad = masked_records.split_masked(joined, lengths, dtype, native=native)
+        assert got_ids.tolist() == ids.tolist() and got_mask.tolist() == mask.tolist() and bad == -1
+      if ids.size:
+        broken = joined.copy()
+        k = int(rng.integers(0, ids.size))
+        record = int(np.searchsorted(np.cumsum(lengths), k, side="right"))
+        position = int(np.sum(lengths[:record]) * (dtype.itemsize + 1) + lengths[record] * dtype.itemsize)
+        position += k - int(np.sum(lengths[:record]))
+        broken[position] = 3
+        assert [masked_records.split_masked(broken, lengths, dtype, native=n)[2] for n in (True, False)] == [k, k]

@@ -30,7 +30,14 @@ try:
 except ImportError:  # built without a C compiler: the NumPy versions below
   _native = None
 
-__all__ = ["BUILT", "NATIVE", "best_fit_rows", "first_fit_rows", "restart_segments", "write_runs"]
+__all__ = [
+  "BUILT",
+  "NATIVE",
+  "best_fit_rows",
+  "first_fit_rows",
+  "restart_segments",
+  "write_runs",
+]
 
 
 BUILT: bool = _native is not None  # the extension was compiled at install

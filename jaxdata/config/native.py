@@ -1,25 +1,11 @@
-"""`JAXDATA_NATIVE`: whether jaxdata's C loops run where they were built.
+"""`JAXDATA_NATIVE`: whether jaxdata's C loops run where they were built (see `jaxdata._native_switch`).
 
-"1" (the default) runs them; "0" runs their Python / NumPy versions, which
-give the same outputs (to compare, or to debug). Read once, at import, by
-each module with a C loop (`jaxdata.transforms.kernels`,
-`jaxdata.mixture.pick_loops`).
-
->>> native_wanted({"JAXDATA_NATIVE": "0"})
-False
+>>> native_wanted({"JAXDATA_NATIVE": "1"})
+True
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from jaxdata._native_switch import native_wanted
 
 __all__ = ["native_wanted"]
-
-
-def native_wanted(environ: Mapping[str, str] = os.environ) -> bool:
-  """`JAXDATA_NATIVE` as a bool; a value other than 0 or 1 is a named error."""
-  value = environ.get("JAXDATA_NATIVE", "1")
-  if value not in ("0", "1"):
-    raise ValueError(f"JAXDATA_NATIVE: {value!r} is not 0 (Python / NumPy loops) or 1 (C loops where built)")
-  return value == "1"

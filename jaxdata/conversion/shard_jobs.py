@@ -20,7 +20,8 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from jaxdata.sources.manifest import ShardInfo, writer_options
-from jaxdata.sources.writer import finish_shard, records_with_masks, shard_file_names
+from jaxdata.sources.masked import records_with_masks
+from jaxdata.sources.writer import finish_shard, shard_file_names
 
 __all__ = ["ShardJob", "plan_shard_jobs", "plan_shards", "write_shard"]
 

@@ -29,6 +29,7 @@ from jaxdata.sources.fileutil import check_inside, file_sha256, sample_sha256
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
+from jaxdata.sources.masked import split_masked
 from jaxdata.sources.records import ShardedRecords, check_range
 from jaxdata.sources.remote import CacheOptions, RemoteShards, default_cache_options, is_remote
 
@@ -215,12 +216,9 @@ class TokenDataset(ShardedRecords):
 
     record i   | n_i ids (n_i x itemsize bytes) | n_i mask bytes |
     """
-    itemsize = self.dtype.itemsize
-    parts = np.stack([token_lengths * itemsize, token_lengths], axis=1).ravel()
-    is_id = np.repeat(np.tile(np.array([True, False]), token_lengths.size), parts)
-    tokens, mask = joined[is_id].view(self.dtype), joined[~is_id]
-    if mask.size and mask.max() > 1:
-      document = int(np.searchsorted(offsets, int(np.flatnonzero(mask > 1)[0]), side="right")) - 1
+    tokens, mask, bad = split_masked(joined, token_lengths, self.dtype)
+    if bad >= 0:
+      document = int(np.searchsorted(offsets, bad, side="right")) - 1
       raise DatasetError(
         f"{self.shard_path(shard_ids[document])}: record {record_ids[document]} holds a mask byte other than 0 "
         "or 1 (damaged, or not a masked record)"

@@ -30,13 +30,13 @@ from jaxdata.sources.manifest import (
   ShardInfo,
   writer_options,
 )
+from jaxdata.sources.masked import records_with_masks
 
 __all__ = [
   "COMPRESSIONS",
   "DatasetWriter",
   "WRITER_OPTIONS",
   "finish_shard",
-  "records_with_masks",
   "shard_file_names",
   "writer_options",
 ]
@@ -206,13 +206,3 @@ def _checked_mask(mask: np.ndarray, size: int) -> np.ndarray:
   if mask.dtype.kind not in "biu" or (mask.size and (mask.min() < 0 or mask.max() > 1)):
     raise ValueError(f"mask: every value is 0 or 1 (trained or not), got {np.unique(mask)[:5].tolist()}")
   return mask.astype(np.uint8, copy=False)
-
-
-def records_with_masks(ids: np.ndarray, lengths: np.ndarray, mask: np.ndarray) -> bytes:
-  """Records of ids then their mask bytes, back to back (one vectorised interleave, no loop)."""
-  parts = np.stack([lengths * ids.dtype.itemsize, lengths], axis=1).ravel()
-  is_id = np.repeat(np.tile(np.array([True, False]), lengths.size), parts)
-  out = np.empty(is_id.size, np.uint8)
-  out[is_id] = ids.view(np.uint8)
-  out[~is_id] = mask
-  return out.tobytes()
