@@ -270,6 +270,13 @@ def test_the_cli_and_beam_write_the_same_masked_dataset_and_it_trains_on_masks(t
       "exhausted_policy": "stop",
     }
   )
+  config = tmp_path / "sft.yaml"
+  config.write_text(json.dumps({**cfg.to_dict(), "exhausted_policy": "repeat"}))
+  capsys.readouterr()
+  assert main(["plan", str(config), "--tokens", "100k", "-q"]) == 0
+  said = " ".join(capsys.readouterr().out.split())
+  per_epoch = sum(int(r["mask"].sum()) for r in cli)
+  assert re.search(rf"chat: [0-9.]+ epochs of 60 examples, [0-9,]+ trained tokens \({per_epoch:,} an epoch", said), said
   trained = sum(int(np.asarray(b["loss_mask"]).sum()) for b in Pipeline(cfg, prefetch=0))
   # every trained token of every example but each one's first token (no target predicts it): here all
   # examples' first tokens are prompt tokens, so the batches train exactly the masks' trained tokens

@@ -201,3 +201,25 @@ def test_masked_records_split_the_same_in_c_and_numpy():
         position += k - int(np.sum(lengths[:record]))
         broken[position] = 3
         assert [masked_records.split_masked(broken, lengths, dtype, native=n)[2] for n in (True, False)] == [k, k]
+
+
+@pytest.mark.parametrize("mesh", [False, True])
+def test_the_stats_count_trained_tokens_per_source(tmp_path, mesh):
+  import jax  # noqa: PLC0415 -- the 8 emulated devices of conftest
+
+  cfg = coded_config(
+    tmp_path,
+    [[5, 9, 3, 7] * 10, [11, 4, 6] * 10],
+    masked=(0,),
+    exhausted_policy="repeat",
+    stats_path=str(tmp_path / "stats.jsonl"),
+    batch={"global_batch_size": 8},
+  )
+  device_mesh = jax.make_mesh((8,), ("data",)) if mesh else None
+  with Pipeline(cfg, mesh=device_mesh, prefetch=2) as pipe:
+    batches = [{k: np.asarray(v) for k, v in next(pipe).items()} for _ in range(5)]
+  stats = [json.loads(line) for line in open(tmp_path / "stats.jsonl")]
+  for batch, record in zip(batches, stats):
+    trained = batch["loss_mask"] == 1
+    want = {name: int((trained & (batch["source_ids"] == d)).sum()) for d, name in enumerate(cfg.names)}
+    assert record["trained_tokens_per_source"] == want and sum(want.values()) > 0

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+from typing import Any
 
 from jaxdata._lazy import lazy_module
 from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, SAMPLING_WINDOWS_LEGEND, print_legend
@@ -13,6 +14,8 @@ from jaxdata.cli.output import Console, Table, check_output_path, show, working
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.planner import check_host_count
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
+from jaxdata.sources.stores import is_remote
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
 from jaxdata.tools.doctor import diagnose, load_losses, write_html
@@ -109,6 +112,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
       f"cache_bytes is {human_bytes(cfg.cache_bytes)}).",
       markup=False,
     )
+  for line in trained_token_lines(cfg, table):
+    console.print(line, markup=False)
   for i, (start, end) in enumerate(table.phases):
     total = sum(d.sampling_share[i] for d in table.datasets.values())
     console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
@@ -117,6 +122,25 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   if args.png:
     console.print(f"plot: {args.png}", markup=False)
   return 0
+
+
+def trained_token_lines(cfg: Any, table: Any) -> list[str]:
+  """Per fine-tuning set (a local dataset with trained-token masks): its epochs over the run and the
+  tokens its masks train in them (from the conversion's count)."""
+  lines = []
+  for dataset in cfg.datasets:
+    if is_remote(dataset.path) or not os.path.isfile(os.path.join(dataset.path, MANIFEST_NAME)):
+      continue
+    manifest = Manifest.load(dataset.path)
+    trained = manifest.stats.get("trained_tokens")
+    if not manifest.has_mask or not isinstance(trained, int):
+      continue
+    passes = table.datasets[dataset.name].passes
+    lines.append(
+      f"{dataset.name}: {passes:.2f} epochs of {manifest.num_records:,} examples, {trained * passes:,.0f} trained "
+      f"tokens ({trained:,} an epoch, {trained / max(manifest.num_tokens, 1):.1%} of its tokens)"
+    )
+  return lines
 
 
 def read_span_table(needs: CacheNeeds, args: argparse.Namespace) -> Table:

@@ -165,7 +165,9 @@ class Pipeline:
       except BaseException:  # re-raised: nothing may stay open
         self.reader.close()
         raise
-    self._produce = _producing(self._producer, self._output, self._rows_here, self.recorder)
+    self._produce = _producing(
+      self._producer, self._output, self._rows_here, self.recorder, self.reader.masked, cfg.names
+    )
     self._resources = _Resources(self.reader, self._producer)
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
@@ -364,11 +366,28 @@ def _producing(
   output: Callable[..., dict[str, Any]] | None,
   rows_here: Callable[[int, int], np.ndarray],
   recorder: StatsRecorder,
+  masked: bool = False,
+  names: Sequence[str] = (),
 ) -> Callable[[], Prepared | Any]:
-  """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays."""
+  """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays; where a
+  dataset carries trained-token masks, each step's stats count this host's trained tokens per source."""
+  produce = producer.produce
+  if masked:
+    produce = functools.partial(_counting_trained, produce, names)
   if output is None:
-    return producer.produce
-  return functools.partial(_global_batch, producer.produce, output, rows_here, recorder)
+    return produce
+  return functools.partial(_global_batch, produce, output, rows_here, recorder)
+
+
+def _counting_trained(produce: Callable[[], Prepared | Any], names: Sequence[str]) -> Prepared | Any:
+  """`trained_tokens_per_source`: the tokens whose targets train (loss_mask 1), per source, in this
+  host's rows (on one host, the global batch; on several, their sum is)."""
+  item = produce()
+  if isinstance(item, Prepared):
+    trained = np.asarray(item.batch["loss_mask"]).ravel() == 1
+    counts = np.bincount(np.asarray(item.batch["source_ids"]).ravel()[trained], minlength=len(names))
+    item.stats["trained_tokens_per_source"] = dict(zip(names, counts.tolist()))
+  return item
 
 
 def _global_batch(
