@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 import transformers
 
-from jaxdata import InputFormatError, Pipeline, PipelineConfig, open_dataset
+from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig, open_dataset
 from jaxdata.cli import main
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.examples import span_mask
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
+from jaxdata.integrations.levanter import levanter_chat_options
 
 SPECIALS = ["[UNK]", "<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
@@ -281,3 +282,34 @@ def test_the_cli_and_beam_write_the_same_masked_dataset_and_it_trains_on_masks(t
   # every trained token of every example but each one's first token (no target predicts it): here all
   # examples' first tokens are prompt tokens, so the batches train exactly the masks' trained tokens
   assert trained == sum(int(r["mask"].sum()) for r in cli) and trained > 0
+
+
+def test_levanters_chat_format_converts_to_the_same_masks(tokenizer_dir, tmp_path):
+  rows = [
+    {"conversation": CONVERSATIONS[0], "sys": "Be kind.", "chat_template_kwargs": {"greeting": "hi"}},
+    {"conversation": CONVERSATIONS[1], "sys": "Be brief."},
+  ]
+  source = _jsonl(tmp_path / "levanter.jsonl", rows)
+  template = "{% if greeting is defined %}{{ greeting }} {% endif %}" + CHATML
+  fmt = {"type": "chat", "messages_field": "conversation", "chat_template": template, "system_prompt": "sys"}
+  convert([source], str(tmp_path / "lev"), "lev", levanter_chat_options(fmt, f"hf:{tokenizer_dir}", workers=1))
+  for row, record in zip(rows, _records(str(tmp_path / "lev"))):
+    messages = [{"role": "system", "content": row["sys"]}, *row["conversation"]]
+    fast = transformers.PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    kwargs = row.get("chat_template_kwargs", {})
+    out = fast.apply_chat_template(
+      messages, chat_template=template, tokenize=True, return_dict=True, return_assistant_tokens_mask=True, **kwargs
+    )
+    assert record["tokens"].tolist() == list(out["input_ids"]) and record["mask"].tolist() == list(
+      out["assistant_masks"]
+    )
+  options = levanter_chat_options({"mask_user_turns": False}, f"hf:{tokenizer_dir}")
+  assert options.train_on == "all" and options.field == "messages"
+  for bad, message in (
+    ({"type": "supervised"}, "only Levanter's chat format"),
+    ({"mask_user_turn": True}, "'mask_user_turn' is not a chat format key"),
+    ({"mask_user_turns": "no"}, "mask_user_turns: expected true or false"),
+    ({"messages_field": 3}, "messages_field: expected a non-empty string"),
+  ):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+      levanter_chat_options(bad, f"hf:{tokenizer_dir}")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -40,7 +41,10 @@ __all__ = ["EXAMPLE_FORMATS", "ROLES", "TRAIN_ON", "ExampleEncoder", "example_en
 EXAMPLE_FORMATS = ("text", "chat", "prompt-completion")
 TRAIN_ON = ("assistant", "last", "all")
 ROLES = ("system", "user", "assistant", "tool", "developer")
-IGNORE_INDEX = -100  # Hugging Face trainers' label of a token that does not train
+IGNORE_INDEX = -100
+GENERATION_BLOCK = re.compile(
+  r"\{%-?\s*generation\s*-?%\}"
+)  # a template that marks what the assistant generates  # Hugging Face trainers' label of a token that does not train
 
 Example = tuple[np.ndarray, np.ndarray]  # (int64 ids, uint8 mask)
 
@@ -70,6 +74,8 @@ class ExampleEncoder:
   field: str
   train_on: str = "assistant"
   template: str | None = None
+  system_prompt_field: str = ""  # a record field whose text goes first, as a system message (Levanter's)
+  template_kwargs_field: str = ""  # a record field of keyword arguments for the template (Levanter's)
 
   def encode(self, record: Mapping[str, Any], where: str) -> Example:
     if not isinstance(record, Mapping):
@@ -82,7 +88,16 @@ class ExampleEncoder:
     if not isinstance(messages, list):
       shown = "missing" if self.field not in record else f"{type(messages).__name__}, not a list"
       raise InputFormatError(f"{where}: field {self.field!r} is {shown} (a chat example holds a list of messages)")
-    return self._chat(_checked_messages(messages, where), record.get("tools"), where)
+    messages = _checked_messages(messages, where)
+    system = record.get(self.system_prompt_field) if self.system_prompt_field else None
+    if system is not None:
+      if not isinstance(system, str):
+        raise InputFormatError(f"{where}: field {self.system_prompt_field!r} must be a string (the system prompt)")
+      messages = [{"role": "system", "content": system, "weight": 1}, *messages]
+    kwargs = record.get(self.template_kwargs_field) if self.template_kwargs_field else None
+    if kwargs is not None and not isinstance(kwargs, dict):
+      raise InputFormatError(f"{where}: field {self.template_kwargs_field!r} must be an object of template arguments")
+    return self._chat(messages, record.get("tools"), where, kwargs or {})
 
   def _prompt_completion(self, record: Mapping[str, Any], where: str) -> Example:
     prompt, completion = record.get("prompt"), record.get("completion")
@@ -99,27 +114,34 @@ class ExampleEncoder:
     ids, offsets = self._tokenized(text)
     return ids, span_mask(offsets, [(len(prompt), len(text))])
 
-  def _chat(self, messages: list[dict[str, Any]], tools: Any, where: str) -> Example:
+  def _chat(
+    self, messages: list[dict[str, Any]], tools: Any, where: str, kwargs: Mapping[str, Any] | None = None
+  ) -> Example:
+    kwargs = kwargs or {}
     trained = _trained_messages(messages, self.train_on)
     if not trained:
       raise InputFormatError(f"{where}: no assistant message trains (train_on {self.train_on!r}, weights)")
     try:
       text = self.tokenizer.apply_chat_template(
-        messages, tools=tools, tokenize=False, chat_template=self.template, add_generation_prompt=False
+        messages, tools=tools, tokenize=False, chat_template=self.template, add_generation_prompt=False, **kwargs
       )
     except Exception as e:  # noqa: BLE001 -- a template raises whatever its author wrote (jinja, raise_exception)
       raise InputFormatError(f"{where}: the chat template failed: {type(e).__name__}: {str(e)[:200]}") from e
     ids, offsets = self._tokenized(text)
     if self.train_on == "all":
       return ids, np.ones(ids.size, np.uint8)
-    if "{% generation %}" in (self.template or self.tokenizer.chat_template or "") or "{%- generation" in (
-      self.template or self.tokenizer.chat_template or ""
-    ):
-      return ids, self._generation_mask(messages, tools, ids, trained, where)
+    if GENERATION_BLOCK.search(self.template or self.tokenizer.chat_template or ""):
+      return ids, self._generation_mask(messages, tools, ids, trained, where, kwargs)
     return ids, span_mask(offsets, _content_spans(text, messages, trained, where))
 
   def _generation_mask(
-    self, messages: list[dict[str, Any]], tools: Any, ids: np.ndarray, trained: set[int], where: str
+    self,
+    messages: list[dict[str, Any]],
+    tools: Any,
+    ids: np.ndarray,
+    trained: set[int],
+    where: str,
+    kwargs: Mapping[str, Any],
   ) -> np.ndarray:
     """transformers' assistant mask, then only the generation blocks of the trained messages (the
     k-th block is the k-th assistant message)."""
@@ -131,6 +153,7 @@ class ExampleEncoder:
       return_assistant_tokens_mask=True,
       chat_template=self.template,
       add_generation_prompt=False,
+      **kwargs,
     )
     if list(out["input_ids"]) != ids.tolist():
       raise InputFormatError(f"{where}: the template's tokenized rendering differs from its text tokenized once")
@@ -244,10 +267,17 @@ def _fast_tokenizer(path: str) -> Any:
 
 
 def example_encoder(
-  kind: str, tokenizer_path: str, field: str, train_on: str, template_file: str | None
+  kind: str,
+  tokenizer_path: str,
+  field: str,
+  train_on: str,
+  template_file: str | None,
+  template_text: str = "",
+  system_prompt_field: str = "",
+  template_kwargs_field: str = "",
 ) -> ExampleEncoder:
   """The encoder of `jaxdata convert --format chat | prompt-completion`."""
-  template = None
+  template = template_text or None
   if template_file:
     try:
       with open(template_file, encoding="utf-8") as f:
@@ -260,4 +290,12 @@ def example_encoder(
       f"--tokenizer {tokenizer_path}: has no chat template (tokenizer_config.json or chat_template.jinja); "
       "give one with --chat-template FILE.jinja"
     )
-  return ExampleEncoder(kind, tokenizer, field, train_on, template)  # type: ignore[arg-type]
+  return ExampleEncoder(
+    kind,  # type: ignore[arg-type]
+    tokenizer,
+    field,
+    train_on,
+    template,
+    system_prompt_field,
+    template_kwargs_field,
+  )

@@ -45,6 +45,9 @@ class ConvertOptions:
     train_on: with "chat": "assistant" (every assistant message of weight 1), "last"
       (the last assistant message) or "all".
     chat_template: a Jinja chat template file instead of the tokenizer's own.
+    chat_template_text: the same template given as text (Levanter's `chat_template`).
+    system_prompt_field: chat: a record field whose text goes first, as a system message.
+    template_kwargs_field: chat: a record field of keyword arguments for the template.
   """
 
   tokenizer: TokenizerSpec = TokenizerSpec()
@@ -62,12 +65,17 @@ class ConvertOptions:
   examples: str = "text"
   train_on: str = "assistant"
   chat_template: str = ""
+  chat_template_text: str = ""
+  system_prompt_field: str = ""
+  template_kwargs_field: str = ""
 
   def __post_init__(self) -> None:
     if self.examples not in EXAMPLE_FORMATS:
       raise ValueError(f"examples: {self.examples!r} is not one of {EXAMPLE_FORMATS}")
     if self.train_on not in TRAIN_ON:
       raise ValueError(f"train_on: {self.train_on!r} is not one of {TRAIN_ON}")
+    if self.chat_template and self.chat_template_text:
+      raise ValueError("chat_template: give a template file or chat_template_text, not both")
     if self.examples != "text" and self.tokenizer.kind != "huggingface":
       raise ValueError(
         f"tokenizer: {self.examples} examples are rendered and tokenized by a Hugging Face tokenizer "

@@ -124,7 +124,14 @@ def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
   if key not in _encoders:
     field = "messages" if options.examples == "chat" and options.field == "text" else options.field
     _encoders[key] = example_encoder(
-      options.examples, options.tokenizer.path, field, options.train_on, options.chat_template or None
+      options.examples,
+      options.tokenizer.path,
+      field,
+      options.train_on,
+      options.chat_template or None,
+      options.chat_template_text,
+      options.system_prompt_field,
+      options.template_kwargs_field,
     )
   return _encoders[key]
 
