@@ -8,6 +8,7 @@ return_assistant_tokens_mask=True)` on the whole conversation, over template sty
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -148,7 +149,8 @@ def test_masks_equal_the_tokenizer_librarys_assistant_masks(tokenizer_dir, tmp_p
   if name != "tools":
     rows = [r for r in rows if all(m.get("content") is not None for m in r["messages"])]
   source = _jsonl(tmp_path / "chat.jsonl", rows)
-  convert([source], str(tmp_path / "out"), "chat", _options(tokenizer_dir, template, tmp_path))
+  manifest = convert([source], str(tmp_path / "out"), "chat", _options(tokenizer_dir, template, tmp_path))
+  assert manifest.stats["chat_template_sha256"] == hashlib.sha256(template.encode()).hexdigest()  # MaxText checks it
   records = _records(str(tmp_path / "out"))
   assert len(records) == len(rows)
   for row, record in zip(rows, records):

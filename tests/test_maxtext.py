@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from jaxdata import ConfigError, DatasetWriter, Pipeline
+from jaxdata import ConfigError, DatasetWriter, Pipeline, from_iterable
 from jaxdata.integrations import maxtext_keys
-from jaxdata.integrations.maxtext import FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_config
+from jaxdata.integrations.maxtext import FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_batch, maxtext_config
 from jaxdata.integrations.maxtext_values import KEY_TYPES
 
 VOCAB = 64
@@ -221,7 +221,6 @@ def test_every_key_the_adapter_reads_is_in_the_table(values, tmp_path, monkeypat
     ("colocated_python_data_input", True, r"colocated_python_data_input: True is not supported"),
     ("generate_padding_batch_train", True, r"generate_padding_batch_train: True is not supported"),
     ("use_dpo", True, r"use_dpo: True is not supported"),
-    ("use_sft", True, r"use_sft: True is not supported"),
     ("enable_rampup_batch_size", True, r"enable_rampup_batch_size: True is not supported: use jaxdata's batch.ramp"),
     ("train_data_columns", ["chosen", "rejected"], r"train_data_columns: \['chosen', 'rejected'\]: one text column"),
     ("grain_packing_type", "greedy", r"grain_packing_type: 'greedy' is not one of first_fit, best_fit"),
@@ -483,3 +482,65 @@ def test_maxtexts_default_segment_cap_is_honoured(values):
   with MaxTextPipeline({**values, "max_segments_per_seq": 2}) as pipe:
     for _ in range(3):
       assert int(np.asarray(next(pipe)["inputs_segmentation"]).max()) <= 2
+
+
+# ---------------------------------------------------------------- MaxText's SFT (use_sft)
+
+
+def _maxtext_sft_reference(batch: dict, examples: dict, seq_len: int, unk_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """MaxText's own steps, re-implemented: SFTPromptMasking (a prompt's targets are unk_id), the packed
+  rows (the same examples in the same places), then ShiftData (targets shifted left, padded; their
+  segmentation 0 where the target is the pad id)."""
+  rows = batch["tokens"].shape[0]
+  targets_raw = np.zeros((rows, seq_len), np.int64)
+  for r in range(rows):
+    for s in np.unique(batch["segment_ids"][r][batch["segment_ids"][r] > 0]):
+      columns = np.flatnonzero(batch["segment_ids"][r] == s)
+      ids = batch["tokens"][r, columns]
+      mask = examples[tuple(ids.tolist())]
+      targets_raw[r, columns] = np.where(mask == 1, ids, unk_id)
+  targets = np.concatenate([targets_raw[:, 1:], np.full((rows, 1), unk_id)], axis=1)
+  return targets, np.where(targets != unk_id, batch["segment_ids"], 0)
+
+
+def test_use_sft_gives_maxtexts_sft_targets_from_masked_examples(tmp_path):
+  rng = np.random.default_rng(12)
+  examples = {}
+  for _ in range(120):
+    n = int(rng.integers(4, 30))
+    ids = rng.integers(1, 250, n)
+    mask = np.zeros(n, np.uint8)
+    mask[int(rng.integers(1, n)) :] = 1  # a prompt, then its completion (as a chat conversion marks them)
+    examples[tuple(ids.tolist())] = mask
+  from_iterable([(list(k), v) for k, v in examples.items()], out=str(tmp_path / "chat"), tokenizer="byte")
+  values = {
+    "grain_train_files": f"{tmp_path}/chat/*.array_record",
+    "global_batch_size_to_load": 4,
+    "max_target_length": 64,
+    "use_sft": True,
+    "sft_train_on_completion_only": True,
+    "enable_data_shuffling": False,
+    "grain_packing_type": "best_fit",
+  }
+  with MaxTextPipeline(values) as pipe:
+    assert pipe.config.packing.add_bos is False and pipe.config.packing.add_eos is False  # the template's own
+    for _ in range(6):
+      raw = {k: np.asarray(v) for k, v in next(pipe.pipeline).items()}
+      got = maxtext_batch(raw, 0, completion_only=True)
+      targets, segmentation = _maxtext_sft_reference(raw, examples, 64)
+      assert np.array_equal(got["targets_segmentation"], segmentation)
+      trained = segmentation > 0
+      assert np.array_equal(np.asarray(got["targets"])[trained], targets[trained])
+  # every token trains without completion_only
+  with MaxTextPipeline({**values, "sft_train_on_completion_only": False}) as pipe:
+    batch = next(pipe)
+    assert (np.asarray(batch["targets_segmentation"]) > 0).sum() > (
+      np.asarray(batch["inputs_segmentation"]) > 0
+    ).sum() * 0.9
+  # data without masks, or converted with another template, is refused
+  from_iterable([list(k) for k in list(examples)[:50]], out=str(tmp_path / "plain"), tokenizer="byte")
+  with pytest.raises(ConfigError, match=r"sft_train_on_completion_only: dataset 'plain' has no trained-token masks"):
+    maxtext_config({**values, "grain_train_files": f"{tmp_path}/plain/*.array_record"})
+  (tmp_path / "t.jinja").write_text("{{ messages }}")
+  with pytest.raises(ConfigError, match=r"chat_template_path: .*t.jinja is not the template dataset 'chat'"):
+    maxtext_config({**values, "chat_template_path": str(tmp_path / "t.jinja")})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
 from jaxdata.errors import InputFormatError
+from jaxdata.sources.fileutil import file_sha256
 
 __all__ = ["UnitResult", "conversion_stats", "tokenize_unit", "unit_size"]
 
@@ -177,6 +179,14 @@ def _encode(tokenizer: Tokenizer, documents: list[Document], path: str, field: s
   return np.concatenate(parts), np.asarray(lengths, np.int64)
 
 
+def _template_sha256(options: ConvertOptions) -> str:
+  """sha256 of the chat template the examples were rendered with (a file's bytes, or the text's UTF-8)."""
+  if options.chat_template:
+    return file_sha256(options.chat_template)
+  text = options.chat_template_text or (_cached_encoder(options).tokenizer.chat_template or "")
+  return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def unit_size(total_bytes: int, workers: int, options: ConvertOptions) -> int:
   """Units small enough that every worker has several (and the first finishes in about a second)."""
   if options.unit_bytes:
@@ -206,6 +216,7 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
       "refused_examples": sum(r.invalid for r in results),
       "example_format": options.examples,
       "train_on": options.train_on,
+      **({"chat_template_sha256": _template_sha256(options)} if options.examples == "chat" else {}),
     }
     if options.examples != "text"
     else {}

@@ -26,6 +26,7 @@ from jaxdata.integrations.maxtext_keys import (
   MAXTEXT_KEYS,
   maxtext_config,
   maxtext_pad_id,
+  maxtext_sft,
   maxtext_values,
   maxtext_workers,
   parse_train_files,
@@ -64,10 +65,28 @@ def shift_data(tokens: Any, segment_ids: Any, pad_id: int) -> tuple[Any, Any]:
   return targets, xp.where(targets != pad_id, segment_ids, 0)
 
 
-def maxtext_batch(batch: Mapping[str, Any], pad_id: int = 0) -> dict[str, Any]:
-  """A jaxdata batch under MaxText's feature names (NumPy or jax.Array, int32), targets by `shift_data`."""
+def maxtext_batch(batch: Mapping[str, Any], pad_id: int = 0, completion_only: bool = False) -> dict[str, Any]:
+  """A jaxdata batch under MaxText's feature names (NumPy or jax.Array, int32), targets by `shift_data`.
+
+  `completion_only` (MaxText's `use_sft` with `sft_train_on_completion_only`): a target that does not
+  train (`loss_mask` 0: a prompt token, padding, the next example) is the pad id and its
+  `targets_segmentation` 0, as MaxText's `SFTPromptMasking` masks prompt targets before `ShiftData`.
+  """
   tokens = batch["tokens"].astype("int32")
   segment_ids = batch["segment_ids"].astype("int32")
+  if completion_only:
+    xp = np if isinstance(tokens, np.ndarray) else jnp
+    trained = batch["loss_mask"] == 1
+    targets = xp.where(trained, batch["targets"].astype("int32"), pad_id)
+    targets_segmentation = xp.where(trained, segment_ids, 0)
+    return {
+      "inputs": tokens,
+      "inputs_segmentation": segment_ids,
+      "inputs_position": batch["positions"].astype("int32"),
+      "targets": targets,
+      "targets_segmentation": targets_segmentation.astype("int32"),
+      "targets_position": batch["positions"].astype("int32"),
+    }
   targets, targets_segmentation = shift_data(tokens, segment_ids, pad_id)
   return {
     "inputs": tokens,
@@ -102,13 +121,15 @@ class MaxTextPipeline:
       pipeline_kwargs.setdefault("read_threads", int(values[f"grain_num_threads{suffix}"]))
     self.config = maxtext_config(values, split=split)
     self.pad_id = maxtext_pad_id(values, split)  # what ShiftData ignores (rows are zero-padded when packed)
+    use_sft, completion_only = maxtext_sft(values)
+    self.completion_only = use_sft and completion_only
     self.pipeline = Pipeline(self.config, mesh, data_axes, **pipeline_kwargs)
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self
 
   def __next__(self) -> dict[str, Any]:
-    return maxtext_batch(next(self.pipeline), self.pad_id)
+    return maxtext_batch(next(self.pipeline), self.pad_id, self.completion_only)
 
   def get_state(self) -> dict[str, Any]:
     return self.pipeline.get_state()

@@ -39,6 +39,7 @@ __all__ = [
   "MAXTEXT_KEYS",
   "maxtext_config",
   "maxtext_pad_id",
+  "maxtext_sft",
   "maxtext_values",
   "maxtext_workers",
   "parse_train_files",
@@ -88,7 +89,11 @@ MAXTEXT_KEYS: dict[str, str] = {
   "generate_padding_batch_train": "false: read; true: refused (the mixture repeats; it never runs out)",
   "generate_padding_batch_eval": "false: read; true: refused",
   "use_dpo": "false: read; true: refused (pretraining batches only)",
-  "use_sft": "false: read; true: refused (pretraining batches only)",
+  "use_sft": "true: fine-tuning batches from datasets with trained-token masks (jaxdata convert --format chat); "
+  "MaxText's tokenizer adds no BOS / EOS then (the template does)",
+  "sft_train_on_completion_only": "true: only trained tokens are targets (targets_segmentation 0 elsewhere, as "
+  "SFTPromptMasking's masked prompts); false: every token",
+  "chat_template_path": "the template the datasets were converted with: checked (sha256) against their conversion",
   "enable_rampup_batch_size": "false: read; true: refused (use jaxdata's batch.ramp)",
   "dataset_path": "not read with dataset_type grain (MaxText reads it for tfds only)",
   "dataset_name": "not read with dataset_type grain (tfds only)",
@@ -111,7 +116,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
   "generate_padding_batch_train": (False, None),
   "generate_padding_batch_eval": (False, None),
   "use_dpo": (False, None),
-  "use_sft": (False, None),
   "enable_rampup_batch_size": (False, None),
 }
 _WHY_REFUSED = {
@@ -120,7 +124,6 @@ _WHY_REFUSED = {
   "generate_padding_batch_train": "the mixture repeats and never runs out",
   "generate_padding_batch_eval": "jaxdata does not add padding batches",
   "use_dpo": "jaxdata hands out pretraining batches only",
-  "use_sft": "jaxdata hands out pretraining batches only",
   "enable_rampup_batch_size": "use jaxdata's batch.ramp (docs/configuration.md)",
 }
 _PACKING_TYPES = {"first_fit": "first_fit", "best_fit": "best_fit", "concat_then_split": "concat"}
@@ -305,6 +308,39 @@ def _tokenize(values: Mapping[str, Any], split: str) -> bool:
   return bool(values.get("tokenize_eval_data" if split == "eval" else "tokenize_train_data", True))
 
 
+def maxtext_sft(values: Mapping[str, Any]) -> tuple[bool, bool]:
+  """(use_sft, train on completions only): MaxText's SFT keys, checked."""
+  values = maxtext_values(values)
+  return bool(values.get("use_sft", False)), bool(values.get("sft_train_on_completion_only", False))
+
+
+def _check_sft(values: Mapping[str, Any], manifests: list[Manifest], names: list[str]) -> None:
+  """use_sft with completions only: every dataset holds examples with trained-token masks, converted with
+  chat_template_path's template when it is given."""
+  if not values.get("use_sft"):
+    return
+  if values.get("sft_train_on_completion_only"):
+    plain = [n for n, m in zip(names, manifests) if not m.has_mask]
+    if plain:
+      raise ConfigError(
+        f"sft_train_on_completion_only: dataset {plain[0]!r} has no trained-token masks; convert the "
+        "conversations with `jaxdata convert --format chat` (the masks mark the completions)"
+      )
+  path = values.get("chat_template_path")
+  if path:
+    if not os.path.isfile(path):
+      raise ConfigError(f"chat_template_path: {path} does not exist")
+    digest = file_sha256(path)
+    for name, manifest in zip(names, manifests):
+      recorded = manifest.stats.get("chat_template_sha256")
+      if recorded != digest:
+        raise ConfigError(
+          f"chat_template_path: {path} is not the template dataset {name!r} was converted with "
+          f"({'sha256 ' + recorded[:12] + '...' if recorded else 'none recorded'}); convert it again with "
+          f"`jaxdata convert --format chat --chat-template {path}`"
+        )
+
+
 def _sentencepiece_ids(values: Mapping[str, Any]) -> dict[str, int]:
   path = values.get("tokenizer_path")
   if not (path and os.path.isfile(path) and str(path).endswith(".model")):
@@ -426,11 +462,12 @@ def maxtext_config(
       "use_truncation: false with packing: false: MaxText then makes a row of each chunk of a long document; "
       "jaxdata's unpacked rows hold one document each (truncated): pack, or keep use_truncation: true"
     )
-  tokenize = _tokenize(values, split)
+  tokenize = _tokenize(values, split) and not values.get("use_sft")  # SFT: MaxText's tokenizer adds none
   adds = {flag: tokenize and bool(values.get(flag, True)) for flag in ("add_bos", "add_eos")}  # the tokenizer adds them
   special = {}
   if check_paths:
     _check_tokenizer(values, manifests, names, split)
+    _check_sft(values, manifests, names)
     special = _tokenizer_ids(values, manifests, names, adds)
   # Grain's packers pad rows with zeros; MaxText pads unpacked rows with the tokenizer's pad id.
   special["pad_id"] = special.get("pad_id", 0) if not packing else 0

@@ -75,6 +75,8 @@ KEY_TYPES: dict[str, tuple[KeyType, int | float | None]] = {
   "generate_padding_batch_eval": ("bool", None),
   "use_dpo": ("bool", None),
   "use_sft": ("bool", None),
+  "sft_train_on_completion_only": ("bool", None),
+  "chat_template_path": ("str", None),
   "enable_rampup_batch_size": ("bool", None),
 }
 # jaxdata's own additions to MaxText's keys (the special ids, when no tokenizer says them).
