@@ -245,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     choices=("doremi",),
     help="instead: DoReMi run online (a proxy steering the pipeline every step), then main runs on its weights",
   )
+  p.add_argument(
+    "--sft",
+    action="store_true",
+    help="instead: fine-tuning on generated chat, tool-call and safety conversations (masks, epochs, resume)",
+  )
   p.set_defaults(handler=demo.demo)
 
   p = command("plan", "exposure per dataset and phase before a run")

@@ -19,6 +19,7 @@ __all__ = ["ablate", "demo"]
 ablation = lazy_module("jaxdata.demo.ablate")
 demo_run = lazy_module("jaxdata.demo.run")
 online = lazy_module("jaxdata.demo.online")
+sft = lazy_module("jaxdata.demo.sft")
 
 
 UNSETTLED_BOUND = 0.05  # one document past this share of what was pulled: the shares have not settled
@@ -45,6 +46,8 @@ def demo(args: argparse.Namespace, console: Console) -> int:
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
   if args.online:
     return _online(args, console, cache_dir)
+  if args.sft:
+    return _sft(args, console, cache_dir)
   result = demo_run.run_demo(
     cache_dir,
     args.config,
@@ -112,6 +115,33 @@ def ablate(args: argparse.Namespace, console: Console) -> int:
   if args.png:
     console.print(f"plot: {ablation_plot(rows, base.names, args.png)}", markup=False)
   return 0
+
+
+def _sft(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
+  """`demo --sft`: the sets, the mixture's training, the resume check, held-out loss on trained tokens."""
+  result = sft.run_sft_demo(cache_dir, steps=args.steps, log=lambda m: console.print(m, markup=False))
+  table = Table(title=f"jaxdata demo --sft: {result.steps} steps, masks on the assistant's tokens")
+  for column in ("set", "weight (documents)", "examples trained on", "trained tokens", "epochs", "held-out loss"):
+    table.add_column(column, justify="right")
+  for name, (weight, _) in sft.SETS.items():
+    table.add_row(
+      name,
+      f"{weight:.2f}",
+      f"{result.realised_documents[name]:.3f}",
+      f"{result.trained_share[name]:.1%} of its tokens",
+      str(result.epochs[name]),
+      f"{result.held_out_loss[name]:.3f}",
+    )
+  show(console, table)
+  console.print(
+    f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; held-out loss on trained tokens only; "
+    f"resume mid-epoch: {'identical batches' if result.resume_ok else 'DIFFERENT batches'}",
+    markup=False,
+  )
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dataclasses.asdict(result), f, indent=1)
+  return 0 if result.resume_ok else 1
 
 
 def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
