@@ -315,3 +315,17 @@ def test_levanters_chat_format_converts_to_the_same_masks(tokenizer_dir, tmp_pat
   ):
     with pytest.raises(ConfigError, match=re.escape(message)):
       levanter_chat_options(bad, f"hf:{tokenizer_dir}")
+
+
+def test_chat_examples_convert_from_parquet_as_from_jsonl(tokenizer_dir, tmp_path):
+  import pyarrow as pa  # noqa: PLC0415 -- the parquet extra, which the test extra installs
+  import pyarrow.parquet as pq  # noqa: PLC0415
+
+  rows = [{"messages": m} for m in CONVERSATIONS[:2]] * 5
+  pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "chat.parquet"), row_group_size=3)
+  source = _jsonl(tmp_path / "chat.jsonl", rows)
+  convert([str(tmp_path / "chat.parquet")], str(tmp_path / "pq"), "c", _options(tokenizer_dir, CHATML, tmp_path))
+  convert([source], str(tmp_path / "js"), "c", _options(tokenizer_dir, CHATML, tmp_path))
+  assert [(r["tokens"].tolist(), r["mask"].tolist()) for r in _records(str(tmp_path / "pq"))] == [
+    (r["tokens"].tolist(), r["mask"].tolist()) for r in _records(str(tmp_path / "js"))
+  ]

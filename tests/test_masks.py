@@ -223,3 +223,22 @@ def test_the_stats_count_trained_tokens_per_source(tmp_path, mesh):
     trained = batch["loss_mask"] == 1
     want = {name: int((trained & (batch["source_ids"] == d)).sum()) for d, name in enumerate(cfg.names)}
     assert record["trained_tokens_per_source"] == want and sum(want.values()) > 0
+
+
+def test_the_report_speaks_of_trained_tokens(tmp_path, capsys):
+  from jaxdata.cli import main  # noqa: PLC0415
+
+  cfg = coded_config(
+    tmp_path,
+    [[5, 9, 3, 7] * 10, [11, 4, 6] * 10],
+    masked=(0,),
+    exhausted_policy="repeat",
+    stats_path=str(tmp_path / "stats.jsonl"),
+  )
+  with Pipeline(cfg, prefetch=0) as pipe:
+    batches = [{k: np.asarray(v) for k, v in next(pipe).items()} for _ in range(6)]
+  capsys.readouterr()
+  assert main(["report", str(tmp_path / "stats.jsonl"), "--out", str(tmp_path / "report")]) == 0
+  said = " ".join(capsys.readouterr().out.split())
+  want = [int(sum(((b["loss_mask"] == 1) & (b["source_ids"] == d)).sum() for b in batches)) for d in range(2)]
+  assert f"trained tokens (loss_mask 1, this host's rows): d0 {want[0]:,}, d1 {want[1]:,}" in said

@@ -230,6 +230,9 @@ def report(args: argparse.Namespace, console: Console) -> int:
     console.print(
       f"  {name}: {worst['deviation']:+.4f} at step {worst['step']} (final {series['final_deviation'][name]:+.4f})"
     )
+  if series["trained_tokens"]:  # fine-tuning data: what the masks let train, per source
+    trained = ", ".join(f"{n} {t:,}" for n, t in series["trained_tokens"].items())
+    console.print(f"trained tokens (loss_mask 1, this host's rows): {trained}", markup=False)
   for name, path in series["plots"].items():
     console.print(f"{name}: {path}", markup=False)
   return 0

@@ -217,10 +217,11 @@ def _checked_messages(messages: list[Any], where: str) -> list[dict[str, Any]]:
     content = message.get("content")
     if not isinstance(content, str) and not (role == "assistant" and content is None and message.get("tool_calls")):
       raise InputFormatError(f"{at}: content must be a string (an assistant's may be null beside tool_calls)")
-    weight = message.get("weight", 1)
+    weight = message.get("weight")
+    weight = 1 if weight is None else weight  # absent (or null, as Parquet fills a struct's missing field)
     if isinstance(weight, bool) or weight not in (0, 1):
       raise InputFormatError(f"{at}: weight must be 0 or 1, got {weight!r}")
-    if "weight" in message and role != "assistant":
+    if message.get("weight") is not None and role != "assistant":
       raise InputFormatError(f"{at}: weight is for assistant messages (only they train)")
     out.append({**message, "weight": weight})
   if not out:

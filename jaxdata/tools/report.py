@@ -93,6 +93,12 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
       n: {"step": records[worst[i]]["step"], "deviation": float(deviation[worst[i], i])} for i, n in enumerate(names)
     },
     "final_deviation": {n: float(deviation[-1, i]) for i, n in enumerate(names)},
+    # fine-tuning data (a dataset with trained-token masks): the tokens that trained, per source, in all
+    "trained_tokens": {
+      n: sum(int(r["trained_tokens_per_source"].get(n, 0)) for r in records)
+      for n in names
+      if all("trained_tokens_per_source" in r for r in records)
+    },
   }
 
 
