@@ -79,15 +79,8 @@ def maxtext_batch(batch: Mapping[str, Any], pad_id: int = 0, completion_only: bo
     trained = batch["loss_mask"] == 1
     targets = xp.where(trained, batch["targets"].astype("int32"), pad_id)
     targets_segmentation = xp.where(trained, segment_ids, 0)
-    return {
-      "inputs": tokens,
-      "inputs_segmentation": segment_ids,
-      "inputs_position": batch["positions"].astype("int32"),
-      "targets": targets,
-      "targets_segmentation": targets_segmentation.astype("int32"),
-      "targets_position": batch["positions"].astype("int32"),
-    }
-  targets, targets_segmentation = shift_data(tokens, segment_ids, pad_id)
+  else:
+    targets, targets_segmentation = shift_data(tokens, segment_ids, pad_id)
   return {
     "inputs": tokens,
     "inputs_segmentation": segment_ids,
