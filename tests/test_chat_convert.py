@@ -329,3 +329,14 @@ def test_chat_examples_convert_from_parquet_as_from_jsonl(tokenizer_dir, tmp_pat
   assert [(r["tokens"].tolist(), r["mask"].tolist()) for r in _records(str(tmp_path / "pq"))] == [
     (r["tokens"].tolist(), r["mask"].tolist()) for r in _records(str(tmp_path / "js"))
   ]
+
+
+def test_a_hugging_face_dataset_converts_through_its_parquet_export(tokenizer_dir, tmp_path):
+  import datasets  # noqa: PLC0415 -- the test extra installs it; jaxdata never imports it
+
+  rows = [{"messages": m} for m in CONVERSATIONS[:2]] * 3
+  datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "hf.parquet"))
+  convert([str(tmp_path / "hf.parquet")], str(tmp_path / "hf"), "hf", _options(tokenizer_dir, CHATML, tmp_path))
+  for row, record in zip(rows, _records(str(tmp_path / "hf"))):
+    ids, mask = _oracle(tokenizer_dir, CHATML, row["messages"])
+    assert record["tokens"].tolist() == ids and record["mask"].tolist() == mask

@@ -242,3 +242,27 @@ def test_the_report_speaks_of_trained_tokens(tmp_path, capsys):
   said = " ".join(capsys.readouterr().out.split())
   want = [int(sum(((b["loss_mask"] == 1) & (b["source_ids"] == d)).sum() for b in batches)) for d in range(2)]
   assert f"trained tokens (loss_mask 1, this host's rows): d0 {want[0]:,}, d1 {want[1]:,}" in said
+
+
+def test_doctor_speaks_of_trained_tokens_and_flags_a_set_that_trains_nothing(tmp_path):
+  from jaxdata.tools.doctor import diagnose  # noqa: PLC0415
+  from jaxdata.tools.report import load_stats  # noqa: PLC0415
+
+  cfg = coded_config(
+    tmp_path,
+    [[5, 9, 3, 7] * 10, [11, 4, 6] * 10],
+    masked=(0,),
+    exhausted_policy="repeat",
+    stats_path=str(tmp_path / "stats.jsonl"),
+  )
+  with Pipeline(cfg, prefetch=0) as pipe:
+    for _ in range(6):
+      next(pipe)
+  stats = load_stats(str(tmp_path / "stats.jsonl"))
+  checks = {c.name: c for c in diagnose(stats)}
+  trained = sum(s["trained_tokens_per_source"]["d0"] for s in stats)
+  assert f"{trained:,} trained tokens" in checks["passes d0"].figure and "trained d0" not in checks
+  for s in stats:  # as if d1's masks trained nothing
+    s["trained_tokens_per_source"]["d1"] = 0
+  checks = {c.name: c for c in diagnose(stats)}
+  assert checks["trained d1"].status == "warn" and "trains nothing" in checks["trained d1"].meaning

@@ -14,7 +14,8 @@ line: ok / warn / fail, the figure, what it means, what to change::
     boundaries  with a loss log: mean loss over w steps after each pass boundary minus the w steps before;
                 null: the same difference at every step whose averages hold no boundary; fail below -4 sigma
     passes      implied passes per source (the stats' completed passes + the current pass's progress):
-                warn above 4 (a small source seen many times: memorisation)
+                warn above 4 (a small source seen many times: memorisation); with fine-tuning data, its trained
+                tokens, and a warning for a source whose masks train none of its tokens
     overlap     with --config and --hosts: pieces planned onto two hosts in one step (`jaxdata audit`): fail if any
     controller  with mixture updates in the stats (an online controller): per source, oscillation = the share
                 of its weight changes (over 0.01) that reverse the one before: a controller converging or
@@ -242,20 +243,42 @@ def _boundaries(
 
 def _passes(stats: Sequence[Mapping[str, Any]], names: list[str]) -> list[Check]:
   last = stats[-1].get("passes", {})
+  trained = _trained_tokens(stats, names)
   checks = []
   for name in names:
     passes = float(last.get(name, 0))
     status = "warn" if passes > MAX_PASSES else "ok"
+    figure = f"{passes:.0f} completed passes" + (f", {trained[name]:,} trained tokens" if trained else "")
     checks.append(
       Check(
         f"passes {name}",
         status,
-        f"{passes:.0f} completed passes",
+        figure,
         f"above {MAX_PASSES:g} a small source is memorised",
         "lower its weight, or add data",
       )
     )
+  if trained:  # fine-tuning data: a source whose masks train nothing only costs steps
+    for name in names:
+      tokens = sum(int(r["tokens_per_source"].get(name, 0)) for r in stats)
+      if tokens and not trained[name]:
+        checks.append(
+          Check(
+            f"trained {name}",
+            "warn",
+            f"0 of its {tokens:,} tokens trained",
+            "its examples' masks mark no token as trained: it fills rows and trains nothing",
+            "check its conversion (--train-on, message weights) or leave the set out",
+          )
+        )
   return checks
+
+
+def _trained_tokens(stats: Sequence[Mapping[str, Any]], names: list[str]) -> dict[str, int]:
+  """Per source, the tokens that trained over the run (stats of a pipeline with trained-token masks), or {}."""
+  if not all("trained_tokens_per_source" in r for r in stats):
+    return {}
+  return {n: sum(int(r["trained_tokens_per_source"].get(n, 0)) for r in stats) for n in names}
 
 
 OSCILLATION = 0.5  # share of weight changes that reverse the previous one
