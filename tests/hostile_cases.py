@@ -43,6 +43,7 @@ from jaxdata.cli import main as cli  # noqa: E402
 from jaxdata.conversion.local_runner import convert  # noqa: E402
 from jaxdata.conversion.options import ConvertOptions  # noqa: E402
 from jaxdata.demo.ablate import load_candidate  # noqa: E402
+from jaxdata.integrations.levanter import levanter_chat_options  # noqa: E402
 from jaxdata.integrations.maxtext import maxtext_config  # noqa: E402
 from jaxdata.integrations.megatron import megatron_config  # noqa: E402
 from jaxdata.pipeline.grain_mixture import MixtureDataset  # noqa: E402
@@ -1036,6 +1037,39 @@ ENTRANCE_CASES = [
     lambda r: _cli("plan", _tiny_config(r), "--tokens", "1M"),
     CliError,
     "one whole step",
+  ),
+  # fine-tuning entrances
+  Case(
+    "a mask shorter than its tokens",
+    lambda r: jaxdata.from_iterable([([5, 6, 7], [0, 1])], out=os.path.join(r, "m"), tokenizer=None),
+    jaxdata.InputFormatError,
+    "item 0: its mask has 2 values for 3 token ids",
+  ),
+  Case(
+    "a mask value of 2",
+    lambda r: jaxdata.from_iterable([([5, 6], [0, 2])], out=os.path.join(r, "m"), tokenizer=None),
+    jaxdata.InputFormatError,
+    "item 0: a mask holds 0 or 1",
+  ),
+  Case(
+    "chat examples with the byte tokenizer",
+    lambda r: ConvertOptions(examples="chat"),
+    ValueError,
+    "tokenizer: chat examples are rendered and tokenized by a Hugging Face tokenizer",
+  ),
+  Case(
+    "a misspelled Levanter chat key",
+    lambda r: levanter_chat_options({"mask_user_turn": False}, "hf:tok"),
+    jaxdata.ConfigError,
+    "'mask_user_turn' is not a chat format key",
+  ),
+  Case(
+    "packing.max_segments_per_row of 0",
+    lambda r: jaxdata.PipelineConfig.from_dict(
+      {"datasets": [{"name": "a", "path": r}], "mixture": {"weights": {"a": 1}}, "packing": {"max_segments_per_row": 0}}
+    ),
+    jaxdata.ConfigError,
+    "packing.max_segments_per_row",
   ),
 ]
 CASES += ENTRANCE_CASES
