@@ -67,7 +67,6 @@ def jaxdata_config(paths: dict[str, str]) -> Any:
     {
       "seed": 0,
       "datasets": [{"name": n, "path": p} for n, p in paths.items()],
-      "allow_mixed_tokenizers": False,
       "mixture": {"unit": "documents", "weights": {n: w for n, (w, _, _) in SETS.items()}},
       "shuffle_block_size": "global",
       "exhausted_policy": "repeat",

@@ -8,6 +8,7 @@ return_assistant_tokens_mask=True)` on the whole conversation, over template sty
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -340,3 +341,16 @@ def test_a_hugging_face_dataset_converts_through_its_parquet_export(tokenizer_di
   for row, record in zip(rows, _records(str(tmp_path / "hf"))):
     ids, mask = _oracle(tokenizer_dir, CHATML, row["messages"])
     assert record["tokens"].tolist() == ids and record["mask"].tolist() == mask
+
+
+def test_a_bare_tokenizer_json_with_a_template_file_converts(tokenizer_dir, tmp_path):
+  bare = tmp_path / "bare"
+  bare.mkdir()
+  (bare / "tokenizer.json").write_bytes((open(os.path.join(tokenizer_dir, "tokenizer.json"), "rb")).read())
+  source = _jsonl(tmp_path / "c.jsonl", [{"messages": CONVERSATIONS[0]}])
+  for spec in (f"hf:{bare}", f"hf:{bare}/tokenizer.json"):  # no tokenizer_config.json: the template from the file
+    options = dataclasses.replace(_options(tokenizer_dir, CHATML, tmp_path), tokenizer=TokenizerSpec.parse(spec))
+    out = str(tmp_path / f"out{len(spec)}")
+    convert([source], out, "c", options)
+    ids, mask = _oracle(tokenizer_dir, CHATML, CONVERSATIONS[0])
+    assert _records(out)[0]["tokens"].tolist() == ids and _records(out)[0]["mask"].tolist() == mask

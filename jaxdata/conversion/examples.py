@@ -41,10 +41,8 @@ __all__ = ["EXAMPLE_FORMATS", "ROLES", "TRAIN_ON", "ExampleEncoder", "example_en
 EXAMPLE_FORMATS = ("text", "chat", "prompt-completion")
 TRAIN_ON = ("assistant", "last", "all")
 ROLES = ("system", "user", "assistant", "tool", "developer")
-IGNORE_INDEX = -100
-GENERATION_BLOCK = re.compile(
-  r"\{%-?\s*generation\s*-?%\}"
-)  # a template that marks what the assistant generates  # Hugging Face trainers' label of a token that does not train
+IGNORE_INDEX = -100  # Hugging Face trainers' label of a token that does not train
+GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # a template that marks what the assistant generates
 
 Example = tuple[np.ndarray, np.ndarray]  # (int64 ids, uint8 mask)
 
@@ -264,7 +262,9 @@ def _fast_tokenizer(path: str) -> Any:
   directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
   if os.path.isfile(os.path.join(directory, "tokenizer_config.json")):
     return transformers.PreTrainedTokenizerFast.from_pretrained(directory)
-  return transformers.PreTrainedTokenizerFast(tokenizer_file=path if os.path.isfile(path) else None)
+  return transformers.PreTrainedTokenizerFast(
+    tokenizer_file=path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
+  )
 
 
 def example_encoder(

@@ -47,7 +47,7 @@ class DocumentReader:
     self.bound = bound
     self.read_log = read_log
     # Where any dataset carries trained-token masks, every read gives masks (ones for the others).
-    self.masked = any(getattr(ds.manifest, "has_mask", False) for ds in self.datasets)
+    self.masked = any(ds.manifest.has_mask for ds in self.datasets)
 
   def read(self, steps: range, pieces: Pieces) -> tuple[list[np.ndarray], np.ndarray, Boundaries]:
     """(token arrays, start of each piece's document in their concatenation,

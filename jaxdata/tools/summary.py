@@ -40,7 +40,7 @@ def summarize(dataset: Dataset) -> dict[str, Any]:
         "trained_tokens": stats.get("trained_tokens"),
         "refused_examples": stats.get("refused_examples", stats.get("skipped_invalid", 0)),
       }
-      if getattr(dataset.manifest, "has_mask", False)
+      if dataset.manifest.has_mask
       else {}
     ),
   }
