@@ -99,13 +99,13 @@ def _config(data: Data, names: tuple[str, ...] = ("d0", "d1", "d2"), prefix: str
 
 def _sft_config(data: Data, prefix: str = "") -> Any:
   """Fine-tuning: a masked set upsampled by document weight beside an unmasked one, best-fit rows with
-  a segment cap and an EOS that trains as the example's last token."""
+  a segment cap, examples longer than a row dropped, and an EOS that trains as the example's last token."""
   return _config(
     data,
     names=("sft", "d1"),
     prefix=prefix,
     mixture={"unit": "documents", "weights": {"sft": 3, "d1": 1}},
-    packing={"mode": "best_fit", "max_segments_per_row": 3, "add_eos": True, "eos_id": 0},
+    packing={"mode": "best_fit", "max_segments_per_row": 3, "long_docs": "drop", "add_eos": True, "eos_id": 0},
     exhausted_policy="repeat",
   )
 
