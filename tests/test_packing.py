@@ -68,6 +68,22 @@ def covered(batches: list[dict[str, np.ndarray]]) -> dict[tuple[int, int], list[
   return {key: sorted(v) for key, v in seen.items()}
 
 
+def _packed_once(tmp_path, lengths: list[list[int]], **packing):
+  """(config, every batch, the stream's documents) of coded datasets read once each (exhausted_policy
+  stop, equal document weights), packed 4 x 16 with `packing`; the last batch padded, not dropped."""
+  cfg = coded_config(
+    tmp_path,
+    lengths,
+    packing=packing,
+    batch={"global_batch_size": 4, "drop_remainder": False},
+    exhausted_policy="stop",
+    mixture={"weights": {f"d{i}": 1 for i in range(len(lengths))}, "unit": "documents"},
+  )
+  with Pipeline(cfg, prefetch=0) as pipe:
+    batches = all_batches(pipe)
+  return cfg, batches, DocumentStream(cfg).take(0, max_docs=10_000)
+
+
 doc_lengths = st.lists(st.integers(1, 40), min_size=1, max_size=25)
 
 
@@ -79,22 +95,13 @@ doc_lengths = st.lists(st.integers(1, 40), min_size=1, max_size=25)
   eos=st.booleans(),
 )
 def test_every_token_of_every_document_appears_exactly_once(tmp_path_factory, lengths, mode, bos, eos):
-  tmp_path = tmp_path_factory.mktemp("coded")
-  cfg = coded_config(
-    tmp_path,
-    lengths,
-    packing={"mode": mode, "add_bos": bos, "add_eos": eos},
-    batch={"global_batch_size": 4, "drop_remainder": False},
-    exhausted_policy="stop",
-    mixture={"weights": {f"d{i}": 1 for i in range(len(lengths))}, "unit": "documents"},
+  cfg, batches, stream_docs = _packed_once(
+    tmp_path_factory.mktemp("coded"), lengths, mode=mode, add_bos=bos, add_eos=eos
   )
-  with Pipeline(cfg, prefetch=0) as pipe:
-    batches = all_batches(pipe)
-    for b in batches:
-      check_batch_invariants(b, cfg)
-      assert b["tokens"].shape == (4, 16)
+  for b in batches:
+    check_batch_invariants(b, cfg)
+    assert b["tokens"].shape == (4, 16)
   seen = covered(batches)
-  stream_docs = DocumentStream(cfg).take(0, max_docs=10_000)
   expected = {
     (int(d), int(r)): list(range(n))
     for d, r, n in zip(stream_docs.dataset, stream_docs.record, stream_docs.length)
@@ -571,21 +578,12 @@ def test_balanced_rows_follows_its_recursive_definition(counts):
 )
 def test_a_segment_cap_holds_in_every_packer_and_loses_no_token(tmp_path_factory, lengths, mode, cap, eos):
   """packing.max_segments_per_row: no row holds more than `cap` segments; every token still comes out once."""
-  tmp_path = tmp_path_factory.mktemp("capped")
-  cfg = coded_config(
-    tmp_path,
-    lengths,
-    packing={"mode": mode, "add_eos": eos, "max_segments_per_row": cap},
-    batch={"global_batch_size": 4, "drop_remainder": False},
-    exhausted_policy="stop",
-    mixture={"weights": {f"d{i}": 1 for i in range(len(lengths))}, "unit": "documents"},
+  cfg, batches, stream_docs = _packed_once(
+    tmp_path_factory.mktemp("capped"), lengths, mode=mode, add_eos=eos, max_segments_per_row=cap
   )
-  with Pipeline(cfg, prefetch=0) as pipe:
-    batches = all_batches(pipe)
   for b in batches:
     check_batch_invariants(b, cfg)
     assert int(b["segment_ids"].max(initial=0)) <= cap
-  stream_docs = DocumentStream(cfg).take(0, max_docs=10_000)
   if mode == "none":  # one truncated document a row
     want = {(int(d), int(r)): list(range(min(n, 16))) for d, r, n in zip(*_columns(stream_docs))}
   else:
