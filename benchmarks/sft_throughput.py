@@ -1,6 +1,6 @@
 """Fine-tuning batches: jaxdata against Grain on the same masked examples, at the same document shares.
 
-    python -m benchmarks.sft_throughput [--out /tmp/jaxdata-sft] [--scale 1.0] [--steps 40] [--repetitions 3]
+    python -m benchmarks.sft_throughput [--out /tmp/jaxdata-sft] [--scale 1.0] [--steps 300] [--repetitions 3]
                                         [--compression zstd|none]
 
 Three sets of pre-tokenized examples with trained-token masks (uint32 ids, vocabulary 128,256; lognormal
@@ -10,7 +10,7 @@ not by its weight, reshuffled every pass), rows of 2,048 tokens, 32 rows a step,
 row, examples longer than a row dropped, the mask carried into the batch.
 
     jaxdata   Pipeline(best_fit, max_segments_per_row 16, long_docs drop): NumPy rows in process, and
-              global arrays on an 8-device CPU mesh (the defaults)
+              global arrays on an 8-device CPU mesh (the defaults, and planning in process)
     Grain     the same ArrayRecord shards through grain.sources.ArrayRecordDataSource, each record split
               into ids and mask, examples over 2,048 dropped, per-set shuffle + repeat, IterDataset.mix by
               the same document weights, FirstFitPackIterDataset (32 bins, length_struct with the mask),
@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 
 SETS = {"chat": (0.6, 700, 12000), "tool_calls": (0.3, 1500, 3000), "safety": (0.1, 300, 6000)}  # weight, mean, count
 SEQ_LEN, ROWS, CAP, VOCAB = 2048, 32, 16, 128_256
+CHECK_EVERY = 25  # every 25th jaxdata batch is copied back and its counts checked against the stats
 
 
 def make_sets(out: str, scale: float, compression: str = "zstd") -> dict[str, str]:
@@ -76,26 +77,45 @@ def jaxdata_config(paths: dict[str, str]) -> Any:
   )
 
 
-def run_jaxdata(paths: dict[str, str], steps: int, mesh: bool) -> dict[str, Any]:
+def run_jaxdata(paths: dict[str, str], steps: int, mesh: bool, planner_process: bool | None = None) -> dict[str, Any]:
   import jax  # noqa: PLC0415
 
   import jaxdata  # noqa: PLC0415
 
   cfg = jaxdata_config(paths)
   device_mesh = jax.make_mesh((len(jax.devices()),), ("data",)) if mesh else None
-  with jaxdata.Pipeline(cfg, mesh=device_mesh) as pipe:
+  with jaxdata.Pipeline(cfg, mesh=device_mesh, planner_process=planner_process) as pipe:
     next(pipe)
     tokens, trained, documents = 0, 0, np.zeros(len(SETS))
     started = time.perf_counter()
-    for _ in range(steps):
-      batch = next(pipe)
-      segments = np.asarray(batch["segment_ids"])
-      tokens += int((segments > 0).sum())
-      trained += int(np.asarray(batch["loss_mask"]).sum())
-      sources, starts = np.asarray(batch["source_ids"]), np.asarray(batch["positions"]) == 0
-      documents += np.bincount(sources[starts & (segments > 0)], minlength=len(SETS))
+    for step in range(steps):
+      # Counted from the pipeline's own stats of the step (a training loop never copies its device
+      # batches back); every CHECK_EVERY-th batch is copied back and checked against them.
+      batch = jax.block_until_ready(next(pipe))
+      stats = pipe.stats()
+      counts = _stated(stats)
+      if step % CHECK_EVERY == 0 and counts != _counted(batch):
+        raise AssertionError(f"step {step}: the batch's counts {_counted(batch)} differ from its stats {counts}")
+      tokens, trained, documents = tokens + counts[0], trained + counts[1], documents + counts[2]
     seconds = time.perf_counter() - started
   return {"tokens_per_s": tokens / seconds, "trained_per_step": trained / steps, "shares": documents / documents.sum()}
+
+
+def _stated(stats: dict[str, Any]) -> tuple[int, int, list[int]]:
+  """(non-padding tokens, trained tokens, documents per set) as the step's stats give them."""
+  return (
+    sum(stats["tokens_per_source"].values()),
+    sum(stats["trained_tokens_per_source"].values()),
+    [stats["documents_per_source"][name] for name in SETS],
+  )
+
+
+def _counted(batch: dict[str, Any]) -> tuple[int, int, list[int]]:
+  """The same, counted in the batch's arrays (documents: segments that start in it)."""
+  segments, sources = np.asarray(batch["segment_ids"]), np.asarray(batch["source_ids"])
+  starts = (np.asarray(batch["positions"]) == 0) & (segments > 0)
+  documents = np.bincount(sources[starts], minlength=len(SETS))
+  return int((segments > 0).sum()), int(np.asarray(batch["loss_mask"]).sum()), documents.tolist()
 
 
 def _split(raw: bytes, source: int) -> dict[str, np.ndarray]:
@@ -158,7 +178,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", default="/tmp/jaxdata-sft")
   parser.add_argument("--scale", type=float, default=1.0)
-  parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--steps", type=int, default=300, help="timed steps per run (after the first)")
   parser.add_argument("--repetitions", type=int, default=3)
   parser.add_argument("--compression", default="zstd", choices=("zstd", "none"), help="the sets' record compression")
   args = parser.parse_args()
@@ -166,6 +186,7 @@ def main() -> None:
   sides = {
     "jaxdata, NumPy in process": lambda: run_jaxdata(paths, args.steps, mesh=False),
     "jaxdata, 8-device mesh (defaults)": lambda: run_jaxdata(paths, args.steps, mesh=True),
+    "jaxdata, 8-device mesh, planning in process": lambda: run_jaxdata(paths, args.steps, True, planner_process=False),
     "Grain, single process": lambda: run_grain(paths, args.steps, workers=0),
     "Grain, mp_prefetch(2)": lambda: run_grain(paths, args.steps, workers=2),
   }
@@ -181,7 +202,7 @@ def main() -> None:
     shares = ", ".join(f"{s:.3f}" for s in np.mean([r["shares"] for r in results], axis=0))
     trained = statistics.median(r["trained_per_step"] for r in results)
     print(
-      f"{name:36s} {medians[name] / 1e6:6.2f}M non-padding tokens/s  [{medians[name] / grain_best:4.2f}x Grain's best]  "
+      f"{name:44s} {medians[name] / 1e6:6.2f}M non-padding tokens/s  [{medians[name] / grain_best:4.2f}x Grain's best]  "
       f"trained/step {trained:,.0f}  document shares {shares}"
     )
 

@@ -242,6 +242,33 @@ def test_bad_examples_are_named_by_file_and_line_and_counted(tokenizer_dir, tmp_
   assert (manifest.stats["examples"], manifest.stats["refused_examples"]) == (2, 1)
 
 
+def test_an_example_longer_than_max_tokens_is_named_and_counted_in_both_runners_and_the_cli(tokenizer_dir, tmp_path):
+  rows = [{"input_ids": [5, 6, 7]}, {"input_ids": list(range(5, 13))}, {"messages": CONVERSATIONS[0]}]
+  source = _jsonl(tmp_path / "long.jsonl", rows)
+  longest_chat = len(_records_of(tokenizer_dir, tmp_path, source)[2]["tokens"])
+  cap = 7  # the 3-token row fits, the 8-token row does not (and the conversation is longer still)
+  assert longest_chat > cap
+  with pytest.raises(InputFormatError, match=r"long.jsonl:2: the example holds 8 tokens, more than the 7 allowed"):
+    convert([source], str(tmp_path / "o"), "x", _options(tokenizer_dir, None, tmp_path, max_example_tokens=cap))
+  skipping = _options(tokenizer_dir, None, tmp_path, max_example_tokens=cap, skip_invalid=True)
+  manifest = convert([source], str(tmp_path / "o"), "x", skipping)
+  assert (manifest.stats["examples"], manifest.stats["refused_examples"]) == (1, 2)
+  assert [r["tokens"].tolist() for r in _records(str(tmp_path / "o"))] == [[5, 6, 7]]
+  beam = convert_with_beam([source], str(tmp_path / "beam"), "x", skipping, [])
+  assert (beam.stats["examples"], beam.stats["refused_examples"]) == (1, 2)
+  argv = ["convert", source, "--format", "chat", "--tokenizer", f"hf:{tokenizer_dir}", "--out", str(tmp_path / "cli")]
+  assert main([*argv, "--name", "x", "-q", "--workers", "1", "--max-tokens", str(cap), "--skip-invalid"]) == 0
+  assert [r["tokens"].tolist() for r in _records(str(tmp_path / "cli"))] == [[5, 6, 7]]
+  with pytest.raises(ValueError, match="max_example_tokens: must be >= 0"):
+    _options(tokenizer_dir, None, tmp_path, max_example_tokens=-1)
+
+
+def _records_of(tokenizer_dir: str, tmp_path, source: str) -> list[dict[str, np.ndarray]]:
+  out = str(tmp_path / "uncapped")
+  convert([source], out, "x", _options(tokenizer_dir, None, tmp_path))
+  return _records(out)
+
+
 def test_a_template_that_raises_or_renders_another_conversation_is_named(tokenizer_dir, tmp_path):
   source = _jsonl(tmp_path / "c.jsonl", [{"messages": CONVERSATIONS[0]}])
   raising = "{{ raise_exception('no system prompt allowed') }}"

@@ -38,9 +38,11 @@ def random_runs(rng: np.random.Generator, grid: int, buffer_size: int) -> tuple[
   return run_src, run_dst, run_len, run_segment, run_source
 
 
-def written(native: bool, buffer: np.ndarray, runs: tuple[np.ndarray, ...], grid: int) -> dict[str, np.ndarray]:
+def written(
+  native: bool, buffer: np.ndarray, runs: tuple[np.ndarray, ...], grid: int, trained: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
   flat = {name: np.full(grid, -7, np.int32) for name in FEATURES}
-  kernels.write_runs(buffer, *runs, flat, native=native)
+  kernels.write_runs(buffer, *runs, flat, native=native, trained=trained)
   return flat
 
 
@@ -61,6 +63,27 @@ def test_write_runs_in_c_equals_numpy_on_random_runs(dtype: type) -> None:
     np.testing.assert_array_equal(c["targets"][d : d + k], buffer[s + 1 : s + k + 1].astype(np.int32))
     piece = runs[3][0] != 0
     assert c["positions"][d : d + k].tolist() == (list(range(k)) if piece else [0] * k)
+
+
+def test_write_runs_with_trained_flags_in_c_equals_numpy_and_the_definition() -> None:
+  rng = np.random.default_rng(29)
+  for _ in range(60):
+    grid = int(rng.integers(1, 200))
+    buffer = rng.integers(0, 2**32, int(rng.integers(grid + 2, 3 * grid + 4)), dtype=np.uint64).astype(np.uint32)
+    trained = (rng.random(buffer.size) < 0.5).astype(np.uint8)
+    runs = random_runs(rng, grid, buffer.size)
+    c, numpy = written(True, buffer, runs, grid, trained), written(False, buffer, runs, grid, trained)
+    for name in FEATURES:
+      np.testing.assert_array_equal(c[name], numpy[name], err_msg=name)
+    untrained = written(True, buffer, runs, grid)
+    for name in FEATURES[:-2] + FEATURES[-1:]:  # only the loss mask depends on the flags
+      np.testing.assert_array_equal(c[name], untrained[name], err_msg=name)
+    # The definition: a piece's slot trains where its target's flag is set; padding never does.
+    for s, d, k, segment in zip(*(a.tolist() for a in runs[:4])):
+      expected = trained[s + 1 : s + k + 1].tolist() if segment else [0] * k
+      assert c["loss_mask"][d : d + k].tolist() == expected
+  with pytest.raises(ValueError, match="trained must be uint8 laid out as the buffer"):
+    written(True, buffer, runs, grid, trained[:-1])
 
 
 def restarted(starts: np.ndarray, seq_len: int, segments: np.ndarray, positions: np.ndarray) -> tuple[list, list]:

@@ -190,9 +190,18 @@ def test_masked_records_split_the_same_in_c_and_numpy():
       ids = rng.integers(0, np.iinfo(dtype).max, int(lengths.sum()), dtype=np.int64).astype(dtype)
       mask = rng.integers(0, 2, ids.size).astype(np.uint8)
       joined = np.frombuffer(masked_records.records_with_masks(ids, lengths, mask), np.uint8)
+      # one bytes object per record, as a read gives them (the C version copies without a join)
+      ends = np.cumsum(lengths) * (dtype.itemsize + 1)
+      records = tuple(joined[a:b].tobytes() for a, b in zip(np.r_[0, ends[:-1]], ends))
       for native in (True, False):
-        got_ids, got_mask, bad = masked_records.split_masked(joined, lengths, dtype, native=native)
-        assert got_ids.tolist() == ids.tolist() and got_mask.tolist() == mask.tolist() and bad == -1
+        for source in (joined, records, list(records)):
+          got_ids, got_mask, bad = masked_records.split_masked(source, lengths, dtype, native=native)
+          assert got_ids.tolist() == ids.tolist() and got_mask.tolist() == mask.tolist() and bad == -1
+      if records:
+        with pytest.raises(ValueError, match="record 0 is not bytes of lengths"):
+          masked_records.split_masked((records[0] + b"x",) + records[1:], lengths, dtype, native=True)
+        with pytest.raises(ValueError, match="one record per length"):
+          masked_records.split_masked(records[1:], lengths, dtype, native=True)
       if ids.size:
         broken = joined.copy()
         k = int(rng.integers(0, ids.size))

@@ -67,20 +67,21 @@ enum { BUFFER, SRC, DST, LEN, SEGMENT, SOURCE, TOKENS, TARGETS, SEGMENT_IDS, POS
 
 PyDoc_STRVAR(write_runs_doc,
 "write_runs(buffer, kind, run_src, run_dst, run_len, run_segment, run_source,\n"
-"           tokens, targets, segment_ids, positions, loss_mask, source_ids)\n\n"
+"           tokens, targets, segment_ids, positions, loss_mask, source_ids, trained=None)\n\n"
 "For each run r of run_len[r] grid slots from run_dst[r]: tokens =\n"
 "buffer[run_src[r] + j], targets = buffer[run_src[r] + j + 1], segment_ids =\n"
 "run_segment[r], source_ids = run_source[r], and where run_segment[r] != 0\n"
 "(a piece) positions = j and loss_mask = 1, else 0. kind is the buffer's\n"
 "NumPy dtype char (b B h H i I); run arrays are int64 (segment, source:\n"
-"int32), outputs flat int32 of one size.");
+"int32), outputs flat int32 of one size. trained (uint8, laid out as buffer):\n"
+"loss_mask is 1 only where trained[run_src[r] + j + 1] (the target's flag) is.");
 
 static PyObject *write_runs(PyObject *self, PyObject *args) {
-  PyObject *objects[VIEWS];
+  PyObject *objects[VIEWS], *trained_obj = Py_None;
   int kind;
-  if (!PyArg_ParseTuple(args, "OCOOOOOOOOOOO", &objects[0], &kind, &objects[1], &objects[2],
+  if (!PyArg_ParseTuple(args, "OCOOOOOOOOOOO|O", &objects[0], &kind, &objects[1], &objects[2],
                         &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
-                        &objects[9], &objects[10], &objects[11])) {
+                        &objects[9], &objects[10], &objects[11], &trained_obj)) {
     return NULL;
   }
   Py_ssize_t buffer_itemsize;
@@ -113,6 +114,22 @@ static PyObject *write_runs(PyObject *self, PyObject *args) {
       release_all(views, VIEWS);
       return NULL;
     }
+  }
+  Py_buffer trained_view = {0};
+  const uint8_t *trained = NULL;
+  if (trained_obj != Py_None) {
+    if (checked_buffer(trained_obj, &trained_view, 0, 1, "trained") < 0) {
+      release_all(views, VIEWS);
+      return NULL;
+    }
+    if (trained_view.len != buffer_size) {
+      PyErr_Format(PyExc_ValueError, "write_runs: trained holds %zd items, expected %zd (the buffer's)",
+                   trained_view.len, buffer_size);
+      PyBuffer_Release(&trained_view);
+      release_all(views, VIEWS);
+      return NULL;
+    }
+    trained = trained_view.buf;
   }
   const void *buffer = views[BUFFER].buf;
   const int64_t *run_src = views[SRC].buf, *run_dst = views[DST].buf, *run_len = views[LEN].buf;
@@ -147,9 +164,13 @@ static PyObject *write_runs(PyObject *self, PyObject *args) {
         loss_mask[d + j] = piece;
         positions[d + j] = piece ? (int32_t)j : 0;
       }
+      if (trained && piece) {
+        for (int64_t j = 0; j < k; j++) loss_mask[d + j] = trained[s + j + 1] != 0;
+      }
     }
   }
   if (released) PyEval_RestoreThread(released);
+  if (trained) PyBuffer_Release(&trained_view);
   if (bad >= 0) {
     PyErr_Format(PyExc_ValueError,
                  "write_runs: run %zd (src %lld, dst %lld, length %lld) lies outside the buffer "

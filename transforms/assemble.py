@@ -128,7 +128,8 @@ def assemble_rows(
   ):
     raise ValueError(f"assemble: out must hold a contiguous int32 {shape} array for each of {FEATURES}")
   flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
-  write_runs(buffer, run_src, run_dst, run_len, run_segment, run_source, flat)
+  # With masks the loss mask takes each target's trained flag in the same pass.
+  write_runs(buffer, run_src, run_dst, run_len, run_segment, run_source, flat, trained=trained)
   if not count:
     return out
   tokens, targets, loss_mask = flat["tokens"], flat["targets"], flat["loss_mask"]
@@ -146,33 +147,14 @@ def assemble_rows(
     tokens[last_slot] = packing.eos_id
     # The token before EOS predicts EOS.
     before = (pieces.offset <= last - 1) & (end > last - 1)
-    targets[piece_dst[before] + last[before] - 1 - pieces.offset[before]] = packing.eos_id
-  if trained is not None:
-    _keep_trained_targets(loss_mask, trained, run_src, run_dst, run_len, pieces, piece_dst, packing)
+    inside = last[before] - 1 - pieces.offset[before]  # the slot's index inside its piece
+    targets[piece_dst[before] + inside] = packing.eos_id
+    if trained is not None:
+      # An EOS that jaxdata appends trains as its document's last token does (the model learns to
+      # stop where it learns to answer): the slot before it takes that token's own flag.
+      piece_src = doc_start + 1 + pieces.offset - int(packing.add_bos)  # as the runs read the buffer
+      loss_mask[piece_dst[before] + inside] = trained[piece_src[before] + inside]
   return out
-
-
-def _keep_trained_targets(
-  loss_mask: np.ndarray,
-  trained: np.ndarray,
-  run_src: np.ndarray,
-  run_dst: np.ndarray,
-  run_len: np.ndarray,
-  pieces: Pieces,
-  piece_dst: np.ndarray,
-  packing: PackingConfig,
-) -> None:
-  """loss_mask[g] &= the trained flag of slot g's target: the runs tile the grid, so slot g reads
-  buffer position src(g) and its target src(g) + 1, as `targets` does. An EOS that jaxdata appends
-  trains as its document's last token does (the model learns to stop where it learns to answer)."""
-  source = np.repeat(run_src - run_dst, run_len) + np.arange(loss_mask.size)  # buffer position of every slot
-  flag = trained[source + 1]
-  if packing.add_eos:
-    end, last = pieces.offset + pieces.length, pieces.doc_length - 1
-    before = (pieces.offset <= last - 1) & (end > last - 1)
-    slot = piece_dst[before] + last[before] - 1 - pieces.offset[before]
-    flag[slot] = trained[source[slot]]
-  loss_mask &= flag
 
 
 def follow_boundaries(

@@ -55,18 +55,22 @@ def write_runs(
   run_source: np.ndarray,
   flat: dict[str, np.ndarray],
   native: bool | None = None,
+  trained: np.ndarray | None = None,
 ) -> None:
   """For each run r (`run_len[r]` grid slots from `run_dst[r]`)::
 
       tokens[d + j]  = buffer[s + j]        targets[d + j] = buffer[s + j + 1]
       segment_ids    = run_segment[r]       source_ids     = run_source[r]
       positions      = j, loss_mask = 1     (0 and 0 where run_segment[r] == 0: padding)
+      with `trained` (uint8, laid out as `buffer`): loss_mask = trained[s + j + 1]
 
   with s = `run_src[r]`, d = `run_dst[r]`. `flat` holds the six features as
   flat contiguous int32 arrays of one size; the runs must tile them in grid
   order (the NumPy version relies on it). `native` None: `NATIVE`; a
   buffer in another byte order always takes the NumPy version.
   """
+  if trained is not None and (trained.dtype != np.uint8 or trained.size != buffer.size):
+    raise ValueError(f"write_runs: trained must be uint8 laid out as the buffer ({buffer.size} items)")
   kind = _BUFFER_KINDS.get((buffer.dtype.kind, buffer.dtype.itemsize)) if buffer.dtype.isnative else None
   if (NATIVE if native is None else native) and kind is not None:
     _native.write_runs(
@@ -75,6 +79,7 @@ def write_runs(
       *(np.ascontiguousarray(a, np.int64) for a in (run_src, run_dst, run_len)),
       *(np.ascontiguousarray(a, np.int32) for a in (run_segment, run_source)),
       *(flat[name] for name in ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")),
+      None if trained is None else np.ascontiguousarray(trained),
     )
     return
   grid = flat["tokens"].size
@@ -97,6 +102,8 @@ def write_runs(
   positions = _grid_slots(grid, slot_dtype) - np.repeat(run_dst.astype(slot_dtype), run_len)
   positions *= flat["loss_mask"]
   flat["positions"][...] = positions
+  if trained is not None:  # after positions: those count every slot of a piece
+    flat["loss_mask"] &= trained.take(src + 1, mode="clip")
 
 
 _RUN_NAMES = ("run_dst", "run_len", "run_segment", "run_source")

@@ -111,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
   )
   p.add_argument("--chat-template", help="chat: a Jinja chat template file instead of the tokenizer's own")
   p.add_argument(
+    "--max-tokens",
+    type=int,
+    default=0,
+    help="chat / prompt-completion: refuse an example longer than this, named by file:line (a row's seq_len; "
+    "0: any length)",
+  )
+  p.add_argument(
     "--text-mode", default="file", choices=TEXT_MODES, help="plain text: one document per file, line or paragraph"
   )
   p.add_argument(

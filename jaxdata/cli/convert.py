@@ -26,6 +26,7 @@ def convert(args: argparse.Namespace, console: Console) -> int:
     examples=examples,
     train_on=args.train_on,
     chat_template=args.chat_template or "",
+    max_example_tokens=args.max_tokens,
     field=args.field,
     text_mode=args.text_mode,
     shard_bytes=args.shard_size,

@@ -74,8 +74,18 @@ class ExampleEncoder:
   template: str | None = None
   system_prompt_field: str = ""  # a record field whose text goes first, as a system message (Levanter's)
   template_kwargs_field: str = ""  # a record field of keyword arguments for the template (Levanter's)
+  max_tokens: int = 0  # > 0: an example of more tokens is refused (the rows' seq_len); 0: any length
 
   def encode(self, record: Mapping[str, Any], where: str) -> Example:
+    ids, mask = self._encoded(record, where)
+    if self.max_tokens and ids.size > self.max_tokens:
+      raise InputFormatError(
+        f"{where}: the example holds {ids.size} tokens, more than the {self.max_tokens} allowed "
+        "(max_example_tokens, --max-tokens: a row's seq_len; packing would drop, truncate or split it)"
+      )
+    return ids, mask
+
+  def _encoded(self, record: Mapping[str, Any], where: str) -> Example:
     if not isinstance(record, Mapping):
       raise InputFormatError(f"{where}: expected an object, got {type(record).__name__}")
     if _pretokenized(record):
@@ -276,6 +286,7 @@ def example_encoder(
   template_text: str = "",
   system_prompt_field: str = "",
   template_kwargs_field: str = "",
+  max_tokens: int = 0,
 ) -> ExampleEncoder:
   """The encoder of `jaxdata convert --format chat | prompt-completion`."""
   template = template_text or None
@@ -299,4 +310,5 @@ def example_encoder(
     template,
     system_prompt_field,
     template_kwargs_field,
+    max_tokens,
   )

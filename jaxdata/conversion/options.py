@@ -48,6 +48,9 @@ class ConvertOptions:
     chat_template_text: the same template given as text (Levanter's `chat_template`).
     system_prompt_field: chat: a record field whose text goes first, as a system message.
     template_kwargs_field: chat: a record field of keyword arguments for the template.
+    max_example_tokens: > 0: a fine-tuning example of more tokens is refused, named by
+      file:line (counted under `skip_invalid`), so that no example reaches packing longer than
+      its rows' seq_len; 0: any length (packing's `long_docs` decides).
   """
 
   tokenizer: TokenizerSpec = TokenizerSpec()
@@ -68,6 +71,7 @@ class ConvertOptions:
   chat_template_text: str = ""
   system_prompt_field: str = ""
   template_kwargs_field: str = ""
+  max_example_tokens: int = 0
 
   def __post_init__(self) -> None:
     if self.examples not in EXAMPLE_FORMATS:
@@ -95,6 +99,12 @@ class ConvertOptions:
       raise ValueError(f"workers: must be >= 0, got {self.workers}")
     if self.batch_documents < 1:
       raise ValueError(f"batch_documents: must be >= 1, got {self.batch_documents}")
+    if isinstance(self.max_example_tokens, bool) or not isinstance(self.max_example_tokens, int):
+      raise ValueError(f"max_example_tokens: must be an int, got {self.max_example_tokens!r}")
+    if self.max_example_tokens < 0:
+      raise ValueError(f"max_example_tokens: must be >= 0 (0: any length), got {self.max_example_tokens}")
+    if self.max_example_tokens and self.examples == "text":
+      raise ValueError("max_example_tokens: applies to fine-tuning examples (examples 'chat' or 'prompt-completion')")
     if self.unit_bytes < 0:
       raise ValueError(f"unit_bytes: must be >= 0, got {self.unit_bytes}")
     object.__setattr__(self, "include", tuple(self.include))

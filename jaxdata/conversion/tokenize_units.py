@@ -134,6 +134,7 @@ def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
       options.chat_template_text,
       options.system_prompt_field,
       options.template_kwargs_field,
+      options.max_example_tokens,
     )
   return _encoders[key]
 

@@ -199,14 +199,14 @@ class TokenDataset(ShardedRecords):
     np.cumsum(token_lengths, out=offsets[1:])
     if not self.manifest.has_mask:
       return RaggedTokens(np.frombuffer(b"".join(blobs), dtype=self.dtype), offsets)
-    return self._split_masks(np.frombuffer(b"".join(blobs), np.uint8), token_lengths, offsets, shard_ids, record_ids)
+    return self._split_masks(tuple(blobs), token_lengths, offsets, shard_ids, record_ids)
 
   def _no_mask(self) -> np.ndarray | None:
     return np.zeros(0, np.uint8) if self.manifest.has_mask else None
 
   def _split_masks(
     self,
-    joined: np.ndarray,
+    joined: tuple[bytes, ...],
     token_lengths: np.ndarray,
     offsets: np.ndarray,
     shard_ids: np.ndarray,

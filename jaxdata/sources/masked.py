@@ -9,6 +9,8 @@ same arrays). Neither loops over records in Python.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from jaxdata._native_switch import native_wanted
@@ -30,10 +32,11 @@ def _is_id(lengths: np.ndarray, itemsize: int) -> np.ndarray:
 
 
 def split_masked(
-  joined: np.ndarray, lengths: np.ndarray, dtype: np.dtype, native: bool | None = None
+  joined: np.ndarray | Sequence[bytes], lengths: np.ndarray, dtype: np.dtype, native: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray, int]:
-  """Masked records back to back (uint8 `joined`) -> (ids, masks, index of the first mask byte above 1,
-  or -1).
+  """Masked records back to back (uint8 `joined`, or one bytes object per record: the C version
+  copies from each without joining them first) -> (ids, masks, index of the first mask byte above
+  1, or -1).
 
   >>> ids, mask, bad = split_masked(np.frombuffer(bytes([5, 0, 6, 0, 1, 0, 7, 0, 1]), np.uint8),
   ...                               np.array([2, 1]), np.dtype("<u2"))
@@ -42,10 +45,14 @@ def split_masked(
   """
   lengths = np.ascontiguousarray(lengths, np.int64)
   total, itemsize = int(lengths.sum()), np.dtype(dtype).itemsize
+  separate = isinstance(joined, (tuple, list))
   if NATIVE if native is None else native:
     tokens, mask = np.empty(total, dtype), np.empty(total, np.uint8)
-    bad = _masked.split_masked(np.ascontiguousarray(joined), lengths, itemsize, tokens.view(np.uint8), mask)
+    source = joined if separate else np.ascontiguousarray(joined)
+    bad = _masked.split_masked(source, lengths, itemsize, tokens.view(np.uint8), mask)
     return tokens, mask, int(bad)
+  if separate:
+    joined = np.frombuffer(b"".join(joined), np.uint8)
   is_id = _is_id(lengths, itemsize)
   tokens, mask = joined[is_id].view(dtype), joined[~is_id]
   above = np.flatnonzero(mask > 1)
