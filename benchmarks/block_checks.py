@@ -24,11 +24,11 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-import object_store  # noqa: E402 -- the tests' local object stores
-from jaxdata.sources.block_sums import BLOCK_BYTES  # noqa: E402
-from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
-from jaxdata.sources.opening import open_dataset  # noqa: E402
-from jaxdata.tools.exposure import parse_tokens  # noqa: E402
+import object_store  # the tests' local object stores
+from jaxdata.sources.block_sums import BLOCK_BYTES
+from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.sources.opening import open_dataset
+from jaxdata.tools.exposure import parse_tokens
 
 WINDOW = 2049
 DRAWS = 4096

@@ -35,12 +35,12 @@ import numpy as np
 from benchmarks.make_corpus import make_corpus
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-import jaxdata  # noqa: E402
-import object_store  # noqa: E402 -- the tests' local object stores
-from flat_fixtures import write_megatron  # noqa: E402 -- the tests' reference Megatron writer
-from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
-from jaxdata.sources.opening import open_dataset  # noqa: E402
-from jaxdata.sources.sampling_windows import WindowOptions  # noqa: E402
+import jaxdata
+import object_store  # the tests' local object stores
+from flat_fixtures import write_megatron  # the tests' reference Megatron writer
+from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.sampling_windows import WindowOptions
 
 TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
 T = 2048

@@ -183,7 +183,7 @@ def run_jaxdata(corpus: str, mesh_devices: int, arguments: dict[str, Any]) -> di
   first = time.perf_counter() - started
   stated = None
   if mesh_devices:
-    stated = lambda: np.array(list(pipe.stats()["tokens_per_source"].values()))  # noqa: E731
+    stated = lambda: np.array(list(pipe.stats()["tokens_per_source"].values()))
   result = _measured(lambda: next(pipe), "source_ids", None, stated)
   for _ in range(RESTORE_AT - 1 - WARMUP - STEPS):
     next(pipe)

@@ -30,7 +30,7 @@ from typing import Any
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 SETS = {"chat": (0.6, 700, 12000), "tool_calls": (0.3, 1500, 3000), "safety": (0.1, 300, 6000)}  # weight, mean, count
 SEQ_LEN, ROWS, CAP, VOCAB = 2048, 32, 16, 128_256

@@ -40,7 +40,7 @@ def recorded_reads() -> Iterator[ReadLog]:
 
 
 def _workers(pipe: Pipeline) -> WorkerProducer | None:
-  producer = pipe._producer  # noqa: SLF001 -- this module is the documented way in
+  producer = pipe._producer  # this module is the documented way in
   return producer if isinstance(producer, WorkerProducer) else None
 
 
@@ -78,7 +78,7 @@ def prefetched_steps(pipe: Pipeline, count: int, timeout_s: float = 60.0) -> lis
   """(batch, stats) of the steps the prefetch thread has made ahead, once `count` of them wait (or at
   `timeout_s`), oldest first, without handing them out: to check what the thread makes (global arrays,
   with a mesh, and the time it spent making them)."""
-  resources = pipe._resources  # noqa: SLF001 -- this module is the documented way in
+  resources = pipe._resources  # this module is the documented way in
   deadline = time.monotonic() + timeout_s
   while time.monotonic() < deadline:
     prefetcher = resources.prefetcher

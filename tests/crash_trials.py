@@ -23,7 +23,7 @@ import yaml
 import jaxdata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pipeline_fixtures import worker_env, write_coded_dataset  # noqa: E402 -- after the path insert
+from pipeline_fixtures import worker_env, write_coded_dataset  # after the path insert
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_worker.py")
 SAVE_AT = 3

@@ -36,24 +36,24 @@ from array_record.python.array_record_module import ArrayRecordWriter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jaxdata  # noqa: E402
-from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron  # noqa: E402
-from jaxdata.checkpoint import seal  # noqa: E402
-from jaxdata.cli import main as cli  # noqa: E402
-from jaxdata.conversion.local_runner import convert  # noqa: E402
-from jaxdata.conversion.options import ConvertOptions  # noqa: E402
-from jaxdata.demo.ablate import load_candidate  # noqa: E402
-from jaxdata.integrations.levanter import levanter_chat_options  # noqa: E402
-from jaxdata.integrations.maxtext import maxtext_config  # noqa: E402
-from jaxdata.integrations.megatron import megatron_config  # noqa: E402
-from jaxdata.pipeline.grain_mixture import MixtureDataset  # noqa: E402
-from jaxdata.research.mixing import doremi_average  # noqa: E402
-from jaxdata.research.online import DoReMiController, EXP3Controller  # noqa: E402
-from jaxdata.sources.fileutil import claim_directory, clear_claimed  # noqa: E402
-from jaxdata.sources.flat_index import build_flat_index  # noqa: E402
-from jaxdata.sources.opening import open_dataset  # noqa: E402
-from pipeline_fixtures import write_coded_dataset  # noqa: E402
-from record_fixtures import example, write_tfrecord  # noqa: E402
+import jaxdata
+from flat_fixtures import lying_megatron, random_documents, write_flat, write_megatron
+from jaxdata.checkpoint import seal
+from jaxdata.cli import main as cli
+from jaxdata.conversion.local_runner import convert
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.demo.ablate import load_candidate
+from jaxdata.integrations.levanter import levanter_chat_options
+from jaxdata.integrations.maxtext import maxtext_config
+from jaxdata.integrations.megatron import megatron_config
+from jaxdata.pipeline.grain_mixture import MixtureDataset
+from jaxdata.research.mixing import doremi_average
+from jaxdata.research.online import DoReMiController, EXP3Controller
+from jaxdata.sources.fileutil import claim_directory, clear_claimed
+from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.sources.opening import open_dataset
+from pipeline_fixtures import write_coded_dataset
+from record_fixtures import example, write_tfrecord
 
 HANG_SECONDS = 20
 OUR_ERRORS = (jaxdata.DatasetError, jaxdata.ConfigError, jaxdata.CheckpointError, jaxdata.InputFormatError)

@@ -50,7 +50,7 @@ def test_grouping_reads_the_same_documents_with_far_less_padding(tmp_path):
   assert sorted(plain[:960]) == sorted(grouped[:960])
   assert grouped_pad < 0.5 * plain_pad, (plain_pad, grouped_pad)
   # Inside every batch the lengths are close: within a batch, the spread is a fraction of the plain one.
-  spread = lambda rows: np.mean([np.ptp([n for _, n in rows[i : i + 8]]) for i in range(0, 960, 8)])  # noqa: E731
+  spread = lambda rows: np.mean([np.ptp([n for _, n in rows[i : i + 8]]) for i in range(0, 960, 8)])
   assert spread(grouped) < 0.2 * spread(plain)
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 import zstandard
 
-import object_store
+import object_store  # the tests' local object stores
 import test_multihost
 from flat_fixtures import random_documents, write_flat, write_megatron
 from jaxdata import ConfigError, DatasetError, DatasetWriter, Pipeline, PipelineConfig, TokenDataset, load_config
@@ -40,7 +40,7 @@ from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.latency_proxy import LatencyProxy  # noqa: E402 -- the benchmarks' network: latency, bandwidth
+from benchmarks.latency_proxy import LatencyProxy  # the benchmarks' network: latency, bandwidth
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -213,6 +213,6 @@ def best_fit_rows(
 @functools.lru_cache(maxsize=4)
 def _grid_slots(grid: int, dtype: type) -> np.ndarray:
   """0 .. grid - 1, read-only: a step's slot numbers (cached: the same few step shapes recur)."""
-  slots = np.arange(grid, dtype=dtype)
+  slots: np.ndarray = np.arange(grid, dtype=dtype)
   slots.flags.writeable = False
   return slots

@@ -61,12 +61,16 @@ __all__ = [
 
 
 class DocumentColumns(Protocol):
-  """Consecutive documents as parallel arrays (a `DocBatch` is one)."""
+  """Consecutive documents as parallel arrays (a `DocBatch` is one); read-only."""
 
-  dataset: np.ndarray
-  pass_index: np.ndarray
-  record: np.ndarray
-  length: np.ndarray
+  @property
+  def dataset(self) -> np.ndarray: ...
+  @property
+  def pass_index(self) -> np.ndarray: ...
+  @property
+  def record(self) -> np.ndarray: ...
+  @property
+  def length(self) -> np.ndarray: ...
 
 
 class DocumentSource(Protocol):
@@ -119,7 +123,17 @@ class StepPlan:
 
 
 Placement = tuple[Pieces, np.ndarray, np.ndarray, Pieces]  # placed, row, column, carry
-Placer = Callable[[np.ndarray, np.ndarray, int, int, int], np.ndarray]  # (lengths, documents, rows, seq_len, cap)
+
+
+class Placer(Protocol):
+  """A fit packer's placement (`fit.first_fit`, `fit.best_fit`): the row of each piece, -1 for none."""
+
+  def __call__(
+    self, lengths: np.ndarray, documents: np.ndarray, rows: int, seq_len: int, max_segments: int = 0
+  ) -> np.ndarray: ...
+
+
+BoundPlacer = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]  # a Placer with its segment cap given
 
 
 class PackingStrategy(abc.ABC):
@@ -391,7 +405,7 @@ def _without_long(docs: DocumentColumns, strategy: PackingStrategy, seq_len: int
 
 
 def _fit(
-  carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: Placer, tail: Callable[[np.ndarray], np.ndarray]
+  carry: Pieces, new: Pieces, rows: int, seq_len: int, placer: BoundPlacer, tail: Callable[[np.ndarray], np.ndarray]
 ) -> Placement:
   """Carry first (in order), then new pieces largest first (stable, so a split
   document's pieces stay in offset order: all but its last are seq_len long)."""

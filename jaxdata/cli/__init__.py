@@ -58,14 +58,15 @@ class _Parser(argparse.ArgumentParser):
     if unknown:
       flags = [s for action in self._actions for s in action.option_strings]
       for sub in self._subparsers._group_actions if self._subparsers else ():
-        flags += [s for parser in sub.choices.values() for a in parser._actions for s in a.option_strings]
+        parsers = sub.choices.values() if isinstance(sub.choices, dict) else ()
+        flags += [s for parser in parsers for a in parser._actions for s in a.option_strings]
       close = difflib.get_close_matches(unknown.group(1).split("=")[0], flags, n=1)
       if close:
         message += f"; did you mean {close[0]!r}?"
     super().error(message)
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> _Parser:
   """Flags every command takes, before or after the command's name."""
   common = _Parser(add_help=False)
   common.add_argument(

@@ -75,7 +75,9 @@ class PlainTable:
   """The part of rich's Table the CLI uses, rendered as aligned columns."""
 
   def __init__(self, title: str | None = None, **_: Any) -> None:
-    self.title, self.columns, self.rows = title, [], []
+    self.title = title
+    self.columns: list[tuple[str, str]] = []
+    self.rows: list[list[str]] = []
 
   def add_column(self, header: str, justify: str = "left", **_: Any) -> None:
     self.columns.append((header, justify))
@@ -124,7 +126,8 @@ class _PlainProgress:
   """Progress as a line on stderr at most once a second (and at the end of each phase)."""
 
   def __init__(self, disable: bool) -> None:
-    self.disable, self.tasks, self.shown = disable, {}, 0.0
+    self.disable, self.shown = disable, 0.0
+    self.tasks: dict[str, dict[str, Any]] = {}
 
   def __enter__(self) -> _PlainProgress:
     return self

@@ -84,11 +84,11 @@ def plan(args: argparse.Namespace, console: Console) -> int:
   ):
     out.add_column(column, justify="right")
   for name, d in table.datasets.items():
-    for i, (start, end) in enumerate(table.phases):
+    for i, (start, until) in enumerate(table.phases):
       first = i == 0
       out.add_row(
         name if first else "",
-        f"{start}-{end}",
+        f"{start}-{until}",
         human_count(d.unique_tokens) if first else "",
         f"{d.natural_share:.4f}" if first else "",
         f"{d.sampling_share[i]:.4f}",
@@ -114,9 +114,9 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     )
   for line in trained_token_lines(cfg, table):
     console.print(line, markup=False)
-  for i, (start, end) in enumerate(table.phases):
+  for i, (start, until) in enumerate(table.phases):
     total = sum(d.sampling_share[i] for d in table.datasets.values())
-    console.print(f"phase {i} (steps {start}-{end}): sampling shares sum to {total:.6f}")
+    console.print(f"phase {i} (steps {start}-{until}): sampling shares sum to {total:.6f}")
   for warning in warnings:
     console.print(f"warning: {warning}", style="bold yellow", markup=False)
   if args.png:

@@ -27,6 +27,7 @@ from jaxdata.config.schema import (
   EXHAUSTED_POLICIES,
   INHERIT,
   BatchConfig,
+  BlockSize,
   DatasetConfig,
   MixtureConfig,
   PackingConfig,
@@ -91,7 +92,7 @@ class PipelineConfig:
   seed: int = 0
   shuffle_shards: bool = True
   shuffle_within_shard: bool = False
-  shuffle_block_size: int | str | None = None
+  shuffle_block_size: BlockSize = None
   reshuffle_on_repeat: bool | Mapping[str, bool] = True
   exhausted_policy: str | Mapping[str, str] | None = None
   max_repeats: int | Mapping[str, int] | None = None
@@ -172,11 +173,11 @@ class PipelineConfig:
         dataclasses.replace(self.batch, ramp=dataclasses.replace(ramp, steps=steps(ramp.steps, "batch.ramp.steps"))),
       )
     if any(isinstance(p.until_step, float) for p in self.batch.schedule):
-      phases = tuple(
+      batch_phases = tuple(
         dataclasses.replace(p, until_step=steps(p.until_step, f"batch.schedule[{i}].until_step"))
         for i, p in enumerate(self.batch.schedule)
       )
-      object.__setattr__(self, "batch", dataclasses.replace(self.batch, schedule=phases))
+      object.__setattr__(self, "batch", dataclasses.replace(self.batch, schedule=batch_phases))
     linear = self.packing.linear_warmup
     if linear is not None and isinstance(linear.steps, float):
       packing = dataclasses.replace(

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from jaxdata.config.schema import INHERIT, DatasetConfig
+from jaxdata.config.schema import INHERIT, BlockSize, DatasetConfig
 from jaxdata.config.validate import check_open_shards
 from jaxdata.errors import ConfigError
 
@@ -38,6 +38,7 @@ __all__ = ["DatasetDefaults", "DatasetSettings", "resolve_dataset"]
 
 # "auto" block size: this many times the largest shard of any dataset of the mixture.
 AUTO_BLOCK_SHARDS = 8
+Policy = Literal["passes", "stop", "repeat"]  # a dataset's resolved exhausted policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +47,7 @@ class DatasetDefaults:
 
   shuffle_shards: bool
   shuffle_within_shard: bool
-  shuffle_block_size: int | str | None
+  shuffle_block_size: BlockSize
   reshuffle_on_repeat: bool | Mapping[str, bool]
   exhausted_policy: str | Mapping[str, str] | None
   max_repeats: int | Mapping[str, int] | None
@@ -74,9 +75,9 @@ class DatasetSettings:
   path: str
   shuffle_shards: bool
   shuffle_within_shard: bool
-  block_size: int | str | None
+  block_size: BlockSize
   reshuffle_on_repeat: bool
-  policy: str
+  policy: Policy
   max_passes: int | None
   target_passes: int | None
   open_shards: int = 1
@@ -87,7 +88,7 @@ class DatasetSettings:
   holdout: int | float | None = None
   documents: tuple[int, int] | None = None
 
-  def resolve_block_size(self, largest_shard: int, num_records: int) -> int | str | None:
+  def resolve_block_size(self, largest_shard: int, num_records: int) -> int | Literal["global"] | None:
     """The block size once record counts are known: "auto" becomes 8 x the
     largest shard of any dataset of the mixture, capped at this dataset's size."""
     if self.block_size != "auto":
@@ -100,7 +101,7 @@ def _top_level(value: Any, name: str) -> Any:
   return value.get(name) if isinstance(value, Mapping) else value
 
 
-def _pass_policy(levels: list[tuple[str, Any, Any, Any]]) -> tuple[str, int | None, int | None]:
+def _pass_policy(levels: list[tuple[str, Any, Any, Any]]) -> tuple[Policy, int | None, int | None]:
   """(policy, max_passes, target_passes) from (scope, exhausted_policy,
   max_repeats, stop_after_passes) levels, most specific first."""
   for scope, policy, max_repeats, passes in levels:

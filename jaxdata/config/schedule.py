@@ -82,7 +82,7 @@ class Schedule:
   def __init__(self, names: Sequence[str], phases: Sequence[_Phase]) -> None:
     self.names = tuple(names)
     self._phases = tuple(phases)
-    self._untils = [p.until for p in self._phases[:-1]]
+    self._untils = [p.until for p in self._phases[:-1] if p.until is not None]  # every phase's but the last
 
   @classmethod
   def from_phases(

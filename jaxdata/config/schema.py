@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
 from jaxdata.config.batch import BatchConfig, BatchPhase, BatchRamp
 from jaxdata.config.ramp import check_ramp_steps, ramp_value
@@ -29,6 +29,15 @@ from jaxdata.config.validate import (
 from jaxdata.errors import ConfigError
 
 __all__ = [
+  "BlockSize",
+  "DatasetFormat",
+  "ExhaustedPolicy",
+  "Interleave",
+  "LongDocs",
+  "PackingMode",
+  "Sampling",
+  "Unit",
+  "WarmupKeep",
   "BatchConfig",
   "BatchPhase",
   "BatchRamp",
@@ -48,13 +57,24 @@ __all__ = [
   "WarmupPhase",
 ]
 
-UNITS = ("tokens", "documents")
-INTERLEAVES = ("exact", "random")
-EXHAUSTED_POLICIES = ("stop", "repeat")
-PACKING_MODES = ("concat", "first_fit", "best_fit", "none")
-LONG_DOCS = ("split", "truncate", "drop")
-DATASET_FORMATS = ("arrayrecord", "megatron", "flat")
-SAMPLINGS = ("documents", "windows")
+# Each choice is a Literal type (what the type checker holds a comparison to) and its tuple of values
+# (what a config is checked against and an error lists), one derived from the other.
+Unit = Literal["tokens", "documents"]
+Interleave = Literal["exact", "random"]
+ExhaustedPolicy = Literal["stop", "repeat"]
+PackingMode = Literal["concat", "first_fit", "best_fit", "none"]
+LongDocs = Literal["split", "truncate", "drop"]
+DatasetFormat = Literal["arrayrecord", "megatron", "flat"]
+Sampling = Literal["documents", "windows"]
+WarmupKeep = Literal["rows", "tokens"]
+BlockSize = int | Literal["global", "auto"] | None  # as configured ("auto": from the shards, at open)
+UNITS: tuple[Unit, ...] = get_args(Unit)
+INTERLEAVES: tuple[Interleave, ...] = get_args(Interleave)
+EXHAUSTED_POLICIES: tuple[ExhaustedPolicy, ...] = get_args(ExhaustedPolicy)
+PACKING_MODES: tuple[PackingMode, ...] = get_args(PackingMode)
+LONG_DOCS: tuple[LongDocs, ...] = get_args(LongDocs)
+DATASET_FORMATS: tuple[DatasetFormat, ...] = get_args(DatasetFormat)
+SAMPLINGS: tuple[Sampling, ...] = get_args(Sampling)
 
 
 class _Inherit:
@@ -78,14 +98,14 @@ class DatasetConfig:
   path: str = ""
   shuffle_shards: bool | None = None
   shuffle_within_shard: bool | None = None
-  shuffle_block_size: int | str | None = INHERIT
+  shuffle_block_size: BlockSize = INHERIT
   reshuffle_on_repeat: bool | None = None
-  exhausted_policy: str | None = None
+  exhausted_policy: ExhaustedPolicy | None = None
   max_repeats: int | None = None
   stop_after_passes: int | None = None
   open_shards: int | None = None
-  format: str | None = None  # checked against the manifest's when given
-  sampling: str = "documents"
+  format: DatasetFormat | None = None  # checked against the manifest's when given
+  sampling: Sampling = "documents"
   window: int | None = None  # sampling windows: T (None: packing.seq_len)
   with_replacement: bool = True
   cross_documents: bool = True
@@ -168,8 +188,8 @@ class MixtureConfig:
 
   weights: Mapping[str, float] | None = None
   schedule: tuple[Phase, ...] | None = None
-  unit: str = "tokens"
-  interleave: str = "exact"
+  unit: Unit = "tokens"
+  interleave: Interleave = "exact"
   update_lag_steps: int = 0  # Pipeline.update_mixture: new weights from the next step handed out + this
 
   def __post_init__(self) -> None:
@@ -209,7 +229,7 @@ class LinearWarmup:
   start: int
   steps: int | float
   granularity: int = 64
-  keep: str = "rows"  # "rows": tokens per step grow with the length; "tokens": rows shrink as it grows
+  keep: WarmupKeep = "rows"  # "rows": tokens per step grow with the length; "tokens": rows shrink as it grows
   row_multiple: int = 1  # keep tokens: rows rounded down to a multiple of this (the data-parallel devices)
 
   def __post_init__(self) -> None:
@@ -232,9 +252,9 @@ class PackingConfig:
   tokens per step stay constant.
   """
 
-  mode: str = "first_fit"
+  mode: PackingMode = "first_fit"
   seq_len: int = 2048
-  long_docs: str = "split"
+  long_docs: LongDocs = "split"
   add_bos: bool = False
   bos_id: int = 1
   add_eos: bool = False

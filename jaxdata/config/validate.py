@@ -20,7 +20,7 @@ import math
 import numbers
 import reprlib
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from jaxdata.errors import ConfigError
 
@@ -54,7 +54,7 @@ def short(value: Any) -> str:
   return _REPR.repr(value)
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
   """An int that is not a bool (YAML's `true` must not pass as 1)."""
   return isinstance(value, int) and not isinstance(value, bool)
 
@@ -81,7 +81,7 @@ def weight(value: Any, label: str) -> float:
   try:
     number = float(value)
   except OverflowError:  # an int beyond the float range
-    raise ConfigError(f"{label} must be finite, got an int of {int(value).bit_length()} bits") from None
+    raise ConfigError(f"{label} must be finite, got an int of {int(str(value)).bit_length()} bits") from None
   if not math.isfinite(number):
     raise ConfigError(f"{label} must be finite, got {number}")
   if number < 0:

@@ -105,7 +105,7 @@ class DuplicateFeatureError(ValueError):
   """A `tf.train.Example` names one feature key twice (which value is the document is not said)."""
 
 
-def parse_example(blob: bytes) -> dict[str, bytes | list[bytes] | np.ndarray]:
+def parse_example(blob: bytes) -> dict[str, list[bytes] | np.ndarray]:
   """A serialized `tf.train.Example` -> {feature: list of bytes | int64 array | float32 array}.
 
   Raises `google.protobuf.message.DecodeError` for bytes that are not one, and

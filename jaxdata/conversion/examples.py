@@ -108,11 +108,11 @@ class ExampleEncoder:
     return self._chat(messages, record.get("tools"), where, kwargs or {})
 
   def _prompt_completion(self, record: Mapping[str, Any], where: str) -> Example:
-    prompt, completion = record.get("prompt"), record.get("completion")
-    for name, value in (("prompt", prompt), ("completion", completion)):
-      if not isinstance(value, str):
-        shown = "missing" if name not in record else type(value).__name__
+    for name in ("prompt", "completion"):
+      if not isinstance(record.get(name), str):
+        shown = "missing" if name not in record else type(record[name]).__name__
         raise InputFormatError(f"{where}: field {name!r} is {shown}, not a string")
+    prompt, completion = str(record["prompt"]), str(record["completion"])
     if not completion:
       raise InputFormatError(f"{where}: an empty completion trains nothing")
     if self.template is not None:  # --chat-template: a user and an assistant turn; else the two texts joined
@@ -133,7 +133,7 @@ class ExampleEncoder:
       text = self.tokenizer.apply_chat_template(
         messages, tools=tools, tokenize=False, chat_template=self.template, add_generation_prompt=False, **kwargs
       )
-    except Exception as e:  # noqa: BLE001 -- a template raises whatever its author wrote (jinja, raise_exception)
+    except Exception as e:  # a template raises whatever its author wrote (jinja, raise_exception)
       raise InputFormatError(f"{where}: the chat template failed: {type(e).__name__}: {str(e)[:200]}") from e
     ids, offsets = self._tokenized(text)
     if self.train_on == "all":

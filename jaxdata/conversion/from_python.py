@@ -59,7 +59,9 @@ def _mask_of(item: Any, ids: np.ndarray | None, index: int) -> np.ndarray | None
   if not _is_pair(item):
     return None
   mask = np.asarray(item[1])
-  if mask.ndim != 1 or mask.size != (ids.size if ids is not None else -1):
+  if ids is None:
+    raise InputFormatError(f"item {index}: a mask goes with token ids, not with a text (tokenize it first)")
+  if mask.ndim != 1 or mask.size != ids.size:
     raise InputFormatError(f"item {index}: its mask has {mask.size} values for {ids.size} token ids; give one per id")
   if mask.size and (mask.dtype.kind not in "biu" or mask.min() < 0 or mask.max() > 1):
     raise InputFormatError(f"item {index}: a mask holds 0 or 1 per token (trained or not), got {np.unique(mask)[:5]}")
@@ -77,7 +79,7 @@ def _encode(
   if texts and tokenizer is None:
     raise InputFormatError(f"item {first + given.index(None)}: a text, but tokenizer=None (token lists only)")
   encoded: Iterator[np.ndarray] = iter(())
-  if texts:
+  if texts and tokenizer is not None:
     flat, lengths = tokenizer.encode_batch(texts)
     encoded = iter(np.split(flat, np.cumsum(lengths)[:-1]))
   parts = [ids if ids is not None else next(encoded) for ids in given]

@@ -17,7 +17,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
 from jaxdata.conversion.remote_inputs import list_remote, matches, open_remote, remote_sizes
@@ -203,7 +203,7 @@ def readable_archive(path: str) -> Iterator[None]:
   InputFormatError naming the file, whatever reads it (texts, JSONL, TFRecords)."""
   try:
     yield
-  except (EOFError, zlib.error, gzip.BadGzipFile, *_zstd_errors()) as e:
+  except (EOFError, zlib.error, gzip.BadGzipFile, *_zstd_errors()) as e:  # type: ignore[misc]  # a tuple built at run time
     kind = "zstd" if path.endswith(".zst") else "gzip" if path.endswith(".gz") else "compressed"
     raise InputFormatError(f"{path}: not a readable {kind} file ({str(e)[:200] or type(e).__name__})") from e
 
@@ -213,7 +213,7 @@ def open_binary(path: str, raw: IO[bytes] | None = None) -> IO[bytes]:
   if raw is None:
     raw = open_remote(path) if is_remote(path) else open(path, "rb")
   if path.endswith(".gz"):
-    return gzip.GzipFile(fileobj=raw, mode="rb")
+    return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
   if path.endswith(".zst"):
     return io.BufferedReader(_ZstdReader(raw), buffer_size=1 << 20)
   return raw
@@ -295,7 +295,7 @@ def _lines(path: str, stream: Iterable[bytes] | None, on_bytes: Callable[[int], 
     return
   counted = _CountingReader(open_remote(path) if is_remote(path) else open(path, "rb"))
   reported = 0
-  with open_binary(path, counted) as f:
+  with open_binary(path, cast(IO[bytes], counted)) as f:  # a RawIOBase reads as a binary file does
     for line in f:
       on_bytes(counted.count - reported)  # compressed bytes: what the file's size (the bar's total) counts
       reported = counted.count

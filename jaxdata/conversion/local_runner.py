@@ -129,7 +129,7 @@ def _run(
       for future in finished:
         on_done(futures[future], future.result())  # the first error, as soon as it happens
       on_done(-1, None)
-    return [future.result() for future in sorted(futures, key=futures.get)]
+    return [future.result() for future in sorted(futures, key=lambda future: futures[future])]
   except BaseException:
     for future in futures:  # drop the jobs not yet started,
       future.cancel()

@@ -45,7 +45,8 @@ def check_roundtrip(out_dir: str, inputs: Sequence[str], options: ConvertOptions
       break
   with TokenDataset(out_dir) as dataset:
     documents = dataset.read_global(np.arange(len(texts))).to_list()
-  examples, mismatches = [], 0
+  examples: list[str] = []
+  mismatches = 0
   for i, (text, ids) in enumerate(zip(texts, documents)):
     decoded = tokenizer.decode(ids)
     if decoded != text:

@@ -127,7 +127,7 @@ def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
     field = "messages" if options.examples == "chat" and options.field == "text" else options.field
     _encoders[key] = example_encoder(
       options.examples,
-      options.tokenizer.path,
+      options.tokenizer.path or "",  # (ConvertOptions requires one for examples)
       field,
       options.train_on,
       options.chat_template or None,

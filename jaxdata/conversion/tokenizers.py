@@ -23,6 +23,8 @@ import numpy as np
 from jaxdata.sources.fileutil import file_sha256
 
 # Optional extras: each is needed only by its own tokenizer class.
+hf_tokenizers: Any
+sentencepiece: Any
 try:
   import tokenizers as hf_tokenizers
 except ImportError:
@@ -160,7 +162,7 @@ class HuggingFaceTokenizer:
     self._path = path
     try:
       self._tokenizer = hf_tokenizers.Tokenizer.from_file(path)
-    except Exception as e:  # noqa: BLE001 -- the tokenizers library raises a bare Exception here
+    except Exception as e:  # the tokenizers library raises a bare Exception here
       hint = " (a SentencePiece model? use sp:FILE)" if path.endswith(".model") else ""
       raise ValueError(f"tokenizer: {path} is not a Hugging Face tokenizer.json{hint}: {str(e)[:200]}") from e
     self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)

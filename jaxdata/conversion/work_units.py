@@ -96,7 +96,8 @@ def plan_units(
 def _parquet_units(first_index: int, file_index: int, path: str, unit_bytes: int) -> list[WorkUnit]:
   """Runs of row groups of about unit_bytes (by their compressed size)."""
   metadata = arrow()[1].ParquetFile(path).metadata
-  units, group, row = [], 0, 0
+  units: list[WorkUnit] = []
+  group, row = 0, 0
   while group < metadata.num_row_groups:
     start, start_row, size = group, row, 0
     while group < metadata.num_row_groups and (size == 0 or size < unit_bytes):
@@ -153,7 +154,7 @@ def iter_unit_documents(
     )
 
 
-def _limited(f, limit: int) -> Iterator[bytes]:  # noqa: ANN001 -- a binary file
+def _limited(f, limit: int) -> Iterator[bytes]:  # a binary file
   """The lines of `f` that start in the next `limit` bytes."""
   for line in f:
     if limit <= 0:

@@ -150,7 +150,7 @@ def run_ablation(
   if tokens < 1:
     raise ValueError(f"tokens: must be >= 1, got {tokens}")
   target_cfg = ablation_config(base)
-  target = {n: float(w) for n, w in target_cfg.mixture.weights.items()}
+  target = _weights(target_cfg)
   total = sum(target.values())
   vocab = max(int(Manifest.load(d.path).tokenizer.get("vocab_size") or 1 << 16) for d in base.datasets)
   rows = []
@@ -174,12 +174,19 @@ def run_ablation(
         processed += valid
     losses = evaluate(params, cfg)
     target_loss = sum(target[n] / total * losses[n] for n in cfg.names)
-    rows.append(AblationRow(name, dict(cfg.mixture.weights), processed, by_domain, losses, float(target_loss)))
+    rows.append(AblationRow(name, _weights(cfg), processed, by_domain, losses, float(target_loss)))
     log(f"{name}: {processed:,} tokens trained, target-mixture loss {target_loss:.4f}")
-    off = share_drift(dict(cfg.mixture.weights), by_domain)
+    off = share_drift(_weights(cfg), by_domain)
     if off:
       log(
         f"warning: {name} trained {off}; its documents are large against {tokens:,} tokens (or the loss "
         "mask drops each document's last token): the comparison is not of these weights; raise `tokens`"
       )
   return rows
+
+
+def _weights(cfg: PipelineConfig) -> dict[str, float]:
+  """A candidate's constant mixture weights (every ablation config has them)."""
+  if cfg.mixture.weights is None:
+    raise ValueError("ablation: a candidate's mixture needs constant weights, not a schedule")
+  return {name: float(w) for name, w in cfg.mixture.weights.items()}

@@ -54,7 +54,7 @@ def logits_fn(params: Params, batch: dict[str, jax.Array], heads: int = 4) -> ja
   mask = (causal[None] & same)[:, None]  # [batch, 1, query, key]
   for layer in params["layers"]:
     q, k, v = jnp.split(_norm(x) @ layer["qkv"], 3, axis=-1)
-    split = lambda t: t.reshape(t.shape[0], length, heads, -1).transpose(0, 2, 1, 3)  # noqa: E731
+    split = lambda t: t.reshape(t.shape[0], length, heads, -1).transpose(0, 2, 1, 3)
     q, k, v = split(q), split(k), split(v)
     scores = jnp.where(mask, q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(q.shape[-1]), -1e9)
     attended = (jax.nn.softmax(scores, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(x.shape)

@@ -64,7 +64,7 @@ def conversation_sets(seed: int = 0) -> dict[str, list[dict[str, Any]]]:
   """The three sets: chat (several turns), tool calls (call, result, answer), safety (refusals)."""
   rng = np.random.default_rng(seed)
   out: dict[str, list[dict[str, Any]]] = {}
-  pick = lambda items: items[int(rng.integers(len(items)))]  # noqa: E731
+  pick = lambda items: items[int(rng.integers(len(items)))]
   chat = []
   for _ in range(SETS["chat"][1]):
     topic, turns = pick(TOPICS), int(rng.integers(1, 4))

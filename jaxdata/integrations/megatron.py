@@ -66,11 +66,10 @@ def parse_blend(data_path: str | Sequence[str]) -> list[tuple[float | None, str]
     return [(None, t) for t in tokens]
   if len(tokens) % 2 or not all(_is_number(w) and not _is_number(p) for w, p in zip(tokens[::2], tokens[1::2])):
     raise ConfigError(f"data_path: {' '.join(tokens)!r} is not 'weight prefix weight prefix ...'")
-  pairs = [(float(w), p) for w, p in zip(tokens[::2], tokens[1::2])]
-  bad = [w for w, _ in pairs if not w >= 0]
-  if bad or not sum(w for w, _ in pairs) > 0:
-    raise ConfigError(f"data_path: weights must be >= 0 and not all 0, got {[w for w, _ in pairs]}")
-  return pairs
+  weights = [float(w) for w in tokens[::2]]
+  if any(not w >= 0 for w in weights) or not sum(weights) > 0:
+    raise ConfigError(f"data_path: weights must be >= 0 and not all 0, got {weights}")
+  return list(zip(weights, tokens[1::2]))
 
 
 def megatron_split_ranges(split: str, num_documents: int) -> list[tuple[int, int]]:

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from jaxdata.config.resolve import DatasetSettings
 from jaxdata.errors import ConfigError
 from jaxdata.order.feistel import derive_key
 from jaxdata.order.permutation import permute
+from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.subset import RangeView, SubsetView
 
 __all__ = ["SPLITS", "eval_config", "held_out_count", "held_out_records", "split_view"]
@@ -47,7 +47,7 @@ def held_out_records(name: str, num_records: int, holdout: int | float | None, s
   return np.sort(permute(np.arange(count, dtype=np.int64), num_records, derive_key(seed, name, "holdout")))
 
 
-def split_view(dataset: Any, settings: DatasetSettings, seed: int, split: str) -> Any:
+def split_view(dataset: SplitDataset, settings: DatasetSettings, seed: int, split: str) -> SplitDataset:
   """`dataset` as the split sees it: itself (no holdout), the others ("train") or the held-out ones ("eval");
   within its `documents` range when it has one."""
   if split not in SPLITS:

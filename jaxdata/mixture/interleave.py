@@ -146,7 +146,7 @@ class Interleave(abc.ABC):
   """Chooses the dataset of every next document; built once per stream."""
 
   @abc.abstractmethod
-  def begin(self, step: int, weights: Sequence[float], position: StreamPosition) -> None:
+  def begin(self, step: int, weights: Sequence[float | Fraction], position: StreamPosition) -> None:
     """Called before picking for `step`, with that step's normalised weights."""
 
   @abc.abstractmethod
@@ -172,10 +172,11 @@ class ExactInterleave(Interleave):
     self.segment = Segment(0, 0, scale, integers, [0] * num_datasets, [0] * num_datasets)
     self.exact: tuple[Fraction, ...] = tuple(weights)
 
-  def begin(self, step: int, weights: Sequence[Fraction], position: StreamPosition) -> None:
-    if tuple(weights) != self.exact:
-      self.segment = self.segment.then(step, position.units, position.taken, weights)
-      self.exact = tuple(weights)
+  def begin(self, step: int, weights: Sequence[float | Fraction], position: StreamPosition) -> None:
+    exact = tuple(Fraction(w) for w in weights)  # the stream gives this interleave exact weights
+    if exact != self.exact:
+      self.segment = self.segment.then(step, position.units, position.taken, exact)
+      self.exact = exact
 
   def pick(self, loop: PickLoop, position: StreamPosition) -> PickResult:
     segment = self.segment
@@ -205,7 +206,7 @@ class RandomInterleave(Interleave):
     self.among: list[int] = []
     self.cumulative = np.zeros(0)
 
-  def begin(self, step: int, weights: Sequence[float], position: StreamPosition) -> None:
+  def begin(self, step: int, weights: Sequence[float | Fraction], position: StreamPosition) -> None:
     self.among = [i for i, w in enumerate(weights) if w > 0]
     scale = [float(weights[i]) / (self.mean_lengths[i] if self.mean_lengths else 1) for i in self.among]
     self.cumulative = np.cumsum(scale) / math.fsum(scale)

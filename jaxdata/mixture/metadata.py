@@ -15,8 +15,8 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
 from jaxdata.mixture.holdout import split_view
 from jaxdata.sources.dataset import ReadOptions
-from jaxdata.sources.lengths import ConstantLengths, DocumentLengths
-from jaxdata.sources.opening import Dataset, open_dataset
+from jaxdata.sources.lengths import LengthsBase
+from jaxdata.sources.opening import SplitDataset, open_dataset
 from jaxdata.sources.remote import CacheOptions, default_cache_options
 from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 
@@ -36,7 +36,7 @@ class DatasetMeta:
   """
 
   shard_counts: np.ndarray
-  lengths: np.ndarray | DocumentLengths | ConstantLengths
+  lengths: np.ndarray | LengthsBase  # memory-mapped, constant, or a view's
   pass_records: int | None = None
   pass_tokens: int | None = None
   segments: np.ndarray | None = None
@@ -47,7 +47,7 @@ class DatasetMeta:
     return int(self.lengths.sum()) if self.pass_tokens is None else self.pass_tokens
 
   @classmethod
-  def from_dataset(cls, dataset: Dataset) -> DatasetMeta:
+  def from_dataset(cls, dataset: SplitDataset) -> DatasetMeta:
     if not isinstance(dataset, WindowView):
       return cls(dataset.shard_num_records.copy(), dataset.lengths)
     segments = dataset.segment_lengths() if dataset.pass_records is not None else None
@@ -93,7 +93,7 @@ def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
 
 def open_split(
   settings: DatasetSettings, read_options: ReadOptions, cache: CacheOptions, seed: int, split: str
-) -> Dataset:
+) -> SplitDataset:
   """A dataset opened and seen as `split` sees it (windows, or without / only its held-out documents)."""
   dataset = open_dataset(settings.path, read_options, cache, window_options(settings), settings.format)
   try:

@@ -59,7 +59,7 @@ class PickLoop:
   """
 
   eligible: list[int]
-  lengths: list[list[int] | None]
+  lengths: list[list[int]]  # empty for a dataset not eligible
   cursor: list[int]
   marks: PassMarks
   doc_limit: int

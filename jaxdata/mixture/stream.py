@@ -148,7 +148,7 @@ class DocumentStream:
       if meta.lengths.size != num_records:
         raise ConfigError(f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records")
       # (Only when the smallest length is 0 are all lengths scanned, to name the first.)
-      empty = np.flatnonzero(np.asarray(meta.lengths) == 0) if int(meta.lengths.min()) == 0 else ()
+      empty = np.flatnonzero(np.asarray(meta.lengths) == 0) if int(meta.lengths.min()) == 0 else np.zeros(0, np.int64)
       if len(empty):  # an empty document would add no tokens: a token-limited pull could never end
         raise ConfigError(
           f"datasets.{settings.name}: {len(empty)} documents of length 0 (the first is record "
@@ -280,9 +280,8 @@ class DocumentStream:
     if not isinstance(datasets, Mapping) or set(datasets) != set(self.names):
       got = sorted(datasets) if isinstance(datasets, Mapping) else datasets
       raise ValueError(f"stream state: datasets {got} do not match the config's {list(self.names)}")
-    counters = [state.get(k) for k in ("emitted", "tokens")]
-    if any(not is_int(v) or not 0 <= v < MAX_COUNTER for v in counters):
-      raise ValueError(f"stream state: emitted and tokens must be ints in [0, 2**62), got {counters}")
+    given = [state.get(k) for k in ("emitted", "tokens")]
+    counters = _counters(given, f"stream state: emitted and tokens must be ints in [0, 2**62), got {given}")
     epoch = state.get("epoch", 0)  # states written before epochs existed are epoch 0
     if not is_int(epoch) or not 0 <= epoch < MAX_COUNTER:
       raise ValueError(f"stream state: epoch must be an int in [0, 2**62), got {epoch!r}")
@@ -290,9 +289,10 @@ class DocumentStream:
     for cursor in self.cursors:
       entry = datasets[cursor.settings.name]
       where = f"stream state: datasets.{cursor.settings.name}"
-      values = [entry.get(k) if isinstance(entry, Mapping) else None for k in ("pass", "position", "taken")]
-      if any(not is_int(v) or not 0 <= v < MAX_COUNTER for v in values):
-        raise ValueError(f"{where}: expected ints pass, position, taken in [0, 2**62); got {str(entry)[:200]}")
+      values = _counters(
+        [entry.get(k) if isinstance(entry, Mapping) else None for k in ("pass", "position", "taken")],
+        f"{where}: expected ints pass, position, taken in [0, 2**62); got {str(entry)[:200]}",
+      )
       if values[1] > cursor.num_records:
         raise ValueError(f"{where}: position {values[1]} beyond the {cursor.num_records} records")
       entries.append(values)
@@ -365,7 +365,7 @@ class DocumentStream:
   def _pick_once(self, eligible: list[int], doc_limit: int, token_limit: int, overhead: int) -> DocBatch:
     for i in eligible:
       self.cursors[i].ensure(docs=doc_limit, tokens=token_limit)
-    lengths: list[list[int] | None] = [None] * len(self.cursors)
+    lengths: list[list[int]] = [[] for _ in self.cursors]  # an ineligible dataset's stays empty
     cursor = [0] * len(self.cursors)
     for i in eligible:
       lengths[i] = self.cursors[i].encoded_lengths()
@@ -381,7 +381,7 @@ class DocumentStream:
     """Per dataset, pass completions still needed (0 = none / not watched), and
     how many datasets still need some (-1: no stop_after_passes dataset)."""
     watch = [
-      max(0, c.settings.target_passes - c.completed_passes) if c.settings.policy == "passes" else 0
+      max(0, (c.settings.target_passes or 0) - c.completed_passes) if c.settings.policy == "passes" else 0
       for c in self.cursors
     ]
     if not any(c.settings.policy == "passes" for c in self.cursors):
@@ -421,3 +421,10 @@ class DocumentStream:
     self.emitted += count
     self.tokens += int(out_length.sum())
     return DocBatch(self.names, picked, out_pass, out_record, out_length)
+
+
+def _counters(values: list[Any], message: str) -> list[int]:
+  """The state's counters, each an int in [0, MAX_COUNTER); else a ValueError with `message`."""
+  if any(not is_int(v) or not 0 <= v < MAX_COUNTER for v in values):
+    raise ValueError(message)
+  return [int(v) for v in values]

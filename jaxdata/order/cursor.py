@@ -12,10 +12,24 @@ when the dataset may repeat::
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 
 from jaxdata.config.resolve import DatasetSettings
 from jaxdata.order.dataset_order import DatasetOrder
+from jaxdata.order.sampled import SampledOrder
+
+
+class RecordLengths(Protocol):
+  """Per record, its length: an array, or the sources' memory-mapped or constant lengths."""
+
+  def __getitem__(self, index: Any) -> Any: ...
+
+  def mean(self) -> Any: ...
+
+  def max(self) -> Any: ...
+
 
 __all__ = ["DatasetCursor", "END_OF_BUFFER", "END_OF_DATASET"]
 
@@ -30,7 +44,7 @@ _CHUNK = 4096  # documents per refill
 class DatasetCursor:
   """Where one dataset stands (`pass_index`, `position`, `taken`) plus look-ahead."""
 
-  def __init__(self, settings: DatasetSettings, order: DatasetOrder, lengths: np.ndarray) -> None:
+  def __init__(self, settings: DatasetSettings, order: DatasetOrder | SampledOrder, lengths: RecordLengths) -> None:
     self.settings = settings
     self.order = order
     self.lengths = lengths

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class ShuffleOptions:
 
   shuffle_shards: bool = True
   shuffle_within_shard: bool = False
-  block_size: int | str | None = None
+  block_size: int | Literal["global"] | None = None
   reshuffle_on_repeat: bool = True
   open_shards: int = 1
 

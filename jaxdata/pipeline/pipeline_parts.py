@@ -26,7 +26,7 @@ from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound
 from jaxdata.sources.dataset import ReadOptions
-from jaxdata.sources.opening import Dataset
+from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.remote import default_cache_options
 from jaxdata.sources.sampling_windows import WindowView
 
@@ -50,7 +50,7 @@ RECORDED_READS: contextvars.ContextVar[ReadLog | None] = contextvars.ContextVar(
 def open_parts(spec: PipelineSpec) -> Parts:
   """Opens and checks every dataset of the spec's config as its split sees it; on an error nothing stays open."""
   cfg, split = spec.config, spec.split
-  datasets: list[Dataset] = []
+  datasets: list[SplitDataset] = []
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)  # one budget for all remote datasets
   try:
     for d in cfg.dataset_settings():
@@ -88,7 +88,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
   )
 
 
-def _sampling(dataset: Dataset, settings: Any) -> str:
+def _sampling(dataset: SplitDataset, settings: Any) -> str:
   """What the fingerprint adds to a dataset's order: its windows, its holdout."""
   parts = [dataset.options.describe()] if isinstance(dataset, WindowView) else []
   if settings.holdout:

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxdata.pipeline.vocabulary import TokenBound
 from jaxdata.sources.dataset import RaggedTokens
-from jaxdata.sources.opening import Dataset
+from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.sampling_windows import WindowView
 from jaxdata.sources.token_files import ranges_index
 from jaxdata.transforms.pieces import Pieces
@@ -37,7 +37,7 @@ class DocumentReader:
 
   def __init__(
     self,
-    datasets: Sequence[Dataset],
+    datasets: Sequence[SplitDataset],
     names: Sequence[str],
     bound: TokenBound,
     read_log: ReadLog | None = None,
@@ -110,7 +110,7 @@ class DocumentReader:
     for d, dataset in enumerate(self.datasets):
       records = pieces.record[pieces.dataset == d]
       if dataset.remote is not None and records.size:
-        dataset.remote.want(dataset.locate(np.unique(records))[0], ahead=True)
+        dataset.remote.want(dataset.locate(np.unique(records))[0].tolist(), ahead=True)
 
   def close(self) -> None:
     for dataset in self.datasets:
@@ -127,7 +127,7 @@ def _piece_boundaries(view: WindowView, records: np.ndarray, mine: np.ndarray, i
   return np.repeat(mine, count), offset[ranges_index(first[inverse], count)]
 
 
-def _read_with_retries(dataset: Dataset, records: np.ndarray) -> RaggedTokens:
+def _read_with_retries(dataset: SplitDataset, records: np.ndarray) -> RaggedTokens:
   """`dataset.read` of `records`; an OSError is retried with backoff, then raised."""
   failures = 0
   while True:

@@ -21,7 +21,7 @@ import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,7 +29,10 @@ from jaxdata._lazy import lazy_module
 from jaxdata.config.pipeline_config import PipelineConfig
 
 # jax is imported when a mesh is first used: NumPy output starts without it (~2 s of imports on 2 cores).
-jax = lazy_module("jax")
+if TYPE_CHECKING:  # the type checker sees jax; at run time it is imported on first use
+  import jax
+else:
+  jax = lazy_module("jax")
 jax_sharding = lazy_module("jax.sharding")
 multihost_utils = lazy_module("jax.experimental.multihost_utils")
 _jax_core = lazy_module("jax._src.core")  # private: see _batched_put
@@ -90,14 +93,15 @@ def aliases_host_memory(sharding: jax.sharding.Sharding | None) -> bool:
   """Whether this process's devices are CPU devices: jax then uses aligned
   host memory in place (the transfer copies nothing), so rows
   assembled into aligned memory save a copy of every step."""
-  return sharding is not None and all(d.platform == "cpu" for d in sharding.addressable_devices)
+  devices = sharding.addressable_devices if sharding is not None else set()
+  return bool(devices) and all(d.platform == "cpu" for d in devices)  # type: ignore[attr-defined]  # jaxlib's Device
 
 
 def local_rows(sharding: jax.sharding.Sharding, shape: tuple[int, int]) -> np.ndarray:
   """Sorted global row indices held by this process's devices."""
-  rows = set()
+  rows: set[int] = set()
   for index in sharding.addressable_devices_indices_map(shape).values():
-    rows.update(range(*index[0].indices(shape[0])))
+    rows.update(range(*_block_of(index)[0].indices(shape[0])))
   return np.array(sorted(rows), dtype=np.int64)
 
 
@@ -130,7 +134,8 @@ def _device_blocks(
   local_index = {row: i for i, row in enumerate(np.frombuffer(rows_here, np.int64).tolist())}
   expected = tuple(sharding.shard_shape(shape))
   devices, blocks = [], []
-  for device, index in sharding.addressable_devices_indices_map(shape).items():
+  for device, given in sharding.addressable_devices_indices_map(shape).items():
+    index = _block_of(given)
     start, stop, _ = index[0].indices(shape[0])
     columns = index[1] if index[1] == _ALL else slice(*index[1].indices(shape[1]))
     width = len(range(*columns.indices(shape[1])))
@@ -192,3 +197,10 @@ def output_functions(
     return global_arrays(arrays, sharding, (rows, seq_len), here)
 
   return rows_here, output
+
+
+def _block_of(index: tuple[slice, ...] | None) -> tuple[slice, ...]:
+  """A device's block of the batch (jax types the map's values optional; an addressable device's is set)."""
+  if index is None:
+    raise ValueError("sharding: an addressable device holds no block of the batch")
+  return index

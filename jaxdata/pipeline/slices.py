@@ -21,7 +21,7 @@ import importlib.resources
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -29,7 +29,10 @@ import yaml
 from jaxdata._lazy import lazy_module
 from jaxdata.errors import ConfigError
 
-jax = lazy_module("jax")  # only `slice_mesh` needs it: `jaxdata mesh` and the planner stay light
+if TYPE_CHECKING:  # the type checker sees jax; at run time it is imported on first use
+  import jax
+else:
+  jax = lazy_module("jax")  # only `slice_mesh` needs it: `jaxdata mesh` and the planner stay light
 jax_sharding = lazy_module("jax.sharding")
 
 __all__ = ["SliceSpec", "available_slices", "explicit_slice", "load_slice", "slice_mesh"]

@@ -209,6 +209,7 @@ class StepProducer:
 
   def _plan_and_read(self) -> None:
     planned = self._plan()
+    assert self.read_ahead is not None  # planning in the background reads ahead
     self.pending.append((planned, self.read_ahead.submit(planned.steps)))
 
   def _plan(self) -> PlannedSpan:

@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError, DatasetError
-from jaxdata.sources.opening import Dataset
+from jaxdata.sources.opening import SplitDataset
 
 __all__ = ["INT32_LIMIT", "TokenBound", "token_bound"]
 
@@ -40,7 +40,7 @@ class TokenBound:
   limit: int
   source: str
 
-  def check(self, dataset: Dataset, records: np.ndarray, tokens: np.ndarray, offsets: np.ndarray) -> None:
+  def check(self, dataset: SplitDataset, records: np.ndarray, tokens: np.ndarray, offsets: np.ndarray) -> None:
     """Raises DatasetError if a token of the read documents is >= limit."""
     if not tokens.size or int(tokens.max()) < self.limit:
       return
@@ -53,7 +53,7 @@ class TokenBound:
     )
 
 
-def _unknown_hint(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> str:
+def _unknown_hint(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> str:
   """How to record the tokenizer of a dataset indexed without one (the usual cause of a mismatch)."""
   unknown = [d.name for d, ds in zip(cfg.datasets, datasets) if ds.manifest.tokenizer.get("kind") in (None, "unknown")]
   if not unknown:
@@ -65,7 +65,7 @@ def _unknown_hint(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> str:
   )
 
 
-def token_bound(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> TokenBound:
+def token_bound(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> TokenBound:
   """Checks the datasets' tokenizers and the config's special ids; the bound every read is held to."""
   identities = [_identity(ds.manifest.tokenizer) for ds in datasets]
   if not cfg.allow_mixed_tokenizers:
@@ -76,8 +76,9 @@ def token_bound(cfg: PipelineConfig, datasets: Sequence[Dataset]) -> TokenBound:
           f"{identities[0]}; token ids would mean different things{_unknown_hint(cfg, datasets)} (set "
           "allow_mixed_tokenizers: true to mix them on purpose)"
         )
-  sizes = [ds.manifest.tokenizer.get("vocab_size") for ds in datasets]
-  if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+  given = [ds.manifest.tokenizer.get("vocab_size") for ds in datasets]
+  sizes = [v for v in given if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+  if len(sizes) == len(given):
     vocab, source = max(sizes), f"the vocab_size {max(sizes)} in the datasets' manifest.json"
     packing = cfg.packing
     used = [("pad_id", packing.pad_id)]

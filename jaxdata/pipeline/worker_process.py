@@ -138,7 +138,11 @@ def serve(conn: Connection, pipeline: Mapping[str, Any], spec: WorkerSpec) -> No
     if spec.role == READER:
       memory = SharedBuffer(spec.memory_fd, spec.ring_bytes)  # the descriptor this process inherited
     send(conn, {"kind": "ready", "fingerprint": parts.fingerprint})
-    role = _Planning(conn, cfg, spec, parts) if spec.role == PLANNER else _Reading(conn, cfg, spec, parts, memory.buf)
+    role: _Planning | _Reading
+    if memory is None:
+      role = _Planning(conn, cfg, spec, parts)
+    else:
+      role = _Reading(conn, cfg, spec, parts, memory.buf)
     role.run()
   except (EOFError, BrokenPipeError, KeyboardInterrupt):  # the main process is gone or stopping
     pass

@@ -269,6 +269,7 @@ class WorkerProducer:
       if message["step"] == coming.step:
         break
       handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
+    assert handle.memory is not None  # a reader's ring
     views = slot_views(handle.memory.buf, message["slot"], self.slot_tokens, coming.num_rows, coming.seq_len)
     # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
     started = time.perf_counter()
@@ -359,11 +360,12 @@ class WorkerProducer:
     span ahead of the one being assembled (at most two spans are held)."""
     if self.reading is None and self.unread:
       self.reading = self.unread.popleft()
+      assert self.local.read_ahead is not None  # (reads_ahead)
       self.reading.read = self.local.read_ahead.submit(self.reading.steps)
 
   def _drop_spans(self) -> None:
     """Forgets the spans planned before a (re)start; a read not begun yet is skipped."""
-    if self.reading is not None:
+    if self.reading is not None and self.reading.read is not None:
       self.reading.read.cancel()
     self.reading = None
     self.unread.clear()

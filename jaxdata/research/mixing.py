@@ -173,7 +173,7 @@ def importance_weights(target: Mapping[str, float], sampling: Mapping[str, float
   chi2 = sum(float(target[d]) ** 2 / float(sampling[d]) for d in target if float(sampling[d]) > 0) - 1
   ess = 1 / (1 + max(chi2, 0.0))
   if ess < IW_ESS_WARNING:
-    worst = max(out, key=out.get)
+    worst = max(out, key=lambda name: out[name])
     warnings.warn(
       f"importance_weights: weight {out[worst]:.1f} for {worst!r} (q = {float(sampling[worst]):.3g}): "
       f"the weighted loss has the variance of {ess:.0%} of the tokens; sample {worst!r} more",

@@ -183,7 +183,7 @@ class TokenDataset(ShardedRecords):
     if len(jobs) == 1 or self.read_options.num_threads == 1:
       parts = [self._read_shard(shard, records, keep) for shard, records in jobs]
     else:
-      parts = list(self._thread_pool().map(lambda job: self._read_shard(*job, keep), jobs))
+      parts = list(self._thread_pool().map(lambda job: self._read_shard(job[0], job[1], keep), jobs))
     sorted_blobs = [blob for part in parts for blob in part]
     # position_in_sorted[i] = where request i landed in the sorted reads.
     position_in_sorted = np.empty(count, np.int64)
@@ -276,15 +276,16 @@ class TokenDataset(ShardedRecords):
     return self._pool
 
   def _read_shard(self, shard: int, records: list[int], keep: set[int]) -> list[bytes]:
-    reader = self._readers[shard] if self.remote is None else self._remote_reader(shard, keep)
+    reader = self._readers[shard] if self.remote is None else self._remote_reader(self.remote, shard, keep)
+    assert reader is not None  # a local shard's reader is opened with the dataset
     try:
       return reader.read(records)
     except RuntimeError as e:
       raise DatasetError(f"{self.shard_path(shard)}: read failed: {e}") from e
 
-  def _remote_reader(self, shard: int, keep: set[int]) -> ArrayRecordReader:
+  def _remote_reader(self, remote: RemoteShards, shard: int, keep: set[int]) -> ArrayRecordReader:
     """The reader of a remote shard's cached file (fetched now if need be)."""
-    local = self.remote.shard_file(shard, keep)
+    local = remote.shard_file(shard, keep)
     with self._readers_lock:
       if self._readers[shard] is None:
         self._readers[shard] = self._open_reader(self.manifest.shards[shard], local, self.shard_path(shard))

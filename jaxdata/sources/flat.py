@@ -69,11 +69,11 @@ class FlatTokenDataset(ShardedRecords):
       raise DatasetError(f"{self.path}: an ArrayRecord dataset; open it with TokenDataset")
     self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
     root = self.manifest.data_root
-    self.data_root = self.path if not root else root if (os.path.isabs(root) or is_remote(root)) else None
-    if self.data_root is None:
+    if root and not (os.path.isabs(root) or is_remote(root)):
       raise DatasetError(
         f"{self.path}/manifest.json: data_root {root!r} must be empty, absolute or a gs:// or s3:// URL"
       )
+    self.data_root: str = root or self.path
     self.reads_ranges_from_store = is_remote(self.data_root)
     shards = self.manifest.shards
     self._number_records([s.num_records for s in shards])
@@ -110,7 +110,7 @@ class FlatTokenDataset(ShardedRecords):
           f"index of {shard.path} differs from the one manifest.json lists (index_sha256); "
           "edited or from another file? Rebuild it with `jaxdata index`"
         )
-    self.files = self._open_files(read_options)
+    self.files: TokenFiles | None = self._open_files(read_options)
     self._fetched = {}  # read: not kept
 
   def shard_path(self, shard: int) -> str:
@@ -153,7 +153,7 @@ class FlatTokenDataset(ShardedRecords):
         f"{self.shard_path(shard_ids[i])}: tokens {starts[i]}..{starts[i] + counts[i]} lie past "
         f"its {self.shard_tokens[shard_ids[i]]} tokens (metadata of another file?)"
       )
-    tokens = self.files.gather(shard_ids, starts, counts, offsets)
+    tokens = self._token_files().gather(shard_ids, starts, counts, offsets)
     return RaggedTokens(tokens, offsets)
 
   def verify(self) -> None:
@@ -171,7 +171,7 @@ class FlatTokenDataset(ShardedRecords):
             f"{self._named(shard.starts_path)}: document {begin + int(bad[0]) + 1} starts at "
             f"{int(chunk[bad[0] + 1])}, not right after the one before; rebuild it with `jaxdata index`"
           )
-      digest = self.files.sha256(shard_id)
+      digest = self._token_files().sha256(shard_id)
       if digest != shard.sha256:
         raise DatasetError(
           f"{self.shard_path(shard_id)}: sha256 {digest[:12]}... differs from manifest.json "
@@ -182,9 +182,15 @@ class FlatTokenDataset(ShardedRecords):
     return self.files.transfer_stats() if self.files is not None else None
 
   def close(self) -> None:
-    files, self.files = getattr(self, "files", None), None
+    files: TokenFiles | None = getattr(self, "files", None)
+    self.files = None
     if files is not None:
       files.close()
+
+  def _token_files(self) -> TokenFiles:
+    if self.files is None:
+      raise DatasetError(f"{self.path}: the dataset was closed")
+    return self.files
 
   def reopen_arguments(self) -> tuple[Any, ...]:
     return (self.path, self.read_options)  # the manifest is read again, and checked by its fingerprint
@@ -228,7 +234,7 @@ class FlatTokenDataset(ShardedRecords):
   def _open_files(self, read_options: ReadOptions) -> TokenFiles:
     paths = [self._data(s.path) for s in self.manifest.shards]
     if is_remote(self.data_root) or read_options.flat_reader == "tensorstore":
-      files: TokenFiles = KvTokenFiles(
+      kv_files = KvTokenFiles(
         kv_root(self.data_root),
         [s.path for s in self.manifest.shards],
         paths,
@@ -237,10 +243,10 @@ class FlatTokenDataset(ShardedRecords):
         [s.data_offset for s in self.manifest.shards],
         [self._block_sums(s) for s in self.manifest.shards],
       )
-      files.check_samples(
+      kv_files.check_samples(
         [(i, s.num_bytes, s.sample_sha256) for i, s in enumerate(self.manifest.shards)], SAMPLE_BLOCKS, SAMPLE_BLOCK
       )
-      return files
+      return kv_files
     external = bool(self.manifest.data_root)  # token files the manifest names in a directory of its choosing
     for path, shard in zip(paths, self.manifest.shards):
       if not os.path.isfile(path):

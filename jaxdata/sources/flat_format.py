@@ -289,10 +289,10 @@ def bos_lengths(path: str, layout: TokenLayout, bos_id: int) -> np.ndarray:
   stays with its document; ids before the first BOS are a document too)."""
   count = layout.count
   ids = np.memmap(path, layout.dtype.newbyteorder("<"), "r", offset=layout.offset, shape=(count,))
-  starts = [
+  found = [
     np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == bos_id) + begin for begin in range(0, count, _SCAN_TOKENS)
   ]
-  starts = np.concatenate(starts + [np.zeros(0, np.int64)]).astype(np.int64)
+  starts: np.ndarray = np.concatenate(found + [np.zeros(0, np.int64)]).astype(np.int64)
   if not starts.size and count > 1:
     raise DatasetError(
       f"{path}: bos_id {bos_id} never occurs in its {count} ids: the whole file would be one document; "
@@ -309,10 +309,10 @@ def eos_lengths(path: str, layout: TokenLayout, eos_id: int) -> np.ndarray:
   """Document lengths of a flat token file split after every `eos_id`."""
   count = layout.count
   ids = np.memmap(path, layout.dtype.newbyteorder("<"), "r", offset=layout.offset, shape=(count,))
-  ends = [
+  found = [
     np.flatnonzero(ids[begin : begin + _SCAN_TOKENS] == eos_id) + begin + 1 for begin in range(0, count, _SCAN_TOKENS)
   ]
-  ends = np.concatenate(ends + [np.zeros(0, np.int64)]).astype(np.int64)
+  ends: np.ndarray = np.concatenate(found + [np.zeros(0, np.int64)]).astype(np.int64)
   if not ends.size and count > 1:
     raise DatasetError(
       f"{path}: eos_id {eos_id} never occurs in its {count} ids: the whole file would be one document; "

@@ -79,6 +79,10 @@ class LengthsBase:
   def __len__(self) -> int:
     return self.size
 
+  def __getitem__(self, index: Any) -> Any:
+    """The lengths at `index` (an int or an array of record indices), as NumPy indexing gives them."""
+    raise NotImplementedError
+
   def sum(self) -> int:
     return self._sum
 

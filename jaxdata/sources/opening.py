@@ -18,11 +18,13 @@ from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.remote import CacheOptions
 from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 from jaxdata.sources.stores import is_remote
+from jaxdata.sources.subset import RangeView, SubsetView
 from jaxdata.sources.token_files import read_object
 
-__all__ = ["Dataset", "open_dataset"]
+__all__ = ["Dataset", "SplitDataset", "open_dataset"]
 
-Dataset = TokenDataset | FlatTokenDataset | WindowView
+Dataset = TokenDataset | FlatTokenDataset | WindowView  # what open_dataset opens
+SplitDataset = Dataset | RangeView | SubsetView  # as a split sees it (mixture.holdout.split_view)
 
 
 def open_dataset(

@@ -109,8 +109,9 @@ class WindowView(ShardedRecords):
     if self.options.cross_documents:
       return self.dataset.shard_tokens.copy()
     parts = [
-      self.dataset.lengths[self.dataset.record_starts[shard] + eligible].astype(np.int64)
-      for shard, (eligible, _) in enumerate(self._documents)
+      self.dataset.lengths[self.dataset.record_starts[shard] + documents[0]].astype(np.int64)
+      for shard, documents in enumerate(self._documents)
+      if documents is not None  # (cross_documents: false keeps every shard's)
     ]
     return np.concatenate(parts)
 

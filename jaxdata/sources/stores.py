@@ -91,7 +91,12 @@ class _S3Store:
     self.client = boto3.client("s3", config=settings)
     self.bucket = bucket
     # boto3's own (Boto3Error: RetriesExceededError on bodies cut short every time, S3TransferFailedError) too.
-    self.errors = (exceptions.BotoCoreError, exceptions.ClientError, transfers.Boto3Error, OSError)
+    self.errors: tuple[type[BaseException], ...] = (
+      exceptions.BotoCoreError,
+      exceptions.ClientError,
+      transfers.Boto3Error,
+      OSError,
+    )
 
   def read(self, key: str, limit: int) -> bytes:
     return self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{limit - 1}")["Body"].read()
@@ -115,13 +120,18 @@ class _GcsStore:
     else:
       client = storage.Client()
     # A connection per fetch thread (parallelism.fetch_threads); requests keeps 10 by default.
-    session = client._http  # noqa: SLF001 -- the client's session; its constructor takes it as _http
+    session = client._http  # the client's session; its constructor takes it as _http
     if not getattr(session, "is_mtls", False):  # an mTLS session's adapter carries the client certificate
       adapter = requests.adapters.HTTPAdapter(pool_maxsize=MAX_FETCH_THREADS)
       for prefix in ("http://", "https://"):
         session.mount(prefix, adapter)
     self.bucket = client.bucket(bucket)
-    self.errors = (api.GoogleAPIError, auth.GoogleAuthError, requests.RequestException, OSError)
+    self.errors: tuple[type[BaseException], ...] = (
+      api.GoogleAPIError,
+      auth.GoogleAuthError,
+      requests.RequestException,
+      OSError,
+    )
 
   def read(self, key: str, limit: int) -> bytes:
     return self.bucket.blob(key).download_as_bytes(start=0, end=limit - 1, timeout=(5, 30), retry=None)

@@ -144,11 +144,11 @@ class RangeView(_View):
     self.path, self.manifest, self.dtype, self.remote = dataset.path, dataset.manifest, dataset.dtype, dataset.remote
     starts = dataset.record_starts
     self._number_records(np.clip(starts[1:], start, stop) - np.clip(starts[:-1], start, stop))
-    total, low, high = 0, None, 0
+    total, low, high = 0, np.iinfo(np.int64).max, 0  # (the range is not empty: low is set)
     for begin in range(start, stop, _CHUNK):  # one pass over the range's lengths, a chunk at a time
       part = np.asarray(dataset.lengths[np.arange(begin, min(begin + _CHUNK, stop))], np.int64)
       total, high = total + int(part.sum()), max(high, int(part.max()))
-      low = int(part.min()) if low is None else min(low, int(part.min()))
+      low = min(low, int(part.min()))
     self.lengths = _MappedLengths(dataset.lengths, self.to_base, self.num_records, total, low, high)
 
   def to_base(self, indices: np.ndarray) -> np.ndarray:

@@ -162,8 +162,10 @@ class DatasetWriter:
       if stop == start:
         self._close_shard()
         continue
+      writer = self._writer
+      assert writer is not None  # opened above
       for s, e in zip(byte_starts[start:stop].tolist(), byte_ends[start:stop].tolist()):
-        self._writer.write(payload[s:e])
+        writer.write(payload[s:e])
       self._lengths.append(lengths[start:stop])
       self._open_bytes += int(byte_ends[stop - 1] - byte_starts[start])
       start = stop

@@ -142,7 +142,7 @@ def audit_plans(
       continue
     if whole:
       covered = np.bincount(pieces[:, 0], weights=pieces[:, 2], minlength=records)
-      short = np.flatnonzero(covered != lengths[name] + extra)
+      short = np.flatnonzero(covered != np.asarray(lengths[name]) + extra)
       if short.size:
         result.failures.append(
           f"{name} pass {p}: record {short[0]} covered {int(covered[short[0]])} of "

@@ -116,7 +116,7 @@ def _histogram_cause(tokens: np.ndarray, mean_length: np.ndarray, names: list[st
   return "mix inside every step: a block or global shuffle, or mixture.interleave exact", False
 
 
-def _shard_spans(stats: Sequence[Mapping[str, Any]], name: str) -> list[int] | None:
+def _shard_spans(stats: Sequence[Mapping[str, Any]], name: str) -> list[float] | None:
   """Steps each shard of `name` is read over, if the source reads shard by shard (at most two
   shards a step, each shard in one run of consecutive steps); None if it mixes shards."""
   seen: dict[int, list[int]] = {}

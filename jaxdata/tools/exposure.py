@@ -273,7 +273,7 @@ def plan_run(cfg: PipelineConfig, tokens: int, max_passes: float) -> tuple[Expos
   )
   for settings in cfg.dataset_settings():
     meta, row = metadata[settings.name], table.datasets[settings.name]
-    if meta.segments is not None:
+    if meta.segments is not None and settings.window is not None:  # a sampled dataset
       draws = sum(row.processed_tokens) / settings.window
       seen = expected_unique_fraction(meta.segments, settings.window, draws)
       table.datasets[settings.name] = dataclasses.replace(row, unique_seen=seen)
