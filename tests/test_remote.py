@@ -112,10 +112,10 @@ def reference(local) -> list[str]:
 def test_a_remote_dataset_gives_the_local_batches_through_a_small_cache(stores, local, reference, scheme, tmp_path):
   server = stores[scheme]
   urls = [server.upload(d.path, "jaxdata-test", f"run-{scheme}/{d.name}") for d in local.datasets]
-  # 14 shards: fewer than d0's 20 alone, more than a window reads (about 3 open + the next ones per dataset).
+  # 14 shards: fewer than d0's 20 alone, more than a read span reads (about 3 open + the next ones per dataset).
   budget = 14 * largest_shard(local)
   cfg = remote_config(local, urls, str(tmp_path / "cache"), budget)
-  # Windows of 4 steps (1,024 tokens, about 25 documents per dataset) touch about 4 shards per dataset.
+  # Read spans of 4 steps (1,024 tokens, about 25 documents per dataset) touch about 4 shards per dataset.
   with Pipeline(cfg, prefetch=2, read_ahead_tokens=1024) as pipe:
     assert not pipe.execution().read_thread  # remote data keeps its own fetch-ahead (no read thread)
     got = [digest(next(pipe)) for _ in range(STEPS)]
@@ -227,11 +227,11 @@ def test_a_pinned_read_span_stays_cached_until_it_is_read(stores, local, tmp_pat
   shard = largest_shard(local)
   with TokenDataset(url, cache=CacheOptions(str(tmp_path / "cache"), 2 * shard)) as dataset:
     cache = dataset.remote.cache
-    window = dataset.remote.pin(np.array([0, 1, 0]))
+    span = dataset.remote.pin(np.array([0, 1, 0]))
     for other in (2, 3, 4):  # reads of other shards meanwhile (another dataset's, in a pipeline)
       dataset.remote.shard_file(other, {other})
     assert {"0", "1"} <= {name.rpartition("-")[2] for name in cache.present}  # over budget, but kept
-    dataset.remote.unpin(window)
+    dataset.remote.unpin(span)
     assert cache.held() <= 2 * shard
 
 
@@ -239,7 +239,7 @@ def test_each_host_fetches_only_the_shards_of_its_own_rows(stores, tmp_path):
   """Two jax.distributed processes read an S3 copy of the multi-host test's
   datasets through caches that hold everything: together they build the
   single-process global batches, and each fetched at least the shards of the
-  windows it finished reading (its read log) and none but shards holding its
+  read spans it finished reading (its read log) and none but shards holding its
   own rows' documents (of the steps it could have planned)."""
   config = test_multihost.write_two_datasets(tmp_path)
   raw = yaml.safe_load(open(config))
@@ -255,7 +255,7 @@ def test_each_host_fetches_only_the_shards_of_its_own_rows(stores, tmp_path):
   with Pipeline(load_config(config), prefetch=0) as reference:
     expected = [next(reference) for _ in range(test_multihost.STEPS)]
   host_rows = test_multihost.rebuilt_global_batches(out_dir, expected)
-  # Beyond the steps handed out, a process may have planned (and begun fetching) a few windows more.
+  # Beyond the steps handed out, a process may have planned (and begun fetching) a few read spans more.
   plans = list(StepPlanner(load_config(config)).plans(test_multihost.STEPS + 16))
   fetched_any = []
   for process in range(2):
@@ -270,7 +270,7 @@ def test_each_host_fetches_only_the_shards_of_its_own_rows(stores, tmp_path):
           fetched_any.append(len(shards) < dataset.num_shards)
           return sum(dataset.manifest.shards[s].num_bytes for s in shards)
 
-        # Windows of the steps handed out were read whole.
+        # Read spans of the steps handed out were read whole.
         done = [
           reads[k]
           for k in reads.files
@@ -283,10 +283,10 @@ def test_each_host_fetches_only_the_shards_of_its_own_rows(stores, tmp_path):
 
 
 @pytest.mark.parametrize("planner_process", [False, True])
-def test_the_next_windows_shards_are_fetched_while_one_is_read(stores, local, reference, tmp_path, planner_process):
-  """Every shard read after the first window was asked for a window ahead
+def test_the_next_read_spans_shards_are_fetched_while_one_is_read(stores, local, reference, tmp_path, planner_process):
+  """Every shard read after the first read span was asked for a span ahead
   (with room for everything, so none is dropped for lack of it): planned
-  in process, or by a planner process whose windows this process reads."""
+  in process, or by a planner process whose read spans this process reads."""
   server = stores["s3"]
   urls = [server.upload(d.path, "jaxdata-test", f"ahead-{planner_process}/{d.name}") for d in local.datasets]
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * dataset_bytes(local))
@@ -377,9 +377,9 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
 
 
 @pytest.mark.parametrize("planner_process", [False, True])
-def test_windows_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeypatch, planner_process):
+def test_read_spans_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeypatch, planner_process):
   """Flat files in a bucket, planned in process or by a planner process (the
-  default with a mesh): each window's byte ranges are read on the read-ahead thread, a window
+  default with a mesh): each read span's byte ranges are read on the read-ahead thread, a span
   ahead, and the batches (after set_state, and after a failed read is
   raised at its step and retried) are the local run's."""
   write_flat(str(tmp_path / "flat" / "a.bin"), random_documents(np.random.default_rng(7), 120, eos_id=0))
@@ -422,7 +422,7 @@ def test_windows_that_read_from_a_store_are_read_ahead(stores, tmp_path, monkeyp
     got += [digest(next(pipe)) for _ in range(24)]
     state = pipe.get_state()
     got += [digest(next(pipe)) for _ in range(5)]
-    pipe.set_state(state)  # windows read ahead are dropped; the same steps again
+    pipe.set_state(state)  # read spans read ahead are dropped; the same steps again
     got += [digest(next(pipe)) for _ in range(15)]
     failing["now"] = True
     with pytest.raises(OSError, match="injected"):

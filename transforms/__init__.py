@@ -3,9 +3,11 @@
 `pieces` (`Pieces`: parts of documents as parallel arrays), `fit` (row
 placement for first / best fit), `packing` (`Packer`, the `PackingStrategy`
 of each mode, `StepPlan`), `assemble` (a step's NumPy rows from its plan
-and the documents' tokens) and `kernels` (the two per-step loops, in C from
-``_native.c`` where it was built, else NumPy: the same outputs). Depends on `config` only: documents arrive
-through the `DocumentSource` protocol, so nothing here imports the stream.
+and the documents' tokens), `kernels` (the per-step loops, in C from
+``_native.c`` where it was built, else NumPy: the same outputs) and
+`balance` (rows spread so every host's block reads a similar amount).
+Depends on `config` only: documents arrive through the `DocumentSource`
+protocol, so nothing here imports the stream.
 
 This directory sits at the repository root and installs as
 ``jaxdata.transforms`` (see ``pyproject.toml``); no top-level

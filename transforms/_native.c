@@ -1,4 +1,4 @@
-/* jaxdata.transforms._native: the two per-step loops that NumPy cannot run at memory
+/* jaxdata.transforms._native: the per-step loops that NumPy cannot run at memory
  * speed, in C.
  *
  *   write_runs   a step's rows from runs of consecutive grid slots (pieces and
@@ -12,7 +12,7 @@
  *                positions from 0 from each start to the next or the row's end
  *                (NumPy needs a few whole-grid passes: cumsum, accumulate)
  *
- * Both hold the GIL for calls as short as a training step's (a 32 x 2048 step
+ * All hold the GIL for calls as short as a training step's (a 32 x 2048 step
  * is written in ~0.07 ms): a thread that hands the GIL to a busy Python
  * thread waits up to the 5 ms switch interval to get it back, which costs the
  * pipeline far more than the call. Past RELEASE_GIL_AT items of work they

@@ -1,7 +1,10 @@
-"""The two per-step loops, in C where it was built, in NumPy otherwise.
+"""The per-step loops, in C where it was built, in NumPy otherwise.
 
-`write_runs` fills a step's six features from runs of grid slots, and
-`first_fit_rows` / `best_fit_rows` place pieces into rows. The C versions
+`write_runs` fills a step's six features from runs of grid slots (with a
+fine-tuning mask, the loss mask from the targets' trained flags),
+`restart_segments` starts a segment at every document start inside a
+window, and `first_fit_rows` / `best_fit_rows` place pieces into rows
+(first fit in C). The C versions
 (`jaxdata.transforms._native`, compiled from ``transforms/_native.c`` at
 install) write
 every feature of a run in one pass, with no per-token index array. They

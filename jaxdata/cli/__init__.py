@@ -1,9 +1,15 @@
 """The ``jaxdata`` command: convert, index, inspect, plan, audit, ablate, doctor, report, bench, mesh, demo.
 
-Each command's handler is a function of a handler module (`jaxdata.cli.convert`,
-`.data`, `.planning`, `.demo`); those modules are light and reach what needs
-jax through `jaxdata._lazy.lazy_module`, so `jaxdata --help` and `jaxdata
-inspect` never load jax, grain, orbax, pyarrow or matplotlib.
+    convert.py    `jaxdata convert`: the local or the Beam runner, progress and a summary
+    data.py       `jaxdata index`, `from-megatron` and `inspect`
+    planning.py   `jaxdata plan`, `audit`, `doctor`, `report`, `mesh` and `bench`
+    demo.py       `jaxdata demo` and `ablate`
+    legends.py    what each column of `jaxdata plan` and `jaxdata mesh` means
+    output.py     the console, tables and progress bars (rich's when installed)
+
+The handler modules are light and reach what needs jax through
+`jaxdata._lazy.lazy_module`, so `jaxdata --help` and `jaxdata inspect` never
+load jax, grain, orbax, pyarrow or matplotlib.
 """
 
 from __future__ import annotations

@@ -1,9 +1,15 @@
-"""Stage 0 of the data flow: what the user asked for, validated and resolved.
+"""Stage 0 of the data flow: what the user asked for, validated and resolved. Nothing here reads
+data; every later stage may import it.
 
-Frozen dataclasses (`schema`, `pipeline_config`), YAML loading (`loading`),
-per-dataset settings after inheritance (`resolve`), weight schedules
-(`schedule`) and the validators every stage shares (`validate`). Nothing
-here reads data; every later stage may import it.
+    schema.py           the sections of a config: frozen dataclasses that validate themselves
+    batch.py            `BatchConfig`: the global batch and its schedule
+    ramp.py             a value that rises linearly with the step (batch ramp, sequence warmup)
+    pipeline_config.py  `PipelineConfig`: the whole pipeline in one frozen, validated object
+    loading.py          `load_config`: YAML (a safe loader) into a `PipelineConfig`
+    resolve.py          `DatasetSettings`: a dataset's settings after inheritance
+    schedule.py         weight schedules and their safe normalisation
+    validate.py         the validators every stage shares
+    native.py           `JAXDATA_NATIVE`: whether the C loops run
 """
 
 from jaxdata.config.loading import load_config

@@ -6,6 +6,8 @@ One job, in the order the data moves through it::
     inputs.py           files -> documents with their locations; remote_inputs.py for gs:// and s3://
     work_units.py       inputs cut into units that tokenize independently
     tokenizers.py       byte-level, Hugging Face, SentencePiece
+    examples.py         fine-tuning examples (chat, prompt / completion) -> ids and trained-token masks
+    example_records.py  documents out of tf.train.Example records (ArrayRecord, TFRecord)
     tokenize_units.py   one unit -> tokens + lengths; unit sizes; the manifest's stats
     shard_jobs.py       shards planned from lengths, written independently
     output.py           the output directory: refuse or clear

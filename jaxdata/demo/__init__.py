@@ -1,7 +1,12 @@
 """`jaxdata demo`: the whole product on this machine (see `jaxdata.demo.run`).
 
-`corpus` builds the demo datasets, `model` is the tiny language model,
-`run` wires corpus, pipeline, training, checkpoint and the restart check.
+    corpus.py   the demo datasets, built from what every Python install has
+    model.py    the tiny language model (attention inside segments)
+    run.py      corpus, pipeline, training, checkpoint and the restart check, wired
+    online.py   `jaxdata demo --online doremi`: a controller steering the mixture every step
+    sft.py      `jaxdata demo --sft`: fine-tuning on small conversation sets with masks
+    ablate.py   `jaxdata ablate`: a fixed-budget mixture comparison with the demo's model
+
 This module holds only what the CLI needs before JAX starts.
 """
 

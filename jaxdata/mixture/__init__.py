@@ -1,8 +1,12 @@
 """Stage 3 of the data flow: the mixture of datasets as one stream of documents.
+Depends on `config`, `sources` and `order`.
 
-`stream` (`DocumentStream`, `DocBatch`, `DocRef`, `DatasetMeta`) and
-`interleave` (which dataset supplies each next document: the `Interleave`
-strategies, exact or random). Depends on `config`, `sources` and `order`.
+    stream.py       `DocumentStream`, `DocBatch`, `DocRef`: the mixture as one deterministic stream
+    metadata.py     `DatasetMeta`: what the mixture needs of a dataset, loaded for a config
+    interleave.py   which dataset supplies each next document: the `Interleave` strategies, exact or random
+    pick_loops.py   the loops that pick, one document at a time
+    updates.py      `MixtureUpdates`: weights the training loop sets while the stream runs
+    holdout.py      held-out documents: chosen by a keyed order, never trained on
 """
 
 from jaxdata.mixture.interleave import ExactInterleave, Interleave, RandomInterleave, make_interleave

@@ -4,14 +4,15 @@ Every process runs the same plan and reads only its own rows::
 
     StepPlanner.plan()                        same StepPlan on every host      planner.py
       -> rows held here (from the sharding)                                    sharding.py
-      -> batched reads of those rows' documents, many steps per call           reader.py, window.py
-      -> assemble_rows (NumPy)                                                 window.py
+      -> batched reads of those rows' documents, many steps per call           reader.py, read_spans.py
+      -> assemble_rows (NumPy), step by step                                   step_producer.py
       -> jax.Array (one batched transfer per feature)                          sharding.py
     a background thread runs this `prefetch` steps ahead (prefetch.py). With a
     mesh (on >= 2 cores) the planning runs in a process of its own and this
-    process reads, assembles and makes the arrays from its windows; with
+    process reads, assembles and makes the arrays from its read spans; with
     `workers=n` steps are planned in one worker process and read and assembled
-    in n others (workers.py) and the global arrays are made in the caller's thread.
+    in n others (worker_producer.py, worker_process.py) and the global arrays
+    are made in the caller's thread.
     get_state() is the state after the last batch handed out, never the prefetcher's.
 
 Failure semantics (docs/state.md): an exception while producing step s, or

@@ -69,7 +69,7 @@ class DocumentReader:
       if mine.size:
         records, inverse = np.unique(pieces.record[mine], return_inverse=True)
         wanted.append((d, dataset, mine, records, inverse))
-    # A remote window's shards, of every dataset, are fetched together and stay cached until it is read.
+    # A remote read span's shards, of every dataset, are fetched together and stay cached until it is read.
     pinned = [
       (dataset.remote, dataset.remote.pin(dataset.locate(records)[0]))
       for _, dataset, _, records, _ in wanted
@@ -105,7 +105,7 @@ class DocumentReader:
     """Whether any dataset is in object storage (then reads fetch shards)."""
     return any(dataset.remote is not None for dataset in self.datasets)
 
-  def prefetch(self, pieces: Pieces) -> None:
+  def fetch_ahead(self, pieces: Pieces) -> None:
     """Starts fetching the remote shards these pieces will read (does not wait)."""
     for d, dataset in enumerate(self.datasets):
       records = pieces.record[pieces.dataset == d]

@@ -18,7 +18,7 @@ it is planned while it is read: reads, which run mostly without the GIL,
 overlap planning and assembly, which hold it. Remote data keeps its own
 fetch-ahead (the next span's shards are fetched while this one is read).
 Spans planned by a planner process are read on the prefetch thread (see
-workers.py): there, reading ahead did not add speed and cost a
+worker_producer.py): there, reading ahead did not add speed and cost a
 Python-bound training loop more of the GIL; only spans that wait on a
 store's byte ranges (flat files in object storage) are read ahead there.
 
@@ -186,7 +186,7 @@ class StepProducer:
     if self.reader.remote and not planned.ended:
       # Remote shards: plan the next span now and start fetching its shards while this one is read.
       self.ahead = self._plan()
-      self.reader.prefetch(Pieces.concatenate([s.pieces for s in self.ahead.steps]))
+      self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in self.ahead.steps]))
     started = time.perf_counter()
     items = read_span(self.reader, planned.steps, self.cfg.packing.pad_id)
     self._queue(planned, items, time.perf_counter() - started)

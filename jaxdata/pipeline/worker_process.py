@@ -278,7 +278,7 @@ class _Reading(_Role):
     if message["kind"] == "span":
       steps = decode_span(message["steps"], payload)
       if self.reader.remote:
-        self.reader.prefetch(Pieces.concatenate([s.pieces for s in steps]))
+        self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in steps]))
       self.unread.append(steps)
     elif message["kind"] == "free":
       self.free.add(message["slot"])

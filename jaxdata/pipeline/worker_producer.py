@@ -341,7 +341,7 @@ class WorkerProducer:
         else:
           span = _LocalSpan(decode_span(steps, payload))
           if self.local.reader.remote:  # its shards are fetched from now on, while earlier spans are read
-            self.local.reader.prefetch(Pieces.concatenate([s.pieces for s in span.steps]))
+            self.local.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in span.steps]))
           if self.reads_ahead:
             self.unread.append(span)
             self._read_next_span()

@@ -1,2 +1,5 @@
-"""Research helpers from the data-mixing literature (`mixing`): the DoReMi
-domain-weight update, importance weights and per-source losses."""
+"""Research helpers from the data-mixing literature.
+
+mixing.py   the DoReMi domain-weight update, importance weights, per-source losses
+online.py   controllers that steer the mixture while training (EXP3, DoReMi online)
+"""

@@ -5,11 +5,15 @@ it opens; its ArrayRecord shards are fetched into a bounded local cache when
 a read needs them, several at a time, and checked against the manifest
 (size and content hash) before they are used::
 
-    read of window w:  every dataset's shards -> ShardCache.pin     fetches start, 8 at a time, as many as fit;
-                                                                    pinned shards stay until the window is read
-                       for each shard:  ShardCache.get              waits for it; least recently used shards
-                                                                    outside the window leave to make room
-                       window read      -> ShardCache.unpin
+    read of span w:  every dataset's shards -> ShardCache.pin     fetches start, as many as fit;
+                                                                  pinned shards stay until the span is read
+                     for each shard:  ShardCache.get              waits for it; least recently used shards
+                                                                  outside the span leave to make room
+                     span read        -> ShardCache.unpin
+
+Fetches run FETCH_THREADS (8) at a time until a store's latency is measured,
+then as many as `jaxdata.sources.parallelism.fetch_threads` finds it needs
+(up to MAX_FETCH_THREADS).
 
 Buckets are reached through `jaxdata.sources.stores`. A failed transfer is
 retried, then raised as a `DatasetError` naming the object; a shard whose
@@ -104,9 +108,9 @@ class ShardCache:
     self.fetched_bytes: collections.Counter[str] = collections.Counter()  # downloaded, per dataset (RemoteShards.key)
     self.peak_bytes = 0  # the most bytes of shards held at once
     self.hits = self.prefetched = self.misses = 0  # gets found present, on their way (want), or not
-    # Per shard: windows that asked for it ahead (RemoteShards.prefetch) and have not read it yet.
+    # Per shard: read spans that asked for it ahead (`RemoteShards.want` with ahead=True) and have not read it yet.
     self.asked_ahead: collections.Counter[str] = collections.Counter()
-    self.ahead_gets = 0  # gets of shards asked for a window ahead
+    self.ahead_gets = 0  # gets of shards asked for a read span ahead
 
   def path(self, name: str) -> str:
     return os.path.join(self.directory, name)
@@ -127,9 +131,9 @@ class ShardCache:
   def want(self, shards: list[CachedShard], ahead: bool = False) -> None:
     """Starts fetching the given shards (in order); does not wait. For the
     read being made, all of them at once, least recently used shards outside
-    it leaving first. `ahead` (for the window after the one being read): only
+    it leaving first. `ahead` (for the read span after the one being read): only
     while they fit beside the ones present and under way (making room by
-    evicting would drop shards that later windows still read: with 10% of the
+    evicting would drop shards that later read spans still read: with 10% of the
     data cached, 1.4x the bytes)."""
     with self.lock:
       if ahead:
@@ -364,7 +368,7 @@ class RemoteShards:
 
   def want(self, shards: list[int], ahead: bool = False) -> None:
     """Starts fetching these shards (a read's, in order), as many as fit;
-    warns once if they cannot all be held at once. `ahead`: for the next window."""
+    warns once if they cannot all be held at once. `ahead`: for the next read span."""
     shards = list(dict.fromkeys(int(s) for s in shards))  # once each, in order
     need = sum(self.shards[s].num_bytes for s in shards)
     if need > self.cache.cache_bytes and not self.warned:

@@ -3,7 +3,8 @@
 `summary`: what `jaxdata inspect` shows; `exposure` and `cache_plan`:
 `jaxdata plan`; `audit` and `mixture_checks`: `jaxdata audit`; `doctor`:
 `jaxdata doctor`; `report`: plots of a run's stats; `mesh`: `jaxdata mesh`;
-`bench`: `jaxdata bench`; `numbers`: how they print sizes and counts. They use
+`bench`: `jaxdata bench`; `trajectory`: the weights an online controller set or will set;
+`numbers`: how they print sizes and counts. They use
 the stages of the data flow; only the CLI, the demo and `jaxdata.exposure` (a public
 module) use them.
 """
