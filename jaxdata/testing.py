@@ -24,7 +24,14 @@ from jaxdata.pipeline.pipeline_parts import RECORDED_READS
 from jaxdata.pipeline.reader import ReadLog
 from jaxdata.pipeline.worker_producer import WorkerProducer
 
-__all__ = ["prefetched_steps", "recorded_reads", "start_processes", "wait_for_processes", "worker_processes"]
+__all__ = [
+  "prefetched_steps",
+  "producer_phase",
+  "recorded_reads",
+  "start_processes",
+  "wait_for_processes",
+  "worker_processes",
+]
 
 
 @contextlib.contextmanager
@@ -42,6 +49,13 @@ def recorded_reads() -> Iterator[ReadLog]:
 def _workers(pipe: Pipeline) -> WorkerProducer | None:
   producer = pipe._producer  # this module is the documented way in
   return producer if isinstance(producer, WorkerProducer) else None
+
+
+def producer_phase(pipe: Pipeline) -> str:
+  """Where the pipeline's worker processes stand: "in process" (it has none), or a
+  `jaxdata.pipeline.worker_producer.Phase` value ("not spawned", "starting", "running", "fell back")."""
+  workers = _workers(pipe)
+  return "in process" if workers is None else workers.phase.value
 
 
 def start_processes(pipe: Pipeline) -> None:

@@ -1,8 +1,10 @@
 """Integrations with the tools people already run (each module is another tool's API).
 
-maxtext.py         a pipeline from MaxText's data config keys, MaxText's batch features
-maxtext_keys.py    MaxText's data keys -> a `PipelineConfig` (honoured or refused)
-maxtext_values.py  MaxText's data keys' types, checked where they enter
-megatron.py        Megatron's --data-path blend and --split as a jaxdata mixture
-levanter.py        Levanter's chat dataset format -> conversion options (the same masks)
+Its modules::
+
+    maxtext.py         a pipeline from MaxText's data config keys, MaxText's batch features
+    maxtext_keys.py    MaxText's data keys -> a `PipelineConfig` (honoured or refused)
+    maxtext_values.py  MaxText's data keys' types, checked where they enter
+    megatron.py        Megatron's --data-path blend and --split as a jaxdata mixture
+    levanter.py        Levanter's chat dataset format -> conversion options (the same masks)
 """

@@ -1,25 +1,28 @@
 """Stage 6 of the data flow: global batches on a mesh. Names load lazily: planning needs no jax.
 
-pipeline.py         `Pipeline`: wires the modules below, hands out batches, saves and restores state
-pipeline_parts.py   `open_parts`: the datasets, planner and reader a pipeline opens from its config
-spec.py             `PipelineSpec`: everything that decides the batches (what worker processes get)
-planner.py          `StepPlanner`: the plan of every step, from metadata (used by everything that plans)
-read_spans.py       consecutive steps planned together, read together, then assembled one by one
-reader.py           `DocumentReader`: a span's documents, one batched read per dataset
-read_ahead.py       `ReadAhead`: a span read on a thread of its own
-step_producer.py    `StepProducer`: steps made in this process
-worker_producer.py  `WorkerProducer`: the same steps from a planner process or worker processes
-worker_process.py   the body of a worker process (planner or reader)
-worker_handle.py    `WorkerHandle`: one worker process, its pipe and slot ring
-shared_buffer.py    `SharedBuffer`: memory shared with a worker process
-execution.py        `Execution`: where the steps are made now
-prefetch.py         `Prefetcher`: the background thread
-sharding.py         which rows this process holds; the global `jax.Array`s
-slices.py           TPU slice configs and their meshes
-stats.py            `StatsRecorder`: per-step statistics
-vocabulary.py       token ids checked against the datasets' vocabulary
-grain.py            `PipelineDataset`: a pipeline as a Grain `IterDataset`
-grain_mixture.py    `MixtureDataset`: the mixture stage as a Grain `IterDataset` of documents
+Its modules::
+
+    pipeline.py         `Pipeline`: wires the modules below, hands out batches, saves and restores state
+    pipeline_parts.py   `open_parts`: the datasets, planner and reader a pipeline opens from its config
+    spec.py             `PipelineSpec`: everything that decides the batches (what worker processes get)
+    planner.py          `StepPlanner`: the plan of every step, from metadata (used by everything that plans)
+    read_spans.py       consecutive steps planned together, read together, then assembled one by one
+    reader.py           `DocumentReader`: a span's documents, one batched read per dataset
+    read_ahead.py       `ReadAhead`: a span read on a thread of its own
+    producing.py        `StepMaker`: the contract of every way of making steps; `Prepared`, `END`
+    step_producer.py    `StepProducer`: steps made in this process
+    worker_producer.py  `WorkerProducer`: the same steps from a planner process or worker processes (`Phase`)
+    worker_process.py   the body of a worker process (planner or reader)
+    worker_handle.py    `WorkerHandle`: one worker process, its pipe and slot ring
+    shared_buffer.py    `SharedBuffer`: memory shared with a worker process
+    execution.py        `Execution`: where the steps are made now
+    prefetch.py         `Prefetcher`: the background thread
+    sharding.py         which rows this process holds; the global `jax.Array`s
+    slices.py           TPU slice configs and their meshes
+    stats.py            `StatsRecorder`: per-step statistics
+    vocabulary.py       token ids checked against the datasets' vocabulary
+    grain.py            `PipelineDataset`: a pipeline as a Grain `IterDataset`
+    grain_mixture.py    `MixtureDataset`: the mixture stage as a Grain `IterDataset` of documents
 """
 
 from jaxdata._lazy import lazy_exports

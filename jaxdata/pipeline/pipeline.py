@@ -36,7 +36,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.prefetch import Prefetcher
+from jaxdata.pipeline.producing import END, End, Prepared, StepMaker
 from jaxdata.pipeline.read_spans import READ_AHEAD
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.sharding import (
@@ -60,7 +61,7 @@ from jaxdata.pipeline.sharding import (
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.step_producer import END, Prepared, StepProducer
+from jaxdata.pipeline.step_producer import StepProducer
 from jaxdata.pipeline.worker_producer import WorkerProducer
 
 if TYPE_CHECKING:  # jax is imported when a mesh is used (NumPy output starts without it)
@@ -137,7 +138,7 @@ class Pipeline:
     self._snapshot = functools.partial(state_snapshot, self.planner, self.fingerprint, self.recorder)
     rows_here, self._output = output_functions(sharding)
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
-    self._producer: StepProducer | WorkerProducer = StepProducer(
+    self._producer: StepMaker = StepProducer(
       cfg,
       self.planner,
       self.reader,
@@ -363,13 +364,13 @@ def _check_arguments(prefetch: int, workers: int, planner_process: bool | None, 
 
 
 def _producing(
-  producer: StepProducer | WorkerProducer,
+  producer: StepMaker,
   output: Callable[..., dict[str, Any]] | None,
   rows_here: Callable[[int, int], np.ndarray],
   recorder: StatsRecorder,
   masked: bool = False,
   names: Sequence[str] = (),
-) -> Callable[[], Prepared | Any]:
+) -> Callable[[], Prepared | Literal[End.END]]:
   """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays; where a
   dataset carries trained-token masks, each step's stats count this host's trained tokens per source."""
   produce = producer.produce
@@ -380,7 +381,9 @@ def _producing(
   return functools.partial(_global_batch, produce, output, rows_here, recorder)
 
 
-def _counting_trained(produce: Callable[[], Prepared | Any], names: Sequence[str]) -> Prepared | Any:
+def _counting_trained(
+  produce: Callable[[], Prepared | Literal[End.END]], names: Sequence[str]
+) -> Prepared | Literal[End.END]:
   """`trained_tokens_per_source`: the tokens whose targets train (loss_mask 1), per source, in this
   host's rows (on one host, the global batch; on several, their sum is)."""
   item = produce()
@@ -392,11 +395,11 @@ def _counting_trained(produce: Callable[[], Prepared | Any], names: Sequence[str
 
 
 def _global_batch(
-  produce: Callable[[], Prepared | Any],
+  produce: Callable[[], Prepared | Literal[End.END]],
   output: Callable[..., dict[str, Any]],
   rows_here: Callable[[int, int], np.ndarray],
   recorder: StatsRecorder,
-) -> Prepared | Any:
+) -> Prepared | Literal[End.END]:
   """The next step with its NumPy rows as global arrays. Made where the step
   is made (the prefetch thread when there is one): done in the training
   thread instead, the two threads hand the GIL back and forth for every
@@ -415,14 +418,14 @@ class _Resources:
   """What a pipeline must release: the prefetch thread and the open files.
   Held apart from the pipeline so its finalizer can release them."""
 
-  def __init__(self, reader: DocumentReader, producer: StepProducer | WorkerProducer) -> None:
+  def __init__(self, reader: DocumentReader, producer: StepMaker) -> None:
     self.reader = reader
     self._producer = producer
     self.prefetcher: Prefetcher | None = None
     self.stopped: list[Prefetcher] = []  # told to stop, not yet joined (after Ctrl-C)
     self.interrupted = False
 
-  def take(self, produce: Callable[[], Prepared | Any], depth: int) -> Prepared | Any:
+  def take(self, produce: Callable[[], Prepared | Literal[End.END]], depth: int) -> Prepared | Literal[End.END]:
     """The next step (or END) from `produce`, through the prefetch thread if depth > 0."""
     if depth == 0:
       return produce()

@@ -34,11 +34,12 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.producing import END, End, Prepared
 from jaxdata.pipeline.read_ahead import ReadAhead
 from jaxdata.pipeline.read_spans import (
   LocalStep,
@@ -54,26 +55,7 @@ from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["END", "Prepared", "RowsHere", "StepProducer", "grown_span"]
-
-
-@dataclasses.dataclass
-class Prepared:
-  """One step, ready to hand out, with the pipeline state after it."""
-
-  batch: dict[str, Any]
-  state: dict[str, Any]
-  stats: dict[str, Any]
-
-
-class _End:
-  """Marks the end of the stream."""
-
-  def __repr__(self) -> str:
-    return "END"
-
-
-END = _End()
+__all__ = ["RowsHere", "StepProducer", "grown_span"]
 
 
 @dataclasses.dataclass
@@ -124,17 +106,17 @@ class StepProducer:
     self.rows_here = rows_here
     self.read_ahead_tokens = read_ahead_tokens
     self.snapshot = snapshot
-    self.span: collections.deque[_Ready | _End] = collections.deque()
+    self.span: collections.deque[_Ready | Literal[End.END]] = collections.deque()
     self.span_tokens = 1  # grows to read_ahead_tokens; one step first
     self.ahead: PlannedSpan | None = None  # with remote data: the next span, its shards being fetched
 
-  def produce(self) -> Prepared | _End:
+  def produce(self) -> Prepared | Literal[End.END]:
     """The next step."""
     if not self.span:
       self._fill()
     ready = self.span.popleft()
-    if isinstance(ready, _End):
-      return ready
+    if ready is END:
+      return END
     started = time.perf_counter()
     arrays = self.assemble_step(ready.item)
     self.recorder.time(ready.stats, "assemble", time.perf_counter() - started)

@@ -31,12 +31,13 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import enum
 import json
 import time
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -44,16 +45,17 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planner import encoded_state
+from jaxdata.pipeline.producing import END, End, Prepared
 from jaxdata.pipeline.read_spans import LocalStep, ReadStep, decode_span, read_span
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.step_producer import END, Prepared, RowsHere, StepProducer
+from jaxdata.pipeline.step_producer import RowsHere, StepProducer
 from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.worker_process import PLANNER, READER, WorkerSpec, slot_views
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["WorkerProducer"]
+__all__ = ["Phase", "WorkerProducer"]
 
 STARTS_BEFORE_GIVING_UP = 3  # a worker that exits before it is ready this many times in a row is not started again
 
@@ -71,6 +73,31 @@ _ERRORS: dict[str, type[Exception]] = {
     RuntimeError,
     MemoryError,
   )
+}
+
+
+class Phase(enum.Enum):
+  """Where a `WorkerProducer` stands, and so who makes the next step::
+
+  NOT_SPAWNED --spawn--> STARTING --all ready, started--> RUNNING
+       |                   ^   |                             |
+       |                   |   +--- a worker died at a (re)start
+       +------+------------+-------------+-------------------+
+              v  (fall_back: a worker cannot start)
+          FELL_BACK   (final)
+  """
+
+  NOT_SPAWNED = "not spawned"  # steps are made here; the workers start after the first
+  STARTING = "starting"  # spawned, not every worker ready (or one being replaced): steps are made here
+  RUNNING = "running"  # the workers make the steps
+  FELL_BACK = "fell back"  # the workers could not start: every step is made here, for good
+
+
+_MOVES: dict[Phase, frozenset[Phase]] = {
+  Phase.NOT_SPAWNED: frozenset({Phase.STARTING, Phase.FELL_BACK}),
+  Phase.STARTING: frozenset({Phase.STARTING, Phase.RUNNING, Phase.FELL_BACK}),
+  Phase.RUNNING: frozenset({Phase.RUNNING, Phase.STARTING, Phase.FELL_BACK}),
+  Phase.FELL_BACK: frozenset(),
 }
 
 
@@ -139,8 +166,8 @@ class WorkerProducer:
     self.generation = 0
     self.next_step = start_state["step"]
     self.last_state = start_state  # after the last step made: where workers start from
-    self.started = False
-    self.coming: collections.deque[_Coming | BaseException | Any] = collections.deque()  # or END
+    self.phase = Phase.NOT_SPAWNED
+    self.coming: collections.deque[_Coming | BaseException | Literal[End.END]] = collections.deque()
     # Spans that wait on a store's byte ranges are read a span ahead on the read-ahead thread
     # (local reads stay on the prefetch thread: a read thread there cost a training loop more of the GIL).
     self.reads_ahead = local.read_ahead is not None and local.reader.reads_ranges_from_store
@@ -152,7 +179,6 @@ class WorkerProducer:
     self.unexpected_exit: RuntimeError | None = None  # a worker exited while starting, without an error
     self.failed_starts = 0  # in a row: workers that exited before they were ready
     self.fall_back = fall_back
-    self.fell_back = False  # the workers could not start: every step is made here
 
   @property
   def planner(self) -> WorkerHandle:
@@ -168,10 +194,15 @@ class WorkerProducer:
     makes them, on its prefetch thread, from the planner's spans)."""
     return len(self.specs) > 1
 
+  def _move(self, to: Phase) -> None:
+    if to not in _MOVES[self.phase]:
+      raise RuntimeError(f"worker producer: {self.phase.value} -> {to.value} is not a transition of its lifecycle")
+    self.phase = to
+
   def spawn(self) -> None:
     """Starts the worker processes (once; the first step is made in process
     before, so that their start-up does not compete with it)."""
-    if self.handles:
+    if self.phase is not Phase.NOT_SPAWNED:
       return
     try:
       for spec in self.specs:
@@ -183,10 +214,11 @@ class WorkerProducer:
     except BaseException:  # re-raised: the workers started so far are stopped
       close_all(self.handles)
       raise
+    self._move(Phase.STARTING)
 
   def execution(self) -> Execution:
     """Where the steps are made now (`Pipeline.execution`)."""
-    if self.fell_back:
+    if self.phase is Phase.FELL_BACK:
       return dataclasses.replace(self.local.execution(), may_fall_back=True, fell_back=True)
     return Execution(
       processes=tuple(spec.name for spec in self.specs),
@@ -198,16 +230,16 @@ class WorkerProducer:
       read_thread=not self.makes_steps_ahead and self.local.read_ahead is not None,
     )
 
-  def produce(self) -> Prepared | Any:
-    if self.fell_back:
+  def produce(self) -> Prepared | Literal[End.END]:
+    if self.phase is Phase.FELL_BACK:
       return self._produce_here()
-    if not self.handles:
+    if self.phase is Phase.NOT_SPAWNED:
       item = self._produce_here()
       self._starting(self.spawn)
       return item
-    if not self.started and self._starting(self.workers_ready):
+    if self.phase is Phase.STARTING and self._starting(self.workers_ready):
       self._starting(lambda: self._start(self.last_state))
-    if not self.started:  # not ready yet (or a worker that died is being replaced)
+    if self.phase is not Phase.RUNNING:  # not ready yet (or a worker that died is being replaced)
       return self._produce_here()
     self._forward(wait=False)  # spans that arrived go to their readers now, to be read ahead
     while not self.coming:
@@ -224,7 +256,7 @@ class WorkerProducer:
     """Continue from `state` (the pipeline's planner is already set to it)."""
     self.local.restart(state)
     self.last_state, self.next_step = state, state["step"]
-    if self.started:
+    if self.phase is Phase.RUNNING:
       self._starting(lambda: self._start(state))
 
   def close(self, timeout_s: float) -> bool:
@@ -245,11 +277,11 @@ class WorkerProducer:
         RuntimeWarning,
         stacklevel=2,
       )
-      self.fell_back, self.started = True, False
+      self._move(Phase.FELL_BACK)
       close_all(self.handles)
       return False
 
-  def _produce_here(self) -> Prepared | Any:
+  def _produce_here(self) -> Prepared | Literal[End.END]:
     item = self.local.produce()
     if isinstance(item, Prepared):
       self.last_state, self.next_step = item.state, item.stats["step"] + 1
@@ -411,8 +443,8 @@ class WorkerProducer:
     dead = [i for i, handle in enumerate(self.handles) if handle.process.poll() is not None]
     for i in dead:  # a worker that died (killed, out of memory) is replaced; until it is ready, steps are local
       self.handles[i] = self.handles[i].respawned()
-      self.started = False
     if dead:
+      self._move(Phase.STARTING)
       return
     self.generation += 1
     self.local.restart(state)
@@ -423,4 +455,4 @@ class WorkerProducer:
       reader.send({"kind": "start", "generation": self.generation})
     portable = json.loads(json.dumps(encoded_state(state)))
     self.planner.send({"kind": "start", "generation": self.generation, "state": portable})
-    self.started = True
+    self._move(Phase.RUNNING)

@@ -1,26 +1,28 @@
 """Stage 1 of the data flow: token datasets on disk. Depends on nothing but `jaxdata.errors`.
 
-manifest.py          what a dataset directory holds (manifest.json), checked on open
-records.py           `ShardedRecords`: what every reader shares, records numbered across shards
-dataset.py           `TokenDataset`: validated, batched reads of ArrayRecord shards
-masked.py            fine-tuning records: ids, then one trained-token mask byte per id
-record_files.py      ArrayRecord and TFRecord files of serialized records
-flat.py              `FlatTokenDataset`: Megatron and flat token files read in place
-flat_format.py       where documents begin in files other tools wrote
-token_files.py       token ranges out of flat files (memory maps, tensorstore kvstores)
-block_sums.py        block checksums of a token file, checked on every range read
-sampling_windows.py  `WindowView`: T + 1-token windows of a flat dataset
-subset.py            `SubsetView` / `RangeView`: a dataset seen through some of its records
-opening.py           `open_dataset`: the right reader for a directory
-writer.py            `DatasetWriter`: documents in, a dataset directory out
-index.py             `build_index`: a manifest for existing token shards
-flat_index.py        `build_flat_index`: metadata for Megatron and flat token files
-index_target.py      where an index is written
-lengths.py           `DocumentLengths`: memory-mapped document lengths
-remote.py            datasets in object storage: the shard cache
-stores.py            buckets: `gs://` and `s3://` paths, clients, retries
-parallelism.py       how many requests to keep in flight to a bucket
-fileutil.py          hashing, and directories jaxdata may delete
+Its modules::
+
+    manifest.py          what a dataset directory holds (manifest.json), checked on open
+    records.py           `ShardedRecords`: what every reader shares, records numbered across shards
+    dataset.py           `TokenDataset`: validated, batched reads of ArrayRecord shards
+    masked.py            fine-tuning records: ids, then one trained-token mask byte per id
+    record_files.py      ArrayRecord and TFRecord files of serialized records
+    flat.py              `FlatTokenDataset`: Megatron and flat token files read in place
+    flat_format.py       where documents begin in files other tools wrote
+    token_files.py       token ranges out of flat files (memory maps, tensorstore kvstores)
+    block_sums.py        block checksums of a token file, checked on every range read
+    sampling_windows.py  `WindowView`: T + 1-token windows of a flat dataset
+    subset.py            `SubsetView` / `RangeView`: a dataset seen through some of its records
+    opening.py           `open_dataset`: the right reader for a directory
+    writer.py            `DatasetWriter`: documents in, a dataset directory out
+    index.py             `build_index`: a manifest for existing token shards
+    flat_index.py        `build_flat_index`: metadata for Megatron and flat token files
+    index_target.py      where an index is written
+    lengths.py           `DocumentLengths`: memory-mapped document lengths
+    remote.py            datasets in object storage: the shard cache
+    stores.py            buckets: `gs://` and `s3://` paths, clients, retries
+    parallelism.py       how many requests to keep in flight to a bucket
+    fileutil.py          hashing, and directories jaxdata may delete
 """
 
 from jaxdata.sources.dataset import RaggedTokens, ReadOptions, TokenDataset

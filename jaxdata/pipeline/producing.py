@@ -1,0 +1,71 @@
+"""The contract of every way of making steps: `StepMaker`, the `Prepared` step it hands out, `END`.
+
+A `Pipeline` holds one `StepMaker` and nothing else decides how its steps are made::
+
+    StepProducer     in this process (on the prefetch thread when there is one)
+    WorkerProducer   from a planner process (this process reads and assembles),
+                     or from worker processes (they read and assemble too)
+
+Each takes the next step (`produce`: a `Prepared` step, or `END` once the
+stream is over, again on every later call), restarts from a state
+(`restart`: the next step produced is the one after that state), reports
+where its steps are made (`execution`) and closes (`close`). Every maker
+gives the same steps from the same state: the mode never changes a batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Final, Literal, Protocol
+
+from jaxdata.pipeline.execution import Execution
+
+__all__ = ["END", "End", "Prepared", "StepMaker"]
+
+
+class End(enum.Enum):
+  """The type of `END`, the marker of the end of the stream (an enum: the type checker knows it is one value)."""
+
+  END = "END"
+
+  def __repr__(self) -> str:
+    return "END"
+
+
+END: Final = End.END
+
+
+@dataclasses.dataclass
+class Prepared:
+  """One step, ready to hand out, with the pipeline state after it."""
+
+  batch: dict[str, Any]
+  state: dict[str, Any]
+  stats: dict[str, Any]
+
+
+class StepMaker(Protocol):
+  """What a `Pipeline` asks of the way its steps are made."""
+
+  @property
+  def makes_steps_ahead(self) -> bool:
+    """Whether steps are made ahead elsewhere (worker processes): then the pipeline starts no
+    prefetch thread of its own."""
+    ...
+
+  def produce(self) -> Prepared | Literal[End.END]:
+    """The next step, or `END` (and `END` again on every later call)."""
+    ...
+
+  def restart(self, state: dict[str, Any]) -> None:
+    """Continue from `state`: the next step produced is the one after it."""
+    ...
+
+  def execution(self) -> Execution:
+    """Where the steps are made now."""
+    ...
+
+  def close(self, timeout_s: float) -> bool:
+    """Stops what it started (threads, processes); False if a thread did not stop in `timeout_s`."""
+    ...
