@@ -21,7 +21,7 @@ and its guarantees, and a training loop with save and restore.
 
 from jaxdata._lazy import lazy_exports
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
   "BatchConfig",

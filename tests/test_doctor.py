@@ -1,4 +1,4 @@
-"""`jaxdata doctor` on runs made to show each of seed 000's symptoms, and on a healthy run."""
+"""`jaxdata doctor` on runs made to show each symptom it names (docs/diagnostics.md), and on a healthy run."""
 
 from __future__ import annotations
 

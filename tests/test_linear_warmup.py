@@ -1,4 +1,4 @@
-"""Linear sequence-length warmup (seed 000: 512 -> 2048 over 2,000 steps, multiples of 64) and step
+"""Linear sequence-length warmup (the documented example: 512 -> 2048 over 2,000 steps, multiples of 64) and step
 boundaries as fractions of total_steps."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pipeline_fixtures import coded_config, digest
 
 
 def max_seq_len(step: int, start: int = 512, final: int = 2048, warmup: int = 2000, multiple: int = 64) -> int:
-  """Seed 000's schedule, written as the seed states it: linear, rounded down to a multiple."""
+  """The documented schedule, as docs/configuration.md states it: linear, rounded down to a multiple."""
   if step >= warmup:
     return final
   return int((start + (final - start) * step / warmup) // multiple * multiple)

@@ -1,4 +1,4 @@
-"""Window sampling (seed 003 §3): T + 1-token windows that fill a row, with or without replacement."""
+"""Window sampling (docs/formats.md): T + 1-token windows that fill a row, with or without replacement."""
 
 from __future__ import annotations
 
