@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetError, Pipeline, PipelineConfig
+from jaxdata.pipeline.messages import Credit, PlannedSpan, Start, message_from_json
 from jaxdata.pipeline.pipeline_parts import open_parts, state_snapshot
 from jaxdata.pipeline.planner import StepPlanner, encoded_state
 from jaxdata.pipeline.read_spans import assemble, decode_span, encode_span, plan_span, read_span
@@ -105,7 +106,7 @@ def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
   try:
     role.generation = 0
     state = encoded_state(state_snapshot(parts.planner, parts.fingerprint, role.recorder))
-    role.start({"state": json.loads(json.dumps(state))})  # as the start message carries it
+    role.start(message_from_json(json.loads(json.dumps(Start(0, state).to_json()))))  # as the pipe carries it
 
     def plan_until_waiting() -> int:
       planned = 0
@@ -116,14 +117,14 @@ def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
 
     assert plan_until_waiting() == 2  # its two credits, then it waits
     for _ in range(3):
-      role.handle({"kind": "credit", "generation": 0}, b"")
+      role.handle(Credit(0), b"")
       assert plan_until_waiting() == 1  # each credit: exactly one more span
     received = []
     while ours.poll():
-      received.append(json.loads(ours.recv_bytes()))
+      received.append(message_from_json(json.loads(ours.recv_bytes())))
       ours.recv_bytes()  # its payload
-    assert [m["kind"] for m in received] == ["span"] * 5
-    steps = [header["step"] for m in received for header in m["steps"]]
+    assert [type(m) for m in received] == [PlannedSpan] * 5
+    steps = [header["step"] for m in received for header in m.steps]
     assert steps == list(range(len(steps)))  # consecutive spans of consecutive steps
   finally:
     parts.reader.close()

@@ -13,6 +13,7 @@ Its modules::
     step_producer.py    `StepProducer`: steps made in this process
     worker_producer.py  `WorkerProducer`: the same steps from a planner process or worker processes (`Phase`)
     worker_process.py   the body of a worker process (planner or reader)
+    messages.py         the messages between the pipeline and its worker processes, one dataclass each
     worker_handle.py    `WorkerHandle`: one worker process, its pipe and slot ring
     shared_buffer.py    `SharedBuffer`: memory shared with a worker process
     execution.py        `Execution`: where the steps are made now

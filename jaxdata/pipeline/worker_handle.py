@@ -15,9 +15,9 @@ import socket
 import subprocess
 import sys
 from multiprocessing.connection import Connection
-from typing import Any
 
 from jaxdata.errors import WorkerStartError
+from jaxdata.pipeline.messages import Message, Setup, Stop, message_from_json
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.worker_process import WorkerSpec, send
@@ -50,20 +50,20 @@ class WorkerHandle:
       raise WorkerStartError(f"{self.name} could not be started: {e}") from e
     self.conn = Connection(ours.detach())
     try:
-      send(self.conn, {"pipeline": pipeline.to_dict(), "worker": dataclasses.asdict(spec)})
+      send(self.conn, Setup(pipeline.to_dict(), dataclasses.asdict(spec)))
     except OSError:  # BrokenPipeError: it exited before reading its config; the next receive says how
       pass
     self.ready = False
     self.failed = False  # it sent an error instead of "ready" (and exits)
 
-  def receive(self) -> dict[str, Any]:
+  def receive(self) -> Message:
     """The next message, waiting for it (in POLL_S slices: Ctrl-C gets in)."""
     while not self.conn.poll(POLL_S):
       if self.process.poll() is not None:
         raise self.gone()
     return self._read()
 
-  def receive_ready(self) -> dict[str, Any] | None:
+  def receive_ready(self) -> Message | None:
     """The next message if one has arrived, else None."""
     return self._read() if self.conn.poll(0) else None
 
@@ -74,13 +74,13 @@ class WorkerHandle:
     except (EOFError, OSError):
       raise self.gone() from None
 
-  def _read(self) -> dict[str, Any]:
+  def _read(self) -> Message:
     try:
-      return json.loads(self.conn.recv_bytes())
+      return message_from_json(json.loads(self.conn.recv_bytes()))
     except (EOFError, OSError):  # OSError: reset by a process that was killed
       raise self.gone() from None
 
-  def send(self, message: dict[str, Any], payload: bytes | None = None) -> None:
+  def send(self, message: Message, payload: bytes | None = None) -> None:
     try:
       send(self.conn, message, payload)
     except OSError:  # BrokenPipeError, ConnectionResetError: the process was killed
@@ -100,7 +100,7 @@ class WorkerHandle:
 
   def close(self) -> None:
     try:
-      send(self.conn, {"kind": "stop"})
+      send(self.conn, Stop())
     except (BrokenPipeError, OSError):
       pass
     try:

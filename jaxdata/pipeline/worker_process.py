@@ -6,19 +6,8 @@ the main process forwards span w to reader w % n, which reads its
 documents in one batched call and assembles each step into a free slot of
 its shared memory ring. Planning, reading and assembly run on different
 cores, and none of them holds the training process's GIL. Messages are
-JSON over a pipe; a span's pieces follow their header as one raw int64
-array (no pickle)::
-
-    main -> planner  {"kind": "start", "generation": g, "state": S}    plan on from state S
-                     {"kind": "credit", "generation": g}               a span was handed out: plan one more
-    planner -> main  {"kind": "span", "generation": g, "steps": [...], "states": [...], "stats": [...],
-                      "ended": bool} + pieces                          (or "error")
-    main -> reader   {"kind": "start", "generation": g}                drop everything; every slot free
-                     {"kind": "span", "generation": g, "steps": [...]} + pieces
-                     {"kind": "free", "generation": g, "slot": i}     the main process copied slot i out
-    reader -> main   {"kind": "step", "generation": g, "step": s, "slot": i, "time_s": {...}}   (or "error")
-    main -> either   {"kind": "stop"}
-    either -> main   {"kind": "ready", "fingerprint": F}               datasets open (or "error")
+JSON over a pipe, one dataclass per kind (`jaxdata.pipeline.messages`); a
+span's pieces follow their header as one raw int64 array (no pickle).
 
 A worker is `python -m jaxdata.pipeline.worker_process FD`, FD one end of a
 socket pair; its first message is {"pipeline": PipelineSpec.to_dict(),
@@ -44,6 +33,20 @@ from typing import Any
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.pipeline.messages import (
+  Credit,
+  Free,
+  Message,
+  PlannedSpan,
+  Ready,
+  Setup,
+  SpanToRead,
+  Start,
+  StepMade,
+  Stop,
+  WorkerError,
+  message_from_json,
+)
 from jaxdata.pipeline.pipeline_parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.read_spans import (
@@ -108,9 +111,9 @@ def slot_views(buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_l
   return views
 
 
-def send(conn: Connection, message: Mapping[str, Any], payload: bytes | None = None) -> None:
+def send(conn: Connection, message: Message | Setup, payload: bytes | None = None) -> None:
   """One JSON message, and if given a raw payload right after it."""
-  conn.send_bytes(json.dumps(message).encode())
+  conn.send_bytes(json.dumps(message.to_json()).encode())
   if payload is not None:
     conn.send_bytes(payload)
 
@@ -119,10 +122,10 @@ def main(argv: list[str]) -> None:
   """`python -m jaxdata.pipeline.worker_process FD`."""
   conn = Connection(int(argv[1]))
   try:
-    setup = json.loads(conn.recv_bytes())
+    setup = Setup.from_json(json.loads(conn.recv_bytes()))
   except EOFError:  # the main process went away before it sent anything
     return
-  serve(conn, setup["pipeline"], WorkerSpec(**setup["worker"]))
+  serve(conn, setup.pipeline, WorkerSpec(**setup.worker))
 
 
 def serve(conn: Connection, pipeline: Mapping[str, Any], spec: WorkerSpec) -> None:
@@ -131,13 +134,13 @@ def serve(conn: Connection, pipeline: Mapping[str, Any], spec: WorkerSpec) -> No
     parts = open_parts(PipelineSpec.from_dict(pipeline))
     cfg = parts.cfg  # the config the pipeline's planner runs (the eval split's for split="eval")
   except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
-    send(conn, error_message(error, -1))
+    send(conn, WorkerError.of(error, -1))
     return
   memory = None
   try:
     if spec.role == READER:
       memory = SharedBuffer(spec.memory_fd, spec.ring_bytes)  # the descriptor this process inherited
-    send(conn, {"kind": "ready", "fingerprint": parts.fingerprint})
+    send(conn, Ready(parts.fingerprint))
     role: _Planning | _Reading
     if memory is None:
       role = _Planning(conn, cfg, spec, parts)
@@ -152,10 +155,6 @@ def serve(conn: Connection, pipeline: Mapping[str, Any], spec: WorkerSpec) -> No
       memory.close()
 
 
-def error_message(error: BaseException, generation: int) -> dict[str, Any]:
-  return {"kind": "error", "generation": generation, "type": type(error).__name__, "message": str(error)}
-
-
 class _Role(abc.ABC):
   """A worker's loop: take messages while there is nothing to do (or one is
   waiting), else do one unit of work. Messages of an older generation (from
@@ -168,14 +167,16 @@ class _Role(abc.ABC):
   def run(self) -> None:
     while True:
       while self.waiting() or self.conn.poll():
-        message = json.loads(self.conn.recv_bytes())
-        payload = self.conn.recv_bytes() if message["kind"] == "span" else b""  # always: it follows its header
-        if message["kind"] == "stop":
+        message = message_from_json(json.loads(self.conn.recv_bytes()))
+        payload = (
+          self.conn.recv_bytes() if isinstance(message, (SpanToRead, PlannedSpan)) else b""
+        )  # always: it follows its header
+        if isinstance(message, Stop):
           return
-        if message["kind"] == "start":
-          self.generation = message["generation"]
+        if isinstance(message, Start):
+          self.generation = message.generation
           self.start(message)
-        elif message["generation"] == self.generation:
+        elif getattr(message, "generation", None) == self.generation:
           self.handle(message, payload)
       self.work()
 
@@ -184,11 +185,11 @@ class _Role(abc.ABC):
     """Whether there is nothing to do until a message comes."""
 
   @abc.abstractmethod
-  def start(self, message: dict[str, Any]) -> None:
+  def start(self, message: Start) -> None:
     """Drop everything; go on from the message's state."""
 
   @abc.abstractmethod
-  def handle(self, message: dict[str, Any], payload: bytes) -> None:
+  def handle(self, message: Message, payload: bytes) -> None:
     """A message of the current generation."""
 
   @abc.abstractmethod
@@ -213,37 +214,29 @@ class _Planning(_Role):
   def waiting(self) -> bool:
     return self.idle or not self.credits
 
-  def start(self, message: dict[str, Any]) -> None:
-    state = message["state"]
+  def start(self, message: Start) -> None:
+    state = message.state
+    if state is None:
+      raise ValueError("worker message: the planner's start holds no state")
     self.planner.set_state(state)  # checked by the main process already
     self.recorder.restore(state["tokens_per_source"])
     self.credits, self.span_tokens, self.idle = self.spec.spans_ahead, 1, False
 
-  def handle(self, message: dict[str, Any], payload: bytes) -> None:
-    if message["kind"] == "credit":
+  def handle(self, message: Message, payload: bytes) -> None:
+    if isinstance(message, Credit):
       self.credits += 1
 
   def work(self) -> None:
     try:
       span = plan_span(self.planner, self.recorder, self.rows_here, self.span_tokens, self.snapshot)
     except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
-      send(self.conn, error_message(error, self.generation))
+      send(self.conn, WorkerError.of(error, self.generation))
       self.idle = True
       return
     self.span_tokens = grown_span(span.steps, self.spec.read_ahead_tokens)
     header, payload = encode_span(span.steps)
-    send(
-      self.conn,
-      {
-        "kind": "span",
-        "generation": self.generation,
-        "steps": header,
-        "states": [encoded_state(s) for s in span.states],
-        "stats": span.stats,
-        "ended": span.ended,
-      },
-      payload,
-    )
+    states = [encoded_state(s) for s in span.states]
+    send(self.conn, PlannedSpan(self.generation, header, states, span.stats, span.ended), payload)
     self.credits -= 1
     self.idle = span.ended
 
@@ -269,19 +262,19 @@ class _Reading(_Role):
     or every slot is full (idle time) and at most one span waits read."""
     return bool(self.unread) and (not self.pending or (not self.free and len(self.pending) <= MAX_SPAN_STEPS))
 
-  def start(self, message: dict[str, Any]) -> None:
+  def start(self, message: Start) -> None:
     self.free = set(range(self.spec.slots))
     self.pending.clear()
     self.unread.clear()
 
-  def handle(self, message: dict[str, Any], payload: bytes) -> None:
-    if message["kind"] == "span":
-      steps = decode_span(message["steps"], payload)
+  def handle(self, message: Message, payload: bytes) -> None:
+    if isinstance(message, SpanToRead):
+      steps = decode_span(message.steps, payload)
       if self.reader.remote:
         self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in steps]))
       self.unread.append(steps)
-    elif message["kind"] == "free":
-      self.free.add(message["slot"])
+    elif isinstance(message, Free):
+      self.free.add(message.slot)
 
   def work(self) -> None:
     if self._read_next():
@@ -289,7 +282,7 @@ class _Reading(_Role):
       return
     item = self.pending.popleft()
     if isinstance(item, BaseException):
-      send(self.conn, error_message(item, self.generation))
+      send(self.conn, WorkerError.of(item, self.generation))
       self.pending.clear()  # the main process restarts everything from the failed step
       return
     ready, read_s = item
@@ -299,20 +292,12 @@ class _Reading(_Role):
       views = slot_views(self.buffer, slot, self.spec.slot_tokens, ready.local.num_rows, ready.local.seq_len)
       assemble(ready, self.cfg.packing, out=views)
     except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
-      send(self.conn, error_message(error, self.generation))
+      send(self.conn, WorkerError.of(error, self.generation))
       self.pending.clear()
       return
     self.free.remove(slot)
-    send(
-      self.conn,
-      {
-        "kind": "step",
-        "generation": self.generation,
-        "step": ready.local.step,
-        "slot": slot,
-        "time_s": {"read": read_s, "assemble": time.perf_counter() - started},
-      },
-    )
+    times = {"read": read_s, "assemble": time.perf_counter() - started}
+    send(self.conn, StepMade(self.generation, ready.local.step, slot, times))
 
   def _read(self, steps: list[LocalStep]) -> None:
     started = time.perf_counter()

@@ -44,6 +44,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
 from jaxdata.pipeline.execution import Execution
+from jaxdata.pipeline.messages import Credit, Free, PlannedSpan, Ready, SpanToRead, Start, StepMade, WorkerError
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.producing import END, End, Prepared
 from jaxdata.pipeline.read_spans import LocalStep, ReadStep, decode_span, read_span
@@ -99,6 +100,11 @@ _MOVES: dict[Phase, frozenset[Phase]] = {
   Phase.RUNNING: frozenset({Phase.RUNNING, Phase.STARTING, Phase.FELL_BACK}),
   Phase.FELL_BACK: frozenset(),
 }
+
+
+def _raised(message: WorkerError) -> Exception:
+  """A worker's error as the exception it was (of a kind jaxdata raises; else a RuntimeError)."""
+  return _ERRORS.get(message.type, RuntimeError)(message.message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,15 +300,17 @@ class WorkerProducer:
     handle = self.readers[coming.reader]
     while True:
       message = handle.receive()
-      if message.get("generation") != self.generation:
+      if getattr(message, "generation", None) != self.generation:
         continue  # from before the last (re)start: its slots were freed by it
-      if message["kind"] == "error":
-        raise _ERRORS.get(message["type"], RuntimeError)(message["message"])
-      if message["step"] == coming.step:
+      if isinstance(message, WorkerError):
+        raise _raised(message)
+      if not isinstance(message, StepMade):
+        raise RuntimeError(f"{handle.name}: sent {message} where a step was expected")
+      if message.step == coming.step:
         break
-      handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
+      handle.send(Free(self.generation, message.slot))
     assert handle.memory is not None  # a reader's ring
-    views = slot_views(handle.memory.buf, message["slot"], self.slot_tokens, coming.num_rows, coming.seq_len)
+    views = slot_views(handle.memory.buf, message.slot, self.slot_tokens, coming.num_rows, coming.seq_len)
     # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
     started = time.perf_counter()
     arrays = self.local.out_for(coming.num_rows, coming.seq_len)
@@ -310,11 +318,11 @@ class WorkerProducer:
       arrays = {name: np.empty_like(view) for name, view in views.items()}
     for name, view in views.items():
       np.copyto(arrays[name], view)
-    handle.send({"kind": "free", "generation": self.generation, "slot": message["slot"]})
+    handle.send(Free(self.generation, message.slot))
     if coming.closes_span:
-      self.planner.send({"kind": "credit", "generation": self.generation})
+      self.planner.send(Credit(self.generation))
     stats = coming.stats
-    stats["time_s"].update(message["time_s"])
+    stats["time_s"].update(message.time_s)
     for timer, seconds in stats["time_s"].items():
       if timer != "assemble":  # added below, with this process's share
         self.recorder.timers[timer] += seconds
@@ -340,7 +348,7 @@ class WorkerProducer:
     started = time.perf_counter()
     arrays = self.local.assemble_step(item)
     if coming.closes_span:
-      self.planner.send({"kind": "credit", "generation": self.generation})
+      self.planner.send(Credit(self.generation))
     stats = coming.stats
     for timer, seconds in stats["time_s"].items():  # the planner's
       self.recorder.timers[timer] += seconds
@@ -358,18 +366,20 @@ class WorkerProducer:
       if message is None:
         return
       wait = False
-      payload = self.planner.payload() if message["kind"] == "span" else b""
-      if message.get("generation") != self.generation:
+      payload = self.planner.payload() if isinstance(message, PlannedSpan) else b""
+      if getattr(message, "generation", None) != self.generation:
         continue
-      if message["kind"] == "error":
-        self.coming.append(_ERRORS.get(message["type"], RuntimeError)(message["message"]))
+      if isinstance(message, WorkerError):
+        self.coming.append(_raised(message))
         continue
-      steps = message["steps"]
+      if not isinstance(message, PlannedSpan):
+        raise RuntimeError(f"{self.planner.name}: sent {message} where a span was expected")
+      steps = message.steps
       if steps:
         reader, span = -1, None
         if self.readers:
           reader = self.spans % len(self.readers)
-          self.readers[reader].send({"kind": "span", "generation": self.generation, "steps": steps}, payload)
+          self.readers[reader].send(SpanToRead(self.generation, steps), payload)
         else:
           span = _LocalSpan(decode_span(steps, payload))
           if self.local.reader.remote:  # its shards are fetched from now on, while earlier spans are read
@@ -378,13 +388,13 @@ class WorkerProducer:
             self.unread.append(span)
             self._read_next_span()
         self.spans += 1
-        for i, (header, state, stats) in enumerate(zip(steps, message["states"], message["stats"])):
+        for i, (header, state, stats) in enumerate(zip(steps, message.states, message.stats)):
           self.coming.append(
             _Coming(
               header["step"], reader, header["num_rows"], header["seq_len"], state, stats, i == len(steps) - 1, span
             )
           )
-      if message["ended"]:
+      if message.ended:
         self.coming.append(END)
 
   def _read_next_span(self) -> None:
@@ -423,13 +433,13 @@ class WorkerProducer:
           break
         if message is None:
           break
-        if message["kind"] == "error":
-          errors.append(_ERRORS.get(message["type"], RuntimeError)(message["message"]))
+        if isinstance(message, WorkerError):
+          errors.append(_raised(message))
           handle.failed = True
           break
-        if message["kind"] == "ready":
+        if isinstance(message, Ready):
           self.failed_starts = 0
-          if message["fingerprint"] != json.loads(json.dumps(self.fingerprint)):
+          if message.fingerprint != json.loads(json.dumps(self.fingerprint)):
             raise DatasetError(
               "a dataset changed while the pipeline started: its worker process "
               "opened files that order batches differently"
@@ -452,7 +462,7 @@ class WorkerProducer:
     self._drop_spans()
     self.spans = 0
     for reader in self.readers:
-      reader.send({"kind": "start", "generation": self.generation})
+      reader.send(Start(self.generation))
     portable = json.loads(json.dumps(encoded_state(state)))
-    self.planner.send({"kind": "start", "generation": self.generation, "state": portable})
+    self.planner.send(Start(self.generation, portable))
     self._move(Phase.RUNNING)

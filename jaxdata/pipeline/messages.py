@@ -1,0 +1,185 @@
+"""The messages between a pipeline and its worker processes: one frozen dataclass per kind.
+
+On the pipe each is one JSON object whose "kind" names it (a span's pieces
+follow its header as raw bytes); `to_json` writes it and `message_from_json`
+reads any of them back, refusing an unknown kind or a missing field::
+
+    main -> planner  Start(g, state)        plan on from `state`
+                     Credit(g)              a span was handed out: plan one more
+    planner -> main  PlannedSpan(g, steps, states, stats, ended) + pieces
+    main -> reader   Start(g)               drop everything; every slot free
+                     SpanToRead(g, steps) + pieces
+                     Free(g, slot)          the main process copied the slot out
+    reader -> main   StepMade(g, step, slot, time_s)
+    main -> either   Stop()
+    main -> worker   Setup(pipeline, worker)  first, once: the pipeline's spec and the worker's
+    either -> main   Ready(fingerprint)     datasets open
+                     WorkerError(g, type, message)
+
+`g`, the generation, counts the (re)starts: a message of an older one is dropped.
+
+>>> message_from_json(Free(3, slot=1).to_json())
+Free(generation=3, slot=1)
+>>> Free(3, slot=1).to_json()
+{'kind': 'free', 'generation': 3, 'slot': 1}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+  "Credit",
+  "Free",
+  "Message",
+  "PlannedSpan",
+  "Ready",
+  "Setup",
+  "SpanToRead",
+  "Start",
+  "StepMade",
+  "Stop",
+  "WorkerError",
+  "message_from_json",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Message:
+  KIND: ClassVar[str]
+
+  def to_json(self) -> dict[str, Any]:
+    return {"kind": self.KIND, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Start(_Message):
+  """Drop everything and go on; the planner from `state` (readers get none)."""
+
+  KIND: ClassVar[str] = "start"
+  generation: int
+  state: dict[str, Any] | None = None
+
+  def to_json(self) -> dict[str, Any]:
+    out = super().to_json()
+    if self.state is None:  # a reader's start holds only its generation, as it always did
+      del out["state"]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Credit(_Message):
+  """A span was handed out: the planner may plan one more."""
+
+  KIND: ClassVar[str] = "credit"
+  generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedSpan(_Message):
+  """The planner's span: its steps' headers, the state and stats after each, whether the stream ended."""
+
+  KIND: ClassVar[str] = "span"
+  generation: int
+  steps: list[dict[str, Any]]
+  states: list[dict[str, Any]]
+  stats: list[dict[str, Any]]
+  ended: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanToRead(_Message):
+  """A planned span forwarded to a reader (without the states and stats it does not need)."""
+
+  KIND: ClassVar[str] = "span"
+  generation: int
+  steps: list[dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Free(_Message):
+  """The main process copied a step out of `slot`: the reader may use it again."""
+
+  KIND: ClassVar[str] = "free"
+  generation: int
+  slot: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMade(_Message):
+  """A reader assembled `step` into `slot`, in `time_s` (read, assemble)."""
+
+  KIND: ClassVar[str] = "step"
+  generation: int
+  step: int
+  slot: int
+  time_s: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop(_Message):
+  """Exit."""
+
+  KIND: ClassVar[str] = "stop"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready(_Message):
+  """The worker opened its datasets; `fingerprint` is the order they give (checked by the main process)."""
+
+  KIND: ClassVar[str] = "ready"
+  fingerprint: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerError(_Message):
+  """An error in the worker, raised by the main process at the step it belongs to (`type` names its class)."""
+
+  KIND: ClassVar[str] = "error"
+  generation: int
+  type: str
+  message: str
+
+  @classmethod
+  def of(cls, error: BaseException, generation: int) -> WorkerError:
+    return cls(generation, type(error).__name__, str(error))
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """A worker's first message, before any other: the pipeline's spec whole and the worker's own
+  (no "kind": it is always first)."""
+
+  pipeline: dict[str, Any]
+  worker: dict[str, Any]
+
+  def to_json(self) -> dict[str, Any]:
+    return {"pipeline": self.pipeline, "worker": self.worker}
+
+  @classmethod
+  def from_json(cls, raw: Mapping[str, Any]) -> Setup:
+    if set(raw) != {"pipeline", "worker"}:
+      raise ValueError(f"worker setup: expected the keys pipeline and worker, got {sorted(raw)}")
+    return cls(dict(raw["pipeline"]), dict(raw["worker"]))
+
+
+Message = Start | Credit | PlannedSpan | SpanToRead | Free | StepMade | Stop | Ready | WorkerError
+
+_KINDS: tuple[type[_Message], ...] = (Start, Credit, PlannedSpan, SpanToRead, Free, StepMade, Stop, Ready, WorkerError)
+_BY_KIND = {kind: tuple(c for c in _KINDS if c.KIND == kind) for kind in {c.KIND for c in _KINDS}}
+
+
+def message_from_json(raw: Mapping[str, Any]) -> Message:
+  """The message a JSON object is (a span is a `PlannedSpan` when it holds states, else a `SpanToRead`)."""
+  kind = raw.get("kind")
+  if kind not in _BY_KIND:
+    raise ValueError(f"worker message: unknown kind {kind!r}")
+  fields = {k: v for k, v in raw.items() if k != "kind"}
+  for cls in _BY_KIND[kind]:  # the first whose fields are exactly the message's
+    names = {f.name for f in dataclasses.fields(cls)}
+    required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+    if required <= set(fields) <= names:
+      return cls(**fields)  # type: ignore[return-value]  # one of Message's members
+  raise ValueError(f"worker message: a {kind!r} message with fields {sorted(fields)} is not one jaxdata sends")
