@@ -101,4 +101,4 @@ def prefetched_steps(pipe: Pipeline, count: int, timeout_s: float = 60.0) -> lis
     time.sleep(0.01)
   prefetcher = resources.prefetcher
   items = list(prefetcher.queue.queue) if prefetcher is not None else []
-  return [(item.batch, item.stats) for item in items if hasattr(item, "batch")]
+  return [(item.batch, item.stats.to_json()) for item in items if hasattr(item, "batch")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -49,12 +50,12 @@ def run(tmp_path, name: str, counts: tuple[int, int] = (400, 300), **top) -> tup
 def write_losses(path, stats: list[dict], loss) -> str:
   with open(path, "w") as f:
     for s in stats:
-      f.write(json.dumps({"step": s["step"], "losses": {n: loss(s, n) for n in s["tokens_per_source"]}}) + "\n")
+      f.write(json.dumps({"step": s.step, "losses": {n: loss(s, n) for n in s.tokens_per_source}}) + "\n")
   return str(path)
 
 
 def noise(s: dict, seed: int = 0) -> float:
-  return float(np.random.default_rng([seed, s["step"]]).normal(0, 0.05))
+  return float(np.random.default_rng([seed, s.step]).normal(0, 0.05))
 
 
 def statuses(checks) -> dict[str, str]:
@@ -91,10 +92,9 @@ def test_swinging_histograms_fail_against_their_null(tmp_path):
   _, stats = run(tmp_path, "healthy", batch={"global_batch_size": 16})
   swung = []
   for s in stats:  # whole steps from one source, alternating: the totals stay, the steps swing
-    s = json.loads(json.dumps(s))
-    total = sum(s["documents_per_source"].values())
-    s["documents_per_source"] = {"d0": total, "d1": 0} if s["step"] % 2 else {"d0": 0, "d1": total}
-    swung.append(s)
+    total = sum(s.documents_per_source.values())
+    one_source = {"d0": total, "d1": 0} if s.step % 2 else {"d0": 0, "d1": total}
+    swung.append(dataclasses.replace(s, documents_per_source=one_source))
   assert statuses(diagnose(stats))["histogram"] == "ok"
   assert statuses(diagnose(swung))["histogram"] == "fail"
 
@@ -112,22 +112,22 @@ def test_an_unshuffled_dataset_read_shard_by_shard_shows_the_sawtooth(tmp_path):
   # The loss follows the position inside each shard (what a model sees when each shard drifts in difficulty).
   first_step = {}
   for s in stats:
-    first_step.setdefault(s["shards"]["d0"][-1], s["step"])
+    first_step.setdefault(s.shards["d0"][-1], s.step)
   losses = {
-    s["step"]: {"d0": 2.0 + 0.1 * (s["step"] - first_step[s["shards"]["d0"][-1]]) + noise(s), "d1": 2.0 + noise(s, 1)}
+    s.step: {"d0": 2.0 + 0.1 * (s.step - first_step[s.shards["d0"][-1]]) + noise(s), "d1": 2.0 + noise(s, 1)}
     for s in stats
   }
   measured = {c.name: c for c in diagnose(stats, losses)}
   assert measured["sawtooth d0"].status == "warn" and "position inside the shard" in measured["sawtooth d0"].figure
-  healthy_losses = {s["step"]: {"d0": 2.0 + noise(s), "d1": 2.0 + noise(s, 1)} for s in stats}
+  healthy_losses = {s.step: {"d0": 2.0 + noise(s), "d1": 2.0 + noise(s, 1)} for s in stats}
   assert statuses(diagnose(stats, healthy_losses))["sawtooth d0"] == "ok"
 
 
 def test_the_same_order_every_pass_shows_a_drop_at_each_boundary(tmp_path):
   _, stats = run(tmp_path, "same", counts=(60, 40), reshuffle_on_repeat=False)
-  assert stats[-1]["passes"]["d1"] >= 2
+  assert stats[-1].passes["d1"] >= 2
   # A model that memorises the order: every new pass of d1 starts lower.
-  drop = write_losses(tmp_path / "drop.jsonl", stats, lambda s, n: 3.0 - 0.3 * s["passes"][n] + noise(s))
+  drop = write_losses(tmp_path / "drop.jsonl", stats, lambda s, n: 3.0 - 0.3 * s.passes[n] + noise(s))
   flat = write_losses(tmp_path / "flat.jsonl", stats, lambda s, n: 3.0 + noise(s))
   assert main(["doctor", str(tmp_path / "same.jsonl"), "--losses", drop]) == 1
 
@@ -137,8 +137,7 @@ def test_the_same_order_every_pass_shows_a_drop_at_each_boundary(tmp_path):
 
 def test_many_passes_of_a_small_source_warn(tmp_path):
   _, stats = run(tmp_path, "healthy")
-  tired = json.loads(json.dumps(stats))
-  tired[-1]["passes"]["d1"] = 9
+  tired = [*stats[:-1], dataclasses.replace(stats[-1], passes={**stats[-1].passes, "d1": 9})]
   assert statuses(diagnose(tired))["passes d1"] == "warn"
 
 
@@ -167,7 +166,7 @@ def test_one_search_finds_every_records_shard(shard_sizes, seed):
 def test_a_global_shuffle_lists_eight_shards_and_counts_them_all(tmp_path):
   # Tiny shards (400 bytes) and a global shuffle: a step touches many shards of each source.
   config, stats = run(tmp_path, "wide", batch={"global_batch_size": 16})
-  wide = [s for s in stats if max(s["shard_count"].values()) > MAX_LISTED_SHARDS]
+  wide = [s for s in stats if max(s.shard_count.values()) > MAX_LISTED_SHARDS]
   assert wide  # the cap is exercised
   cfg = load_config(config)
   with Pipeline(cfg, prefetch=0) as pipe:
@@ -183,9 +182,9 @@ def test_a_global_shuffle_lists_eight_shards_and_counts_them_all(tmp_path):
         per[name] = np.unique(np.searchsorted(starts[d], records, side="right") - 1).tolist()
     from_plans[plan.step] = per
   for s in stats:
-    expected = from_plans[s["step"]]
-    assert s["shard_count"] == {name: len(ids) for name, ids in expected.items()}
-    assert s["shards"] == {name: ids[:MAX_LISTED_SHARDS] for name, ids in expected.items()}
+    expected = from_plans[s.step]
+    assert s.shard_count == {name: len(ids) for name, ids in expected.items()}
+    assert s.shards == {name: ids[:MAX_LISTED_SHARDS] for name, ids in expected.items()}
 
 
 def run_steps(tmp_path, name: str, lengths: list[list[int]], steps: int, shard_bytes: int, **top) -> list[dict]:
@@ -216,10 +215,8 @@ def test_a_single_shard_source_already_shuffled_shows_no_sawtooth_even_as_the_lo
   stats = run_steps(
     tmp_path, "one", [rng.integers(2, 30, 3000).tolist(), rng.integers(2, 30, 3000).tolist()], 200, shard_bytes=1 << 30
   )
-  assert {len(s["shards"]["d0"]) for s in stats} == {1}
-  losses = {
-    s["step"]: {"d0": 4.0 - 0.01 * s["step"] + noise(s), "d1": 4.0 - 0.01 * s["step"] + noise(s, 1)} for s in stats
-  }
+  assert {len(s.shards["d0"]) for s in stats} == {1}
+  losses = {s.step: {"d0": 4.0 - 0.01 * s.step + noise(s), "d1": 4.0 - 0.01 * s.step + noise(s, 1)} for s in stats}
   for checks in (diagnose(stats), diagnose(stats, losses)):
     assert statuses(checks)["sawtooth d0"] == "ok" and statuses(checks)["sawtooth d1"] == "ok"
 
@@ -232,7 +229,7 @@ def test_a_falling_loss_over_several_stored_shards_is_not_a_sawtooth(tmp_path):
     shuffle_shards=False,
     mixture={"weights": {"d0": 0.5, "d1": 0.5}, "interleave": "exact"},
   )
-  falling = {s["step"]: {"d0": 4.0 - 0.02 * s["step"] + noise(s), "d1": 4.0 + noise(s, 1)} for s in stats}
+  falling = {s.step: {"d0": 4.0 - 0.02 * s.step + noise(s), "d1": 4.0 + noise(s, 1)} for s in stats}
   assert statuses(diagnose(stats, falling))["sawtooth d0"] == "ok"
 
 

@@ -269,9 +269,9 @@ def test_doctor_speaks_of_trained_tokens_and_flags_a_set_that_trains_nothing(tmp
       next(pipe)
   stats = load_stats(str(tmp_path / "stats.jsonl"))
   checks = {c.name: c for c in diagnose(stats)}
-  trained = sum(s["trained_tokens_per_source"]["d0"] for s in stats)
+  trained = sum(s.trained_tokens_per_source["d0"] for s in stats)
   assert f"{trained:,} trained tokens" in checks["passes d0"].figure and "trained d0" not in checks
   for s in stats:  # as if d1's masks trained nothing
-    s["trained_tokens_per_source"]["d1"] = 0
+    s.trained_tokens_per_source["d1"] = 0
   checks = {c.name: c for c in diagnose(stats)}
   assert checks["trained d1"].status == "warn" and "trains nothing" in checks["trained d1"].meaning

@@ -21,6 +21,7 @@ Its modules::
     sharding.py         which rows this process holds; the global `jax.Array`s
     slices.py           TPU slice configs and their meshes
     stats.py            `StatsRecorder`: per-step statistics
+    step_stats.py       `StepStats`: one step's statistics as a typed record (the stats file's lines)
     vocabulary.py       token ids checked against the datasets' vocabulary
     grain.py            `PipelineDataset`: a pipeline as a Grain `IterDataset`
     grain_mixture.py    `MixtureDataset`: the mixture stage as a Grain `IterDataset` of documents

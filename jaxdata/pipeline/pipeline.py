@@ -29,6 +29,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -390,7 +391,7 @@ def _counting_trained(
   if isinstance(item, Prepared):
     trained = np.asarray(item.batch["loss_mask"]).ravel() == 1
     counts = np.bincount(np.asarray(item.batch["source_ids"]).ravel()[trained], minlength=len(names))
-    item.stats["trained_tokens_per_source"] = dict(zip(names, counts.tolist()))
+    item.stats = dataclasses.replace(item.stats, trained_tokens_per_source=dict(zip(names, counts.tolist())))
   return item
 
 
@@ -408,7 +409,7 @@ def _global_batch(
   if not isinstance(item, Prepared):
     return item
   started = time.perf_counter()
-  rows, seq_len = item.stats["rows"], item.stats["seq_len"]
+  rows, seq_len = item.stats.rows, item.stats.seq_len
   batch = output(item.batch, rows, seq_len, rows_here(rows, seq_len))
   recorder.time(item.stats, "output", time.perf_counter() - started)
   return Prepared(batch, item.state, item.stats)

@@ -20,6 +20,7 @@ import enum
 from typing import Any, Final, Literal, Protocol
 
 from jaxdata.pipeline.execution import Execution
+from jaxdata.pipeline.step_stats import StepStats
 
 __all__ = ["END", "End", "Prepared", "StepMaker"]
 
@@ -42,7 +43,7 @@ class Prepared:
 
   batch: dict[str, Any]
   state: dict[str, Any]
-  stats: dict[str, Any]
+  stats: StepStats
 
 
 class StepMaker(Protocol):

@@ -28,6 +28,7 @@ from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.transforms.assemble import FEATURES, assemble_rows, follow_boundaries, padded_buffer
 from jaxdata.transforms.pieces import Pieces
 
@@ -74,7 +75,7 @@ class PlannedSpan:
 
   steps: list[LocalStep]
   states: list[dict[str, Any]]
-  stats: list[dict[str, Any]]
+  stats: list[StepStats]
   ended: bool  # the stream ends after these steps
 
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from jaxdata.errors import ConfigError
+from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.transforms.packing import StepPlan
 
 __all__ = ["StatsRecorder", "TIMERS"]
@@ -53,10 +54,9 @@ class StatsRecorder:
     self.timers = dict.fromkeys(TIMERS, 0.0)
     self.last: dict[str, Any] = {}
 
-  def _update(self, step: int) -> dict[str, Any]:
-    """{"mixture_update": weights} at the step a mixture update takes effect: the updates' history."""
-    weights = self.targets.update_starting_at(step)
-    return {} if weights is None else {"mixture_update": weights}
+  def _update(self, step: int) -> dict[str, float] | None:
+    """The weights of a mixture update that takes effect at `step`: the updates' history."""
+    return self.targets.update_starting_at(step)
 
   def tokens_per_source(self) -> dict[str, int]:
     return dict(zip(self.names, self.cumulative))
@@ -64,7 +64,7 @@ class StatsRecorder:
   def restore(self, tokens_per_source: Mapping[str, int]) -> None:
     self.cumulative = [int(tokens_per_source[n]) for n in self.names]
 
-  def planned(self, plan: StepPlan, passes: Mapping[str, int]) -> dict[str, Any]:
+  def planned(self, plan: StepPlan, passes: Mapping[str, int]) -> StepStats:
     """The stats of a step just planned (advances the cumulative counts)."""
     per_source = np.bincount(plan.pieces.dataset, weights=plan.pieces.length, minlength=len(self.names))
     per_source = per_source.astype(np.int64)
@@ -75,35 +75,36 @@ class StatsRecorder:
     longest = int(fill.max(initial=0))
     starts = plan.pieces.offset == 0  # documents begun this step
     documents = np.bincount(plan.pieces.dataset[starts], minlength=len(self.names))
-    return {
-      "step": plan.step,
-      "rows": plan.rows,
-      "seq_len": plan.seq_len,
-      "tokens_per_source": dict(zip(self.names, per_source.tolist())),
-      "share_batch": dict(zip(self.names, (per_source / total).tolist())),
-      "share_cumulative": dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
-      "target_share": dict(zip(self.names, self.targets.weights_at(plan.step))),
-      **self._update(plan.step),
-      "unit": self.unit,
-      "documents_per_source": dict(zip(self.names, documents.tolist())),
-      **self._shards(plan),
-      "padding_fraction": plan.padding_fraction,
+    shards, shard_count = self._shards(plan)
+    return StepStats(
+      step=plan.step,
+      rows=plan.rows,
+      seq_len=plan.seq_len,
+      tokens_per_source=dict(zip(self.names, per_source.tolist())),
+      share_batch=dict(zip(self.names, (per_source / total).tolist())),
+      share_cumulative=dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
+      target_share=dict(zip(self.names, self.targets.weights_at(plan.step))),
+      mixture_update=self._update(plan.step),
+      unit=self.unit,
+      documents_per_source=dict(zip(self.names, documents.tolist())),
+      shards=shards,
+      shard_count=shard_count,
+      padding_fraction=plan.padding_fraction,
       # The longest row's tokens: a loop may slice the batch to it (bucketed); what padding that leaves.
-      "longest_row": longest,
-      "padding_fraction_to_longest": 1.0 - plan.tokens / (plan.rows * longest) if longest else 0.0,
-      "pieces_split": plan.split_pieces,
-      "truncated_tokens": plan.truncated_tokens,
-      "dropped_documents": plan.dropped_documents,
-      "final": plan.final,
-      "passes": dict(passes),
-      "time_s": {},
-    }
+      longest_row=longest,
+      padding_fraction_to_longest=1.0 - plan.tokens / (plan.rows * longest) if longest else 0.0,
+      pieces_split=plan.split_pieces,
+      truncated_tokens=plan.truncated_tokens,
+      dropped_documents=plan.dropped_documents,
+      final=plan.final,
+      passes=dict(passes),
+    )
 
-  def _shards(self, plan: StepPlan) -> dict[str, Any]:
-    """Per dataset, how many shards this step's pieces lie in and the first
-    MAX_LISTED_SHARDS of them (for `jaxdata doctor`'s sawtooth check)."""
+  def _shards(self, plan: StepPlan) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Per dataset, the first MAX_LISTED_SHARDS shards this step's pieces lie in and how many
+    (for `jaxdata doctor`'s sawtooth check)."""
     if self.shards is None:
-      return {"shards": {}, "shard_count": {}}
+      return {}, {}
     ids = np.unique(self.shards.of(plan.pieces.dataset, plan.pieces.record))
     owner = self.shards.dataset[ids]
     counts = np.bincount(owner, minlength=len(self.names))
@@ -112,18 +113,18 @@ class StatsRecorder:
     for d in np.flatnonzero(counts).tolist():
       name, run = self.names[d], ids[first[d] : first[d] + min(counts[d], MAX_LISTED_SHARDS)]
       listed[name], count[name] = (run - self.shards.base[d]).tolist(), int(counts[d])
-    return {"shards": listed, "shard_count": count}
+    return listed, count
 
-  def time(self, stats: dict[str, Any], timer: str, seconds: float) -> None:
-    stats["time_s"][timer] = seconds
+  def time(self, stats: StepStats, timer: str, seconds: float) -> None:
+    stats.time_s[timer] = seconds
     self.timers[timer] += seconds
 
-  def handed_out(self, stats: dict[str, Any]) -> None:
+  def handed_out(self, stats: StepStats) -> None:
     """Keeps `stats` as the last step's and appends it to the JSONL file, if any."""
-    self.last = stats
+    self.last = stats.to_json()
     if self.path is not None:
       with open(self.path, "a") as f:
-        f.write(json.dumps(stats) + "\n")
+        f.write(json.dumps(self.last) + "\n")
 
   def stats(self) -> dict[str, Any]:
     return {**self.last, "time_total_s": dict(self.timers)}

@@ -53,6 +53,7 @@ from jaxdata.pipeline.read_spans import (
 )
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["RowsHere", "StepProducer", "grown_span"]
@@ -64,7 +65,7 @@ class _Ready:
 
   item: ReadStep
   state: dict[str, Any]
-  stats: dict[str, Any]
+  stats: StepStats
 
 
 class StepProducer:

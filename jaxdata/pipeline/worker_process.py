@@ -236,7 +236,8 @@ class _Planning(_Role):
     self.span_tokens = grown_span(span.steps, self.spec.read_ahead_tokens)
     header, payload = encode_span(span.steps)
     states = [encoded_state(s) for s in span.states]
-    send(self.conn, PlannedSpan(self.generation, header, states, span.stats, span.ended), payload)
+    stats = [s.to_json() for s in span.stats]
+    send(self.conn, PlannedSpan(self.generation, header, states, stats, span.ended), payload)
     self.credits -= 1
     self.idle = span.ended
 

@@ -52,6 +52,7 @@ from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_producer import RowsHere, StepProducer
+from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.worker_process import PLANNER, READER, WorkerSpec, slot_views
 from jaxdata.transforms.pieces import Pieces
@@ -116,7 +117,7 @@ class _Coming:
   num_rows: int
   seq_len: int
   state: dict[str, Any]
-  stats: dict[str, Any]
+  stats: StepStats
   closes_span: bool  # the span's last step: handing it out gives the planner a credit
   span: _LocalSpan | None = None  # without readers: the span this process reads
 
@@ -290,7 +291,7 @@ class WorkerProducer:
   def _produce_here(self) -> Prepared | Literal[End.END]:
     item = self.local.produce()
     if isinstance(item, Prepared):
-      self.last_state, self.next_step = item.state, item.stats["step"] + 1
+      self.last_state, self.next_step = item.state, item.stats.step + 1
     return item
 
   def _take(self, coming: _Coming) -> Prepared:
@@ -322,11 +323,11 @@ class WorkerProducer:
     if coming.closes_span:
       self.planner.send(Credit(self.generation))
     stats = coming.stats
-    stats["time_s"].update(message.time_s)
-    for timer, seconds in stats["time_s"].items():
+    stats.time_s.update(message.time_s)
+    for timer, seconds in stats.time_s.items():
       if timer != "assemble":  # added below, with this process's share
         self.recorder.timers[timer] += seconds
-    self.recorder.time(stats, "assemble", stats["time_s"]["assemble"] + time.perf_counter() - started)
+    self.recorder.time(stats, "assemble", stats.time_s["assemble"] + time.perf_counter() - started)
     self.next_step += 1
     self.from_workers += 1
     self.per_reader[coming.reader] += 1
@@ -350,7 +351,7 @@ class WorkerProducer:
     if coming.closes_span:
       self.planner.send(Credit(self.generation))
     stats = coming.stats
-    for timer, seconds in stats["time_s"].items():  # the planner's
+    for timer, seconds in stats.time_s.items():  # the planner's
       self.recorder.timers[timer] += seconds
     self.recorder.time(stats, "read", span.read_s)
     self.recorder.time(stats, "assemble", time.perf_counter() - started)
@@ -391,7 +392,14 @@ class WorkerProducer:
         for i, (header, state, stats) in enumerate(zip(steps, message.states, message.stats)):
           self.coming.append(
             _Coming(
-              header["step"], reader, header["num_rows"], header["seq_len"], state, stats, i == len(steps) - 1, span
+              header["step"],
+              reader,
+              header["num_rows"],
+              header["seq_len"],
+              state,
+              StepStats.from_json(stats),
+              i == len(steps) - 1,
+              span,
             )
           )
       if message.ended:

@@ -33,11 +33,11 @@ import dataclasses
 import html
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from jaxdata.errors import InputFormatError
+from jaxdata.pipeline.step_stats import StepStats, trained_totals
 from jaxdata.tools.report import jsonl_records
 
 __all__ = ["Check", "diagnose", "load_losses", "write_html"]
@@ -74,16 +74,14 @@ def load_losses(path: str) -> dict[int, dict[str, float]]:
   return out
 
 
-def _histogram(stats: Sequence[Mapping[str, Any]], names: list[str]) -> Check:
+def _histogram(stats: Sequence[StepStats], names: list[str]) -> Check:
   if not stats:
     return Check("histogram", "ok", "not computed", "too few steps whose weights equal the step before's")
-  docs = np.array([[s["documents_per_source"].get(n, 0) for n in names] for s in stats], np.float64)
-  tokens = np.array([[s["tokens_per_source"].get(n, 0) for n in names] for s in stats], np.float64)
-  target = np.array([[s["target_share"].get(n, 0.0) for n in names] for s in stats], np.float64)
+  docs = np.array([[s.documents_per_source.get(n, 0) for n in names] for s in stats], np.float64)
+  tokens = np.array([[s.tokens_per_source.get(n, 0) for n in names] for s in stats], np.float64)
+  target = np.array([[s.target_share.get(n, 0.0) for n in names] for s in stats], np.float64)
   mean_length = tokens.sum(0) / np.maximum(docs.sum(0), 1)
-  rate = (
-    np.where(mean_length > 0, target / np.maximum(mean_length, 1e-9), 0.0) if stats[0]["unit"] == "tokens" else target
-  )
+  rate = np.where(mean_length > 0, target / np.maximum(mean_length, 1e-9), 0.0) if stats[0].unit == "tokens" else target
   p = rate / np.maximum(rate.sum(1, keepdims=True), 1e-12)
   n = docs.sum(1, keepdims=True)
   live = (p > 0) & (n > 0)
@@ -116,14 +114,14 @@ def _histogram_cause(tokens: np.ndarray, mean_length: np.ndarray, names: list[st
   return "mix inside every step: a block or global shuffle, or mixture.interleave exact", False
 
 
-def _shard_spans(stats: Sequence[Mapping[str, Any]], name: str) -> list[float] | None:
+def _shard_spans(stats: Sequence[StepStats], name: str) -> list[float] | None:
   """Steps each shard of `name` is read over, if the source reads shard by shard (at most two
   shards a step, each shard in one run of consecutive steps); None if it mixes shards."""
   seen: dict[int, list[int]] = {}
   per_step = []
   for position, s in enumerate(stats):
-    shards = s.get("shards", {}).get(name, [])
-    per_step.append(s.get("shard_count", {}).get(name, len(shards)))  # the list stops at MAX_LISTED_SHARDS
+    shards = s.shards.get(name, [])
+    per_step.append(s.shard_count.get(name, len(shards)))  # the list stops at MAX_LISTED_SHARDS
     for shard in shards:
       seen.setdefault(shard, []).append(position)
   if not seen or np.mean([n for n in per_step if n]) > 2:
@@ -135,22 +133,20 @@ def _shard_spans(stats: Sequence[Mapping[str, Any]], name: str) -> list[float] |
   return [period] * len(spans)
 
 
-def _position_in_shard(stats: Sequence[Mapping[str, Any]], name: str) -> dict[int, int]:
+def _position_in_shard(stats: Sequence[StepStats], name: str) -> dict[int, int]:
   """Per step, how many steps ago the shard `name` is reading now began."""
   first: dict[int, int] = {}
   out = {}
   for s in stats:
-    shards = s.get("shards", {}).get(name)
+    shards = s.shards.get(name)
     if shards:
-      out[s["step"]] = s["step"] - first.setdefault(shards[-1], s["step"])
+      out[s.step] = s.step - first.setdefault(shards[-1], s.step)
   return out
 
 
-def _sawtooth(
-  stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]]
-) -> list[Check]:
+def _sawtooth(stats: Sequence[StepStats], names: list[str], losses: Mapping[int, Mapping[str, float]]) -> list[Check]:
   checks = []
-  if not any(s.get("shards") for s in stats):
+  if not any(s.shards for s in stats):
     return [Check("sawtooth", "ok", "no shard record in these stats", "stats from before shards were recorded")]
   for name in names:
     spans = _shard_spans(stats, name)
@@ -165,7 +161,7 @@ def _sawtooth(
       )
       continue
     period = int(round(float(np.mean(spans))))
-    if sum(1 for s in stats if s["step"] in losses and name in losses[s["step"]]) < 4 * period:
+    if sum(1 for s in stats if s.step in losses and name in losses[s.step]) < 4 * period:
       checks.append(
         Check(
           f"sawtooth {name}",
@@ -179,7 +175,7 @@ def _sawtooth(
     # The sawtooth: the loss follows the position inside the shard being read (its period is the shard's
     # length). Correlation of loss and position; under no relation |r| stays below 3.5 / sqrt(n).
     position = _position_in_shard(stats, name)
-    steps = [s["step"] for s in stats if s["step"] in losses and name in losses[s["step"]] and s["step"] in position]
+    steps = [s.step for s in stats if s.step in losses and name in losses[s.step] and s.step in position]
     # The training trend (a falling loss) is removed first: the loss minus its running mean over one period,
     # which averages a sawtooth out, so only the ups and downs within each shard remain.
     loss = np.array([losses[t][name] for t in steps], np.float64)
@@ -203,15 +199,15 @@ def _sawtooth(
 
 
 def _boundaries(
-  stats: Sequence[Mapping[str, Any]], names: list[str], losses: Mapping[int, Mapping[str, float]], half_width: int = 5
+  stats: Sequence[StepStats], names: list[str], losses: Mapping[int, Mapping[str, float]], half_width: int = 5
 ) -> list[Check]:
   checks = []
   for name in names:
-    steps = [s["step"] for s in stats if s["step"] in losses and name in losses[s["step"]]]
+    steps = [s.step for s in stats if s.step in losses and name in losses[s.step]]
     if len(steps) < 6 * half_width:
       continue
     loss = np.array([losses[s][name] for s in steps])
-    passes = {s["step"]: s.get("passes", {}).get(name, 0) for s in stats}
+    passes = {s.step: s.passes.get(name, 0) for s in stats}
     marks = [i for i in range(1, len(steps)) if passes.get(steps[i], 0) > passes.get(steps[i - 1], 0)]
     marks = [i for i in marks if half_width <= i <= len(steps) - half_width]
     if not marks:
@@ -241,9 +237,9 @@ def _boundaries(
   return checks
 
 
-def _passes(stats: Sequence[Mapping[str, Any]], names: list[str]) -> list[Check]:
-  last = stats[-1].get("passes", {})
-  trained = _trained_tokens(stats, names)
+def _passes(stats: Sequence[StepStats], names: list[str]) -> list[Check]:
+  last = stats[-1].passes
+  trained = trained_totals(stats, names)
   checks = []
   for name in names:
     passes = float(last.get(name, 0))
@@ -260,7 +256,7 @@ def _passes(stats: Sequence[Mapping[str, Any]], names: list[str]) -> list[Check]
     )
   if trained:  # fine-tuning data: a source whose masks train nothing only costs steps
     for name in names:
-      tokens = sum(int(r["tokens_per_source"].get(name, 0)) for r in stats)
+      tokens = sum(int(r.tokens_per_source.get(name, 0)) for r in stats)
       if tokens and not trained[name]:
         checks.append(
           Check(
@@ -274,29 +270,22 @@ def _passes(stats: Sequence[Mapping[str, Any]], names: list[str]) -> list[Check]
   return checks
 
 
-def _trained_tokens(stats: Sequence[Mapping[str, Any]], names: list[str]) -> dict[str, int]:
-  """Per source, the tokens that trained over the run (stats of a pipeline with trained-token masks), or {}."""
-  if not all("trained_tokens_per_source" in r for r in stats):
-    return {}
-  return {n: sum(int(r["trained_tokens_per_source"].get(n, 0)) for r in stats) for n in names}
-
-
 OSCILLATION = 0.5  # share of weight changes that reverse the previous one
 MIN_CHANGES = 6
 CHANGE = 0.01  # smaller weight changes are not counted as moves
 
 
-def _controller(stats: Sequence[Mapping[str, Any]], names: list[str], floor: float) -> list[Check]:
+def _controller(stats: Sequence[StepStats], names: list[str], floor: float) -> list[Check]:
   """Oscillation and starvation of an online controller's weights (only with mixture updates)."""
-  updated = [i for i, r in enumerate(stats) if "mixture_update" in r]
+  updated = [i for i, r in enumerate(stats) if r.mixture_update is not None]
   if not updated:
     return []
   since = stats[updated[0] :]
-  tokens = np.array([[r["tokens_per_source"][n] for n in names] for r in since], dtype=float).sum(axis=0)
+  tokens = np.array([[r.tokens_per_source[n] for n in names] for r in since], dtype=float).sum(axis=0)
   shares = tokens / max(tokens.sum(), 1.0)
   checks = []
   for i, name in enumerate(names):
-    weights = np.array([stats[k]["mixture_update"][name] for k in updated])
+    weights = np.array([(stats[k].mixture_update or {})[name] for k in updated])
     moves = np.diff(weights)
     moves = moves[np.abs(moves) > CHANGE]
     reversals = int((np.sign(moves[1:]) != np.sign(moves[:-1])).sum()) if moves.size > 1 else 0
@@ -316,7 +305,7 @@ def _controller(stats: Sequence[Mapping[str, Any]], names: list[str], floor: flo
       Check(
         f"starved {name}",
         "warn" if starved else "ok",
-        f"{shares[i]:.4f} of the tokens since the first update (step {stats[updated[0]]['step']})",
+        f"{shares[i]:.4f} of the tokens since the first update (step {stats[updated[0]].step})",
         f"below {floor:g} the source is starved",
         "raise the controller's smoothing toward uniform, or set a floor on its weights",
       )
@@ -325,7 +314,7 @@ def _controller(stats: Sequence[Mapping[str, Any]], names: list[str], floor: flo
 
 
 def diagnose(
-  stats: Sequence[Mapping[str, Any]],
+  stats: Sequence[StepStats],
   losses: Mapping[int, Mapping[str, float]] | None = None,
   overlaps: int | None = None,
   share_floor: float = 0.01,
@@ -334,11 +323,11 @@ def diagnose(
   (pieces planned onto two hosts, from `jaxdata audit`)."""
   if not stats:
     raise InputFormatError("doctor: the stats hold no step")
-  names = list(stats[0]["tokens_per_source"])
+  names = list(stats[0].tokens_per_source)
   losses = losses or {}
   # A step right after its weights changed holds documents drawn under the old ones (carried over):
   # the histogram reads the steps whose weights equal the step before's.
-  steady = [stats[0]] + [r for r, before in zip(stats[1:], stats[:-1]) if r["target_share"] == before["target_share"]]
+  steady = [stats[0]] + [r for r, before in zip(stats[1:], stats[:-1]) if r.target_share == before.target_share]
   checks = [
     _histogram(steady if len(steady) >= 3 else stats[:0], names),
     *_sawtooth(stats, names, losses),

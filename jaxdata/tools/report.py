@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from jaxdata.errors import InputFormatError, optional_module
+from jaxdata.pipeline.step_stats import StepStats, trained_totals
 from jaxdata.tools.numbers import human_count
 
 __all__ = ["ablation_plot", "jsonl_records", "load_stats", "plan_plot", "report_series", "write_report"]
@@ -40,24 +41,28 @@ def jsonl_records(path: str, what: str) -> Iterator[tuple[int, Any]]:
           raise InputFormatError(f"{path}:{number}: not a JSON {what} ({e.msg})") from e
 
 
-def load_stats(path: str) -> list[dict[str, Any]]:
-  """The step records of a stats JSONL file; errors name the file and line."""
+def load_stats(path: str) -> list[StepStats]:
+  """The step records of a stats JSONL file (files of earlier versions too); errors name the file and line."""
   records = []
   for number, record in jsonl_records(path, "stats record"):
-    for key in ("step", "tokens_per_source", "target_share", "share_batch", "padding_fraction"):
-      if not isinstance(record, dict) or key not in record:
-        raise InputFormatError(f"{path}:{number}: stats record has no {key!r}")
-    records.append(record)
+    if not isinstance(record, dict):
+      raise InputFormatError(f"{path}:{number}: a stats record is an object, got {type(record).__name__}")
+    try:
+      records.append(StepStats.from_json(record))
+    except KeyError as e:
+      raise InputFormatError(f"{path}:{number}: stats record has no {e.args[0]!r}") from None
+    except TypeError as e:  # a field of the wrong shape
+      raise InputFormatError(f"{path}:{number}: not a stats record ({e})") from None
   if not records:
     raise InputFormatError(f"{path}: no stats records")
   return records
 
 
-def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
+def report_series(records: list[StepStats]) -> dict[str, Any]:
   """Per-dataset series: batch share, cumulative share, cumulative target; deviations."""
-  names = list(records[0]["tokens_per_source"])
-  tokens = np.array([[r["tokens_per_source"][n] for n in names] for r in records], dtype=float)
-  targets = np.array([[r["target_share"][n] for n in names] for r in records], dtype=float)
+  names = list(records[0].tokens_per_source)
+  tokens = np.array([[r.tokens_per_source[n] for n in names] for r in records], dtype=float)
+  targets = np.array([[r.target_share[n] for n in names] for r in records], dtype=float)
   step_tokens = tokens.sum(axis=1)
   cumulative = np.cumsum(tokens, axis=0)
   cumulative_share = cumulative / np.maximum(cumulative.sum(axis=1, keepdims=True), 1)
@@ -68,17 +73,16 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
   kernel = np.ones(smoothing)
   counts = np.convolve(np.ones(len(records)), kernel, mode="same")  # fewer steps at the edges: no dip there
   smoothed = {n: (np.convolve(batch_share[:, i], kernel, mode="same") / counts).tolist() for i, n in enumerate(names)}
-  passes = [r.get("passes", {}) for r in records]
+  passes = [r.passes for r in records]
   boundaries = {
-    n: [records[k]["step"] for k in range(1, len(records)) if passes[k].get(n, 0) > passes[k - 1].get(n, 0)]
-    for n in names
+    n: [records[k].step for k in range(1, len(records)) if passes[k].get(n, 0) > passes[k - 1].get(n, 0)] for n in names
   }
   phase_changes = [
-    records[k]["step"] for k in range(1, len(records)) if records[k]["target_share"] != records[k - 1]["target_share"]
+    records[k].step for k in range(1, len(records)) if records[k].target_share != records[k - 1].target_share
   ]
   worst = np.abs(deviation).argmax(axis=0)
   return {
-    "steps": [r["step"] for r in records],
+    "steps": [r.step for r in records],
     "datasets": names,
     "batch_share": {n: batch_share[:, i].tolist() for i, n in enumerate(names)},
     "cumulative_share": {n: cumulative_share[:, i].tolist() for i, n in enumerate(names)},
@@ -88,17 +92,13 @@ def report_series(records: list[dict[str, Any]]) -> dict[str, Any]:
     "target_share": {n: targets[:, i].tolist() for i, n in enumerate(names)},
     "pass_boundaries": boundaries,
     "phase_changes": phase_changes,
-    "padding_fraction": [r["padding_fraction"] for r in records],
+    "padding_fraction": [r.padding_fraction for r in records],
     "largest_deviation": {
-      n: {"step": records[worst[i]]["step"], "deviation": float(deviation[worst[i], i])} for i, n in enumerate(names)
+      n: {"step": records[worst[i]].step, "deviation": float(deviation[worst[i], i])} for i, n in enumerate(names)
     },
     "final_deviation": {n: float(deviation[-1, i]) for i, n in enumerate(names)},
     # fine-tuning data (a dataset with trained-token masks): the tokens that trained, per source, in all
-    "trained_tokens": {
-      n: sum(int(r["trained_tokens_per_source"].get(n, 0)) for r in records)
-      for n in names
-      if all("trained_tokens_per_source" in r for r in records)
-    },
+    "trained_tokens": trained_totals(records, names),
   }
 
 
