@@ -128,7 +128,7 @@ def test_pipeline_from_a_slice_name(tmp_path):
 
 
 def test_every_command_option_has_help_text():
-  commands = build_parser()._subparsers._group_actions[0].choices
+  commands = build_parser().commands
   missing = [
     (name, action.dest)
     for name, sub in commands.items()
@@ -166,6 +166,8 @@ def test_mesh_warns_when_the_data_is_smaller_than_the_steps_asked_for(tmp_path, 
     (["plna", "x.yaml"], "did you mean 'plan'?"),
     (["index", "x", "--format", "megatorn"], "did you mean 'megatron'?"),
     (["audit", "x.yaml", "--hosts", "2", "--steps", "2", "--jsn"], "did you mean '--json'?"),
+    (["convert", "a.jsonl", "--out", "o", "--name", "n", "--format=jsnl"], "did you mean 'jsonl'?"),
+    (["inspect", "d", "--quite"], "did you mean '--quiet'?"),  # a flag every command takes
   ],
 )
 def test_a_mistyped_command_choice_or_flag_gets_a_suggestion(argv, suggestion, capsys):

@@ -7,15 +7,17 @@ import shlex
 from typing import Any
 
 from jaxdata.cli.output import Console, flag_words, progress_bar
+from jaxdata.cli.parsing import Commands, parse_size
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.examples import EXAMPLE_FORMATS
 from jaxdata.conversion.local_runner import convert as convert_files
-from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES, ConvertOptions
 from jaxdata.conversion.roundtrip import check_roundtrip
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
+from jaxdata.sources.manifest import COMPRESSIONS
 from jaxdata.tools.numbers import human_bytes
 
-__all__ = ["convert"]
+__all__ = ["convert", "register"]
 
 
 def convert(args: argparse.Namespace, console: Console) -> int:
@@ -80,3 +82,85 @@ def convert(args: argparse.Namespace, console: Console) -> int:
     if report.mismatches:
       return 2
   return 0
+
+
+def register(commands: Commands) -> None:
+  """The `jaxdata convert` command and its flags."""
+  p = commands.add("convert", "tokenize JSONL / Parquet / text into a dataset")
+  p.add_argument("inputs", nargs="+", help="files, directories or globs")
+  p.add_argument("--out", required=True, help="dataset directory to write")
+  p.add_argument("--name", required=True, help="dataset name")
+  p.add_argument("--tokenizer", default="byte", help="byte | hf:FILE.json | sp:FILE.model")
+  p.add_argument(
+    "--format",
+    default="auto",
+    choices=("auto", *INPUT_FORMATS, "chat", "prompt-completion"),
+    help="input format (auto: from each file's suffix); chat / prompt-completion: fine-tuning examples with "
+    "trained-token masks (JSONL or Parquet)",
+  )
+  p.add_argument(
+    "--field", default="text", help="JSONL field / Parquet column / tf.train.Example feature (chat: messages)"
+  )
+  p.add_argument(
+    "--train-on",
+    default="assistant",
+    choices=("assistant", "last", "all"),
+    help="chat: what trains: every assistant message (weight 1), the last one, or all tokens",
+  )
+  p.add_argument("--chat-template", help="chat: a Jinja chat template file instead of the tokenizer's own")
+  p.add_argument(
+    "--max-tokens",
+    type=int,
+    default=0,
+    help="chat / prompt-completion: refuse an example longer than this, named by file:line (a row's seq_len; "
+    "0: any length)",
+  )
+  p.add_argument(
+    "--text-mode", default="file", choices=TEXT_MODES, help="plain text: one document per file, line or paragraph"
+  )
+  p.add_argument(
+    "--shard-size", type=parse_size, default=256 << 20, help="target shard size in bytes, e.g. 256MB (default 256MiB)"
+  )
+  p.add_argument(
+    "--compression",
+    default="zstd",
+    choices=sorted(COMPRESSIONS),
+    help="shard records' compression: zstd (smaller), snappy, none (cheapest to read; default zstd)",
+  )
+  p.add_argument("--workers", type=int, default=0, help="tokenizer processes (0 = cores)")
+  p.add_argument("--skip-invalid", action="store_true", help="count and skip malformed records instead of failing")
+  p.add_argument(
+    "--include",
+    action="append",
+    default=[],
+    metavar="GLOB",
+    help="only files whose path or name matches (repeatable), e.g. '*.jsonl'",
+  )
+  p.add_argument(
+    "--exclude",
+    action="append",
+    default=[],
+    metavar="GLOB",
+    help="leave out files whose path or name matches (repeatable), e.g. '*/test/*'",
+  )
+  p.add_argument("--overwrite", action="store_true", help="replace the dataset already in --out")
+  p.add_argument(
+    "--check-roundtrip",
+    type=int,
+    default=0,
+    metavar="N",
+    help="decode N converted documents and report those that differ from their text",
+  )
+  p.add_argument(
+    "--runner",
+    default="local",
+    choices=("local", "beam"),
+    help="local: processes on this machine; beam: an Apache Beam pipeline (docs/convert.md)",
+  )
+  p.add_argument(
+    "--beam-options",
+    default="",
+    help="Beam pipeline options, given with '=': --beam-options='--runner=DataflowRunner --project=P "
+    "--region=R --temp_location=gs://B/tmp' (default: the local DirectRunner)",
+  )
+  p.set_defaults(handler=convert)

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from jaxdata.cli.output import Console, Table, check_output_path, show
+from jaxdata.cli.parsing import Commands
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
 from jaxdata.integrations.megatron import megatron_raw
@@ -18,7 +19,7 @@ from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.sources.opening import open_dataset
 from jaxdata.tools.summary import summarize
 
-__all__ = ["from_megatron", "index", "inspect"]
+__all__ = ["from_megatron", "index", "inspect", "register"]
 
 
 def index(args: argparse.Namespace, console: Console) -> int:
@@ -151,3 +152,74 @@ def inspect(args: argparse.Namespace, console: Console) -> int:
     if args.verify:
       console.print("verified: every shard's sha256 and every record's length match")
   return 0
+
+
+def register(commands: Commands) -> None:
+  """The `jaxdata index`, `jaxdata from-megatron`, `jaxdata inspect` commands and their flags."""
+  p = commands.add("index", "metadata for token files other tools wrote (no tokens copied)")
+  p.add_argument(
+    "shards",
+    nargs="+",
+    help="ArrayRecord shards, Megatron prefixes (or their .bin / .idx), or flat token files (raw or .npy)",
+  )
+  p.add_argument(
+    "--format",
+    default="arrayrecord",
+    choices=("arrayrecord", "megatron", "flat"),
+    help="arrayrecord: records of raw ids; megatron: .bin + .idx; flat: raw ids back to back",
+  )
+  p.add_argument(
+    "--dtype",
+    choices=("uint16", "uint32"),
+    help="token type (required for arrayrecord and raw flat files; a Megatron .idx or .npy header says its own)",
+  )
+  p.add_argument("--eos-id", type=int, help="flat: a document ends with each of these ids")
+  p.add_argument("--bos-id", type=int, help="flat: a document begins with each of these ids")
+  p.add_argument(
+    "--dolma-metadata", action="store_true", help="flat: documents from Dolma's FILE.csv.gz beside each FILE.npy"
+  )
+  p.add_argument("--offsets", action="store_true", help="flat: document starts from FILE.offsets.npy beside each file")
+  p.add_argument(
+    "--data-root",
+    help="megatron / flat: where readers find the files, when not beside the metadata "
+    "(a directory or gs:// / s3:// prefix; default: the files' directory)",
+  )
+  p.add_argument("--out", help="metadata directory (default: the files' directory)")
+  p.add_argument(
+    "--per-directory",
+    action="store_true",
+    help="files in several directories: one dataset per directory (default: an error, unless --out)",
+  )
+  p.add_argument("--force", action="store_true", help="rebuild a directory's existing index and manifest")
+  p.add_argument(
+    "--no-dtype-check",
+    action="store_true",
+    help="do not refuse ids whose statistics look like another dtype (uint32 read as uint16, ...)",
+  )
+  p.add_argument("--name", help="dataset name (default: the directory name)")
+  p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
+  p.set_defaults(handler=index)
+
+  p = commands.add("from-megatron", "a jaxdata config from Megatron's --data-path blend and --split")
+  p.add_argument(
+    "--data-path", nargs="+", required=True, help="Megatron's blend: 'w1 prefix1 w2 prefix2 ...' or prefixes"
+  )
+  p.add_argument("--split", default="969,30,1", help="Megatron's train,valid,test ratios (default: 969,30,1)")
+  p.add_argument("--which", default="train", choices=("train", "valid", "test"), help="the split the config reads")
+  p.add_argument("--index-dir", help="where each prefix's metadata goes (default: jaxdata-index beside the first)")
+  p.add_argument("--seq-length", type=int, default=2048, help="packing.seq_len (Megatron's --seq-length)")
+  p.add_argument("--global-batch-size", type=int, default=256, help="batch.global_batch_size (rows)")
+  p.add_argument("--seed", type=int, default=1234, help="seed (Megatron's default 1234)")
+  p.add_argument(
+    "--tokenizer", help="the tokenizer that wrote the ids, recorded in each index: byte | hf:FILE.json | sp:FILE.model"
+  )
+  p.add_argument("--out", required=True, help="the YAML config to write")
+  p.set_defaults(handler=from_megatron)
+
+  p = commands.add("inspect", "table of shards, documents, tokens, lengths")
+  p.add_argument("datasets", nargs="+", help="dataset directories")
+  p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+  p.add_argument(
+    "--verify", action="store_true", help="also re-hash every shard and check every record (reads all data)"
+  )
+  p.set_defaults(handler=inspect)

@@ -9,11 +9,12 @@ import os
 
 from jaxdata._lazy import lazy_module
 from jaxdata.cli.output import Console, Table, check_output_path, show
+from jaxdata.cli.parsing import Commands, parse_size
 from jaxdata.demo import DEVICES, default_cache_dir, xla_flags
 from jaxdata.demo.corpus import build_demo_corpus
 from jaxdata.tools.report import ablation_plot
 
-__all__ = ["ablate", "demo"]
+__all__ = ["ablate", "demo", "register"]
 
 # Both train a model with jax: imported when a command runs (jax reads XLA_FLAGS when its backend starts).
 ablation = lazy_module("jaxdata.demo.ablate")
@@ -169,3 +170,43 @@ def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
     with open(args.json, "w") as f:
       json.dump(dataclasses.asdict(result), f, indent=1)
   return 0 if result.resume_ok else 1
+
+
+def register(commands: Commands) -> None:
+  """The `jaxdata demo`, `jaxdata ablate` commands and their flags."""
+  p = commands.add("demo", "end to end: corpus, pipeline on 8 emulated devices, training, resume")
+  p.add_argument("--cache-dir", help="where the corpus is kept (default: ~/.cache/jaxdata/demo)")
+  p.add_argument("--config", help="your own pipeline YAML (its datasets) instead of the embedded demo")
+  p.add_argument("--steps", type=int, default=40, help="training steps of the demo model")
+  p.add_argument(
+    "--checkpoint-at", type=int, default=20, help="step at which model and pipeline are saved, then restored"
+  )
+  p.add_argument(
+    "--out",
+    help="run directory for checkpoints and the plot (default: CACHE/run, or CACHE/run-NAME for --config NAME.yaml)",
+  )
+  p.add_argument("--json", help="also write the summary as JSON here")
+  p.add_argument(
+    "--online",
+    choices=("doremi",),
+    help="instead: DoReMi run online (a proxy steering the pipeline every step), then main runs on its weights",
+  )
+  p.add_argument(
+    "--sft",
+    action="store_true",
+    help="instead: fine-tuning on generated chat, tool-call and safety conversations (masks, epochs, resume)",
+  )
+  p.set_defaults(handler=demo)
+
+  p = commands.add("ablate", "mixture ablation: the demo model on each candidate mixture, the same tokens")
+  p.add_argument("config", nargs="?", help="base pipeline YAML (default: the demo's datasets and weights)")
+  p.add_argument(
+    "--candidates",
+    nargs="+",
+    required=True,
+    help="YAML files, each {name: ..., weights: {dataset: weight}} (or a config's mixture.weights)",
+  )
+  p.add_argument("--tokens", type=parse_size, default=200_000, help="valid tokens each candidate trains on")
+  p.add_argument("--cache-dir", help="the demo corpus' directory when no config is given")
+  p.add_argument("--png", help="also plot per-domain held-out loss per candidate here")
+  p.set_defaults(handler=ablate)

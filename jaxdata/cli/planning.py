@@ -11,6 +11,7 @@ from typing import Any
 from jaxdata._lazy import lazy_module
 from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, SAMPLING_WINDOWS_LEGEND, print_legend
 from jaxdata.cli.output import Console, Table, check_output_path, show, working
+from jaxdata.cli.parsing import Commands
 from jaxdata.config.loading import load_config
 from jaxdata.pipeline.planner import check_host_count
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
@@ -25,7 +26,7 @@ from jaxdata.tools.numbers import human_bytes, human_count
 from jaxdata.tools.report import load_stats, plan_plot, write_report
 from jaxdata.tools.trajectory import load_trajectory, with_trajectory
 
-__all__ = ["audit", "bench", "mesh", "plan", "report"]
+__all__ = ["audit", "bench", "mesh", "plan", "register", "report"]
 
 bench_module = lazy_module("jaxdata.tools.bench")  # runs a Pipeline: jax only when `jaxdata bench` runs
 
@@ -297,3 +298,83 @@ def bench(args: argparse.Namespace, console: Console) -> int:
   console.print("time per step: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in result.time_per_step_s.items()))
   console.print(f"C loops: {bench_module.c_loops()}")
   return 0
+
+
+def register(commands: Commands) -> None:
+  """The `jaxdata plan`, `jaxdata audit`, `jaxdata doctor`, `jaxdata report`, `jaxdata bench`, `jaxdata mesh` commands and their flags."""
+  p = commands.add("plan", "exposure per dataset and phase before a run")
+  p.add_argument("config", help="pipeline YAML")
+  p.add_argument("--tokens", required=True, help="tokens to process, e.g. 20e9 or 20B")
+  p.add_argument("--max-passes", type=float, default=4.0, help="warn above this many passes")
+  p.add_argument("--json", action="store_true", help="print the table as JSON")
+  p.add_argument("--png", help="write weights over steps and cumulative passes here")
+  p.add_argument(
+    "--weights-trajectory",
+    help="plan under moving weights: a JSON list of {step, weights} or a run's stats JSONL (its mixture updates)",
+  )
+  p.add_argument("--hosts", type=int, default=1, help="hosts splitting the rows, for the read-span table")
+  p.add_argument(
+    "--read-spans",
+    "--windows",
+    dest="read_spans",
+    type=int,
+    default=32,
+    help="read spans per host to replay (0: skip the table)",
+  )
+  p.add_argument("--read-ahead-tokens", type=int, default=1 << 22, help="the pipeline's read_ahead_tokens")
+  p.set_defaults(handler=plan)
+
+  p = commands.add("audit", "plan S steps for H hosts and check them")
+  p.add_argument("config", help="pipeline YAML")
+  p.add_argument("--hosts", type=int, required=True, help="hosts to plan for (each reads its block of rows)")
+  p.add_argument("--steps", type=int, required=True, help="steps to plan and check")
+  p.add_argument("--json", action="store_true", help="print the result as JSON")
+  p.set_defaults(handler=audit)
+
+  p = commands.add("doctor", "check a run's stats (and per-source losses) for signs of a bad data order")
+  p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
+  p.add_argument("--losses", help='JSONL of {"step": N, "losses": {source: loss}} per step (optional)')
+  p.add_argument("--config", help="the run's pipeline YAML: with --hosts, checks the plan's host overlap")
+  p.add_argument("--hosts", type=int, default=0, help="hosts of the run, for the overlap check")
+  p.add_argument("--html", help="also write the checks as an HTML report here")
+  p.add_argument(
+    "--share-floor",
+    type=float,
+    default=0.01,
+    help="with mixture updates: warn when a source's share stays below this after the first update",
+  )
+  p.set_defaults(handler=doctor)
+
+  p = commands.add("report", "plots and deviations from a run's stats JSONL")
+  p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
+  p.add_argument("--out", help="directory for the plots (default: STATS_report/)")
+  p.set_defaults(handler=report)
+
+  p = commands.add("bench", "throughput of a pipeline config on this machine (one host, NumPy)")
+  p.add_argument("config", help="pipeline YAML")
+  p.add_argument("--steps", type=int, default=100, help="steps to time (after one untimed step)")
+  p.add_argument("--prefetch", type=int, default=2, help="steps planned and read ahead by a background thread")
+  p.add_argument("--workers", type=int, default=0, help="worker processes (see docs/performance.md)")
+  p.add_argument(
+    "--planner-process",
+    action="store_true",
+    help="plan in a process of its own; read and assemble here (see docs/performance.md)",
+  )
+  p.set_defaults(handler=bench)
+
+  p = commands.add("mesh", "rows, tokens and documents per host of a TPU slice")
+  p.add_argument(
+    "--tpu",
+    help="a slice: v4-8 .. v4-8192, v5e-1 .. v5e-256, v5p-8 .. v5p-12288, v6e-1 .. v6e-256 "
+    "(`jaxdata mesh --list`), or a slice YAML file's path",
+  )
+  p.add_argument("--mesh-shape", help="instead of --tpu: an explicit mesh shape, e.g. 16x4x1")
+  p.add_argument("--mesh-axes", default="data,fsdp,tensor", help="with --mesh-shape: its axis names")
+  p.add_argument("--data-axes", default="data,fsdp", help="with --mesh-shape: the axes the batch rows are split over")
+  p.add_argument("--hosts", type=int, default=1, help="with --mesh-shape: hosts the devices spread over")
+  p.add_argument("--list", action="store_true", help="list the built-in slices and exit")
+  p.add_argument("--global-batch", type=int, help="rows of the global batch")
+  p.add_argument("--seq-len", type=int, help="tokens per row")
+  p.add_argument("--config", help="pipeline YAML: plan real steps for documents and timing")
+  p.add_argument("--steps", type=int, default=5, help="steps to plan with --config")
+  p.set_defaults(handler=mesh)

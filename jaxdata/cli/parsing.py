@@ -1,0 +1,116 @@
+"""The `jaxdata` command's parser: each handler module registers its own commands, and a mistake
+gets a did-you-mean from the parser's own commands, flags and choices.
+
+    root = Parser(prog="jaxdata")
+    commands = Commands(root)          # handler modules call commands.add(name, help) -> a Parser
+    root.parse_args(argv)              # a mistyped command, flag or choice: "... did you mean 'plan'?"
+
+Every `Parser` remembers the flags and choices it was given (`add_argument`),
+so the suggestion comes from them and the command line as typed, never from
+argparse's error text or its private attributes.
+
+>>> root = Parser(prog="x"); commands = Commands(root)
+>>> sub = commands.add("plan", "plan a run"); _ = sub.add_argument("--tokens")
+>>> root.suggestion(["plna"]), root.suggestion(["plan", "--tokes", "5"])
+("did you mean 'plan'?", "did you mean '--tokens'?")
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+__all__ = ["Commands", "Parser", "parse_size"]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str) -> int:
+  """'256MB' -> 256_000_000, '64MiB' -> 67_108_864, '4096' -> 4096.
+
+  >>> parse_size("64MiB"), parse_size("1.5k")
+  (67108864, 1500)
+  """
+  match = _SIZE.match(text)
+  if not match:
+    raise argparse.ArgumentTypeError(f"size: cannot read {text!r} (try 256MB or 64MiB)")
+  number, unit = float(match.group(1)), (match.group(2) or "").lower()
+  prefix = unit[:1] if unit[:1] in "kmgt" else ""
+  scale = 1024 ** "_kmgt".index(prefix) if "i" in unit else _UNITS[prefix]
+  return int(number * scale)
+
+
+class Parser(argparse.ArgumentParser):
+  """argparse's parser, remembering its flags and choices (and, at the root, its commands)."""
+
+  def __init__(self, *args: Any, **kwargs: Any) -> None:
+    # Set before argparse's own __init__, which adds --help through add_argument.
+    self.flags: list[str] = [f for parent in kwargs.get("parents", ()) for f in getattr(parent, "flags", ())]
+    self.choices: dict[str, tuple[str, ...]] = {}  # flag -> the values it takes
+    self.commands: dict[str, Parser] = {}  # at the root: command name -> its parser
+    self.root: Parser = self
+    self.argv: list[str] = []
+    super().__init__(*args, **kwargs)
+
+  def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+    action = super().add_argument(*names, **kwargs)
+    flags = [n for n in names if isinstance(n, str) and n.startswith("-")]
+    self.flags += flags
+    if kwargs.get("choices") is not None:
+      self.choices.update(dict.fromkeys(flags, tuple(str(c) for c in kwargs["choices"])))
+    return action
+
+  def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    self.argv = list(sys.argv[1:] if args is None else args)
+    return super().parse_args(self.argv, namespace)
+
+  def error(self, message: str) -> NoReturn:
+    hint = self.root.suggestion(self.root.argv)
+    super().error(f"{message}; {hint}" if hint else message)
+
+  def suggestion(self, argv: Sequence[str]) -> str:
+    """A did-you-mean for the first mistake in `argv` (a command, a flag or a choice), or ""."""
+    words = [w for w in argv if not w.startswith("-")]
+    if not words or not self.commands:
+      return ""
+    if words[0] not in self.commands:
+      return _closest(words[0], list(self.commands))
+    command = self.commands[words[0]]
+    known = command.flags + self.flags
+    for i, word in enumerate(argv):
+      if not word.startswith("-") or word == "-":
+        continue
+      flag, _, attached = word.partition("=")
+      if flag not in known:
+        return _closest(flag, known)
+      value = attached or (argv[i + 1] if i + 1 < len(argv) else "")
+      if flag in command.choices and value and value not in command.choices[flag]:
+        return _closest(value, list(command.choices[flag]))
+    return ""
+
+
+def _closest(word: str, options: list[str]) -> str:
+  close = difflib.get_close_matches(word, options, n=1)
+  return f"did you mean {close[0]!r}?" if close else ""
+
+
+class Commands:
+  """The root parser's commands: `add` gives each its parser, which takes the flags every command takes."""
+
+  def __init__(self, root: Parser, common: Parser | None = None) -> None:
+    self.root = root
+    self.common = common
+    self._subparsers = root.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+
+  def add(self, name: str, help: str) -> Parser:
+    parents = [self.common] if self.common is not None else []
+    parser = self._subparsers.add_parser(name, help=help, description=help, parents=parents)
+    assert isinstance(parser, Parser)  # argparse makes subparsers of the root's class
+    parser.root = self.root
+    self.root.commands[name] = parser
+    return parser
