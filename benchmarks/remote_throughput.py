@@ -91,6 +91,7 @@ def run_one(layout: str, paths: dict[str, str], cache_bytes: int, **arguments: A
   import jax  # noqa: PLC0415
 
   import jaxdata  # noqa: PLC0415
+  from jaxdata.testing import opened_datasets  # noqa: PLC0415
 
   mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
   with tempfile.TemporaryDirectory() as cache_dir:
@@ -106,7 +107,7 @@ def run_one(layout: str, paths: dict[str, str], cache_bytes: int, **arguments: A
         read += list(pipe.stats()["tokens_per_source"].values())  # the step's non-pad tokens per source
       seconds = time.perf_counter() - started
       tokens = int(read.sum())
-      transfers = [d.transfer_stats() for d in pipe.reader.datasets]
+      transfers = [d.transfer_stats() for d in opened_datasets(pipe)]
       total_read = (1 + WARMUP + STEPS[layout]) * tokens / STEPS[layout]  # about: every step read so far
       fetched = sum(t["fetched_bytes"] for t in transfers if t)
       parallelism = sorted({int(t["parallelism"]) for t in transfers if t})

@@ -25,6 +25,7 @@ from jaxdata.pipeline.reader import ReadLog
 from jaxdata.pipeline.worker_producer import WorkerProducer
 
 __all__ = [
+  "opened_datasets",
   "prefetched_steps",
   "producer_phase",
   "recorded_reads",
@@ -49,6 +50,12 @@ def recorded_reads() -> Iterator[ReadLog]:
 def _workers(pipe: Pipeline) -> WorkerProducer | None:
   producer = pipe._producer  # this module is the documented way in
   return producer if isinstance(producer, WorkerProducer) else None
+
+
+def opened_datasets(pipe: Pipeline) -> list[Any]:
+  """The datasets the pipeline reads, as it opened them (split views included): to look at a remote
+  dataset's shard cache or transfer counts in a test."""
+  return list(pipe._reader.datasets)  # this module is the documented way in
 
 
 def producer_phase(pipe: Pipeline) -> str:

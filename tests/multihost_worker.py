@@ -54,7 +54,9 @@ def main() -> None:
     if workers:  # (the planner's windows: prefetch may have made the first steps before it was ready)
       assert pipe.execution().steps_from_processes >= int(steps) - (2 if workers < 0 else 0)
     # Remote datasets: the bytes of shards this process fetched, per dataset.
-    fetched = {d.name: ds.remote.fetched_bytes for d, ds in zip(cfg.datasets, pipe.reader.datasets) if ds.remote}
+    fetched = {
+      d.name: ds.remote.fetched_bytes for d, ds in zip(cfg.datasets, jaxdata.testing.opened_datasets(pipe)) if ds.remote
+    }
   reads = {f"{steps.start}-{steps.stop}/{name}": records for steps, name, records in log}
   np.savez(os.path.join(out_dir, f"p{index}_reads.npz"), **reads)
   import json  # noqa: PLC0415

@@ -15,6 +15,7 @@ from jaxdata import InputFormatError, Pipeline, load_config
 from jaxdata.cli import main
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.stats import MAX_LISTED_SHARDS, _ShardNumbering
+from jaxdata.testing import opened_datasets
 from jaxdata.tools.doctor import diagnose, load_losses
 from jaxdata.tools.report import load_stats
 from pipeline_fixtures import write_coded_dataset
@@ -170,7 +171,7 @@ def test_a_global_shuffle_lists_eight_shards_and_counts_them_all(tmp_path):
   assert wide  # the cap is exercised
   cfg = load_config(config)
   with Pipeline(cfg, prefetch=0) as pipe:
-    starts = [np.asarray(d.record_starts) for d in pipe.reader.datasets]
+    starts = [np.asarray(d.record_starts) for d in opened_datasets(pipe)]
   from_plans = {}
   for plan in StepPlanner(cfg).plans():
     if plan.step >= len(stats):

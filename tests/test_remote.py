@@ -35,7 +35,7 @@ from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.parallelism import RANGE_REQUESTS, fetch_threads, range_requests
 from jaxdata.sources.remote import CacheOptions, RemotePath
 from jaxdata.sources.stores import open_store
-from jaxdata.testing import wait_for_processes
+from jaxdata.testing import opened_datasets, wait_for_processes
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
 
@@ -119,8 +119,8 @@ def test_a_remote_dataset_gives_the_local_batches_through_a_small_cache(stores, 
   with Pipeline(cfg, prefetch=2, read_ahead_tokens=1024) as pipe:
     assert not pipe.execution().read_thread  # remote data keeps its own fetch-ahead (no read thread)
     got = [digest(next(pipe)) for _ in range(STEPS)]
-    caches = [dataset.remote.cache for dataset in pipe.reader.datasets]
-    fetched = [dataset.remote.fetched_bytes for dataset in pipe.reader.datasets]
+    caches = [dataset.remote.cache for dataset in opened_datasets(pipe)]
+    fetched = [dataset.remote.fetched_bytes for dataset in opened_datasets(pipe)]
   assert got == reference
   assert sum(fetched) > dataset_bytes(local)  # the data went round more than once
   # open_shards 3 keeps a read's working set small: the datasets' shared cache never held more than its budget.
@@ -296,11 +296,11 @@ def test_the_next_read_spans_shards_are_fetched_while_one_is_read(stores, local,
       wait_for_processes(pipe)  # from the next step on, the planner process plans every span
     got += [digest(next(pipe)) for _ in range(39)]
     assert not planner_process or pipe.execution().steps_from_processes == 39
-    cache = pipe.reader.datasets[0].remote.cache
+    cache = opened_datasets(pipe)[0].remote.cache
     first_span = StepPlanner(cfg).plan()  # the first read span is one step
     first_shards = {
       (d, int(s))
-      for d, dataset in enumerate(pipe.reader.datasets)
+      for d, dataset in enumerate(opened_datasets(pipe))
       for s in dataset.locate(first_span.pieces.record[first_span.pieces.dataset == d])[0]
     }
   assert got == reference[:40]
@@ -325,7 +325,7 @@ def test_a_later_run_reuses_the_shards_it_finds_cached(stores, local, reference,
   assert digests(cfg, 20, prefetch=0) == reference[:20]
   with Pipeline(cfg, prefetch=0) as pipe:  # the same cache directory: every shard is there, checked by hash
     assert [digest(next(pipe)) for _ in range(20)] == reference[:20]
-    assert [dataset.remote.fetched_bytes for dataset in pipe.reader.datasets] == [0, 0]
+    assert [dataset.remote.fetched_bytes for dataset in opened_datasets(pipe)] == [0, 0]
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
@@ -373,7 +373,7 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
     want = [digest(next(pipe)) for _ in range(30)]
   with Pipeline(config(flat_url, str(tmp_path / "meg-meta")), prefetch=0) as pipe:
     assert [digest(next(pipe)) for _ in range(30)] == want
-    assert all(ds.remote is None for ds in pipe.reader.datasets)  # nothing went through the shard cache
+    assert all(ds.remote is None for ds in opened_datasets(pipe))  # nothing went through the shard cache
 
 
 @pytest.mark.parametrize("planner_process", [False, True])
@@ -683,7 +683,7 @@ def test_behind_a_network_latency_more_fetches_run_at_once_and_the_batches_stay(
     cfg = remote_config(local, urls, str(tmp_path / "cache"), 14 * largest_shard(local))
     with Pipeline(cfg, prefetch=2, read_ahead_tokens=1024) as pipe:
       got = [digest(next(pipe)) for _ in range(60)]
-      transfers = [(d.transfer_stats(), d.manifest.shards) for d in pipe.reader.datasets]
+      transfers = [(d.transfer_stats(), d.manifest.shards) for d in opened_datasets(pipe)]
   assert got == reference[:60]
   for stats, shards in transfers:
     assert stats["latency_s"] >= 0.04
@@ -713,12 +713,12 @@ def test_windows_from_a_store_far_away_keep_more_ranges_in_flight_and_read_the_s
 
   with Pipeline(config(str(tmp_path / "flat")), prefetch=0) as pipe:
     want = [digest(next(pipe)) for _ in range(20)]
-    assert pipe.reader.datasets[0].transfer_stats() is None  # local files: nothing fetched
+    assert opened_datasets(pipe)[0].transfer_stats() is None  # local files: nothing fetched
   with LatencyProxy(server.endpoint, 0.03) as proxy:
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     with Pipeline(config(url), prefetch=0) as pipe:
       assert [digest(next(pipe)) for _ in range(20)] == want
-      stats = pipe.reader.datasets[0].transfer_stats()
+      stats = opened_datasets(pipe)[0].transfer_stats()
   assert stats["latency_s"] >= 0.03
   assert stats["parallelism"] == range_requests(stats["latency_s"]) > RANGE_REQUESTS
   assert stats["fetched_bytes"] >= 20 * 8 * 17 * 2  # every window's 17 uint16 tokens, at least

@@ -38,6 +38,7 @@ from jaxdata.errors import optional_module
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.sources.manifest import Manifest
+from jaxdata.sources.opening import open_dataset
 from jaxdata.tools.audit import audit
 
 __all__ = ["DemoResult", "demo_config", "resume_check", "run_demo", "run_directory"]
@@ -202,7 +203,7 @@ def run_demo(
   # (each step's weights times the units pulled for that step), from metadata.
   stream = audit(cfg, hosts=1, steps=steps)
   pulled, target = sum(stream.taken.values()), sum(stream.target.values())
-  longest = max(int(cursor.lengths.max()) for cursor in pipe.planner.stream.cursors)
+  longest = _longest_document(cfg)
   return DemoResult(
     steps=steps,
     losses=losses,
@@ -233,3 +234,15 @@ def resume_check(ckpt_dir: str, cache_dir: str, config_path: str | None, at: int
     )
     digests = [_digest(next(pipe)) for _ in range(count)]
   print(json.dumps({"digests": digests, "opt_step": int(restored.model["opt"]["step"])}))
+
+
+def _longest_document(cfg: PipelineConfig) -> int:
+  """The longest document of the config's datasets, in tokens (from their lengths indices)."""
+  longest = 0
+  for settings in cfg.datasets:
+    dataset = open_dataset(settings.path)
+    try:
+      longest = max(longest, int(dataset.lengths.max()))
+    finally:
+      dataset.close()
+  return longest

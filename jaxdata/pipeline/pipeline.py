@@ -126,24 +126,24 @@ class Pipeline:
     parts = open_parts(spec)
     cfg = parts.cfg
     self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
-    self.recorder = StatsRecorder(
+    self._recorder = StatsRecorder(
       cfg.names,
       cfg.mixture.unit,
       parts.planner.stream,
       stats_path if stats_path is not None else cfg.stats_path,
       parts.record_starts,
     )
-    self.planner, self.reader, self.fingerprint = parts.planner, parts.reader, parts.fingerprint
+    self._planner, self._reader, self.fingerprint = parts.planner, parts.reader, parts.fingerprint
     # The producer and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.
-    self._snapshot = functools.partial(state_snapshot, self.planner, self.fingerprint, self.recorder)
+    self._snapshot = functools.partial(state_snapshot, self._planner, self.fingerprint, self._recorder)
     rows_here, self._output = output_functions(sharding)
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
     self._producer: StepMaker = StepProducer(
       cfg,
-      self.planner,
-      self.reader,
-      self.recorder,
+      self._planner,
+      self._reader,
+      self._recorder,
       self._rows_here,
       read_ahead_tokens,
       self._snapshot,
@@ -157,7 +157,7 @@ class Pipeline:
           cfg,
           workers,
           self._producer,
-          self.recorder,
+          self._recorder,
           self.fingerprint,
           self._rows_here,
           prefetch + 1,
@@ -166,12 +166,12 @@ class Pipeline:
           fall_back=planner_process is None and not workers,
         )
       except BaseException:  # re-raised: nothing may stay open
-        self.reader.close()
+        self._reader.close()
         raise
     self._produce = _producing(
-      self._producer, self._output, self._rows_here, self.recorder, self.reader.masked, cfg.names
+      self._producer, self._output, self._rows_here, self._recorder, self._reader.masked, cfg.names
     )
-    self._resources = _Resources(self.reader, self._producer)
+    self._resources = _Resources(self._reader, self._producer)
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._finalizer = weakref.finalize(self, self._resources.release)
@@ -193,8 +193,8 @@ class Pipeline:
       # With workers, steps are made ahead in their shared memory: no thread here.
       item = self._resources.take(self._produce, 0 if self._producer.makes_steps_ahead else self.prefetch)
       if isinstance(item, Prepared):
-        self.recorder.time(item.stats, "wait", time.perf_counter() - started)
-        self.recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
+        self._recorder.time(item.stats, "wait", time.perf_counter() - started)
+        self._recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
     except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
       self._resources.stop_prefetch(wait=False)
       self._resources.interrupted = True
@@ -296,19 +296,19 @@ class Pipeline:
 
   @property
   def epoch(self) -> int:
-    return self.planner.stream.epoch
+    return self._planner.stream.epoch
 
   def stats(self) -> dict[str, Any]:
     """The last batch's statistics plus cumulative timings."""
-    return self.recorder.stats()
+    return self._recorder.stats()
 
   def execution(self) -> Execution:
     """Where the steps are made now: worker processes, a fall back to this process, a read thread."""
     return self._producer.execution()
 
   def _continue_from(self, state: Mapping[str, Any]) -> None:
-    self.planner.set_state(state)
-    self.recorder.restore(state["tokens_per_source"])
+    self._planner.set_state(state)
+    self._recorder.restore(state["tokens_per_source"])
     self._state = self._snapshot()
     self._exhausted = False
     self._producer.restart(self._state)
