@@ -341,7 +341,7 @@ def open_iterator(feature: Feature, data: Data, mode: Mode, mesh: Any = None) ->
 
     return MaxTextPipeline(feature.config(data), mesh, **arguments)
   if feature.entrance == "grain":
-    from jaxdata.pipeline.grain import PipelineDataset  # noqa: PLC0415 -- optional: grain at import
+    from jaxdata.integrations.grain import PipelineDataset  # noqa: PLC0415 -- optional: grain at import
 
     return iter(PipelineDataset(feature.config(data), mesh=mesh, **arguments))
   return Pipeline(feature.config(data), mesh=mesh, **arguments)

@@ -43,10 +43,10 @@ from jaxdata.cli import main as cli
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.demo.ablate import load_candidate
+from jaxdata.integrations.grain_mixture import MixtureDataset
 from jaxdata.integrations.levanter import levanter_chat_options
 from jaxdata.integrations.maxtext import maxtext_config
 from jaxdata.integrations.megatron import megatron_config
-from jaxdata.pipeline.grain_mixture import MixtureDataset
 from jaxdata.research.mixing import doremi_average
 from jaxdata.research.online import DoReMiController, EXP3Controller
 from jaxdata.sources.fileutil import claim_directory, clear_claimed

@@ -8,8 +8,8 @@ import orbax.checkpoint as ocp
 import pytest
 from absl import flags
 
-from jaxdata.pipeline.grain import PipelineDataset
-from jaxdata.pipeline.grain_mixture import MixtureDataset
+from jaxdata.integrations.grain import PipelineDataset
+from jaxdata.integrations.grain_mixture import MixtureDataset
 from pipeline_fixtures import coded_config
 
 

@@ -24,8 +24,8 @@ from flat_fixtures import random_documents, write_megatron
 from jaxdata import DatasetError, PipelineConfig, from_iterable
 from jaxdata.checkpoint.state import seal
 from jaxdata.errors import CheckpointError
+from jaxdata.integrations.grain_mixture import MixtureDataset, MixtureDatasetIterator
 from jaxdata.mixture.stream import DocumentStream
-from jaxdata.pipeline.grain_mixture import MixtureDataset, MixtureDatasetIterator
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
@@ -194,7 +194,7 @@ def test_a_mixture_dataset_on_two_processes_is_refused_naming_what_to_use(tmp_pa
       jax.config.update("jax_cpu_collectives_implementation", "gloo")
       jax.distributed.initialize("localhost:" + sys.argv[1], 2, int(sys.argv[2]))
       from jaxdata import ConfigError, PipelineConfig
-      from jaxdata.pipeline.grain_mixture import MixtureDataset
+      from jaxdata.integrations.grain_mixture import MixtureDataset
       cfg = PipelineConfig.from_dict({cfg.to_dict()!r})
       try:
         MixtureDataset(cfg)

@@ -32,7 +32,7 @@ ALLOWED = {
   "conversion": {"sources", "errors", "_lazy"},
   "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},
   "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "research", "errors"},
-  "integrations": {"config", "sources", "pipeline", "conversion", "errors"},
+  "integrations": {"config", "sources", "order", "mixture", "checkpoint", "pipeline", "conversion", "errors"},
   "testing": {"pipeline", "errors"},
   "cli": {
     "config",
@@ -58,6 +58,7 @@ ALLOWED = {
     "conversion",
     "tools",
     "research",
+    "integrations",
     "testing",
     "errors",
   },

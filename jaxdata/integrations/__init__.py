@@ -7,4 +7,6 @@ Its modules::
     maxtext_values.py  MaxText's data keys' types, checked where they enter
     megatron.py        Megatron's --data-path blend and --split as a jaxdata mixture
     levanter.py        Levanter's chat dataset format -> conversion options (the same masks)
+    grain.py           `PipelineDataset`: a pipeline as a Grain `IterDataset` / `DatasetIterator`
+    grain_mixture.py   `MixtureDataset`: jaxdata's mixture stage as a Grain `IterDataset` of documents
 """

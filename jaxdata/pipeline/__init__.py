@@ -23,19 +23,16 @@ Its modules::
     stats.py            `StatsRecorder`: per-step statistics
     step_stats.py       `StepStats`: one step's statistics as a typed record (the stats file's lines)
     vocabulary.py       token ids checked against the datasets' vocabulary
-    grain.py            `PipelineDataset`: a pipeline as a Grain `IterDataset`
-    grain_mixture.py    `MixtureDataset`: the mixture stage as a Grain `IterDataset` of documents
 """
 
 from jaxdata._lazy import lazy_exports
 
-__all__ = ["Pipeline", "PipelineDataset", "StepPlanner", "host_row_blocks", "pieces_for_hosts"]
+__all__ = ["Pipeline", "StepPlanner", "host_row_blocks", "pieces_for_hosts"]
 
 __getattr__, __dir__ = lazy_exports(
   __name__,
   {
     "Pipeline": "jaxdata.pipeline.pipeline",
-    "PipelineDataset": "jaxdata.pipeline.grain",
     "StepPlanner": "jaxdata.pipeline.planner",
     "host_row_blocks": "jaxdata.pipeline.planner",
     "pieces_for_hosts": "jaxdata.pipeline.planner",

@@ -34,8 +34,8 @@ from jaxdata.checkpoint.state import seal, state_digest
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import is_int
 from jaxdata.errors import CheckpointError, ConfigError
+from jaxdata.integrations.grain import GlobalStreamDataset
 from jaxdata.mixture.stream import DocBatch
-from jaxdata.pipeline.grain import GlobalStreamDataset
 from jaxdata.pipeline.pipeline_parts import open_parts
 from jaxdata.pipeline.spec import PipelineSpec
 
