@@ -30,11 +30,12 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.pipeline import reader as reader_module
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.sources import remote as remote_module
+from jaxdata.sources import shard_cache
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.parallelism import RANGE_REQUESTS, fetch_threads, range_requests
-from jaxdata.sources.remote import CacheOptions, RemotePath
-from jaxdata.sources.stores import open_store
+from jaxdata.sources.shard_cache import CacheOptions
+from jaxdata.sources.stores import RemotePath, open_store
 from jaxdata.testing import opened_datasets, wait_for_processes
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
@@ -747,12 +748,12 @@ def test_a_read_of_more_shards_than_fit_keeps_its_own_and_fetches_the_rest_at_on
   objects = {f"k{i}": bytes([i]) * 100 for i in range(4)}
   store = _CountingStore(objects)
   shards = [
-    remote_module.CachedShard(
+    shard_cache.CachedShard(
       f"d-{i}", f"s3://b/k{i}", f"k{i}", 100, hashlib.sha256(objects[f"k{i}"]).hexdigest(), store, lambda: None
     )
     for i in range(4)
   ]
-  cache = remote_module.ShardCache(str(tmp_path / "cache"), 200)
+  cache = shard_cache.ShardCache(str(tmp_path / "cache"), 200)
   for shard in (shards[0], shards[1], shards[3]):
     cache.get(shard, set())
   assert store.downloads == ["k0", "k1", "k3"] and list(cache.present) == ["d-1", "d-3"]

@@ -17,8 +17,8 @@ from jaxdata.mixture.holdout import split_view
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.lengths import LengthsBase
 from jaxdata.sources.opening import SplitDataset, open_dataset
-from jaxdata.sources.remote import CacheOptions, default_cache_options
 from jaxdata.sources.sampling_windows import WindowOptions, WindowView
+from jaxdata.sources.shard_cache import CacheOptions, default_cache_options
 
 __all__ = ["DatasetMeta", "load_metadata", "open_split", "window_options"]
 

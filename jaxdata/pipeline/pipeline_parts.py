@@ -27,8 +27,8 @@ from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.opening import SplitDataset
-from jaxdata.sources.remote import default_cache_options
 from jaxdata.sources.sampling_windows import WindowView
+from jaxdata.sources.shard_cache import default_cache_options
 
 __all__ = ["Parts", "open_parts", "state_snapshot"]
 

@@ -19,7 +19,8 @@ Its modules::
     flat_index.py        `build_flat_index`: metadata for Megatron and flat token files
     index_target.py      where an index is written
     lengths.py           `DocumentLengths`: memory-mapped document lengths
-    remote.py            datasets in object storage: the shard cache
+    remote.py            `RemoteShards`: a dataset in object storage, read through the shard cache
+    shard_cache.py       `ShardCache`: the bounded local cache of remote shards, pinned while read
     stores.py            buckets: `gs://` and `s3://` paths, clients, retries
     parallelism.py       how many requests to keep in flight to a bucket
     fileutil.py          hashing, and directories jaxdata may delete

@@ -31,7 +31,9 @@ from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.masked import split_masked
 from jaxdata.sources.records import ShardedRecords, check_range
-from jaxdata.sources.remote import CacheOptions, RemoteShards, default_cache_options, is_remote
+from jaxdata.sources.remote import RemoteShards
+from jaxdata.sources.shard_cache import CacheOptions, default_cache_options
+from jaxdata.sources.stores import is_remote
 
 __all__ = ["FLAT_READERS", "RaggedTokens", "ReadOptions", "TokenDataset"]
 

@@ -15,8 +15,8 @@ from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import ReadOptions, TokenDataset
 from jaxdata.sources.flat import FlatTokenDataset
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
-from jaxdata.sources.remote import CacheOptions
 from jaxdata.sources.sampling_windows import WindowOptions, WindowView
+from jaxdata.sources.shard_cache import CacheOptions
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.subset import RangeView, SubsetView
 from jaxdata.sources.token_files import read_object

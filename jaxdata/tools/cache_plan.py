@@ -30,7 +30,8 @@ from jaxdata.mixture.stream import DatasetMeta
 from jaxdata.pipeline.planner import StepPlanner, check_host_count, host_row_blocks
 from jaxdata.pipeline.read_spans import MAX_SPAN_STEPS
 from jaxdata.sources.dataset import ReadOptions
-from jaxdata.sources.remote import default_cache_options, is_remote
+from jaxdata.sources.shard_cache import default_cache_options
+from jaxdata.sources.stores import is_remote
 
 __all__ = ["CacheNeeds", "DatasetCacheNeed", "cache_needs", "cache_warnings", "lru_fetched", "thrash_threshold"]
 
