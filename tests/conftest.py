@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 # Must happen before JAX initialises its backend (any test importing jax).
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Test support modules (fixtures, workers, campaigns) live in tests/support/: tests import them by name.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
 
 import numpy as np
 import pytest

@@ -14,7 +14,7 @@ from jaxdata import CheckpointError, Pipeline, PipelineConfig, load_config
 from jaxdata.tools.exposure import plan_run
 from pipeline_fixtures import digest, free_port, rebuilt_batch, run_workers, write_coded_dataset
 
-WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
+WORKER = os.path.join(os.path.dirname(__file__), "support", "elastic_worker.py")
 
 
 @pytest.fixture()

@@ -13,7 +13,7 @@ from pipeline_fixtures import free_port, rebuilt_batch, run_workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
-WORKER = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
+WORKER = os.path.join(os.path.dirname(__file__), "support", "elastic_worker.py")
 SAVE_AT = 3
 
 
@@ -55,6 +55,6 @@ def test_elastic_resume_from_two_processes_onto_one_and_four(config, tmp_path):
 @pytest.mark.parametrize("kill_after", [SAVE_AT, SAVE_AT + 1, SAVE_AT + 2, SAVE_AT + 3, SAVE_AT + 5])
 def test_sigkill_then_resume_gives_the_uninterrupted_batches(config, tmp_path, kill_after):
   # Five trials: killed while saving (the step is logged just before the save),
-  # then 1, 2, 3 and 5 steps after it. tests/crash_trials.py runs more.
+  # then 1, 2, 3 and 5 steps after it. tests/support/crash_trials.py runs more.
   expected = crash_trials.digests(config, crash_trials.TOTAL)
   assert crash_trials.trial(config, expected, kill_after, str(tmp_path)) == ""

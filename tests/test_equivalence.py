@@ -1,4 +1,4 @@
-"""Every feature in every mode gives the in-process, prefetch=0 reference's batches (tests/equivalence_matrix.py).
+"""Every feature in every mode gives the in-process, prefetch=0 reference's batches (tests/support/equivalence_matrix.py).
 
 Cells that run in this interpreter are one test each; the C loops off
 (JAXDATA_NATIVE=0) and two jax.distributed hosts run each in fresh

@@ -17,6 +17,7 @@ from jaxdata.transforms.fit import first_fit
 from pipeline_fixtures import fresh_python
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
+SUPPORT = os.path.join(TESTS, "support")
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 BUFFER_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32)
 
@@ -237,7 +238,7 @@ def batches_digest(native: str) -> str:
   """sha256 of 12 steps of a small pipeline run in a fresh process with JAXDATA_NATIVE=native."""
   script = (
     "import hashlib, sys, tempfile, pathlib, numpy as np\n"
-    f"sys.path.insert(0, {TESTS!r})\n"
+    f"sys.path.insert(0, {SUPPORT!r})\n"
     "from pipeline_fixtures import coded_config, digest\n"
     "import jaxdata\n"
     "from jaxdata.transforms import kernels\n"

@@ -15,7 +15,7 @@ from pipeline_fixtures import free_port, run_workers, write_coded_dataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
-WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
+WORKER = os.path.join(os.path.dirname(__file__), "support", "multihost_worker.py")
 STEPS = 4
 
 

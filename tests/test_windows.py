@@ -246,7 +246,7 @@ def test_one_two_and_four_processes_build_identical_global_batches(tmp_path):
   with Pipeline(PipelineConfig.from_dict(yaml.safe_load(config.read_text())), prefetch=0) as reference:
     expected = [{k: np.asarray(v) for k, v in next(reference).items()} for _ in range(steps)]
     expected_state = json.loads(json.dumps(reference.get_state()))
-  worker = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
+  worker = os.path.join(os.path.dirname(__file__), "support", "multihost_worker.py")
   for count in (2, 4):
     out_dir = tmp_path / f"out{count}"
     out_dir.mkdir()

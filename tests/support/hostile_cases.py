@@ -10,7 +10,7 @@ outcome is one of:
     hang    no answer within HANG_SECONDS
 
 tests/test_hostile.py asserts every case is "clear"; running this file
-prints the campaign's counts:  python tests/hostile_cases.py
+prints the campaign's counts:  python tests/support/hostile_cases.py
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ mid-save), restart it, and compare the exact sequence of batch digests with
 an uninterrupted run. Used by tests/test_elastic.py (5 trials in CI) and
 runnable on its own for more:
 
-    python tests/crash_trials.py --trials 20
+    python tests/support/crash_trials.py --trials 20
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The C loops under GCC's sanitizers: a manual check, like hostile_cases.py.
 
-    python tests/sanitizer_check.py
+    python tests/support/sanitizer_check.py
 
 Builds jaxdata's two extensions again with -fsanitize=undefined (any
 undefined behaviour aborts) and then with -fsanitize=address, loads those
@@ -22,7 +22,7 @@ import sys
 import sysconfig
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXTENSIONS = {  # module -> (source, tests that drive it)
   "jaxdata.mixture._exact_pick": (
     "jaxdata/mixture/_exact_pick.c",
