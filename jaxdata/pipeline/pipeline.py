@@ -139,7 +139,7 @@ class Pipeline:
     self._snapshot = functools.partial(state_snapshot, self._planner, self.fingerprint, self._recorder)
     rows_here, self._output = output_functions(sharding)
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
-    self._producer: StepMaker = StepProducer(
+    local = StepProducer(
       cfg,
       self._planner,
       self._reader,
@@ -150,19 +150,16 @@ class Pipeline:
       aligned=aliases_host_memory(sharding),
       background_reads=prefetch > 0,
     )
+    self._producer: StepMaker = local
     if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
         self._producer = WorkerProducer(
           spec,
-          cfg,
-          workers,
-          self._producer,
-          self._recorder,
-          self.fingerprint,
-          self._rows_here,
-          prefetch + 1,
-          read_ahead_tokens,
-          self._snapshot(),
+          local,
+          count=workers,
+          fingerprint=self.fingerprint,
+          slots=prefetch + 1,
+          start_state=self._snapshot(),
           fall_back=planner_process is None and not workers,
         )
       except BaseException:  # re-raised: nothing may stay open

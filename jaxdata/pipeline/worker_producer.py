@@ -41,7 +41,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.messages import Credit, Free, PlannedSpan, Ready, SpanToRead, Start, StepMade, WorkerError
@@ -50,8 +49,7 @@ from jaxdata.pipeline.producing import END, End, Prepared
 from jaxdata.pipeline.read_spans import LocalStep, ReadStep, decode_span, read_span
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.step_producer import RowsHere, StepProducer
+from jaxdata.pipeline.step_producer import StepProducer
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.pipeline.worker_handle import WorkerHandle, close_all
 from jaxdata.pipeline.worker_process import PLANNER, READER, WorkerSpec, slot_views
@@ -137,8 +135,9 @@ class WorkerProducer:
 
   `local` makes the steps until the workers are ready; it shares the
   pipeline's planner, so its states are the pipeline's. Every worker opens
-  its parts from `spec`, the pipeline's own; `cfg` is the config its planner
-  runs (the eval split's for split="eval"). With `fall_back`,
+  its parts from `spec`, the pipeline's own, and makes `local`'s steps: its
+  config (the eval split's for split="eval"), rows and read span. With
+  `fall_back`,
   workers that cannot start (`WorkerStartError`) leave every step to `local`,
   with a warning, instead of failing them.
   """
@@ -146,26 +145,26 @@ class WorkerProducer:
   def __init__(
     self,
     spec: PipelineSpec,
-    cfg: PipelineConfig,
-    count: int,
     local: StepProducer,
-    recorder: StatsRecorder,
+    *,
+    count: int,
     fingerprint: dict[str, Any],
-    rows_here: RowsHere,
     slots: int,
-    read_ahead_tokens: int,
     start_state: dict[str, Any],
     fall_back: bool = False,
   ) -> None:
     if count < 0:
       raise ValueError(f"workers: must be >= 0, got {count}")
     slots = max(slots, 2)  # one being copied out, one being made
-    self.local, self.recorder, self.fingerprint = local, recorder, fingerprint
+    # The config, stats recorder, rows and read span are the local producer's: the workers make its steps.
+    cfg, rows_here = local.cfg, local.rows_here
+    self.local, self.recorder, self.fingerprint = local, local.recorder, fingerprint
     rows_by_shape = {f"{rows}x{seq_len}": rows_here(rows, seq_len).tolist() for rows, seq_len in cfg.row_shapes()}
     self.slot_tokens = max(len(r) * int(key.split("x")[1]) for key, r in rows_by_shape.items())
 
     self.cfg, self.spec = cfg, spec
-    self.specs = [WorkerSpec(PLANNER, 0, count, -1, slots, self.slot_tokens, rows_by_shape, read_ahead_tokens)]
+    read_span_limit = local.read_ahead_tokens
+    self.specs = [WorkerSpec(PLANNER, 0, count, -1, slots, self.slot_tokens, rows_by_shape, read_span_limit)]
     self.specs += [dataclasses.replace(self.specs[0], role=READER, index=i) for i in range(count)]
     self.handles: list[WorkerHandle] = []  # the planner, then the readers; started after the first step
     # At exit too: the workers stop and the shared memory is released.
