@@ -7,7 +7,7 @@ import pytest
 
 from jaxdata.config.schema import PackingConfig
 from jaxdata.transforms import kernels
-from jaxdata.transforms.assemble import FEATURES, assemble_rows, padded_buffer
+from jaxdata.transforms.assemble import FEATURES, DocumentTokens, RowPlacement, assemble_rows, padded_buffer
 from jaxdata.transforms.pieces import Pieces
 
 
@@ -93,10 +93,11 @@ def test_matches_reference(
     starts[layout] = np.cumsum([0] + [docs[d].size for d in layout])[:-1]
     buffer = padded_buffer([docs[d].astype(dtype) for d in layout], 16, packing.pad_id)
     assert buffer.dtype == dtype
-    got = assemble_rows(pieces, row, column, rows, 16, buffer, starts[doc_of_piece], packing)
+    placement, documents = RowPlacement(pieces, row, column, rows, 16), DocumentTokens(buffer, starts[doc_of_piece])
+    got = assemble_rows(placement, documents, packing)
     want = reference(pieces, row, column, rows, 16, docs, doc_of_piece, packing)
     into = {name: np.full((rows, 16), 99, np.int32) for name in FEATURES}  # written in place, fully
-    assert assemble_rows(pieces, row, column, rows, 16, buffer, starts[doc_of_piece], packing, out=into) is into
+    assert assemble_rows(placement, documents, packing, out=into) is into
     assert tuple(got) == FEATURES
     for name in FEATURES:
       assert got[name].dtype == np.int32 and got[name].shape == (rows, 16)
@@ -106,16 +107,8 @@ def test_matches_reference(
 
 def test_empty_rows_are_padding() -> None:
   packing = PackingConfig(seq_len=8, pad_id=5)
-  got = assemble_rows(
-    Pieces.empty(),
-    np.zeros(0, np.int64),
-    np.zeros(0, np.int64),
-    2,
-    8,
-    padded_buffer([], 8, 5),
-    np.zeros(0, np.int64),
-    packing,
-  )
+  empty = RowPlacement(Pieces.empty(), np.zeros(0, np.int64), np.zeros(0, np.int64), 2, 8)
+  got = assemble_rows(empty, DocumentTokens(padded_buffer([], 8, 5), np.zeros(0, np.int64)), packing)
   assert (got["tokens"] == 5).all() and (got["source_ids"] == -1).all() and not got["loss_mask"].any()
 
 
@@ -123,26 +116,16 @@ def test_gaps_are_refused() -> None:
   packing = PackingConfig(seq_len=8)
   pieces = Pieces(*(np.array([v]) for v in (0, 0, 0, 0, 3, 3)))
   with pytest.raises(ValueError, match="from column 0"):
-    assemble_rows(
-      pieces, np.array([0]), np.array([2]), 1, 8, padded_buffer([np.arange(3)], 8, 0), np.array([0]), packing
-    )
+    placement = RowPlacement(pieces, np.array([0]), np.array([2]), 1, 8)
+    assemble_rows(placement, DocumentTokens(padded_buffer([np.arange(3)], 8, 0), np.array([0])), packing)
 
 
 def test_out_must_be_contiguous_int32_of_the_shape() -> None:
   packing = PackingConfig(seq_len=8)
-  args = (
-    Pieces.empty(),
-    np.zeros(0, np.int64),
-    np.zeros(0, np.int64),
-    2,
-    8,
-    padded_buffer([], 8, 0),
-    np.zeros(0, np.int64),
-    packing,
-  )
+  empty = RowPlacement(Pieces.empty(), np.zeros(0, np.int64), np.zeros(0, np.int64), 2, 8)
   wide = {name: np.zeros((2, 16), np.int32)[:, ::2] for name in FEATURES}
   with pytest.raises(ValueError, match="contiguous int32"):
-    assemble_rows(*args, out=wide)
+    assemble_rows(empty, DocumentTokens(padded_buffer([], 8, 0), np.zeros(0, np.int64)), packing, out=wide)
 
 
 def test_a_pad_id_too_large_for_the_tokens_dtype_widens_the_buffer() -> None:
@@ -153,8 +136,9 @@ def test_a_pad_id_too_large_for_the_tokens_dtype_widens_the_buffer() -> None:
 def test_a_buffer_not_made_by_padded_buffer_or_too_short_is_refused() -> None:
   packing = PackingConfig(seq_len=8)
   pieces = Pieces(*(np.array([v]) for v in (0, 0, 0, 0, 3, 3)))
-  args = (pieces, np.array([0]), np.array([0]), 1, 8)
+  placement = RowPlacement(pieces, np.array([0]), np.array([0]), 1, 8)
   with pytest.raises(ValueError, match="buffer must be the array padded_buffer makes"):
-    assemble_rows(*args, np.arange(20, dtype=np.float32), np.array([0]), packing)
+    assemble_rows(placement, DocumentTokens(np.arange(20, dtype=np.float32), np.array([0])), packing)
   with pytest.raises(ValueError, match="a piece's tokens lie outside the buffer"):
-    assemble_rows(*args, padded_buffer([np.arange(3)], 8, 0), np.array([100]), packing)  # doc_start past the end
+    documents = DocumentTokens(padded_buffer([np.arange(3)], 8, 0), np.array([100]))  # doc_start past the end
+    assemble_rows(placement, documents, packing)

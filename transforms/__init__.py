@@ -14,17 +14,19 @@ This directory sits at the repository root and installs as
 ``transforms`` module is installed.
 """
 
-from jaxdata.transforms.assemble import FEATURES, assemble_rows
+from jaxdata.transforms.assemble import FEATURES, DocumentTokens, RowPlacement, assemble_rows
 from jaxdata.transforms.fit import best_fit, first_fit
 from jaxdata.transforms.packing import DocumentSource, Packer, PackingStrategy, StepPlan, packing_strategy
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
   "DocumentSource",
+  "DocumentTokens",
   "FEATURES",
   "Packer",
   "PackingStrategy",
   "Pieces",
+  "RowPlacement",
   "StepPlan",
   "assemble_rows",
   "best_fit",

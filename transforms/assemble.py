@@ -27,13 +27,15 @@ BOS, EOS). No Python loop over documents or pieces.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from jaxdata.config.schema import PackingConfig
 from jaxdata.transforms.kernels import restart_segments, write_runs
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["FEATURES", "assemble_rows", "follow_boundaries", "padded_buffer"]
+__all__ = ["FEATURES", "DocumentTokens", "RowPlacement", "assemble_rows", "follow_boundaries", "padded_buffer"]
 
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 
@@ -68,31 +70,42 @@ def _check_layout(dst: np.ndarray, lengths: np.ndarray, fill: np.ndarray, seq_le
     raise ValueError("assemble: pieces must fill each row from column 0 without gaps or overlaps")
 
 
+@dataclasses.dataclass(frozen=True)
+class RowPlacement:
+  """Where a step's pieces go in this host's rows: piece i at `local_row[i]` (in [0, num_rows)),
+  from `column[i]`."""
+
+  pieces: Pieces
+  local_row: np.ndarray
+  column: np.ndarray
+  num_rows: int
+  seq_len: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentTokens:
+  """The pieces' documents' raw tokens (no BOS / EOS): `buffer`, made by `padded_buffer` (it ends
+  with seq_len + 1 pad ids); `doc_start[i]`, where piece i's document starts in the concatenated
+  parts `buffer` was made from; `trained`, the documents' trained-token masks laid out as `buffer`
+  (uint8 0 / 1, by `padded_buffer`), where the datasets have them."""
+
+  buffer: np.ndarray
+  doc_start: np.ndarray
+  trained: np.ndarray | None = None
+
+
 def assemble_rows(
-  pieces: Pieces,
-  local_row: np.ndarray,
-  column: np.ndarray,
-  num_rows: int,
-  seq_len: int,
-  buffer: np.ndarray,
-  doc_start: np.ndarray,
+  placement: RowPlacement,
+  documents: DocumentTokens,
   packing: PackingConfig,
   out: dict[str, np.ndarray] | None = None,
-  trained: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-  """int32 [num_rows, seq_len] arrays for the given pieces (written into
-  `out`, contiguous arrays of that shape, when given).
-
-  Args:
-    pieces: the pieces in these rows.
-    local_row, column: where each piece goes (local_row in [0, num_rows)).
-    buffer: the pieces' documents' raw tokens (no BOS/EOS), made by
-      `padded_buffer` (it ends with seq_len + 1 pad ids).
-    doc_start: for each piece, where its document starts in the
-      concatenated parts that `buffer` was made from.
-    trained: the documents' trained-token masks laid out as `buffer` (uint8 0 / 1, by
-      `padded_buffer`); then `loss_mask` is 1 only where the target is a trained token.
-  """
+  """int32 [num_rows, seq_len] arrays for the placed pieces (written into `out`, contiguous arrays
+  of that shape, when given). With trained-token masks, `loss_mask` is 1 only where the target is a
+  trained token."""
+  pieces, local_row, column = placement.pieces, placement.local_row, placement.column
+  num_rows, seq_len = placement.num_rows, placement.seq_len
+  buffer, doc_start, trained = documents.buffer, documents.doc_start, documents.trained
   count = len(pieces)
   if buffer.dtype.kind not in "iu" or buffer.dtype.itemsize > 4 or buffer.size < seq_len + 2:
     raise ValueError("assemble: buffer must be the array padded_buffer makes")

@@ -29,7 +29,14 @@ from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_stats import StepStats
-from jaxdata.transforms.assemble import FEATURES, assemble_rows, follow_boundaries, padded_buffer
+from jaxdata.transforms.assemble import (
+  FEATURES,
+  DocumentTokens,
+  RowPlacement,
+  assemble_rows,
+  follow_boundaries,
+  padded_buffer,
+)
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
@@ -190,18 +197,8 @@ def aligned_arrays(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
 def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
   """The step's int32 [local rows, seq_len] arrays (written into `out` if given)."""
   s = item.local
-  batch = assemble_rows(
-    s.pieces,
-    s.local_row,
-    s.column,
-    s.num_rows,
-    s.seq_len,
-    item.buffer,
-    item.doc_start,
-    packing,
-    out=out,
-    trained=item.trained,
-  )
+  placement = RowPlacement(s.pieces, s.local_row, s.column, s.num_rows, s.seq_len)
+  batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)
   if item.boundaries[0].size:
     follow_boundaries(batch, s.pieces, s.local_row, s.column, *item.boundaries, packing.pad_id)
   return batch
