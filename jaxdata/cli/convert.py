@@ -9,7 +9,7 @@ from typing import Any
 from jaxdata.cli.output import Console, flag_words, progress_bar
 from jaxdata.cli.parsing import Commands, parse_size
 from jaxdata.conversion.beam_runner import convert_with_beam
-from jaxdata.conversion.examples import EXAMPLE_FORMATS
+from jaxdata.conversion.examples import EXAMPLE_FORMATS, ExampleFormat
 from jaxdata.conversion.local_runner import convert as convert_files
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES, ConvertOptions
 from jaxdata.conversion.roundtrip import check_roundtrip
@@ -21,7 +21,8 @@ __all__ = ["convert", "register"]
 
 
 def convert(args: argparse.Namespace, console: Console) -> int:
-  examples = args.format if args.format in EXAMPLE_FORMATS else "text"  # chat / prompt-completion: JSONL or Parquet
+  # chat / prompt-completion: fine-tuning examples, from JSONL or Parquet; any other format: documents
+  examples: ExampleFormat = next((f for f in EXAMPLE_FORMATS if f == args.format), "text")
   options = ConvertOptions(
     tokenizer=TokenizerSpec.parse(args.tokenizer),
     input_format="auto" if examples != "text" else args.format,

@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from jaxdata.config.schema import INHERIT, BlockSize, DatasetConfig
+from jaxdata.config.schema import INHERIT, BlockSize, DatasetConfig, DatasetFormat
 from jaxdata.config.validate import check_open_shards
 from jaxdata.errors import ConfigError
 
@@ -81,7 +81,7 @@ class DatasetSettings:
   max_passes: int | None
   target_passes: int | None
   open_shards: int = 1
-  format: str | None = None
+  format: DatasetFormat | None = None
   window: int | None = None
   with_replacement: bool = True
   cross_documents: bool = True

@@ -30,7 +30,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -38,8 +38,10 @@ from jaxdata.errors import InputFormatError, optional_module
 
 __all__ = ["EXAMPLE_FORMATS", "ROLES", "TRAIN_ON", "ExampleEncoder", "example_encoder", "span_mask"]
 
-EXAMPLE_FORMATS = ("text", "chat", "prompt-completion")
-TRAIN_ON = ("assistant", "last", "all")
+ExampleFormat = Literal["text", "chat", "prompt-completion"]
+TrainOn = Literal["assistant", "last", "all"]
+EXAMPLE_FORMATS: tuple[ExampleFormat, ...] = get_args(ExampleFormat)
+TRAIN_ON: tuple[TrainOn, ...] = get_args(TrainOn)
 ROLES = ("system", "user", "assistant", "tool", "developer")
 IGNORE_INDEX = -100  # Hugging Face trainers' label of a token that does not train
 GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # a template that marks what the assistant generates
@@ -70,7 +72,7 @@ class ExampleEncoder:
   kind: Literal["chat", "prompt-completion"]
   tokenizer: Any  # a transformers fast tokenizer
   field: str
-  train_on: str = "assistant"
+  train_on: TrainOn = "assistant"
   template: str | None = None
   system_prompt_field: str = ""  # a record field whose text goes first, as a system message (Levanter's)
   template_kwargs_field: str = ""  # a record field of keyword arguments for the template (Levanter's)
@@ -281,7 +283,7 @@ def example_encoder(
   kind: str,
   tokenizer_path: str,
   field: str,
-  train_on: str,
+  train_on: TrainOn,
   template_file: str | None,
   template_text: str = "",
   system_prompt_field: str = "",

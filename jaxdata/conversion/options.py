@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Literal, get_args
 
-from jaxdata.conversion.examples import EXAMPLE_FORMATS, TRAIN_ON
+from jaxdata.conversion.examples import EXAMPLE_FORMATS, TRAIN_ON, ExampleFormat, TrainOn
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.sources.manifest import COMPRESSIONS
 
 __all__ = ["ConvertOptions", "INPUT_FORMATS", "Progress", "TEXT_MODES"]
 
-INPUT_FORMATS = ("jsonl", "parquet", "text", "arrayrecord", "tfrecord")  # the last two: tf.train.Example records
-TEXT_MODES = ("file", "line", "paragraph")
+InputFormat = Literal["jsonl", "parquet", "text", "arrayrecord", "tfrecord"]  # the last two: tf.train.Example records
+TextMode = Literal["file", "line", "paragraph"]
+INPUT_FORMATS: tuple[InputFormat, ...] = get_args(InputFormat)
+TEXT_MODES: tuple[TextMode, ...] = get_args(TextMode)
 # (phase, done, in all, documents so far); phase: "scan" and "tokenize" count input bytes, "write" documents.
 Progress = Callable[[str, int, int, int], None]
 
@@ -54,9 +57,9 @@ class ConvertOptions:
   """
 
   tokenizer: TokenizerSpec = TokenizerSpec()
-  input_format: str = "auto"
+  input_format: InputFormat | Literal["auto"] = "auto"
   field: str = "text"
-  text_mode: str = "file"
+  text_mode: TextMode = "file"
   shard_bytes: int = 256 << 20
   workers: int = 0
   skip_invalid: bool = False
@@ -64,9 +67,9 @@ class ConvertOptions:
   include: tuple[str, ...] = ()
   exclude: tuple[str, ...] = ()
   unit_bytes: int = 0
-  compression: str = "zstd"
-  examples: str = "text"
-  train_on: str = "assistant"
+  compression: Literal["zstd", "snappy", "none"] = "zstd"
+  examples: ExampleFormat = "text"
+  train_on: TrainOn = "assistant"
   chat_template: str = ""
   chat_template_text: str = ""
   system_prompt_field: str = ""

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Final, Literal
 
 import numpy as np
 
@@ -68,14 +68,16 @@ from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["PLANNER", "READER", "WorkerSpec", "main", "send", "serve", "slot_views"]
 
-PLANNER, READER = "planner", "reader"
+Role = Literal["planner", "reader"]
+PLANNER: Final[Role] = "planner"
+READER: Final[Role] = "reader"
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
   """What one worker needs besides the pipeline's `PipelineSpec`: its role and the host's rows."""
 
-  role: str  # PLANNER or READER
+  role: Role
   index: int  # the reader's index (0 for the planner)
   readers: int
   memory_fd: int  # the reader's slot ring, an inherited descriptor (-1 for the planner)
