@@ -161,11 +161,8 @@ static PyObject *write_runs(PyObject *self, PyObject *args) {
       for (int64_t j = 0; j < k; j++) {
         segment_ids[d + j] = segment;
         source_ids[d + j] = source;
-        loss_mask[d + j] = piece;
+        loss_mask[d + j] = piece && (!trained || trained[s + j + 1]);  /* with masks: the target's flag */
         positions[d + j] = piece ? (int32_t)j : 0;
-      }
-      if (trained && piece) {
-        for (int64_t j = 0; j < k; j++) loss_mask[d + j] = trained[s + j + 1] != 0;
       }
     }
   }

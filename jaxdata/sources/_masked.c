@@ -2,9 +2,10 @@
  *
  * A read of a fine-tuning dataset gives its records' bytes (one bytes object each, or
  * joined): record i is n_i ids of `itemsize` bytes, then n_i mask bytes. The ids and
- * masks are two memcpys per record here, without joining the records first; NumPy needs a byte mask over the whole read and two boolean gathers (~10x
- * slower). The Python wrapper and the NumPy version live in masked.py beside this file.
- * Past RELEASE_GIL_AT tokens the GIL is released. */
+ * masks are two memcpys per record here, without joining the records first; NumPy
+ * needs a byte mask over the whole read and two boolean gathers (~10x slower). The
+ * Python wrapper and the NumPy version live in masked.py beside this file. Past
+ * RELEASE_GIL_AT tokens the GIL is released. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -51,7 +51,7 @@ def split_masked(
     source = joined if separate else np.ascontiguousarray(joined)
     bad = _masked.split_masked(source, lengths, itemsize, tokens.view(np.uint8), mask)
     return tokens, mask, int(bad)
-  flat = np.frombuffer(b"".join(joined), np.uint8) if isinstance(joined, (tuple, list)) else np.asarray(joined)
+  flat = np.frombuffer(b"".join(joined), np.uint8) if separate else np.asarray(joined)
   is_id = _is_id(lengths, itemsize)
   tokens, mask = flat[is_id].view(dtype), flat[~is_id]
   above = np.flatnonzero(mask > 1)
