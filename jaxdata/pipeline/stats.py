@@ -52,11 +52,7 @@ class StatsRecorder:
     self.path = path
     self.cumulative = [0] * len(self.names)  # tokens per source, up to the last planned step
     self.timers = dict.fromkeys(TIMERS, 0.0)
-    self.last: dict[str, Any] = {}
-
-  def _update(self, step: int) -> dict[str, float] | None:
-    """The weights of a mixture update that takes effect at `step`: the updates' history."""
-    return self.targets.update_starting_at(step)
+    self.last: StepStats | None = None  # the last step handed out (its JSON made only when asked for)
 
   def tokens_per_source(self) -> dict[str, int]:
     return dict(zip(self.names, self.cumulative))
@@ -84,7 +80,7 @@ class StatsRecorder:
       share_batch=dict(zip(self.names, (per_source / total).tolist())),
       share_cumulative=dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
       target_share=dict(zip(self.names, self.targets.weights_at(plan.step))),
-      mixture_update=self._update(plan.step),
+      mixture_update=self.targets.update_starting_at(plan.step),  # the updates' history
       unit=self.unit,
       documents_per_source=dict(zip(self.names, documents.tolist())),
       shards=shards,
@@ -121,13 +117,14 @@ class StatsRecorder:
 
   def handed_out(self, stats: StepStats) -> None:
     """Keeps `stats` as the last step's and appends it to the JSONL file, if any."""
-    self.last = stats.to_json()
+    self.last = stats
     if self.path is not None:
       with open(self.path, "a") as f:
-        f.write(json.dumps(self.last) + "\n")
+        f.write(json.dumps(stats.to_json()) + "\n")
 
   def stats(self) -> dict[str, Any]:
-    return {**self.last, "time_total_s": dict(self.timers)}
+    last = self.last.to_json() if self.last is not None else {}
+    return {**last, "time_total_s": dict(self.timers)}
 
 
 def _check_stats_file(path: str) -> None:
