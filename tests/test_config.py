@@ -200,3 +200,13 @@ def test_a_pickled_config_still_inherits(tmp_path):
   again = pickle.loads(pickle.dumps(cfg))
   assert again == cfg and again.dataset_settings() == cfg.dataset_settings()
   assert again.datasets[1].shuffle_block_size is schema.INHERIT
+
+
+def test_a_weight_too_large_for_a_float_is_named_by_its_size():
+  from fractions import Fraction  # noqa: PLC0415 -- only this test gives exact weights
+
+  from jaxdata.config.validate import weight  # noqa: PLC0415
+
+  for huge, bits in ((10**400, 1329), (Fraction(10**400, 3), 1328)):
+    with pytest.raises(ConfigError, match=rf"w must be finite, got an int of {bits} bits"):
+      weight(huge, "w")

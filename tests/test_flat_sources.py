@@ -514,3 +514,13 @@ def test_a_bos_delimited_corpus_splits_before_each_bos(tmp_path):
     build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=1, eos_id=0, force=True)
   with pytest.raises(ValueError, match=r"bos_id: 70000 is not a uint16 id"):
     build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=70_000, force=True)
+
+
+def test_a_read_after_close_is_a_named_error(tmp_path):
+  write_flat(str(tmp_path / "data.bin"), [[1, 2, 0], [3, 0]])
+  build_flat_index("flat", [str(tmp_path / "data.bin")], dtype="uint16", eos_id=0)
+  dataset = open_dataset(str(tmp_path))
+  assert dataset.read_global(np.arange(2)).tokens.tolist() == [1, 2, 0, 3, 0]
+  dataset.close()
+  with pytest.raises(DatasetError, match=r": the dataset was closed"):
+    dataset.read_global(np.arange(2))

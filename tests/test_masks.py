@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint_property import assert_restores_exactly
-from jaxdata import DatasetError, DatasetWriter, Manifest, Pipeline, from_iterable, open_dataset
+from jaxdata import DatasetError, DatasetWriter, InputFormatError, Manifest, Pipeline, from_iterable, open_dataset
 from jaxdata.sources import masked as masked_records
 from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from pipeline_fixtures import FIRST_CODE, code, coded_config, coded_mask, decode, digest
@@ -275,3 +275,10 @@ def test_doctor_speaks_of_trained_tokens_and_flags_a_set_that_trains_nothing(tmp
     s.trained_tokens_per_source["d1"] = 0
   checks = {c.name: c for c in diagnose(stats)}
   assert checks["trained d1"].status == "warn" and "trains nothing" in checks["trained d1"].meaning
+
+
+def test_a_mask_given_with_a_text_is_refused_by_name(tmp_path):
+  with pytest.raises(InputFormatError, match=r"item 1: a mask goes with token ids, not with a text"):
+    from_iterable([([5, 6], [1, 0]), ("hello", [1, 1, 1, 1, 1])], out=str(tmp_path / "a"), tokenizer="byte")
+  with pytest.raises(InputFormatError, match=r"item 0: token ids must be a flat sequence of ints, got dtype object"):
+    from_iterable([[1, [2, 3]]], out=str(tmp_path / "b"), tokenizer="byte")  # ragged: not a numpy error

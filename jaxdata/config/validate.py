@@ -81,7 +81,7 @@ def weight(value: Any, label: str) -> float:
   try:
     number = float(value)
   except OverflowError:  # an int beyond the float range
-    raise ConfigError(f"{label} must be finite, got an int of {int(str(value)).bit_length()} bits") from None
+    raise ConfigError(f"{label} must be finite, got an int of {int(math.trunc(value)).bit_length()} bits") from None
   if not math.isfinite(number):
     raise ConfigError(f"{label} must be finite, got {number}")
   if number < 0:

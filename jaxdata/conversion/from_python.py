@@ -32,11 +32,14 @@ BATCH = 1024
 
 
 def _is_pair(item: Any) -> bool:
-  """A (token ids, mask) pair: two sequences, where a token list holds ints."""
+  """A (token ids, mask) pair: a tuple of two sequences (a text in the first place is one too, and is
+  refused by `_mask_of`: a mask goes with ids)."""
+
+  def sequence(part: Any) -> bool:
+    return hasattr(part, "__len__") and not isinstance(part, (str, bytes, dict))
+
   return (
-    isinstance(item, tuple)
-    and len(item) == 2
-    and all(hasattr(part, "__len__") and not isinstance(part, (str, bytes, dict)) for part in item)
+    isinstance(item, tuple) and len(item) == 2 and (sequence(item[0]) or isinstance(item[0], str)) and sequence(item[1])
   )
 
 
@@ -46,7 +49,10 @@ def _tokens_of(item: Any, index: int) -> np.ndarray | None:
     return None
   if isinstance(item, (bytes, dict)) or not hasattr(item, "__len__"):
     raise InputFormatError(f"item {index}: expected a str or a sequence of token ids, got {type(item).__name__}")
-  ids = np.asarray(item)
+  try:
+    ids = np.asarray(item)
+  except ValueError:  # a ragged or nested sequence
+    ids = np.asarray(item, dtype=object)
   if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
     raise InputFormatError(
       f"item {index}: token ids must be a flat sequence of ints, got dtype {ids.dtype} shape {ids.shape}"

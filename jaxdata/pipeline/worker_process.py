@@ -144,9 +144,10 @@ def serve(conn: Connection, pipeline: Mapping[str, Any], spec: WorkerSpec) -> No
       memory = SharedBuffer(spec.memory_fd, spec.ring_bytes)  # the descriptor this process inherited
     send(conn, Ready(parts.fingerprint))
     role: _Planning | _Reading
-    if memory is None:
+    if spec.role == PLANNER:
       role = _Planning(conn, cfg, spec, parts)
     else:
+      assert memory is not None  # a reader's ring, made above
       role = _Reading(conn, cfg, spec, parts, memory.buf)
     role.run()
   except (EOFError, BrokenPipeError, KeyboardInterrupt):  # the main process is gone or stopping
@@ -170,9 +171,8 @@ class _Role(abc.ABC):
     while True:
       while self.waiting() or self.conn.poll():
         message = message_from_json(json.loads(self.conn.recv_bytes()))
-        payload = (
-          self.conn.recv_bytes() if isinstance(message, (SpanToRead, PlannedSpan)) else b""
-        )  # always: it follows its header
+        spans = isinstance(message, (SpanToRead, PlannedSpan))
+        payload = self.conn.recv_bytes() if spans else b""  # always: a span's pieces follow its header
         if isinstance(message, Stop):
           return
         if isinstance(message, Start):
