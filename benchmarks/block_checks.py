@@ -26,6 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import object_store  # the tests' local object stores
 from jaxdata.sources.block_sums import BLOCK_BYTES
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.tools.exposure import parse_tokens
@@ -53,7 +54,7 @@ def main() -> None:
       [os.path.join(files, "a.bin")],
       out_dir=os.path.join(root, "meta"),
       dtype="uint16",
-      eos_id=0,
+      boundaries=DocumentBoundaries.eos(0),
       data_root=url,
     )
     dataset = open_dataset(os.path.join(root, "meta"))

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import jaxdata
 import object_store  # the tests' local object stores
 from flat_fixtures import write_megatron  # the tests' reference Megatron writer
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.sampling_windows import WindowOptions
@@ -68,7 +69,7 @@ def write_copies(corpus: dict[str, str], out: str) -> tuple[dict[str, str], dict
         prefixes.append(os.path.join(megatron[name], f"{name}-{shard:05d}"))
         write_megatron(prefixes[-1], [[d] for d in docs.to_list()])
       tokenizer = source.manifest.tokenizer
-    build_flat_index("flat", files, dtype="uint16", offsets=True, tokenizer=tokenizer)
+    build_flat_index("flat", files, dtype="uint16", boundaries=DocumentBoundaries.offsets(), tokenizer=tokenizer)
     build_flat_index("megatron", prefixes, tokenizer=tokenizer)
   return flat, megatron
 

@@ -34,6 +34,7 @@ __all__ = [
   "DatasetMeta",
   "DatasetOrder",
   "DatasetWriter",
+  "DocumentBoundaries",
   "DocBatch",
   "DocRef",
   "DocumentLengths",
@@ -115,6 +116,7 @@ __getattr__, __dir__ = lazy_exports(
     **dict.fromkeys(
       (
         "DatasetWriter",
+        "DocumentBoundaries",
         "DocumentLengths",
         "FlatTokenDataset",
         "Manifest",

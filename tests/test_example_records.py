@@ -22,6 +22,7 @@ from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.example_records import parse_example
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index
 from jaxdata.sources.opening import open_dataset
@@ -138,7 +139,13 @@ def test_index_recognises_example_records_and_says_to_convert(tmp_path, capsys):
   for name, kind in (("c4.array_record", "ArrayRecord"), ("c4.tfrecord", "TFRecord")):
     for dtype in ("uint16", "uint32"):
       with pytest.raises(DatasetError, match=hint.format(kind=kind)):
-        build_flat_index("flat", [str(tmp_path / name)], str(tmp_path / f"ix-{name}-{dtype}"), dtype=dtype, eos_id=0)
+        build_flat_index(
+          "flat",
+          [str(tmp_path / name)],
+          out_dir=str(tmp_path / f"ix-{name}-{dtype}"),
+          dtype=dtype,
+          boundaries=DocumentBoundaries.eos(0),
+        )
   assert main(["index", "--format", "flat", "--dtype", "uint16", "--eos-id", "0", str(tmp_path / "c4.tfrecord")]) != 0
   assert "jaxdata convert" in capsys.readouterr().err
 
@@ -148,7 +155,9 @@ def test_raw_ids_that_happen_to_start_like_a_tfrecord_length_are_not_refused(tmp
   ids = np.array([5, 6, 7, 0, 8, 9, 0], "<u4")
   ids.tofile(tmp_path / "raw.bin")
   assert struct.unpack("<I", ids.tobytes()[8:12])[0] != masked_crc32c(ids.tobytes()[:8])
-  manifest = build_flat_index("flat", [str(tmp_path / "raw.bin")], dtype="uint32", eos_id=0, check_dtype=False)
+  manifest = build_flat_index(
+    "flat", [str(tmp_path / "raw.bin")], dtype="uint32", boundaries=DocumentBoundaries.eos(0), check_dtype=False
+  )
   assert manifest.num_records == 2
 
 

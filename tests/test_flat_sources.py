@@ -4,6 +4,7 @@ and documents from them in a pipeline like any other dataset."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import json
 import os
@@ -25,6 +26,7 @@ from flat_fixtures import (
 )
 from jaxdata import DatasetError, Pipeline, PipelineConfig
 from jaxdata.cli import main
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.manifest import Manifest
@@ -76,8 +78,7 @@ def test_every_flat_document_reads_back_byte_identical(tmp_path, documents, boun
     "flat",
     [str(corpus / "a.bin"), str(corpus / "b.bin")],
     dtype="uint32",
-    eos_id=EOS if boundaries == "eos" else None,
-    offsets=boundaries == "offsets",
+    boundaries=DocumentBoundaries.eos(EOS) if boundaries == "eos" else DocumentBoundaries.offsets(),
   )
   order = np.random.default_rng(1).permutation(len(documents))
   with open_dataset(str(corpus)) as dataset:
@@ -91,7 +92,9 @@ def test_index_writes_only_metadata_and_can_live_elsewhere(tmp_path, documents):
   write_flat(str(corpus / "a.bin"), documents, np.uint16)
   before = {p: os.path.getsize(corpus / p) for p in os.listdir(corpus)}
   meta = tmp_path / "meta"
-  manifest = build_flat_index("flat", [str(corpus / "a.bin")], out_dir=str(meta), dtype="uint16", eos_id=EOS)
+  manifest = build_flat_index(
+    "flat", [str(corpus / "a.bin")], out_dir=str(meta), dtype="uint16", boundaries=DocumentBoundaries.eos(EOS)
+  )
   assert {p: os.path.getsize(corpus / p) for p in os.listdir(corpus)} == before  # nothing added or changed
   assert sorted(os.listdir(meta)) == ["a.blocks.npy", "a.lengths.npy", "a.starts.npy", "manifest.json"]
   # 4 bytes of lengths + 8 of starts per document, 8 per 8 KiB block (+ .npy headers): no tokens copied.
@@ -106,7 +109,7 @@ def test_index_writes_only_metadata_and_can_live_elsewhere(tmp_path, documents):
 
 def test_flat_and_megatron_documents_mix_shuffle_pack_and_resume_at_every_step(tmp_path, documents):
   write_flat(str(tmp_path / "flat" / "a.bin"), documents[:150], np.uint16)
-  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=EOS)
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(EOS))
   megatron_corpus(tmp_path / "meg", documents[150:] * 2)
   build_flat_index("megatron", [str(tmp_path / "meg" / "part0"), str(tmp_path / "meg" / "part1")])
   cfg = PipelineConfig.from_dict(
@@ -147,7 +150,7 @@ def test_flat_and_megatron_documents_mix_shuffle_pack_and_resume_at_every_step(t
 
 def test_the_format_a_config_names_must_match_the_manifest(tmp_path, documents):
   write_flat(str(tmp_path / "flat" / "a.bin"), documents, np.uint16)
-  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=EOS)
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(EOS))
   cfg = PipelineConfig.from_dict(
     {
       "datasets": [{"name": "a", "path": str(tmp_path / "flat"), "format": "megatron"}],
@@ -227,9 +230,9 @@ def test_sequences_not_back_to_back_are_named(tmp_path):
 def test_a_flat_file_of_odd_bytes_or_a_missing_file_is_named(tmp_path):
   (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x02")
   with pytest.raises(DatasetError, match=r"odd\.bin: 3 bytes is not a whole number of uint16 tokens"):
-    build_flat_index("flat", [str(tmp_path / "odd.bin")], dtype="uint16", eos_id=0)
+    build_flat_index("flat", [str(tmp_path / "odd.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0))
   with pytest.raises(DatasetError, match=r"gone\.bin: token file is missing"):
-    build_flat_index("flat", [str(tmp_path / "gone.bin")], dtype="uint16", eos_id=0)
+    build_flat_index("flat", [str(tmp_path / "gone.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0))
 
 
 def test_a_file_shorter_than_a_window_is_named(tmp_path):
@@ -265,7 +268,7 @@ def test_the_index_command_indexes_in_place_and_inspect_reads_it(tmp_path, docum
 
 def test_starts_metadata_that_disagrees_with_the_lengths_is_named(tmp_path, documents):
   write_flat(str(tmp_path / "a.bin"), documents, np.uint16)
-  build_flat_index("flat", [str(tmp_path / "a.bin")], dtype="uint16", eos_id=EOS)
+  build_flat_index("flat", [str(tmp_path / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(EOS))
   starts = np.load(tmp_path / "a.starts.npy")
   swapped = starts.copy()
   swapped[[3, 4]] = swapped[[4, 3]]  # the ends still agree: the index's hash in the manifest catches it
@@ -331,7 +334,9 @@ def test_deepspeeds_uint32_code_reads_as_uint32(tmp_path):
 def test_plain_numpy_arrays_are_read_in_place_past_their_header(tmp_path, documents, reader):
   np.save(tmp_path / "a.npy", np.concatenate([np.asarray(d, np.uint32) for d in documents[:150]]))
   np.save(tmp_path / "b.npy", np.concatenate([np.asarray(d, np.int32) for d in documents[150:]]))
-  manifest = build_flat_index("flat", [str(tmp_path / "a.npy"), str(tmp_path / "b.npy")], eos_id=EOS)
+  manifest = build_flat_index(
+    "flat", [str(tmp_path / "a.npy"), str(tmp_path / "b.npy")], boundaries=DocumentBoundaries.eos(EOS)
+  )
   assert manifest.dtype == "uint32" and manifest.shards[0].data_offset == 128  # the .npy header
   with open_dataset(str(tmp_path), ReadOptions(flat_reader=reader)) as dataset:
     assert [d.tolist() for d in dataset.read_global(np.arange(len(documents))).to_list()] == documents
@@ -378,8 +383,8 @@ def test_an_idx_with_trailing_bytes_is_named(tmp_path, documents):
 @pytest.mark.parametrize("eos_id", [70000, -1, 10**30, 1.5])
 def test_an_eos_id_the_dtype_cannot_hold_is_refused(tmp_path, documents, eos_id):
   write_flat(str(tmp_path / "a.bin"), documents, np.uint16)
-  with pytest.raises(ValueError, match=r"eos_id: .*(not a uint16 id \(0\.\.65535\)|expected an int)"):
-    build_flat_index("flat", [str(tmp_path / "a.bin")], dtype="uint16", eos_id=eos_id)
+  with pytest.raises(ValueError, match=r"token_id: .*(eos id -?\d+ is not a uint16 id \(0\.\.65535\)|needs an int id)"):
+    build_flat_index("flat", [str(tmp_path / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(eos_id))
   assert not (tmp_path / "manifest.json").exists()
 
 
@@ -388,13 +393,12 @@ def test_a_npy_whose_header_disagrees_with_its_size_is_named(tmp_path, documents
   with open(tmp_path / "a.npy", "r+b") as f:
     f.truncate(os.path.getsize(tmp_path / "a.npy") - 10)
   with pytest.raises(DatasetError, match=r"a\.npy: its \.npy header says \d+ ids \(\d+ bytes\), the file holds"):
-    build_flat_index("flat", [str(tmp_path / "a.npy")], eos_id=EOS)
+    build_flat_index("flat", [str(tmp_path / "a.npy")], boundaries=DocumentBoundaries.eos(EOS))
 
 
 TRUNCATE_DURING_A_RUN = """
 import os, sys, numpy as np
-from jaxdata import DatasetError, Pipeline, PipelineConfig
-from jaxdata.sources.flat_index import build_flat_index
+from jaxdata import DatasetError, DocumentBoundaries, Pipeline, PipelineConfig, build_flat_index
 from jaxdata.testing import wait_for_processes
 root, workers = sys.argv[1], int(sys.argv[2])
 cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": root}], "mixture": {"weights": {"a": 1}},
@@ -407,7 +411,7 @@ with Pipeline(cfg, prefetch=2 if workers else 0, workers=workers) as pipe:
     wait_for_processes(pipe)
   got = [next(pipe)["tokens"].tobytes() for _ in range(5)]
   # Re-indexing replaces lengths and starts by rename: the run goes on with what it opened.
-  build_flat_index("flat", [os.path.join(root, "a.bin")], dtype="uint16", eos_id=0, force=True)
+  build_flat_index("flat", [os.path.join(root, "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0), force=True)
   for name in ("a.lengths.npy", "a.starts.npy"):
     os.truncate(os.path.join(root, name), 0)  # small index files were read whole when opened
   got += [next(pipe)["tokens"].tobytes() for _ in range(5)]
@@ -426,7 +430,7 @@ with Pipeline(cfg, prefetch=2 if workers else 0, workers=workers) as pipe:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_truncating_the_files_of_a_running_flat_dataset_is_a_named_error_not_sigbus(tmp_path, documents, workers):
   write_flat(str(tmp_path / "a.bin"), documents, np.uint16)
-  build_flat_index("flat", [str(tmp_path / "a.bin")], dtype="uint16", eos_id=EOS)
+  build_flat_index("flat", [str(tmp_path / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(EOS))
   done = subprocess.run(
     [sys.executable, "-c", TRUNCATE_DURING_A_RUN, str(tmp_path), str(workers)],
     capture_output=True,
@@ -439,7 +443,7 @@ def test_truncating_the_files_of_a_running_flat_dataset_is_a_named_error_not_sig
 
 def test_links_out_of_the_dataset_or_its_data_root_are_refused(tmp_path, documents):
   write_flat(str(tmp_path / "ds" / "a.bin"), documents, np.uint16)
-  build_flat_index("flat", [str(tmp_path / "ds" / "a.bin")], dtype="uint16", eos_id=EOS)
+  build_flat_index("flat", [str(tmp_path / "ds" / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(EOS))
   open_dataset(str(tmp_path / "ds")).close()
   (tmp_path / "elsewhere").mkdir()
   for name in ("a.bin", "a.starts.npy"):  # a token file, then an index file, moved out and linked back
@@ -454,7 +458,11 @@ def test_links_out_of_the_dataset_or_its_data_root_are_refused(tmp_path, documen
 def test_a_data_root_elsewhere_does_not_tell_the_sizes_of_its_files(tmp_path, documents):
   write_flat(str(tmp_path / "corpus" / "a.bin"), documents, np.uint16)
   build_flat_index(
-    "flat", [str(tmp_path / "corpus" / "a.bin")], out_dir=str(tmp_path / "meta"), dtype="uint16", eos_id=EOS
+    "flat",
+    [str(tmp_path / "corpus" / "a.bin")],
+    out_dir=str(tmp_path / "meta"),
+    dtype="uint16",
+    boundaries=DocumentBoundaries.eos(EOS),
   )
   secret = tmp_path / "corpus" / "a.bin"
   secret.write_bytes(b"\0" * 1234)  # another file where the manifest points
@@ -472,53 +480,69 @@ def test_dolma_metadata_gives_the_document_boundaries(tmp_path, capsys):
   with open_dataset(str(tmp_path)) as dataset:
     assert [d.tolist() for d in dataset.read([0, 0, 0], [0, 1, 2]).to_list()] == documents
   # Rows that do not tile the file are named.
+  index_again = functools.partial(
+    build_flat_index,
+    "flat",
+    [str(tmp_path / "part-0-00000.npy")],
+    dtype="uint32",
+    boundaries=DocumentBoundaries.dolma_metadata(),
+    check_dtype=False,
+    force=True,
+  )
   with gzip.open(tmp_path / "part-0-00000.csv.gz", "wt") as f:
     f.write("0,3,a,s,1\n4,5,b,s,2\n5,6,c,s,3\n")
   with pytest.raises(DatasetError, match=r"part-0-00000\.csv\.gz: row 2 covers tokens \[4, 5\), .* start at 3"):
-    build_flat_index(
-      "flat", [str(tmp_path / "part-0-00000.npy")], dtype="uint32", dolma_metadata=True, check_dtype=False, force=True
-    )
+    index_again()
   with gzip.open(tmp_path / "part-0-00000.csv.gz", "wt") as f:
     f.write("0,3,a,s,1\n3,5,b,s,2\n")
   with pytest.raises(DatasetError, match=r"documents end at token 5, but .*part-0-00000\.npy holds 6 tokens"):
-    build_flat_index(
-      "flat", [str(tmp_path / "part-0-00000.npy")], dtype="uint32", dolma_metadata=True, check_dtype=False, force=True
-    )
+    index_again()
 
 
 def test_dolmas_headerless_npy_is_read_as_raw_ids_when_dtype_is_given(tmp_path, capsys):
   documents = [[70_000, 5, 6, 0], [7, 8, 0], [131_000, 0]]  # uint32 ids, EOS 0
   write_dolma_memmap(str(tmp_path / "part-0-00000.npy"), documents)
   with pytest.raises(DatasetError, match=r"part-0-00000\.npy: named \.npy but has no NumPy header .* give `dtype`"):
-    build_flat_index("flat", [str(tmp_path / "part-0-00000.npy")], eos_id=0)
+    build_flat_index("flat", [str(tmp_path / "part-0-00000.npy")], boundaries=DocumentBoundaries.eos(0))
   assert main(["index", "--format", "flat", str(tmp_path / "part-0-00000.npy"), "--eos-id", "0", "-q"]) == 1
   assert "give --dtype" in capsys.readouterr().err  # the CLI's words
-  manifest = build_flat_index("flat", [str(tmp_path / "part-0-00000.npy")], dtype="uint32", eos_id=0, check_dtype=False)
+  manifest = build_flat_index(
+    "flat",
+    [str(tmp_path / "part-0-00000.npy")],
+    dtype="uint32",
+    boundaries=DocumentBoundaries.eos(0),
+    check_dtype=False,
+  )
   assert manifest.num_records == 3 and manifest.shards[0].data_offset == 0
   with open_dataset(str(tmp_path)) as dataset:
     assert [d.tolist() for d in dataset.read([0, 0, 0], [0, 1, 2]).to_list()] == documents
 
 
-def test_a_bos_delimited_corpus_splits_before_each_bos(tmp_path):
+def test_a_bos_delimited_corpus_splits_before_each_bos(tmp_path, capsys):
   # BOS = 1 begins every document; ids before the first BOS are a document of their own.
   ids = [9, 9, 1, 5, 6, 1, 7, 1, 8, 8, 8]
   np.array(ids, "<u2").tofile(tmp_path / "bos.bin")
-  manifest = build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=1, check_dtype=False)
+  manifest = build_flat_index(
+    "flat", [str(tmp_path / "bos.bin")], dtype="uint16", boundaries=DocumentBoundaries.bos(1), check_dtype=False
+  )
   with open_dataset(str(tmp_path)) as dataset:
     got = [d.tolist() for d in dataset.read([0] * manifest.num_records, range(manifest.num_records)).to_list()]
   assert got == [[9, 9], [1, 5, 6], [1, 7], [1, 8, 8, 8]]
-  with pytest.raises(
-    ValueError,
-    match=r"eos_id: give one of `eos_id`, `bos_id`, `offsets` or `dolma_metadata`, not `eos_id` and `bos_id`",
-  ):
-    build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=1, eos_id=0, force=True)
-  with pytest.raises(ValueError, match=r"bos_id: 70000 is not a uint16 id"):
-    build_flat_index("flat", [str(tmp_path / "bos.bin")], dtype="uint16", bos_id=70_000, force=True)
+  argv = ["index", "--format", "flat", "--dtype", "uint16", "--bos-id", "1", "--eos-id", "0", "--force"]
+  assert main([*argv, str(tmp_path / "bos.bin")]) == 1
+  assert (
+    "--eos-id: give one of --eos-id, --bos-id, --offsets, --dolma-metadata, not --eos-id and --bos-id"
+    in capsys.readouterr().err
+  )
+  with pytest.raises(ValueError, match=r"token_id: bos id 70000 is not a uint16 id"):
+    build_flat_index(
+      "flat", [str(tmp_path / "bos.bin")], dtype="uint16", boundaries=DocumentBoundaries.bos(70_000), force=True
+    )
 
 
 def test_a_read_after_close_is_a_named_error(tmp_path):
   write_flat(str(tmp_path / "data.bin"), [[1, 2, 0], [3, 0]])
-  build_flat_index("flat", [str(tmp_path / "data.bin")], dtype="uint16", eos_id=0)
+  build_flat_index("flat", [str(tmp_path / "data.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0))
   dataset = open_dataset(str(tmp_path))
   assert dataset.read_global(np.arange(2)).tokens.tolist() == [1, 2, 0, 3, 0]
   dataset.close()

@@ -9,6 +9,7 @@ import pytest
 
 from jaxdata import DatasetError, TokenDataset
 from jaxdata.cli import main
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, dtype_suspicion
 from test_sources import write_raw_shard
@@ -85,6 +86,9 @@ def test_flat_files_get_the_same_dtype_check(tmp_path):
   rng = np.random.default_rng(4)
   zipf_ids(rng, 100_000, 60_000).astype("<u4").tofile(tmp_path / "t.bin")
   with pytest.raises(DatasetError, match=r"t\.bin: looks like uint32 ids read as uint16"):
-    build_flat_index("flat", [str(tmp_path / "t.bin")], dtype="uint16", eos_id=0)
+    build_flat_index("flat", [str(tmp_path / "t.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0))
   eos = int(np.fromfile(tmp_path / "t.bin", "<u4")[0])  # an id the file holds (0 never occurs: refused)
-  assert build_flat_index("flat", [str(tmp_path / "t.bin")], dtype="uint32", eos_id=eos).dtype == "uint32"
+  assert (
+    build_flat_index("flat", [str(tmp_path / "t.bin")], dtype="uint32", boundaries=DocumentBoundaries.eos(eos)).dtype
+    == "uint32"
+  )

@@ -31,6 +31,7 @@ from jaxdata.pipeline import reader as reader_module
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.sources import remote as remote_module
 from jaxdata.sources import shard_cache
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.parallelism import RANGE_REQUESTS, fetch_threads, range_requests
@@ -338,7 +339,10 @@ def test_flat_files_and_windows_read_in_place_from_the_store_give_the_local_batc
   write_flat(str(tmp_path / "flat" / "a.bin"), documents[:90])
   write_flat(str(tmp_path / "flat" / "b.bin"), documents[90:])
   build_flat_index(
-    "flat", [str(tmp_path / "flat" / "a.bin"), str(tmp_path / "flat" / "b.bin")], dtype="uint16", eos_id=0
+    "flat",
+    [str(tmp_path / "flat" / "a.bin"), str(tmp_path / "flat" / "b.bin")],
+    dtype="uint16",
+    boundaries=DocumentBoundaries.eos(0),
   )
   os.makedirs(tmp_path / "meg")
   write_megatron(str(tmp_path / "meg" / "m"), [[d] for d in documents])
@@ -384,7 +388,7 @@ def test_read_spans_that_read_from_a_store_are_read_ahead(stores, tmp_path, monk
   ahead, and the batches (after set_state, and after a failed read is
   raised at its step and retried) are the local run's."""
   write_flat(str(tmp_path / "flat" / "a.bin"), random_documents(np.random.default_rng(7), 120, eos_id=0))
-  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=0)
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0))
   url = stores["s3"].upload(str(tmp_path / "flat"), "jaxdata-test", f"flat-planner-{planner_process}")
 
   def config(path: str) -> PipelineConfig:
@@ -441,7 +445,7 @@ def test_read_spans_that_read_from_a_store_are_read_ahead(stores, tmp_path, monk
 def test_a_flat_read_from_a_store_that_goes_away_names_the_file_after_retries(stores, tmp_path):
   """tensorstore retries a failed range read 4 times (0.25 s to 2 s apart), then a DatasetError names the file."""
   write_flat(str(tmp_path / "flat" / "a.bin"), random_documents(np.random.default_rng(6), 40, eos_id=0))
-  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=0)
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0))
   server = stores["s3"]
   url = server.upload(str(tmp_path / "flat"), "jaxdata-test", "flat-outage")
   with open_dataset(url) as dataset:
@@ -517,11 +521,13 @@ def flat_in_store(server: object_store.ObjectStoreServer, tmp_path, name: str) -
     "flat",
     [str(files / "a.bin"), str(files / "b.bin")],
     dtype="uint16",
-    eos_id=0,
+    boundaries=DocumentBoundaries.eos(0),
     out_dir=str(tmp_path / f"{name}-meta"),
     data_root=url,
   )
-  build_flat_index("flat", [str(files / "a.bin"), str(files / "b.bin")], dtype="uint16", eos_id=0)
+  build_flat_index(
+    "flat", [str(files / "a.bin"), str(files / "b.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0)
+  )
 
   def config(path: str) -> PipelineConfig:
     return PipelineConfig.from_dict(
@@ -697,7 +703,7 @@ def test_windows_from_a_store_far_away_keep_more_ranges_in_flight_and_read_the_s
   requests in flight (tensorstore's default, 32, without it) and the windows are the local ones."""
   documents = random_documents(np.random.default_rng(6), 120, eos_id=0)
   write_flat(str(tmp_path / "flat" / "a.bin"), documents)
-  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", eos_id=0)
+  build_flat_index("flat", [str(tmp_path / "flat" / "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0))
   server = stores["s3"]
   url = server.upload(str(tmp_path / "flat"), "jaxdata-test", "latency-flat")
 

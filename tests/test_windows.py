@@ -14,6 +14,7 @@ from checkpoint_property import assert_restores_exactly
 from flat_fixtures import random_documents, write_flat
 from jaxdata import ConfigError, Pipeline, PipelineConfig
 from jaxdata.mixture.stream import load_metadata
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.sampling_windows import WindowOptions
@@ -102,7 +103,7 @@ def test_draws_resume_exactly_at_every_step_without_rng_state(tmp_path):
 def corpus_with_documents(tmp_path, count: int = 120) -> tuple[str, np.ndarray]:
   documents = random_documents(np.random.default_rng(9), count, eos_id=0, max_length=25)
   write_flat(str(tmp_path / "c" / "all.bin"), documents)
-  build_flat_index("flat", [str(tmp_path / "c" / "all.bin")], dtype="uint16", eos_id=0)
+  build_flat_index("flat", [str(tmp_path / "c" / "all.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(0))
   return str(tmp_path / "c"), np.concatenate([np.asarray(d) for d in documents])
 
 

@@ -14,6 +14,7 @@ from jaxdata.cli.parsing import Commands
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
 from jaxdata.integrations.megatron import megatron_raw
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.sources.opening import open_dataset
@@ -56,11 +57,8 @@ def index(args: argparse.Namespace, console: Console) -> int:
       manifest = build_flat_index(
         args.format,
         shards,
+        boundaries=_boundaries(args),
         dtype=args.dtype,
-        eos_id=args.eos_id,
-        bos_id=args.bos_id,
-        dolma_metadata=args.dolma_metadata,
-        offsets=args.offsets,
         data_root=args.data_root,
         on_file=report,
         **common,
@@ -69,6 +67,20 @@ def index(args: argparse.Namespace, console: Console) -> int:
       f"{manifest.name}: {len(manifest.shards)} shards, {manifest.num_records} documents, {manifest.num_tokens} tokens"
     )
   return 0
+
+
+def _boundaries(args: argparse.Namespace) -> DocumentBoundaries:
+  """The one boundary rule that `--eos-id`, `--bos-id`, `--offsets` or `--dolma-metadata` gives."""
+  rules = {
+    "--eos-id": None if args.eos_id is None else DocumentBoundaries.eos(args.eos_id),
+    "--bos-id": None if args.bos_id is None else DocumentBoundaries.bos(args.bos_id),
+    "--offsets": DocumentBoundaries.offsets() if args.offsets else None,
+    "--dolma-metadata": DocumentBoundaries.dolma_metadata() if args.dolma_metadata else None,
+  }
+  given = {flag: rule for flag, rule in rules.items() if rule is not None}
+  if len(given) > 1:
+    raise ValueError(f"{next(iter(given))}: give one of {', '.join(rules)}, not {' and '.join(given)}")
+  return next(iter(given.values()), DocumentBoundaries())
 
 
 def from_megatron(args: argparse.Namespace, console: Console) -> int:

@@ -9,6 +9,7 @@ Its modules::
     record_files.py      ArrayRecord and TFRecord files of serialized records
     flat.py              `FlatTokenDataset`: Megatron and flat token files read in place
     flat_format.py       where documents begin in files other tools wrote
+    boundaries.py        `DocumentBoundaries`: the rule that says where a flat file's documents begin
     token_files.py       token ranges out of flat files (memory maps, tensorstore kvstores)
     block_sums.py        block checksums of a token file, checked on every range read
     sampling_windows.py  `WindowView`: T + 1-token windows of a flat dataset
@@ -26,6 +27,7 @@ Its modules::
     fileutil.py          hashing, and directories jaxdata may delete
 """
 
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.dataset import RaggedTokens, ReadOptions, TokenDataset
 from jaxdata.sources.flat import FlatTokenDataset
 from jaxdata.sources.flat_index import build_flat_index
@@ -38,6 +40,7 @@ from jaxdata.sources.writer import DatasetWriter
 
 __all__ = [
   "DatasetWriter",
+  "DocumentBoundaries",
   "DocumentLengths",
   "FORMAT_VERSION",
   "FlatTokenDataset",

@@ -16,7 +16,8 @@ their sha256, and for the EOS scan of a flat file.
 >>> import tempfile
 >>> root = tempfile.mkdtemp()
 >>> np.array([5, 6, 0, 7, 0], np.uint16).tofile(os.path.join(root, "part0.bin"))
->>> m = build_flat_index("flat", [os.path.join(root, "part0.bin")], dtype="uint16", eos_id=0)
+>>> m = build_flat_index("flat", [os.path.join(root, "part0.bin")], dtype="uint16",
+...                      boundaries=DocumentBoundaries.eos(0))
 >>> m.format, m.num_records, m.num_tokens, m.data_root
 ('flat', 2, 5, '')
 """
@@ -34,6 +35,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.fileutil import check_name, file_sha256, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import (
   bos_lengths,
@@ -56,6 +58,7 @@ __all__ = ["FLAT_FORMATS", "OFFSETS_SUFFIX", "build_flat_index"]
 
 FLAT_FORMATS = ("megatron", "flat")
 OFFSETS_SUFFIX = ".offsets.npy"  # beside a flat token file: its document starts
+WHOLE_FILES = DocumentBoundaries()  # no boundaries given: each file one document
 
 
 def _token_path(fmt: str, given: str) -> str:
@@ -90,14 +93,7 @@ def _refuse_record_file(path: str) -> None:
 
 
 def _document_lengths(
-  fmt: str,
-  path: str,
-  dtype: str | None,
-  eos_id: int | None,
-  offsets: bool,
-  check_dtype: bool = True,
-  bos_id: int | None = None,
-  dolma_metadata: bool = False,
+  fmt: str, path: str, dtype: str | None, boundaries: DocumentBoundaries, check_dtype: bool
 ) -> tuple[str, int, np.ndarray, int]:
   """(dtype, byte offset of the first token, lengths of the non-empty documents, empty documents
   left out) of one token file."""
@@ -122,17 +118,16 @@ def _document_lengths(
     )
   if check_dtype and layout.offset == 0:  # no NumPy header: the dtype is only what `dtype` says
     _check_ids_look_like(path, layout.dtype, f"dtype says {layout.dtype.name}")
-  for name, value in (("eos_id", eos_id), ("bos_id", bos_id)):
-    if value is not None:
-      _check_special_id(value, layout.dtype, name)
-  if offsets:
+  boundaries.check_id_fits(layout.dtype)
+  rule, token_id = boundaries.rule, int(boundaries.token_id or 0)
+  if rule == "offsets":
     lengths = offsets_lengths(path, layout, path + OFFSETS_SUFFIX)
-  elif dolma_metadata:
+  elif rule == "dolma_metadata":
     lengths = dolma_metadata_lengths(path, layout, dolma_metadata_path(path))
-  elif eos_id is not None:
-    lengths = eos_lengths(path, layout, eos_id)
-  elif bos_id is not None:
-    lengths = bos_lengths(path, layout, bos_id)
+  elif rule == "eos":
+    lengths = eos_lengths(path, layout, token_id)
+  elif rule == "bos":
+    lengths = bos_lengths(path, layout, token_id)
   else:
     lengths = np.array([layout.count], np.int64)  # no boundaries: the file is one document
   return layout.dtype.name, layout.offset, lengths, 0
@@ -148,31 +143,19 @@ def _check_ids_look_like(path: str, dtype: np.dtype, claim: str) -> None:
     )
 
 
-def _check_special_id(value: Any, dtype: np.dtype, name: str) -> None:
-  """An EOS or BOS id the token dtype can hold (else no id equals it and the file would be one document)."""
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f"{name}: expected an int, got {value!r}")
-  top, digits = int(np.iinfo(dtype).max), str(int(value))
-  if not 0 <= int(value) <= top:
-    shown = digits if len(digits) <= 40 else f"an int of {len(digits)} digits"
-    raise ValueError(f"{name}: {shown} is not a {dtype.name} id (0..{top})")
-
-
 def build_flat_index(
   fmt: str,
   inputs: Sequence[str],
-  out_dir: str | None = None,
+  *,
+  boundaries: DocumentBoundaries = WHOLE_FILES,
   dtype: str | None = None,
-  eos_id: int | None = None,
-  offsets: bool = False,
+  out_dir: str | None = None,
   name: str | None = None,
   tokenizer: dict[str, Any] | None = None,
   data_root: str | None = None,
   on_file: Callable[[str], None] | None = None,
   force: bool = False,
   check_dtype: bool = True,
-  bos_id: int | None = None,
-  dolma_metadata: bool = False,
 ) -> Manifest:
   """Makes Megatron `.bin` / `.idx` pairs or flat token files a dataset, read in place.
 
@@ -183,11 +166,13 @@ def build_flat_index(
     fmt: "megatron" or "flat".
     inputs: Megatron prefixes (or their `.bin` / `.idx`), or flat files (raw
       ids, or `.npy`).
-    out_dir: the metadata directory; default: the files' directory.
+    boundaries: flat files: where documents begin (`DocumentBoundaries`: after
+      each EOS id, at each BOS id, from `FILE.offsets.npy` or from Dolma's
+      metadata); default: each file is one document. A Megatron `.idx` says
+      its own.
     dtype: "uint16" or "uint32"; required for raw flat files (a `.idx` or a
       `.npy` header says its own).
-    eos_id: flat files: a document ends after each of these ids.
-    offsets: flat files: document starts from `FILE.offsets.npy`.
+    out_dir: the metadata directory; default: the files' directory.
     name: the dataset's name; default: the directory's.
     tokenizer: the tokenizer identity to record (optional).
     data_root: where readers find the files when not beside the metadata (a
@@ -195,9 +180,6 @@ def build_flat_index(
     on_file: called with each file's path once it is indexed.
     force: rebuild a directory's existing index and manifest.
     check_dtype: refuse raw ids whose statistics say another dtype.
-    bos_id: flat files: a document begins with each of these ids (BOS-delimited corpora).
-    dolma_metadata: flat files: documents from Dolma's metadata beside each memmap
-      (`part-0-00000.csv.gz` for `part-0-00000.npy`: rows of start, end, id, src, loc).
 
   Returns:
     The dataset's `Manifest` (also saved in `out_dir`).
@@ -206,14 +188,14 @@ def build_flat_index(
     DatasetError: naming the file for anything that does not add up (sizes,
       offsets, a `.idx` its ids contradict, ids of another dtype).
     FileExistsError: `out_dir` already has a manifest and `force` is not set.
-    ValueError: naming the parameter (`format`, `dtype`, `eos_id`, `inputs`).
+    ValueError: naming the parameter (`format`, `dtype`, `boundaries`, `inputs`).
   Nothing is left behind on an error.
 
   >>> import os, tempfile
   >>> root = tempfile.mkdtemp()
   >>> np.array([5, 6, 0, 7, 8, 9, 0], "<u2").tofile(os.path.join(root, "part.bin"))
-  >>> manifest = build_flat_index("flat", [os.path.join(root, "part.bin")], dtype="uint16", eos_id=0,
-  ...                             check_dtype=False)
+  >>> manifest = build_flat_index("flat", [os.path.join(root, "part.bin")], dtype="uint16",
+  ...                             boundaries=DocumentBoundaries.eos(0), check_dtype=False)
   >>> manifest.num_records, manifest.num_tokens
   (2, 7)
   """
@@ -223,18 +205,10 @@ def build_flat_index(
     raise ValueError("inputs: give at least one token file")
   if dtype is not None:
     token_dtype(dtype)
-  boundaries = {
-    "eos_id": eos_id,
-    "bos_id": bos_id,
-    "offsets": offsets or None,
-    "dolma_metadata": dolma_metadata or None,
-  }
-  given = [name for name, value in boundaries.items() if value is not None]
-  if len(given) > 1:
-    raise ValueError(
-      f"{given[0]}: give one of `eos_id`, `bos_id`, `offsets` or `dolma_metadata`, "
-      f"not {' and '.join(f'`{g}`' for g in given)}"
-    )
+  if not isinstance(boundaries, DocumentBoundaries):
+    raise ValueError(f"boundaries: expected a DocumentBoundaries, got {boundaries!r}")
+  if fmt == "megatron" and boundaries != WHOLE_FILES:
+    raise ValueError(f"boundaries: a Megatron .idx gives its own document boundaries, not {boundaries.rule!r}")
   paths = [_token_path(fmt, p) for p in inputs]
   stems = [os.path.basename(p)[:-4] if p.endswith((".bin", ".npy")) else os.path.basename(p) for p in paths]
   if len(set(stems)) < len(stems):
@@ -250,7 +224,7 @@ def build_flat_index(
   refuse_existing_index(out_dir, force)
   name = check_name(name or os.path.basename(out_dir), "name")
   # Every file is checked before anything is written.
-  found = [_document_lengths(fmt, p, dtype, eos_id, offsets, check_dtype, bos_id, dolma_metadata) for p in paths]
+  found = [_document_lengths(fmt, p, dtype, boundaries, check_dtype) for p in paths]
   dtypes = {d for d, _, _, _ in found}
   if len(dtypes) > 1:
     raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
@@ -258,7 +232,7 @@ def build_flat_index(
     if int(lengths.max()) >= 1 << 32:
       raise DatasetError(
         f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
-        "boundaries (eos_id, bos_id or offsets)"
+        "`boundaries` (DocumentBoundaries: eos, bos, offsets or dolma_metadata)"
       )
   os.makedirs(out_dir, exist_ok=True)
   shards, arrays = [], {}

@@ -17,10 +17,11 @@ starts that fall inside windows, from the metadata alone, so segment ids
 and positions can follow them.
 
 >>> import tempfile, os
+>>> from jaxdata.sources.boundaries import DocumentBoundaries
 >>> from jaxdata.sources.flat_index import build_flat_index
 >>> root = tempfile.mkdtemp()
 >>> np.arange(1, 11, dtype=np.uint16).tofile(os.path.join(root, "a.bin"))
->>> _ = build_flat_index("flat", [os.path.join(root, "a.bin")], dtype="uint16", eos_id=5)
+>>> _ = build_flat_index("flat", [os.path.join(root, "a.bin")], dtype="uint16", boundaries=DocumentBoundaries.eos(5))
 >>> view = WindowView(FlatTokenDataset(root), WindowOptions(window=3, with_replacement=False))
 >>> view.num_records, view.read(np.array([0, 0]), np.array([1, 0])).to_list()[0].tolist()
 (2, [5, 6, 7, 8])

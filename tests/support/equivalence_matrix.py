@@ -47,6 +47,7 @@ def write_data(root: str) -> dict[str, str]:
   """Three coded ArrayRecord datasets (pass ends come within STEPS), flat and Megatron files."""
   sys.path.insert(0, os.path.dirname(__file__))
   from flat_fixtures import random_documents, write_flat, write_megatron  # noqa: PLC0415 -- tests/ on the path
+  from jaxdata.sources.boundaries import DocumentBoundaries  # noqa: PLC0415
   from jaxdata.sources.flat_index import build_flat_index  # noqa: PLC0415
   from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415
 
@@ -63,7 +64,12 @@ def write_data(root: str) -> dict[str, str]:
   data["flat"] = os.path.join(root, "flat")
   write_flat(os.path.join(data["flat"], "a.bin"), documents[:80])
   write_flat(os.path.join(data["flat"], "b.bin"), documents[80:])
-  build_flat_index("flat", [os.path.join(data["flat"], f) for f in ("a.bin", "b.bin")], dtype="uint16", eos_id=0)
+  build_flat_index(
+    "flat",
+    [os.path.join(data["flat"], f) for f in ("a.bin", "b.bin")],
+    dtype="uint16",
+    boundaries=DocumentBoundaries.eos(0),
+  )
   data["meg"] = os.path.join(root, "meg")
   os.makedirs(data["meg"])
   # 100 documents of one sequence, then 25 of two sequences each

@@ -49,6 +49,7 @@ from jaxdata.integrations.maxtext import maxtext_config
 from jaxdata.integrations.megatron import megatron_config
 from jaxdata.research.mixing import doremi_average
 from jaxdata.research.online import DoReMiController, EXP3Controller
+from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
@@ -207,7 +208,7 @@ def _linked_flat(root: str) -> None:
   """The dataset's token file moved out of its directory and linked back in."""
   data = os.path.join(root, "ds")
   os.makedirs(data)
-  _flat_index(data, eos_id=0)
+  _flat_index(data, boundaries=DocumentBoundaries.eos(0))
   os.replace(os.path.join(data, "a.bin"), os.path.join(root, "a.bin"))
   os.symlink(os.path.join(root, "a.bin"), os.path.join(data, "a.bin"))
   open_dataset(data).close()
@@ -215,7 +216,7 @@ def _linked_flat(root: str) -> None:
 
 def _foreign_data_root(root: str) -> None:
   """A manifest edited (and resealed) to read /etc/passwd as tokens: refused without telling its size."""
-  _flat_index(root, eos_id=0)
+  _flat_index(root, boundaries=DocumentBoundaries.eos(0))
   manifest = json.load(open(os.path.join(root, "manifest.json")))
   manifest["data_root"] = "/etc"
   manifest["shards"][0]["path"] = "passwd"
@@ -231,7 +232,7 @@ def _foreign_data_root(root: str) -> None:
 
 def _tampered_flat_index(root: str, name: str) -> None:
   """Swaps documents 3 and 4 of one index file (the other left as written), then opens the dataset."""
-  _flat_index(root, eos_id=0)
+  _flat_index(root, boundaries=DocumentBoundaries.eos(0))
   values = np.load(os.path.join(root, name))
   values[[3, 4]] = values[[4, 3]]
   np.save(os.path.join(root, name), values)
@@ -699,17 +700,27 @@ CASES = [
     jaxdata.DatasetError,
     "m.idx",
   ),
-  Case("eos_id beyond uint16", lambda r: _flat_index(r, eos_id=70000), ValueError, "eos_id: 70000"),
-  Case("eos_id of -1", lambda r: _flat_index(r, eos_id=-1), ValueError, "eos_id: -1"),
   Case(
-    "eos_id of 10**30", lambda r: _flat_index(r, eos_id=10**30), ValueError, "eos_id: 1000000000000000000000000000000"
+    "eos_id beyond uint16",
+    lambda r: _flat_index(r, boundaries=DocumentBoundaries.eos(70000)),
+    ValueError,
+    "token_id: eos id 70000",
+  ),
+  Case(
+    "eos id of -1", lambda r: _flat_index(r, boundaries=DocumentBoundaries.eos(-1)), ValueError, "token_id: eos id -1"
+  ),
+  Case(
+    "eos id of 10**30",
+    lambda r: _flat_index(r, boundaries=DocumentBoundaries.eos(10**30)),
+    ValueError,
+    "token_id: eos id 1000000000000000000000000000000",
   ),
   Case(
     ".npy header shape disagrees with its size",
     lambda r: (
       np.save(os.path.join(r, "t.npy"), np.arange(1, 500, dtype=np.uint16) % 7),
       os.truncate(os.path.join(r, "t.npy"), os.path.getsize(os.path.join(r, "t.npy")) - 8),
-      build_flat_index("flat", [os.path.join(r, "t.npy")], eos_id=0),
+      build_flat_index("flat", [os.path.join(r, "t.npy")], boundaries=DocumentBoundaries.eos(0)),
     ),
     jaxdata.DatasetError,
     "t.npy",
@@ -840,7 +851,7 @@ def _twice_named_mixture(root: str) -> None:
 
 def _negative_npy(root: str) -> None:
   np.save(os.path.join(root, "t.npy"), np.array([5, 6, 0, 7, -3, 0], np.int32))
-  build_flat_index("flat", [os.path.join(root, "t.npy")], eos_id=0)
+  build_flat_index("flat", [os.path.join(root, "t.npy")], boundaries=DocumentBoundaries.eos(0))
 
 
 ENTRANCE_CASES = [
@@ -1025,10 +1036,16 @@ ENTRANCE_CASES = [
     "manager.restore(step) without Restore(pipe)", _restore_without_pipeline, jaxdata.CheckpointError, "Restore(pipe)"
   ),
   Case(
-    "--eos-id that never occurs", lambda r: _flat_index(r, eos_id=999), jaxdata.DatasetError, "eos_id 999 never occurs"
+    "--eos-id that never occurs",
+    lambda r: _flat_index(r, boundaries=DocumentBoundaries.eos(999)),
+    jaxdata.DatasetError,
+    "eos_id 999 never occurs",
   ),
   Case(
-    "--bos-id that never occurs", lambda r: _flat_index(r, bos_id=999), jaxdata.DatasetError, "bos_id 999 never occurs"
+    "--bos-id that never occurs",
+    lambda r: _flat_index(r, boundaries=DocumentBoundaries.bos(999)),
+    jaxdata.DatasetError,
+    "bos_id 999 never occurs",
   ),
   Case("an int32 .npy with a negative id", _negative_npy, jaxdata.DatasetError, "t.npy"),
   Case("plan --tokens 10**25", lambda r: _cli("plan", _small_config(r), "--tokens", str(10**25)), CliError, "tokens"),
