@@ -21,7 +21,7 @@ import transformers
 from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig, open_dataset
 from jaxdata.cli import main
 from jaxdata.conversion.beam_runner import convert_with_beam
-from jaxdata.conversion.examples import span_mask
+from jaxdata.conversion.examples import character_range_mask
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
@@ -170,7 +170,11 @@ def test_without_generation_blocks_a_token_trains_where_it_overlaps_an_assistant
   for row, record in zip(rows, _records(str(tmp_path / "plain"))):
     ids, mask = _oracle(tokenizer_dir, CONTENT_ONLY, row["messages"])  # blocks around exactly the contents
     assert record["tokens"].tolist() == ids and record["mask"].tolist() == mask
-  assert span_mask(np.array([[0, 2], [2, 4], [4, 6]]), [(3, 5)]).tolist() == [0, 1, 1]  # straddling tokens train
+  assert character_range_mask(np.array([[0, 2], [2, 4], [4, 6]]), [(3, 5)]).tolist() == [
+    0,
+    1,
+    1,
+  ]  # straddling tokens train
 
 
 def test_weights_and_train_on_choose_what_trains(tokenizer_dir, tmp_path):

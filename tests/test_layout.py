@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -212,3 +213,71 @@ def test_every_public_name_resolves_and_is_listed_by_dir():
 def test_python_dash_m_jaxdata_runs_the_cli():
   out = subprocess.run([sys.executable, "-m", "jaxdata", "--version"], capture_output=True, text=True)
   assert out.returncode == 0 and out.stdout.strip() == f"jaxdata {jaxdata.__version__}"
+
+
+# The API: `jaxdata` (its `__all__`) and these packages; every other module is internal.
+PUBLIC_MODULES = ("jaxdata", "jaxdata.testing", "jaxdata.research", "jaxdata.integrations")
+
+
+def _implementation_modules() -> list[str]:
+  roots = [os.path.join(REPO, "jaxdata"), os.path.join(REPO, "transforms")]
+  found = []
+  for root in roots:
+    for folder, _, files in os.walk(root):
+      found += [os.path.join(folder, f) for f in files if f.endswith(".py") and f != "__init__.py"]
+  return sorted(found)
+
+
+def _declared_names(path: str) -> tuple[list[str], set[str]]:
+  """(the module's `__all__`, the classes and type aliases it defines)."""
+  tree = ast.parse(open(path, encoding="utf-8").read())
+  types = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+  types |= {
+    t.id
+    for n in tree.body
+    if isinstance(n, ast.Assign)
+    for t in n.targets
+    if isinstance(t, ast.Name) and t.id[:1].isupper() and not t.id.isupper()
+  }
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+      return list(ast.literal_eval(node.value)), types
+  return [], types
+
+
+def test_a_module_exports_only_what_another_file_uses_or_a_type():
+  """An internal module's `__all__` is its interface to the rest of the package: a
+  function or constant no other file uses is not in it (types stay: values of them are handed out)."""
+  texts = {}
+  for top in ("jaxdata", "transforms", "tests", "benchmarks", "docs"):
+    for folder, _, files in os.walk(os.path.join(REPO, top)):
+      for f in files:
+        if f.endswith((".py", ".md")):
+          texts[os.path.join(folder, f)] = open(os.path.join(folder, f), encoding="utf-8").read()
+  texts[os.path.join(REPO, "README.md")] = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+  unused = []
+  for path in _implementation_modules():
+    names, types = _declared_names(path)
+    for name in set(names) - types:
+      word = re.compile(rf"\b{re.escape(name)}\b")
+      if not any(word.search(text) for other, text in texts.items() if other != path):
+        unused.append(f"{os.path.relpath(path, REPO)}: {name}")
+  assert not unused, unused
+
+
+def test_the_guides_python_imports_only_public_modules():
+  """A user's code (the README's and docs' python blocks) imports only the API, never an internal module."""
+  imports = re.compile(r"^\s*(?:from|import)\s+(jaxdata(?:\.\w+)*)", re.MULTILINE)
+  found = []
+  guides = [os.path.join(REPO, "README.md")]
+  guides += [os.path.join(REPO, "docs", f) for f in sorted(os.listdir(os.path.join(REPO, "docs"))) if f.endswith(".md")]
+  for path in guides:
+    if path.endswith("architecture.md"):
+      continue  # for contributors: it names the internals on purpose
+    text = open(path, encoding="utf-8").read()
+    for block in re.findall(r"```python\n(.*?)```", text, re.DOTALL):
+      found += [(os.path.basename(path), m) for m in imports.findall(block)]
+  assert found  # the guides do import jaxdata
+  internal = [(f, m) for f, m in found if not any(m == p or m.startswith(p + ".") for p in PUBLIC_MODULES[1:])]
+  internal = [(f, m) for f, m in internal if m != "jaxdata"]
+  assert not internal, internal

@@ -15,7 +15,7 @@ from checkpoint_property import assert_restores_exactly
 from jaxdata import ConfigError, DatasetError, DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
 from jaxdata.pipeline import sharding as sharding_module
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
-from jaxdata.pipeline.sharding import batch_sharding, global_arrays, local_rows
+from jaxdata.pipeline.sharding import batch_sharding, global_arrays, host_rows
 from jaxdata.testing import prefetched_steps, recorded_reads, wait_for_processes
 from jaxdata.transforms import kernels
 from jaxdata.transforms.fit import first_fit
@@ -355,7 +355,7 @@ def test_the_batched_transfer_and_the_public_callback_make_the_same_arrays(monke
   # private function is missing it falls back to make_array_from_callback.
   shape, names, data_axes = layout
   sharding = batch_sharding(Mesh(np.array(jax.devices()[:8]).reshape(shape), names), data_axes)
-  rows = local_rows(sharding, (16, 24))
+  rows = host_rows(sharding, (16, 24))
   arrays = {"tokens": np.arange(16 * 24, dtype=np.int32).reshape(16, 24)[rows], "other": np.ones((16, 24), np.int32)}
   assert sharding_module._batched_put() is not None  # this jax has it: the first call took the batched path
   batched = global_arrays(arrays, sharding, (16, 24), rows)

@@ -434,7 +434,7 @@ def test_read_spans_that_read_from_a_store_are_read_ahead(stores, tmp_path, monk
       while True:
         got.append(digest(next(pipe)))
     failing["now"] = False
-    assert len(got) < 45 + 20  # raised at the first step of a window not yet read (windows of ~8 steps)
+    assert len(got) < 45 + 20  # raised at the first step of a read span not yet read (spans of ~8 steps)
     got += [digest(next(pipe)) for _ in range(30 + 45 - len(got))]  # retried from the step that failed
     from_planner = pipe.execution().steps_from_processes if planner_process else None
   assert got == want[:30] + want[25:70]

@@ -144,7 +144,7 @@ def test_a_span_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
     assert (sent.step, sent.seq_len, sent.num_rows) == (got.step, got.seq_len, got.num_rows)
     for name in ("dataset", "pass_index", "record", "offset", "length", "doc_length"):
       assert getattr(sent.pieces, name).tolist() == getattr(got.pieces, name).tolist()
-    assert sent.local_row.tolist() == got.local_row.tolist() and sent.column.tolist() == got.column.tolist()
+    assert sent.host_row.tolist() == got.host_row.tolist() and sent.column.tolist() == got.column.tolist()
   parts = open_parts(PipelineSpec(cfg))
   try:
     for sent, got in zip(read_span(parts.reader, span.steps, 0), read_span(parts.reader, decoded, 0)):

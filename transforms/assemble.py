@@ -72,11 +72,11 @@ def _check_layout(dst: np.ndarray, lengths: np.ndarray, fill: np.ndarray, seq_le
 
 @dataclasses.dataclass(frozen=True)
 class RowPlacement:
-  """Where a step's pieces go in this host's rows: piece i at `local_row[i]` (in [0, num_rows)),
+  """Where a step's pieces go in this host's rows: piece i at `host_row[i]` (in [0, num_rows)),
   from `column[i]`."""
 
   pieces: Pieces
-  local_row: np.ndarray
+  host_row: np.ndarray
   column: np.ndarray
   num_rows: int
   seq_len: int
@@ -103,7 +103,7 @@ def assemble_rows(
   """int32 [num_rows, seq_len] arrays for the placed pieces (written into `out`, contiguous arrays
   of that shape, when given). With trained-token masks, `loss_mask` is 1 only where the target is a
   trained token."""
-  pieces, local_row, column = placement.pieces, placement.local_row, placement.column
+  pieces, host_row, column = placement.pieces, placement.host_row, placement.column
   num_rows, seq_len = placement.num_rows, placement.seq_len
   buffer, doc_start, trained = documents.buffer, documents.doc_start, documents.trained
   count = len(pieces)
@@ -112,10 +112,10 @@ def assemble_rows(
   if trained is not None and trained.shape != buffer.shape:
     raise ValueError("assemble: trained must be laid out as the token buffer (padded_buffer of the masks)")
   pad_run = buffer.size - (seq_len + 1)  # where the pad ids start
-  dst = local_row * seq_len + column
+  dst = host_row * seq_len + column
   order = np.argsort(dst, kind="stable")
   dst, lengths = dst[order], pieces.length[order]
-  fill = np.bincount(local_row, weights=pieces.length, minlength=num_rows).astype(np.int64)
+  fill = np.bincount(host_row, weights=pieces.length, minlength=num_rows).astype(np.int64)
   _check_layout(dst, lengths, fill, seq_len)
   # Runs in grid order: the pieces, and each row's padding after its pieces.
   short = np.flatnonzero(fill < seq_len)
@@ -147,7 +147,7 @@ def assemble_rows(
     return out
   tokens, targets, loss_mask = flat["tokens"], flat["targets"], flat["loss_mask"]
   # Per-piece fix-ups, at most three slots per piece (all vectorised over pieces).
-  piece_dst = local_row * seq_len + column
+  piece_dst = host_row * seq_len + column
   end = pieces.offset + pieces.length  # effective index just past the piece
   last = pieces.doc_length - 1  # effective index of the document's last token
   has_last = end > last
@@ -173,7 +173,7 @@ def assemble_rows(
 def follow_boundaries(
   out: dict[str, np.ndarray],
   pieces: Pieces,
-  local_row: np.ndarray,
+  host_row: np.ndarray,
   column: np.ndarray,
   piece: np.ndarray,
   offset: np.ndarray,
@@ -198,7 +198,7 @@ def follow_boundaries(
   if not piece.size:
     return
   num_rows, seq_len = out["tokens"].shape
-  first_slot = local_row[piece] * seq_len + column[piece] - begin  # grid slot of document index 0
+  first_slot = host_row[piece] * seq_len + column[piece] - begin  # grid slot of document index 0
   ending = first_slot + offset - 1  # the last token before each start
   flat = {name: out[name].reshape(-1) for name in FEATURES}
   flat["targets"][ending] = pad_id

@@ -20,7 +20,7 @@ from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.sources.opening import open_dataset
 from jaxdata.tools.summary import summarize
 
-__all__ = ["from_megatron", "index", "inspect", "register"]
+__all__ = ["index", "inspect", "register"]
 
 
 def index(args: argparse.Namespace, console: Console) -> int:

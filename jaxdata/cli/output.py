@@ -24,7 +24,6 @@ from jaxdata.errors import installed_module
 
 __all__ = [
   "Console",
-  "PARAMETER_FLAGS",
   "PlainConsole",
   "PlainTable",
   "Table",

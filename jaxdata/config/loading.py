@@ -28,7 +28,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import short
 from jaxdata.errors import ConfigError
 
-__all__ = ["MAX_CONFIG_BYTES", "load_config"]
+__all__ = ["load_config"]
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_ALIASES = 64

@@ -44,7 +44,7 @@ from jaxdata.config.validate import (
 )
 from jaxdata.errors import ConfigError
 
-__all__ = ["MAX_TOKENS_PER_STEP", "PipelineConfig"]
+__all__ = ["PipelineConfig"]
 
 # 2^30 tokens per step: 4 GiB per int32 feature on one host; a larger step is
 # a typo (10^6 rows x 10^6 tokens), and would hang the first next().

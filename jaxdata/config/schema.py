@@ -41,7 +41,6 @@ __all__ = [
   "BatchConfig",
   "BatchPhase",
   "BatchRamp",
-  "DATASET_FORMATS",
   "DatasetConfig",
   "EXHAUSTED_POLICIES",
   "INHERIT",

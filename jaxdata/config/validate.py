@@ -25,7 +25,6 @@ from typing import Any, TypeGuard
 from jaxdata.errors import ConfigError
 
 __all__ = [
-  "BLOCK_SIZE_WORDS",
   "MAX_ID",
   "short",
   "check_block_size",

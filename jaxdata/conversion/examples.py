@@ -9,13 +9,13 @@
       |
       +-- the template marks {% generation %} blocks:  mask = transformers' assistant mask
       +-- it does not:  each trained message's content, found in order in the rendering;
-                        a token is trained iff its characters overlap a trained span
+                        a token is trained iff its characters overlap a trained character range
 
     {"prompt": p, "completion": c}  p + c (with --chat-template, a user and an assistant turn): c trains
     {"input_ids": [...], "labels" | "mask": [...]}  as given: labels of -100 (Hugging Face trainers'
                                     ignore index) or mask 0 do not train
 
-The straddling rule ("overlaps a trained span") is transformers' own: its
+The straddling rule ("overlaps a trained character range") is transformers' own: its
 assistant mask marks every token from the one holding a block's first
 character to the one holding its last. What trains: `train_on` "assistant"
 (every assistant message whose `weight` is not 0, OpenAI's fine-tuning
@@ -36,7 +36,7 @@ import numpy as np
 
 from jaxdata.errors import InputFormatError, optional_module
 
-__all__ = ["EXAMPLE_FORMATS", "ROLES", "TRAIN_ON", "ExampleEncoder", "example_encoder", "span_mask"]
+__all__ = ["EXAMPLE_FORMATS", "TRAIN_ON", "ExampleEncoder", "character_range_mask", "example_encoder"]
 
 ExampleFormat = Literal["text", "chat", "prompt-completion"]
 TrainOn = Literal["assistant", "last", "all"]
@@ -49,17 +49,17 @@ GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # a template that 
 Example = tuple[np.ndarray, np.ndarray]  # (int64 ids, uint8 mask)
 
 
-def span_mask(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
-  """1 for every token whose characters [start, end) overlap a span [a, b), else 0.
+def character_range_mask(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+  """1 for every token whose characters [start, end) overlap a character range [a, b), else 0.
 
-  >>> span_mask(np.array([[0, 3], [3, 5], [5, 9]]), [(4, 6)]).tolist()
+  >>> character_range_mask(np.array([[0, 3], [3, 5], [5, 9]]), [(4, 6)]).tolist()
   [0, 1, 1]
   """
   mask = np.zeros(len(offsets), np.uint8)
   if not len(offsets):
     return mask
   start, end = offsets[:, 0], np.maximum(offsets[:, 1], offsets[:, 0] + 1)  # a 0-width token: its position
-  for a, b in spans:
+  for a, b in ranges:
     mask |= ((start < b) & (end > a)).astype(np.uint8)
   return mask
 
@@ -122,7 +122,7 @@ class ExampleEncoder:
       return self._chat(messages, None, where)
     text = prompt + completion
     ids, offsets = self._tokenized(text)
-    return ids, span_mask(offsets, [(len(prompt), len(text))])
+    return ids, character_range_mask(offsets, [(len(prompt), len(text))])
 
   def _chat(
     self, messages: list[dict[str, Any]], tools: Any, where: str, kwargs: Mapping[str, Any] | None = None
@@ -142,7 +142,7 @@ class ExampleEncoder:
       return ids, np.ones(ids.size, np.uint8)
     if GENERATION_BLOCK.search(self.template or self.tokenizer.chat_template or ""):
       return ids, self._generation_mask(messages, tools, ids, trained, where, kwargs)
-    return ids, span_mask(offsets, _content_spans(text, messages, trained, where))
+    return ids, character_range_mask(offsets, _content_ranges(text, messages, trained, where))
 
   def _generation_mask(
     self,
@@ -248,9 +248,9 @@ def _trained_messages(messages: list[dict[str, Any]], train_on: str) -> set[int]
   return {i for i in chosen if messages[i].get("weight", 1) == 1}
 
 
-def _content_spans(text: str, messages: list[dict[str, Any]], trained: set[int], where: str) -> list[tuple[int, int]]:
-  """Each message's content, found in order in the one rendering: the character spans of the trained."""
-  spans, at = [], 0
+def _content_ranges(text: str, messages: list[dict[str, Any]], trained: set[int], where: str) -> list[tuple[int, int]]:
+  """Each message's content, found in order in the one rendering: the character ranges of the trained."""
+  ranges, at = [], 0
   for i, message in enumerate(messages):
     content = message.get("content") or ""
     if not content:
@@ -262,9 +262,9 @@ def _content_spans(text: str, messages: list[dict[str, Any]], trained: set[int],
         "renders another conversation; mark what trains with {% generation %} blocks in the template"
       )
     if i in trained:
-      spans.append((found, found + len(content)))
+      ranges.append((found, found + len(content)))
     at = found + len(content)
-  return spans
+  return ranges
 
 
 def _fast_tokenizer(path: str) -> Any:

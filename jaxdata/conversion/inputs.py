@@ -25,7 +25,6 @@ from jaxdata.errors import InputFormatError, installed_module, optional_module
 from jaxdata.sources.stores import is_remote
 
 __all__ = [
-  "COMPRESSED_SUFFIXES",
   "INPUT_FORMATS",
   "TEXT_MODES",
   "InvalidLog",

@@ -37,7 +37,6 @@ except ImportError:
 __all__ = [
   "ByteTokenizer",
   "HuggingFaceTokenizer",
-  "ROUNDTRIP_PROBE",
   "SentencePieceTokenizer",
   "Tokenizer",
   "TokenizerSpec",

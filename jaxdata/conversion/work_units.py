@@ -26,7 +26,7 @@ from jaxdata.conversion.inputs import InvalidLog, arrow, file_sizes, is_compress
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["SCAN_BLOCK", "WorkUnit", "iter_unit_documents", "plan_units"]
+__all__ = ["WorkUnit", "iter_unit_documents", "plan_units"]
 
 SCAN_BLOCK = 16 << 20
 

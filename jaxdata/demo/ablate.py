@@ -32,15 +32,7 @@ from jaxdata.errors import ConfigError
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
 
-__all__ = [
-  "AblationRow",
-  "ablation_config",
-  "evaluate",
-  "load_candidate",
-  "run_ablation",
-  "share_drift",
-  "token_losses",
-]
+__all__ = ["AblationRow", "ablation_config", "evaluate", "load_candidate", "run_ablation", "token_losses"]
 
 HOLDOUT = 0.05  # of every dataset, unless the base config sets its own
 

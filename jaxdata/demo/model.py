@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["adam_update", "init_params", "loss_fn", "train_step"]
+__all__ = ["init_params", "loss_fn", "train_step"]
 
 Params = dict[str, Any]
 

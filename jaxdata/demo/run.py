@@ -41,7 +41,7 @@ from jaxdata.sources.manifest import Manifest
 from jaxdata.sources.opening import open_dataset
 from jaxdata.tools.audit import audit
 
-__all__ = ["DemoResult", "demo_config", "resume_check", "run_demo", "run_directory"]
+__all__ = ["DemoResult", "demo_config", "resume_check", "run_demo"]
 
 
 def demo_config(cache_dir: str, config_path: str | None = None) -> PipelineConfig:

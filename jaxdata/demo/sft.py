@@ -36,7 +36,7 @@ from jaxdata.errors import optional_module
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
 
-__all__ = ["SftResult", "conversation_sets", "run_sft_demo"]
+__all__ = ["SftResult", "run_sft_demo"]
 
 TEMPLATE = (
   "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"

@@ -21,13 +21,7 @@ import grain
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.pipeline import Pipeline
 
-__all__ = [
-  "GlobalStreamDataset",
-  "MP_PREFETCH_REFUSED",
-  "PipelineDataset",
-  "PipelineDatasetIterator",
-  "mp_prefetch_refused",
-]
+__all__ = ["GlobalStreamDataset", "PipelineDataset", "PipelineDatasetIterator"]
 
 
 def mp_prefetch_refused(kind: str) -> str:

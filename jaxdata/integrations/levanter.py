@@ -28,7 +28,7 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.errors import ConfigError
 
-__all__ = ["LEVANTER_CHAT_KEYS", "levanter_chat_options"]
+__all__ = ["levanter_chat_options"]
 
 LEVANTER_CHAT_KEYS = (
   "type",

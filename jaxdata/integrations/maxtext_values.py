@@ -27,7 +27,7 @@ import numpy as np
 from jaxdata.config.validate import short
 from jaxdata.errors import ConfigError
 
-__all__ = ["JAXDATA_KEYS", "KEY_TYPES", "checked_values"]
+__all__ = ["KEY_TYPES", "checked_values"]
 
 KeyType = Literal["bool", "int", "number", "str", "columns"]
 

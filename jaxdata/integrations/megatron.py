@@ -40,7 +40,7 @@ from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.opening import open_dataset
 from jaxdata.sources.subset import RangeView
 
-__all__ = ["MEGATRON_SPLITS", "megatron_config", "megatron_raw", "megatron_split_ranges", "parse_blend"]
+__all__ = ["megatron_config", "megatron_raw", "megatron_split_ranges", "parse_blend"]
 
 MEGATRON_SPLITS = ("train", "valid", "test")
 

@@ -25,7 +25,7 @@ from jaxdata.order.permutation import permute
 from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.subset import RangeView, SubsetView
 
-__all__ = ["SPLITS", "eval_config", "held_out_count", "held_out_records", "split_view"]
+__all__ = ["SPLITS", "eval_config", "held_out_records", "split_view"]
 
 SPLITS = ("train", "eval")
 

@@ -31,7 +31,7 @@ from typing import Any
 from jaxdata.config.schedule import exact_weights
 from jaxdata.config.validate import is_int
 
-__all__ = ["MixtureUpdates", "UPDATE_RESOLUTION", "quantized"]
+__all__ = ["MixtureUpdates"]
 
 # Update weights are held to multiples of 1 / UPDATE_RESOLUTION: the exact interleave's common scale
 # (the lcm of every weight's denominator) then stays bounded however many updates a run makes.

@@ -8,7 +8,7 @@ Its modules::
     planner.py          `StepPlanner`: the plan of every step, from metadata (used by everything that plans)
     read_spans.py       consecutive steps planned together, read together, then assembled one by one
     reader.py           `DocumentReader`: a span's documents, one batched read per dataset
-    read_ahead.py       `ReadAhead`: a span read on a thread of its own
+    read_thread.py      `ReadThread`: a span read on a thread of its own
     producing.py        `StepMaker`: the contract of every way of making steps; `Prepared`, `END`
     step_producer.py    `StepProducer`: steps made in this process
     worker_producer.py  `WorkerProducer`: the same steps from a planner process or worker processes (`Phase`)

@@ -25,7 +25,7 @@ class Execution:
       on in this process with a warning (asked for, its failure is an error).
     fell_back: it could not run; every step is now made here.
     assembles_here: this process reads and assembles the steps (by its prefetch thread, if any).
-    read_thread: local reads of this process run on a thread of their own, a read span ahead.
+    read_thread: reads from disk in this process run on a thread of their own, a read span ahead.
   """
 
   processes: tuple[str, ...]

@@ -139,7 +139,7 @@ class Pipeline:
     self._snapshot = functools.partial(state_snapshot, self._planner, self.fingerprint, self._recorder)
     rows_here, self._output = output_functions(sharding)
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
-    local = StepProducer(
+    in_process = StepProducer(
       cfg,
       self._planner,
       self._reader,
@@ -150,12 +150,12 @@ class Pipeline:
       aligned=aliases_host_memory(sharding),
       background_reads=prefetch > 0,
     )
-    self._producer: StepMaker = local
+    self._producer: StepMaker = in_process
     if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
         self._producer = WorkerProducer(
           spec,
-          local,
+          in_process,
           count=workers,
           fingerprint=self.fingerprint,
           slots=prefetch + 1,

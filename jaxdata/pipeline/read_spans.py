@@ -5,13 +5,13 @@ processes, a planning process runs the first and sends each span to a
 reading process, which runs the other two::
 
     plan_span:    plan s .. s+k until the span holds `tokens` of this host's rows
-                  -> [LocalStep] (the pieces in this host's rows, where they go) + state and stats per step
-    encode_span / decode_span: the LocalSteps as a JSON header and one binary array (no pickle)
+                  -> [HostStep] (the pieces in this host's rows, where they go) + state and stats per step
+    encode_span / decode_span: the HostSteps as a JSON header and one binary array (no pickle)
     read_span:    every document of the span's pieces, one batched read per dataset
                   -> [ReadStep] sharing one padded token buffer
     assemble:     ReadStep -> int32 [local rows, seq_len] arrays
 
-A step's batch is a pure function of its LocalStep: nothing depends on the
+A step's batch is a pure function of its HostStep: nothing depends on the
 span's size or on which process reads it.
 """
 
@@ -40,8 +40,7 @@ from jaxdata.transforms.assemble import (
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
-  "ALIGNMENT",
-  "LocalStep",
+  "HostStep",
   "MAX_SPAN_STEPS",
   "PlannedSpan",
   "READ_AHEAD",
@@ -65,14 +64,14 @@ _COLUMNS = ("dataset", "pass_index", "record", "offset", "length", "doc_length")
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalStep:
+class HostStep:
   """What this host assembles of one step: its pieces and where they go."""
 
   step: int
   seq_len: int
   num_rows: int  # rows this host holds
   pieces: Pieces
-  local_row: np.ndarray  # in [0, num_rows)
+  host_row: np.ndarray  # in [0, num_rows)
   column: np.ndarray
 
 
@@ -80,7 +79,7 @@ class LocalStep:
 class PlannedSpan:
   """Consecutive steps, each with the pipeline state after it and its stats."""
 
-  steps: list[LocalStep]
+  steps: list[HostStep]
   states: list[dict[str, Any]]
   stats: list[StepStats]
   ended: bool  # the stream ends after these steps
@@ -88,9 +87,9 @@ class PlannedSpan:
 
 @dataclasses.dataclass(frozen=True)
 class ReadStep:
-  """A LocalStep whose documents are read (the span's buffer is shared)."""
+  """A HostStep whose documents are read (the span's buffer is shared)."""
 
-  local: LocalStep
+  host: HostStep
   buffer: np.ndarray  # see `padded_buffer`
   doc_start: np.ndarray  # per piece
   boundaries: Boundaries  # document starts inside span pieces (piece index in this step, offset)
@@ -117,7 +116,7 @@ def plan_span(
     rows = rows_here(plan.rows, plan.seq_len)
     index = plan.in_rows(rows)
     span.steps.append(
-      LocalStep(
+      HostStep(
         plan.step,
         plan.seq_len,
         rows.size,
@@ -134,18 +133,18 @@ def plan_span(
   return span
 
 
-def encode_span(steps: list[LocalStep]) -> tuple[list[dict[str, int]], bytes]:
+def encode_span(steps: list[HostStep]) -> tuple[list[dict[str, int]], bytes]:
   """(a JSON-able header per step, every step's pieces as one int64 array's bytes)."""
   header = [{"step": s.step, "seq_len": s.seq_len, "num_rows": s.num_rows, "pieces": len(s.pieces)} for s in steps]
   columns = [np.concatenate([getattr(s.pieces, f) for s in steps] or [np.zeros(0, np.int64)]) for f in _COLUMNS]
   columns += [
-    np.concatenate([s.local_row for s in steps] or [np.zeros(0, np.int64)]),
+    np.concatenate([s.host_row for s in steps] or [np.zeros(0, np.int64)]),
     np.concatenate([s.column for s in steps] or [np.zeros(0, np.int64)]),
   ]
   return header, np.stack(columns).astype(np.int64).tobytes()
 
 
-def decode_span(header: list[dict[str, int]], payload: bytes) -> list[LocalStep]:
+def decode_span(header: list[dict[str, int]], payload: bytes) -> list[HostStep]:
   """Inverse of `encode_span`."""
   total = sum(h["pieces"] for h in header)
   columns = np.frombuffer(payload, np.int64).reshape(len(_COLUMNS) + 2, total)
@@ -153,12 +152,12 @@ def decode_span(header: list[dict[str, int]], payload: bytes) -> list[LocalStep]
   for h in header:
     cut = slice(first, first + h["pieces"])
     pieces = Pieces(*(columns[c, cut] for c in range(len(_COLUMNS))))
-    steps.append(LocalStep(h["step"], h["seq_len"], h["num_rows"], pieces, columns[-2, cut], columns[-1, cut]))
+    steps.append(HostStep(h["step"], h["seq_len"], h["num_rows"], pieces, columns[-2, cut], columns[-1, cut]))
     first += h["pieces"]
   return steps
 
 
-def read_span(reader: DocumentReader, steps: list[LocalStep], pad_id: int) -> list[ReadStep]:
+def read_span(reader: DocumentReader, steps: list[HostStep], pad_id: int) -> list[ReadStep]:
   """Reads every document of the steps' pieces in one call per dataset."""
   if not steps:
     return []
@@ -196,9 +195,9 @@ def aligned_arrays(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
 
 def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
   """The step's int32 [local rows, seq_len] arrays (written into `out` if given)."""
-  s = item.local
-  placement = RowPlacement(s.pieces, s.local_row, s.column, s.num_rows, s.seq_len)
+  s = item.host
+  placement = RowPlacement(s.pieces, s.host_row, s.column, s.num_rows, s.seq_len)
   batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)
   if item.boundaries[0].size:
-    follow_boundaries(batch, s.pieces, s.local_row, s.column, *item.boundaries, packing.pad_id)
+    follow_boundaries(batch, s.pieces, s.host_row, s.column, *item.boundaries, packing.pad_id)
   return batch

@@ -43,9 +43,8 @@ __all__ = [
   "aliases_host_memory",
   "batch_sharding",
   "check_rows_divide",
-  "data_parallel_size",
   "global_arrays",
-  "local_rows",
+  "host_rows",
   "output_functions",
 ]
 
@@ -97,7 +96,7 @@ def aliases_host_memory(sharding: jax.sharding.Sharding | None) -> bool:
   return bool(devices) and all(d.platform == "cpu" for d in devices)  # type: ignore[attr-defined]  # jaxlib's Device
 
 
-def local_rows(sharding: jax.sharding.Sharding, shape: tuple[int, int]) -> np.ndarray:
+def host_rows(sharding: jax.sharding.Sharding, shape: tuple[int, int]) -> np.ndarray:
   """Sorted global row indices held by this process's devices."""
   rows: set[int] = set()
   for index in sharding.addressable_devices_indices_map(shape).values():
@@ -191,7 +190,7 @@ def output_functions(
     return (lambda rows, _seq_len: np.arange(rows)), None
 
   def rows_here(rows: int, seq_len: int) -> np.ndarray:
-    return local_rows(sharding, (rows, seq_len))
+    return host_rows(sharding, (rows, seq_len))
 
   def output(arrays: Mapping[str, np.ndarray], rows: int, seq_len: int, here: np.ndarray) -> dict[str, Any]:
     return global_arrays(arrays, sharding, (rows, seq_len), here)

@@ -28,7 +28,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError
 from jaxdata.mixture.holdout import SPLITS
 
-__all__ = ["SPEC_VERSION", "PipelineSpec"]
+__all__ = ["PipelineSpec"]
 
 SPEC_VERSION = 1
 

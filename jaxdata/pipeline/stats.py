@@ -18,7 +18,7 @@ from jaxdata.errors import ConfigError
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.transforms.packing import StepPlan
 
-__all__ = ["StatsRecorder", "TIMERS"]
+__all__ = ["StatsRecorder"]
 
 TIMERS = ("plan", "read", "assemble", "wait", "output")
 MAX_LISTED_SHARDS = 8  # per source and step: enough for the sawtooth check; a global shuffle touches hundreds

@@ -12,8 +12,8 @@ batched reads are fastest::
     next(): pop a step, assemble its rows (NumPy; the pipeline makes the global arrays)
 
 With `background_reads` (the pipeline's prefetch thread is running and
-the data is local), each span is read on a thread of its own
-(`ReadAhead`) while the span before it is assembled, and the span after
+the data is on disk), each span is read on a thread of its own
+(`ReadThread`) while the span before it is assembled, and the span after
 it is planned while it is read: reads, which run mostly without the GIL,
 overlap planning and assembly, which hold it. Remote data keeps its own
 fetch-ahead (the next span's shards are fetched while this one is read).
@@ -40,9 +40,8 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.producing import END, End, Prepared
-from jaxdata.pipeline.read_ahead import ReadAhead
 from jaxdata.pipeline.read_spans import (
-  LocalStep,
+  HostStep,
   PlannedSpan,
   ReadStep,
   RowsHere,
@@ -51,6 +50,7 @@ from jaxdata.pipeline.read_spans import (
   plan_span,
   read_span,
 )
+from jaxdata.pipeline.read_thread import ReadThread
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_stats import StepStats
@@ -77,8 +77,8 @@ class StepProducer:
     snapshot: called after each planned step; gives the state to hand out with it.
     aligned: assemble into fresh 64-byte-aligned memory (`aligned_arrays`),
       which global arrays on CPU devices then use in place instead of copying.
-    background_reads: read spans of local data on a thread of their own
-      (`read_ahead`), one span ahead of assembly.
+    background_reads: read spans of data on disk on a thread of their own
+      (`read_thread`), one span ahead of assembly.
   """
 
   makes_steps_ahead = False  # steps are made when asked for (on the prefetch thread, if any)
@@ -97,9 +97,9 @@ class StepProducer:
   ) -> None:
     self.cfg = cfg
     self.aligned = aligned
-    self.read_ahead = None
+    self.read_thread = None
     if background_reads and not reader.remote:
-      self.read_ahead = ReadAhead(functools.partial(read_span, reader, pad_id=cfg.packing.pad_id))
+      self.read_thread = ReadThread(functools.partial(read_span, reader, pad_id=cfg.packing.pad_id))
     self.pending: collections.deque[tuple[PlannedSpan, concurrent.futures.Future]] = collections.deque()
     self.planner = planner
     self.reader = reader
@@ -132,12 +132,12 @@ class StepProducer:
       may_fall_back=False,
       fell_back=False,
       assembles_here=True,
-      read_thread=self.read_ahead is not None,
+      read_thread=self.read_thread is not None,
     )
 
   def assemble_step(self, item: ReadStep) -> dict[str, Any]:
     """A read step's rows (in fresh aligned memory when `aligned`)."""
-    return assemble(item, self.cfg.packing, self.out_for(item.local.num_rows, item.local.seq_len))
+    return assemble(item, self.cfg.packing, self.out_for(item.host.num_rows, item.host.seq_len))
 
   def out_for(self, num_rows: int, seq_len: int) -> dict[str, Any] | None:
     """Where a step's rows go: aligned memory, or None (NumPy's own allocations)."""
@@ -159,10 +159,10 @@ class StepProducer:
   def close(self, timeout_s: float) -> bool:
     """Stops the read thread; whether no read is still under way after
     `timeout_s` (the pipeline closes the reader only then)."""
-    return self.read_ahead is None or self.read_ahead.close(timeout_s)
+    return self.read_thread is None or self.read_thread.close(timeout_s)
 
   def _fill(self) -> None:
-    if self.read_ahead is not None:
+    if self.read_thread is not None:
       self._fill_from_background()
       return
     planned, self.ahead = self.ahead or self._plan(), None
@@ -192,8 +192,8 @@ class StepProducer:
 
   def _plan_and_read(self) -> None:
     planned = self._plan()
-    assert self.read_ahead is not None  # planning in the background reads ahead
-    self.pending.append((planned, self.read_ahead.submit(planned.steps)))
+    assert self.read_thread is not None  # planning in the background reads ahead
+    self.pending.append((planned, self.read_thread.submit(planned.steps)))
 
   def _plan(self) -> PlannedSpan:
     planned = plan_span(self.planner, self.recorder, self.rows_here, self.span_tokens, self.snapshot)
@@ -201,6 +201,6 @@ class StepProducer:
     return planned
 
 
-def grown_span(steps: list[LocalStep], limit: int) -> int:
+def grown_span(steps: list[HostStep], limit: int) -> int:
   """The next span's tokens: twice what this one held, up to `limit`."""
   return min(limit, 2 * max(sum(s.num_rows * s.seq_len for s in steps), 1))

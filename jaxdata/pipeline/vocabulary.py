@@ -23,7 +23,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError, DatasetError
 from jaxdata.sources.opening import SplitDataset
 
-__all__ = ["INT32_LIMIT", "TokenBound", "token_bound"]
+__all__ = ["TokenBound", "token_bound"]
 
 INT32_LIMIT = 1 << 31  # batches are int32: ids must stay below this
 

@@ -22,7 +22,7 @@ from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.worker_process import WorkerSpec, send
 
-__all__ = ["POLL_S", "WorkerHandle", "close_all"]
+__all__ = ["WorkerHandle", "close_all"]
 
 POLL_S = 0.1  # how often a wait checks that the worker is alive (and lets Ctrl-C in)
 

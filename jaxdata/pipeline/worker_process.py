@@ -51,7 +51,7 @@ from jaxdata.pipeline.pipeline_parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.read_spans import (
   MAX_SPAN_STEPS,
-  LocalStep,
+  HostStep,
   ReadStep,
   assemble,
   decode_span,
@@ -66,7 +66,7 @@ from jaxdata.pipeline.step_producer import grown_span
 from jaxdata.transforms.assemble import FEATURES
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["PLANNER", "READER", "WorkerSpec", "main", "send", "serve", "slot_views"]
+__all__ = ["PLANNER", "READER", "WorkerSpec", "main", "send", "slot_views"]
 
 Role = Literal["planner", "reader"]
 PLANNER: Final[Role] = "planner"
@@ -252,7 +252,7 @@ class _Reading(_Role):
     super().__init__(conn)
     self.cfg, self.spec, self.reader, self.buffer = cfg, spec, parts.reader, buffer
     self.free: set[int] = set()
-    self.unread: collections.deque[list[LocalStep]] = collections.deque()  # spans received, in order
+    self.unread: collections.deque[list[HostStep]] = collections.deque()  # spans received, in order
     # Steps read and not yet assembled, in order; a failed read waits here
     # as its error, so that it is raised at the step that needs it.
     self.pending: collections.deque[tuple[ReadStep, float] | BaseException] = collections.deque()
@@ -292,7 +292,7 @@ class _Reading(_Role):
     slot = min(self.free)
     started = time.perf_counter()
     try:
-      views = slot_views(self.buffer, slot, self.spec.slot_tokens, ready.local.num_rows, ready.local.seq_len)
+      views = slot_views(self.buffer, slot, self.spec.slot_tokens, ready.host.num_rows, ready.host.seq_len)
       assemble(ready, self.cfg.packing, out=views)
     except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
       send(self.conn, WorkerError.of(error, self.generation))
@@ -300,9 +300,9 @@ class _Reading(_Role):
       return
     self.free.remove(slot)
     times = {"read": read_s, "assemble": time.perf_counter() - started}
-    send(self.conn, StepMade(self.generation, ready.local.step, slot, times))
+    send(self.conn, StepMade(self.generation, ready.host.step, slot, times))
 
-  def _read(self, steps: list[LocalStep]) -> None:
+  def _read(self, steps: list[HostStep]) -> None:
     started = time.perf_counter()
     try:
       items = read_span(self.reader, steps, self.cfg.packing.pad_id)

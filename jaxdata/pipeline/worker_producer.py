@@ -17,7 +17,7 @@ itself, on its prefetch thread, while the planner plans the next one::
 
     main:      span w: read its documents (one call per dataset), assemble step s
                (remote shards: each span's are requested as it arrives, so they download ahead;
-               flat files in a store: each span is read a span ahead on the read-ahead thread)
+               flat files in a store: each span is read a span ahead on the read thread)
 
 Until every worker has opened its files, steps are made in process (the
 first batch does not wait for process start-up). Then the workers start from
@@ -46,7 +46,7 @@ from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.messages import Credit, Free, PlannedSpan, Ready, SpanToRead, Start, StepMade, WorkerError
 from jaxdata.pipeline.planner import encoded_state
 from jaxdata.pipeline.producing import END, End, Prepared
-from jaxdata.pipeline.read_spans import LocalStep, ReadStep, decode_span, read_span
+from jaxdata.pipeline.read_spans import HostStep, ReadStep, decode_span, read_span
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.step_producer import StepProducer
@@ -117,35 +117,34 @@ class _Coming:
   state: dict[str, Any]
   stats: StepStats
   closes_span: bool  # the span's last step: handing it out gives the planner a credit
-  span: _LocalSpan | None = None  # without readers: the span this process reads
+  span: _SpanInProcess | None = None  # without readers: the span this process reads
 
 
 @dataclasses.dataclass
-class _LocalSpan:
+class _SpanInProcess:
   """A planner's span that this process reads (at its first step) and assembles."""
 
-  steps: list[LocalStep]
+  steps: list[HostStep]
   items: collections.deque[ReadStep] | None = None
   read_s: float = 0.0  # per step
-  read: concurrent.futures.Future | None = None  # its read on the read-ahead thread, once started
+  read: concurrent.futures.Future | None = None  # its read on the read thread, once started
 
 
 class WorkerProducer:
   """Produces `Prepared` steps like `StepProducer`, from worker processes.
 
-  `local` makes the steps until the workers are ready; it shares the
+  `in_process` makes the steps until the workers are ready; it shares the
   pipeline's planner, so its states are the pipeline's. Every worker opens
-  its parts from `spec`, the pipeline's own, and makes `local`'s steps: its
-  config (the eval split's for split="eval"), rows and read span. With
-  `fall_back`,
-  workers that cannot start (`WorkerStartError`) leave every step to `local`,
-  with a warning, instead of failing them.
+  its parts from `spec`, the pipeline's own, and makes `in_process`'s
+  steps: its config (the eval split's for split="eval"), rows and read span.
+  With `fall_back`, workers that cannot start (`WorkerStartError`) leave
+  every step to `in_process`, with a warning, instead of failing them.
   """
 
   def __init__(
     self,
     spec: PipelineSpec,
-    local: StepProducer,
+    in_process: StepProducer,
     *,
     count: int,
     fingerprint: dict[str, Any],
@@ -156,14 +155,14 @@ class WorkerProducer:
     if count < 0:
       raise ValueError(f"workers: must be >= 0, got {count}")
     slots = max(slots, 2)  # one being copied out, one being made
-    # The config, stats recorder, rows and read span are the local producer's: the workers make its steps.
-    cfg, rows_here = local.cfg, local.rows_here
-    self.local, self.recorder, self.fingerprint = local, local.recorder, fingerprint
+    # The config, stats recorder, rows and read span are the in-process producer's: the workers make its steps.
+    cfg, rows_here = in_process.cfg, in_process.rows_here
+    self.in_process, self.recorder, self.fingerprint = in_process, in_process.recorder, fingerprint
     rows_by_shape = {f"{rows}x{seq_len}": rows_here(rows, seq_len).tolist() for rows, seq_len in cfg.row_shapes()}
     self.slot_tokens = max(len(r) * int(key.split("x")[1]) for key, r in rows_by_shape.items())
 
     self.cfg, self.spec = cfg, spec
-    read_span_limit = local.read_ahead_tokens
+    read_span_limit = in_process.read_ahead_tokens
     self.specs = [WorkerSpec(PLANNER, 0, count, -1, slots, self.slot_tokens, rows_by_shape, read_span_limit)]
     self.specs += [dataclasses.replace(self.specs[0], role=READER, index=i) for i in range(count)]
     self.handles: list[WorkerHandle] = []  # the planner, then the readers; started after the first step
@@ -174,11 +173,11 @@ class WorkerProducer:
     self.last_state = start_state  # after the last step made: where workers start from
     self.phase = Phase.NOT_SPAWNED
     self.coming: collections.deque[_Coming | BaseException | Literal[End.END]] = collections.deque()
-    # Spans that wait on a store's byte ranges are read a span ahead on the read-ahead thread
-    # (local reads stay on the prefetch thread: a read thread there cost a training loop more of the GIL).
-    self.reads_ahead = local.read_ahead is not None and local.reader.reads_ranges_from_store
-    self.unread: collections.deque[_LocalSpan] = collections.deque()  # forwarded, their reads not started
-    self.reading: _LocalSpan | None = None  # read ahead (or being read), not assembled from yet
+    # Spans that wait on a store's byte ranges are read a span ahead on the read thread
+    # (reads from disk stay on the prefetch thread: a read thread there cost a training loop more of the GIL).
+    self.reads_ahead = in_process.read_thread is not None and in_process.reader.reads_ranges_from_store
+    self.unread: collections.deque[_SpanInProcess] = collections.deque()  # forwarded, their reads not started
+    self.reading: _SpanInProcess | None = None  # read ahead (or being read), not assembled from yet
     self.spans = 0  # forwarded since the last start: the next goes to reader spans % count
     self.from_workers = 0  # steps handed out that workers made
     self.per_reader = [0] * count  # of those, how many each reader made
@@ -225,7 +224,7 @@ class WorkerProducer:
   def execution(self) -> Execution:
     """Where the steps are made now (`Pipeline.execution`)."""
     if self.phase is Phase.FELL_BACK:
-      return dataclasses.replace(self.local.execution(), may_fall_back=True, fell_back=True)
+      return dataclasses.replace(self.in_process.execution(), may_fall_back=True, fell_back=True)
     return Execution(
       processes=tuple(spec.name for spec in self.specs),
       steps_from_processes=self.from_workers,
@@ -233,7 +232,7 @@ class WorkerProducer:
       may_fall_back=self.fall_back,
       fell_back=False,
       assembles_here=not self.makes_steps_ahead,
-      read_thread=not self.makes_steps_ahead and self.local.read_ahead is not None,
+      read_thread=not self.makes_steps_ahead and self.in_process.read_thread is not None,
     )
 
   def produce(self) -> Prepared | Literal[End.END]:
@@ -260,7 +259,7 @@ class WorkerProducer:
 
   def restart(self, state: dict[str, Any]) -> None:
     """Continue from `state` (the pipeline's planner is already set to it)."""
-    self.local.restart(state)
+    self.in_process.restart(state)
     self.last_state, self.next_step = state, state["step"]
     if self.phase is Phase.RUNNING:
       self._starting(lambda: self._start(state))
@@ -268,7 +267,7 @@ class WorkerProducer:
   def close(self, timeout_s: float) -> bool:
     """Stops the workers and this process's read thread (see `StepProducer.close`)."""
     self._finalizer()
-    return self.local.close(timeout_s)
+    return self.in_process.close(timeout_s)
 
   def _starting(self, step: Callable[[], Any]) -> Any:
     """Runs a start-up step (spawn, check readiness, start); a worker that
@@ -288,7 +287,7 @@ class WorkerProducer:
       return False
 
   def _produce_here(self) -> Prepared | Literal[End.END]:
-    item = self.local.produce()
+    item = self.in_process.produce()
     if isinstance(item, Prepared):
       self.last_state, self.next_step = item.state, item.stats.step + 1
     return item
@@ -296,7 +295,7 @@ class WorkerProducer:
   def _take(self, coming: _Coming) -> Prepared:
     """Step `coming` from its reader's slot (copied out, then the slot is freed)."""
     if coming.span is not None:
-      return self._take_local(coming, coming.span)
+      return self._take_in_process(coming, coming.span)
     handle = self.readers[coming.reader]
     while True:
       message = handle.receive()
@@ -313,7 +312,7 @@ class WorkerProducer:
     views = slot_views(handle.memory.buf, message.slot, self.slot_tokens, coming.num_rows, coming.seq_len)
     # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
     started = time.perf_counter()
-    arrays = self.local.out_for(coming.num_rows, coming.seq_len)
+    arrays = self.in_process.out_for(coming.num_rows, coming.seq_len)
     if arrays is None:
       arrays = {name: np.empty_like(view) for name, view in views.items()}
     for name, view in views.items():
@@ -332,7 +331,7 @@ class WorkerProducer:
     self.per_reader[coming.reader] += 1
     return Prepared(arrays, coming.state, stats)
 
-  def _take_local(self, coming: _Coming, span: _LocalSpan) -> Prepared:
+  def _take_in_process(self, coming: _Coming, span: _SpanInProcess) -> Prepared:
     """Step `coming` read (with the rest of its span, at its first step) and assembled here."""
     if span.items is None:
       if span.read is not None:
@@ -341,12 +340,12 @@ class WorkerProducer:
         self._read_next_span()
       else:
         started = time.perf_counter()
-        items = read_span(self.local.reader, span.steps, self.cfg.packing.pad_id)
+        items = read_span(self.in_process.reader, span.steps, self.cfg.packing.pad_id)
         read_s = time.perf_counter() - started
       span.items, span.read_s = collections.deque(items), read_s / len(span.steps)
     item = span.items.popleft()
     started = time.perf_counter()
-    arrays = self.local.assemble_step(item)
+    arrays = self.in_process.assemble_step(item)
     if coming.closes_span:
       self.planner.send(Credit(self.generation))
     stats = coming.stats
@@ -381,9 +380,9 @@ class WorkerProducer:
           reader = self.spans % len(self.readers)
           self.readers[reader].send(SpanToRead(self.generation, steps), payload)
         else:
-          span = _LocalSpan(decode_span(steps, payload))
-          if self.local.reader.remote:  # its shards are fetched from now on, while earlier spans are read
-            self.local.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in span.steps]))
+          span = _SpanInProcess(decode_span(steps, payload))
+          if self.in_process.reader.remote:  # its shards are fetched from now on, while earlier spans are read
+            self.in_process.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in span.steps]))
           if self.reads_ahead:
             self.unread.append(span)
             self._read_next_span()
@@ -405,12 +404,12 @@ class WorkerProducer:
         self.coming.append(END)
 
   def _read_next_span(self) -> None:
-    """Starts reading the next forwarded span on the read-ahead thread, one
+    """Starts reading the next forwarded span on the read thread, one
     span ahead of the one being assembled (at most two spans are held)."""
     if self.reading is None and self.unread:
       self.reading = self.unread.popleft()
-      assert self.local.read_ahead is not None  # (reads_ahead)
-      self.reading.read = self.local.read_ahead.submit(self.reading.steps)
+      assert self.in_process.read_thread is not None  # (reads_ahead)
+      self.reading.read = self.in_process.read_thread.submit(self.reading.steps)
 
   def _drop_spans(self) -> None:
     """Forgets the spans planned before a (re)start; a read not begun yet is skipped."""
@@ -458,13 +457,15 @@ class WorkerProducer:
 
   def _start(self, state: dict[str, Any]) -> None:
     dead = [i for i, handle in enumerate(self.handles) if handle.process.poll() is not None]
-    for i in dead:  # a worker that died (killed, out of memory) is replaced; until it is ready, steps are local
+    for (
+      i
+    ) in dead:  # a worker that died (killed, out of memory) is replaced; until it is ready, steps are made in process
       self.handles[i] = self.handles[i].respawned()
     if dead:
       self._move(Phase.STARTING)
       return
     self.generation += 1
-    self.local.restart(state)
+    self.in_process.restart(state)
     self.coming.clear()
     self._drop_spans()
     self.spans = 0

@@ -33,15 +33,7 @@ import numpy as np
 
 from jaxdata.config.validate import require_keys
 
-__all__ = [
-  "DoReMiRound",
-  "IW_ESS_WARNING",
-  "doremi_average",
-  "doremi_round",
-  "doremi_update",
-  "importance_weights",
-  "per_source_loss",
-]
+__all__ = ["DoReMiRound", "doremi_average", "doremi_round", "doremi_update", "importance_weights", "per_source_loss"]
 
 IW_ESS_WARNING = 0.5  # warn when importance weights leave less than this share of the effective sample size
 

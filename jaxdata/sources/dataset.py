@@ -35,7 +35,7 @@ from jaxdata.sources.remote import RemoteShards
 from jaxdata.sources.shard_cache import CacheOptions, default_cache_options
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["FLAT_READERS", "RaggedTokens", "ReadOptions", "TokenDataset"]
+__all__ = ["RaggedTokens", "ReadOptions", "TokenDataset"]
 
 FLAT_READERS = ("mmap", "tensorstore")
 

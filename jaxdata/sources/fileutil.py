@@ -28,14 +28,12 @@ import numpy as np
 from jaxdata.errors import DatasetError
 
 __all__ = [
-  "MARKER",
   "check_inside",
   "check_name",
   "claim_directory",
   "clear_claimed",
   "file_sha256",
   "index_sha256",
-  "is_claimed",
   "replace_arrays",
   "sample_sha256",
 ]

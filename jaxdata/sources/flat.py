@@ -136,9 +136,9 @@ class FlatTokenDataset(ShardedRecords):
     for shard in np.unique(shard_ids).tolist():  # one gather per shard touched
       mine = shard_ids == shard
       starts[mine] = self.doc_starts[shard][record_ids[mine]]
-    return self.read_spans(shard_ids, starts, counts)
+    return self.read_ranges(shard_ids, starts, counts)
 
-  def read_spans(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> RaggedTokens:
+  def read_ranges(self, shard_ids: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> RaggedTokens:
     """Token ranges [starts[i], starts[i] + counts[i]) of shard shard_ids[i], in that order."""
     shard_ids = np.asarray(shard_ids, np.int64)
     starts, counts = np.asarray(starts, np.int64), np.asarray(counts, np.int64)

@@ -36,14 +36,12 @@ import numpy as np
 from jaxdata.errors import DatasetError
 
 __all__ = [
-  "MEGATRON_DTYPES",
   "MegatronIndex",
   "TokenLayout",
   "bos_lengths",
   "dolma_metadata_lengths",
   "dolma_metadata_path",
   "eos_lengths",
-  "has_npy_header",
   "first_negative_id",
   "offsets_lengths",
   "read_megatron_index",

@@ -54,7 +54,7 @@ from jaxdata.sources.record_files import convert_hint, example_feature_names, re
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import LENGTHS_DTYPE
 
-__all__ = ["FLAT_FORMATS", "OFFSETS_SUFFIX", "build_flat_index"]
+__all__ = ["build_flat_index"]
 
 FLAT_FORMATS = ("megatron", "flat")
 OFFSETS_SUFFIX = ".offsets.npy"  # beside a flat token file: its document starts

@@ -36,7 +36,6 @@ __all__ = [
   "IN_MEMORY_RECORDS",
   "LengthsBase",
   "load_lengths_file",
-  "smallest_dtype",
 ]
 
 IN_MEMORY_RECORDS = 1 << 24  # up to 16M documents (<= 64 MB) are concatenated into RAM

@@ -28,7 +28,6 @@ from jaxdata.errors import DatasetError
 __all__ = [
   "COMPRESSIONS",
   "FORMAT_VERSION",
-  "MASK_FORMAT_VERSION",
   "TOKENS_ONLY",
   "WITH_MASK",
   "MANIFEST_NAME",

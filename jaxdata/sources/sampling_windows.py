@@ -147,7 +147,7 @@ class WindowView(ShardedRecords):
     if shard_ids.size and (record_ids >= self.shard_num_records[shard_ids]).any():
       raise IndexError(f"{self.dataset.path}: a window id past its shard's {self.shard_num_records.max()} windows")
     starts = self.window_starts(shard_ids, record_ids)
-    return self.dataset.read_spans(shard_ids, starts, np.full(shard_ids.size, self.options.window + 1))
+    return self.dataset.read_ranges(shard_ids, starts, np.full(shard_ids.size, self.options.window + 1))
 
   def boundaries(self, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Document starts strictly inside windows: (index into `records`, offset

@@ -27,15 +27,7 @@ from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.parallelism import FETCH_THREADS, MAX_FETCH_THREADS
 from jaxdata.sources.stores import ObjectStore, with_retries
 
-__all__ = [
-  "DEFAULT_CACHE_BYTES",
-  "CacheOptions",
-  "CachedShard",
-  "ShardCache",
-  "default_cache_options",
-  "release_cache",
-  "shared_cache",
-]
+__all__ = ["CacheOptions", "CachedShard", "ShardCache", "default_cache_options", "release_cache", "shared_cache"]
 
 DEFAULT_CACHE_BYTES = 32 << 30
 

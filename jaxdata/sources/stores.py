@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from jaxdata.errors import DatasetError, optional_module
 from jaxdata.sources.parallelism import MAX_FETCH_THREADS
 
-__all__ = ["FETCH_ATTEMPTS", "ObjectStore", "RemotePath", "is_remote", "open_store", "with_retries"]
+__all__ = ["ObjectStore", "RemotePath", "is_remote", "open_store", "with_retries"]
 
 SCHEMES = ("gs://", "s3://")
 FETCH_ATTEMPTS = 4  # a failed transfer is retried after 0.25, 0.5 and 1 s

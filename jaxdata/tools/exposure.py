@@ -45,7 +45,6 @@ __all__ = [
   "parse_tokens",
   "plan_run",
   "schedule_exposure",
-  "step_capacities",
   "simulate_end",
   "weights_by_step",
 ]

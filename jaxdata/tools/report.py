@@ -22,7 +22,7 @@ from jaxdata.errors import InputFormatError, optional_module
 from jaxdata.pipeline.step_stats import StepStats, trained_totals
 from jaxdata.tools.numbers import human_count
 
-__all__ = ["ablation_plot", "jsonl_records", "load_stats", "plan_plot", "report_series", "write_report"]
+__all__ = ["ablation_plot", "jsonl_records", "load_stats", "plan_plot", "write_report"]
 
 
 def _figure(**kwargs: Any) -> Any:

@@ -8,7 +8,7 @@ import numpy as np
 
 from jaxdata.sources.opening import Dataset
 
-__all__ = ["LENGTH_PERCENTILES", "summarize"]
+__all__ = ["summarize"]
 
 LENGTH_PERCENTILES = (50, 90, 99)
 

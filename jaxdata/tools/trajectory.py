@@ -24,7 +24,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import InputFormatError
 from jaxdata.tools.report import jsonl_records
 
-__all__ = ["Trajectory", "load_trajectory", "trajectory_phases", "with_trajectory"]
+__all__ = ["Trajectory", "load_trajectory", "with_trajectory"]
 
 Trajectory = list[tuple[int, dict[str, float]]]
 

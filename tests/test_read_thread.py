@@ -1,4 +1,4 @@
-"""Windows read on a thread of their own (`ReadAhead`), one ahead of assembly:
+"""Spans read on a thread of their own (`ReadThread`), one ahead of assembly:
 in order, errors where the span is needed, dropped spans skipped, the
 same batches as reading in the prefetch thread, and nothing left running."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxdata import Pipeline, PipelineConfig, TokenDataset
-from jaxdata.pipeline.read_ahead import ReadAhead
+from jaxdata.pipeline.read_thread import ReadThread
 from pipeline_fixtures import coded_config, digest
 
 WAIT_S = 60.0  # a safety bound for a failure, never reached when the tests pass
@@ -26,7 +26,7 @@ def test_reads_run_one_at_a_time_in_the_order_asked() -> None:
     running.release()
     return span * 10
 
-  reads = ReadAhead(read)
+  reads = ReadThread(read)
   futures = [reads.submit(w) for w in range(20)]
   assert [f.result(WAIT_S)[0] for f in futures] == [w * 10 for w in range(20)]
   assert calls == list(range(20))
@@ -39,7 +39,7 @@ def test_an_error_is_raised_where_the_span_is_needed_and_later_reads_go_on() -> 
       raise OSError(5, "Input/output error (injected)")
     return span
 
-  reads = ReadAhead(read)
+  reads = ReadThread(read)
   first, failing, third = (reads.submit(w) for w in range(3))
   assert first.result(WAIT_S)[0] == 0
   with pytest.raises(OSError, match="injected"):
@@ -58,7 +58,7 @@ def test_a_dropped_span_is_not_read_and_a_stalled_read_is_reported_by_close() ->
     release.wait(WAIT_S)
     return span
 
-  reads = ReadAhead(read)
+  reads = ReadThread(read)
   stalled = reads.submit("stalled")
   started.wait(WAIT_S)
   dropped = reads.submit("dropped")

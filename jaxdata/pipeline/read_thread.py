@@ -1,4 +1,4 @@
-"""`ReadAhead`: a span's documents read on a thread of their own.
+"""`ReadThread`: a span's documents read on a thread of their own.
 
 The prefetch thread plans and assembles, holding the GIL; a span's read
 spends most of its time in ArrayRecord's native code, without it. Reading
@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ReadAhead"]
+__all__ = ["ReadThread"]
 
 
-class ReadAhead:
+class ReadThread:
   """Runs `read(span)` calls on one daemon thread, in order.
 
-  >>> reads = ReadAhead(lambda span: [2 * x for x in span])
+  >>> reads = ReadThread(lambda span: [2 * x for x in span])
   >>> reads.submit([1, 2]).result()[0]
   [2, 4]
   >>> reads.close(timeout_s=5.0)
