@@ -39,6 +39,8 @@ def test_three_candidates_train_equal_tokens_and_report_held_out_losses(tmp_path
         *paths,
         "--tokens",
         "8k",
+        "--eval-tokens",
+        "48k",  # the same first 48k held-out trained tokens for every candidate
         "--png",
         str(tmp_path / "ablation.png"),
       ]
@@ -50,7 +52,11 @@ def test_three_candidates_train_equal_tokens_and_report_held_out_losses(tmp_path
   assert printed.count("8,000") >= 3  # processed tokens: equal for every candidate
   assert (tmp_path / "ablation.png").read_bytes()[:4] == b"\x89PNG"
   rows = run_ablation(
-    base, [("web", candidates["web-heavy"]), ("code", candidates["code-heavy"])], 6_000, log=lambda m: None
+    base,
+    [("web", candidates["web-heavy"]), ("code", candidates["code-heavy"])],
+    6_000,
+    log=lambda m: None,
+    eval_tokens=48_000,
   )
   assert [r.processed_tokens for r in rows] == [6_000, 6_000]
   assert rows[0].tokens_by_domain["synthetic"] > rows[1].tokens_by_domain["synthetic"]

@@ -255,7 +255,8 @@ def test_existing_dataset_is_not_overwritten(tmp_path):
   assert (tmp_path / "ds" / "manifest.json").read_bytes() == before
 
 
-def test_cli_convert_reports_skips_and_errors(tmp_path, capsys):
+def test_cli_convert_reports_skips_and_errors(tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv("COLUMNS", "400")  # the lines checked below hold paths: unwrapped at any tmp_path length
   src = write_bad_jsonl(tmp_path / "bad.jsonl")
   out = str(tmp_path / "ds")
   assert main(["convert", "-q", src, "--out", out, "--name", "b"]) == 1

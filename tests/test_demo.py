@@ -94,7 +94,8 @@ def test_a_directory_with_a_file_named_like_the_demos_stamp_is_refused_and_kept(
 def test_the_online_doremi_demo_steers_the_pipeline_and_resumes_across_updates(tmp_path):
   summary = tmp_path / "online.json"
   out = subprocess.run(
-    ["jaxdata", "demo", "--online", "doremi", "--steps", "4", "--cache-dir", str(tmp_path / "cache")]
+    ["jaxdata", "demo", "--online", "doremi", "--steps", "4", "--eval-tokens", "16k"]
+    + ["--cache-dir", str(tmp_path / "cache")]
     + ["--json", str(summary)],
     capture_output=True,
     text=True,

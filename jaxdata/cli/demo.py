@@ -90,11 +90,11 @@ def ablate(args: argparse.Namespace, console: Console) -> int:
   cache_dir = args.cache_dir if args.cache_dir is not None else default_cache_dir()
   if args.config is None:
     build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
-  if args.config is None:
-    build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
   base = demo_run.demo_config(cache_dir, args.config)
   candidates = [ablation.load_candidate(path) for path in args.candidates]
-  rows = ablation.run_ablation(base, candidates, args.tokens, log=lambda m: console.print(m, markup=False))
+  rows = ablation.run_ablation(
+    base, candidates, args.tokens, log=lambda m: console.print(m, markup=False), eval_tokens=args.eval_tokens
+  )
   table = Table(title=f"mixture ablation: {args.tokens:,} valid tokens each, held-out loss per domain")
   for column in (
     "candidate",
@@ -150,7 +150,9 @@ def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
   if args.config is None:
     build_demo_corpus(cache_dir, lambda m: console.print(m, markup=False))
   base = demo_run.demo_config(cache_dir, args.config)
-  result = online.run_online_doremi(base, steps=args.steps, log=lambda m: console.print(m, markup=False))
+  result = online.run_online_doremi(
+    base, steps=args.steps, log=lambda m: console.print(m, markup=False), eval_tokens=args.eval_tokens
+  )
   names = list(result.averaged)
   marks = sorted({0, len(result.trajectory) // 4, len(result.trajectory) // 2, len(result.trajectory) - 1})
   table = Table(title="DoReMi online: the proxy's weights, step by step")
@@ -196,6 +198,11 @@ def register(commands: Commands) -> None:
     action="store_true",
     help="instead: fine-tuning on generated chat, tool-call and safety conversations (masks, epochs, resume)",
   )
+  p.add_argument(
+    "--eval-tokens",
+    type=parse_size,
+    help="with --online: held-out loss over the first N held-out trained tokens (default: all of them)",
+  )
   p.set_defaults(handler=demo)
 
   p = commands.add("ablate", "mixture ablation: the demo model on each candidate mixture, the same tokens")
@@ -209,4 +216,9 @@ def register(commands: Commands) -> None:
   p.add_argument("--tokens", type=parse_size, default=200_000, help="valid tokens each candidate trains on")
   p.add_argument("--cache-dir", help="the demo corpus' directory when no config is given")
   p.add_argument("--png", help="also plot per-domain held-out loss per candidate here")
+  p.add_argument(
+    "--eval-tokens",
+    type=parse_size,
+    help="held-out loss over the first N held-out trained tokens (default: all of them)",
+  )
   p.set_defaults(handler=ablate)

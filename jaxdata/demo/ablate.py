@@ -97,19 +97,26 @@ def _cut_at(batch: dict[str, np.ndarray], remaining: int) -> tuple[dict[str, np.
   return {**batch, "loss_mask": kept}, int(kept.sum())
 
 
-def evaluate(params: Any, cfg: PipelineConfig) -> dict[str, float]:
-  """Mean held-out loss per dataset (the config's split="eval")."""
+def evaluate(params: Any, cfg: PipelineConfig, eval_tokens: int | None = None) -> dict[str, float]:
+  """Mean held-out loss per dataset (the config's split="eval"): over every held-out trained token,
+  or the first `eval_tokens` of them (the same documents for every model evaluated on `cfg`'s split)."""
+  if eval_tokens is not None and eval_tokens < 1:
+    raise ValueError(f"eval_tokens: must be >= 1 (or None: every held-out token), got {eval_tokens}")
   sums, counts = np.zeros(len(cfg.names)), np.zeros(len(cfg.names))
+  remaining = eval_tokens if eval_tokens is not None else -1
   with Pipeline(cfg, prefetch=0, split="eval") as evaluation:
-    names = evaluation.cfg.names
+    position = np.array([cfg.names.index(name) for name in evaluation.cfg.names])  # source id -> our index
     for batch in evaluation:
+      if remaining >= 0:
+        batch, valid = _cut_at(batch, remaining)
+        remaining -= valid
       losses = np.asarray(token_losses(params, {k: jnp.asarray(v) for k, v in batch.items()}))
-      mask, sources = np.asarray(batch["loss_mask"]) == 1, np.asarray(batch["source_ids"])
-      for d, name in enumerate(names):
-        here = mask & (sources == d)
-        i = cfg.names.index(name)
-        sums[i] += float(losses[here].sum())
-        counts[i] += int(here.sum())
+      trained = np.asarray(batch["loss_mask"]) == 1
+      where = position[np.asarray(batch["source_ids"])[trained]]
+      sums += np.bincount(where, weights=losses[trained], minlength=len(cfg.names))
+      counts += np.bincount(where, minlength=len(cfg.names))
+      if remaining == 0:
+        break
   return {n: float(sums[i] / counts[i]) if counts[i] else float("nan") for i, n in enumerate(cfg.names)}
 
 
@@ -136,9 +143,13 @@ def share_drift(weights: Mapping[str, float], trained: Mapping[str, int]) -> str
 
 
 def run_ablation(
-  base: PipelineConfig, candidates: Sequence[tuple[str, Mapping[str, float]]], tokens: int, log: Any = print
+  base: PipelineConfig,
+  candidates: Sequence[tuple[str, Mapping[str, float]]],
+  tokens: int,
+  log: Any = print,
+  eval_tokens: int | None = None,
 ) -> list[AblationRow]:
-  """Trains and evaluates every candidate (see the module docstring)."""
+  """Trains and evaluates every candidate (see the module docstring); `eval_tokens` as in `evaluate`."""
   if tokens < 1:
     raise ValueError(f"tokens: must be >= 1, got {tokens}")
   target_cfg = ablation_config(base)
@@ -164,7 +175,7 @@ def run_ablation(
           by_domain[n] += int(((sources == d) & (batch["loss_mask"] == 1)).sum())
         params, state, _ = model.train_step(params, state, {k: jnp.asarray(v) for k, v in batch.items()})
         processed += valid
-    losses = evaluate(params, cfg)
+    losses = evaluate(params, cfg, eval_tokens)
     target_loss = sum(target[n] / total * losses[n] for n in cfg.names)
     rows.append(AblationRow(name, _weights(cfg), processed, by_domain, losses, float(target_loss)))
     log(f"{name}: {processed:,} tokens trained, target-mixture loss {target_loss:.4f}")

@@ -68,8 +68,11 @@ def _train(cfg: PipelineConfig, steps: int) -> Any:
   return params
 
 
-def run_online_doremi(base: PipelineConfig, steps: int = 60, log: Callable[[str], None] = print) -> OnlineResult:
-  """Reference, online proxy (with its resume check) and the two main runs (see the module docstring)."""
+def run_online_doremi(
+  base: PipelineConfig, steps: int = 60, log: Callable[[str], None] = print, eval_tokens: int | None = None
+) -> OnlineResult:
+  """Reference, online proxy (with its resume check) and the two main runs (see the module docstring);
+  the main runs are evaluated on every held-out token, or the first `eval_tokens` (`ablate.evaluate`)."""
   uniform = ablation_config(base, dict.fromkeys(base.names, 1.0))
   names = uniform.names
   log(f"reference: the demo model on uniform weights, {steps} steps ...")
@@ -109,6 +112,6 @@ def run_online_doremi(base: PipelineConfig, steps: int = 60, log: Callable[[str]
     averaged=averaged,
     resume_ok=resume_ok,
     resume_detail=detail,
-    uniform_loss=evaluate(_train(uniform, steps), uniform),
-    doremi_loss=evaluate(_train(doremi_cfg, steps), doremi_cfg),
+    uniform_loss=evaluate(_train(uniform, steps), uniform, eval_tokens),
+    doremi_loss=evaluate(_train(doremi_cfg, steps), doremi_cfg, eval_tokens),
   )
