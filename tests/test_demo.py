@@ -110,6 +110,10 @@ def test_the_online_doremi_demo_steers_the_pipeline_and_resumes_across_updates(t
   assert [round(a, 9) for a in averaged] == [round(result["averaged"][n], 9) for n in result["averaged"]]
   assert set(result["uniform_loss"]) == set(result["doremi_loss"]) == set(result["averaged"])
   assert "resume check: OK" in out.stdout and max(len(line) for line in out.stdout.splitlines()) <= 80
+  # the proxy updates after every step, 4 steps ahead: at most the first (made once the prefetch
+  # thread had planned further ahead than that) plans steps again
+  assert 0 < result["pipeline_share"] < 1 and result["updates_replanned"] <= 1
+  assert "of the proxy loop's step time" in " ".join(out.stdout.split())
 
 
 def test_the_sft_demo_trains_on_masked_conversations_and_resumes_mid_epoch(tmp_path, capsys):

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import textwrap
 
 import numpy as np
 import pytest
 import yaml
 
+import jaxdata.testing
 from jaxdata import ConfigError, DocumentStream, InputFormatError, Pipeline, PipelineConfig
 from jaxdata.cli import main
 from jaxdata.mixture import updates as updates_module
+from jaxdata.pipeline.sharding import UPDATE_CHECK_EVERY
 from jaxdata.tools.doctor import diagnose
 from jaxdata.tools.report import load_stats
 from jaxdata.tools.trajectory import load_trajectory
@@ -154,7 +155,9 @@ def test_a_stream_update_for_a_step_already_drawn_is_refused_and_the_state_keeps
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_hosts_that_make_different_updates_are_refused_on_every_host(cfg, tmp_path):
+def test_hosts_that_make_different_updates_are_named_at_the_next_check_on_every_host(cfg, tmp_path):
+  """The hosts compare their updates every UPDATE_CHECK_EVERY updates and at a checkpoint save
+  (`check_hosts_agree`), one collective each; the first update that differed is named."""
   config = tmp_path / "cfg.json"
   config.write_text(json.dumps(cfg.to_dict()))
   script = tmp_path / "host.py"
@@ -169,16 +172,27 @@ def test_hosts_that_make_different_updates_are_refused_on_every_host(cfg, tmp_pa
       port, index, config, out = sys.argv[1:5]
       jax.distributed.initialize(f"localhost:{port}", 2, int(index))
       from jaxdata import Pipeline, PipelineConfig
+      from jaxdata.pipeline.sharding import UPDATE_CHECK_EVERY
+      outcomes = []
       with Pipeline(PipelineConfig.from_dict(json.load(open(config))), prefetch=0) as pipe:
         next(pipe)
-        pipe.update_mixture({"d0": 1, "d1": 1, "d2": 1})  # the same on both hosts: accepted
+        pipe.update_mixture({"d0": 1, "d1": 1, "d2": 1})  # the same on both hosts
+        pipe.check_hosts_agree()
         next(pipe)
+        pipe.update_mixture({"d0": 1 + int(index), "d1": 1, "d2": 1})  # differs: not checked yet
+        pipe.update_mixture({"d0": 1, "d1": 2, "d2": 1})  # the same again
         try:
-          pipe.update_mixture({"d0": 1 + int(index), "d1": 1, "d2": 1})  # differs
-          outcome = "accepted"
+          pipe.check_hosts_agree()  # what a checkpoint save does
+          outcomes.append("agreed")
         except ValueError as e:
-          outcome = str(e)
-      open(out, "w").write(outcome)
+          outcomes.append(str(e))
+        try:  # without an explicit check: the UPDATE_CHECK_EVERY-th update checks
+          for i in range(UPDATE_CHECK_EVERY):
+            pipe.update_mixture({"d0": 1, "d1": 1, "d2": 1 + (i == 7) * int(index)})
+          outcomes.append("agreed")
+        except ValueError as e:
+          outcomes.append(f"{i}: {e}")
+      open(out, "w").write(json.dumps(outcomes))
       jax.distributed.shutdown()
       """
     )
@@ -187,8 +201,10 @@ def test_hosts_that_make_different_updates_are_refused_on_every_host(cfg, tmp_pa
   outs = [str(tmp_path / f"out{i}") for i in range(2)]
   run_workers(str(script), [[str(port), str(i), str(config), outs[i]] for i in range(2)])
   for out in outs:
-    assert "differs between hosts (process 1 disagrees with process 0)" in open(out).read()
-  assert os.path.getsize(outs[0]) > 0
+    at_save, periodic = json.loads(open(out).read())
+    # the second update (made after 2 steps were handed out, for step 2 + the lag 32) is named
+    assert "the update made after 2 steps (at_step=34) differs between hosts (process 1 disagrees" in at_save
+    assert periodic.startswith(f"{UPDATE_CHECK_EVERY - 1}: ") and "(at_step=34)" in periodic
 
 
 def run_with_updates(cfg, stats_path, updates: dict[int, dict], steps: int) -> None:
@@ -198,9 +214,10 @@ def run_with_updates(cfg, stats_path, updates: dict[int, dict], steps: int) -> N
 
 def test_the_trajectory_of_a_run_is_read_back_and_planned(cfg, tmp_path, capsys):
   updates = {5: {"d0": 1, "d1": 2, "d2": 1}, 12: {"d0": 0, "d1": 1, "d2": 1}}
-  run_with_updates(cfg, tmp_path / "stats.jsonl", updates, 20)
+  run_with_updates(cfg, tmp_path / "stats.jsonl", updates, 50)
   trajectory = load_trajectory(str(tmp_path / "stats.jsonl"))
-  assert [s for s, _ in trajectory] == [0, 5, 12]
+  lag = cfg.mixture.update_lag_steps  # each takes effect that many steps after the next one handed out
+  assert lag == 32 and [s for s, _ in trajectory] == [0, 5 + lag, 12 + lag]
   assert trajectory[2][1] == {"d0": 0.0, "d1": 0.5, "d2": 0.5}
   (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
   argv = ["plan", str(tmp_path / "cfg.yaml"), "--tokens", "20000", "--read-spans", "0", "--json"]
@@ -216,19 +233,19 @@ def test_the_trajectory_of_a_run_is_read_back_and_planned(cfg, tmp_path, capsys)
 
 def test_doctor_flags_an_oscillating_controller_and_a_starved_source(cfg, tmp_path):
   swinging = {step: {"d0": 1 + 4 * (step % 2), "d1": 1, "d2": 1} for step in range(1, 15)}
-  run_with_updates(cfg, tmp_path / "swing.jsonl", swinging, 16)
+  run_with_updates(cfg, tmp_path / "swing.jsonl", swinging, 16 + cfg.mixture.update_lag_steps)
   checks = {c.name: c for c in diagnose(load_stats(str(tmp_path / "swing.jsonl")))}
   assert checks["controller d0"].status == "warn" and checks["controller d1"].status == "warn"
   assert checks["histogram"].status == "ok"  # new weights every step: no steady step to judge, not a failure
   steady = {step: {"d0": 1 + step, "d1": 10, "d2": 0.001} for step in range(1, 15)}  # d0 rises; d2 starved
-  run_with_updates(cfg, tmp_path / "steady.jsonl", steady, 16)
+  run_with_updates(cfg, tmp_path / "steady.jsonl", steady, 16 + cfg.mixture.update_lag_steps)
   checks = {c.name: c for c in diagnose(load_stats(str(tmp_path / "steady.jsonl")), share_floor=0.05)}
   assert checks["controller d0"].status == "ok" and checks["starved d2"].status == "warn"
   assert checks["starved d0"].status == "ok"
 
 
 def test_pass_policies_and_schedules_keep_working_when_weights_move(tmp_path):
-  cfg = coded_config(tmp_path, [[5, 9, 3] * 30, [7, 2] * 40], stop_after_passes=1)
+  cfg = coded_config(tmp_path, [[5, 9, 3] * 30, [7, 2] * 40], stop_after_passes=1, mixture={"update_lag_steps": 0})
   with Pipeline(cfg, prefetch=0) as pipe:
     next(pipe)
     pipe.update_mixture({"d0": 1, "d1": 0})  # d1 still owes its pass and can no longer be read
@@ -270,7 +287,11 @@ def test_the_state_stays_small_however_many_updates_a_run_makes(cfg):
 
 def test_a_group_drawn_at_once_cannot_be_updated_inside(tmp_path):
   grouped = coded_config(
-    tmp_path, [[5, 9, 3] * 40, [7, 2] * 60], exhausted_policy="repeat", packing={"mode": "none", "group_by_length": 3}
+    tmp_path,
+    [[5, 9, 3] * 40, [7, 2] * 60],
+    exhausted_policy="repeat",
+    packing={"mode": "none", "group_by_length": 3},
+    mixture={"update_lag_steps": 0},
   )
   with Pipeline(grouped, prefetch=0) as pipe:
     next(pipe)  # step 0 drew the documents of steps 0, 1 and 2
@@ -331,3 +352,43 @@ def test_an_update_call_does_no_per_update_work_however_many_are_pending(cfg, mo
     state = pipe.get_state()
   # the state keeps the update in force and those still to come (steps 50 .. 10,049)
   assert len(state["stream"]["updates"]) == 10_049 - (state["stream"]["next_step"] - 1) + 1
+
+
+def every_step_updates(count: int) -> dict[int, dict]:
+  rng = np.random.default_rng(7)
+  return {c: dict(zip(NAMES, (rng.integers(0, 5, 3) + [0, 1, 0]).tolist())) for c in range(count)}
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(
+  "mode",
+  [{"prefetch": 2}, {"prefetch": 2, "planner_process": True}, {"prefetch": 1, "workers": 2}],
+  ids=["in-process", "planner-process", "workers2"],
+)
+def test_updates_before_every_step_at_the_default_lag_keep_everything_made_ahead(cfg, mode):
+  """With the default lag, no update touches a step already planned, in any mode: every update is
+  adopted where the planning runs (none plans again) and the batches are prefetch=0's."""
+  updates = every_step_updates(40)
+  with Pipeline(cfg, prefetch=0) as reference:
+    expected = loop(reference, 0, 40, updates)
+    assert reference.execution().updates_replanned == 0
+  with Pipeline(cfg, **mode) as pipe:
+    jaxdata.testing.wait_for_processes(pipe)
+    assert loop(pipe, 0, 40, updates) == expected
+    execution = pipe.execution()
+  assert (execution.updates_adopted, execution.updates_replanned) == (40, 0)
+  assert execution.steps_from_processes >= (35 if "workers" in mode or "planner_process" in mode else 0)
+
+
+@pytest.mark.slow
+def test_at_lag_0_an_update_plans_the_steps_made_ahead_again_and_the_batches_stay_the_same(tmp_path):
+  rng = np.random.default_rng(3)
+  lengths = [rng.integers(1, 40, 300).tolist(), rng.integers(1, 25, 400).tolist(), rng.integers(5, 60, 200).tolist()]
+  lag0 = coded_config(tmp_path, lengths, exhausted_policy="repeat", mixture={"update_lag_steps": 0})
+  updates = every_step_updates(30)
+  with Pipeline(lag0, prefetch=0) as reference:
+    expected = loop(reference, 0, 30, updates)
+  with Pipeline(lag0, prefetch=2) as ahead:
+    assert loop(ahead, 0, 30, updates) == expected
+    assert ahead.execution().updates_replanned > 0  # the prefetch thread had made the next step already

@@ -142,6 +142,9 @@ class PackingStrategy(abc.ABC):
   The default fills a step by tokens; `OnePerRow` fills it by documents.
   """
 
+  # Steps past the one planned whose documents a plan may draw now (`DocumentSource.drawn_through`).
+  draw_reach = 0
+
   def __init__(self, packing: PackingConfig, windows: tuple[bool, ...] = ()) -> None:
     self.packing = packing
     self.extra = packing.special_tokens
@@ -275,6 +278,7 @@ class GroupedOnePerRow(OnePerRow):
   def __init__(self, packing: PackingConfig, windows: tuple[bool, ...], seed: int) -> None:
     super().__init__(packing, windows)
     self.group, self.seed = packing.group_by_length, seed
+    self.draw_reach = self.group - 1
 
   def shortfall(self, carry: Pieces, rows: int, seq_len: int) -> int:
     return 0 if len(carry) >= rows else self.group * rows - len(carry)

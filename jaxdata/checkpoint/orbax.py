@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orbax.checkpoint as ocp
 from etils import epath
@@ -36,6 +36,13 @@ class Checkpointable(Protocol):
   def get_state(self) -> dict[str, Any]: ...
 
   def set_state(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class AgreesAcrossHosts(Protocol):
+  """A checkpointable whose hosts can check that they made the same calls (`Pipeline.check_hosts_agree`)."""
+
+  def check_hosts_agree(self) -> None: ...
 
 
 class PipelineCheckpointHandler(ocp.JsonCheckpointHandler):
@@ -84,6 +91,9 @@ class Save(ocp.args.CheckpointArgs):
   state: dict[str, Any] = dataclasses.field(init=False)
 
   def __post_init__(self) -> None:
+    # Built on every host (an Orbax save is): the hosts' mixture updates are compared here too.
+    if isinstance(self.pipeline, AgreesAcrossHosts):
+      self.pipeline.check_hosts_agree()
     self.state = self.pipeline.get_state()
 
 

@@ -167,6 +167,11 @@ def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
   for name in names:
     losses.add_row(name, f"{result.uniform_loss[name]:.4f}", f"{result.doremi_loss[name]:.4f}")
   show(console, losses)
+  console.print(
+    f"pipeline: {result.pipeline_share:.1%} of the proxy loop's step time (next() and update_mixture() "
+    f"every step); updates that planned steps again: {result.updates_replanned}",
+    markup=False,
+  )
   console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)
   if args.json:
     with open(args.json, "w") as f:

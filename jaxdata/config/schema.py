@@ -189,7 +189,8 @@ class MixtureConfig:
   schedule: tuple[Phase, ...] | None = None
   unit: Unit = "tokens"
   interleave: Interleave = "exact"
-  update_lag_steps: int = 0  # Pipeline.update_mixture: new weights from the next step handed out + this
+  # Pipeline.update_mixture: new weights from the next step handed out + this (see DEFAULT_UPDATE_LAG_STEPS)
+  update_lag_steps: int = 32
 
   def __post_init__(self) -> None:
     if (self.weights is None) == (self.schedule is None):

@@ -6,6 +6,7 @@
     proxy       a fresh model on a pipeline whose weights the loop updates every step:
                   excess = per_source_excess_loss(proxy token loss, reference token loss)  (on device)
                   weights = DoReMiController.observe(step, excess);  pipe.update_mixture(weights)
+                  (the weights act PROXY_LAG_STEPS = 4 steps later: nothing made ahead is planned again)
     resume      the pipeline's state at the middle step, restored into a fresh pipeline with the loop's
                 later updates replayed, gives the very batches the proxy trained on
     main        a fresh model on the averaged weights, against one on uniform weights: held-out loss
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +45,19 @@ class OnlineResult:
   resume_detail: str
   uniform_loss: dict[str, float]  # held-out loss per dataset, main model on uniform weights
   doremi_loss: dict[str, float]  # ... on DoReMi's averaged weights
+  pipeline_share: float  # of the proxy loop's step time, the pipeline's: next() and update_mixture()
+  updates_replanned: int  # proxy updates that planned steps again (0 at the default lag)
+
+
+# The proxy's weights act 4 steps after the step they were computed at: soon, for a 60-step run, and
+# still past what prefetch=2 makes ahead (3 steps), so that no update plans a step again.
+PROXY_LAG_STEPS = 4
+
+
+def _with_lag(cfg: PipelineConfig, lag: int) -> PipelineConfig:
+  raw = cfg.to_dict()
+  raw["mixture"]["update_lag_steps"] = lag
+  return PipelineConfig.from_dict(raw)
 
 
 def _digest(batch: dict[str, Any]) -> str:
@@ -80,24 +95,35 @@ def run_online_doremi(
   log(f"proxy: DoReMi online, the weights updated every step, {steps} steps ...")
   controller = DoReMiController(names)
   params, state = _fresh(uniform)
+  proxy_cfg = _with_lag(uniform, PROXY_LAG_STEPS)
   middle = steps // 2
   digests, updates, saved = [], {}, None
-  with Pipeline(uniform, prefetch=2) as pipe:
+  in_pipeline = 0.0  # seconds in next() and update_mixture()
+  with Pipeline(proxy_cfg, prefetch=2) as pipe:
+    loop_started = time.perf_counter()
     for step in range(steps):
       if step == middle:
         saved = pipe.get_state()
-      batch = _on_device(next(pipe))
+      begun = time.perf_counter()
+      host_batch = next(pipe)
+      in_pipeline += time.perf_counter() - begun
+      batch = _on_device(host_batch)
       digests.append(_digest(batch))
       excess, _ = per_source_excess_loss(
         token_losses(params, batch), token_losses(reference, batch), batch["source_ids"], batch["loss_mask"], len(names)
       )
       weights = controller.observe(step, dict(zip(names, np.asarray(excess).tolist())))
       updates[step] = weights
-      pipe.update_mixture(weights)  # from the next step on
+      begun = time.perf_counter()
+      pipe.update_mixture(weights)  # from the step `mixture.update_lag_steps` after the next on
+      in_pipeline += time.perf_counter() - begun
       params, state, _ = model.train_step(params, state, batch)
+    jax.block_until_ready(params)
+    pipeline_share = in_pipeline / (time.perf_counter() - loop_started)
+    replanned = pipe.execution().updates_replanned
   log("resume: the middle step's state in a fresh pipeline, the loop's later updates replayed ...")
   replayed = []
-  with Pipeline(uniform, prefetch=1) as restored:
+  with Pipeline(proxy_cfg, prefetch=1) as restored:
     restored.set_state(json.loads(json.dumps(saved)))
     for step in range(middle, steps):
       replayed.append(_digest(_on_device(next(restored))))
@@ -114,4 +140,6 @@ def run_online_doremi(
     resume_detail=detail,
     uniform_loss=evaluate(_train(uniform, steps), uniform, eval_tokens),
     doremi_loss=evaluate(_train(doremi_cfg, steps), doremi_cfg, eval_tokens),
+    pipeline_share=pipeline_share,
+    updates_replanned=replanned,
   )

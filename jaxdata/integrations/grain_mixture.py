@@ -57,6 +57,7 @@ class MixtureDatasetIterator(grain.DatasetIterator):
     self._chunk_start = self.stream.get_state()
     self._offset = 0
     self._chunk: list[dict[str, np.ndarray]] = []
+    self._chunk_step = 0  # the step the chunk's documents start in
 
   def __next__(self) -> dict[str, np.ndarray]:
     if self._offset == len(self._chunk):
@@ -73,6 +74,7 @@ class MixtureDatasetIterator(grain.DatasetIterator):
     step = self.stream.tokens // step_tokens
     # The chunk ends with the document that crosses the step's boundary: every document
     # is picked with the weights of the step it starts in, as one at a time would be.
+    self._chunk_step = step
     batch = self.stream.take(step, max_docs=self.chunk_docs, max_tokens=(step + 1) * step_tokens - self.stream.tokens)
     self._chunk = self._documents(step, batch) if len(batch) else []
 
@@ -88,14 +90,33 @@ class MixtureDatasetIterator(grain.DatasetIterator):
       documents.append(element)
     return documents
 
+  def update_mixture(self, weights: Mapping[str, float], at_step: int | None = None) -> int:
+    """New mixture weights from `at_step` on, as `Pipeline.update_mixture`; returns that step.
+
+    A step is the document's start in tokens // (global_batch_size x seq_len). Default: the step of
+    the next document handed out plus `mixture.update_lag_steps`. Documents already drawn (the chunk
+    being handed out) stay as drawn; the update is in the state, and a restore replays it. Refused
+    with a `ValueError` once the stream has ended; bad weights are a `ConfigError`; nothing changes.
+    """
+    if self._offset == len(self._chunk) and self.stream.ended:
+      raise ValueError("update_mixture: the stream ended; an update would never take effect")
+    if at_step is not None and (isinstance(at_step, bool) or not isinstance(at_step, (int, np.integer))):
+      raise ValueError(f"at_step: must be an int, got {at_step!r}")
+    here = self.stream.tokens // self.stream.tokens_per_step if self._offset == len(self._chunk) else self._chunk_step
+    default = max(here + self.stream.cfg.mixture.update_lag_steps, self.stream.next_step)
+    return self.stream.update(weights, default if at_step is None else int(at_step))
+
   def get_state(self) -> dict[str, Any]:
     """JSON-able, sealed with a digest of its content (an edited copy is refused, as a Pipeline's)."""
+    # The chunk's start, with the updates made since: re-drawing the chunk with them gives the same
+    # documents (an update takes effect after every step the chunk was drawn for).
+    updates = self.stream.updates.pruned(int(self._chunk_start.get("next_step", 0)) - 1).to_json()
     return seal(
       json.loads(
         json.dumps(
           {
             "version": MIXTURE_STATE_VERSION,
-            "stream": self._chunk_start,
+            "stream": {**self._chunk_start, "updates": updates},
             "offset": self._offset,
             "fingerprint": self.parts.fingerprint,
           }

@@ -82,7 +82,10 @@ class MixtureUpdates:
     what is wrong (NaN, negative, all zero, an unknown or missing dataset), nothing changed."""
     if not is_int(step) or not 0 <= step < MAX_STEP:
       raise ValueError(f"at_step: must be an int in [0, 2**62), got {step!r}")
-    exact = quantized(exact_weights(weights, self.names, "update_mixture weights"))
+    return self.added_exact(step, quantized(exact_weights(weights, self.names, "update_mixture weights")))
+
+  def added_exact(self, step: int, exact: tuple[Fraction, ...]) -> MixtureUpdates:
+    """With an update at `step` of weights already exact (a `to_json_at` entry read back)."""
     at = bisect.bisect_left(self.steps, step)
     after = at + 1 if at < len(self.steps) and self.steps[at] == step else at
     return MixtureUpdates(
@@ -91,6 +94,11 @@ class MixtureUpdates:
       self.weights[:at] + (exact,) + self.weights[after:],
       self.encoded[:at] + (_entry(self.names, step, exact),) + self.encoded[after:],
     )
+
+  def added_entry(self, entry: Mapping[str, Any]) -> MixtureUpdates:
+    """With the update `entry` (one `to_json_at` entry, as a message carries it)."""
+    parsed = MixtureUpdates.from_json([entry], self.names)
+    return self.added_exact(parsed.steps[0], parsed.weights[0])
 
   def in_force(self, step: int) -> tuple[Fraction, ...] | None:
     """The weights of the last update at or before `step`, None if none is."""

@@ -26,6 +26,8 @@ class Execution:
     fell_back: it could not run; every step is now made here.
     assembles_here: this process reads and assembles the steps (by its prefetch thread, if any).
     read_thread: reads from disk in this process run on a thread of their own, a read span ahead.
+    updates_adopted: mixture updates that reached the planning with nothing made ahead dropped.
+    updates_replanned: mixture updates for a step already planned: the steps made ahead were planned again.
   """
 
   processes: tuple[str, ...]
@@ -35,6 +37,8 @@ class Execution:
   fell_back: bool
   assembles_here: bool
   read_thread: bool
+  updates_adopted: int = 0
+  updates_replanned: int = 0
 
   @property
   def planner_process(self) -> bool:

@@ -4,8 +4,10 @@ On the pipe each is one JSON object whose "kind" names it (a span's pieces
 follow its header as raw bytes); `to_json` writes it and `message_from_json`
 reads any of them back, refusing an unknown kind or a missing field::
 
-    main -> planner  Start(g, state)        plan on from `state`
+    main -> planner  Start(g, state, horizon)  plan on from `state` (no step reaching `horizon`)
                      Credit(g)              a span was handed out: plan one more
+                     PlanBefore(g, horizon) plan no step that draws documents of `horizon` or later
+                     UpdateMixture(g, update)  plan on with one more update (`MixtureUpdates.to_json_at`)
     planner -> main  PlannedSpan(g, steps, states, stats, ended) + pieces
     main -> reader   Start(g)               drop everything; every slot free
                      SpanToRead(g, steps) + pieces
@@ -34,6 +36,7 @@ __all__ = [
   "Credit",
   "Free",
   "Message",
+  "PlanBefore",
   "PlannedSpan",
   "Ready",
   "Setup",
@@ -41,6 +44,7 @@ __all__ = [
   "Start",
   "StepMade",
   "Stop",
+  "UpdateMixture",
   "WorkerError",
   "message_from_json",
 ]
@@ -56,16 +60,19 @@ class _Message:
 
 @dataclasses.dataclass(frozen=True)
 class Start(_Message):
-  """Drop everything and go on; the planner from `state` (readers get none)."""
+  """Drop everything and go on; the planner from `state`, planning no step that reaches `horizon`
+  (readers get neither)."""
 
   KIND: ClassVar[str] = "start"
   generation: int
   state: dict[str, Any] | None = None
+  horizon: int | None = None
 
   def to_json(self) -> dict[str, Any]:
     out = super().to_json()
-    if self.state is None:  # a reader's start holds only its generation, as it always did
-      del out["state"]
+    for name in ("state", "horizon"):  # a reader's start holds only its generation, as it always did
+      if out[name] is None:
+        del out[name]
     return out
 
 
@@ -75,6 +82,25 @@ class Credit(_Message):
 
   KIND: ClassVar[str] = "credit"
   generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanBefore(_Message):
+  """Plan no step that draws documents of step `horizon` or later (None: no bound)."""
+
+  KIND: ClassVar[str] = "plan_before"
+  generation: int
+  horizon: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateMixture(_Message):
+  """Plan every later step with one more mixture update (its `MixtureUpdates.to_json_at` entry: its
+  step and exact weights); the main process sends it only while no step from its step on can be planned."""
+
+  KIND: ClassVar[str] = "update_mixture"
+  generation: int
+  update: dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,9 +191,23 @@ class Setup:
     return cls(dict(raw["pipeline"]), dict(raw["worker"]))
 
 
-Message = Start | Credit | PlannedSpan | SpanToRead | Free | StepMade | Stop | Ready | WorkerError
+Message = (
+  Start | Credit | PlanBefore | UpdateMixture | PlannedSpan | SpanToRead | Free | StepMade | Stop | Ready | WorkerError
+)
 
-_KINDS: tuple[type[_Message], ...] = (Start, Credit, PlannedSpan, SpanToRead, Free, StepMade, Stop, Ready, WorkerError)
+_KINDS: tuple[type[_Message], ...] = (
+  Start,
+  Credit,
+  PlanBefore,
+  UpdateMixture,
+  PlannedSpan,
+  SpanToRead,
+  Free,
+  StepMade,
+  Stop,
+  Ready,
+  WorkerError,
+)
 _BY_KIND = {kind: tuple(c for c in _KINDS if c.KIND == kind) for kind in {c.KIND for c in _KINDS}}
 
 

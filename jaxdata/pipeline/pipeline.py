@@ -47,16 +47,16 @@ from jaxdata.errors import CheckpointError, PipelineClosedError
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
-from jaxdata.pipeline.planner import encoded_state
+from jaxdata.pipeline.planner import encoded_state, with_updates
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.producing import END, End, Prepared, StepMaker
 from jaxdata.pipeline.read_spans import READ_AHEAD
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.sharding import (
+  UpdateAgreement,
   aliases_host_memory,
   batch_sharding,
   check_rows_divide,
-  check_same_on_every_host,
   output_functions,
 )
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
@@ -175,6 +175,13 @@ class Pipeline:
     self._state = self._snapshot()
     self._start = encoded_state(self._state)  # step 0, for set_epoch
     self._exhausted = False
+    self._updates: MixtureUpdates | None = None  # adopted where planning runs after steps were made ahead
+    self._steering = False  # the loop updates the mixture: planning stays behind the next update's step
+    self._updates_adopted = self._updates_replanned = 0
+    # Where the loop made its last update (steps handed out then) and how many steps before that
+    # the one before it: the cadence the planning expects (`_horizon`).
+    self._last_update = self._update_interval = self._updates_made = 0
+    self._agreement = UpdateAgreement(f"update_mixture on {self.cfg.names}")
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self
@@ -203,7 +210,10 @@ class Pipeline:
       self._exhausted = True
       _warn_if_no_step(self._state["step"], self.cfg.tokens_per_step)
       raise StopIteration
-    self._state = item.state
+    # A step made ahead before the last update was adopted: its state gets the updates, as when made after it.
+    self._state = item.state if self._updates is None else with_updates(item.state, self._updates)
+    if self._steering:
+      self._producer.plan_before(self._horizon())
     return item.batch
 
   def _rewind(self) -> None:
@@ -250,12 +260,15 @@ class Pipeline:
   def update_mixture(self, weights: Mapping[str, float], at_step: int | None = None) -> int:
     """New mixture weights from `at_step` on; returns that step.
 
-    Default: the next step handed out plus `mixture.update_lag_steps`, a step fixed by the loop's
-    calls, never by timing. Steps handed out never change; steps made ahead (prefetch, read span,
-    planner or worker processes) are planned again. The update is part of the state: a restore
-    replays it. Every host must make the same update at the same point (checked: a difference is a
-    `ValueError` on every host). Bad weights (NaN, negative, all zero, a dataset missing or unknown)
-    are a `ConfigError` and change nothing.
+    Default: the next step handed out plus `mixture.update_lag_steps` (32), a step fixed by the loop's
+    calls, never by timing. Steps handed out never change. While the loop updates, the pipeline plans
+    no step that the next default update could change, so an update at the default step reaches
+    where planning runs (this process, the planner process, the workers) as it is and nothing made
+    ahead is dropped; an earlier `at_step` plans the steps made ahead again. The update is part of
+    the state: a restore replays it. Every host must make the same update at the same point (checked
+    every UPDATE_CHECK_EVERY updates and at every checkpoint: a difference is a `ValueError` on
+    every host naming the first that differed). Bad weights (NaN, negative, all zero, a dataset
+    missing or unknown) are a `ConfigError` and change nothing.
     """
     self._check_open("update_mixture()")
     if self._exhausted:
@@ -267,9 +280,9 @@ class Pipeline:
       if isinstance(at_step, bool) or not isinstance(at_step, (int, np.integer)):
         raise ValueError(f"at_step: must be an int, got {at_step!r}")
       at_step = int(at_step)
-    # The snapshot as it is (its carry `Pieces`, its updates `MixtureUpdates`): nothing is encoded,
-    # so a call costs the same whatever the number of updates made before it.
-    state = {**self._state, "stream": dict(self._state["stream"])}
+    # The snapshot as it is (its carry `Pieces`, its updates `MixtureUpdates`, pruned to what the next
+    # steps see): nothing is encoded, so a call costs the same whatever the number of updates before it.
+    state = self._state
     stream = state["stream"]
     earliest = max(state["step"], int(stream.get("next_step", 0)))  # documents may be drawn for the next step
     step = max(state["step"] + self.cfg.mixture.update_lag_steps, earliest) if at_step is None else at_step
@@ -279,13 +292,39 @@ class Pipeline:
     if not isinstance(updates, MixtureUpdates):
       updates = MixtureUpdates.from_json(updates, self.cfg.names)
     updates = updates.added(step, weights)
-    # every host checks this call (the step handed out, the update): equal calls make equal update lists
-    check_same_on_every_host(f"update_mixture(at_step={step})", [state["step"], updates.to_json_at(step)])
-    stream["updates"] = updates
-    self._resources.stop_prefetch()
-    self._resources.interrupted = False
-    self._continue_from(state)
+    self._agreement.made(state["step"], step, updates.to_json_at(step))
+    self._updates = updates
+    self._state = with_updates(state, updates)
+    self._steering = True
+    self._update_interval = max(0, state["step"] - self._last_update) if self._updates_made else 0
+    self._last_update, self._updates_made = state["step"], self._updates_made + 1
+    # Adopted first, then the planning may move on: the horizon after this call lies past `step`.
+    if self._producer.adopt_updates(updates, step):
+      self._updates_adopted += 1
+      self._producer.plan_before(self._horizon())
+    else:  # a step from `step` on is planned already: planned again, from the last step handed out
+      self._updates_replanned += 1
+      self._resources.stop_prefetch()
+      self._resources.interrupted = False
+      self._continue_from(self._state)  # (with the new horizon)
     return step
+
+  def _horizon(self) -> int:
+    """While the loop updates: plan only steps that draw no documents of the step the next default
+    update takes effect at, and at least those the prefetch thread waits for (a planner process
+    that stopped short of them would leave it waiting: they are planned, an update then replans).
+    The next update is expected as far after the last as the last was after the one before it: a
+    loop that updates every k steps lets the pipeline plan (and read) k steps further ahead."""
+    handed_out = self._state["step"]
+    expected = max(handed_out, self._last_update + self._update_interval)
+    waited_for = 1 + (0 if self._producer.makes_steps_ahead else self.prefetch)  # steps h .. h + prefetch
+    return max(expected + self.cfg.mixture.update_lag_steps, handed_out + self._planner.draw_reach + waited_for)
+
+  def check_hosts_agree(self) -> None:
+    """Checks now that every host made the same mixture updates at the same points (a collective:
+    every host calls it together; the checkpoint save does). `ValueError` naming the first update
+    that differed; a no-op on one process."""
+    self._agreement.check()
 
   def set_epoch(self, epoch: int) -> None:
     """Starts over at step 0 of `epoch`, like `DistributedSampler.set_epoch` (before each epoch)."""
@@ -300,14 +339,20 @@ class Pipeline:
     return self._recorder.stats()
 
   def execution(self) -> Execution:
-    """Where the steps are made now: worker processes, a fall back to this process, a read thread."""
-    return self._producer.execution()
+    """Where the steps are made now: worker processes, a fall back to this process, a read thread;
+    how many mixture updates reached the planning as they were, and how many planned steps again."""
+    return dataclasses.replace(
+      self._producer.execution(), updates_adopted=self._updates_adopted, updates_replanned=self._updates_replanned
+    )
 
   def _continue_from(self, state: Mapping[str, Any]) -> None:
     self._planner.set_state(state)
     self._recorder.restore(state["tokens_per_source"])
     self._state = self._snapshot()
+    self._updates = None  # the planner holds them now: its states are whole
     self._exhausted = False
+    if self._steering:  # before the restart: a planner process starts with it
+      self._producer.plan_before(self._horizon())
     self._producer.restart(self._state)
 
 

@@ -18,6 +18,7 @@ and the step counter, with their state. `Pipeline`, `pieces_for_hosts`,
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.transforms.packing import Packer, StepPlan
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["StepPlanner", "check_host_count", "encoded_state", "host_row_blocks", "pieces_for_hosts"]
+__all__ = ["StepPlanner", "check_host_count", "encoded_state", "host_row_blocks", "pieces_for_hosts", "with_updates"]
 
 
 class StepPlanner:
@@ -65,17 +66,58 @@ class StepPlanner:
     self.stream = DocumentStream(cfg, metadata, epoch)
     self.packer = Packer(cfg, self.stream)
     self.step = 0  # the next step to plan
+    # Mixture updates from another thread, without waiting for a step being planned: `adopt_updates`
+    # leaves them in `mailbox`, and each plan first publishes `reserved` (no document of that step or
+    # later is drawn by the plans begun so far), then takes the mailbox's updates if still in time.
+    self.lock = threading.Lock()  # one plan at a time
+    self.reserved = 0
+    self.mailbox: tuple[MixtureUpdates, int] | None = None
 
   @property
   def done(self) -> bool:
     return self.packer.done
 
+  @property
+  def draw_reach(self) -> int:
+    """Steps past the one planned whose documents a plan may draw (group_by_length M: M - 1)."""
+    return self.packer.strategy.draw_reach
+
+  def steps_before(self, horizon: int | None) -> int | None:
+    """How many steps may be planned while no document of step `horizon` or later is drawn (None: no bound)."""
+    return None if horizon is None else max(0, horizon - self.draw_reach - self.step)
+
   def plan(self) -> StepPlan | None:
     """The next step's plan, or None once the stream has ended."""
-    plan = self.packer.plan(self.step)
-    if plan is not None:
-      self.step += 1
-    return plan
+    with self.lock:
+      self.reserved = max(self.reserved, self.stream.next_step, self.step + 1 + self.draw_reach)
+      if self.mailbox is not None:
+        (updates, at_step), self.mailbox = self.mailbox, None
+        if self.step <= at_step and self.stream.next_step <= at_step:  # else refused: the pipeline replans
+          self.stream.updates = updates
+      plan = self.packer.plan(self.step)
+      if plan is not None:
+        self.step += 1
+      return plan
+
+  @property
+  def latest_updates(self) -> MixtureUpdates:
+    """The mixture updates the next plan uses: those in the mailbox, else the stream's."""
+    mailbox = self.mailbox
+    return mailbox[0] if mailbox is not None else self.stream.updates
+
+  def adopt_updates(self, updates: MixtureUpdates, at_step: int) -> bool:
+    """Plans every later step with `updates` (the last of them new, from `at_step` on) if no document
+    of `at_step` or later is drawn or being drawn: the steps planned so far are then exactly those
+    the updates give. Never waits for a step being planned. False: too late (replan from a state).
+
+    The updates go to the mailbox before `reserved` is read: a plan that published its reservation
+    after that read takes them; every plan before it drew only below `reserved`::
+
+        caller:   mailbox = (u, s)   r = reserved   ->  in time iff s >= r
+        planner:  reserved = step + 1 + reach  ->  take the mailbox  ->  plan the step
+    """
+    self.mailbox = (updates, at_step)
+    return at_step >= max(self.reserved, self.stream.next_step, self.step)
 
   def plans(self, limit: int | None = None) -> Iterator[StepPlan]:
     """The next plans, at most `limit` of them, until the stream ends."""
@@ -119,6 +161,7 @@ class StepPlanner:
       self.packer.set_state(previous["packer"])
       raise
     self.step = step
+    self.reserved, self.mailbox = self.stream.next_step, None
 
 
 def encoded_state(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,6 +172,13 @@ def encoded_state(state: Mapping[str, Any]) -> dict[str, Any]:
   updates = state["stream"].get("updates", [])
   stream = {**state["stream"], "updates": updates.to_json() if isinstance(updates, MixtureUpdates) else updates}
   return {**state, "stream": stream, "packer": packer}
+
+
+def with_updates(state: Mapping[str, Any], updates: MixtureUpdates) -> dict[str, Any]:
+  """A pipeline state snapshot with the mixture updates `updates` (those its next steps can see): a
+  step made ahead before an update was adopted gets the state the same step has when made after it."""
+  stream = state["stream"]
+  return {**state, "stream": {**stream, "updates": updates.pruned(int(stream.get("next_step", 0)) - 1)}}
 
 
 def pieces_for_hosts(

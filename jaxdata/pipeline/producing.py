@@ -8,8 +8,11 @@ A `Pipeline` holds one `StepMaker` and nothing else decides how its steps are ma
 
 Each takes the next step (`produce`: a `Prepared` step, or `END` once the
 stream is over, again on every later call), restarts from a state
-(`restart`: the next step produced is the one after that state), reports
-where its steps are made (`execution`) and closes (`close`). Every maker
+(`restart`: the next step produced is the one after that state), takes a
+mixture update where its planning runs without planning again
+(`adopt_updates`, if nothing from the update's step on is planned yet),
+keeps its planning behind a step while updates come (`plan_before`),
+reports where its steps are made (`execution`) and closes (`close`). Every maker
 gives the same steps from the same state: the mode never changes a batch.
 """
 
@@ -19,6 +22,7 @@ import dataclasses
 import enum
 from typing import Any, Final, Literal, Protocol
 
+from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.step_stats import StepStats
 
@@ -61,6 +65,15 @@ class StepMaker(Protocol):
 
   def restart(self, state: dict[str, Any]) -> None:
     """Continue from `state`: the next step produced is the one after it."""
+    ...
+
+  def adopt_updates(self, updates: MixtureUpdates, at_step: int) -> bool:
+    """Plans every later step with `updates` (the new one from `at_step` on), keeping all it made:
+    True if no step from `at_step` on is planned yet (else nothing changes: the caller restarts)."""
+    ...
+
+  def plan_before(self, horizon: int | None) -> None:
+    """Plans ahead no step that draws documents of step `horizon` or later (None: no bound)."""
     ...
 
   def execution(self) -> Execution:

@@ -102,13 +102,15 @@ def plan_span(
   rows_here: RowsHere,
   tokens: int,
   snapshot: Callable[[], dict[str, Any]],
+  max_steps: int = MAX_SPAN_STEPS,
 ) -> PlannedSpan:
   """Plans steps until they hold `tokens` of this host's rows (at least one
-  step, at most MAX_SPAN_STEPS) or the stream ends."""
+  step, at most `max_steps` and MAX_SPAN_STEPS) or the stream ends."""
   started = time.perf_counter()
   span = PlannedSpan([], [], [], False)
-  local_tokens = 0
-  while local_tokens < tokens and len(span.steps) < MAX_SPAN_STEPS:
+  host_tokens = 0
+  limit = max(1, min(max_steps, MAX_SPAN_STEPS))
+  while host_tokens < tokens and len(span.steps) < limit:
     plan = planner.plan()
     if plan is None:
       break
@@ -126,7 +128,7 @@ def plan_span(
       )
     )
     span.states.append(snapshot())
-    local_tokens += rows.size * plan.seq_len
+    host_tokens += rows.size * plan.seq_len
   span.ended = not span.steps or planner.done
   for stats in span.stats:
     recorder.time(stats, "plan", (time.perf_counter() - started) / len(span.steps))

@@ -37,10 +37,12 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.producing import END, End, Prepared
 from jaxdata.pipeline.read_spans import (
+  MAX_SPAN_STEPS,
   HostStep,
   PlannedSpan,
   ReadStep,
@@ -110,6 +112,9 @@ class StepProducer:
     self.span: collections.deque[_Ready | Literal[End.END]] = collections.deque()
     self.span_tokens = 1  # grows to read_ahead_tokens; one step first
     self.ahead: PlannedSpan | None = None  # with remote data: the next span, its shards being fetched
+    # While the loop updates the mixture: plan no step whose documents reach this one (None: no bound).
+    # Set by the pipeline's thread, read by the prefetch thread (an int: read whole).
+    self.horizon: int | None = None
 
   def produce(self) -> Prepared | Literal[End.END]:
     """The next step."""
@@ -156,6 +161,15 @@ class StepProducer:
     concurrent.futures.wait([read for _, read in self.pending])
     self.pending.clear()
 
+  def plan_before(self, horizon: int | None) -> None:
+    """Plans ahead only steps that draw no document of step `horizon` or later (None: no bound); a
+    step asked for is planned all the same."""
+    self.horizon = horizon
+
+  def adopt_updates(self, updates: MixtureUpdates, at_step: int) -> bool:
+    """Plans on with `updates` if nothing of `at_step` or later is planned (see `StepPlanner.adopt_updates`)."""
+    return self.planner.adopt_updates(updates, at_step)
+
   def close(self, timeout_s: float) -> bool:
     """Stops the read thread; whether no read is still under way after
     `timeout_s` (the pipeline closes the reader only then)."""
@@ -166,7 +180,7 @@ class StepProducer:
       self._fill_from_background()
       return
     planned, self.ahead = self.ahead or self._plan(), None
-    if self.reader.remote and not planned.ended:
+    if self.reader.remote and not planned.ended and self.planner.steps_before(self.horizon) != 0:
       # Remote shards: plan the next span now and start fetching its shards while this one is read.
       self.ahead = self._plan()
       self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in self.ahead.steps]))
@@ -177,7 +191,7 @@ class StepProducer:
   def _fill_from_background(self) -> None:
     if not self.pending:
       self._plan_and_read()
-    if len(self.pending) == 1 and not self.pending[0][0].ended:
+    if len(self.pending) == 1 and not self.pending[0][0].ended and self.planner.steps_before(self.horizon) != 0:
       self._plan_and_read()  # the next span: planned now, read while this one is assembled
     planned, read = self.pending.popleft()
     self._queue(planned, *read.result())
@@ -196,11 +210,20 @@ class StepProducer:
     self.pending.append((planned, self.read_thread.submit(planned.steps)))
 
   def _plan(self) -> PlannedSpan:
-    planned = plan_span(self.planner, self.recorder, self.rows_here, self.span_tokens, self.snapshot)
-    self.span_tokens = grown_span(planned.steps, self.read_ahead_tokens)
+    allowed = self.planner.steps_before(self.horizon)
+    planned = plan_span(
+      self.planner,
+      self.recorder,
+      self.rows_here,
+      self.span_tokens,
+      self.snapshot,
+      MAX_SPAN_STEPS if allowed is None else allowed,  # at least one step: this one is asked for
+    )
+    self.span_tokens = grown_span(planned.steps, self.read_ahead_tokens, self.span_tokens)
     return planned
 
 
-def grown_span(steps: list[HostStep], limit: int) -> int:
-  """The next span's tokens: twice what this one held, up to `limit`."""
-  return min(limit, 2 * max(sum(s.num_rows * s.seq_len for s in steps), 1))
+def grown_span(steps: list[HostStep], limit: int, asked: int) -> int:
+  """The next span's tokens: twice what this one held, up to `limit`; never fewer than this one
+  asked for (a span cut short by the planning horizon does not shrink the next)."""
+  return max(asked, min(limit, 2 * max(sum(s.num_rows * s.seq_len for s in steps), 1)))

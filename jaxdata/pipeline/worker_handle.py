@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from multiprocessing.connection import Connection
 
 from jaxdata.errors import WorkerStartError
@@ -49,6 +50,7 @@ class WorkerHandle:
       ours.close()
       raise WorkerStartError(f"{self.name} could not be started: {e}") from e
     self.conn = Connection(ours.detach())
+    self._sending = threading.Lock()  # the pipeline's thread and its prefetch thread both send to a planner
     try:
       send(self.conn, Setup(pipeline.to_dict(), dataclasses.asdict(spec)))
     except OSError:  # BrokenPipeError: it exited before reading its config; the next receive says how
@@ -82,7 +84,8 @@ class WorkerHandle:
 
   def send(self, message: Message, payload: bytes | None = None) -> None:
     try:
-      send(self.conn, message, payload)
+      with self._sending:
+        send(self.conn, message, payload)
     except OSError:  # BrokenPipeError, ConnectionResetError: the process was killed
       raise self.gone() from None
 

@@ -37,6 +37,7 @@ from jaxdata.pipeline.messages import (
   Credit,
   Free,
   Message,
+  PlanBefore,
   PlannedSpan,
   Ready,
   Setup,
@@ -44,6 +45,7 @@ from jaxdata.pipeline.messages import (
   Start,
   StepMade,
   Stop,
+  UpdateMixture,
   WorkerError,
   message_from_json,
 )
@@ -212,9 +214,10 @@ class _Planning(_Role):
     self.credits = 0  # spans it may still send
     self.span_tokens = 1
     self.idle = True
+    self.horizon: int | None = None  # plan no step that draws documents of this step or later
 
   def waiting(self) -> bool:
-    return self.idle or not self.credits
+    return self.idle or not self.credits or self.planner.steps_before(self.horizon) == 0
 
   def start(self, message: Start) -> None:
     state = message.state
@@ -223,19 +226,40 @@ class _Planning(_Role):
     self.planner.set_state(state)  # checked by the main process already
     self.recorder.restore(state["tokens_per_source"])
     self.credits, self.span_tokens, self.idle = self.spec.spans_ahead, 1, False
+    self.horizon = message.horizon
 
   def handle(self, message: Message, payload: bytes) -> None:
     if isinstance(message, Credit):
       self.credits += 1
+    elif isinstance(message, PlanBefore):
+      self.horizon = message.horizon
+    elif isinstance(message, UpdateMixture):
+      stream = self.planner.stream
+      at_step = int(message.update["step"])
+      updates = self.planner.latest_updates.pruned(stream.next_step - 1).added_entry(message.update)
+      # The main process sends an update only while its step is past every step this process may have
+      # planned (the horizon it set): too late here is a broken promise, an error at the next step.
+      if not self.planner.adopt_updates(updates, at_step):
+        late = RuntimeError(f"planner: a mixture update for step {at_step} came after that step was planned")
+        send(self.conn, WorkerError.of(late, self.generation))
+        self.idle = True
 
   def work(self) -> None:
+    allowed = self.planner.steps_before(self.horizon)
     try:
-      span = plan_span(self.planner, self.recorder, self.rows_here, self.span_tokens, self.snapshot)
+      span = plan_span(
+        self.planner,
+        self.recorder,
+        self.rows_here,
+        self.span_tokens,
+        self.snapshot,
+        MAX_SPAN_STEPS if allowed is None else allowed,
+      )
     except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
       send(self.conn, WorkerError.of(error, self.generation))
       self.idle = True
       return
-    self.span_tokens = grown_span(span.steps, self.spec.read_ahead_tokens)
+    self.span_tokens = grown_span(span.steps, self.spec.read_ahead_tokens, self.span_tokens)
     header, payload = encode_span(span.steps)
     states = [encoded_state(s) for s in span.states]
     stats = [s.to_json() for s in span.stats]

@@ -33,6 +33,7 @@ import concurrent.futures
 import dataclasses
 import enum
 import json
+import threading
 import time
 import warnings
 import weakref
@@ -42,9 +43,21 @@ from typing import Any, Literal
 import numpy as np
 
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
+from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
-from jaxdata.pipeline.messages import Credit, Free, PlannedSpan, Ready, SpanToRead, Start, StepMade, WorkerError
-from jaxdata.pipeline.planner import encoded_state
+from jaxdata.pipeline.messages import (
+  Credit,
+  Free,
+  PlanBefore,
+  PlannedSpan,
+  Ready,
+  SpanToRead,
+  Start,
+  StepMade,
+  UpdateMixture,
+  WorkerError,
+)
+from jaxdata.pipeline.planner import encoded_state, with_updates
 from jaxdata.pipeline.producing import END, End, Prepared
 from jaxdata.pipeline.read_spans import HostStep, ReadStep, decode_span, read_span
 from jaxdata.pipeline.shared_buffer import SharedBuffer
@@ -184,6 +197,13 @@ class WorkerProducer:
     self.unexpected_exit: RuntimeError | None = None  # a worker exited while starting, without an error
     self.failed_starts = 0  # in a row: workers that exited before they were ready
     self.fall_back = fall_back
+    # Mixture updates reach the planner process as messages: `horizon` (None: no bound) is where
+    # its planning stops, `planned_below` the most it can have reached in this generation, and
+    # `updates` the latest updates (sent with every start). `_control` orders those messages with starts.
+    self.horizon: int | None = None
+    self.planned_below: int | None = None
+    self.updates: MixtureUpdates | None = None
+    self._control = threading.Lock()
 
   @property
   def planner(self) -> WorkerHandle:
@@ -261,8 +281,42 @@ class WorkerProducer:
     """Continue from `state` (the pipeline's planner is already set to it)."""
     self.in_process.restart(state)
     self.last_state, self.next_step = state, state["step"]
+    self.updates = None  # in the state
     if self.phase is Phase.RUNNING:
       self._starting(lambda: self._start(state))
+
+  def plan_before(self, horizon: int | None) -> None:
+    """As `StepProducer.plan_before`, in the planner process too."""
+    self.in_process.plan_before(horizon)
+    with self._control:
+      if horizon == self.horizon:
+        return
+      self.horizon = horizon
+      if self.phase is Phase.RUNNING:
+        self.planner.send(PlanBefore(self.generation, horizon))
+        self._planned_up_to(horizon)
+
+  def adopt_updates(self, updates: MixtureUpdates, at_step: int) -> bool:
+    """Sends `updates` to the planner process while it cannot have planned `at_step` (its horizon
+    is at or below it); before the processes run, the steps made here take them (`StepProducer`)."""
+    with self._control:
+      if self.phase is not Phase.RUNNING:
+        adopted = self.in_process.adopt_updates(updates, at_step)
+      else:
+        adopted = self.planned_below is not None and at_step >= self.planned_below
+        entry = updates.to_json_at(at_step)
+        if adopted and entry is not None:  # (it is: the update just added)
+          self.planner.send(UpdateMixture(self.generation, entry))
+      if adopted:
+        self.updates = updates
+      return adopted
+
+  def _planned_up_to(self, horizon: int | None) -> None:
+    """The planner of this generation may now plan up to `horizon` (None: anywhere)."""
+    if horizon is None or self.planned_below is None:
+      self.planned_below = None
+    else:
+      self.planned_below = max(self.planned_below, horizon)
 
   def close(self, timeout_s: float) -> bool:
     """Stops the workers and this process's read thread (see `StepProducer.close`)."""
@@ -464,13 +518,17 @@ class WorkerProducer:
     if dead:
       self._move(Phase.STARTING)
       return
-    self.generation += 1
-    self.in_process.restart(state)
-    self.coming.clear()
-    self._drop_spans()
-    self.spans = 0
-    for reader in self.readers:
-      reader.send(Start(self.generation))
-    portable = json.loads(json.dumps(encoded_state(state)))
-    self.planner.send(Start(self.generation, portable))
-    self._move(Phase.RUNNING)
+    with self._control:
+      self.generation += 1
+      self.in_process.restart(state)
+      self.coming.clear()
+      self._drop_spans()
+      self.spans = 0
+      for reader in self.readers:
+        reader.send(Start(self.generation))
+      if self.updates is not None:  # adopted after `state` was made: it plans with them too
+        state = with_updates(state, self.updates)
+      portable = json.loads(json.dumps(encoded_state(state)))
+      self.planner.send(Start(self.generation, portable, self.horizon))
+      self.planned_below = self.horizon
+      self._move(Phase.RUNNING)

@@ -85,6 +85,18 @@ def write_data(root: str) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------- features
 
 
+def _every_step_updates(explicit: Mapping[int, int]) -> dict[int, tuple[tuple[dict[str, int], int | None], ...]]:
+  """Before every batch c an update at the default step, with weights that change each time; at the
+  positions `explicit` names, also one at an explicit step."""
+  updates: dict[int, tuple[tuple[dict[str, int], int | None], ...]] = {}
+  for c in range(STEPS):
+    made: tuple[tuple[dict[str, int], int | None], ...] = (({"d0": c % 3, "d1": 1 + (2 * c) % 5, "d2": c % 2}, None),)
+    if c in explicit:
+      made += (({"d0": 4, "d1": 1, "d2": 1 + c % 3}, explicit[c]),)
+    updates[c] = made
+  return updates
+
+
 def _config(data: Data, names: tuple[str, ...] = ("d0", "d1", "d2"), prefix: str = "", **overrides: Any) -> Any:
   from jaxdata import PipelineConfig  # noqa: PLC0415 -- imported after the mode's environment is set
 
@@ -252,14 +264,18 @@ FEATURES = [
     ),
   ),
   Feature(
-    "mixture-updates",  # made by the loop before the split, across it (pending at the save) and after it
-    lambda d: _config(d, exhausted_policy="repeat"),
-    updates={
-      1: (({"d0": 0, "d1": 1, "d2": 3}, None),),
-      2: (({"d0": 5, "d1": 1, "d2": 1}, SPLIT + 2),),
-      SPLIT: (({"d0": 1, "d1": 1, "d2": 0}, None),),
-      SPLIT + 3: (({"d0": 1, "d1": 2, "d2": 1}, None),),
-    },
+    # an update before every batch at lag 6 (the default's mechanism, visible in 10 steps: those made
+    # before the split are pending at the save and take effect at steps 6 to 9), and explicit ones
+    # inside what is made ahead (planned again)
+    "mixture-updates",
+    lambda d: _config(d, exhausted_policy="repeat", mixture={"update_lag_steps": 6}),
+    updates=_every_step_updates(explicit={1: 3, SPLIT - 1: SPLIT + 1, SPLIT + 1: SPLIT + 2}),
+    multihost=True,
+  ),
+  Feature(
+    "mixture-updates-lag-1",  # an update before every batch, each from the step after the next on
+    lambda d: _config(d, exhausted_policy="repeat", mixture={"update_lag_steps": 1}),
+    updates=_every_step_updates(explicit={2: 5}),
     multihost=True,
   ),
   Feature("maxtext", _maxtext_values, entrance="maxtext"),
