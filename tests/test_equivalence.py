@@ -142,7 +142,13 @@ def test_the_representative_features_on_two_jax_distributed_hosts(local_data, tm
     )
     for i in range(2)
   ]
-  outputs = [p.communicate(timeout=600)[0] for p in procs]
+  try:
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+  finally:  # a hung host (a collective one side never joins) leaves no process behind
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
   for p, output in zip(procs, outputs):
     assert p.returncode == 0, output[-3000:]
   for host in range(2):
