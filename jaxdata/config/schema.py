@@ -189,7 +189,7 @@ class MixtureConfig:
   schedule: tuple[Phase, ...] | None = None
   unit: Unit = "tokens"
   interleave: Interleave = "exact"
-  # Pipeline.update_mixture: new weights from the next step handed out + this (see DEFAULT_UPDATE_LAG_STEPS)
+  # Pipeline.update_mixture: new weights from the next step handed out + this (docs/training-loop.md: why 32)
   update_lag_steps: int = 32
 
   def __post_init__(self) -> None:

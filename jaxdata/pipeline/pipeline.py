@@ -180,7 +180,7 @@ class Pipeline:
     self._updates_adopted = self._updates_replanned = 0
     # Where the loop made its last update (steps handed out then) and how many steps before that
     # the one before it: the cadence the planning expects (`_horizon`).
-    self._last_update = self._update_interval = self._updates_made = 0
+    self._last_update = self._update_interval = 0
     self._agreement = UpdateAgreement(f"update_mixture on {self.cfg.names}")
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -295,9 +295,10 @@ class Pipeline:
     self._agreement.made(state["step"], step, updates.to_json_at(step))
     self._updates = updates
     self._state = with_updates(state, updates)
-    self._steering = True
-    self._update_interval = max(0, state["step"] - self._last_update) if self._updates_made else 0
-    self._last_update, self._updates_made = state["step"], self._updates_made + 1
+    self._update_interval = (
+      max(0, state["step"] - self._last_update) if self._steering else 0
+    )  # (0 after a restore back)
+    self._last_update, self._steering = state["step"], True
     # Adopted first, then the planning may move on: the horizon after this call lies past `step`.
     if self._producer.adopt_updates(updates, step):
       self._updates_adopted += 1

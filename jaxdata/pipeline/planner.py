@@ -18,7 +18,6 @@ and the step counter, with their state. `Pipeline`, `pieces_for_hosts`,
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -69,7 +68,6 @@ class StepPlanner:
     # Mixture updates from another thread, without waiting for a step being planned: `adopt_updates`
     # leaves them in `mailbox`, and each plan first publishes `reserved` (no document of that step or
     # later is drawn by the plans begun so far), then takes the mailbox's updates if still in time.
-    self.lock = threading.Lock()  # one plan at a time
     self.reserved = 0
     self.mailbox: tuple[MixtureUpdates, int] | None = None
 
@@ -88,16 +86,15 @@ class StepPlanner:
 
   def plan(self) -> StepPlan | None:
     """The next step's plan, or None once the stream has ended."""
-    with self.lock:
-      self.reserved = max(self.reserved, self.stream.next_step, self.step + 1 + self.draw_reach)
-      if self.mailbox is not None:
-        (updates, at_step), self.mailbox = self.mailbox, None
-        if self.step <= at_step and self.stream.next_step <= at_step:  # else refused: the pipeline replans
-          self.stream.updates = updates
-      plan = self.packer.plan(self.step)
-      if plan is not None:
-        self.step += 1
-      return plan
+    self.reserved = max(self.reserved, self.stream.next_step, self.step + 1 + self.draw_reach)
+    if self.mailbox is not None:
+      (updates, at_step), self.mailbox = self.mailbox, None
+      if self.step <= at_step and self.stream.next_step <= at_step:  # else refused: the pipeline replans
+        self.stream.updates = updates
+    plan = self.packer.plan(self.step)
+    if plan is not None:
+      self.step += 1
+    return plan
 
   @property
   def latest_updates(self) -> MixtureUpdates:

@@ -304,8 +304,9 @@ class WorkerProducer:
         adopted = self.in_process.adopt_updates(updates, at_step)
       else:
         adopted = self.planned_below is not None and at_step >= self.planned_below
-        entry = updates.to_json_at(at_step)
-        if adopted and entry is not None:  # (it is: the update just added)
+        if adopted:
+          entry = updates.to_json_at(at_step)
+          assert entry is not None  # the update just added at `at_step`
           self.planner.send(UpdateMixture(self.generation, entry))
       if adopted:
         self.updates = updates
