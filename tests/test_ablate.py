@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from jaxdata.cli import main
-from jaxdata.demo.ablate import ablation_config, run_ablation
+from jaxdata.demo.ablate import ablation_config, evaluate, run_ablation
 from jaxdata.demo.corpus import build_demo_corpus
 from jaxdata.demo.run import demo_config
 
@@ -67,3 +67,10 @@ def test_three_candidates_train_equal_tokens_and_report_held_out_losses(tmp_path
   assert (
     ablation_config(base, candidates["web-heavy"]).datasets == ablation_config(base, candidates["code-heavy"]).datasets
   )
+
+
+def test_an_evaluation_budget_under_one_token_is_refused_before_anything_runs(tmp_path):
+  cache = str(tmp_path / "cache")
+  build_demo_corpus(cache, lambda m: None)
+  with pytest.raises(ValueError, match=r"eval_tokens: must be >= 1 \(or None: every held-out token\), got 0"):
+    evaluate(None, ablation_config(demo_config(cache)), eval_tokens=0)

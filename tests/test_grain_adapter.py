@@ -9,6 +9,7 @@ import pytest
 from absl import flags
 
 from checkpoint_property import assert_restores_exactly
+from jaxdata import ConfigError
 from jaxdata.integrations.grain import PipelineDataset
 from jaxdata.integrations.grain_mixture import MixtureDataset
 from pipeline_fixtures import coded_config
@@ -92,6 +93,14 @@ def test_the_mixture_dataset_takes_updates_at_their_step_and_every_state_restore
   # effect 2 steps after the step of the next document, then only its dataset's documents come
   assert returned[3] == 2 and {d for d, _ in documents[30:60]} == {0}
   assert {d for d, _ in documents[100:120]} == {1} and returned[60] == 6  # document 60 starts in step 4
+  steered = _Steered(cfg)
+  advance(steered, 5)  # the chunk being handed out holds the documents of step 0 (drawn)
+  with pytest.raises(ValueError, match=r"at_step: 0 already has documents taken; the next step is 1"):
+    steered.iterator.update_mixture({"d0": 1, "d1": 1}, at_step=0)
+  with pytest.raises(ValueError, match=r"at_step: must be an int, got 2.5"):
+    steered.iterator.update_mixture({"d0": 1, "d1": 1}, at_step=2.5)
+  with pytest.raises(ConfigError, match=r"weight of 'd0'"):
+    steered.iterator.update_mixture({"d0": -1, "d1": 1})
   ended = iter(MixtureDataset(coded_config(tmp_path / "once", [[5] * 20, [7] * 20], stop_after_passes=1)))
   assert len(list(ended)) >= 40  # each dataset once (the first to finish repeats until the other does)
   with pytest.raises(ValueError, match=r"update_mixture: the stream ended"):
