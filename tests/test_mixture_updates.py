@@ -393,3 +393,27 @@ def test_at_lag_0_an_update_plans_the_steps_made_ahead_again_and_the_batches_sta
   with Pipeline(lag0, prefetch=2) as ahead:
     assert loop(ahead, 0, 30, updates) == expected
     assert ahead.execution().updates_replanned > 0  # the prefetch thread had made the next step already
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(
+  "mode", [{"prefetch": 2}, {"prefetch": 2, "planner_process": True}], ids=["in-process", "planner"]
+)
+@pytest.mark.parametrize("every", [1, 5])
+def test_groups_drawn_ahead_and_a_loop_cadence_keep_updates_free(tmp_path, mode, every):
+  """group_by_length draws M steps at once (the horizon keeps their reach behind the next update's
+  step), and a loop that updates every k steps lets the planning run k steps further: neither plans
+  a step again, and the batches are prefetch=0's."""
+  rng = np.random.default_rng(5)
+  lengths = [rng.integers(1, 16, 600).tolist(), rng.integers(1, 16, 600).tolist(), rng.integers(1, 16, 400).tolist()]
+  grouped = coded_config(
+    tmp_path, lengths, exhausted_policy="repeat", packing={"mode": "none", "group_by_length": 3, "seq_len": 16}
+  )
+  updates = {c: w for c, w in every_step_updates(60).items() if c % every == 0}
+  with Pipeline(grouped, prefetch=0) as reference:
+    expected = loop(reference, 0, 60, updates)
+  with Pipeline(grouped, **mode) as pipe:
+    jaxdata.testing.wait_for_processes(pipe)
+    assert loop(pipe, 0, 60, updates) == expected
+    assert (pipe.execution().updates_adopted, pipe.execution().updates_replanned) == (len(updates), 0)
