@@ -59,9 +59,13 @@ class LazyModule:
 
   def __init__(self, name: str) -> None:
     self._name = name
+    self._module: Any = None
 
   def __getattr__(self, attribute: str) -> Any:
-    return getattr(importlib.import_module(self._name), attribute)
+    # Kept after the first use: a hot path (jax calls every step) then pays one attribute lookup.
+    if self._module is None:
+      self._module = importlib.import_module(self._name)
+    return getattr(self._module, attribute)
 
   def __repr__(self) -> str:
     return f"<lazy module {self._name!r}>"

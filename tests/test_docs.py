@@ -163,7 +163,15 @@ def test_performance_doc_lists_the_pipeline_knobs_with_their_true_defaults():
   text = open(os.path.join(REPO, "docs", "performance.md")).read()
   rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", text, re.MULTILINE))
   parameters = inspect.signature(Pipeline).parameters
-  assert set(rows) == {"prefetch", "workers", "planner_process", "read_ahead_tokens", "read_threads"}
+  assert set(rows) == {
+    "prefetch",
+    "workers",
+    "planner_process",
+    "read_ahead_tokens",
+    "read_threads",
+    "wait_warning_s",
+    "switch_interval_s",
+  }
   for name, shown in rows.items():
     default = parameters[name].default
     expected = f"{default >> 20}M" if isinstance(default, int) and default >= 1 << 20 else str(default)

@@ -22,7 +22,7 @@ ALLOWED = {
   "errors": set(),
   "_lazy": set(),
   "_native_switch": set(),
-  "config": {"errors", "_native_switch"},
+  "config": {"errors", "_lazy", "_native_switch"},  # _lazy: PyYAML loads at the first load_config
   "sources": {"errors", "_lazy", "_native_switch"},
   "order": {"config", "errors"},
   "mixture": {"config", "sources", "order", "errors"},
@@ -96,15 +96,21 @@ def _stage(module: str) -> str:
 def _imports(path: str) -> list[tuple[str, bool]]:
   """(imported jaxdata module, at module level?) for every import in a file."""
   tree = ast.parse(open(path).read())
-  # Module level: the module's statements, and those of its module-level try blocks
-  # (an optional extension imported with a fallback still runs at import).
-  top_level = {id(node) for node in tree.body}
-  top_level |= {id(inner) for node in tree.body if isinstance(node, ast.Try) for inner in node.body}
+  # Module level: the module's statements, and those of its module-level try blocks (an optional
+  # extension imported with a fallback) and if blocks (`if TYPE_CHECKING: ... else: lazy_module(...)`):
+  # they run at import.
+  statements = list(tree.body)
+  for node in tree.body:
+    if isinstance(node, ast.Try):
+      statements += node.body
+    elif isinstance(node, ast.If):
+      statements += [*node.body, *node.orelse]
+  top_level = {id(node) for node in statements}
   # Lazy imports (`lazy_module("m")`, `lazy_exports(..., {"name": "m"})`) are imports too: at module level
   # when the call is, though the module loads later.
   top_level |= {
     id(inner)
-    for node in tree.body
+    for node in statements
     if isinstance(node, (ast.Assign, ast.AnnAssign, ast.Expr))
     for inner in ast.walk(node)
   }

@@ -1,4 +1,4 @@
-"""The planner process by default where it is faster (with a mesh), and the
+"""The planner process by default where it pays (with a mesh, on >= 4 usable cores), and the
 fallback to planning in process when it cannot run."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxdata import Pipeline, PipelineConfig, WorkerStartError
-from jaxdata.pipeline.pipeline import planner_process_helps
+from jaxdata.pipeline.pipeline import PLANNER_PROCESS_MIN_CORES, planner_process_helps
 from jaxdata.pipeline.worker_handle import _child_environment
 from jaxdata.pipeline.worker_producer import STARTS_BEFORE_GIVING_UP
 from jaxdata.testing import wait_for_processes, worker_processes
@@ -49,9 +49,10 @@ def reference(cfg: PipelineConfig, mesh: jax.sharding.Mesh, steps: int) -> list[
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_with_a_mesh_the_planner_is_a_process_by_default(cfg, mesh):
-  assert planner_process_helps(mesh, workers=0) == (len(os.sched_getaffinity(0)) >= 2)
+def test_with_a_mesh_the_planner_is_a_process_by_default_on_four_cores(cfg, mesh, monkeypatch):
+  assert planner_process_helps(mesh, workers=0) == (len(os.sched_getaffinity(0)) >= PLANNER_PROCESS_MIN_CORES)
   want = reference(cfg, mesh, 20)
+  four_cores(monkeypatch)
   with Pipeline(cfg, mesh=mesh, prefetch=2) as pipe:
     assert pipe.execution().planner_process and pipe.execution().may_fall_back
     assert [digest(next(pipe)) for _ in range(2)] == want[:2]
@@ -61,8 +62,14 @@ def test_with_a_mesh_the_planner_is_a_process_by_default(cfg, mesh):
     assert pipe.execution().steps_from_processes > 0  # planned by the process
 
 
-def test_on_one_usable_core_the_default_plans_in_process(cfg, mesh, monkeypatch):
-  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})  # e.g. a job pinned to one core
+def four_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+  """As on a host of 4 usable cores, where the default starts a planner process."""
+  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+
+
+@pytest.mark.parametrize("cores", [{0}, {0, 1}, {0, 1, 2}])  # a job pinned to one core; this machine
+def test_on_fewer_than_four_usable_cores_the_default_plans_in_process(cfg, mesh, monkeypatch, cores):
+  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: cores)
   assert not planner_process_helps(mesh, workers=0)
   with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
     assert pipe.execution().processes == ()
@@ -108,6 +115,7 @@ def _run_until(pipe: Pipeline, done) -> list[tuple]:
   ],
 )
 def test_a_default_planner_that_cannot_run_falls_back_with_a_warning(cfg, mesh, monkeypatch, interpreter, message):
+  four_cores(monkeypatch)
   monkeypatch.setattr(sys, "executable", interpreter)
   with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
     with pytest.warns(RuntimeWarning, match=message + "; planning in this process instead"):

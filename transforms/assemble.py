@@ -31,13 +31,12 @@ import dataclasses
 
 import numpy as np
 
+from jaxdata.config.batch import FEATURES
 from jaxdata.config.schema import PackingConfig
 from jaxdata.transforms.kernels import restart_segments, write_runs
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["FEATURES", "DocumentTokens", "RowPlacement", "assemble_rows", "follow_boundaries", "padded_buffer"]
-
-FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 
 
 def padded_buffer(parts: list[np.ndarray], seq_len: int, pad_id: int) -> np.ndarray:

@@ -1,12 +1,13 @@
-"""One side of the peer benchmark, run in its own interpreter (its own venv for the torch peers).
+"""One side of the peer benchmark, run in its own interpreter (each peer in its own venv).
 
     python benchmarks/peers/sides.py SIDE --data DIR [--workers N] [--remote URL]
 
-SIDE: megatron, megatron-mask, olmo, streaming, jaxdata-windows, jaxdata-documents,
-jaxdata-windows-mesh8, jaxdata-documents-mesh8. Prints one JSON line: imports_s, startup_s
-(process start to the first batch), tokens_per_s (trained tokens: 2,048 per fixed-length
-sample, non-padding tokens for packed documents), shares (tokens per source) and what one
-sample holds. Each side imports only its own library (the torch peers live in other venvs).
+SIDE: megatron, megatron-mask, olmo, streaming, levanter, levanter-perm, levanter-prefetchN,
+jaxdata-windows, jaxdata-documents, jaxdata-windows-mesh8, jaxdata-documents-mesh8. Prints one
+JSON line: imports_s, startup_s (process start to the first batch), tokens_per_s (trained tokens:
+2,048 per fixed-length sample, non-padding tokens for packed documents), shares (tokens per
+source) and what one sample holds (levanter also block_rows: its mixture's rows per source in
+each block of 2,048). Each side imports only its own library (the peers live in other venvs).
 """
 
 from __future__ import annotations
@@ -195,6 +196,72 @@ def jaxdata_side(data: str, windows: bool, devices: int) -> dict[str, Any]:
   return {**result, "sample": f"{what} as six features (tokens, targets, segment ids, positions, loss mask, sources)"}
 
 
+def levanter_side(data: str, permutation: bool, prefetch: int) -> dict[str, Any]:
+  """Levanter's causal-LM training data as its trainer builds it, on an 8-device CPU mesh.
+
+  The caches are make_levanter.py's. Each source: CausalLmDataset(TokenSeqDataset(cache, 2048)) (what
+  dataset_for_component makes of a text component, unpacked), given to LmDataConfig as direct
+  components, so that its train_set does the rest: the shuffle of each source (its default hierarchical
+  block shuffle, or with permutation a full Feistel permutation), the MixtureDataset (blocks of 2,048
+  rows, restart when a source runs out) and the NamedLmDataset wrapping. The mesh, its axis mapping
+  and the DataLoader are TrainerConfig's and Trainer.data_loader's (prefetch_size 32 there).
+  """
+  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+  import haliax  # noqa: PLC0415 -- the levanter venv's, after XLA_FLAGS
+  import jax  # noqa: PLC0415
+  from levanter.data import DataLoader  # noqa: PLC0415
+  from levanter.data.text import CausalLmDataset, DirectDatasetComponent, LmDataConfig, TokenSeqDataset  # noqa: PLC0415
+  from levanter.store.cache import TreeCache  # noqa: PLC0415
+  from levanter.trainer import TrainerConfig  # noqa: PLC0415
+
+  imports_s = time.perf_counter() - STARTED
+  trainer = TrainerConfig(train_batch_size=BATCH)  # default MeshConfig: data -1 (all 8), replica 1, model 1
+  mesh = trainer.device_mesh
+  Pos = haliax.Axis("position", SEQ_LEN)
+  # train_lm.py's keys: data, loader, model, training from the trainer seed
+  data_key, _, _, _ = jax.random.split(jax.random.PRNGKey(trainer.seed), 4)
+  components: dict[str, Any] = {}
+  for s in SOURCES:
+    cache = TreeCache.load(os.path.join(data, "levanter", s), {"input_ids": np.zeros((0,), dtype=np.int32)})
+    # eos_id None: the passthrough tokenizer's (these ids have no EOS), so no segment ids
+    causal = CausalLmDataset(TokenSeqDataset(cache, SEQ_LEN), Pos, eos_id=None)
+    components[s] = DirectDatasetComponent(datasets={"train": causal})
+  config = LmDataConfig(
+    components=components, train_weights=dict(zip(SOURCES, SHARES)), **({"shuffle": True} if permutation else {})
+  )
+  with haliax.partitioning.set_mesh(mesh), haliax.axis_mapping(trainer.parameter_axis_mapping):  # as Trainer.__enter__
+    dataset = config.train_set(Pos, trainer.batch_schedule, key=data_key)
+    loader = DataLoader(  # Trainer.data_loader's arguments, prefetch_size aside
+      dataset,
+      batch_size=BATCH,
+      max_buffered_batches=128,
+      mesh=mesh,
+      axis_resources=trainer.compute_axis_mapping,
+      prefetch_size=prefetch,
+      batch_axis_name=trainer.batch_axis_name,
+      allow_nondivisible_batch_size=trainer.allow_nondivisible_batch_size,
+    )
+    batches = loader.iter_from_step(0)
+    mixture = dataset.dataset  # NamedLmDataset(MixtureDataset)
+    order = np.array([SOURCES.index(name) for name in mixture.datasets])
+    steps = iter(range(1 + WARMUP, 1 + WARMUP + STEPS))  # the batches measure() counts
+
+    def count(batch: Any) -> tuple[int, np.ndarray]:
+      # never copied back: each row's source from the mixture's own block assignment (dataset id << 16 | offset);
+      # a batch of 32 lies inside one block of 2,048 rows
+      start = next(steps) * BATCH
+      block = mixture._get_block(start // mixture.block_size)
+      ids = order[block[start % mixture.block_size :][:BATCH] >> 16]
+      return ids.size * SEQ_LEN, np.bincount(ids, minlength=len(SOURCES)) * SEQ_LEN
+
+    result = measure(batches, count, imports_s)
+  return {
+    **result,
+    "block_rows": mixture._counts_per_block_per_stage[0][np.argsort(order)].tolist(),  # rows per source per block
+    "sample": f"{SEQ_LEN} tokens as an LmExample (tokens int32, loss weight float32; causal mask, no segment ids)",
+  }
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("side")
@@ -209,6 +276,9 @@ def main() -> None:
     result = olmo(args.data, args.workers)
   elif side == "streaming":
     result = streaming(args.data, args.workers, args.remote)
+  elif side in ("levanter", "levanter-perm") or side.startswith("levanter-prefetch"):
+    prefetch = int(side.removeprefix("levanter-prefetch")) if "prefetch" in side else 32
+    result = levanter_side(args.data, side == "levanter-perm", prefetch)
   elif side.startswith("jaxdata-"):
     result = jaxdata_side(args.data, "windows" in side, 8 if side.endswith("mesh8") else 0)
   else:

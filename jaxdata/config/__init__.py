@@ -6,6 +6,7 @@ data; every later stage may import it.
     ramp.py             a value that rises linearly with the step (batch ramp, sequence warmup)
     pipeline_config.py  `PipelineConfig`: the whole pipeline in one frozen, validated object
     loading.py          `load_config`: YAML (a safe loader) into a `PipelineConfig`
+    safe_yaml.py        the safe loader and its limits (PyYAML imported at the first `load_config`)
     resolve.py          `DatasetSettings`: a dataset's settings after inheritance
     schedule.py         weight schedules and their safe normalisation
     validate.py         the validators every stage shares

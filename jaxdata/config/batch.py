@@ -15,7 +15,10 @@ from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.validate import build, check_bool, check_int, short
 from jaxdata.errors import ConfigError
 
-__all__ = ["BatchConfig", "BatchPhase", "BatchRamp"]
+__all__ = ["FEATURES", "BatchConfig", "BatchPhase", "BatchRamp"]
+
+# What a step holds, in this order: int32 [rows, seq_len] each (docs/packing.md).
+FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +57,10 @@ class BatchConfig:
 
   `schedule` (phases of sizes until steps) or `ramp` (linear) change the
   global batch size with the step; `global_batch_size` is the size after them.
+  `features`: the arrays each batch holds, a subset of `FEATURES` (kept in that
+  order); a loop that reads no `source_ids` or `positions` leaves them out:
+  they are dropped on the host, before the transfer to the devices. It changes no batch's other arrays and no
+  state: a checkpoint restores under any choice.
 
   >>> BatchConfig(global_batch_size=256, schedule=({"until_step": 100, "global_batch_size": 64},)).size_at(99)
   64
@@ -63,9 +70,11 @@ class BatchConfig:
   drop_remainder: bool = True
   schedule: tuple[BatchPhase, ...] = ()
   ramp: BatchRamp | None = None
+  features: tuple[str, ...] = FEATURES
 
   def __post_init__(self) -> None:
     check_int(self.global_batch_size, "batch.global_batch_size", 1)
+    object.__setattr__(self, "features", _checked_features(self.features))
     check_bool(self.drop_remainder, "batch.drop_remainder")
     if not isinstance(self.schedule, (list, tuple)):
       raise ConfigError(f"batch.schedule: expected a list of phases, got {short(self.schedule)}")
@@ -135,3 +144,19 @@ class BatchConfig:
     if self.ramp is not None:
       return f"ramp:{self.ramp.start}->{self.global_batch_size}/{self.ramp.steps}x{self.ramp.granularity}"
     return ",".join([*(f"{p.global_batch_size}<{p.until_step}" for p in self.schedule), str(self.global_batch_size)])
+
+
+def _checked_features(features: Any) -> tuple[str, ...]:
+  """The named features in `FEATURES` order; `ConfigError` naming an unknown, repeated or missing one.
+
+  >>> _checked_features(["loss_mask", "tokens"])
+  ('tokens', 'loss_mask')
+  """
+  if isinstance(features, str) or not isinstance(features, (list, tuple)) or not features:
+    raise ConfigError(f"batch.features: expected a non-empty list of {', '.join(FEATURES)}; got {short(features)}")
+  for name in features:
+    if name not in FEATURES:
+      raise ConfigError(f"batch.features: unknown feature {short(name)} (the features: {', '.join(FEATURES)})")
+  if len(set(features)) != len(features):
+    raise ConfigError(f"batch.features: a feature is named twice in {short(features)}")
+  return tuple(name for name in FEATURES if name in features)

@@ -20,61 +20,15 @@ jaxdata.errors.ConfigError: ...twice.yaml: line 2: key 'seed' is given twice in 
 from __future__ import annotations
 
 import os
-from typing import Any
 
-import yaml
-
+from jaxdata._lazy import lazy_module
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.config.validate import short
 from jaxdata.errors import ConfigError
 
 __all__ = ["load_config"]
 
 MAX_CONFIG_BYTES = 1 << 20
-MAX_ALIASES = 64
-
-
-class _ConfigLoader(yaml.SafeLoader):
-  """The safe loader, with the limits above."""
-
-  def __init__(self, stream: str) -> None:
-    super().__init__(stream)
-    self.aliases = 0
-
-  def compose_node(self, parent: Any, index: Any) -> Any:
-    if self.check_event(yaml.AliasEvent):
-      self.aliases += 1
-      if self.aliases > MAX_ALIASES:
-        mark = self.peek_event().start_mark
-        raise ConfigError(
-          f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases (*name); "
-          "a config needs few, and many can expand without bound"
-        )
-    return super().compose_node(parent, index)
-
-  def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-    seen = set()
-    for key_node, _ in node.value:
-      key = self.construct_object(key_node, deep=True)
-      if isinstance(key, (str, int, float, bool)) or key is None:
-        if key in seen:
-          raise ConfigError(f"line {key_node.start_mark.line + 1}: key {short(key)} is given twice in one mapping")
-        seen.add(key)
-    return super().construct_mapping(node, deep=deep)
-
-
-_ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
-
-
-def _not_a_config_value(loader: _ConfigLoader, node: Any) -> None:
-  raise ConfigError(
-    f"line {node.start_mark.line + 1}: {node.tag.rsplit(':', 1)[-1]} values (!!{node.tag.rsplit(':', 1)[-1]}) "
-    "are not config values; write a list or a mapping"
-  )
-
-
-for _tag in ("set", "binary", "omap", "pairs"):  # YAML types a JSON-shaped config has no use for
-  _ConfigLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _not_a_config_value)
+safe_yaml = lazy_module("jaxdata.config.safe_yaml")  # PyYAML is imported at the first load_config
 
 
 def load_config(path: str) -> PipelineConfig:
@@ -112,9 +66,7 @@ def load_config(path: str) -> PipelineConfig:
   except UnicodeDecodeError as e:
     raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from e
   try:
-    raw = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 -- a SafeLoader subclass
-  except yaml.YAMLError as e:
-    raise ConfigError(f"{path}: not valid YAML ({str(e)[:500]})") from e
+    raw = safe_yaml.parse_config_text(text)
   except ConfigError as e:
     raise ConfigError(f"{path}: {e}") from e
   except RecursionError as e:

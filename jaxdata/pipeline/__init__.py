@@ -18,9 +18,11 @@ Its modules::
     shared_buffer.py    `SharedBuffer`: memory shared with a worker process
     execution.py        `Execution`: where the steps are made now
     prefetch.py         `Prefetcher`: the background thread
+    switch_interval.py  the GIL switch interval lowered while the background thread runs
     sharding.py         which rows this process holds; the global `jax.Array`s
     slices.py           TPU slice configs and their meshes
     stats.py            `StatsRecorder`: per-step statistics
+    wait_warning.py     the one-line warning when `next()` waits long for a step
     step_stats.py       `StepStats`: one step's statistics as a typed record (the stats file's lines)
     vocabulary.py       token ids checked against the datasets' vocabulary
 """

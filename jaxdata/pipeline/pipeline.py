@@ -8,7 +8,7 @@ Every process runs the same plan and reads only its own rows::
       -> assemble_rows (NumPy), step by step                                   step_producer.py
       -> jax.Array (one batched transfer per feature)                          sharding.py
     a background thread runs this `prefetch` steps ahead (prefetch.py). With a
-    mesh (on >= 2 cores) the planning runs in a process of its own and this
+    mesh (on >= 4 cores) the planning runs in a process of its own and this
     process reads, assembles and makes the arrays from its read spans; with
     `workers=n` steps are planned in one worker process and read and assembled
     in n others (worker_producer.py, worker_process.py) and the global arrays
@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from jaxdata._lazy import lazy_module
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
+from jaxdata.config.batch import FEATURES
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, PipelineClosedError
 from jaxdata.mixture.updates import MixtureUpdates
@@ -63,10 +65,15 @@ from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_producer import StepProducer
-from jaxdata.pipeline.worker_producer import WorkerProducer
+from jaxdata.pipeline.switch_interval import SwitchIntervalLease, check_switch_interval_s, lower_switch_interval
+from jaxdata.pipeline.wait_warning import WAIT_WARNING_S, check_wait_warning_s, warn_if_waited
 
 if TYPE_CHECKING:  # jax is imported when a mesh is used (NumPy output starts without it)
   from jax.sharding import Mesh
+
+  import jaxdata.pipeline.worker_producer as worker_producer
+else:  # imported when worker processes or the planner process are asked for: not on the default's first batch
+  worker_producer = lazy_module("jaxdata.pipeline.worker_producer")
 
 __all__ = ["Pipeline"]
 
@@ -89,7 +96,8 @@ class Pipeline:
       `prefetch` + 1 steps ahead), plus one that plans (`jaxdata.pipeline.worker_producer`);
       0 does it all in this process. Output and state never depend on it.
     planner_process: with workers=0, plan in a process of its own (this one reads and assembles);
-      None: where that is faster, with a mesh on >= 2 cores (in process, warned, if it cannot start).
+      None: with a mesh on >= PLANNER_PROCESS_MIN_CORES (4) usable cores (in process, warned, if it
+      cannot start); on fewer it does not pay.
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
       faster (at least one step, at most 64). Output never depends on it.
@@ -98,6 +106,12 @@ class Pipeline:
     epoch: start at pass `epoch` of every dataset's keyed order (the random
       interleave keyed by it too): a fresh, reproducible order per epoch.
     split: "train", or "eval": each dataset's held-out documents (`holdout`) once.
+    wait_warning_s: a `next()` that waits longer than this for its step logs one line on the
+      "jaxdata" logger (the step, the wait, the steps that were ready ahead); None: never.
+    switch_interval_s: while the prefetch thread runs, the interpreter's GIL switch interval is
+      at most this (`jaxdata.pipeline.switch_interval`; e.g. `SWITCH_INTERVAL_S`, 1 ms: a
+      Python-bound loop then does not starve the thread); the program's own value comes back
+      after. None (the default): leave it alone.
   """
 
   def __init__(
@@ -115,8 +129,13 @@ class Pipeline:
     stats_path: str | None = None,
     epoch: int = 0,
     split: str = "train",
+    wait_warning_s: float | None = WAIT_WARNING_S,
+    switch_interval_s: float | None = None,
   ) -> None:
     _check_arguments(prefetch, workers, planner_process, read_ahead_tokens)
+    check_wait_warning_s(wait_warning_s)
+    check_switch_interval_s(switch_interval_s)
+    self.wait_warning_s = wait_warning_s
     mesh, data_axes = _mesh_and_axes(tpu, mesh, data_axes)
     sharding = None
     if mesh is not None:  # checked before any file is opened
@@ -153,7 +172,7 @@ class Pipeline:
     self._producer: StepMaker = in_process
     if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
       try:
-        self._producer = WorkerProducer(
+        self._producer = worker_producer.WorkerProducer(
           spec,
           in_process,
           count=workers,
@@ -166,9 +185,9 @@ class Pipeline:
         self._reader.close()
         raise
     self._produce = _producing(
-      self._producer, self._output, self._rows_here, self._recorder, self._reader.masked, cfg.names
+      self._producer, self._output, self._rows_here, self._recorder, self._reader.masked, cfg.names, cfg.batch.features
     )
-    self._resources = _Resources(self._reader, self._producer)
+    self._resources = _Resources(self._reader, self._producer, switch_interval_s)
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._finalizer = weakref.finalize(self, self._resources.release)
@@ -193,11 +212,14 @@ class Pipeline:
     if self._exhausted:
       raise StopIteration
     started = time.perf_counter()
+    ready = self._resources.ready()
     try:
       # With workers, steps are made ahead in their shared memory: no thread here.
       item = self._resources.take(self._produce, 0 if self._producer.makes_steps_ahead else self.prefetch)
       if isinstance(item, Prepared):
-        self._recorder.time(item.stats, "wait", time.perf_counter() - started)
+        waited = time.perf_counter() - started
+        self._recorder.time(item.stats, "wait", waited)
+        warn_if_waited(self.wait_warning_s, self._state["step"], waited, ready, self._ahead())
         self._recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
     except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
       self._resources.stop_prefetch(wait=False)
@@ -215,6 +237,10 @@ class Pipeline:
     if self._steering:
       self._producer.plan_before(self._horizon())
     return item.batch
+
+  def _ahead(self) -> int:
+    """How many steps are made ahead at most: worker slots, or the prefetch thread's queue."""
+    return self._producer.steps_ahead_at_most() if self._producer.makes_steps_ahead else self.prefetch
 
   def _rewind(self) -> None:
     self._resources.stop_prefetch()
@@ -380,12 +406,18 @@ def _mesh_and_axes(
   return slice_mesh(spec), spec.data_axes
 
 
+# Usable cores from which `planner_process=None` plans in a process of its own (with a mesh). On 2
+# cores it does not pay (benchmarks/pipeline_throughput, uint32: 29.2M tokens/s with it against 33.4M
+# in process): the planner takes a core the read thread and the assembly need. With more, it takes
+# the planning (~a third of the GIL time a step costs this process) off the training process.
+PLANNER_PROCESS_MIN_CORES = 4
+
+
 def planner_process_helps(mesh: Mesh | None, workers: int) -> bool:
-  """Where `planner_process=None` plans in a process of its own: where that
-  is faster (benchmarks/pipeline_throughput: mesh output, 2 cores) and no
-  worker processes plan already. With NumPy output (tests, notebooks,
-  evaluation on the host) no process is started unasked."""
-  return mesh is not None and not workers and _usable_cores() >= 2
+  """Where `planner_process=None` plans in a process of its own: with a mesh on at least
+  PLANNER_PROCESS_MIN_CORES usable cores, where no worker processes plan already. With NumPy
+  output (tests, notebooks, evaluation on the host) no process is started unasked."""
+  return mesh is not None and not workers and _usable_cores() >= PLANNER_PROCESS_MIN_CORES
 
 
 def _usable_cores() -> int:
@@ -414,12 +446,16 @@ def _producing(
   recorder: StatsRecorder,
   masked: bool = False,
   names: Sequence[str] = (),
+  features: Sequence[str] = FEATURES,
 ) -> Callable[[], Prepared | Literal[End.END]]:
-  """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays; where a
-  dataset carries trained-token masks, each step's stats count this host's trained tokens per source."""
+  """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays, of
+  `features`; where a dataset carries trained-token masks, each step's stats count this host's
+  trained tokens per source."""
   produce = producer.produce
   if masked:
     produce = functools.partial(_counting_trained, produce, names)
+  if len(features) < len(FEATURES):  # after the counting: it reads loss_mask and source_ids
+    produce = functools.partial(_only, produce, features)
   if output is None:
     return produce
   return functools.partial(_global_batch, produce, output, rows_here, recorder)
@@ -435,6 +471,14 @@ def _counting_trained(
     trained = np.asarray(item.batch["loss_mask"]).ravel() == 1
     counts = np.bincount(np.asarray(item.batch["source_ids"]).ravel()[trained], minlength=len(names))
     item.stats = dataclasses.replace(item.stats, trained_tokens_per_source=dict(zip(names, counts.tolist())))
+  return item
+
+
+def _only(produce: Callable[[], Prepared | Literal[End.END]], features: Sequence[str]) -> Prepared | Literal[End.END]:
+  """The step with only `features` (`batch.features`), before they become global arrays."""
+  item = produce()
+  if isinstance(item, Prepared):
+    item.batch = {name: item.batch[name] for name in features}
   return item
 
 
@@ -462,18 +506,28 @@ class _Resources:
   """What a pipeline must release: the prefetch thread and the open files.
   Held apart from the pipeline so its finalizer can release them."""
 
-  def __init__(self, reader: DocumentReader, producer: StepMaker) -> None:
+  def __init__(self, reader: DocumentReader, producer: StepMaker, switch_interval_s: float | None) -> None:
     self.reader = reader
     self._producer = producer
+    self._switch_interval_s = switch_interval_s
+    self._switch_lease: SwitchIntervalLease | None = None  # held while a prefetch thread runs
     self.prefetcher: Prefetcher | None = None
     self.stopped: list[Prefetcher] = []  # told to stop, not yet joined (after Ctrl-C)
     self.interrupted = False
+
+  def ready(self) -> int:
+    """Steps made ahead and waiting now: in the prefetch queue, or in worker processes' memory."""
+    if self._producer.makes_steps_ahead:
+      return self._producer.steps_ready()
+    return self.prefetcher.queue.qsize() if self.prefetcher is not None else 0
 
   def take(self, produce: Callable[[], Prepared | Literal[End.END]], depth: int) -> Prepared | Literal[End.END]:
     """The next step (or END) from `produce`, through the prefetch thread if depth > 0."""
     if depth == 0:
       return produce()
     if self.prefetcher is None:
+      if self._switch_interval_s is not None and self._switch_lease is None:
+        self._switch_lease = lower_switch_interval(self._switch_interval_s)
       self.prefetcher = Prefetcher(produce, depth, lambda item: item is END)
     item = self.prefetcher.get()
     if isinstance(item, BaseException):
@@ -491,6 +545,12 @@ class _Resources:
       for prefetcher in self.stopped:  # the planner is shared: no old thread may still run
         prefetcher.thread.join()
       self.stopped.clear()
+    self._give_back_switch_interval()
+
+  def _give_back_switch_interval(self) -> None:
+    if self._switch_lease is not None:
+      self._switch_lease.release()
+      self._switch_lease = None
 
   def release(self) -> None:
     """Stops the thread, waiting at most RELEASE_WAIT_S for a read in progress;
@@ -502,6 +562,7 @@ class _Resources:
     deadline = time.monotonic() + RELEASE_WAIT_S
     for thread in threads:
       thread.join(max(0.0, deadline - time.monotonic()))
+    self._give_back_switch_interval()
     if any(thread.is_alive() for thread in threads):
       return  # a stalled read: leave its files to the process's end rather than hang
     self.prefetcher, self.stopped = None, []

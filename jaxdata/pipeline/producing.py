@@ -63,6 +63,14 @@ class StepMaker(Protocol):
     """The next step, or `END` (and `END` again on every later call)."""
     ...
 
+  def steps_ready(self) -> int:
+    """Steps made ahead elsewhere (`makes_steps_ahead`) and ready to hand out now; 0 otherwise."""
+    ...
+
+  def steps_ahead_at_most(self) -> int:
+    """How many steps are made ahead elsewhere at most (0 where none are)."""
+    ...
+
   def restart(self, state: dict[str, Any]) -> None:
     """Continue from `state`: the next step produced is the one after it."""
     ...

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -182,16 +182,16 @@ def read_span(reader: DocumentReader, steps: list[HostStep], pad_id: int) -> lis
   return out
 
 
-def aligned_arrays(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
-  """Fresh int32 [num_rows, seq_len] arrays of every feature, each starting on
+def aligned_arrays(num_rows: int, seq_len: int, features: Sequence[str] = FEATURES) -> dict[str, np.ndarray]:
+  """Fresh int32 [num_rows, seq_len] arrays of `features`, each starting on
   a 64-byte boundary (one allocation): on CPU devices jax uses such host
   memory in place instead of copying it."""
   size = num_rows * seq_len * 4
-  block = np.empty(len(FEATURES) * size + ALIGNMENT, np.uint8)
+  block = np.empty(len(features) * size + ALIGNMENT, np.uint8)
   first = -block.ctypes.data % ALIGNMENT
   return {
     name: block[first + f * size : first + (f + 1) * size].view(np.int32).reshape(num_rows, seq_len)
-    for f, name in enumerate(FEATURES)
+    for f, name in enumerate(features)
   }
 
 

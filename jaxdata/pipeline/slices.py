@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import yaml
 
 from jaxdata._lazy import lazy_module
 from jaxdata.errors import ConfigError
@@ -34,6 +33,7 @@ if TYPE_CHECKING:  # the type checker sees jax; at run time it is imported on fi
 else:
   jax = lazy_module("jax")  # only `slice_mesh` needs it: `jaxdata mesh` and the planner stay light
 jax_sharding = lazy_module("jax.sharding")
+yaml = lazy_module("yaml")  # a slice file is read when one is named, not at import
 
 __all__ = ["SliceSpec", "available_slices", "explicit_slice", "load_slice", "slice_mesh"]
 

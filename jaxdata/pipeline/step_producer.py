@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+import numpy as np
+
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
@@ -56,6 +58,7 @@ from jaxdata.pipeline.read_thread import ReadThread
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_stats import StepStats
+from jaxdata.transforms.assemble import FEATURES
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["RowsHere", "StepProducer", "grown_span"]
@@ -115,6 +118,7 @@ class StepProducer:
     # While the loop updates the mixture: plan no step whose documents reach this one (None: no bound).
     # Set by the pipeline's thread, read by the prefetch thread (an int: read whole).
     self.horizon: int | None = None
+    self._scratch: dict[str, np.ndarray] | None = None  # where features left out of the batch are written
 
   def produce(self) -> Prepared | Literal[End.END]:
     """The next step."""
@@ -127,6 +131,13 @@ class StepProducer:
     arrays = self.assemble_step(ready.item)
     self.recorder.time(ready.stats, "assemble", time.perf_counter() - started)
     return Prepared(arrays, ready.state, ready.stats)
+
+  def steps_ready(self) -> int:
+    """None are made ahead elsewhere: the prefetch thread's queue holds this producer's steps."""
+    return 0
+
+  def steps_ahead_at_most(self) -> int:
+    return 0
 
   def execution(self) -> Execution:
     """Where the steps are made: here (`Pipeline.execution`)."""
@@ -145,8 +156,16 @@ class StepProducer:
     return assemble(item, self.cfg.packing, self.out_for(item.host.num_rows, item.host.seq_len))
 
   def out_for(self, num_rows: int, seq_len: int) -> dict[str, Any] | None:
-    """Where a step's rows go: aligned memory, or None (NumPy's own allocations)."""
-    return aligned_arrays(num_rows, seq_len) if self.aligned else None
+    """Where a step's rows go: aligned memory, or None (NumPy's own allocations). Features the
+    batch leaves out (`batch.features`) go to scratch arrays that are reused: never handed out."""
+    kept = self.cfg.batch.features
+    if len(kept) == len(FEATURES):
+      return aligned_arrays(num_rows, seq_len) if self.aligned else None
+    if self._scratch is None or self._scratch["tokens"].shape != (num_rows, seq_len):
+      self._scratch = {name: np.empty((num_rows, seq_len), np.int32) for name in FEATURES}
+    shape = (num_rows, seq_len)
+    fresh = aligned_arrays(*shape, kept) if self.aligned else {n: np.empty(shape, np.int32) for n in kept}
+    return {**self._scratch, **fresh}
 
   def restart(self, state: dict[str, Any]) -> None:
     """Drops what was planned ahead; the planner has been set to `state`."""

@@ -59,10 +59,16 @@ class StepStats:
   trained_tokens_per_source: dict[str, int] | None = None  # datasets with trained-token masks only
 
   def to_json(self) -> dict[str, Any]:
-    out = dataclasses.asdict(self)
-    for optional in ("mixture_update", "trained_tokens_per_source"):
-      if out[optional] is None:
-        del out[optional]
+    """A copy as plain JSON-able data (its dicts and the lists inside `shards` copied: a loop that
+    calls `Pipeline.stats()` every step pays microseconds, not `dataclasses.asdict`'s deep copy)."""
+    out: dict[str, Any] = {}
+    for name in _FIELD_NAMES:
+      value = getattr(self, name)
+      if isinstance(value, dict):
+        value = {k: list(v) if isinstance(v, list) else v for k, v in value.items()}
+      elif value is None and name in _OPTIONAL:
+        continue
+      out[name] = value
     return out
 
   @classmethod
@@ -74,6 +80,10 @@ class StepStats:
       raise KeyError(missing[0])
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(StepStats))
+_OPTIONAL = ("mixture_update", "trained_tokens_per_source")  # left out of the record where None
 
 
 def trained_totals(records: Sequence[StepStats], names: Sequence[str]) -> dict[str, int]:

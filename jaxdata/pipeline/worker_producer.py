@@ -255,6 +255,14 @@ class WorkerProducer:
       read_thread=not self.makes_steps_ahead and self.in_process.read_thread is not None,
     )
 
+  def steps_ready(self) -> int:
+    """Steps the reader processes were given and not yet handed out (made, or being made)."""
+    return min(self.steps_ahead_at_most(), sum(isinstance(c, _Coming) for c in self.coming))
+
+  def steps_ahead_at_most(self) -> int:
+    """Every reader's slots."""
+    return self.specs[0].slots * (len(self.specs) - 1)
+
   def produce(self) -> Prepared | Literal[End.END]:
     if self.phase is Phase.FELL_BACK:
       return self._produce_here()

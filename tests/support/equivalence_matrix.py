@@ -278,6 +278,13 @@ FEATURES = [
     updates=_every_step_updates(explicit={2: 5}),
     multihost=True,
   ),
+  Feature(  # a loop that reads no source_ids or positions: neither is built nor transferred
+    "loop-features",
+    lambda d: _config(d, batch={"features": ["tokens", "targets", "segment_ids", "loss_mask"]}),
+    multihost=True,
+  ),
+  # every step waits longer than the threshold: a log line each step, and the batches as without it
+  Feature("wait-warning-every-step", lambda d: _config(d, exhausted_policy="repeat"), {"wait_warning_s": 1e-9}),
   Feature("maxtext", _maxtext_values, entrance="maxtext"),
   Feature("grain-adapter", lambda d: _config(d), entrance="grain"),
   Feature(
@@ -318,11 +325,7 @@ class Mode:
 
   @property
   def uses_workers(self) -> bool:
-    return (
-      bool(self.arguments.get("workers"))
-      or bool(self.arguments.get("planner_process"))
-      or (self.mesh and self.arguments.get("planner_process") is None)
-    )
+    return bool(self.arguments.get("workers")) or bool(self.arguments.get("planner_process"))
 
 
 REFERENCE = Mode("reference", {"prefetch": 0, "planner_process": False})
@@ -332,10 +335,13 @@ MODES = [
   Mode("workers1", {"prefetch": 2, "workers": 1}),
   Mode("workers2", {"prefetch": 1, "workers": 2}),
   Mode("mesh8", {"prefetch": 2, "planner_process": False}, mesh=True),
-  Mode("mesh8-planner-default", {"prefetch": 2}, mesh=True),  # the default with a mesh: a planner process
+  Mode("mesh8-default", {}, mesh=True),  # the defaults with a mesh (on < 4 cores: planned in process)
+  Mode("mesh8-planner-process", {"prefetch": 2, "planner_process": True}, mesh=True),  # the default on >= 4 cores
   Mode("mesh8-workers2", {"prefetch": 2, "workers": 2}, mesh=True),
   Mode("native-off", {"prefetch": 2, "planner_process": False}, runs="native-off"),
-  Mode("two-hosts", {"prefetch": 2}, mesh=True, runs="two-hosts"),  # each host: 4 devices, a planner process
+  Mode(
+    "two-hosts", {"prefetch": 2, "planner_process": True}, mesh=True, runs="two-hosts"
+  ),  # each: 4 devices, a planner
 ]
 
 
