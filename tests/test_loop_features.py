@@ -9,9 +9,12 @@ import time
 import jax
 import numpy as np
 import pytest
+import yaml
 
 from jaxdata import ConfigError, Pipeline, PipelineConfig
 from jaxdata.config.batch import FEATURES
+from jaxdata.demo.run import demo_config
+from jaxdata.tools.bench import bench
 from pipeline_fixtures import coded_config
 
 LOOP_FEATURES = ["tokens", "targets", "segment_ids", "loss_mask"]  # no source_ids, no positions
@@ -93,6 +96,21 @@ def test_bad_features_are_config_errors_naming_the_field(tmp_path, features, mes
   assert message in str(error.value)
 
 
+def test_bench_counts_the_same_tokens_whatever_features_the_config_keeps(tmp_path):
+  cfg = coded_config(tmp_path, LENGTHS, exhausted_policy="repeat")
+  full, only_tokens = bench(cfg, steps=6), bench(_with_features(cfg, ["tokens"]), steps=6)
+  assert full.real_tokens == only_tokens.real_tokens > 0
+  assert full.efficiency == only_tokens.efficiency < 1  # padding there, not counted
+
+
+def test_the_demo_refuses_a_config_without_the_features_its_model_reads(tmp_path):
+  raw = _with_features(coded_config(tmp_path, LENGTHS), ["tokens", "targets", "loss_mask"]).to_dict()
+  path = tmp_path / "sub.yaml"
+  path.write_text(yaml.safe_dump(raw))
+  with pytest.raises(ConfigError, match=r"batch.features: .*reads segment_ids, positions, source_ids.*sub.yaml"):
+    demo_config(str(tmp_path / "cache"), str(path))
+
+
 def test_default_features_are_all_six(tmp_path):
   cfg = coded_config(tmp_path, LENGTHS)
   assert cfg.batch.features == FEATURES
@@ -134,8 +152,9 @@ def test_no_line_below_the_threshold_or_when_turned_off(tmp_path, caplog):
   assert not [r for r in caplog.records if r.name == "jaxdata"]
 
 
-@pytest.mark.parametrize("value", [0, -1.0, True, "10"])
+@pytest.mark.parametrize("value", [0, -1.0, True, "10", float("nan"), -(10**400)])
 def test_bad_wait_warning_s_is_a_value_error(tmp_path, value):
   cfg = coded_config(tmp_path, LENGTHS)
-  with pytest.raises(ValueError, match="wait_warning_s"):
+  with pytest.raises(ValueError, match="wait_warning_s") as raised:
     Pipeline(cfg, wait_warning_s=value)
+  assert len(str(raised.value)) < 200  # a huge value is shortened, not printed whole

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 from jaxdata import Pipeline, PipelineConfig
@@ -89,7 +90,15 @@ def test_a_value_the_program_sets_meanwhile_is_kept() -> None:
     sys.setswitchinterval(before)
 
 
-@pytest.mark.parametrize("bad", [0, -0.001, 2.0, True, "0.001"])
+@pytest.mark.parametrize("bad", [0, -0.001, 5e-7, 2.0, True, "0.001", float("nan"), 10**400])
 def test_a_bad_value_names_the_argument(small_cfg, bad) -> None:
-  with pytest.raises(ValueError, match="switch_interval_s"):
+  with pytest.raises(ValueError, match="switch_interval_s") as raised:
     Pipeline(small_cfg, switch_interval_s=bad)
+  assert len(str(raised.value)) < 200  # a huge value is shortened, not printed whole
+
+
+def test_a_numpy_value_is_taken(small_cfg, program_interval) -> None:
+  with Pipeline(small_cfg, switch_interval_s=np.float32(0.002)) as pipe:
+    next(pipe)
+    assert sys.getswitchinterval() == 0.002
+  assert sys.getswitchinterval() == program_interval

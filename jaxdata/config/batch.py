@@ -139,6 +139,20 @@ class BatchConfig:
       step <= last or self.global_batch_size == other.global_batch_size
     )
 
+  def require_features(self, needed: tuple[str, ...], reader: str, where: str = "the config") -> None:
+    """`ConfigError` naming `batch.features` and what `reader` needs that `where` leaves out.
+
+    >>> BatchConfig(features=("tokens",)).require_features(("tokens", "targets"), "the model")
+    Traceback (most recent call last):
+    jaxdata.errors.ConfigError: batch.features: the model reads targets, which the config leaves out (list it there, or leave batch.features out)
+    """
+    missing = [name for name in needed if name not in self.features]
+    if missing:
+      raise ConfigError(
+        f"batch.features: {reader} reads {', '.join(missing)}, which {where} leaves out "
+        "(list it there, or leave batch.features out)"
+      )
+
   def describe(self) -> str:
     """The schedule as the checkpoint fingerprint records it."""
     if self.ramp is not None:

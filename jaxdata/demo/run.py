@@ -30,6 +30,7 @@ import orbax.checkpoint as ocp
 import yaml
 
 from jaxdata.checkpoint.orbax import Restore, Save
+from jaxdata.config.batch import FEATURES
 from jaxdata.config.loading import load_config
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.demo import DEVICES, default_cache_dir, model, xla_flags
@@ -47,7 +48,9 @@ __all__ = ["DemoResult", "demo_config", "resume_check", "run_demo"]
 def demo_config(cache_dir: str, config_path: str | None = None) -> PipelineConfig:
   """The bundled demo config (paths under the cache), or the user's own."""
   if config_path is not None:
-    return load_config(config_path)
+    cfg = load_config(config_path)
+    cfg.batch.require_features(FEATURES, "the demo (its model and checks)", config_path)
+    return cfg
   raw = yaml.safe_load(importlib.resources.files("jaxdata.demo").joinpath("demo_config.yaml").read_text())
   return PipelineConfig.from_dict(raw, base_dir=cache_dir)
 

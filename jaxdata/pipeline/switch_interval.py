@@ -5,20 +5,20 @@ do ArrayRecord's reads) waits to get it back until the thread holding it
 is made to let go, after the switch interval (Python's default: 5 ms). A
 Python-bound training loop holds the GIL nearly always, so each release
 can cost the prefetch thread up to 5 ms: over an 8-device mesh the prefetch
-queue ran dry and the loop waited inside `next()` for 2.8% of its time
-(fed 2M tokens/s). At 1 ms the queue stays full (0.3% inside `next()`),
-but the loop itself is made to yield more often: its slowdown was the same
-within this machine's noise (+5.7% against +4.1%, five runs each), so the
-default leaves the interval alone::
+queue ran dry and the loop waited inside `next()` for 2.6-2.9% of its time
+(fed 2M tokens/s). At 1 ms the queue stays full (0.2% inside `next()`),
+but the loop itself is made to yield more often: its slowdown was no
+smaller (+4.9% against +3.3%, medians of five runs), so the default leaves
+the interval alone::
 
     training thread:  python ........ [made to yield] python ........ [yield] ...
     prefetch thread:    (release, wait <= interval)   plan | put ...    (wait) ...
 
 With `Pipeline(switch_interval_s=...)` (e.g. `SWITCH_INTERVAL_S`, 1 ms),
-while any pipeline's background thread runs the interval is lowered to it,
-never raised: a smaller value set by the program stays. When the last such
-thread stops, the program's value comes back, unless something else
-changed it meanwhile.
+while any pipeline's prefetch thread runs (none with `prefetch=0` or
+workers) the interval is lowered to it, never raised: a smaller value set
+by the program stays. When the last such thread stops, the program's value
+comes back, unless something else changed it meanwhile.
 
 >>> import sys
 >>> before = sys.getswitchinterval()
@@ -31,8 +31,11 @@ True
 
 from __future__ import annotations
 
+import numbers
 import sys
 import threading
+
+from jaxdata.config.validate import short
 
 __all__ = ["SWITCH_INTERVAL_S", "SwitchIntervalLease", "check_switch_interval_s", "lower_switch_interval"]
 
@@ -45,11 +48,12 @@ _ours: list[float] = []  # while any lease is held: the interval last set here, 
 
 
 def check_switch_interval_s(value: float | None) -> None:
-  """None (leave it alone) or seconds in (0, 1]; `ValueError` naming the argument."""
+  """None (leave it alone) or seconds in [1e-6, 1] (the interpreter keeps whole microseconds);
+  `ValueError` naming the argument."""
   if value is None:
     return
-  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-    raise ValueError(f"switch_interval_s: must be None or a number of seconds in (0, 1], got {value!r}")
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 1e-6 <= value <= 1:
+    raise ValueError(f"switch_interval_s: must be None or a number of seconds in [1e-6, 1], got {short(value)}")
 
 
 class SwitchIntervalLease:
@@ -76,6 +80,7 @@ class SwitchIntervalLease:
 def lower_switch_interval(wanted: float) -> SwitchIntervalLease:
   """Sets the interval to min(the program's, every holder's `wanted`) until the lease is released."""
   check_switch_interval_s(wanted)
+  wanted = float(wanted)  # a NumPy or Fraction value as the interpreter takes it
   with _lock:
     if _wanted:
       _adopt_a_program_change()

@@ -16,6 +16,9 @@ True
 from __future__ import annotations
 
 import logging
+import numbers
+
+from jaxdata.config.validate import short
 
 __all__ = ["WAIT_WARNING_S", "check_wait_warning_s", "warn_if_waited"]
 
@@ -27,8 +30,8 @@ def check_wait_warning_s(value: float | None) -> None:
   """None (no warning) or a number of seconds > 0; `ValueError` naming the argument."""
   if value is None:
     return
-  if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-    raise ValueError(f"wait_warning_s: must be None or a number of seconds > 0, got {value!r}")
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+    raise ValueError(f"wait_warning_s: must be None or a number of seconds > 0, got {short(value)}")
 
 
 def wait_message(step: int, waited_s: float, ready: int, depth: int) -> str:
