@@ -22,6 +22,7 @@ import zstandard
 
 import object_store  # the tests' local object stores
 import test_multihost
+from benchmarks.latency_proxy import LatencyProxy  # the benchmarks' network: latency, bandwidth
 from flat_fixtures import random_documents, write_flat, write_megatron
 from jaxdata import ConfigError, DatasetError, DatasetWriter, Pipeline, PipelineConfig, TokenDataset, load_config
 from jaxdata.conversion.beam_runner import convert_with_beam
@@ -40,9 +41,6 @@ from jaxdata.sources.stores import RemotePath, open_store
 from jaxdata.testing import opened_datasets, wait_for_processes
 from jaxdata.tools.cache_plan import cache_needs, cache_warnings
 from pipeline_fixtures import digest, write_coded_dataset
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.latency_proxy import LatencyProxy  # the benchmarks' network: latency, bandwidth
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
