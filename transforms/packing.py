@@ -78,11 +78,9 @@ class DocumentSource(Protocol):
 
   ended: bool
 
-  def take(
-    self, step: int, max_docs: int | None = None, max_tokens: int | None = None, token_overhead: int = 0
-  ) -> DocumentColumns:
+  def take(self, step: int, max_docs: int | None = None, max_tokens: int | None = None) -> DocumentColumns:
     """The next documents for `step` (empty once the source has ended); with
-    `max_tokens`, until their tokens, each counting `token_overhead` more,
+    `max_tokens`, until the tokens packing keeps of them (`PackingConfig.kept_tokens`)
     reach it (the crossing document included)."""
 
   def drawn_through(self, step: int) -> None:
@@ -167,7 +165,7 @@ class PackingStrategy(abc.ABC):
     return rows * seq_len - int(carry.length.sum())
 
   def take(self, source: DocumentSource, step: int, need: int) -> DocumentColumns:
-    return source.take(step, max_tokens=need, token_overhead=self.extra)
+    return source.take(step, max_tokens=need)
 
   def amount(self, pieces: Pieces) -> int:
     """What `pieces` contribute towards `shortfall`."""
@@ -379,7 +377,7 @@ class Packer:
     while need > 0 and not self.source.ended:
       docs = self.strategy.take(self.source, step, need)
       if self.cfg.packing.long_docs == "drop":
-        docs, count = _without_long(docs, self.strategy, seq_len)
+        docs, count = _without_long(docs, self.cfg.packing, seq_len)
         dropped_documents += count
       pieces, dropped = self.strategy.to_pieces(docs, seq_len)
       parts.append(pieces)
@@ -398,10 +396,10 @@ class _Documents:
   length: np.ndarray
 
 
-def _without_long(docs: DocumentColumns, strategy: PackingStrategy, seq_len: int) -> tuple[DocumentColumns, int]:
-  """The documents whose pieces fit one row (BOS / EOS counted), and how many were left out."""
-  _, span = strategy.document_lengths(docs.dataset.astype(np.int64), docs.length)
-  keep = span <= seq_len
+def _without_long(docs: DocumentColumns, packing: PackingConfig, seq_len: int) -> tuple[DocumentColumns, int]:
+  """The documents whose pieces fit one row (BOS / EOS counted), and how many were left out:
+  those `packing.kept_tokens` counts as 0, so the mixture counted none of their tokens."""
+  keep = packing.kept_tokens(docs.length, seq_len) > 0
   if keep.all():
     return docs, 0
   kept = _Documents(docs.dataset[keep], docs.pass_index[keep], docs.record[keep], docs.length[keep])

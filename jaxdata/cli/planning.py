@@ -187,6 +187,15 @@ def audit(args: argparse.Namespace, console: Console) -> int:
         f"its target at any point (here up to {result.share_bound:,.0f} {unit}, the longest "
         "document); a larger deviation is a failure"
       )
+    if result.realised_share:
+      shares = ", ".join(
+        f"{n} {result.realised_share[n]:.4f} (target {result.target_share[n]:.4f})" for n in result.realised_share
+      )
+      console.print(
+        f"shares of the tokens in the batches: {shares}; the exact interleave keeps each within "
+        f"{result.realised_bound:.4f} here; a larger gap is a failure",
+        markup=False,
+      )
     if result.residual_ratio:
       ratios = ", ".join(f"{n} {r:.3f}" for n, r in result.residual_ratio.items())
       console.print(f"{result.residual_ratio_explained}: {ratios}", markup=False)
@@ -226,17 +235,27 @@ def doctor(args: argparse.Namespace, console: Console) -> int:
 def report(args: argparse.Namespace, console: Console) -> int:
   series = write_report(args.stats, args.out or os.path.splitext(args.stats)[0] + "_report")
   ranked = sorted(series["largest_deviation"].items(), key=lambda kv: -abs(kv[1]["deviation"]))
-  console.print(f"{len(series['steps'])} steps; largest deviations of cumulative share from target:")
+  console.print(
+    f"{len(series['steps'])} steps; largest deviations of the cumulative share of {series['unit']} from target:"
+  )
   for name, worst in ranked:
     console.print(
-      f"  {name}: {worst['deviation']:+.4f} at step {worst['step']} (final {series['final_deviation'][name]:+.4f})"
+      f"  {name}: {worst['deviation']:+.4f} at step {worst['step']} (final {series['final_deviation'][name]:+.4f}, "
+      f"a correct run within {series['allowed_deviation'][name]:.4f})"
+    )
+  for name in series["off_target"]:
+    console.print(
+      f"OFF TARGET {name}: final share {series['final_deviation'][name]:+.4f} from its target, more than a "
+      "correct run shows (report a bug with the config)",
+      style="bold red",
+      markup=False,
     )
   if series["trained_tokens"]:  # fine-tuning data: what the masks let train, per source
     trained = ", ".join(f"{n} {t:,}" for n, t in series["trained_tokens"].items())
     console.print(f"trained tokens (loss_mask 1, this host's rows): {trained}", markup=False)
   for name, path in series["plots"].items():
     console.print(f"{name}: {path}", markup=False)
-  return 0
+  return 1 if series["off_target"] else 0
 
 
 def mesh(args: argparse.Namespace, console: Console) -> int:

@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
+import numpy as np
+
 from jaxdata.config.batch import BatchConfig, BatchPhase, BatchRamp
 from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.validate import (
@@ -310,6 +312,32 @@ class PackingConfig:
   def special_tokens(self) -> int:
     """Tokens added to every document: BOS and / or EOS."""
     return int(self.add_bos) + int(self.add_eos)
+
+  def kept_tokens(self, lengths: np.ndarray, seq_len: int) -> np.ndarray:
+    """Per document (its length in the stream), the tokens packing puts into rows of
+    `seq_len`: with BOS / EOS, cut to `seq_len` (`long_docs: truncate` in the fit
+    modes, and mode none always), 0 for a document `long_docs: drop` leaves out. The
+    mixture counts these, so shares are shares of the tokens that reach the batches.
+
+    >>> import numpy as np
+    >>> PackingConfig(long_docs="truncate", add_eos=True).kept_tokens(np.array([10, 5000]), 2048).tolist()
+    [11, 2048]
+    >>> PackingConfig(long_docs="drop").kept_tokens(np.array([10, 5000]), 2048).tolist()
+    [10, 0]
+    """
+    span = np.asarray(lengths, dtype=np.int64) + self.special_tokens
+    if self.long_docs == "drop":
+      return np.where(span <= seq_len, span, 0)
+    if self.mode == "none" or (self.long_docs == "truncate" and self.mode != "concat"):
+      return np.minimum(span, seq_len)
+    return span
+
+  @property
+  def keeps_every_token(self) -> bool:
+    """Whether `kept_tokens` is the length plus BOS / EOS for every document (no cut, no drop)."""
+    return self.mode != "none" and (
+      self.long_docs == "split" or (self.long_docs == "truncate" and self.mode == "concat")
+    )
 
   def seq_len_at(self, step: int) -> int:
     if self.linear_warmup is not None:

@@ -141,7 +141,11 @@ class DocumentStream:
       if int(meta.shard_counts.sum()) == 0:
         raise ConfigError(f"datasets.{name}: the dataset has no records")
     largest_shard = max(int(m.shard_counts.max()) for m in metas)
+    # What the mixture counts of a document: the tokens packing keeps of it (None: all of them).
+    packing = cfg.packing
+    kept = None if packing.keeps_every_token and not packing.special_tokens else packing.kept_tokens
     self.cursors: list[DatasetCursor] = []
+    self.shortest: list[int] = []  # per dataset, its shortest document (long_docs: drop's check)
     self._order_inputs: list[tuple[DatasetSettings, DatasetMeta, ShuffleOptions]] = []
     for settings, meta in zip(cfg.dataset_settings(), metas):
       num_records = int(meta.shard_counts.sum())
@@ -161,7 +165,9 @@ class DocumentStream:
         reshuffle_on_repeat=settings.reshuffle_on_repeat,
         open_shards=settings.open_shards,
       )
-      self.cursors.append(DatasetCursor(settings, self._order(settings, meta, options, epoch), meta.lengths))
+      order = self._order(settings, meta, options, epoch)
+      self.cursors.append(DatasetCursor(settings, order, meta.lengths, kept, cfg.packing.seq_len))
+      self.shortest.append(int(meta.lengths.min()))
       self._order_inputs.append((settings, meta, options))
     self.emitted = 0  # documents
     self.tokens = 0
@@ -325,15 +331,15 @@ class DocumentStream:
       raise StopIteration
     return batch.refs()[0]
 
-  def take(
-    self, step: int, max_docs: int | None = None, max_tokens: int | None = None, token_overhead: int = 0
-  ) -> DocBatch:
+  def take(self, step: int, max_docs: int | None = None, max_tokens: int | None = None) -> DocBatch:
     """The next documents, picked with the weights of `step`.
 
     Stops after `max_docs` documents, or once the documents reach
-    `max_tokens` tokens (the one that crosses it included; each document
-    counts its length plus `token_overhead`, the BOS / EOS a packer adds),
-    or at the end of the stream (an empty batch from then on).
+    `max_tokens` tokens (the one that crosses it included), or at the end
+    of the stream (an empty batch from then on). Tokens are counted as
+    packing keeps them at `step`'s row length (`PackingConfig.kept_tokens`:
+    BOS / EOS added, `long_docs: truncate` cut, `drop` 0), in the limit as
+    in the mixture's shares; the batch's `length` stays each document's own.
     """
     if max_docs is None and max_tokens is None:
       raise ValueError("take: give max_docs or max_tokens")
@@ -345,16 +351,18 @@ class DocumentStream:
     weights = self.exact_weights_at(step)
     self.next_step = max(self.next_step, step + 1)
     self._check_can_end(step, weights)
+    seq_len = self.cfg.packing.seq_len_at(step)
+    self._check_some_kept(step, weights, seq_len)
     self.interleave.begin(step, weights, self._position())
     eligible = [i for i, w in enumerate(weights) if w > 0]
     doc_limit = max_docs if max_docs is not None else _UNLIMITED
     token_limit = max_tokens if max_tokens is not None else _UNLIMITED
     batches = []
     while not self.ended and doc_limit > 0 and token_limit > 0:
-      batch = self._pick_once(eligible, min(doc_limit, CALL_DOCS), min(token_limit, CALL_TOKENS), token_overhead)
+      batch, counted = self._pick_once(eligible, min(doc_limit, CALL_DOCS), min(token_limit, CALL_TOKENS), seq_len)
       batches.append(batch)
       doc_limit -= len(batch)
-      token_limit -= int(batch.length.sum()) + token_overhead * len(batch)
+      token_limit -= counted
     return batches[0] if len(batches) == 1 else DocBatch.concatenate(self.names, batches)
 
   # ---------------------------------------------------------------- picking
@@ -362,20 +370,21 @@ class DocumentStream:
   def _position(self) -> StreamPosition:
     return StreamPosition(self.units, [c.taken for c in self.cursors], self.emitted)
 
-  def _pick_once(self, eligible: list[int], doc_limit: int, token_limit: int, overhead: int) -> DocBatch:
+  def _pick_once(self, eligible: list[int], doc_limit: int, token_limit: int, seq_len: int) -> tuple[DocBatch, int]:
+    """One pick loop's documents, and the tokens counted for them."""
     for i in eligible:
-      self.cursors[i].ensure(docs=doc_limit, tokens=token_limit)
+      self.cursors[i].ensure(docs=doc_limit, tokens=token_limit, seq_len=seq_len)
     lengths: list[list[int]] = [[] for _ in self.cursors]  # an ineligible dataset's stays empty
     cursor = [0] * len(self.cursors)
     for i in eligible:
-      lengths[i] = self.cursors[i].encoded_lengths()
+      lengths[i] = self.cursors[i].encoded_lengths(seq_len)
       cursor[i] = self.cursors[i].start
-    loop = PickLoop(eligible, lengths, cursor, PassMarks(*self._pass_watch()), doc_limit, token_limit, overhead)
+    loop = PickLoop(eligible, lengths, cursor, PassMarks(*self._pass_watch()), doc_limit, token_limit)
     result = self.interleave.pick(loop, self._position())
     self.ended = result.ended
     if result.ended:
       self.ended_by = self.names[result.ended_by]
-    return self._emit(result.choices)
+    return self._emit(result.choices, seq_len)
 
   def _pass_watch(self) -> tuple[list[int], int]:
     """Per dataset, pass completions still needed (0 = none / not watched), and
@@ -405,22 +414,40 @@ class DocumentStream:
         "done; the stream could never end"
       )
 
-  def _emit(self, choices: list[int]) -> DocBatch:
+  def _check_some_kept(self, step: int, weights: Sequence[Fraction], seq_len: int) -> None:
+    """Refuses a step no document of a drawn dataset can reach: under `long_docs: drop`,
+    a dataset whose every document is longer than the step's rows would be pulled forever."""
+    if self.cfg.packing.long_docs != "drop":
+      return
+    extra = self.cfg.packing.special_tokens
+    for i, weight in enumerate(weights):
+      if weight > 0 and self.shortest[i] + extra > seq_len:
+        raise ConfigError(
+          f"datasets.{self.names[i]}: every document is longer than the rows of step {step} "
+          f"(the shortest has {self.shortest[i] + extra} tokens with BOS / EOS, rows hold {seq_len}), "
+          "and packing.long_docs: drop leaves them all out; nothing of it could reach a batch. "
+          "Use long_docs: split or truncate, longer rows, or weight 0 for it at this step"
+        )
+
+  def _emit(self, choices: list[int], seq_len: int) -> tuple[DocBatch, int]:
     picked = np.asarray(choices, dtype=np.int32)
     count = picked.size
     out_pass = np.empty(count, np.int64)
     out_record = np.empty(count, np.int64)
     out_length = np.empty(count, np.int64)
+    counted_total = 0
     for i in np.unique(picked).tolist():
       cursor = self.cursors[i]
       mask = picked == i
       taken = int(mask.sum())
       passes, records, lengths = cursor.consume(cursor.start + taken)
       out_pass[mask], out_record[mask], out_length[mask] = passes, records, lengths
-      cursor.taken += int(lengths.sum()) if self.tokens_unit else taken
+      counted = int(cursor.counted(lengths, seq_len).sum())
+      cursor.taken += counted if self.tokens_unit else taken
+      counted_total += counted
     self.emitted += count
-    self.tokens += int(out_length.sum())
-    return DocBatch(self.names, picked, out_pass, out_record, out_length)
+    self.tokens += counted_total
+    return DocBatch(self.names, picked, out_pass, out_record, out_length), counted_total
 
 
 def _counters(values: list[Any], message: str) -> list[int]:

@@ -12,6 +12,7 @@ when the dataset may repeat::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,7 +32,12 @@ class RecordLengths(Protocol):
   def max(self) -> Any: ...
 
 
-__all__ = ["DatasetCursor", "END_OF_BUFFER", "END_OF_DATASET"]
+__all__ = ["DatasetCursor", "END_OF_BUFFER", "END_OF_DATASET", "KeptTokens"]
+
+# Per document (stream lengths) and row length, the tokens packing keeps (`PackingConfig.kept_tokens`).
+KeptTokens = Callable[[np.ndarray, int], np.ndarray]
+
+_MEAN_SAMPLE = 1 << 20  # records the mean kept length is taken over (evenly spaced; all of a smaller set)
 
 # Marks in the length lists the pick loops read (see `encoded_lengths`); a
 # document that completes a watched pass is stored as ~length (negative).
@@ -42,14 +48,31 @@ _CHUNK = 4096  # documents per refill
 
 
 class DatasetCursor:
-  """Where one dataset stands (`pass_index`, `position`, `taken`) plus look-ahead."""
+  """Where one dataset stands (`pass_index`, `position`, `taken`) plus look-ahead.
 
-  def __init__(self, settings: DatasetSettings, order: DatasetOrder | SampledOrder, lengths: RecordLengths) -> None:
+  `kept` gives what packing keeps of each document at a row length; the pick
+  loops read those counts (`encoded_lengths(seq_len)`), so a mixture counts
+  the tokens that reach the batches. None: every token of every document.
+  """
+
+  def __init__(
+    self,
+    settings: DatasetSettings,
+    order: DatasetOrder | SampledOrder,
+    lengths: RecordLengths,
+    kept: KeptTokens | None = None,
+    seq_len: int = 0,
+  ) -> None:
     self.settings = settings
     self.order = order
     self.lengths = lengths
+    self.kept = kept
     self.num_records = order.num_records
-    self.mean_length = float(lengths.mean())
+    if kept is None:
+      self.mean_length = float(lengths.mean())
+    else:  # the kept mean at the final row length (the random interleave's draw scale)
+      sample = np.unique(np.linspace(0, self.num_records - 1, min(self.num_records, _MEAN_SAMPLE)).astype(np.int64))
+      self.mean_length = float(kept(np.asarray(lengths[sample], np.int64), seq_len).mean())
     self.set(0, 0, 0)
 
   def set(self, pass_index: int, position: int, taken: int) -> None:
@@ -60,19 +83,24 @@ class DatasetCursor:
     self.start = 0  # buffer items before `start` are emitted
     self.final = False  # the buffer holds all the dataset may still supply
     self._encoded: list[int] | None = None
+    self._encoded_for = -1  # the row length `_encoded` was counted at
+
+  def counted(self, lengths: np.ndarray, seq_len: int) -> np.ndarray:
+    """The tokens the mixture counts for documents of these lengths: what packing keeps."""
+    return lengths if self.kept is None else self.kept(lengths, seq_len)
 
   @property
   def completed_passes(self) -> int:
     return self.pass_index + (1 if self.position == self.num_records else 0)
 
-  def ensure(self, docs: int, tokens: int) -> None:
-    """Extends the buffer to >= `docs` documents or >= `tokens` tokens ahead
-    (or to everything the dataset may still supply)."""
+  def ensure(self, docs: int, tokens: int, seq_len: int = 0) -> None:
+    """Extends the buffer to >= `docs` documents or >= `tokens` counted tokens ahead
+    (at rows of `seq_len`), or to everything the dataset may still supply."""
     have_docs = self.buf_len.size - self.start
-    if self.final or have_docs >= docs or int(self.buf_len[self.start :].sum()) >= tokens:
+    if self.final or have_docs >= docs or int(self.counted(self.buf_len[self.start :], seq_len).sum()) >= tokens:
       return
     self._compact()
-    have_tokens = int(self.buf_len.sum())
+    have_tokens = int(self.counted(self.buf_len, seq_len).sum())
     pieces = [(self.buf_pass, self.buf_pos, self.buf_record, self.buf_len)]
     if have_docs:
       next_pass, next_pos = int(self.buf_pass[-1]), int(self.buf_pos[-1]) + 1
@@ -91,22 +119,23 @@ class DatasetCursor:
       lengths = self.lengths[records].astype(np.int64)
       pieces.append((np.full(positions.size, next_pass, np.int64), positions, records, lengths))
       have_docs += positions.size
-      have_tokens += int(lengths.sum())
+      have_tokens += int(self.counted(lengths, seq_len).sum())
       next_pos = stop
     self.buf_pass, self.buf_pos, self.buf_record, self.buf_len = (
       np.concatenate([p[i] for p in pieces]) for i in range(4)
     )
     self._encoded = None
 
-  def encoded_lengths(self) -> list[int]:
-    """The buffer's lengths as a list for the pick loop, with marks.
+  def encoded_lengths(self, seq_len: int = 0) -> list[int]:
+    """The buffer's counted lengths (rows of `seq_len`) as a list for the pick loop, with marks.
 
     A document completing a pass of a stop_after_passes dataset is stored as
     ~length (negative); the list ends with END_OF_DATASET (final buffer) or
     END_OF_BUFFER. The loop then tests one sign per document.
     """
-    if self._encoded is None:
-      encoded = self.buf_len.copy()
+    if self._encoded is None or (self.kept is not None and self._encoded_for != seq_len):
+      self._encoded_for = seq_len
+      encoded = self.counted(self.buf_len, seq_len).copy()
       if self.settings.policy == "passes":
         last = self.buf_pos == self.num_records - 1
         encoded[last] = ~encoded[last]

@@ -44,6 +44,9 @@ class AuditResult:
   passes_checked: list[str] = dataclasses.field(default_factory=list)
   share_deviation: dict[str, float] = dataclasses.field(default_factory=dict)
   share_bound: float = 0.0
+  realised_share: dict[str, float] = dataclasses.field(default_factory=dict)  # of the tokens in the batches
+  target_share: dict[str, float] = dataclasses.field(default_factory=dict)  # the steps' weights, token-weighted
+  realised_bound: float = 0.0  # the largest gap the exact interleave allows, as a share of the batches' tokens
   taken: dict[str, float] = dataclasses.field(default_factory=dict)  # units the stream took per dataset
   target: dict[str, float] = dataclasses.field(default_factory=dict)  # the schedule's target for them
   residual_ratio: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -168,10 +171,16 @@ def audit(
   stream = planner.stream
   plans, targets, units = [], np.zeros(len(cfg.names)), stream.units
   taken, emitted = np.array([c.taken for c in stream.cursors]), stream.emitted
-  step_units, step_documents, step_weights = [], [], []
+  step_units: list[np.ndarray] = []
+  step_documents: list[int] = []
+  step_weights: list[np.ndarray] = []
+  in_batches, batch_targets, weight_changes = np.zeros(len(cfg.names)), np.zeros(len(cfg.names)), 0
   for plan in planner.plans(steps):
     weights = np.asarray(stream.schedule.weights_at(plan.step))
     targets += weights * (stream.units - units)
+    in_batches += np.bincount(plan.pieces.dataset, weights=plan.pieces.length, minlength=len(cfg.names))
+    batch_targets += weights * plan.tokens
+    weight_changes += bool(step_weights) and not np.array_equal(weights, step_weights[-1])
     units = stream.units
     now = np.array([c.taken for c in stream.cursors])
     step_units.append(now - taken)
@@ -207,7 +216,9 @@ def audit(
   if cfg.mixture.interleave == "exact":
     # Steps pull whole documents with one step's weights, and the last pull of a
     # step can overshoot into the next; one document per dataset bounds it all.
-    bound = max(int(found.max()) for found in lengths.values()) if cfg.mixture.unit == "tokens" else 1
+    # (in kept tokens: what packing keeps of the longest document, at the longest rows)
+    kept = [int(cfg.packing.kept_tokens(np.array([found.max()]), cfg.packing.seq_len)[0]) for found in lengths.values()]
+    bound = max(kept) if cfg.mixture.unit == "tokens" else 1
     result.share_bound = float(bound)
     for name, got, want in zip(cfg.names, taken, targets):
       result.share_deviation[name] = float(got - want)
@@ -215,4 +226,26 @@ def audit(
         result.failures.append(
           f"{name}: took {got:.0f} {cfg.mixture.unit}, target {want:.1f}, off by more than {bound}"
         )
+    if cfg.mixture.unit == "tokens" and in_batches.sum():
+      _check_realised(result, cfg, in_batches, batch_targets, bound, weight_changes)
   return result
+
+
+def _check_realised(
+  result: AuditResult, cfg: PipelineConfig, in_batches: np.ndarray, targets: np.ndarray, bound: int, changes: int
+) -> None:
+  """The shares of the tokens that reached the batches against the targets. The stream is within
+  `bound` (one kept document) of its targets; what it drew but packing holds back (the carry, under
+  one step's capacity plus a document; group_by_length's groups) shifts a share by at most that, once more at each change of
+  weights (the carry drawn under the old ones lands under the new)."""
+  total = float(in_batches.sum())
+  carry = cfg.tokens_per_step * max(1, cfg.packing.group_by_length) + bound  # group_by_length holds groups back
+  allowed = (bound + (1 + changes) * carry) / total
+  result.realised_bound = allowed
+  for name, got, want in zip(cfg.names, in_batches / total, targets / total):
+    result.realised_share[name], result.target_share[name] = float(got), float(want)
+    if abs(got - want) > allowed + 1e-9:
+      result.failures.append(
+        f"{name}: {got:.4f} of the tokens in the batches, target {want:.4f}: off by more than the "
+        f"{allowed:.4f} the exact interleave allows over {result.steps} steps"
+      )

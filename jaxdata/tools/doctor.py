@@ -16,6 +16,9 @@ line: ok / warn / fail, the figure, what it means, what to change::
     passes      implied passes per source (the stats' completed passes + the current pass's progress):
                 warn above 4 (a small source seen many times: memorisation); with fine-tuning data, its trained
                 tokens, and a warning for a source whose masks train none of its tokens
+    shares      realised shares in the mixture's unit (tokens in the batches, or documents) against the steps'
+                targets: fail beyond (1 + weight changes) x 2 x the largest step's units / the total (the exact
+                interleave's document and the carry of packing), plus 4 binomial sigma over the documents drawn
     overlap     with --config and --hosts: pieces planned onto two hosts in one step (`jaxdata audit`): fail if any
     controller  with mixture updates in the stats (an online controller): per source, oscillation = the share
                 of its weight changes (over 0.01) that reverse the one before: a controller converging or
@@ -38,7 +41,7 @@ import numpy as np
 
 from jaxdata.errors import InputFormatError
 from jaxdata.pipeline.step_stats import StepStats, trained_totals
-from jaxdata.tools.report import jsonl_records
+from jaxdata.tools.report import jsonl_records, share_allowance, unit_counts
 
 __all__ = ["Check", "diagnose", "load_losses", "write_html"]
 
@@ -313,6 +316,29 @@ def _controller(stats: Sequence[StepStats], names: list[str], floor: float) -> l
   return checks
 
 
+def _shares(stats: Sequence[StepStats]) -> Check:
+  """The realised shares against the targets, in the mixture's unit (tokens in the batches, or
+  documents begun), each step's target weighted by what that step holds."""
+  names, got, unit = unit_counts(stats)
+  target_shares = np.array([[s.target_share.get(n, 0.0) for n in names] for s in stats], np.float64)
+  per_step = got.sum(axis=1)
+  total = float(per_step.sum())
+  if not total:
+    return Check("shares", "ok", "not computed", f"no step holds any {unit}")
+  realised, target = got.sum(axis=0) / total, (target_shares * per_step[:, None]).sum(axis=0) / total
+  allowed = share_allowance(stats, per_step, target)
+  gap = np.abs(realised - target)
+  worst = int(np.argmax(gap - allowed))
+  return Check(
+    "shares",
+    "fail" if gap[worst] > allowed[worst] + 1e-12 else "ok",
+    f"{names[worst]}: {realised[worst]:.4f} of the {unit} in the batches against a target of {target[worst]:.4f}",
+    f"a correct run keeps it within {allowed[worst]:.4f} over these {len(stats)} steps (one document, "
+    "the carry of packing, and a random interleave's binomial spread)",
+    "report a bug with the config: the mixture counts what packing keeps, so no policy may move a share",
+  )
+
+
 def diagnose(
   stats: Sequence[StepStats],
   losses: Mapping[int, Mapping[str, float]] | None = None,
@@ -333,6 +359,7 @@ def diagnose(
     *_sawtooth(stats, names, losses),
     *_boundaries(stats, names, losses),
     *_passes(stats, names),
+    _shares(stats),
     *_controller(stats, names, share_floor),
   ]
   if overlaps is not None:

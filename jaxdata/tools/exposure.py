@@ -230,14 +230,13 @@ def simulate_end(cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None
     return StreamEnd(planner.step, filled, name, settings[name].policy)
   fill = filled / slots if slots else 1.0
   stream = planner.stream  # where the planned steps left it (with the packer's carry pulled ahead)
-  extra = cfg.packing.special_tokens
   for step in range(planner.step, max_steps):
-    need = (step + 1) * cfg.tokens_per_step * fill - (stream.tokens + extra * stream.emitted)
+    need = (step + 1) * cfg.tokens_per_step * fill - stream.tokens  # the stream counts what packing keeps
     if need > 0:
-      stream.take(step, max_tokens=int(math.ceil(need)), token_overhead=extra)
+      stream.take(step, max_tokens=int(math.ceil(need)))
     if stream.ended:
       name = stream.ended_by or cfg.names[0]
-      return StreamEnd(step + 1, stream.tokens + extra * stream.emitted, name, settings[name].policy)
+      return StreamEnd(step + 1, stream.tokens, name, settings[name].policy)
   return None
 
 

@@ -228,6 +228,16 @@ FEATURES = [
     "segment-cap-best-fit",
     lambda d: _config(d, packing={"mode": "best_fit", "max_segments_per_row": 2}, exhausted_policy="repeat"),
   ),
+  Feature(  # the mixture counts what packing keeps: documents longer than a row count seq_len
+    "kept-tokens-truncate",
+    lambda d: _config(d, packing={"long_docs": "truncate", "add_eos": True, "eos_id": 1}, exhausted_policy="repeat"),
+  ),
+  Feature(  # ... and nothing for one drop leaves out; under a length warmup the rows' length changes
+    "kept-tokens-drop-warmup",
+    lambda d: _config(
+      d, packing={"long_docs": "drop", "linear_warmup": {"start": 8, "steps": 4}}, exhausted_policy="repeat"
+    ),
+  ),
   Feature(
     "group-by-length", lambda d: _config(d, packing={"mode": "none", "group_by_length": 3}, exhausted_policy="repeat")
   ),
