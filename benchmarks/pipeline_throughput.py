@@ -19,6 +19,8 @@ with 32 bins, batch 32; run single-process and with mp_prefetch(2).
 jaxdata: in process (`workers=0`), with the planner in a process of its own
 (`planner_process`, the default with a mesh on >= 4 cores) and with worker
 processes, NumPy output and `jax.Array` output on an 8-device CPU mesh;
+`jaxdata-mesh8-stored-order` the mesh defaults with `shuffle_block_size: null`
+(shards only: what the default global shuffle costs against stored order);
 `jaxdata-mesh8-loop-features` the mesh defaults with `batch.features` of a loop
 that reads no source_ids or positions; `jaxdata-mesh8-no-C`
 runs the mesh defaults with JAXDATA_NATIVE=0 (assembly, first-fit and the
@@ -75,6 +77,8 @@ JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices,
   "jaxdata-mesh8": (8, {}),  # the defaults with a mesh: on < 4 cores, planned in process
   "jaxdata-mesh8-planner": (8, {"planner_process": True}),  # the default on >= 4 cores
   "jaxdata-mesh8-loop-features": (8, {"features": LOOP_FEATURES}),  # the defaults, no source_ids / positions
+  # the mesh defaults with shards only (stored order inside each shard): what the default global shuffle costs
+  "jaxdata-mesh8-stored-order": (8, {"shuffle_block_size": None}),
   "jaxdata-mesh8-interval-1ms": (8, {"switch_interval_s": 0.001}),  # the GIL switch interval lowered to 1 ms
   "jaxdata-mesh8-no-C": (8, {}),  # the defaults with JAXDATA_NATIVE=0: the Python / NumPy loops (see NO_C)
   "jaxdata-workers1": (0, {"workers": 1}),
@@ -93,8 +97,9 @@ GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
 NO_C = "-no-C"  # a kind named with this suffix runs with JAXDATA_NATIVE=0 (jaxdata.config.native)
 
 
-def jaxdata_config(corpus: str, features: list[str] | None = None) -> Any:
-  """The benchmark workload as a jaxdata PipelineConfig (with `features`: only those arrays)."""
+def jaxdata_config(corpus: str, features: list[str] | None = None, block_size: Any = "global") -> Any:
+  """The benchmark workload as a jaxdata PipelineConfig (with `features`: only those arrays;
+  `block_size`: the shuffle_block_size, global as by default)."""
   import jaxdata  # noqa: PLC0415 -- imported in the measuring subprocess only
 
   batch: dict[str, Any] = {"global_batch_size": ROWS}
@@ -104,7 +109,7 @@ def jaxdata_config(corpus: str, features: list[str] | None = None) -> Any:
     {
       "datasets": [{"name": n, "path": os.path.join(corpus, n)} for n in TOKEN_SHARES],
       "mixture": {"weights": TOKEN_SHARES, "unit": "tokens"},
-      "shuffle_block_size": "global",
+      "shuffle_block_size": block_size,
       "exhausted_policy": "repeat",
       "packing": {"mode": "first_fit", "seq_len": SEQ_LEN},
       "batch": batch,
@@ -194,7 +199,7 @@ def run_jaxdata(corpus: str, mesh_devices: int, arguments: dict[str, Any]) -> di
 
   arguments = dict(arguments)
   features = arguments.pop("features", None)
-  cfg = jaxdata_config(corpus, features)
+  cfg = jaxdata_config(corpus, features, arguments.pop("shuffle_block_size", "global"))
   mesh = _mesh(mesh_devices)
   # A fresh process: the first batch's time includes the pipeline modules' first import (jaxdata
   # loads them lazily, at `jaxdata.Pipeline`), as a training script that restarts pays it.

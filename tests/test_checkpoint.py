@@ -214,6 +214,7 @@ def test_weight_change_at_a_checkpoint_loses_and_repeats_nothing(tmp_path):
     shuffle_shards=False,
     batch={"global_batch_size": 4, "drop_remainder": False},
     packing={"seq_len": 16},
+    shuffle_block_size=None,  # stored order: what was read is a prefix of the records
   )
   first_cfg = coded_config(tmp_path / "a", lengths, mixture={"weights": {"d0": 3, "d1": 1}}, **base)
   second_cfg = jaxdata.PipelineConfig.from_dict(

@@ -50,7 +50,7 @@ def test_example_config_loads(tmp_path):
   web, code = cfg.dataset_settings()
   assert web.block_size == "auto" and web.shuffle_shards and not web.shuffle_within_shard
   assert (web.policy, web.target_passes) == ("passes", 1)
-  assert (code.policy, code.max_passes, code.block_size) == ("repeat", 3, None)
+  assert (code.policy, code.max_passes, code.block_size) == ("repeat", 3, "global")  # the default mixes
   assert cfg.schedule().weights_at(0) == (0.75, 0.25)
 
 

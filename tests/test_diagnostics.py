@@ -221,7 +221,7 @@ def test_report_plots_and_data_match_the_pipeline_stats(pipeline_yaml, tmp_path,
   assert len(stats_path.read_text().splitlines()) == 12
   assert main(["report", str(stats_path), "--out", str(tmp_path / "report")]) == 0
   out = capsys.readouterr().out
-  assert "largest deviations of cumulative share from target" in out
+  assert "largest deviations of the cumulative share of tokens from target" in out
   for name in ("shares", "sources", "padding"):
     png = tmp_path / "report" / f"{name}.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
@@ -402,6 +402,7 @@ def test_audit_warns_when_nothing_was_checked_or_a_dataset_keeps_stored_order(ca
       "datasets": [{"name": "one"}, {"name": "many"}],
       "mixture": {"weights": {"one": 1, "many": 1}},
       "exhausted_policy": "repeat",
+      "shuffle_block_size": None,  # stored order, asked for by name
       "packing": {"seq_len": 16},
       "batch": {"global_batch_size": 2},
     }
@@ -425,13 +426,16 @@ def test_plan_warns_about_a_dataset_read_in_stored_order(tmp_path, capsys):
         "datasets": [{"name": "one", "path": "one"}, {"name": "many", "path": "many"}],
         "mixture": {"weights": {"one": 0.5, "many": 0.5}},
         "exhausted_policy": "repeat",
+        "shuffle_block_size": None,  # stored order, asked for by name (the default, global, mixes)
         "packing": {"seq_len": 16},
         "batch": {"global_batch_size": 2},
       }
     )
   )
   assert main(["plan", str(path), "--tokens", "1k", "--json"]) == 0
-  warnings = json.loads(capsys.readouterr().out)["warnings"]
+  out = json.loads(capsys.readouterr().out)
+  warnings = out["warnings"]
+  assert out["order"]["one"] == "shards shuffled, stored order within each shard"
   assert [w.split(":")[0] for w in warnings] == ["one"]
   assert "read in stored order in runs of up to 50 documents (100% of it, 1 shard)" in warnings[0]
 

@@ -115,8 +115,13 @@ def test_open_shards_is_configured_per_dataset_or_at_the_top_and_checked(tmp_pat
   assert [s.open_shards for s in cfg.dataset_settings()] == [3, 1]
   with pytest.raises(ConfigError, match="open_shards: expected an int >= 1, got 0"):
     coded_config(tmp_path / "b", [[1, 2]], open_shards=0)
+  raw = coded_config(tmp_path / "c", [[1, 2]], open_shards=2).to_dict()
+  raw["datasets"][0]["shuffle_block_size"] = "global"  # the dataset's own: refused
   with pytest.raises(ConfigError, match=r"datasets\.d0: open_shards: 2 .* 'global'"):
-    coded_config(tmp_path / "c", [[1, 2]], open_shards=2, shuffle_block_size="global")
+    PipelineConfig.from_dict(raw)
+  # inherited (the top-level default, global): the streaming order reads auto blocks
+  (settings,) = coded_config(tmp_path / "d", [[1, 2]], open_shards=2).dataset_settings()
+  assert settings.block_size == "auto"
 
 
 def test_a_checkpoint_does_not_restore_under_another_open_shards(tmp_path):

@@ -303,7 +303,14 @@ def test_audit_checks_window_passes_and_lets_draws_repeat(tmp_path):
       "exhausted_policy": "repeat",
       "datasets": [
         {"name": "draws", "path": path, "sampling": "windows", "window": 8},
-        {"name": "perm", "path": path, "sampling": "windows", "window": 8, "with_replacement": False},
+        {
+          "name": "perm",
+          "path": path,
+          "sampling": "windows",
+          "window": 8,
+          "with_replacement": False,
+          "shuffle_block_size": None,  # stored order, asked for by name
+        },
       ],
       "mixture": {"weights": {"draws": 0.5, "perm": 0.5}},
       "packing": {"mode": "first_fit", "seq_len": 8},

@@ -19,7 +19,7 @@ from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.stores import is_remote
 from jaxdata.tools.audit import audit as audit_plan
 from jaxdata.tools.cache_plan import CacheNeeds, cache_needs, cache_warnings
-from jaxdata.tools.doctor import diagnose, load_losses, write_html
+from jaxdata.tools.doctor import diagnose, load_losses, order_checks, write_html
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
 from jaxdata.tools.numbers import human_bytes, human_count
@@ -59,6 +59,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
         {
           **table.to_json(),
           "warnings": warnings,
+          "order": {s.name: s.order_name for s in cfg.dataset_settings()},
           "read_spans": dataclasses.asdict(needs) if needs is not None else None,
           "stream_end": dataclasses.asdict(end) if end is not None else None,
         },
@@ -102,6 +103,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
         *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if sampled else []),
       )
   show(console, out)
+  orders = "; ".join(f"{s.name} {s.order_name}" for s in cfg.dataset_settings())
+  console.print(f"order within a pass: {orders}", markup=False)
   print_legend(console, PLAN_LEGEND + (SAMPLING_WINDOWS_LEGEND if sampled else ()))
   if needs is not None:
     show(console, read_span_table(needs, args))
@@ -220,6 +223,8 @@ def doctor(args: argparse.Namespace, console: Console) -> int:
     check_host_count(load_config(args.config), args.hosts)
     overlaps = audit_plan(load_config(args.config), args.hosts, min(len(stats), 200)).piece_overlaps
   checks = diagnose(stats, losses, overlaps, args.share_floor)
+  if args.config:  # the order each dataset is read in: runs of stored order are named
+    checks.extend(order_checks(load_config(args.config)))
   for check in checks:
     style = {"fail": "bold red", "warn": "bold yellow"}.get(check.status)
     console.print(check.line(), style=style, markup=False)
@@ -353,7 +358,9 @@ def register(commands: Commands) -> None:
   p = commands.add("doctor", "check a run's stats (and per-source losses) for signs of a bad data order")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
   p.add_argument("--losses", help='JSONL of {"step": N, "losses": {source: loss}} per step (optional)')
-  p.add_argument("--config", help="the run's pipeline YAML: with --hosts, checks the plan's host overlap")
+  p.add_argument(
+    "--config", help="the run's pipeline YAML: names each dataset's order; with --hosts, checks the host overlap"
+  )
   p.add_argument("--hosts", type=int, default=0, help="hosts of the run, for the overlap check")
   p.add_argument("--html", help="also write the checks as an HTML report here")
   p.add_argument(

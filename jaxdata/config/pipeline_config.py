@@ -92,7 +92,9 @@ class PipelineConfig:
   seed: int = 0
   shuffle_shards: bool = True
   shuffle_within_shard: bool = False
-  shuffle_block_size: BlockSize = None
+  # The default mixes every dataset of any size on every pass (a one-shard set too); null (shards only,
+  # stored order inside them) is asked for by name.
+  shuffle_block_size: BlockSize = "global"
   reshuffle_on_repeat: bool | Mapping[str, bool] = True
   exhausted_policy: str | Mapping[str, str] | None = None
   max_repeats: int | Mapping[str, int] | None = None

@@ -88,6 +88,24 @@ class DatasetSettings:
   holdout: int | float | None = None
   documents: tuple[int, int] | None = None
 
+  @property
+  def order_name(self) -> str:
+    """The dataset's order inside a pass, in words (what `plan`, `doctor` and the `Pipeline` log say)."""
+    if self.window is not None and self.with_replacement:
+      return "window draws (with replacement)"
+    if self.block_size == "global":
+      return "global shuffle"
+    if self.block_size is not None:
+      return f"blocks of {self.block_size} shuffled" if self.block_size != "auto" else "auto blocks shuffled"
+    inside = "shuffled within each shard" if self.shuffle_within_shard else "stored order within each shard"
+    return f"{'shards shuffled' if self.shuffle_shards else 'shards in stored order'}, {inside}"
+
+  @property
+  def keeps_stored_order(self) -> bool:
+    """Whether documents are read in runs of stored order (asked for by name: the default mixes)."""
+    drawn = self.window is not None and self.with_replacement
+    return self.block_size is None and not self.shuffle_within_shard and not drawn
+
   def resolve_block_size(self, largest_shard: int, num_records: int) -> int | Literal["global"] | None:
     """The block size once record counts are known: "auto" becomes 8 x the
     largest shard of any dataset of the mixture, capped at this dataset's size."""
@@ -141,6 +159,8 @@ def resolve_dataset(d: DatasetConfig, top: DatasetDefaults, seq_len: int = 2048)
   )
   open_shards = top.open_shards if d.open_shards is None else d.open_shards
   block_size = top.shuffle_block_size if d.shuffle_block_size is INHERIT else d.shuffle_block_size
+  if open_shards > 1 and block_size == "global" and d.shuffle_block_size is INHERIT:
+    block_size = "auto"  # the streaming order reads k shards at a time: the inherited global shuffle becomes blocks
   check_open_shards(open_shards, block_size, f"datasets.{d.name}: ")
   return DatasetSettings(
     name=d.name,

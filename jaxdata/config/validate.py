@@ -112,7 +112,8 @@ def check_open_shards(open_shards: Any, block_size: Any, where: str) -> None:
   if open_shards > 1 and block_size == "global":
     raise ConfigError(
       f"{where}open_shards: {open_shards} reads that many shards at a time, but shuffle_block_size "
-      "'global' reads every shard at once; give an int block size (or open_shards: 1)"
+      "'global' reads every shard at once; give an int block size or 'auto' "
+      "(or open_shards: 1)"
     )
 
 

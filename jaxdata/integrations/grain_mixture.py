@@ -171,7 +171,7 @@ class MixtureDataset(GlobalStreamDataset):
   >>> root = tempfile.mkdtemp()
   >>> _ = from_iterable([[1, 2], [3], [4, 5, 6]], out=os.path.join(root, "a"))
   >>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": os.path.join(root, "a"),
-  ...   "shuffle_shards": False, "shuffle_within_shard": False}], "mixture": {"weights": {"a": 1}}})
+  ...   "shuffle_shards": False, "shuffle_block_size": None}], "mixture": {"weights": {"a": 1}}})
   >>> [doc["tokens"].tolist() for doc in MixtureDataset(cfg)]
   [[1, 2], [3], [4, 5, 6]]
   """

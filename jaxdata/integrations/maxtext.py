@@ -51,7 +51,10 @@ def shift_data(tokens: Any, segment_ids: Any, pad_id: int) -> tuple[Any, Any]:
 
   Targets are the row's tokens shifted left by one, `pad_id` at the end (a
   document's last token targets the next document's first, as in MaxText);
-  targets_segmentation is the segment id, 0 where the target is `pad_id`::
+  targets_segmentation is the segment id, 0 where the target is padding or
+  past the row's end. Padding is marked by position (the next position's
+  segment id is 0), never by a token value: a real token whose id equals
+  `pad_id` (id 0 is `!` in Llama-3, GPT-2 and Qwen vocabularies) still trains::
 
       tokens       5 6 7 | 8 9  0 0        segment_ids   1 1 1 2 2 0 0
       targets      6 7 8   9 0  0 0        targets_seg   1 1 1 2 0 0 0
@@ -59,10 +62,13 @@ def shift_data(tokens: Any, segment_ids: Any, pad_id: int) -> tuple[Any, Any]:
   >>> t, s = shift_data(np.array([[5, 6, 7, 8, 9, 0, 0]]), np.array([[1, 1, 1, 2, 2, 0, 0]]), 0)
   >>> t.tolist(), s.tolist()
   ([[6, 7, 8, 9, 0, 0, 0]], [[1, 1, 1, 2, 0, 0, 0]])
+  >>> shift_data(np.array([[5, 0, 7, 0]]), np.array([[1, 1, 1, 0]]), 0)[1].tolist()  # a real token 0 trains
+  [[1, 1, 0, 0]]
   """
   xp = np if isinstance(tokens, np.ndarray) else jnp
   targets = xp.concatenate([tokens[:, 1:], xp.full_like(tokens[:, :1], pad_id)], axis=1)
-  return targets, xp.where(targets != pad_id, segment_ids, 0)
+  next_segment = xp.concatenate([segment_ids[:, 1:], xp.zeros_like(segment_ids[:, :1])], axis=1)
+  return targets, xp.where(next_segment != 0, segment_ids, 0)
 
 
 def maxtext_batch(batch: Mapping[str, Any], pad_id: int = 0, completion_only: bool = False) -> dict[str, Any]:

@@ -11,7 +11,8 @@ counts and lengths), and the state is a few integers per dataset::
 
 >>> from jaxdata.config import PipelineConfig
 >>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a"}, {"name": "b"}],
-...     "mixture": {"weights": {"a": 1, "b": 1}, "unit": "documents"}, "shuffle_shards": False})
+...     "mixture": {"weights": {"a": 1, "b": 1}, "unit": "documents"},
+...     "shuffle_shards": False, "shuffle_block_size": None})
 >>> meta = {"a": DatasetMeta.from_lengths([3, 3, 3]), "b": DatasetMeta.from_lengths([5])}
 >>> [(r.dataset, r.pass_index, r.record) for r in DocumentStream(cfg, meta)]
 [('a', 0, 0), ('b', 0, 0), ('a', 0, 1), ('b', 1, 0), ('a', 0, 2)]

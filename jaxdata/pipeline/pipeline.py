@@ -66,7 +66,7 @@ from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_producer import StepProducer
 from jaxdata.pipeline.switch_interval import SwitchIntervalLease, check_switch_interval_s, lower_switch_interval
-from jaxdata.pipeline.wait_warning import WAIT_WARNING_S, check_wait_warning_s, warn_if_waited
+from jaxdata.pipeline.wait_warning import LOGGER, WAIT_WARNING_S, check_wait_warning_s, warn_if_waited
 
 if TYPE_CHECKING:  # jax is imported when a mesh is used (NumPy output starts without it)
   from jax.sharding import Mesh
@@ -201,6 +201,7 @@ class Pipeline:
     # the one before it: the cadence the planning expects (`_horizon`).
     self._last_update = self._update_interval = 0
     self._agreement = UpdateAgreement(f"update_mixture on {self.cfg.names}")
+    _log_stored_orders(cfg)
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self
@@ -568,3 +569,16 @@ class _Resources:
     self.prefetcher, self.stopped = None, []
     if self._producer.close(max(0.0, deadline - time.monotonic())):  # False: its read thread is stalled
       self.reader.close()
+
+
+def _log_stored_orders(cfg: PipelineConfig) -> None:
+  """One line on the "jaxdata" logger per dataset read in runs of stored order (asked for by name:
+  the default mixes every dataset on every pass)."""
+  for settings in cfg.dataset_settings():
+    if settings.keeps_stored_order:
+      LOGGER.info(
+        "jaxdata: dataset %s is read in %s, the same runs every pass (shuffle_block_size: null); "
+        "the default (global) mixes it",
+        settings.name,
+        settings.order_name,
+      )

@@ -57,7 +57,7 @@ class StepPlanner:
   ...                                 "mixture": {"weights": {"a": 1}}, "packing": {"seq_len": 4},
   ...                                 "batch": {"global_batch_size": 2}, "exhausted_policy": "repeat"})
   >>> [(plan.step, plan.rows, int(plan.pieces.length.sum())) for plan in StepPlanner(cfg).plans(2)]
-  [(0, 2, 8), (1, 2, 8)]
+  [(0, 2, 8), (1, 2, 7)]
   """
 
   def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:

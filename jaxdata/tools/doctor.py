@@ -39,11 +39,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import InputFormatError
 from jaxdata.pipeline.step_stats import StepStats, trained_totals
 from jaxdata.tools.report import jsonl_records, share_allowance, unit_counts
 
-__all__ = ["Check", "diagnose", "load_losses", "write_html"]
+__all__ = ["Check", "diagnose", "load_losses", "order_checks", "write_html"]
 
 MAX_PASSES = 4.0
 RUN_STEPS = 3  # a source reading shard by shard, each over this many steps or more, may show a sawtooth
@@ -337,6 +338,22 @@ def _shares(stats: Sequence[StepStats]) -> Check:
     "the carry of packing, and a random interleave's binomial spread)",
     "report a bug with the config: the mixture counts what packing keeps, so no policy may move a share",
   )
+
+
+def order_checks(cfg: PipelineConfig) -> list[Check]:
+  """Per dataset, the order it is read in: a warning for runs of stored order (the default mixes)."""
+  return [
+    Check(
+      f"order {s.name}",
+      "warn" if s.keeps_stored_order else "ok",
+      s.order_name,
+      "the same runs of stored order every pass: a shard from one domain becomes a run of that domain"
+      if s.keeps_stored_order
+      else "mixed on every pass",
+      "drop shuffle_block_size: null (the default, global, mixes the dataset) or set shuffle_within_shard: true",
+    )
+    for s in cfg.dataset_settings()
+  ]
 
 
 def diagnose(

@@ -83,11 +83,7 @@ def stored_order_warnings(cfg: PipelineConfig, metadata: Mapping[str, DatasetMet
   """Datasets whose order keeps long runs of stored order, every pass."""
   warnings = []
   for settings in cfg.dataset_settings():
-    if (
-      settings.shuffle_within_shard
-      or settings.block_size is not None
-      or (settings.window is not None and settings.with_replacement)
-    ):  # draws have no stored order
+    if not settings.keeps_stored_order:  # shuffled blocks, a global shuffle, draws: no stored runs
       continue
     counts = np.asarray(metadata[settings.name].shard_counts)
     largest = int(counts.max())
@@ -95,7 +91,8 @@ def stored_order_warnings(cfg: PipelineConfig, metadata: Mapping[str, DatasetMet
       warnings.append(
         f"{settings.name}: read in stored order in runs of up to {largest:,} documents "
         f"({largest / counts.sum():.0%} of it, {counts.size} shard{'s' if counts.size > 1 else ''}), "
-        "the same every pass; set shuffle_within_shard: true or shuffle_block_size"
+        f"the same every pass ({settings.order_name}: shuffle_block_size: null); the default "
+        "(shuffle_block_size: global) mixes it, as would shuffle_within_shard: true"
       )
   return warnings
 
