@@ -55,13 +55,15 @@ TOOLS = (
   "({{ c['function']['arguments'] }}){% endfor %}{% else %}{{ m['content'] }}{% endif %}<|im_end|>"
   "{% endgeneration %}{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n{% endfor %}"
 )
-# The same turns without generation blocks: the mask comes from the assistant contents' character spans.
+
+
+def without_blocks(template: str) -> str:
+  """The template with its {% generation %} tags taken out: the same rendering, no blocks."""
+  return re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", template)
+
+
+# A template without generation blocks (the mask: each assistant message's whole turn).
 PLAIN = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-# ... and the oracle of the span rule: generation blocks around exactly the contents
-CONTENT_ONLY = (
-  "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
-  "{{ m['content'] }}{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
-)
 
 
 @pytest.fixture(scope="module")
@@ -163,12 +165,13 @@ def test_masks_equal_the_tokenizer_librarys_assistant_masks(tokenizer_dir, tmp_p
     assert "add them" not in fast.decode(records[1]["tokens"]) and "again" in fast.decode(records[1]["tokens"])
 
 
-def test_without_generation_blocks_a_token_trains_where_it_overlaps_an_assistant_content(tokenizer_dir, tmp_path):
+def test_without_generation_blocks_an_assistant_trains_its_whole_turn(tokenizer_dir, tmp_path):
   rows = [{"messages": m} for m in CONVERSATIONS[:2]]
   source = _jsonl(tmp_path / "chat.jsonl", rows)
-  convert([source], str(tmp_path / "plain"), "chat", _options(tokenizer_dir, PLAIN, tmp_path))
+  convert([source], str(tmp_path / "plain"), "chat", _options(tokenizer_dir, without_blocks(CHATML), tmp_path))
   for row, record in zip(rows, _records(str(tmp_path / "plain"))):
-    ids, mask = _oracle(tokenizer_dir, CONTENT_ONLY, row["messages"])  # blocks around exactly the contents
+    # the oracle: the same template with blocks around the content and the end-of-turn marker
+    ids, mask = _oracle(tokenizer_dir, CHATML, row["messages"])
     assert record["tokens"].tolist() == ids and record["mask"].tolist() == mask
   assert character_range_mask(np.array([[0, 2], [2, 4], [4, 6]]), [(3, 5)]).tolist() == [
     0,
@@ -220,7 +223,7 @@ def test_prompt_completion_and_pretokenized_examples(tokenizer_dir, tmp_path):
 
 BAD_ROWS = [
   ({"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]}, "messages[0]: content must be a string"),
-  ({"messages": [{"role": "robot", "content": "x"}]}, "role 'robot' is not one of"),
+  ({"messages": [{"role": 7, "content": "x"}]}, "role must be a non-empty string, got 7"),
   ({"messages": "hello"}, "field 'messages' is str, not a list"),
   ({"messages": [{"role": "user", "content": "hi"}]}, "no assistant message trains"),
   (
@@ -278,9 +281,20 @@ def test_a_template_that_raises_or_renders_another_conversation_is_named(tokeniz
   raising = "{{ raise_exception('no system prompt allowed') }}"
   with pytest.raises(InputFormatError, match=r"c.jsonl:1: the chat template failed: .*no system prompt allowed"):
     convert([source], str(tmp_path / "a"), "x", _options(tokenizer_dir, raising, tmp_path))
-  rewriting = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | upper }}<|im_end|>\n{% endfor %}"
-  with pytest.raises(InputFormatError, match=r"c.jsonl:1: messages\[0\] \(user\) is not in the template's rendering"):
-    convert([source], str(tmp_path / "b"), "x", _options(tokenizer_dir, rewriting, tmp_path))
+  # a template that drops the assistant's answer: the trained message really is absent
+  dropping = "{% for m in messages %}{% if m['role'] != 'assistant' %}{{ m['content'] }}{% endif %}{% endfor %}"
+  with pytest.raises(InputFormatError, match=r"c.jsonl:1: messages\[1\] \(assistant\) is absent from the template"):
+    convert([source], str(tmp_path / "b"), "x", _options(tokenizer_dir, dropping, tmp_path))
+  # one that rewrites contents (upper case) renders them still: the turn trains as its blocks would
+  rewriting = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
+    "{{ m['content'] | upper }}<|im_end|>{% endgeneration %}{% else %}{{ m['content'] | upper }}<|im_end|>"
+    "{% endif %}{% endfor %}"
+  )
+  convert([source], str(tmp_path / "c"), "x", _options(tokenizer_dir, without_blocks(rewriting), tmp_path))
+  ids, mask = _oracle(tokenizer_dir, rewriting, CONVERSATIONS[0])
+  (record,) = _records(str(tmp_path / "c"))
+  assert record["tokens"].tolist() == ids and record["mask"].tolist() == mask and sum(mask) > 0
 
 
 def test_the_cli_and_beam_write_the_same_masked_dataset_and_it_trains_on_masks(tokenizer_dir, tmp_path, capsys):

@@ -67,6 +67,13 @@ def convert(args: argparse.Namespace, console: Console) -> int:
     f"wrote {args.out}: {manifest.num_records} documents, {manifest.num_tokens} "
     f"tokens, {len(manifest.shards)} shards, dtype {manifest.dtype}"
   )
+  if stats.get("mask_rule"):
+    how = {
+      "generation blocks": "the template's {% generation %} blocks (transformers' assistant mask)",
+      "whole assistant turns": "whole assistant turns (content, tool calls, end-of-turn marker; the template "
+      "has no {% generation %} blocks)",
+    }[stats["mask_rule"]]
+    console.print(f"trained tokens of {args.name}: {how}", markup=False)
   if stats["skipped_empty"]:
     console.print(f"skipped {stats['skipped_empty']:,} empty documents")
   if stats["skipped_invalid"]:

@@ -7,6 +7,7 @@ One job, in the order the data moves through it::
     work_units.py       inputs cut into units that tokenize independently
     tokenizers.py       byte-level, Hugging Face, SentencePiece
     examples.py         fine-tuning examples (chat, prompt / completion) -> ids and trained-token masks
+    turns.py            where each assistant turn lies in a rendering without generation blocks
     example_records.py  documents out of tf.train.Example records (ArrayRecord, TFRecord)
     tokenize_units.py   one unit -> tokens + lengths; unit sizes; the manifest's stats
     shard_jobs.py       shards planned from lengths, written independently

@@ -8,7 +8,9 @@
     text  --tokenize once-->  ids, character offsets
       |
       +-- the template marks {% generation %} blocks:  mask = transformers' assistant mask
-      +-- it does not:  each trained message's content, found in order in the rendering;
+      +-- it does not:  each trained assistant message's whole turn (`jaxdata.conversion.turns`:
+                        content, tool calls, end-of-turn marker; never the header), located by
+                        a rendering with sentinel contents, not by searching for the content;
                         a token is trained iff its characters overlap a trained character range
 
     {"prompt": p, "completion": c}  p + c (with --chat-template, a user and an assistant turn): c trains
@@ -22,6 +24,9 @@ character to the one holding its last. What trains: `train_on` "assistant"
 files' per-message weight), "last" (the last assistant message) or "all".
 Masks never come from token values (a pad or EOS id also occurs in
 content) or from turn-by-turn renderings (templates rewrite earlier turns).
+Messages reach the template as the record holds them (no key added; roles
+beyond the five, e.g. Llama's `ipython`, and content as a list of parts
+are the template's to take).
 """
 
 from __future__ import annotations
@@ -34,15 +39,24 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from jaxdata.conversion.turns import assistant_turns
 from jaxdata.errors import InputFormatError, optional_module
 
-__all__ = ["EXAMPLE_FORMATS", "TRAIN_ON", "ExampleEncoder", "character_range_mask", "example_encoder"]
+__all__ = [
+  "EXAMPLE_FORMATS",
+  "MaskRule",
+  "TRAIN_ON",
+  "ExampleEncoder",
+  "character_range_mask",
+  "example_encoder",
+]
 
 ExampleFormat = Literal["text", "chat", "prompt-completion"]
 TrainOn = Literal["assistant", "last", "all"]
 EXAMPLE_FORMATS: tuple[ExampleFormat, ...] = get_args(ExampleFormat)
 TRAIN_ON: tuple[TrainOn, ...] = get_args(TrainOn)
-ROLES = ("system", "user", "assistant", "tool", "developer")
+MaskRule = Literal["generation blocks", "whole assistant turns"]
+MASK_RULES: tuple[MaskRule, ...] = get_args(MaskRule)
 IGNORE_INDEX = -100  # Hugging Face trainers' label of a token that does not train
 GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # a template that marks what the assistant generates
 
@@ -98,16 +112,16 @@ class ExampleEncoder:
     if not isinstance(messages, list):
       shown = "missing" if self.field not in record else f"{type(messages).__name__}, not a list"
       raise InputFormatError(f"{where}: field {self.field!r} is {shown} (a chat example holds a list of messages)")
-    messages = _checked_messages(messages, where)
+    weights = _checked_messages(messages, where)
     system = record.get(self.system_prompt_field) if self.system_prompt_field else None
     if system is not None:
       if not isinstance(system, str):
         raise InputFormatError(f"{where}: field {self.system_prompt_field!r} must be a string (the system prompt)")
-      messages = [{"role": "system", "content": system, "weight": 1}, *messages]
+      messages, weights = [{"role": "system", "content": system}, *messages], [0, *weights]
     kwargs = record.get(self.template_kwargs_field) if self.template_kwargs_field else None
     if kwargs is not None and not isinstance(kwargs, dict):
       raise InputFormatError(f"{where}: field {self.template_kwargs_field!r} must be an object of template arguments")
-    return self._chat(messages, record.get("tools"), where, kwargs or {})
+    return self._chat(messages, weights, record.get("tools"), where, kwargs or {})
 
   def _prompt_completion(self, record: Mapping[str, Any], where: str) -> Example:
     for name in ("prompt", "completion"):
@@ -119,30 +133,56 @@ class ExampleEncoder:
       raise InputFormatError(f"{where}: an empty completion trains nothing")
     if self.template is not None:  # --chat-template: a user and an assistant turn; else the two texts joined
       messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
-      return self._chat(messages, None, where)
+      return self._chat(messages, [0, 1], None, where)
     text = prompt + completion
     ids, offsets = self._tokenized(text)
     return ids, character_range_mask(offsets, [(len(prompt), len(text))])
 
+  @property
+  def mask_rule(self) -> MaskRule:
+    """Which rule decides the trained tokens: the template's generation blocks, or whole turns."""
+    return (
+      "generation blocks"
+      if GENERATION_BLOCK.search(self.template or self.tokenizer.chat_template or "")
+      else ("whole assistant turns")
+    )
+
   def _chat(
-    self, messages: list[dict[str, Any]], tools: Any, where: str, kwargs: Mapping[str, Any] | None = None
+    self,
+    messages: list[dict[str, Any]],
+    weights: list[int],
+    tools: Any,
+    where: str,
+    kwargs: Mapping[str, Any] | None = None,
   ) -> Example:
     kwargs = kwargs or {}
-    trained = _trained_messages(messages, self.train_on)
+    trained = _trained_messages(messages, weights, self.train_on)
     if not trained:
       raise InputFormatError(f"{where}: no assistant message trains (train_on {self.train_on!r}, weights)")
-    try:
-      text = self.tokenizer.apply_chat_template(
-        messages, tools=tools, tokenize=False, chat_template=self.template, add_generation_prompt=False, **kwargs
-      )
-    except Exception as e:  # a template raises whatever its author wrote (jinja, raise_exception)
-      raise InputFormatError(f"{where}: the chat template failed: {type(e).__name__}: {str(e)[:200]}") from e
+
+    def render(conversation: list[dict[str, Any]], generation_prompt: bool) -> str:
+      try:
+        return str(
+          self.tokenizer.apply_chat_template(
+            conversation,
+            tools=tools,
+            tokenize=False,
+            chat_template=self.template,
+            add_generation_prompt=generation_prompt,
+            **kwargs,
+          )
+        )
+      except Exception as e:  # a template raises whatever its author wrote (jinja, raise_exception)
+        raise InputFormatError(f"{where}: the chat template failed: {type(e).__name__}: {str(e)[:200]}") from e
+
+    text = render(messages, False)
     ids, offsets = self._tokenized(text)
     if self.train_on == "all":
       return ids, np.ones(ids.size, np.uint8)
-    if GENERATION_BLOCK.search(self.template or self.tokenizer.chat_template or ""):
+    if self.mask_rule == "generation blocks":
       return ids, self._generation_mask(messages, tools, ids, trained, where, kwargs)
-    return ids, character_range_mask(offsets, _content_ranges(text, messages, trained, where))
+    turns = assistant_turns(messages, trained, render, where, offsets.tolist())
+    return ids, character_range_mask(offsets, turns)
 
   def _generation_mask(
     self,
@@ -215,56 +255,41 @@ def _given_ids(record: Mapping[str, Any], where: str, vocab_size: int | None) ->
   return ids.astype(np.int64), mask.astype(np.uint8)
 
 
-def _checked_messages(messages: list[Any], where: str) -> list[dict[str, Any]]:
-  out = []
+def _checked_messages(messages: list[Any], where: str) -> list[int]:
+  """Each message's weight (0 or 1; absent or null: 1), after checking its form; the messages stay as given."""
+  weights = []
   for i, message in enumerate(messages):
     at = f"{where}: messages[{i}]"
     if not isinstance(message, dict):
       raise InputFormatError(f"{at}: expected an object with role and content, got {type(message).__name__}")
     role = message.get("role")
-    if role not in ROLES:
-      raise InputFormatError(f"{at}: role {role!r} is not one of {', '.join(ROLES)}")
+    if not isinstance(role, str) or not role:
+      raise InputFormatError(f"{at}: role must be a non-empty string, got {role!r}")
     content = message.get("content")
-    if not isinstance(content, str) and not (role == "assistant" and content is None and message.get("tool_calls")):
-      raise InputFormatError(f"{at}: content must be a string (an assistant's may be null beside tool_calls)")
+    parts = isinstance(content, list) and all(isinstance(p, dict) for p in content)
+    if not isinstance(content, str) and not parts and not (role == "assistant" and content is None):
+      raise InputFormatError(
+        f"{at}: content must be a string or a list of parts (an assistant's may be null beside tool_calls)"
+      )
     weight = message.get("weight")
     weight = 1 if weight is None else weight  # absent (or null, as Parquet fills a struct's missing field)
     if isinstance(weight, bool) or weight not in (0, 1):
       raise InputFormatError(f"{at}: weight must be 0 or 1, got {weight!r}")
     if message.get("weight") is not None and role != "assistant":
       raise InputFormatError(f"{at}: weight is for assistant messages (only they train)")
-    out.append({**message, "weight": weight})
-  if not out:
+    weights.append(int(weight))
+  if not weights:
     raise InputFormatError(f"{where}: messages is empty")
-  return out
+  return weights
 
 
-def _trained_messages(messages: list[dict[str, Any]], train_on: str) -> set[int]:
+def _trained_messages(messages: list[dict[str, Any]], weights: list[int], train_on: str) -> set[int]:
   """Indices of the messages that train."""
   assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
   if train_on == "all":
     return set(range(len(messages)))
   chosen = assistants[-1:] if train_on == "last" else assistants
-  return {i for i in chosen if messages[i].get("weight", 1) == 1}
-
-
-def _content_ranges(text: str, messages: list[dict[str, Any]], trained: set[int], where: str) -> list[tuple[int, int]]:
-  """Each message's content, found in order in the one rendering: the character ranges of the trained."""
-  ranges, at = [], 0
-  for i, message in enumerate(messages):
-    content = message.get("content") or ""
-    if not content:
-      continue
-    found = text.find(content, at)
-    if found < 0:
-      raise InputFormatError(
-        f"{where}: messages[{i}] ({message['role']}) is not in the template's rendering as given: the template "
-        "renders another conversation; mark what trains with {% generation %} blocks in the template"
-      )
-    if i in trained:
-      ranges.append((found, found + len(content)))
-    at = found + len(content)
-  return ranges
+  return {i for i in chosen if weights[i] == 1}
 
 
 def _fast_tokenizer(path: str) -> Any:

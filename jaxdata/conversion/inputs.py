@@ -416,8 +416,20 @@ def _parquet_records(
       return
     on_bytes(batch.nbytes)
     for values in batch.to_pylist():
-      yield Record(f"{path}:row {row}", values)
+      yield Record(f"{path}:row {row}", {k: _without_filled_nulls(v) for k, v in values.items()})
       row += 1
+
+
+def _without_filled_nulls(value: Any) -> Any:
+  """A struct inside a list (a message, a tool call, a content part) without its null fields: Arrow
+  gives every struct of a column every key, null where the row had none, and a chat template that
+  tests `is defined` would see keys the user's file never held. `content` stays (a null content is
+  the user's: an assistant message of tool calls only)."""
+  if isinstance(value, list):
+    return [_without_filled_nulls(v) for v in value]
+  if isinstance(value, dict):
+    return {k: _without_filled_nulls(v) for k, v in value.items() if v is not None or k == "content"}
+  return value
 
 
 def _iter_text(

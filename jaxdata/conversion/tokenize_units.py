@@ -218,6 +218,12 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
       "example_format": options.examples,
       "train_on": options.train_on,
       **({"chat_template_sha256": _template_sha256(options)} if options.examples == "chat" else {}),
+      # which rule decided the trained tokens: the template's generation blocks, or whole assistant turns
+      **(
+        {"mask_rule": _cached_encoder(options).mask_rule}
+        if options.examples == "chat" and options.train_on != "all"
+        else {}
+      ),
     }
     if options.examples != "text"
     else {}

@@ -1,0 +1,144 @@
+"""Stock templates (no generation blocks) train each assistant message's whole turn, and only that.
+
+The oracle is transformers' own assistant mask on the same template with `{% generation %}` blocks
+placed as its documentation recommends (tests/support/chat_families.py): on every message of
+weight 1 the two masks agree, over eight families' layouts and ChatML, for generated contents that
+equal template fragments, are whitespace only, repeat across turns, are empty, or are tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import transformers
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import chat_families as families
+from jaxdata.conversion.examples import ExampleEncoder
+from jaxdata.errors import InputFormatError
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> transformers.PreTrainedTokenizerFast:
+  return families.build_tokenizer(str(tmp_path_factory.mktemp("families")))
+
+
+def oracle(tokenizer, template: str, messages, tools=None) -> tuple[list[int], list[int]]:
+  out = tokenizer.apply_chat_template(
+    messages, tools=tools, chat_template=template, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+  )
+  return list(out["input_ids"]), list(out["assistant_masks"])
+
+
+def ours(tokenizer, template: str, messages, tools=None) -> tuple[list[int], list[int]]:
+  encoder = ExampleEncoder("chat", tokenizer, "messages", template=families.without_blocks(template))
+  assert encoder.mask_rule == "whole assistant turns"
+  record = {"messages": messages, **({"tools": tools} if tools else {})}
+  ids, mask = encoder.encode(record, "test.jsonl:1")
+  return ids.tolist(), mask.tolist()
+
+
+TOOL_CALL = {"type": "function", "function": {"name": "lookup", "arguments": {"city": "Paris"}}}
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"city": {"type": "string"}}}}]
+
+contents = st.one_of(
+  st.sampled_from(families.FRAGMENTS),  # template text as content
+  st.sampled_from(["  ", "\n\n", " \t"]),  # whitespace only
+  st.sampled_from(["t", "hello", "It is sunny.", "<think>why</think> because", "a\nb"]),
+  st.text(alphabet="ab <>|\n/", min_size=1, max_size=8),
+)
+
+
+@st.composite
+def conversations(draw, tools: bool) -> list[dict]:
+  messages: list[dict] = []
+  if draw(st.booleans()):
+    messages.append({"role": "system", "content": draw(contents)})
+  repeated = draw(contents)  # one content used on several turns
+  for _ in range(draw(st.integers(1, 3))):
+    user = repeated if draw(st.booleans()) else draw(contents)
+    messages.append({"role": "user", "content": user})
+    if tools and draw(st.booleans()):
+      messages.append({"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]})
+      messages.append({"role": "tool", "content": draw(contents)})
+    answer = draw(st.one_of(contents, st.just(repeated), st.just("")))
+    messages.append({"role": "assistant", "content": answer})
+  return messages
+
+
+@pytest.mark.parametrize("family", list(families.FAMILIES))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_whole_turn_masks_equal_the_generation_block_oracle(tokenizer, family, data):
+  template = families.FAMILIES[family]
+  with_tools = family in families.TOOL_FAMILIES
+  messages = data.draw(conversations(with_tools))
+  tools = TOOLS if with_tools and family in ("chatml", "qwen3") else None
+  expected_ids, expected_mask = oracle(tokenizer, template, messages, tools)
+  ids, mask = ours(tokenizer, template, messages, tools)
+  assert ids == expected_ids  # the same rendering, tokenized once
+  shown = json.dumps(messages)[:400]
+  assert mask == expected_mask, f"{family}: {shown}\n{tokenizer.convert_ids_to_tokens(ids)}"
+
+
+@pytest.mark.parametrize("family", list(families.FAMILIES))
+def test_the_end_of_turn_marker_trains_and_the_header_does_not(tokenizer, family):
+  messages = [{"role": "user", "content": "question"}, {"role": "assistant", "content": "Q"}]
+  ids, mask = ours(tokenizer, families.FAMILIES[family], messages)
+  trained = "".join(tokenizer.convert_ids_to_tokens([i for i, m in zip(ids, mask) if m]))
+  assert "Q" in trained and not trained.endswith("Q")  # the answer and the marker after it (was: "Q" alone)
+  assert not {"assistant", "model", "<|CHATBOT_TOKEN|>", "<|im_start|>"} & set(
+    tokenizer.convert_ids_to_tokens([i for i, m in zip(ids, mask) if m])
+  )
+
+
+def test_a_tool_call_only_turn_trains_its_call_and_marker(tokenizer):
+  messages = [
+    {"role": "user", "content": "weather in Paris"},
+    {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+    {"role": "tool", "content": ""},
+    {"role": "assistant", "content": "", "weight": 0},
+  ]
+  for family in ("chatml", "llama3.1", "deepseek-v3"):
+    ids, mask = ours(tokenizer, families.FAMILIES[family], messages)
+    expected_ids, expected_mask = oracle(tokenizer, families.FAMILIES[family], messages)
+    # the oracle trains both assistant turns; ours only the weight-1 one, which it must not lose
+    assert sum(mask) > 0 and all(m <= e for m, e in zip(mask, expected_mask))
+    assert "lookup" in tokenizer.decode([i for i, m in zip(ids, mask) if m])
+
+
+def test_a_weight_one_message_that_renders_nothing_is_refused_not_silent(tokenizer):
+  # a template that writes nothing for an empty assistant message: no token of it could train
+  template = "{% for m in messages %}{% if m.content %}[{{ m.role }}]{{ m.content }}{% endif %}{% endfor %}"
+  messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]
+  encoder = ExampleEncoder("chat", tokenizer, "messages", template=template)
+  with pytest.raises(InputFormatError, match=r"x:1: messages\[1\] \(assistant, weight 1\) renders nothing"):
+    encoder.encode({"messages": messages}, "x:1")
+
+
+def test_roles_beyond_the_five_and_content_parts_reach_the_template(tokenizer):
+  messages = [
+    {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+    {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+    {"role": "ipython", "content": "sunny"},
+    {"role": "assistant", "content": [{"type": "text", "text": "It is sunny."}]},
+  ]
+  template = families.LLAMA31.replace(
+    "{{ m.content | trim }}", "{{ m.content if m.content is string else m.content[0].text }}"
+  )
+  expected_ids, expected_mask = oracle(tokenizer, template, messages)
+  ids, mask = ours(tokenizer, template, messages)
+  assert ids == expected_ids and mask == expected_mask
+  assert "sunny" in tokenizer.decode(ids)
+
+
+def test_messages_reach_the_template_as_written(tokenizer):
+  """No key is added to a message (a template that prints the keys it sees shows them)."""
+  template = "{% for m in messages %}{{ m | dictsort | map('first') | join(',') }};{% endfor %}"
+  encoder = ExampleEncoder("chat", tokenizer, "messages", template=template, train_on="all")
+  ids, _ = encoder.encode({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}, "x")
+  assert tokenizer.decode(ids) == "content,role;content,role;"
+  assert np.asarray(ids).size
