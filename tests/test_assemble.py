@@ -23,8 +23,8 @@ def reference(
 ) -> dict[str, np.ndarray]:
   """One piece at a time, straight from the module docstring."""
   out = {
-    "tokens": np.full((rows, seq_len), packing.pad_id),
-    "targets": np.full((rows, seq_len), packing.pad_id),
+    "tokens": np.full((rows, seq_len), packing.fill_id),
+    "targets": np.full((rows, seq_len), packing.fill_id),
     "segment_ids": np.zeros((rows, seq_len)),
     "positions": np.zeros((rows, seq_len)),
     "loss_mask": np.zeros((rows, seq_len)),
@@ -32,14 +32,14 @@ def reference(
   }
   for i in np.lexsort((column, row)):
     doc = docs[doc_of_piece[i]].tolist()
-    effective = ([packing.bos_id] if packing.add_bos else []) + doc + ([packing.eos_id] if packing.add_eos else [])
+    effective = ([packing.bos] if packing.add_bos else []) + doc + ([packing.eos] if packing.add_eos else [])
     assert len(effective) == pieces.doc_length[i]
     r, c, o, k = row[i], column[i], pieces.offset[i], pieces.length[i]
     segment = 1 + int(((row == r) & (column < c)).sum())
     for j in range(k):
       out["tokens"][r, c + j] = effective[o + j]
       has_next = o + j + 1 < len(effective)
-      out["targets"][r, c + j] = effective[o + j + 1] if has_next else packing.pad_id
+      out["targets"][r, c + j] = effective[o + j + 1] if has_next else packing.fill_id
       out["loss_mask"][r, c + j] = int(has_next)
       out["positions"][r, c + j] = j
       out["segment_ids"][r, c + j] = segment
@@ -91,7 +91,7 @@ def test_matches_reference(
     layout = rng.permutation(len(docs))
     starts = np.zeros(len(docs), np.int64)
     starts[layout] = np.cumsum([0] + [docs[d].size for d in layout])[:-1]
-    buffer = padded_buffer([docs[d].astype(dtype) for d in layout], 16, packing.pad_id)
+    buffer = padded_buffer([docs[d].astype(dtype) for d in layout], 16, packing.fill_id)
     assert buffer.dtype == dtype
     placement, documents = RowPlacement(pieces, row, column, rows, 16), DocumentTokens(buffer, starts[doc_of_piece])
     got = assemble_rows(placement, documents, packing)

@@ -6,6 +6,7 @@ import datasets
 import numpy as np
 import pytest
 
+import chat_families
 import jaxdata
 from jaxdata import InputFormatError, TokenDataset
 from jaxdata.conversion.tokenizers import ByteTokenizer
@@ -91,3 +92,24 @@ def test_hugging_face_formats_dicts_of_splits_and_typed_token_columns(tmp_path):
     == "uint32"
   )
   assert read_all(str(tmp_path / "u16")) == [[1, 2], [65_000]]
+
+
+def test_from_hf_dataset_takes_a_transformers_tokenizer_object(tmp_path):
+  tokenizer = chat_families.build_tokenizer(str(tmp_path / "tok"))
+  texts = datasets.Dataset.from_dict({"text": ["the weather in Paris", "sunny"]})
+  manifest = jaxdata.from_hf_dataset(texts, out=str(tmp_path / "a"), tokenizer=tokenizer)
+  assert manifest.tokenizer["kind"] == "huggingface" and manifest.tokenizer["vocab_size"] == len(tokenizer)
+  with jaxdata.open_dataset(str(tmp_path / "a")) as dataset:
+    assert dataset[0].tolist() == tokenizer("the weather in Paris", add_special_tokens=False)["input_ids"]
+  with pytest.raises(TypeError, match="not a fast tokenizer"):
+    jaxdata.from_hf_dataset(texts, out=str(tmp_path / "b"), tokenizer=object())
+
+
+def test_from_hf_dataset_reads_labels_of_minus_100_as_the_mask(tmp_path):
+  rows = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7], [8, 9]], "labels": [[-100, 6, 7], [-100, -100]]})
+  jaxdata.from_hf_dataset(rows, out=str(tmp_path / "a"), field="input_ids", tokenizer=None)
+  with jaxdata.open_dataset(str(tmp_path / "a")) as dataset:
+    assert [dataset[i]["mask"].tolist() for i in range(2)] == [[0, 1, 1], [0, 0]]
+  wrong = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]], "labels": [[-100, 7, 7]]})
+  with pytest.raises(InputFormatError, match=r"row 0: labels\[1\] is neither -100 nor its token id"):
+    jaxdata.from_hf_dataset(wrong, out=str(tmp_path / "b"), field="input_ids", tokenizer=None)

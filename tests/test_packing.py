@@ -53,9 +53,9 @@ def check_batch_invariants(batch: dict[str, np.ndarray], cfg: PipelineConfig) ->
   expected = code(d, r, k + 1)
   ok = targets[real] == expected
   if packing.add_eos:
-    ok |= targets[real] == packing.eos_id
+    ok |= targets[real] == packing.eos
   assert ok[has_next].all()
-  assert (targets[~pad][mask[~pad] == 0] == packing.pad_id).all()
+  assert (targets[~pad][mask[~pad] == 0] == packing.fill_id).all()
 
 
 def covered(batches: list[dict[str, np.ndarray]]) -> dict[tuple[int, int], list[int]]:

@@ -142,3 +142,56 @@ def test_messages_reach_the_template_as_written(tokenizer):
   ids, _ = encoder.encode({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}, "x")
   assert tokenizer.decode(ids) == "content,role;content,role;"
   assert np.asarray(ids).size
+
+
+def test_the_parquet_route_gives_the_template_what_the_jsonl_holds(tokenizer, tmp_path):
+  """Arrow fills a struct's missing keys with null (a tool message gets `tool_calls: null`); the template
+  must see the messages as the user's file holds them, so both routes give the same examples."""
+  import pyarrow as pa  # noqa: PLC0415 -- the parquet extra
+  import pyarrow.parquet as pq  # noqa: PLC0415
+
+  from jaxdata import open_dataset  # noqa: PLC0415
+  from jaxdata.conversion.local_runner import convert  # noqa: PLC0415
+  from jaxdata.conversion.options import ConvertOptions  # noqa: PLC0415
+  from jaxdata.conversion.tokenizers import TokenizerSpec  # noqa: PLC0415
+
+  template = (  # renders each call's arguments as JSON: a key the file never held would show as null
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% for c in m.tool_calls or [] %}"
+    "{{ c.function.arguments | tojson }}{% endfor %}{{ m.content }}<|im_end|>\n{% endfor %}"
+  )
+  (tmp_path / "t.jinja").write_text(template)
+  other_call = {"type": "function", "function": {"name": "search", "arguments": {"query": "rain"}}}
+  rows = [
+    {
+      "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+        {"role": "tool", "content": "sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+      ]
+    },
+    {
+      "messages": [
+        {"role": "user", "content": "rain?"},
+        {"role": "assistant", "content": None, "tool_calls": [other_call]},
+        {"role": "tool", "content": "none"},
+        {"role": "assistant", "content": "No rain."},
+      ]
+    },
+  ]
+  (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "chat.parquet"))
+  tokenizer.save_pretrained(str(tmp_path / "tok"))
+  options = ConvertOptions(
+    tokenizer=TokenizerSpec.parse(f"hf:{tmp_path / 'tok'}"),
+    examples="chat",
+    chat_template=str(tmp_path / "t.jinja"),
+    workers=1,
+  )
+  out = {}
+  for suffix in ("jsonl", "parquet"):
+    convert([str(tmp_path / f"chat.{suffix}")], str(tmp_path / suffix), "chat", options)
+    with open_dataset(str(tmp_path / suffix)) as dataset:
+      out[suffix] = [(dataset[i]["tokens"].tolist(), dataset[i]["mask"].tolist()) for i in range(len(dataset))]
+  assert out["jsonl"] == out["parquet"]
+  assert "null" not in tokenizer.decode(out["parquet"][1][0])  # no key the file did not hold (Arrow: "city": null)

@@ -151,16 +151,16 @@ def assemble_rows(
   last = pieces.doc_length - 1  # effective index of the document's last token
   has_last = end > last
   last_slot = piece_dst[has_last] + last[has_last] - pieces.offset[has_last]
-  targets[last_slot] = packing.pad_id  # nothing follows a document's last token
+  targets[last_slot] = packing.fill_id  # nothing follows a document's last token
   loss_mask[last_slot] = 0
   if packing.add_bos:
-    tokens[piece_dst[pieces.offset == 0]] = packing.bos_id
+    tokens[piece_dst[pieces.offset == 0]] = packing.bos
   if packing.add_eos:
-    tokens[last_slot] = packing.eos_id
+    tokens[last_slot] = packing.eos
     # The token before EOS predicts EOS.
     before = (pieces.offset <= last - 1) & (end > last - 1)
     inside = last[before] - 1 - pieces.offset[before]  # the slot's index inside its piece
-    targets[piece_dst[before] + inside] = packing.eos_id
+    targets[piece_dst[before] + inside] = packing.eos
     if trained is not None:
       # An EOS that jaxdata appends trains as its document's last token does (the model learns to
       # stop where it learns to answer): the slot before it takes that token's own flag.

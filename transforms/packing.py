@@ -319,6 +319,9 @@ class Packer:
     self.strategy = packing_strategy(cfg.packing, cfg.window_datasets, cfg.seed)
     self.carry = Pieces.empty()
     self.done = False
+    # Per dataset index, documents of the final partial step that batch.drop_remainder left out (not state:
+    # the stream's end is replanned from a state as it was first planned).
+    self.unseen_at_end: dict[int, int] = {}
 
   def get_state(self, encode_carry: bool = True) -> dict[str, Any]:
     """JSON-able state; `encode_carry=False` leaves the carry as (immutable) Pieces."""
@@ -356,6 +359,8 @@ class Packer:
     final = ended and not self.strategy.is_full(placed, rows, seq_len)
     if (ended and not len(placed)) or (final and self.cfg.batch.drop_remainder):
       self.done = True
+      if final and len(placed):
+        self._warn_unseen(step, placed)
       if dropped:  # no step holds them: said here, since no step's stats can
         warnings.warn(
           f"jaxdata: long_docs: drop left out {dropped} documents longer than a row after the last step "
@@ -368,6 +373,23 @@ class Packer:
     self.done = ended
     split = int(np.count_nonzero(placed.length < placed.doc_length - self.strategy.tail(placed.dataset)))
     return StepPlan(step, rows, seq_len, placed, row, column, final, truncated, split, dropped)
+
+  def _warn_unseen(self, step: int, placed: Pieces) -> None:
+    """The final partial step is dropped (batch.drop_remainder): its documents begun there are never seen
+    in this run. Counted per dataset and said once, never silent."""
+    begun = placed.offset == 0
+    counts = np.bincount(placed.dataset[begun], minlength=len(self.cfg.names))
+    self.unseen_at_end = {int(d): int(n) for d, n in enumerate(counts.tolist()) if n}
+    if not self.unseen_at_end:
+      return
+    shown = ", ".join(f"{self.cfg.names[d]} {n}" for d, n in self.unseen_at_end.items())
+    warnings.warn(
+      f"jaxdata: the stream ended inside step {step}; batch.drop_remainder drops that partial step, so "
+      f"{sum(self.unseen_at_end.values())} documents of the last pass are never seen ({shown}); set "
+      "batch.drop_remainder: false to pad the step instead",
+      RuntimeWarning,
+      stacklevel=3,
+    )
 
   def _pull(self, step: int, rows: int, seq_len: int) -> tuple[Pieces, int, int]:
     """New pieces from the source until, with the carry, they fill the step.

@@ -57,7 +57,7 @@ def order_fingerprint(
     "packing": (
       f"mode={packing.mode} seq_len={packing.seq_len} long_docs={packing.long_docs} "
       f"bos={packing.bos_id if packing.add_bos else '-'} eos={packing.eos_id if packing.add_eos else '-'} "
-      f"pad={packing.pad_id} warmup={warmup}"
+      f"pad={packing.fill_id} warmup={warmup}"
       + (f" group={packing.group_by_length}" if packing.group_by_length else "")
       + (f" segments<={packing.max_segments_per_row}" if packing.max_segments_per_row is not None else "")
     ),

@@ -258,10 +258,10 @@ class PackingConfig:
   seq_len: int = 2048
   long_docs: LongDocs = "split"
   add_bos: bool = False
-  bos_id: int = 1
+  bos_id: int | None = None  # None: the datasets' tokenizer's (recorded at conversion)
   add_eos: bool = False
-  eos_id: int = 0
-  pad_id: int = 0
+  eos_id: int | None = None  # None: the datasets' tokenizer's
+  pad_id: int | None = None  # None: the tokenizer's, else 0 (a fill value: padding is marked by position)
   warmup: tuple[WarmupPhase, ...] = ()
   linear_warmup: LinearWarmup | None = None
   group_by_length: int = 0  # mode none: rows of similar length together, within groups of this many batches
@@ -282,7 +282,8 @@ class PackingConfig:
     for field in ("add_bos", "add_eos"):
       check_bool(getattr(self, field), f"packing.{field}")
     for field in ("bos_id", "eos_id", "pad_id"):
-      check_int(getattr(self, field), f"packing.{field}", 0, MAX_ID)
+      if getattr(self, field) is not None:
+        check_int(getattr(self, field), f"packing.{field}", 0, MAX_ID)
     if not isinstance(self.warmup, (list, tuple)):
       raise ConfigError(f"packing.warmup: expected a list of phases, got {short(self.warmup)}")
     phases = tuple(
@@ -307,6 +308,22 @@ class PackingConfig:
       if self.seq_len % phase.seq_len:
         raise ConfigError(f"{where}.seq_len: {phase.seq_len} must divide packing.seq_len {self.seq_len}")
       previous = phase.until_step
+
+  @property
+  def bos(self) -> int:
+    """The BOS id packing adds (set, or resolved from the datasets' tokenizer when a pipeline opens)."""
+    return _resolved(self.bos_id, "bos_id")
+
+  @property
+  def eos(self) -> int:
+    """The EOS id packing adds (set, or resolved from the datasets' tokenizer when a pipeline opens)."""
+    return _resolved(self.eos_id, "eos_id")
+
+  @property
+  def fill_id(self) -> int:
+    """The id padding slots hold: pad_id, else 0. Padding is marked by position (segment_ids 0,
+    loss_mask 0), never by this value, which may also be a real token."""
+    return 0 if self.pad_id is None else self.pad_id
 
   @property
   def special_tokens(self) -> int:
@@ -353,3 +370,12 @@ class PackingConfig:
       steps = int(self.linear_warmup.steps)
       return tuple(sorted({self.seq_len, *(self.linear_warmup.length_at(s, self.seq_len) for s in range(steps))}))
     return tuple(sorted({self.seq_len, *(p.seq_len for p in self.warmup)}))
+
+
+def _resolved(value: int | None, field: str) -> int:
+  if value is None:
+    raise ConfigError(
+      f"packing.{field}: not given, and no dataset's manifest records the tokenizer's {field[:3].upper()} "
+      f"(a pipeline takes it from there when it opens the datasets): give packing.{field}"
+    )
+  return value

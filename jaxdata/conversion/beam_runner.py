@@ -39,7 +39,7 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.output import prepare_output
 from jaxdata.conversion.remote_inputs import set_options
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
-from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, unit_size
+from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, tokenizer_record, unit_size
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError, optional_module
@@ -354,7 +354,7 @@ def convert_with_beam(
         out_dir,
         name,
         dtype.name,
-        tokenizer.identity(),
+        tokenizer_record(tokenizer, options),
         files,
         options,
       )

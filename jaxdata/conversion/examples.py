@@ -39,7 +39,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from jaxdata.conversion.turns import assistant_turns
+from jaxdata.conversion.turns import Render, assistant_turns, end_of_turn_text
 from jaxdata.errors import InputFormatError, optional_module
 
 __all__ = [
@@ -147,18 +147,16 @@ class ExampleEncoder:
       else ("whole assistant turns")
     )
 
-  def _chat(
-    self,
-    messages: list[dict[str, Any]],
-    weights: list[int],
-    tools: Any,
-    where: str,
-    kwargs: Mapping[str, Any] | None = None,
-  ) -> Example:
-    kwargs = kwargs or {}
-    trained = _trained_messages(messages, weights, self.train_on)
-    if not trained:
-      raise InputFormatError(f"{where}: no assistant message trains (train_on {self.train_on!r}, weights)")
+  def end_of_turn_id(self) -> int | None:
+    """The id of the single token the template writes after an assistant message, if it is one."""
+    if self.kind != "chat":
+      return None
+    marker = end_of_turn_text(self._renderer(None, "a probe conversation", {}))
+    ids = self.tokenizer(marker, add_special_tokens=False)["input_ids"] if marker else []
+    return int(ids[0]) if len(ids) == 1 else None
+
+  def _renderer(self, tools: Any, where: str, kwargs: Mapping[str, Any]) -> Render:
+    """The template as a function of (messages, add_generation_prompt); its errors name `where`."""
 
     def render(conversation: list[dict[str, Any]], generation_prompt: bool) -> str:
       try:
@@ -175,6 +173,22 @@ class ExampleEncoder:
       except Exception as e:  # a template raises whatever its author wrote (jinja, raise_exception)
         raise InputFormatError(f"{where}: the chat template failed: {type(e).__name__}: {str(e)[:200]}") from e
 
+    return render
+
+  def _chat(
+    self,
+    messages: list[dict[str, Any]],
+    weights: list[int],
+    tools: Any,
+    where: str,
+    kwargs: Mapping[str, Any] | None = None,
+  ) -> Example:
+    kwargs = kwargs or {}
+    trained = _trained_messages(messages, weights, self.train_on)
+    if not trained:
+      raise InputFormatError(f"{where}: no assistant message trains (train_on {self.train_on!r}, weights)")
+
+    render = self._renderer(tools, where, kwargs)
     text = render(messages, False)
     ids, offsets = self._tokenized(text)
     if self.train_on == "all":

@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 
 from jaxdata.conversion.output import prepare_output
-from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
+from jaxdata.conversion.tokenizers import (
+  Tokenizer,
+  TokenizerSpec,
+  TransformersTokenizer,
+  dtype_for_vocab_size,
+  load_tokenizer,
+)
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.manifest import Manifest
 from jaxdata.sources.writer import DatasetWriter
@@ -101,7 +107,7 @@ def from_iterable(
   items: Iterable[Any],
   out: str,
   name: str | None = None,
-  tokenizer: TokenizerSpec | str | None = "byte",
+  tokenizer: TokenizerSpec | str | Any | None = "byte",
   shard_bytes: int = 256 << 20,
   compression: str = "zstd",
   dtype: str | None = None,
@@ -116,7 +122,8 @@ def from_iterable(
       lists (written as they are). Empty documents are skipped and counted.
     out: the dataset directory to write.
     name: the dataset's name; default: the directory's.
-    tokenizer: "byte", "hf:FILE.json", "sp:FILE.model", a `TokenizerSpec`,
+    tokenizer: "byte", "hf:FILE.json", "sp:FILE.model", a `TokenizerSpec`, a
+      tokenizer object (transformers' fast tokenizer, a `tokenizers.Tokenizer`),
       or None for token lists only.
     shard_bytes: a shard is closed before it would exceed this size.
     compression: the records' compression: "zstd", "snappy" or "none" (`jaxdata convert --compression`).
@@ -138,8 +145,11 @@ def from_iterable(
   >>> from_iterable([[1, 2, 3], [4, 5]], out=tempfile.mkdtemp() + "/ids", tokenizer=None).num_tokens
   5
   """
-  spec = TokenizerSpec.parse(tokenizer) if isinstance(tokenizer, str) else tokenizer
-  model = load_tokenizer(spec) if spec is not None else None
+  if tokenizer is None or isinstance(tokenizer, (str, TokenizerSpec)):
+    spec = TokenizerSpec.parse(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    model: Tokenizer | None = load_tokenizer(spec) if spec is not None else None
+  else:  # a tokenizer object: transformers' fast tokenizer or a tokenizers.Tokenizer
+    model = TransformersTokenizer(tokenizer)
   identity = model.identity() if model is not None else {"kind": "pretokenized"}
   np_dtype = np.dtype(dtype) if dtype else (dtype_for_vocab_size(model.vocab_size) if model else np.dtype("<u4"))
   prepare_output(out, overwrite)
@@ -182,8 +192,11 @@ def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any)
       an `IterableDataset`, or any iterable of dict rows; the `datasets`
       package itself is never imported.
     out: the dataset directory to write.
-    field: the column holding the text or the token ids.
-    **options: `from_iterable`'s `name`, `tokenizer`, `shard_bytes`, `dtype`, `overwrite`.
+    field: the column holding the text or the token ids. Beside token ids, a
+      `labels` column (Hugging Face trainers' form: the ids, -100 where a token
+      does not train) becomes the trained-token mask.
+    **options: `from_iterable`'s `name`, `tokenizer` (a spec, or a transformers
+      tokenizer object), `shard_bytes`, `dtype`, `overwrite`.
 
   Returns:
     The dataset's `Manifest`.
@@ -215,15 +228,39 @@ def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any)
           raise InputFormatError(f"row {row}: no column {field!r} (columns: {', '.join(map(str, names))})")
         values = batch[field]
         values = values.to_pylist() if hasattr(values, "to_pylist") else values
-        yield from values
+        if "labels" in names:
+          labels = batch["labels"]
+          labels = labels.to_pylist() if hasattr(labels, "to_pylist") else labels
+          yield from (_with_labels(v, lab, row + i) for i, (v, lab) in enumerate(zip(values, labels)))
+        else:
+          yield from values
         row += len(values)
       return
     for row, record in enumerate(dataset):
       if not isinstance(record, dict) or field not in record:
         raise InputFormatError(f"row {row}: no field {field!r}")
-      yield record[field]
+      yield _with_labels(record[field], record["labels"], row) if "labels" in record else record[field]
 
   return from_iterable(column(), out, **options)
+
+
+IGNORE_INDEX = -100  # Hugging Face trainers' label of a token that does not train
+
+
+def _with_labels(ids: Any, labels: Any, row: int) -> tuple[list[int], np.ndarray]:
+  """(ids, mask) from token ids and their labels: -100 does not train, any other label must be its id."""
+  if isinstance(ids, str):
+    raise InputFormatError(f"row {row}: a 'labels' column needs token ids in the field, not text")
+  ids_array, labels_array = np.asarray(ids), np.asarray(labels)
+  if labels_array.shape != ids_array.shape or (labels_array.size and labels_array.dtype.kind not in "iu"):
+    raise InputFormatError(f"row {row}: 'labels' must hold one int per token id ({ids_array.size})")
+  wrong = (labels_array != IGNORE_INDEX) & (labels_array != ids_array)
+  if wrong.any():
+    raise InputFormatError(
+      f"row {row}: labels[{int(np.flatnonzero(wrong)[0])}] is neither -100 nor its token id: jaxdata's targets are "
+      "the next ids, so labels must equal the ids where they train (unshifted, as transformers' collators give them)"
+    )
+  return list(ids), (labels_array != IGNORE_INDEX).astype(np.uint8)
 
 
 def _splits(dataset: Any) -> list[str]:

@@ -31,7 +31,7 @@ from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions, Progress
 from jaxdata.conversion.output import prepare_output, refuse_existing
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
-from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, unit_size
+from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, tokenizer_record, unit_size
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.sources.fileutil import check_name
@@ -282,7 +282,7 @@ def convert(
         manifest = Manifest(
           name=name,
           dtype=dtype.name,
-          tokenizer=tokenizer.identity(),
+          tokenizer=tokenizer_record(tokenizer, options),
           shards=tuple(infos),
           stats=conversion_stats(files, results, options),
           features=WITH_MASK if masked else TOKENS_ONLY,

@@ -19,7 +19,7 @@ from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.fileutil import file_sha256
 
-__all__ = ["UnitResult", "conversion_stats", "tokenize_unit", "unit_size"]
+__all__ = ["UnitResult", "conversion_stats", "tokenize_unit", "tokenizer_record", "unit_size"]
 
 MIN_UNIT_BYTES = 1 << 20
 MAX_UNIT_BYTES = 64 << 20
@@ -242,3 +242,14 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
       "shard_bytes": options.shard_bytes,
     },
   }
+
+
+def tokenizer_record(tokenizer: Tokenizer, options: ConvertOptions) -> dict[str, Any]:
+  """What the manifest records of the tokenizer: its identity with its special ids (bos, eos, pad, unk),
+  and for chat examples the id of the end-of-turn marker the template writes (when it is one token)."""
+  record = tokenizer.identity()
+  if options.examples == "chat":
+    end_of_turn = _cached_encoder(options).end_of_turn_id()
+    if end_of_turn is not None:
+      record["end_of_turn_id"] = end_of_turn
+  return record

@@ -14,7 +14,9 @@ lengths, so the converter never handles one small array per document:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import os
 from typing import Any, Protocol
 
@@ -39,6 +41,7 @@ __all__ = [
   "HuggingFaceTokenizer",
   "SentencePieceTokenizer",
   "Tokenizer",
+  "TransformersTokenizer",
   "TokenizerSpec",
   "dtype_for_vocab_size",
   "load_tokenizer",
@@ -172,7 +175,29 @@ class HuggingFaceTokenizer:
       "file": os.path.basename(self._path),
       "sha256": file_sha256(self._path),
       "vocab_size": self.vocab_size,
+      **self.special_ids(),
     }
+
+  def special_ids(self) -> dict[str, int]:
+    """bos_id, eos_id, pad_id, unk_id as the tokenizer_config.json beside the tokenizer.json names them
+    (transformers' layout); a token it does not name, or one not in the vocabulary, is left out."""
+    config_path = os.path.join(os.path.dirname(self._path) or ".", "tokenizer_config.json")
+    if not os.path.isfile(config_path):
+      return {}
+    try:
+      with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    except (OSError, ValueError) as e:
+      raise ValueError(f"tokenizer: {config_path} is not readable JSON ({str(e)[:200]})") from e
+    out = {}
+    for name in ("bos", "eos", "pad", "unk"):
+      token = config.get(f"{name}_token") if isinstance(config, dict) else None
+      if isinstance(token, dict):  # an AddedToken as transformers saves it
+        token = token.get("content")
+      token_id = self._tokenizer.token_to_id(token) if isinstance(token, str) else None
+      if token_id is not None:
+        out[f"{name}_id"] = int(token_id)
+    return out
 
   def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
@@ -182,6 +207,38 @@ class HuggingFaceTokenizer:
 
   def decode(self, ids: np.ndarray) -> str:
     return self._tokenizer.decode(np.asarray(ids).tolist(), skip_special_tokens=False)
+
+
+class TransformersTokenizer:
+  """A transformers fast tokenizer object (what `AutoTokenizer.from_pretrained` returns) or a
+  `tokenizers.Tokenizer`, used as it is; special tokens are not added."""
+
+  def __init__(self, tokenizer: Any) -> None:
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not callable(getattr(backend, "encode_batch", None)) or not callable(getattr(backend, "to_str", None)):
+      raise TypeError(
+        f"tokenizer: {type(tokenizer).__name__} is not a fast tokenizer (transformers' PreTrainedTokenizerFast "
+        "or a tokenizers.Tokenizer); give a fast tokenizer, 'hf:DIR' or a TokenizerSpec"
+      )
+    self._source, self._backend = tokenizer, backend
+    self.vocab_size = int(backend.get_vocab_size(with_added_tokens=True))
+
+  def identity(self) -> dict[str, Any]:
+    ids = {f"{name}_id": getattr(self._source, f"{name}_token_id", None) for name in ("bos", "eos", "pad", "unk")}
+    return {
+      "kind": "huggingface",
+      "file": "(a tokenizer object)",
+      "sha256": hashlib.sha256(self._backend.to_str().encode()).hexdigest(),
+      "vocab_size": self.vocab_size,
+      **{k: int(v) for k, v in ids.items() if isinstance(v, int) and not isinstance(v, bool)},
+    }
+
+  def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    ids = [e.ids for e in self._backend.encode_batch(texts, add_special_tokens=False)]
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64), _lengths_of(ids)
+
+  def decode(self, ids: np.ndarray) -> str:
+    return str(self._backend.decode(np.asarray(ids).tolist(), skip_special_tokens=False))
 
 
 class SentencePieceTokenizer:
@@ -199,11 +256,18 @@ class SentencePieceTokenizer:
     self.vocab_size = int(self._processor.get_piece_size())
 
   def identity(self) -> dict[str, Any]:
+    ids = {
+      "bos_id": self._processor.bos_id(),
+      "eos_id": self._processor.eos_id(),
+      "pad_id": self._processor.pad_id(),
+      "unk_id": self._processor.unk_id(),
+    }
     return {
       "kind": "sentencepiece",
       "file": os.path.basename(self._path),
       "sha256": file_sha256(self._path),
       "vocab_size": self.vocab_size,
+      **{k: int(v) for k, v in ids.items() if v >= 0},  # -1: the model has none
     }
 
   def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -41,7 +41,7 @@ from typing import Any
 
 from jaxdata.errors import InputFormatError
 
-__all__ = ["Render", "assistant_turns"]
+__all__ = ["Render", "assistant_turns", "end_of_turn_text"]
 
 # messages, add_generation_prompt -> the rendering (a template's own error as an InputFormatError)
 Render = Callable[[list[dict[str, Any]], bool], str]
@@ -322,3 +322,23 @@ def _turn_end(
   while end > anchor and text[end - 1].isspace():
     end -= 1
   return max(end, anchor)
+
+
+def end_of_turn_text(render: Render) -> str:
+  """The marker a template writes after an assistant message (`<|im_end|>`, `<|eot_id|>`, `</s>`...):
+  what follows its content both when the conversation ends there and when a user message follows,
+  less layout whitespace; "" when it writes none (or refuses the probe conversation)."""
+  prefix = _sentinel_prefix([])
+  answer = {"role": "assistant", "content": prefix + "a\ue001"}
+  question = {"role": "user", "content": prefix + "q\ue001"}
+  follower = {"role": "user", "content": prefix + "f\ue001"}
+  try:
+    ending, followed = render([question, answer], False), render([question, answer, follower], False)
+  except InputFormatError:
+    return ""
+  at_ending, at_followed = ending.find(answer["content"]), followed.find(answer["content"])
+  if at_ending < 0 or at_followed < 0:
+    return ""
+  tail = ending[at_ending + len(answer["content"]) :]
+  common = tail[: _common_prefix(tail, followed[at_followed + len(answer["content"]) :])]
+  return common.strip()

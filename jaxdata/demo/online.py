@@ -46,7 +46,7 @@ class OnlineResult:
   uniform_loss: dict[str, float]  # held-out loss per dataset, main model on uniform weights
   doremi_loss: dict[str, float]  # ... on DoReMi's averaged weights
   pipeline_share: float  # of the proxy loop's step time, the pipeline's: next() and update_mixture()
-  updates_replanned: int  # proxy updates that planned steps again (0 at the default lag)
+  updates_replanned: int  # proxy updates that planned steps again: the first only (planned ahead before steering)
 
 
 # The proxy's weights act 4 steps after the step they were computed at: soon, for a 60-step run, and

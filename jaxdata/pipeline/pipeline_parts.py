@@ -24,7 +24,7 @@ from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.vocabulary import token_bound
+from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.sampling_windows import WindowView
@@ -65,6 +65,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
           for ds_name, ds in zip([d.name for d in cfg.dataset_settings() if d.holdout], datasets)
         },
       )
+    cfg = with_special_ids(cfg, datasets)
     bound = token_bound(cfg, datasets)
     planner = StepPlanner(
       cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)}, spec.epoch

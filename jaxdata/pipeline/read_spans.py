@@ -201,5 +201,5 @@ def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] 
   placement = RowPlacement(s.pieces, s.host_row, s.column, s.num_rows, s.seq_len)
   batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)
   if item.boundaries[0].size:
-    follow_boundaries(batch, s.pieces, s.host_row, s.column, *item.boundaries, packing.pad_id)
+    follow_boundaries(batch, s.pieces, s.host_row, s.column, *item.boundaries, packing.fill_id)
   return batch

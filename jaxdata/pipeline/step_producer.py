@@ -104,7 +104,7 @@ class StepProducer:
     self.aligned = aligned
     self.read_thread = None
     if background_reads and not reader.remote:
-      self.read_thread = ReadThread(functools.partial(read_span, reader, pad_id=cfg.packing.pad_id))
+      self.read_thread = ReadThread(functools.partial(read_span, reader, pad_id=cfg.packing.fill_id))
     self.pending: collections.deque[tuple[PlannedSpan, concurrent.futures.Future]] = collections.deque()
     self.planner = planner
     self.reader = reader
@@ -204,7 +204,7 @@ class StepProducer:
       self.ahead = self._plan()
       self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in self.ahead.steps]))
     started = time.perf_counter()
-    items = read_span(self.reader, planned.steps, self.cfg.packing.pad_id)
+    items = read_span(self.reader, planned.steps, self.cfg.packing.fill_id)
     self._queue(planned, items, time.perf_counter() - started)
 
   def _fill_from_background(self) -> None:

@@ -3,6 +3,9 @@
 Checked when a `Pipeline` opens its datasets (from manifests only)::
 
     every dataset's tokenizer identity equal     else ConfigError (unless allow_mixed_tokenizers)
+    bos_id / eos_id / pad_id: the config's, or the tokenizer's the manifests record (`with_special_ids`);
+      one the config gives that differs from the recorded one, or none at all for a token packing adds:
+      ConfigError naming both (no id is assumed to be 0)
     bos_id / eos_id (when added), pad_id < V     else ConfigError naming the key
     V = the datasets' vocab_size (the largest, when mixing on purpose); unknown: the dtype's range
 
@@ -23,14 +26,64 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError, DatasetError
 from jaxdata.sources.opening import SplitDataset
 
-__all__ = ["TokenBound", "token_bound"]
+__all__ = ["TokenBound", "token_bound", "with_special_ids"]
+
+SPECIAL_IDS = ("bos_id", "eos_id", "pad_id", "unk_id", "end_of_turn_id")  # what conversion records
 
 INT32_LIMIT = 1 << 31  # batches are int32: ids must stay below this
 
 
 def _identity(tokenizer: Mapping[str, Any]) -> dict[str, Any]:
-  """What makes two tokenizers the same: everything but the file's name."""
-  return {k: v for k, v in tokenizer.items() if k != "file"}
+  """What makes two tokenizers the same: everything but the file's name and the special ids recorded
+  beside it (a set converted before they were recorded has the same vocabulary; `with_special_ids`
+  checks the ids that are used)."""
+  return {
+    k: v for k, v in tokenizer.items() if k != "file" and (k not in SPECIAL_IDS or tokenizer.get("kind") == "byte")
+  }
+
+
+def with_special_ids(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> PipelineConfig:
+  """The config with bos_id / eos_id / pad_id taken from the datasets' tokenizer where it gives none.
+
+  An id the config gives for a token packing adds (add_bos, add_eos) must equal the recorded one; the
+  datasets that record one must agree. Without either, adding the token is a ConfigError: no id is
+  assumed to be 0. An unset pad_id stays the tokenizer's pad or 0, a fill value only (padding is
+  marked by position)."""
+  packing = cfg.packing
+  resolved: dict[str, int | None] = {}
+  for key, added in (("bos_id", packing.add_bos), ("eos_id", packing.add_eos), ("pad_id", True)):
+    given = getattr(packing, key)
+    recorded = {
+      d.name: ds.manifest.tokenizer[key]
+      for d, ds in zip(cfg.datasets, datasets)
+      if isinstance(ds.manifest.tokenizer.get(key), int) and not isinstance(ds.manifest.tokenizer.get(key), bool)
+    }
+    values = sorted(set(recorded.values()))
+    token = key[:3].upper()
+    if len(values) > 1 and added and given is None:
+      shown = ", ".join(f"{n} {v}" for n, v in recorded.items())
+      raise ConfigError(f"packing.{key}: the datasets record different {token} ids ({shown}); give packing.{key}")
+    if given is not None and values and given != values[0] and key != "pad_id" and added and len(values) == 1:
+      name = next(iter(recorded))
+      raise ConfigError(
+        f"packing.{key}: {given}, but the tokenizer of dataset {name} records {token} id {values[0]}: id {given} "
+        f"is another token there; drop packing.{key} (the recorded {token} is used) or give {values[0]}"
+      )
+    if given is None and len(values) == 1:
+      given = values[0]
+    if given is None and added and key != "pad_id":
+      raise ConfigError(
+        f"packing.add_{key[:3]}: true, but no packing.{key} is given and no dataset's manifest records the "
+        f"tokenizer's {token} (converted before jaxdata recorded it, or indexed without --tokenizer): give "
+        f"packing.{key}"
+      )
+    resolved[key] = given
+  if all(getattr(packing, k) == v for k, v in resolved.items()):
+    return cfg
+  packing = dataclasses.replace(
+    packing, bos_id=resolved["bos_id"], eos_id=resolved["eos_id"], pad_id=resolved["pad_id"]
+  )
+  return dataclasses.replace(cfg, packing=packing)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,9 +134,9 @@ def token_bound(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> TokenB
   if len(sizes) == len(given):
     vocab, source = max(sizes), f"the vocab_size {max(sizes)} in the datasets' manifest.json"
     packing = cfg.packing
-    used = [("pad_id", packing.pad_id)]
-    used += [("bos_id", packing.bos_id)] if packing.add_bos else []
-    used += [("eos_id", packing.eos_id)] if packing.add_eos else []
+    used = [("pad_id", packing.fill_id)]
+    used += [("bos_id", packing.bos)] if packing.add_bos else []
+    used += [("eos_id", packing.eos)] if packing.add_eos else []
     for key, value in used:
       if value >= vocab:
         raise ConfigError(f"packing.{key}: {value} is not below the datasets' vocabulary size {vocab}")

@@ -329,7 +329,7 @@ class _Reading(_Role):
   def _read(self, steps: list[HostStep]) -> None:
     started = time.perf_counter()
     try:
-      items = read_span(self.reader, steps, self.cfg.packing.pad_id)
+      items = read_span(self.reader, steps, self.cfg.packing.fill_id)
     except Exception as error:  # noqa: BLE001 -- raised in the main process at the span's first step
       self.pending.append(error)
       return

@@ -403,7 +403,7 @@ class WorkerProducer:
         self._read_next_span()
       else:
         started = time.perf_counter()
-        items = read_span(self.in_process.reader, span.steps, self.cfg.packing.pad_id)
+        items = read_span(self.in_process.reader, span.steps, self.cfg.packing.fill_id)
         read_s = time.perf_counter() - started
       span.items, span.read_s = collections.deque(items), read_s / len(span.steps)
     item = span.items.popleft()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -194,6 +195,8 @@ class StreamEnd:
   tokens: int
   ended_by: str
   policy: str
+  # documents of the final partial step that batch.drop_remainder drops (never seen), per dataset
+  unseen_documents: dict[str, int] = dataclasses.field(default_factory=dict)
 
   def describe(self) -> str:
     why = {
@@ -201,7 +204,14 @@ class StreamEnd:
       "stop": "ran out (exhausted_policy: stop)",
       "repeat": "used up its max_repeats",
     }[self.policy]
-    return f"the stream ends after about {self.steps:,} steps ({self.tokens:,} tokens): dataset {self.ended_by} {why}"
+    text = f"the stream ends after about {self.steps:,} steps ({self.tokens:,} tokens): dataset {self.ended_by} {why}"
+    if self.unseen_documents:
+      shown = ", ".join(f"{n} {c}" for n, c in self.unseen_documents.items())
+      text += (
+        f"; batch.drop_remainder drops the partial last step, so {sum(self.unseen_documents.values())} "
+        f"documents of the last pass are never seen ({shown}; drop_remainder: false pads the step instead)"
+      )
+    return text
 
 
 PACKED_SAMPLE_STEPS = 2000  # planned with the real packer: exact ends within, the fill measured for later
@@ -222,12 +232,15 @@ def simulate_end(cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None
     return None  # nothing can end the stream
   planner = StepPlanner(cfg, metadata)
   filled = slots = 0
-  for plan in planner.plans(min(max_steps, PACKED_SAMPLE_STEPS)):
-    filled, slots = filled + plan.tokens, slots + plan.rows * plan.seq_len
+  with warnings.catch_warnings():  # the end's unseen documents are said by StreamEnd.describe
+    warnings.simplefilter("ignore", RuntimeWarning)
+    for plan in planner.plans(min(max_steps, PACKED_SAMPLE_STEPS)):
+      filled, slots = filled + plan.tokens, slots + plan.rows * plan.seq_len
   if planner.done:
     stream = planner.stream
     name = stream.ended_by or cfg.names[0]
-    return StreamEnd(planner.step, filled, name, settings[name].policy)
+    unseen = {cfg.names[d]: n for d, n in planner.packer.unseen_at_end.items()}
+    return StreamEnd(planner.step, filled, name, settings[name].policy, unseen)
   fill = filled / slots if slots else 1.0
   stream = planner.stream  # where the planned steps left it (with the packer's carry pulled ahead)
   for step in range(planner.step, max_steps):

@@ -63,7 +63,8 @@ def coded_config(
   raw = {
     "datasets": [{"name": n, "path": str(tmp_path / n)} for n in names],
     "mixture": {"weights": {n: 1 for n in names}},
-    "packing": {"mode": "first_fit", "seq_len": 16},
+    # coded ids record no tokenizer: the ids packing adds are given (BOS 1, EOS 0, as the coding reserves)
+    "packing": {"mode": "first_fit", "seq_len": 16, "bos_id": 1, "eos_id": 0},
     "batch": {"global_batch_size": 4},
   }
   for key, value in overrides.items():
