@@ -62,7 +62,9 @@ def conversations(draw, tools: bool) -> list[dict]:
     user = repeated if draw(st.booleans()) else draw(contents)
     messages.append({"role": "user", "content": user})
     if tools and draw(st.booleans()):
-      messages.append({"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]})
+      # content beside the call: null, empty, or text (which Llama 3.1's layout drops, writing only the call)
+      beside = draw(st.one_of(st.none(), st.just(""), contents))
+      messages.append({"role": "assistant", "content": beside, "tool_calls": [TOOL_CALL]})
       messages.append({"role": "tool", "content": draw(contents)})
     answer = draw(st.one_of(contents, st.just(repeated), st.just("")))
     messages.append({"role": "assistant", "content": answer})
@@ -195,3 +197,37 @@ def test_the_parquet_route_gives_the_template_what_the_jsonl_holds(tokenizer, tm
       out[suffix] = [(dataset[i]["tokens"].tolist(), dataset[i]["mask"].tolist()) for i in range(len(dataset))]
   assert out["jsonl"] == out["parquet"]
   assert "null" not in tokenizer.decode(out["parquet"][1][0])  # no key the file did not hold (Arrow: "city": null)
+
+
+BLOCKS = {  # what transformers' mask accepts: blocks that touch, an empty block, two blocks to a message
+  "touching": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+  "{% generation %}{{ m.content }}{% endgeneration %}{% generation %}<|im_end|>{% endgeneration %}"
+  "{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}",
+  "two-per-message": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+  "{% generation %}{{ m.content }}{% endgeneration %}[sep]{% generation %}<|im_end|>{% endgeneration %}"
+  "{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}",
+  "empty": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+  "{% generation %}{% endgeneration %}{{ m.content }}<|im_end|>"
+  "{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", list(BLOCKS))
+def test_generation_blocks_as_transformers_accepts_them_with_a_message_left_out(tokenizer, name):
+  messages = [
+    {"role": "user", "content": "q1"},
+    {"role": "assistant", "content": "a1", "weight": 0},
+    {"role": "user", "content": "q2"},
+    {"role": "assistant", "content": "a2"},
+  ]
+  encoder = ExampleEncoder("chat", tokenizer, "messages", template=BLOCKS[name])
+  assert encoder.mask_rule == "generation blocks"
+  ids, mask = encoder.encode({"messages": messages}, "x:1")
+  expected_ids, every = oracle(tokenizer, BLOCKS[name], messages)
+  assert ids.tolist() == expected_ids
+  # the oracle marks both answers; only the second trains, and every token the oracle marks of it
+  text = tokenizer.apply_chat_template(messages, chat_template=BLOCKS[name], tokenize=False)
+  starts = [a for a, _ in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+  cut = next(k for k, a in enumerate(starts) if a >= text.index("q2"))
+  assert mask.tolist() == [0] * cut + every[cut:]
+  assert (sum(every[cut:]) > 0) == (name != "empty")  # an empty block marks nothing, and trains nothing

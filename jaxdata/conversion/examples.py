@@ -194,7 +194,7 @@ class ExampleEncoder:
     if self.train_on == "all":
       return ids, np.ones(ids.size, np.uint8)
     if self.mask_rule == "generation blocks":
-      return ids, self._generation_mask(messages, tools, ids, trained, where, kwargs)
+      return ids, self._generation_mask(messages, tools, ids, offsets, trained, where, kwargs)
     turns = assistant_turns(messages, trained, render, where, offsets.tolist())
     return ids, character_range_mask(offsets, turns)
 
@@ -203,12 +203,13 @@ class ExampleEncoder:
     messages: list[dict[str, Any]],
     tools: Any,
     ids: np.ndarray,
+    offsets: np.ndarray,
     trained: set[int],
     where: str,
     kwargs: Mapping[str, Any],
   ) -> np.ndarray:
-    """transformers' assistant mask, then only the generation blocks of the trained messages (the
-    k-th block is the k-th assistant message)."""
+    """transformers' assistant mask; where some assistant message does not train, only the marked tokens
+    inside the whole turns of those that do (blocks may touch, be empty, or be several to a message)."""
     out = self.tokenizer.apply_chat_template(
       messages,
       tools=tools,
@@ -222,19 +223,15 @@ class ExampleEncoder:
     if list(out["input_ids"]) != ids.tolist():
       raise InputFormatError(f"{where}: the template's tokenized rendering differs from its text tokenized once")
     mask = np.asarray(out["assistant_masks"], np.uint8)
-    starts = np.flatnonzero(np.diff(np.concatenate([[0], mask])) == 1)
-    ends = np.flatnonzero(np.diff(np.concatenate([mask, [0]])) == -1) + 1
-    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-    if len(starts) != len(assistants):
-      raise InputFormatError(
-        f"{where}: the template marks {len(starts)} generation blocks for {len(assistants)} assistant messages; "
-        "each assistant message needs one {% generation %} block"
-      )
-    keep = np.zeros_like(mask)
-    for k, message in enumerate(assistants):
-      if message in trained:
-        keep[starts[k] : ends[k]] = 1
-    return keep
+    assistants = {i for i, m in enumerate(messages) if m["role"] == "assistant"}
+    if assistants <= trained or not mask.any():
+      return mask
+    # Which message a marked token belongs to: the trained messages' whole turns, located in the rendering.
+    text_mask = character_range_mask(
+      offsets,
+      assistant_turns(messages, trained & assistants, self._renderer(tools, where, kwargs), where, offsets.tolist()),
+    )
+    return mask & text_mask
 
   def _tokenized(self, text: str) -> tuple[np.ndarray, np.ndarray]:
     encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)

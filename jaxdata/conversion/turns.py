@@ -17,9 +17,10 @@ searching for content::
     F_i messages[:i + 1]: after its own content, the turn's end as the template
         writes it; its common prefix with T past b_i ends the turn
 
-A message whose content is in the sentinel rendering but cannot be placed
-in T, or a trained turn that renders nothing, is an `InputFormatError`:
-never a silent empty mask.
+A content the template renders in some other way than as given (or drops,
+as Llama 3.1 drops the text beside a tool call) has no anchor: its turn is
+measured from where its generated part begins. A trained turn that renders
+nothing is an `InputFormatError`: never a silent empty mask.
 
 >>> from jinja2 import Template
 >>> chatml = Template("{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}"
@@ -106,7 +107,8 @@ def _renderings(text: str) -> list[str]:
 
 def content_spans(messages: list[dict[str, Any]], render: Render, text: str, where: str) -> dict[int, tuple[int, int]]:
   """Per message with text, its content's [start, end) in `text` (the real rendering), found by
-  aligning the sentinel rendering with it; a message the template does not render is left out."""
+  aligning the sentinel rendering with it; a message whose content the template does not render as
+  given (or at all) is left out."""
   prefix = _sentinel_prefix(messages)
   marked, contents = _with_sentinels(messages, prefix)
   sentinel_text = render(marked, False)
@@ -123,12 +125,8 @@ def content_spans(messages: list[dict[str, Any]], render: Render, text: str, whe
     following = pieces[k + 1] if k + 1 < len(placed) else after_last
     content = contents[sentinel]
     found = _place(text, pos, before, content.text, following)
-    if found is None:
-      role = messages[content.message].get("role")
-      raise InputFormatError(
-        f"{where}: messages[{content.message}] ({role}) is not in the template's rendering where the template "
-        "puts it: the template renders another conversation; mark what trains with {% generation %} blocks"
-      )
+    if found is None:  # the template renders this content some other way (or not at all): no anchor
+      continue
     start, end = found
     old = spans.get(content.message)
     spans[content.message] = (min(start, old[0]), max(end, old[1])) if old else (start, end)
@@ -193,20 +191,19 @@ def assistant_turns(
   text = render(messages, False)
   spans = content_spans(messages, render, text, where)
   ranges, previous_end = [], 0
-  for i, message in enumerate(messages):
+  for i in range(len(messages)):
     span = spans.get(i)
     if i not in trained:
       previous_end = span[1] if span else previous_end
       continue
-    if span is None and _has_text(message):
-      raise InputFormatError(f"{where}: messages[{i}] (assistant) is absent from the template's rendering")
     start = _turn_start(messages, i, render, text, previous_end, span)
     end = _turn_end(messages, i, render, text, start, span, where)
     end = _at_token_start(text, end, span[1] if span else start, token_starts, token_ends)
     if end <= start:
       raise InputFormatError(
-        f"{where}: messages[{i}] (assistant, weight 1) renders nothing the model could learn (no content, "
-        "no tool call, no end-of-turn marker): give it content or weight 0"
+        f"{where}: messages[{i}] (assistant, weight 1) renders nothing the model could learn: the template "
+        "writes no content, tool call or end-of-turn marker for it (absent from its rendering); give it "
+        "content or weight 0, or mark what trains with {% generation %} blocks"
       )
     ranges.append((start, end))
     previous_end = end
