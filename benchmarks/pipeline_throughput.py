@@ -20,7 +20,8 @@ jaxdata: in process (`workers=0`), with the planner in a process of its own
 (`planner_process`, the default with a mesh on >= 4 cores) and with worker
 processes, NumPy output and `jax.Array` output on an 8-device CPU mesh;
 `jaxdata-mesh8-stored-order` the mesh defaults with `shuffle_block_size: null`
-(shards only: what the default global shuffle costs against stored order);
+(shards only: what the default global shuffle costs against stored order) and
+`jaxdata-mesh8-auto-blocks` with `auto` blocks (8 x the largest shard);
 `jaxdata-mesh8-loop-features` the mesh defaults with `batch.features` of a loop
 that reads no source_ids or positions; `jaxdata-mesh8-no-C`
 runs the mesh defaults with JAXDATA_NATIVE=0 (assembly, first-fit and the
@@ -79,6 +80,7 @@ JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices,
   "jaxdata-mesh8-loop-features": (8, {"features": LOOP_FEATURES}),  # the defaults, no source_ids / positions
   # the mesh defaults with shards only (stored order inside each shard): what the default global shuffle costs
   "jaxdata-mesh8-stored-order": (8, {"shuffle_block_size": None}),
+  "jaxdata-mesh8-auto-blocks": (8, {"shuffle_block_size": "auto"}),  # blocks of 8 shards' records
   "jaxdata-mesh8-interval-1ms": (8, {"switch_interval_s": 0.001}),  # the GIL switch interval lowered to 1 ms
   "jaxdata-mesh8-no-C": (8, {}),  # the defaults with JAXDATA_NATIVE=0: the Python / NumPy loops (see NO_C)
   "jaxdata-workers1": (0, {"workers": 1}),
