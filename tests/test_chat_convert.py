@@ -402,3 +402,20 @@ def test_a_bare_tokenizer_json_with_a_template_file_converts(tokenizer_dir, tmp_
     convert([source], out, "c", options)
     ids, mask = _oracle(tokenizer_dir, CHATML, CONVERSATIONS[0])
     assert _records(out)[0]["tokens"].tolist() == ids and _records(out)[0]["mask"].tolist() == mask
+
+
+def test_convert_says_which_rule_decided_the_trained_tokens(tokenizer_dir, tmp_path, capsys):
+  source = _jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATIONS[0]}])
+  rules = {}
+  for name, template in (("blocks", CHATML), ("plain", PLAIN)):
+    (tmp_path / f"{name}.jinja").write_text(template)
+    argv = ["convert", source, "--format", "chat", "--tokenizer", f"hf:{tokenizer_dir}", "--workers", "1"]
+    assert (
+      main([*argv, "--chat-template", str(tmp_path / f"{name}.jinja"), "--out", str(tmp_path / name), "--name", name])
+      == 0
+    )
+    with open_dataset(str(tmp_path / name)) as dataset:
+      rules[name] = dataset.manifest.stats["mask_rule"]
+  assert rules == {"blocks": "generation blocks", "plain": "whole assistant turns"}
+  out = capsys.readouterr().out
+  assert "trained tokens of plain: whole assistant turns" in " ".join(out.split())
