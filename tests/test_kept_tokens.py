@@ -21,6 +21,7 @@ from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.tools.audit import audit
 from jaxdata.tools.doctor import diagnose
+from jaxdata.tools.exposure import kept_supply
 from jaxdata.tools.report import report_series
 
 SEQ_LEN = 64
@@ -230,3 +231,12 @@ def test_report_and_doctor_count_documents_for_a_document_mixture():
   assert tokens[1] / tokens.sum() < 0.05
   assert abs(series["cumulative_share"]["safety"][-1] - 0.1) < 0.01
   assert next(c for c in diagnose(stats) if c.name == "shares").status == "ok"
+
+
+def test_plan_counts_passes_of_what_packing_keeps():
+  """Exposure's supply (what one pass holds) is in kept tokens, as the mixture counts them: under
+  truncate a 5,000-token document is one row's worth, under drop nothing, with EOS one more each."""
+  meta = DatasetMeta.from_lengths([10, 5000, 30])
+  expected = {"split": 10 + 5000 + 30 + 3, "truncate": 11 + SEQ_LEN + 31, "drop": 11 + 31}
+  for long_docs, tokens in expected.items():
+    assert kept_supply(meta, config({"a": 1}, long_docs=long_docs, add_eos=True, eos_id=0)) == tokens

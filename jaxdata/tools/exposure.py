@@ -253,11 +253,30 @@ def simulate_end(cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None
   return None
 
 
+_SUPPLY_CHUNK = 1 << 22  # lengths counted this many at a time (bounded memory)
+
+
+def kept_supply(meta: DatasetMeta, cfg: PipelineConfig) -> int:
+  """Tokens of one pass as the mixture counts them: what packing keeps of each document at the
+  final row length (BOS / EOS added, truncated, dropped), so passes are passes of what is trained on."""
+  packing = cfg.packing
+  if meta.pass_tokens is not None:  # window draws: T tokens each
+    return meta.pass_tokens
+  count = int(meta.lengths.size)
+  if packing.keeps_every_token:
+    return meta.supply + packing.special_tokens * count
+  total = 0
+  for start in range(0, count, _SUPPLY_CHUNK):
+    lengths = np.asarray(meta.lengths[np.arange(start, min(count, start + _SUPPLY_CHUNK))], np.int64)
+    total += int(packing.kept_tokens(lengths, packing.seq_len).sum())
+  return total
+
+
 def plan_run(cfg: PipelineConfig, tokens: int, max_passes: float) -> tuple[ExposureTable, StreamEnd | None, list[str]]:
   """What `jaxdata plan` shows: exposure over `tokens` tokens, or up to where
   the pass policies end the stream if that comes first, and the warnings."""
   metadata = load_metadata(cfg)
-  supply = {name: meta.supply for name, meta in metadata.items()}
+  supply = {name: kept_supply(meta, cfg) for name, meta in metadata.items()}
   end = simulate_end(cfg, metadata, -(-tokens // cfg.tokens_per_step))
   if end is not None and end.steps == 0:
     held = sum(meta.supply for meta in metadata.values())
