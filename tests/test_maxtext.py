@@ -460,7 +460,12 @@ def test_every_data_key_has_a_checked_type():
 
 
 @pytest.mark.parametrize(
-  "typo, real", [("grain_train_filez", "grain_train_files"), ("max_target_lenght", "max_target_length")]
+  "typo, real",
+  [
+    ("grain_train_filez", "grain_train_files"),
+    ("max_target_lenght", "max_target_length"),
+    ("packng", "packing"),  # a letter left out
+  ],
 )
 def test_a_misspelled_data_key_is_refused_with_the_near_key(values, typo, real):
   with pytest.raises(ConfigError, match=rf"{typo}: not a MaxText data key, given beside '{real}'"):
@@ -470,6 +475,12 @@ def test_a_misspelled_data_key_is_refused_with_the_near_key(values, typo, real):
     maxtext_config({**without, typo: values[real]})
   # MaxText's other keys pass unread
   assert maxtext_config({**values, "learning_rate": 1e-3, "global_batch_size_to_train_on": 8}) == maxtext_config(values)
+
+
+def test_a_short_key_with_two_letters_swapped_is_refused(values):
+  """`use_stf: true` was accepted and SFT stayed off: difflib's ratio misses a swap in a short key."""
+  with pytest.raises(ConfigError, match=r"use_stf: not a MaxText data key; did you mean 'use_sft'"):
+    maxtext_config({**values, "use_stf": True})
 
 
 def test_conflicting_batch_keys_duplicate_names_and_a_missing_tokenizer_are_refused(values, tmp_path):

@@ -91,6 +91,12 @@ class _Inherit:
 INHERIT: Any = _Inherit()
 
 
+# Bounds that keep a value inside what a run can hold: a lag past a million steps is no lag a loop means,
+# and a group is pulled whole (group x rows documents at once) before its first batch.
+MAX_UPDATE_LAG_STEPS = 1 << 20
+MAX_GROUP_BY_LENGTH = 1024
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetConfig:
   """One dataset of the mixture; unset fields inherit the top-level value."""
@@ -197,7 +203,7 @@ class MixtureConfig:
   def __post_init__(self) -> None:
     if (self.weights is None) == (self.schedule is None):
       raise ConfigError("mixture: give exactly one of weights or schedule")
-    check_int(self.update_lag_steps, "mixture.update_lag_steps", 0)
+    check_int(self.update_lag_steps, "mixture.update_lag_steps", 0, MAX_UPDATE_LAG_STEPS)
     if self.schedule is not None and not self.schedule:
       raise ConfigError("mixture.schedule: needs at least one phase")
     check_choice(self.unit, UNITS, "mixture.unit")
@@ -269,7 +275,7 @@ class PackingConfig:
 
   def __post_init__(self) -> None:
     check_choice(self.mode, PACKING_MODES, "packing.mode")
-    check_int(self.group_by_length, "packing.group_by_length", 0)
+    check_int(self.group_by_length, "packing.group_by_length", 0, MAX_GROUP_BY_LENGTH)
     if self.group_by_length and self.mode != "none":
       raise ConfigError(
         f"packing.group_by_length: {self.group_by_length} groups unpacked rows; it needs mode: none "

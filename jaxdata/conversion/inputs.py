@@ -324,9 +324,12 @@ def _iter_jsonl(
       continue  # a blank line holds no record
     where = f"{path}:{line_number}"
     try:
-      record = json.loads(line)
+      record = json.loads(line, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
       invalid.report(f"{where}: malformed JSON ({e.msg} at column {e.colno})")
+      continue
+    except DuplicateKeyError as e:
+      invalid.report(f"{where}: {e}")
       continue
     except UnicodeDecodeError as e:
       invalid.report(f"{where}: not valid UTF-8 ({e.reason})")
@@ -418,6 +421,20 @@ def _parquet_records(
     for values in batch.to_pylist():
       yield Record(f"{path}:row {row}", {k: _without_filled_nulls(v) for k, v in values.items()})
       row += 1
+
+
+class DuplicateKeyError(ValueError):
+  """A JSON object that names a key twice (Python's json would keep the last value, silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  """json's object hook: the object, or DuplicateKeyError naming the key given twice."""
+  out = dict(pairs)
+  if len(out) != len(pairs):
+    seen: set[str] = set()
+    twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+    raise DuplicateKeyError(f"key {twice!r} appears twice in one JSON object (which value is meant?)")
+  return out
 
 
 def _without_filled_nulls(value: Any) -> Any:

@@ -119,6 +119,7 @@ def checked_values(values: Mapping[str, Any], not_read: tuple[str, ...] = ()) ->
         out[key] = checked
     elif key not in known and key not in _OTHER_MAXTEXT_KEYS:
       near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=_TYPO_CUTOFF)
+      near = near or [k for k in sorted(known) if _one_edit_apart(key, k)][:1]  # short keys: use_stf
       if near and near[0] not in values:
         raise ConfigError(
           f"{key}: not a MaxText data key; did you mean {near[0]!r}? (MaxText's other keys pass unread)"
@@ -126,6 +127,21 @@ def checked_values(values: Mapping[str, Any], not_read: tuple[str, ...] = ()) ->
       if near:
         raise ConfigError(f"{key}: not a MaxText data key, given beside {near[0]!r}; remove the misspelled one")
   return out
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+  """One letter replaced, inserted, removed, or two neighbours swapped (`use_stf` for `use_sft`): a typo
+  of a short key, which difflib's ratio does not catch."""
+  if a == b or abs(len(a) - len(b)) > 1 or min(len(a), len(b)) < 4:
+    return False
+  if len(a) == len(b):
+    differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    swapped = (
+      len(differ) == 2 and differ[1] == differ[0] + 1 and a[differ[0]] == b[differ[1]] and a[differ[1]] == b[differ[0]]
+    )
+    return len(differ) == 1 or swapped
+  shorter, longer = (a, b) if len(a) < len(b) else (b, a)
+  return any(longer[:i] + longer[i + 1 :] == shorter for i in range(len(longer)))
 
 
 def _checked(key: str, value: Any) -> Any:

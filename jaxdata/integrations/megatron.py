@@ -75,6 +75,13 @@ def parse_blend(data_path: str | Sequence[str]) -> list[tuple[float | None, str]
 def megatron_split_ranges(split: str, num_documents: int) -> list[tuple[int, int]]:
   """[start, stop) documents of train, valid and test, as Megatron-Core cuts a dataset by `--split`."""
   words = [w for w in re.split(r"[,/\s]+", str(split).strip()) if w]
+  odd = next((w for w in words if re.fullmatch(r"[0-9.]+[eE][+-]?[0-9]+", w)), None)
+  if odd is not None:  # Megatron-Core takes the runs of digits and points it finds: '1e2' would be 1 and 2
+    found = [float(x) for x in re.findall(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+", odd)]
+    raise ConfigError(
+      f"split: {split!r}: {odd!r} is not a plain decimal; Megatron-Core's split parser reads only digits and "
+      f"points, so it would take {found} from it, not what it says: write plain ratios such as '969,30,1'"
+    )
   try:
     values = [float(w) for w in words]
   except ValueError:

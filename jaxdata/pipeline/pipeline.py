@@ -33,11 +33,12 @@ import dataclasses
 import functools
 import json
 import os
+import threading
 import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import numpy as np
 
@@ -78,6 +79,21 @@ else:  # imported when worker processes or the planner process are asked for: no
 __all__ = ["Pipeline"]
 
 RELEASE_WAIT_S = 10.0  # how long close() (or exit) waits for a read in progress
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _one_call_at_a_time(method: _Method) -> _Method:
+  """Holds the pipeline's call lock around `method`: calls from several threads run one after another,
+  so a batch is handed out once and `get_state()` is the state after a batch some `next()` returned."""
+
+  @functools.wraps(method)
+  def serialized(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
+    with self._calls:
+      return method(self, *args, **kwargs)
+
+  return cast(_Method, serialized)
 
 
 class Pipeline:
@@ -132,6 +148,7 @@ class Pipeline:
     wait_warning_s: float | None = WAIT_WARNING_S,
     switch_interval_s: float | None = None,
   ) -> None:
+    self._calls = threading.RLock()  # next(), get_state(), ... from several threads: one at a time
     _check_arguments(prefetch, workers, planner_process, read_ahead_tokens)
     check_wait_warning_s(wait_warning_s)
     check_switch_interval_s(switch_interval_s)
@@ -206,6 +223,7 @@ class Pipeline:
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self
 
+  @_one_call_at_a_time
   def __next__(self) -> dict[str, Any]:
     self._check_open("next()")
     if self._resources.interrupted:
@@ -266,10 +284,12 @@ class Pipeline:
   def __exit__(self, *exc: object) -> None:
     self.close()
 
+  @_one_call_at_a_time
   def get_state(self) -> dict[str, Any]:
     """State after the last batch handed out (JSON-able, the same on every host)."""
     return seal(json.loads(json.dumps(encoded_state(self._state))))
 
+  @_one_call_at_a_time
   def set_state(self, state: Mapping[str, Any]) -> None:
     """Continues from `state` (the next batches equal the original run's, on any mesh or host count).
     `CheckpointError` (listing what changed) if anything that determines the order changed or the state
@@ -284,6 +304,7 @@ class Pipeline:
       self._continue_from(self.get_state())  # back to just after the last batch handed out
       raise CheckpointError(f"pipeline state: {e}") from e
 
+  @_one_call_at_a_time
   def update_mixture(self, weights: Mapping[str, float], at_step: int | None = None) -> int:
     """New mixture weights from `at_step` on; returns that step.
 
@@ -348,12 +369,14 @@ class Pipeline:
     waited_for = 1 + (0 if self._producer.makes_steps_ahead else self.prefetch)  # steps h .. h + prefetch
     return max(expected + self.cfg.mixture.update_lag_steps, handed_out + self._planner.draw_reach + waited_for)
 
+  @_one_call_at_a_time
   def check_hosts_agree(self) -> None:
     """Checks now that every host made the same mixture updates at the same points (a collective:
     every host calls it together; the checkpoint save does). `ValueError` naming the first update
     that differed; a no-op on one process."""
     self._agreement.check()
 
+  @_one_call_at_a_time
   def set_epoch(self, epoch: int) -> None:
     """Starts over at step 0 of `epoch`, like `DistributedSampler.set_epoch` (before each epoch)."""
     self.set_state(epoch_start(self._start, epoch))
@@ -362,6 +385,7 @@ class Pipeline:
   def epoch(self) -> int:
     return self._planner.stream.epoch
 
+  @_one_call_at_a_time
   def stats(self) -> dict[str, Any]:
     """The last batch's statistics plus cumulative timings."""
     return self._recorder.stats()
