@@ -23,7 +23,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from benchmarks import TEST_SUPPORT
+
+sys.path.insert(0, TEST_SUPPORT)
 import object_store  # the tests' local object stores
 from jaxdata.sources.block_sums import BLOCK_BYTES
 from jaxdata.sources.boundaries import DocumentBoundaries

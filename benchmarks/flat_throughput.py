@@ -32,9 +32,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks import TEST_SUPPORT
 from benchmarks.make_corpus import make_corpus
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, TEST_SUPPORT)
 import jaxdata
 import object_store  # the tests' local object stores
 from flat_fixtures import write_megatron  # the tests' reference Megatron writer

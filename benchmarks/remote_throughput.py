@@ -40,10 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import TEST_SUPPORT
 from benchmarks.latency_proxy import LatencyProxy
 from benchmarks.make_corpus import make_corpus
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, TEST_SUPPORT)
 
 TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
 WARMUP = 40

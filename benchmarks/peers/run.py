@@ -44,6 +44,7 @@ import sys
 import time
 from typing import Any
 
+from benchmarks import TEST_SUPPORT
 from benchmarks.pipeline_throughput import tree_pids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -129,7 +130,23 @@ def main() -> None:
     "levanter prefetch8 mesh8": (args.levanter_python, "levanter-prefetch8", 0, False),
   }
   if args.sides:
+    unknown = [label for label in args.sides.split(",") if label not in runs]
+    if unknown:
+      sys.exit(f"--sides: {', '.join(unknown)} not among {', '.join(runs)}")
     runs = {label: runs[label] for label in args.sides.split(",")}
+  missing = sorted({python for python, *_ in runs.values() if not os.path.isfile(python)})
+  if missing:  # a peer's venv is not set up: say which command makes it, in one line
+    venv = os.path.dirname(os.path.dirname(missing[0]))
+    requirements = {
+      ".venv-megatron-olmo": "megatron-olmo",
+      ".venv-streaming": "streaming",
+      ".venv-levanter": "levanter",
+    }
+    name = requirements.get(os.path.basename(venv), "")
+    sys.exit(
+      f"{missing[0]} does not exist: set up that peer first (benchmarks/peers/README.md): python -m venv {venv} && "
+      f"{venv}/bin/pip install -r benchmarks/peers/requirements-{name}.txt (or run --sides with jaxdata's only)"
+    )
   prepare(
     args.data,
     {side for _, side, _, _ in runs.values()},
@@ -139,7 +156,7 @@ def main() -> None:
   )
   servers, s3_env, remote = None, {}, "s3://jaxdata-peers/mds"
   if any(s3 for *_, s3 in runs.values()):
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, TEST_SUPPORT)
     import object_store  # noqa: PLC0415 -- the tests' local object stores (moto)
 
     servers = object_store.servers()
