@@ -10,6 +10,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -19,7 +20,7 @@ import pytest
 import sentencepiece as spm
 import zstandard
 
-from jaxdata import InputFormatError, TokenDataset
+from jaxdata import InputFormatError, TokenDataset, open_dataset
 from jaxdata.cli import main
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
@@ -177,12 +178,38 @@ def test_overwrite_replaces_and_plain_runs_refuse(corpus, tmp_path):
   src = os.path.join(corpus, "e.txt")
   out = str(tmp_path / "ds")
   convert([src], out, "e", ConvertOptions(workers=1, shard_bytes=500))
-  (tmp_path / "ds" / "notes.txt").write_text("mine")
   with pytest.raises(FileExistsError, match=r"already holds a dataset .* `overwrite=True` replaces it"):
     convert([src], out, "e", ConvertOptions(workers=1))
   manifest = convert([src], out, "e", ConvertOptions(workers=1), overwrite=True)
-  assert len(manifest.shards) == 1 and (tmp_path / "ds" / "notes.txt").read_text() == "mine"  # only our files left
-  assert sorted(os.listdir(out)) == ["e-00000.array_record", "e-00000.lengths.npy", "manifest.json", "notes.txt"]
+  assert len(manifest.shards) == 1
+  assert sorted(os.listdir(out)) == ["e-00000.array_record", "e-00000.lengths.npy", "manifest.json"]
+  assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no staging directory left beside it
+  (tmp_path / "ds" / "notes.txt").write_text("mine")  # not a dataset's file: refused, even with overwrite
+  with pytest.raises(FileExistsError, match=r"--out .*ds: holds files that are not a jaxdata dataset \(notes.txt\)"):
+    convert([src], out, "e", ConvertOptions(workers=1), overwrite=True)
+  assert (tmp_path / "ds" / "notes.txt").read_text() == "mine"
+
+
+def test_an_output_inside_an_input_folder_is_refused(corpus, tmp_path):
+  folder = tmp_path / "corpus"
+  folder.mkdir()
+  (folder / "a.txt").write_text("some text\n")
+  with pytest.raises(ValueError, match=r"--out .*corpus/ds: lies inside the input .*corpus"):
+    convert([str(folder)], str(folder / "ds"), "a", ConvertOptions(workers=1))
+  with pytest.raises(ValueError, match="lies inside the input"):
+    convert([str(folder)], str(folder), "a", ConvertOptions(workers=1))
+
+
+def test_a_failed_overwrite_leaves_the_old_dataset_whole(corpus, tmp_path):
+  src, out = os.path.join(corpus, "e.txt"), str(tmp_path / "ds")
+  old = convert([src], out, "e", ConvertOptions(workers=1))
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"text": "fine"}\nnot json\n')
+  with pytest.raises(InputFormatError, match="bad.jsonl:2: malformed JSON"):
+    convert([str(bad)], out, "e", ConvertOptions(workers=1), overwrite=True)
+  with open_dataset(out) as dataset:
+    assert dataset.manifest.fingerprint == old.fingerprint and len(dataset) == old.num_records
+  assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
 
 
 def test_global_flags_go_before_or_after_the_command(corpus, tmp_path, capsys):
@@ -415,3 +442,32 @@ def test_a_damaged_compressed_input_is_named_by_either_runner_and_leaves_nothing
   )
   assert done.returncode != 0 and "half.tfrecord.gz: not a readable gzip file" in done.stderr
   assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_an_overwrite_killed_at_any_point_leaves_a_whole_dataset(tmp_path):
+  """`jaxdata convert --overwrite` killed while tokenizing, writing or swapping: the directory holds the
+  old dataset or the new one, whole and readable, never a mix or nothing."""
+  rng = np.random.default_rng(0)
+  words = np.array(["alpha", "beta", "gamma", "delta", "epsilon", "zeta"])
+  source = tmp_path / "big.jsonl"
+  with open(source, "w") as f:
+    for _ in range(60_000):
+      f.write(json.dumps({"text": " ".join(rng.choice(words, 60))}) + "\n")
+  out = str(tmp_path / "ds")
+  old = convert([str(source)], out, "big", ConvertOptions(workers=1, shard_bytes=1 << 20))
+  argv = [sys.executable, "-m", "jaxdata", "convert", str(source), "--out", out, "--name", "big", "--overwrite", "-q"]
+  argv += ["--workers", "1", "--shard-size", str(1 << 19)]  # other shards: the new dataset differs from the old
+  seen = set()
+  for delay in (0.3, 0.8, 1.5, 2.5, 4.0):
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+      process.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+    with open_dataset(out) as dataset:  # whole: every shard its manifest names reads
+      assert dataset.manifest.num_records == old.num_records
+      assert sum(len(dataset[i]) for i in range(0, len(dataset), 997)) > 0
+      seen.add(len(dataset.manifest.shards))
+  assert seen  # (old, new or both, by timing; either is whole)

@@ -36,7 +36,7 @@ import numpy as np
 
 from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.output import prepare_output
+from jaxdata.conversion.output import check_output, prepare_output
 from jaxdata.conversion.remote_inputs import set_options
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, tokenizer_record, unit_size
@@ -321,7 +321,8 @@ def convert_with_beam(
   tokenizer = load_tokenizer(options.tokenizer)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size)
   if not is_remote(out_dir):
-    prepare_output(out_dir, overwrite)
+    check_output(out_dir, inputs, overwrite)
+    prepare_output(out_dir, overwrite)  # (Beam replaces in place: the local runner writes beside and swaps)
     os.makedirs(out_dir, exist_ok=True)
   sizes = file_sizes(files)
   units = plan_units(files, formats, options.text_mode, unit_size(sum(sizes), BEAM_UNIT_WORKERS, options), sizes=sizes)

@@ -29,13 +29,13 @@ import numpy as np
 
 from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions, Progress
-from jaxdata.conversion.output import prepare_output, refuse_existing
+from jaxdata.conversion.output import check_output, staging_directory, swap_in
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, tokenizer_record, unit_size
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.sources.fileutil import check_name
-from jaxdata.sources.manifest import TOKENS_ONLY, WITH_MASK, Manifest, ShardInfo
+from jaxdata.sources.manifest import MANIFEST_NAME, TOKENS_ONLY, WITH_MASK, Manifest, ShardInfo
 from jaxdata.sources.writer import shard_file_names
 
 __all__ = ["convert"]
@@ -221,7 +221,7 @@ def convert(
   """
   progress = on_progress or (lambda phase, done, total, documents: None)
   check_name(name, "name")  # a file-name prefix: nothing may land outside out_dir
-  refuse_existing(out_dir, overwrite)  # before any tokenizing
+  check_output(out_dir, inputs, overwrite)  # before any tokenizing
   files = expand_inputs(inputs, options.include, options.exclude)
   if not files:
     raise FileNotFoundError(
@@ -266,9 +266,12 @@ def convert(
       jobs = plan_shard_jobs(
         [(u.index, _load_lengths(scratch)(u.index)) for u in units], dtype.itemsize + masked, options.shard_bytes
       )
-      prepare_output(out_dir, overwrite)
-      created = not os.path.isdir(out_dir)
-      os.makedirs(out_dir, exist_ok=True)
+      # Replacing a dataset: written beside it and swapped in once sealed, so that an interruption,
+      # a full disk or a failed write leave the old one whole.
+      replacing = overwrite and os.path.exists(os.path.join(out_dir, MANIFEST_NAME))
+      target = staging_directory(out_dir) if replacing else out_dir
+      created = not os.path.isdir(target) or replacing
+      os.makedirs(target, exist_ok=True)
       written = [0]
 
       def shard_done(i: int, info: ShardInfo | None) -> None:
@@ -277,7 +280,7 @@ def convert(
         progress("write", written[0], sum(r.documents for r in results), written[0])
 
       try:
-        job_args = (out_dir, name, dtype.name, scratch, options.compression, masked)
+        job_args = (target, name, dtype.name, scratch, options.compression, masked)
         infos = _run(pool, _write_job, jobs, job_args, shard_done)
         manifest = Manifest(
           name=name,
@@ -287,10 +290,12 @@ def convert(
           stats=conversion_stats(files, results, options),
           features=WITH_MASK if masked else TOKENS_ONLY,
         )
-        manifest.save(out_dir)
+        manifest.save(target)
       except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)
-        _remove_shards(out_dir, name, [job[0] for job in jobs], created)
+        _remove_shards(target, name, [job[0] for job in jobs], created)
         raise
+      if replacing:
+        swap_in(target, out_dir)
       return manifest
   finally:
     if pool is not None:

@@ -1,18 +1,58 @@
-"""The output directory of a conversion: refused when it holds a dataset, cleared of jaxdata's files on overwrite."""
+"""The output directory of a conversion: what it may hold, and replacing a dataset without losing it.
+
+--out DIR    new or empty: written in place
+             holds a dataset: refused, or with overwrite written beside it and swapped in
+               when sealed (an interruption, a full disk or a bad input leave the old one whole)
+             holds other files, or lies inside an input: refused (the next conversion of that
+               input would read jaxdata's own files as input)
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import shutil
+import tempfile
+from collections.abc import Sequence
 
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 
-__all__ = ["prepare_output", "refuse_existing"]
+__all__ = ["check_output", "prepare_output", "staging_directory", "swap_in"]
 
 
 def refuse_existing(out_dir: str, overwrite: bool) -> None:
   """Raises `FileExistsError` if `out_dir` holds a dataset and `overwrite` is not set."""
   if not overwrite and os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
     raise FileExistsError(f"{out_dir}: already holds a dataset ({MANIFEST_NAME}); `overwrite=True` replaces it")
+
+
+def check_output(out_dir: str, inputs: Sequence[str], overwrite: bool) -> None:
+  """Refuses an output directory that lies inside an input, holds files that are not a jaxdata
+  dataset's, or holds a dataset (unless `overwrite`); every error names the directory."""
+  out = os.path.realpath(out_dir)
+  for given in inputs:
+    if "://" in given or any(c in given for c in "*?["):
+      continue  # remote inputs and globs: the files they match are checked by the converter
+    root = os.path.realpath(given)
+    if os.path.isdir(root) and (out == root or out.startswith(root + os.sep)):
+      raise ValueError(
+        f"--out {out_dir}: lies inside the input {given}; the next conversion of {given} would read the "
+        "dataset's own files as input: write it elsewhere"
+      )
+  refuse_existing(out_dir, overwrite)
+  if not os.path.isdir(out_dir):
+    return
+  own = set()
+  if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
+    manifest = Manifest.load(out_dir)
+    own = {MANIFEST_NAME, *(n for s in manifest.shards for n in (s.path, s.lengths_path))}
+  others = sorted(n for n in os.listdir(out_dir) if n not in own and not n.startswith("."))
+  if others:
+    raise FileExistsError(
+      f"--out {out_dir}: holds files that are not a jaxdata dataset ({', '.join(others[:3])}"
+      f"{', ...' if len(others) > 3 else ''}); give a new or empty directory"
+    )
 
 
 def prepare_output(out_dir: str, overwrite: bool) -> None:
@@ -26,3 +66,39 @@ def prepare_output(out_dir: str, overwrite: bool) -> None:
     for name in (shard.path, shard.lengths_path):
       if os.path.exists(os.path.join(out_dir, name)):
         os.remove(os.path.join(out_dir, name))
+
+
+def staging_directory(out_dir: str) -> str:
+  """A new hidden directory beside `out_dir` (same file system) to write a replacement dataset into."""
+  parent = os.path.dirname(os.path.abspath(out_dir))
+  return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.jaxdata-new-", dir=parent)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: str, b: str) -> bool:
+  """Swaps two directories in one atomic step (Linux renameat2); False where that is not available."""
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = libc.renameat2
+  except (OSError, AttributeError):
+    return False
+  at_cwd = -100
+  return renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
+def swap_in(staged: str, out_dir: str) -> None:
+  """Puts the sealed dataset in `staged` at `out_dir` and removes the one it replaces: one atomic exchange
+  where the system has it, else two renames (the old dataset stays whole beside, under a hidden name,
+  until the new one is in place)."""
+  if not os.path.isdir(out_dir):
+    os.rename(staged, out_dir)
+    return
+  if not _exchange(staged, out_dir):
+    old = staged + ".old"
+    os.rename(out_dir, old)
+    os.rename(staged, out_dir)
+    staged = old
+  with contextlib.suppress(OSError):
+    shutil.rmtree(staged)
