@@ -9,6 +9,7 @@ import pytest
 from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig, from_iterable
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.integrations.megatron import megatron_split_ranges
 
 
@@ -62,3 +63,94 @@ def test_an_eos_id_other_than_the_byte_tokenizers_recorded_eos_is_refused(tmp_pa
   with pytest.raises(ConfigError, match=r"packing.eos_id: 2, but the tokenizer of dataset a records EOS id 0"):
     Pipeline(cfg, prefetch=0)
   assert json.loads(json.dumps(cfg.to_dict()))["packing"]["eos_id"] == 2
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> str:
+  import chat_families  # noqa: PLC0415 -- a test support module: its tokenizer builder
+
+  directory = str(tmp_path_factory.mktemp("tok"))
+  chat_families.build_tokenizer(directory)
+  return directory
+
+
+def chat_options(tokenizer_dir: str, template_file: str = "", **overrides: object) -> ConvertOptions:
+  return ConvertOptions(
+    tokenizer=TokenizerSpec.parse(f"hf:{tokenizer_dir}"),
+    examples="chat",
+    chat_template=template_file,
+    workers=1,
+    **overrides,
+  )
+
+
+def chat_file(tmp_path, messages: list[dict]) -> str:
+  path = tmp_path / "chat.jsonl"
+  path.write_text(json.dumps({"messages": messages}) + "\n")
+  return str(path)
+
+
+QA = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+
+
+def test_a_template_that_does_not_parse_is_one_error_before_any_example(tmp_path, tokenizer_dir):
+  (tmp_path / "t.jinja").write_text("{% for m in messages %}{{ m.content }")  # unclosed
+  options = chat_options(tokenizer_dir, str(tmp_path / "t.jinja"), skip_invalid=True)
+  with pytest.raises(InputFormatError, match=r"t.jinja: the chat template does not parse"):
+    convert([chat_file(tmp_path, QA)], str(tmp_path / "out"), "x", options)
+  assert not (tmp_path / "out").exists()  # no empty dataset written
+
+
+@pytest.mark.parametrize(
+  "content, message",
+  [(b"\xff\xfe{{ messages }}", r"t.jinja: not UTF-8 text"), (b"  \n", r"t.jinja: is empty")],
+)
+def test_a_template_file_that_is_not_text_is_named(tmp_path, tokenizer_dir, content, message):
+  (tmp_path / "t.jinja").write_bytes(content)
+  with pytest.raises(InputFormatError, match=message):
+    convert(
+      [chat_file(tmp_path, QA)], str(tmp_path / "out"), "x", chat_options(tokenizer_dir, str(tmp_path / "t.jinja"))
+    )
+
+
+def test_a_tokenizer_config_that_is_not_json_is_named(tmp_path, tokenizer_dir):
+  import shutil  # noqa: PLC0415
+
+  broken = tmp_path / "tok"
+  shutil.copytree(tokenizer_dir, broken)
+  (broken / "tokenizer_config.json").write_text("{not json")
+  with pytest.raises(InputFormatError, match=r"tokenizer_config.json: not a JSON file"):
+    convert([chat_file(tmp_path, QA)], str(tmp_path / "out"), "x", chat_options(str(broken)))
+
+
+def test_named_chat_templates_use_the_default_or_list_the_names(tmp_path, tokenizer_dir):
+  import shutil  # noqa: PLC0415
+
+  for names, expected in ((["default", "tool_use"], None), (["chatml", "tool_use"], "chatml, tool_use")):
+    named = tmp_path / f"tok-{names[0]}"
+    shutil.copytree(tokenizer_dir, named)
+    config = json.loads((named / "tokenizer_config.json").read_text())
+    config["chat_template"] = [
+      {"name": n, "template": "{% for m in messages %}{{ m.content }};{% endfor %}"} for n in names
+    ]
+    (named / "tokenizer_config.json").write_text(json.dumps(config))
+    out = str(tmp_path / f"out-{names[0]}")
+    if expected is None:
+      assert convert([chat_file(tmp_path, QA)], out, "x", chat_options(str(named))).num_records == 1
+    else:
+      with pytest.raises(InputFormatError, match=rf"has named chat templates \({expected}\) and none named 'default'"):
+        convert([chat_file(tmp_path, QA)], out, "x", chat_options(str(named)))
+
+
+def test_a_lone_surrogate_in_a_conversation_is_one_invalid_example(tmp_path, tokenizer_dir):
+  path = tmp_path / "chat.jsonl"
+  path.write_text(
+    json.dumps({"messages": QA}) + "\n" + '{"messages": [{"role": "user", "content": "\\ud800"}, '
+    '{"role": "assistant", "content": "a"}]}\n'
+  )
+  (tmp_path / "t.jinja").write_text("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
+  template = str(tmp_path / "t.jinja")
+  with pytest.raises(InputFormatError, match=r"chat.jsonl:2: the conversation holds a lone surrogate"):
+    convert([str(path)], str(tmp_path / "a"), "x", chat_options(tokenizer_dir, template))
+  manifest = convert([str(path)], str(tmp_path / "b"), "x", chat_options(tokenizer_dir, template, skip_invalid=True))
+  assert manifest.num_records == 1 and manifest.stats["skipped_invalid"] == 1

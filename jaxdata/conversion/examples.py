@@ -32,6 +32,7 @@ are the template's to take).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -190,6 +191,13 @@ class ExampleEncoder:
 
     render = self._renderer(tools, where, kwargs)
     text = render(messages, False)
+    try:
+      text.encode("utf-8")
+    except UnicodeEncodeError as e:
+      raise InputFormatError(
+        f"{where}: the conversation holds a lone surrogate ({text[e.start : e.end]!r}, a \\uD800-\\uDFFF escape), "
+        "not text"
+      ) from e
     ids, offsets = self._tokenized(text)
     if self.train_on == "all":
       return ids, np.ones(ids.size, np.uint8)
@@ -308,11 +316,44 @@ def _fast_tokenizer(path: str) -> Any:
   os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its import says "PyTorch was not found": not needed here
   transformers = optional_module("transformers", "chat", "chat and prompt-completion conversion")
   directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
-  if os.path.isfile(os.path.join(directory, "tokenizer_config.json")):
+  config = os.path.join(directory, "tokenizer_config.json")
+  if os.path.isfile(config):
+    try:
+      with open(config, encoding="utf-8") as f:
+        json.load(f)
+    except (ValueError, OSError) as e:  # transformers would raise its parser's error without the file's name
+      raise InputFormatError(f"--tokenizer {config}: not a JSON file ({str(e)[:200]})") from e
     return transformers.PreTrainedTokenizerFast.from_pretrained(directory)
   return transformers.PreTrainedTokenizerFast(
     tokenizer_file=path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
   )
+
+
+def _default_template(tokenizer: Any, tokenizer_path: str) -> str | None:
+  """The tokenizer's template when it names several (a list in tokenizer_config.json, which transformers
+  allows): its "default", as transformers picks; none of that name is an error listing the names."""
+  templates = getattr(tokenizer, "chat_template", None)
+  if not isinstance(templates, dict):
+    return None
+  if isinstance(templates.get("default"), str):
+    return str(templates["default"])
+  raise InputFormatError(
+    f"--tokenizer {tokenizer_path}: has named chat templates ({', '.join(map(str, templates))}) and none named "
+    "'default'; give the one to use with --chat-template FILE.jinja"
+  )
+
+
+def _check_parses(tokenizer: Any, template: str | None, where: str) -> None:
+  """A template that does not parse is one error before any example (not one per example, which
+  --skip-invalid would count and leave an empty dataset)."""
+  jinja2 = optional_module("jinja2", "chat", "chat templates")
+  probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+  try:
+    tokenizer.apply_chat_template(probe, chat_template=template, tokenize=False)
+  except jinja2.TemplateSyntaxError as e:
+    raise InputFormatError(f"{where}: the chat template does not parse (line {e.lineno}: {e.message})") from e
+  except Exception:  # noqa: BLE001 -- a template may refuse this probe conversation (its own checks): it parsed
+    return
 
 
 def example_encoder(
@@ -334,12 +375,20 @@ def example_encoder(
         template = f.read()
     except OSError as e:
       raise InputFormatError(f"--chat-template {template_file}: cannot be read ({e.strerror})") from e
+    except UnicodeDecodeError as e:
+      raise InputFormatError(f"--chat-template {template_file}: not UTF-8 text (byte {e.start}: {e.reason})") from e
+    if not template.strip():
+      raise InputFormatError(f"--chat-template {template_file}: is empty")
   tokenizer = _fast_tokenizer(tokenizer_path)
+  if kind == "chat" and template is None:
+    template = _default_template(tokenizer, tokenizer_path)
   if kind == "chat" and template is None and not getattr(tokenizer, "chat_template", None):
     raise InputFormatError(
       f"--tokenizer {tokenizer_path}: has no chat template (tokenizer_config.json or chat_template.jinja); "
       "give one with --chat-template FILE.jinja"
     )
+  if kind == "chat":
+    _check_parses(tokenizer, template, template_file or tokenizer_path)
   return ExampleEncoder(
     kind,  # type: ignore[arg-type]
     tokenizer,

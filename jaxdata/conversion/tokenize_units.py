@@ -184,7 +184,8 @@ def _template_sha256(options: ConvertOptions) -> str:
   """sha256 of the chat template the examples were rendered with (a file's bytes, or the text's UTF-8)."""
   if options.chat_template:
     return file_sha256(options.chat_template)
-  text = options.chat_template_text or (_cached_encoder(options).tokenizer.chat_template or "")
+  encoder = _cached_encoder(options)  # its template: the text given, or the tokenizer's (its "default" of several)
+  text = options.chat_template_text or encoder.template or str(encoder.tokenizer.chat_template or "")
   return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
