@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig, from_iterable
+from jaxdata import CheckpointError, ConfigError, InputFormatError, Pipeline, PipelineConfig, from_iterable
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
@@ -154,3 +154,35 @@ def test_a_lone_surrogate_in_a_conversation_is_one_invalid_example(tmp_path, tok
     convert([str(path)], str(tmp_path / "a"), "x", chat_options(tokenizer_dir, template))
   manifest = convert([str(path)], str(tmp_path / "b"), "x", chat_options(tokenizer_dir, template, skip_invalid=True))
   assert manifest.num_records == 1 and manifest.stats["skipped_invalid"] == 1
+
+
+def test_a_mixture_iterators_state_given_to_a_pipeline_is_called_the_wrong_kind(tmp_path):
+  from jaxdata.integrations.grain_mixture import MixtureDataset  # noqa: PLC0415
+
+  path = str(tmp_path / "a")
+  from_iterable([[1, 2, 3]] * 20, out=path, tokenizer=None)
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "a", "path": path}],
+      "mixture": {"weights": {"a": 1}},
+      "exhausted_policy": "repeat",
+      "packing": {"seq_len": 8},
+      "batch": {"global_batch_size": 2},
+    }
+  )
+  iterator = iter(MixtureDataset(cfg))
+  next(iterator)
+  with Pipeline(cfg, prefetch=0) as pipe, pytest.raises(CheckpointError, match=r"the state of a document iterator"):
+    pipe.set_state(iterator.get_state())
+
+
+def test_a_two_dimensional_mask_and_a_writer_mask_flag_that_is_not_a_bool_are_named(tmp_path):
+  import numpy as np  # noqa: PLC0415
+
+  from jaxdata import DatasetWriter  # noqa: PLC0415
+
+  with pytest.raises(InputFormatError, match=r"item 0: its mask has shape \(1, 2\); give a flat list"):
+    from_iterable([([1, 2], np.array([[1, 0]]))], out=str(tmp_path / "a"), tokenizer=None)
+  for flag in (None, "yes"):
+    with pytest.raises(TypeError, match=r"masks: True .* or False .*, got"):
+      DatasetWriter(str(tmp_path / "w"), "w", np.dtype("<u2"), {"kind": "x"}, masks=flag)

@@ -92,3 +92,14 @@ def test_flat_files_get_the_same_dtype_check(tmp_path):
     build_flat_index("flat", [str(tmp_path / "t.bin")], dtype="uint32", boundaries=DocumentBoundaries.eos(eos)).dtype
     == "uint32"
   )
+
+
+def test_a_folder_is_indexed_as_its_shards_or_named_when_it_holds_none(tmp_path, capsys):
+  rng = np.random.default_rng(1)
+  shards_in(tmp_path / "web", rng, "<u2", 50_000)
+  assert main(["index", str(tmp_path / "web"), "--dtype", "uint16", "-q"]) == 0  # was "shard file does not exist"
+  with TokenDataset(str(tmp_path / "web")) as dataset:
+    assert (dataset.num_shards, dataset.num_records) == (2, 80)
+  os.makedirs(tmp_path / "empty")
+  assert main(["index", str(tmp_path / "empty"), "--dtype", "uint16"]) == 1
+  assert "empty: a folder with no .array_record files; pass the shard files" in capsys.readouterr().err

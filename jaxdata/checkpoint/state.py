@@ -80,6 +80,12 @@ def read_pipeline_state(state: Any, fingerprint: Mapping[str, Any], names: Seque
   current format. Raises `CheckpointError` naming what is wrong: malformed,
   newer than this jaxdata, or saved with a config or data that orders
   batches differently (the message lists each change)."""
+  if isinstance(state, Mapping) and "offset" in state and "packer" not in state and "stream" in state:
+    raise CheckpointError(
+      "pipeline state: this is the state of a document iterator (jaxdata.integrations.MixtureDataset's: a "
+      "stream and an offset), not of a Pipeline; restore it with that iterator's set_state, or give a state "
+      "a Pipeline's get_state() returned"
+    )
   try:
     check_state_header(state, "pipeline state", STATE_VERSION, _KEYS)
   except ConfigError as e:

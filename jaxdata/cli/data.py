@@ -23,6 +23,29 @@ from jaxdata.tools.summary import summarize
 __all__ = ["index", "inspect", "register"]
 
 
+# A folder given to `jaxdata index`: the files of the format it holds.
+_FOLDER_FILES = {"arrayrecord": ".array_record", "megatron": ".bin", "flat": ".bin"}
+
+
+def _shard_files(given: list[str], fmt: str) -> list[str]:
+  """The shards as given, a local folder replaced by its files of the format (sorted; Megatron's by their
+  prefixes); a folder with none is an error naming the folder and what to pass."""
+  out: list[str] = []
+  for path in given:
+    if "://" in path or not os.path.isdir(path):
+      out.append(path)
+      continue
+    suffix = _FOLDER_FILES[fmt]
+    found = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(suffix) and not n.startswith("."))
+    if not found:
+      raise ValueError(
+        f"{path}: a folder with no {suffix} files; pass the shard files (e.g. {path}/*{suffix}) or the folder "
+        "that holds them"
+      )
+    out += [f[: -len(".bin")] for f in found] if fmt == "megatron" else found
+  return out
+
+
 def index(args: argparse.Namespace, console: Console) -> int:
   tokenizer = None
   if args.tokenizer:
@@ -40,7 +63,8 @@ def index(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"{flag}: applies to --format megatron or flat only")
     if args.dtype is None:
       raise ValueError("--dtype: required for ArrayRecord shards (uint16 or uint32)")
-  groups = {args.out: args.shards} if not args.per_directory else group_by_directory(args.shards)
+  shards = _shard_files(args.shards, args.format)
+  groups = {args.out: shards} if not args.per_directory else group_by_directory(shards)
   if args.per_directory and args.out:
     raise ValueError("--per-directory: writes each directory's index beside its files; it takes no --out")
   for out_dir, shards in groups.items():

@@ -73,7 +73,11 @@ def _mask_of(item: Any, ids: np.ndarray | None, index: int) -> np.ndarray | None
   mask = np.asarray(item[1])
   if ids is None:
     raise InputFormatError(f"item {index}: a mask goes with token ids, not with a text (tokenize it first)")
-  if mask.ndim != 1 or mask.size != ids.size:
+  if mask.ndim != 1:
+    raise InputFormatError(
+      f"item {index}: its mask has shape {mask.shape}; give a flat list of one 0 / 1 per token id ({ids.size})"
+    )
+  if mask.size != ids.size:
     raise InputFormatError(f"item {index}: its mask has {mask.size} values for {ids.size} token ids; give one per id")
   if mask.size and (mask.dtype.kind not in "biu" or mask.min() < 0 or mask.max() > 1):
     raise InputFormatError(f"item {index}: a mask holds 0 or 1 per token (trained or not), got {np.unique(mask)[:5]}")

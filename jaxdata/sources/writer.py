@@ -93,6 +93,8 @@ class DatasetWriter:
     masks: bool = False,
   ) -> None:
     check_name(name, "name")
+    if not isinstance(masks, bool):
+      raise TypeError(f"masks: True (a 0 / 1 mask byte per id) or False (ids only), got {masks!r}")
     self._masks = masks  # every record: its ids, then a 0 / 1 byte per id (trained or not)
     self._writer_options = writer_options(compression)
     if shard_bytes <= 0:
