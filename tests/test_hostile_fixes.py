@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -186,3 +187,35 @@ def test_a_two_dimensional_mask_and_a_writer_mask_flag_that_is_not_a_bool_are_na
   for flag in (None, "yes"):
     with pytest.raises(TypeError, match=r"masks: True .* or False .*, got"):
       DatasetWriter(str(tmp_path / "w"), "w", np.dtype("<u2"), {"kind": "x"}, masks=flag)
+
+
+@pytest.mark.parametrize(
+  "raw, message",
+  [
+    (
+      {"mixture": {"probabilities": {"a": 1}}},
+      r"mixture: unknown key 'probabilities' \(did you mean 'weights'\? another tool's",
+    ),
+    ({"seq_len": 1024}, r"config: unknown key 'seq_len' \(another tool's name: jaxdata's is packing.seq_len"),
+    ({"batch_size": 8}, r"unknown key 'batch_size' \(another tool's name: jaxdata's is batch.global_batch_size"),
+  ],
+)
+def test_other_tools_spellings_point_at_jaxdatas_key(raw, message):
+  with pytest.raises(ConfigError, match=message):
+    PipelineConfig.from_dict({**base(), **raw, "mixture": raw.get("mixture", {"weights": {"a": 1}})})
+
+
+def test_every_commands_help_fits_80_columns(monkeypatch, capsys):
+  from jaxdata.cli import main  # noqa: PLC0415
+
+  monkeypatch.setenv("COLUMNS", "80")
+  with pytest.raises(SystemExit):
+    main(["--help"])
+  listing = capsys.readouterr().out
+  commands = sorted(set(re.findall(r"^    (\w[\w-]*)", listing, re.MULTILINE)))
+  assert "convert" in commands and "plan" in commands
+  for command in commands:
+    with pytest.raises(SystemExit):
+      main([command, "--help"])
+    wide = [line for line in capsys.readouterr().out.splitlines() if len(line) > 80]
+    assert not wide, (command, wide)

@@ -103,8 +103,9 @@ def register(commands: Commands) -> None:
     "--format",
     default="auto",
     choices=("auto", *INPUT_FORMATS, "chat", "prompt-completion"),
-    help="input format (auto: from each file's suffix); chat / prompt-completion: fine-tuning examples with "
-    "trained-token masks (JSONL or Parquet)",
+    metavar="FORMAT",
+    help=f"input format: {', '.join(('auto', *INPUT_FORMATS, 'chat', 'prompt-completion'))} (default auto: from "
+    "each file's suffix); chat / prompt-completion: fine-tuning examples with trained-token masks (JSONL or Parquet)",
   )
   p.add_argument(
     "--field", default="text", help="JSONL field / Parquet column / tf.train.Example feature (chat: messages)"

@@ -123,6 +123,36 @@ def mapping(value: Any, where: str) -> Mapping[str, Any]:
   return value
 
 
+# Keys other tools spell their own way (Grain, Hugging Face datasets, MaxText, Megatron, Levanter, OLMo,
+# torch loaders): an unknown key found here names jaxdata's key for the same thing.
+PEER_SPELLINGS = {
+  "probabilities": "mixture.weights",
+  "sampling_weights": "mixture.weights",
+  "weights": "mixture.weights",
+  "blend": "mixture.weights (or `jaxdata from-megatron`)",
+  "seq_len": "packing.seq_len",
+  "seq_length": "packing.seq_len",
+  "sequence_length": "packing.seq_len",
+  "max_seq_len": "packing.seq_len",
+  "max_seq_length": "packing.seq_len",
+  "max_target_length": "packing.seq_len (or jaxdata.integrations.maxtext for MaxText's keys)",
+  "context_length": "packing.seq_len",
+  "batch_size": "batch.global_batch_size",
+  "global_batch_size": "batch.global_batch_size",
+  "train_batch_size": "batch.global_batch_size",
+  "shuffle": "shuffle_block_size (global by default)",
+  "shuffle_buffer_size": "shuffle_block_size",
+  "num_epochs": "stop_after_passes",
+  "epochs": "stop_after_passes",
+  "data_path": "datasets[].path",
+  "paths": "datasets[].path",
+  "eos_token_id": "packing.eos_id",
+  "bos_token_id": "packing.bos_id",
+  "pad_token_id": "packing.pad_id",
+  "packing_type": "packing.mode",
+}
+
+
 def no_unknown_keys(raw: Mapping[str, Any], allowed: Collection[str], where: str) -> None:
   """A `ConfigError` naming the first key of `raw` not in `allowed`, with the closest allowed one.
 
@@ -135,6 +165,14 @@ def no_unknown_keys(raw: Mapping[str, Any], allowed: Collection[str], where: str
   if unknown:
     close = difflib.get_close_matches(str(unknown[0]), [str(a) for a in allowed], n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
+    peer = PEER_SPELLINGS.get(str(unknown[0]))
+    if peer is not None:
+      leaf = peer.split(" ")[0].rsplit(".", 1)[-1]
+      hint = (
+        f"did you mean {leaf!r}? another tool's name; "
+        if leaf in allowed
+        else f"another tool's name: jaxdata's is {peer}; "
+      )
     raise ConfigError(f"{where}: unknown key {short(unknown[0])} ({hint}allowed: {', '.join(sorted(allowed))})")
 
 
