@@ -145,6 +145,9 @@ def test_ctrl_c_is_honoured_while_a_read_is_stalled(cfg, monkeypatch):
     return real(dataset, *args, **kwargs)
 
   monkeypatch.setattr(TokenDataset, "read", read)
+  # Python's own Ctrl-C handler, whatever the test runner set (a pytest-xdist worker may ignore SIGINT,
+  # which made this test wait out both 60 s releases on a loaded machine): the signal is what is tested.
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
   pipe = Pipeline(cfg, prefetch=2)
   interrupter = threading.Thread(target=lambda: (stalled.wait(60), os.kill(os.getpid(), signal.SIGINT)))
   interrupter.start()
@@ -156,6 +159,7 @@ def test_ctrl_c_is_honoured_while_a_read_is_stalled(cfg, monkeypatch):
     release.set()
     interrupter.join()
     pipe.close()
+    signal.signal(signal.SIGINT, previous)
 
 
 EXIT_SCRIPT = """
