@@ -219,3 +219,11 @@ def test_every_commands_help_fits_80_columns(monkeypatch, capsys):
       main([command, "--help"])
     wide = [line for line in capsys.readouterr().out.splitlines() if len(line) > 80]
     assert not wide, (command, wide)
+
+
+def test_an_unreachable_bucket_fails_at_once_in_one_line(monkeypatch):
+  from jaxdata.conversion.remote_inputs import check_reachable  # noqa: PLC0415
+
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # the discard port: nothing listens
+  with pytest.raises(ConnectionError, match=r"input: gs://corpus/raw/: cannot reach its store at 127.0.0.1:9"):
+    check_reachable("gs://corpus/raw/")

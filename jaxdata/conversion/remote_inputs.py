@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import socket
+import urllib.parse
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -27,15 +29,45 @@ def _filesystems() -> Any:
   ).FileSystems
 
 
+_options: dict[str, Any] = {}  # the last options set_options gave (the S3 endpoint, for the reachability check)
+REACH_TIMEOUT_S = 5.0  # a store that takes longer to answer a TCP connection is taken as unreachable
+
+
 def set_options(options: Any) -> None:
   """Beam pipeline options for this process's file systems (endpoints, credentials)."""
+  _options.clear()
+  _options.update(options.get_all_options(retain_unknown_options=True) if hasattr(options, "get_all_options") else {})
   _filesystems().set_options(options)
+
+
+def _endpoint(item: str) -> tuple[str, int]:
+  """(host, port) the store of a gs:// or s3:// path is reached at (an emulator's, an endpoint's, or the cloud's)."""
+  if item.startswith("gs://"):
+    given = os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
+  else:
+    given = _options.get("s3_endpoint_url") or os.environ.get("AWS_ENDPOINT_URL") or "https://s3.amazonaws.com"
+  url = urllib.parse.urlsplit(given if "://" in given else f"http://{given}")
+  return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+
+
+def check_reachable(item: str) -> None:
+  """Fails at once, in one line, where the store of `item` cannot be reached (no network, a wrong
+  endpoint), instead of behind minutes of a cloud client's retries."""
+  host, port = _endpoint(item)
+  try:
+    socket.create_connection((host, port), timeout=REACH_TIMEOUT_S).close()
+  except OSError as e:
+    raise ConnectionError(
+      f"input: {item}: cannot reach its store at {host}:{port} ({e.strerror or e}); check the network, or the "
+      "endpoint (STORAGE_EMULATOR_HOST, AWS_ENDPOINT_URL or --s3_endpoint_url in --beam-options)"
+    ) from None
 
 
 def list_remote(item: str) -> list[str]:
   """The files a remote input names: itself, every file under it (a prefix), or a glob's matches;
   hidden files (a path part starting with '.') and __pycache__ left out."""
   filesystems = _filesystems()
+  check_reachable(item)
   pattern = item if _GLOB & set(item) else item.rstrip("/") + "/**"
   found = [m.path for m in filesystems.match([item])[0].metadata_list] if not _GLOB & set(item) else []
   if item.rstrip("/") in found:
