@@ -373,12 +373,14 @@ def test_a_cluster_runner_with_local_scratch_or_output_is_refused_before_it_runs
 
 def test_a_failed_beam_conversion_removes_its_scratch_too(tmp_path):
   """Units of a good input are tokenized into scratch before the bad one fails the run: none is left."""
-  (tmp_path / "a-good.jsonl").write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(2000)))
-  (tmp_path / "b-bad.jsonl").write_text('{"text": "fine"}\n{not json\n')
+  inputs = tmp_path / "inputs"  # (an output inside the input folder is refused)
+  inputs.mkdir()
+  (inputs / "a-good.jsonl").write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(2000)))
+  (inputs / "b-bad.jsonl").write_text('{"text": "fine"}\n{not json\n')
   temp = tmp_path / "temp"
   with pytest.raises(Exception, match=r"b-bad\.jsonl:2"):
     convert_with_beam(
-      [str(tmp_path)], str(tmp_path / "out"), "bad", ConvertOptions(unit_bytes=4096), [f"--temp_location={temp}"]
+      [str(inputs)], str(tmp_path / "out"), "bad", ConvertOptions(unit_bytes=4096), [f"--temp_location={temp}"]
     )
   assert not (temp / "jaxdata-scratch").exists() or os.listdir(temp / "jaxdata-scratch") == []
 

@@ -22,7 +22,16 @@ from jaxdata.errors import InputFormatError, optional_module
 from jaxdata.pipeline.step_stats import StepStats, trained_totals
 from jaxdata.tools.numbers import human_count
 
-__all__ = ["ablation_plot", "jsonl_records", "load_stats", "plan_plot", "write_report"]
+__all__ = [
+  "ablation_figure",
+  "ablation_plot",
+  "jsonl_records",
+  "load_stats",
+  "plan_plot",
+  "share_allowance",
+  "unit_counts",
+  "write_report",
+]
 
 
 def _figure(**kwargs: Any) -> Any:
@@ -153,10 +162,13 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
     ax.plot(steps, series["target_share"][n], color=f"C{i}", ls="--", lw=1, label=f"{n} target")
     for boundary in series["pass_boundaries"][n]:
       ax.axvline(boundary, color=f"C{i}", ls=":", lw=0.8, alpha=0.7)
-  for change in series["phase_changes"]:
-    ax.axvline(change, color="black", lw=1.2, alpha=0.6)
+  changes = series["phase_changes"]
+  if len(changes) <= MAX_PHASE_LINES:  # an online run changes weights every step: a wall of lines, left out
+    for change in changes:
+      ax.axvline(change, color="black", lw=1.2, alpha=0.6)
+  marked = "black: a phase change" if len(changes) <= MAX_PHASE_LINES else f"{len(changes)} weight changes, not drawn"
   ax.set(
-    xlabel="step (dotted: a pass of that source ends; black: a phase change)",
+    xlabel=f"step (dotted: a pass of that source ends; {marked})",
     ylabel="share of the batch's tokens",
     title="sources per batch, smoothed, against the target",
     ylim=(0, 1),
@@ -181,8 +193,14 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   return series
 
 
-def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: str) -> None:
-  """Weights over steps and cumulative passes per dataset (for `jaxdata plan`)."""
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--", "++")  # bars told apart without colour too
+MAX_PHASE_LINES = 12  # more phase changes than this (a weights trajectory): the lines are left out
+MAX_PHASE_TICKS = 10  # more phases than this: every k-th bar group labelled
+
+
+def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: str) -> Any:
+  """Weights over steps and cumulative passes per dataset, and passes per phase (for `jaxdata plan`);
+  returns the figure (saved at `path`)."""
   fig = _figure(figsize=(9, 8))
   top, middle, bottom = fig.subplots(3, 1, gridspec_kw={"height_ratios": [2, 2, 1.6]})
   steps = np.arange(weights_by_step.shape[0])
@@ -191,45 +209,79 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
     top.plot(steps, weights_by_step[:, i], label=name)
     passes = np.cumsum(weights_by_step[:, i] * per_step) / table.datasets[name].unique_tokens
     middle.plot(steps, passes, label=name)
-  for start, _ in table.phases[1:]:  # phase changes, on both step axes
-    for ax in (top, middle):
-      ax.axvline(start, color="black", lw=1, alpha=0.5)
-  top.set(
-    ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens (black: a phase change)"
-  )
+  changes = [start for start, _ in table.phases[1:]]
+  if 0 < len(changes) <= MAX_PHASE_LINES:  # phase changes, on both step axes
+    for start in changes:
+      for ax in (top, middle):
+        ax.axvline(start, color="grey", lw=1, alpha=0.6)
+  said = f" (grey lines: the {len(changes)} phase changes)" if 0 < len(changes) <= MAX_PHASE_LINES else ""
+  top.set(xlabel="step", ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens{said}")
   middle.set(xlabel="step", ylabel="cumulative passes")
   top.legend(fontsize=7)
+  middle.legend(fontsize=7)
   # Exposure per phase: the passes each dataset makes inside each phase.
   width = 0.8 / max(len(names), 1)
   for i, name in enumerate(names):
     row = table.datasets[name]
     bottom.bar(
-      np.arange(len(table.phases)) + i * width, [t / row.unique_tokens for t in row.processed_tokens], width, label=name
+      np.arange(len(table.phases)) + i * width,
+      [t / row.unique_tokens for t in row.processed_tokens],
+      width,
+      label=name,
+      hatch=HATCHES[i % len(HATCHES)],
+      edgecolor="black",
+      linewidth=0.3,
     )
+  every = max(1, -(-len(table.phases) // MAX_PHASE_TICKS))
+  shown = range(0, len(table.phases), every)
   bottom.set_xticks(
-    np.arange(len(table.phases)) + width * (len(names) - 1) / 2,
-    [f"phase {k}: steps {a}-{b}" for k, (a, b) in enumerate(table.phases)],
+    [k + width * (len(names) - 1) / 2 for k in shown],
+    [f"phase {k}: steps {table.phases[k][0]}-{table.phases[k][1]}" for k in shown],
+    fontsize=7,
+    rotation=20 if len(shown) > 4 else 0,
+    ha="right" if len(shown) > 4 else "center",
   )
-  bottom.set(ylabel="passes in the phase")
+  bottom.set(xlabel="phase", ylabel="passes in the phase")
+  bottom.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
+  return fig
 
 
 def ablation_plot(rows: Any, names: Sequence[str], path: str) -> str:
-  """Per-domain held-out loss of each candidate (grouped bars), the target-mixture loss in the legend."""
-  fig = _figure(figsize=(8, 4))
+  """Saves `ablation_figure` at `path`; returns the path."""
+  ablation_figure(rows, names).savefig(path, dpi=100)
+  return path
+
+
+def ablation_figure(rows: Any, names: Sequence[str]) -> Any:
+  """Per-domain held-out loss of each candidate (grouped bars, hatched as well as coloured), the
+  target-mixture loss in the legend (below the axes, off the bars); the loss axis spans the values
+  measured, not 0 up, so the small differences the comparison is about show."""
+  fig = _figure(figsize=(8, 4.6))
   ax = fig.subplots()
   width = 0.8 / max(len(rows), 1)
+  values = [row.domain_loss[n] for row in rows for n in names]
   for i, row in enumerate(rows):
     ax.bar(
       np.arange(len(names)) + i * width,
       [row.domain_loss[n] for n in names],
       width,
       label=f"{row.name} (target loss {row.target_loss:.3f})",
+      hatch=HATCHES[i % len(HATCHES)],
+      edgecolor="black",
+      linewidth=0.3,
     )
+  if values:
+    low, high = min(values), max(values)
+    margin = max((high - low) * 0.15, 1e-3)
+    ax.set_ylim(low - margin, high + margin)
   ax.set_xticks(np.arange(len(names)) + width * (len(rows) - 1) / 2, list(names))
-  ax.set(ylabel="held-out loss per token", title="mixture ablation: the same tokens, the same initialisation")
-  ax.legend(fontsize=7)
+  ax.set(
+    xlabel="held-out domain",
+    ylabel="held-out loss per token (axis from the lowest value)",
+    title="mixture ablation: the same tokens, the same initialisation",
+  )
+  ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(len(rows), 3))
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  return path
+  return fig

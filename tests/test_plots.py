@@ -1,0 +1,61 @@
+"""The plots a person reads: each rendered, its labels, legends and axis ranges checked on the figure."""
+
+from __future__ import annotations
+
+import types
+
+import matplotlib
+import numpy as np
+
+from jaxdata.tools.report import ablation_figure, ablation_plot, plan_plot
+
+matplotlib.use("Agg")
+
+
+def table(phases: list[tuple[int, int]], names: list[str]) -> types.SimpleNamespace:
+  rows = {
+    n: types.SimpleNamespace(
+      unique_tokens=1000.0 * (i + 1), processed_tokens=[500.0 * (k + 1) for k in range(len(phases))]
+    )
+    for i, n in enumerate(names)
+  }
+  return types.SimpleNamespace(tokens_per_step=100, datasets=rows, phases=phases, total_tokens=100 * phases[-1][1])
+
+
+def test_the_plan_plot_labels_every_panel_and_tells_bars_apart_without_colour(tmp_path):
+  names = ["web", "code", "books"]
+  weights = np.tile([0.5, 0.3, 0.2], (60, 1))
+  fig = plan_plot(table([(0, 20), (20, 60)], names), weights, names, str(tmp_path / "plan.png"))
+  top, middle, bottom = fig.axes
+  assert top.get_xlabel() == "step" and middle.get_xlabel() == "step" and bottom.get_xlabel() == "phase"
+  for ax in (top, middle, bottom):
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == names
+  assert "grey lines: the 1 phase changes" in top.get_title() and "black" not in top.get_title()
+  hatches = {patch.get_hatch() for patch in bottom.patches}
+  assert len(hatches) == len(names)  # one pattern per dataset
+  assert (tmp_path / "plan.png").stat().st_size > 0
+
+
+def test_a_trajectory_of_many_phases_draws_no_wall_of_lines_and_readable_ticks(tmp_path):
+  names = ["web", "code"]
+  phases = [(k * 10, (k + 1) * 10) for k in range(48)]
+  weights = np.tile([0.6, 0.4], (480, 1))
+  fig = plan_plot(table(phases, names), weights, names, str(tmp_path / "plan.png"))
+  top, _, bottom = fig.axes
+  assert not [line for line in top.get_lines() if line.get_xdata()[0] == line.get_xdata()[-1]]  # no vertical lines
+  assert len(bottom.get_xticklabels()) <= 10
+
+
+def test_the_ablation_plot_spans_the_losses_and_keeps_its_legend_off_the_bars(tmp_path):
+  rows = [
+    types.SimpleNamespace(name=n, domain_loss={"web": 3.0 + d, "code": 2.5 + d}, target_loss=2.8 + d)
+    for n, d in (("uniform", 0.0), ("doremi", 0.08))
+  ]
+  (ax,) = ablation_figure(rows, ["web", "code"]).axes
+  low, high = ax.get_ylim()
+  assert 2.0 < low < 2.5 and 3.08 < high < 3.5  # the 0.08 differences fill the axis (bars from 0 hid them)
+  legend = ax.get_legend()
+  assert [t.get_text() for t in legend.get_texts()] == ["uniform (target loss 2.800)", "doremi (target loss 2.880)"]
+  assert legend.get_bbox_to_anchor().transformed(ax.transAxes.inverted()).y1 < 0  # below the axes, off the bars
+  assert len({patch.get_hatch() for patch in ax.patches}) == 2
+  assert ablation_plot(rows, ["web", "code"], str(tmp_path / "ablation.png")) == str(tmp_path / "ablation.png")
