@@ -227,3 +227,18 @@ def test_an_unreachable_bucket_fails_at_once_in_one_line(monkeypatch):
   monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # the discard port: nothing listens
   with pytest.raises(ConnectionError, match=r"input: gs://corpus/raw/: cannot reach its store at 127.0.0.1:9"):
     check_reachable("gs://corpus/raw/")
+
+
+def test_every_command_shows_an_example_that_parses_and_its_defaults():
+  import shlex  # noqa: PLC0415
+
+  from jaxdata.cli import build_parser  # noqa: PLC0415
+  from jaxdata.cli.parsing import EXAMPLES  # noqa: PLC0415
+
+  parser = build_parser()
+  assert set(EXAMPLES) == set(parser.commands)  # one example per command
+  for command, example in EXAMPLES.items():
+    argv = shlex.split(example)[1:]
+    assert parser.parse_args(argv).command == command, example  # the example's flags and values are valid
+    assert example in parser.commands[command].format_help()
+  assert "(default: 4194304)" in parser.commands["plan"].format_help()  # a default its help did not say

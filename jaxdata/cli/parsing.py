@@ -99,6 +99,34 @@ def _closest(word: str, options: list[str]) -> str:
   return f"did you mean {close[0]!r}?" if close else ""
 
 
+# One example per command, shown under its --help (each runs as written, given the files it names).
+EXAMPLES = {
+  "convert": "jaxdata convert corpus/web.jsonl --out data/web --name web",
+  "index": "jaxdata index shards/ --dtype uint32",
+  "inspect": "jaxdata inspect data/web data/code",
+  "plan": "jaxdata plan pipeline.yaml --tokens 10B --png plan.png",
+  "audit": "jaxdata audit pipeline.yaml --hosts 16 --steps 200",
+  "doctor": "jaxdata doctor run/stats.jsonl --config pipeline.yaml",
+  "report": "jaxdata report run/stats.jsonl",
+  "mesh": "jaxdata mesh --tpu v5p-128 --config pipeline.yaml",
+  "bench": "jaxdata bench pipeline.yaml --steps 200",
+  "demo": "jaxdata demo",
+  "ablate": "jaxdata ablate --candidates uniform.yaml doremi.yaml --tokens 200k",
+  "from-megatron": "jaxdata from-megatron --data-path 0.3 data/web 0.7 data/code --out train.yaml",
+}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+  """Keeps an example's lines as written, and shows each flag's default where its help does not say it."""
+
+  def _get_help_string(self, action: argparse.Action) -> str:
+    text = action.help or ""
+    shown = action.default not in (None, False, argparse.SUPPRESS) and not isinstance(action.default, list)
+    if shown and "default" not in text and action.option_strings:
+      text += " (default: %(default)s)"
+    return text
+
+
 class Commands:
   """The root parser's commands: `add` gives each its parser, which takes the flags every command takes."""
 
@@ -109,7 +137,10 @@ class Commands:
 
   def add(self, name: str, help: str) -> Parser:
     parents = [self.common] if self.common is not None else []
-    parser = self._subparsers.add_parser(name, help=help, description=help, parents=parents)
+    example = f"example:\n  {EXAMPLES[name]}" if name in EXAMPLES else None
+    parser = self._subparsers.add_parser(
+      name, help=help, description=help, parents=parents, epilog=example, formatter_class=HelpFormatter
+    )
     assert isinstance(parser, Parser)  # argparse makes subparsers of the root's class
     parser.root = self.root
     self.root.commands[name] = parser
