@@ -105,13 +105,17 @@ def conversation_sets(seed: int = 0) -> dict[str, list[dict[str, Any]]]:
 def _tokenizer(directory: str, texts: list[str]) -> None:
   """A byte-level BPE trained on the sets, saved as transformers saves a tokenizer (with the template)."""
   tokenizers = optional_module("tokenizers", "chat", "the fine-tuning demo's tokenizer")
+  os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its import says "PyTorch was not found": not needed here
   transformers = optional_module("transformers", "chat", "the fine-tuning demo's chat template")
   specials = ["<unk>", "<|im_start|>", "<|im_end|>"]
   bpe = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
   bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
   bpe.decoder = tokenizers.decoders.ByteLevel()
   trainer = tokenizers.trainers.BpeTrainer(
-    vocab_size=1024, special_tokens=specials, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    vocab_size=1024,
+    special_tokens=specials,
+    initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+    show_progress=False,  # its bars print blank lines where the output is not a terminal
   )
   bpe.train_from_iterator(texts, trainer)
   fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>")
