@@ -417,3 +417,18 @@ def test_groups_drawn_ahead_and_a_loop_cadence_keep_updates_free(tmp_path, mode,
     jaxdata.testing.wait_for_processes(pipe)
     assert loop(pipe, 0, 60, updates) == expected
     assert (pipe.execution().updates_adopted, pipe.execution().updates_replanned) == (len(updates), 0)
+
+
+def test_a_trajectory_of_many_phases_prints_a_table_a_person_can_read(cfg, tmp_path, capsys, monkeypatch):
+  """48 phases printed one row per dataset and phase made 562 lines: consecutive phases share a row."""
+  monkeypatch.setenv("COLUMNS", "200")
+  trajectory = [{"step": 2 * k, "weights": {"d0": 1 + k % 3, "d1": 1, "d2": 1 + k % 2}} for k in range(48)]
+  (tmp_path / "trajectory.json").write_text(json.dumps(trajectory))
+  (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+  argv = ["plan", str(tmp_path / "cfg.yaml"), "--tokens", "200000", "--read-spans", "0"]
+  assert main([*argv, "--weights-trajectory", str(tmp_path / "trajectory.json")]) == 0
+  out = capsys.readouterr().out
+  rows = [line for line in out.splitlines() if "phases)" in line]
+  assert 3 <= len(rows) <= 3 * 8  # at most 8 rows a dataset
+  table = [line for line in out.splitlines() if "│" in line]  # the table's rows (the legend and warnings follow)
+  assert len(table) <= 3 * 8 + 2

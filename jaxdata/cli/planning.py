@@ -31,6 +31,19 @@ __all__ = ["audit", "bench", "mesh", "plan", "register", "report"]
 bench_module = lazy_module("jaxdata.tools.bench")  # runs a Pipeline: jax only when `jaxdata bench` runs
 
 
+MAX_PHASE_ROWS = 8  # more phases than this (a weights trajectory): consecutive phases share a row
+
+
+def _phase_groups(count: int) -> list[list[int]]:
+  """Phase indices in at most MAX_PHASE_ROWS runs of consecutive phases (one each when they fit).
+
+  >>> _phase_groups(3), [len(g) for g in _phase_groups(48)]
+  ([[0], [1], [2]], [6, 6, 6, 6, 6, 6, 6, 6])
+  """
+  size = max(1, -(-count // MAX_PHASE_ROWS))
+  return [list(range(k, min(k + size, count))) for k in range(0, count, size)]
+
+
 def plan(args: argparse.Namespace, console: Console) -> int:
   cfg = load_config(args.config)
   if args.weights_trajectory:
@@ -85,17 +98,22 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     *(["unique seen"] if sampled else []),
   ):
     out.add_column(column, justify="right")
+  groups = _phase_groups(len(table.phases))
   for name, d in table.datasets.items():
-    for i, (start, until) in enumerate(table.phases):
+    for i, members in enumerate(groups):
       first = i == 0
+      start, until = table.phases[members[0]][0], table.phases[members[-1]][1]
+      processed = sum(d.processed_tokens[k] for k in members)
+      steps = sum(table.phases[k][1] - table.phases[k][0] for k in members)
+      share = processed / (steps * tokens_per_step) if steps else d.sampling_share[members[0]]
       out.add_row(
         name if first else "",
-        f"{start}-{until}",
+        f"{start}-{until}" + (f" ({len(members)} phases)" if len(members) > 1 else ""),
         human_count(d.unique_tokens) if first else "",
         f"{d.natural_share:.4f}" if first else "",
-        f"{d.sampling_share[i]:.4f}",
-        f"{d.upsampling[i]:.2f}x",
-        human_count(d.processed_tokens[i]),
+        f"{share:.4f}",
+        f"{share / d.natural_share:.2f}x" if d.natural_share else f"{d.upsampling[members[0]]:.2f}x",
+        human_count(processed),
         f"{d.passes:.3f}" if first else "",
         ", ".join(str(s) for s in d.pass_completed_at_step[:6]) + (" ..." if len(d.pass_completed_at_step) > 6 else "")
         if first

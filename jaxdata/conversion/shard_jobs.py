@@ -13,6 +13,7 @@ fed the same documents in order.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 
@@ -88,6 +89,7 @@ def write_shard(
   shard_name, _ = shard_file_names(name, index)
   writer = ArrayRecordWriter(os.path.join(out_dir, shard_name), writer_options(compression))
   all_lengths = []
+  records = hashlib.sha256()  # the records as written: the fingerprint's, whatever the compression
   record_size = np_dtype.itemsize + (masks_of is not None)
   try:
     for unit, first, last in pieces:
@@ -101,7 +103,8 @@ def write_shard(
       offsets = ((starts[first : last + 1] - starts[first]) * record_size).tolist()
       for begin, end in zip(offsets[:-1], offsets[1:]):
         writer.write(payload[begin:end])
+      records.update(payload[offsets[0] : offsets[-1]])
       all_lengths.append(lengths[first:last])
   finally:
     writer.close()
-  return finish_shard(out_dir, name, index, np.concatenate(all_lengths))
+  return finish_shard(out_dir, name, index, np.concatenate(all_lengths), records)

@@ -85,6 +85,9 @@ class ShardInfo:
   index_sha256: str = ""  # megatron / flat: fileutil.index_sha256 of its lengths and starts; "" if indexed before
   blocks_path: str = ""  # megatron / flat: block_sums of the token file (uint64 .npy), checked on reads from a store
   block_bytes: int = 0  # the block size of blocks_path
+  # sha256 of the records as written (ids and masks, before compression) and their lengths: what the order's
+  # fingerprint guards, the same for any --compression; "" for shards written before it or indexed in place
+  records_sha256: str = ""
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -145,7 +148,9 @@ class Manifest:
 
   @property
   def fingerprint(self) -> str:
-    """sha256 over dtype, tokenizer and every shard's name, counts and hash.
+    """sha256 over dtype, tokenizer and every shard's name, counts and hash: the hash of its records'
+    content where the writer recorded one (so a copy written with another compression has the same
+    fingerprint), else of its file.
 
     Two datasets with the same fingerprint hold the same documents in the
     same shards; the checkpoint fingerprint builds on it.
@@ -154,7 +159,8 @@ class Manifest:
       "dtype": self.dtype,
       "tokenizer": self.tokenizer,
       "shards": [
-        [s.path, s.num_records, s.num_tokens, s.sha256] + ([s.index_sha256] if s.index_sha256 else [])
+        [s.path, s.num_records, s.num_tokens, s.records_sha256 or s.sha256]
+        + ([s.index_sha256] if s.index_sha256 else [])
         for s in self.shards
       ],
     }
@@ -249,6 +255,7 @@ class Manifest:
           if entry.get("blocks_path", "") != ""
           else "",
           block_bytes=_field(entry, "block_bytes", int, where) if "block_bytes" in entry else 0,
+          records_sha256=_field(entry, "records_sha256", str, where) if "records_sha256" in entry else "",
         )
       )
     try:

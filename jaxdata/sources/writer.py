@@ -13,6 +13,7 @@ manifest next to existing shards. Every dataset on disk has this layout::
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -50,13 +51,18 @@ def shard_file_names(name: str, index: int) -> tuple[str, str]:
   return f"{stem}.array_record", f"{stem}.lengths.npy"
 
 
-def finish_shard(out_dir: str, name: str, index: int, lengths: np.ndarray) -> ShardInfo:
+def finish_shard(out_dir: str, name: str, index: int, lengths: np.ndarray, records: Any = None) -> ShardInfo:
   """Writes a closed shard's lengths index beside it; its manifest entry. (The one place
-  shards are described: `DatasetWriter` and the Beam converter produce the same bytes.)"""
+  shards are described: `DatasetWriter` and the Beam converter produce the same bytes.)
+  `records`: a hashlib sha256 fed the shard's record bytes as written (before compression)."""
   shard_name, lengths_name = shard_file_names(name, index)
   lengths = np.asarray(lengths).astype(LENGTHS_DTYPE)
   np.save(os.path.join(out_dir, lengths_name), lengths)
   shard_path = os.path.join(out_dir, shard_name)
+  content = ""
+  if records is not None:  # the records and where they end: the same for any compression
+    records.update(lengths.tobytes())
+    content = records.hexdigest()
   return ShardInfo(
     path=shard_name,
     lengths_path=lengths_name,
@@ -65,6 +71,7 @@ def finish_shard(out_dir: str, name: str, index: int, lengths: np.ndarray) -> Sh
     num_bytes=os.path.getsize(shard_path),
     sha256=file_sha256(shard_path),
     sample_sha256=sample_sha256(shard_path),
+    records_sha256=content,
   )
 
 
@@ -168,6 +175,7 @@ class DatasetWriter:
       assert writer is not None  # opened above
       for s, e in zip(byte_starts[start:stop].tolist(), byte_ends[start:stop].tolist()):
         writer.write(payload[s:e])
+      self._records.update(payload[int(byte_starts[start]) : int(byte_ends[stop - 1])])
       self._lengths.append(lengths[start:stop])
       self._open_bytes += int(byte_ends[stop - 1] - byte_starts[start])
       start = stop
@@ -194,13 +202,14 @@ class DatasetWriter:
     self._writer = ArrayRecordWriter(os.path.join(self._out_dir, shard_name), self._writer_options)
     self._lengths = []
     self._open_bytes = 0
+    self._records = hashlib.sha256()
 
   def _close_shard(self) -> None:
     assert self._writer is not None
     self._writer.close()
     self._writer = None
     lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-    self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths))
+    self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths, self._records))
 
 
 def _checked_mask(mask: np.ndarray, size: int) -> np.ndarray:
