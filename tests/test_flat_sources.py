@@ -548,3 +548,14 @@ def test_a_read_after_close_is_a_named_error(tmp_path):
   dataset.close()
   with pytest.raises(DatasetError, match=r": the dataset was closed"):
     dataset.read_global(np.arange(2))
+
+
+def test_a_rewritten_blocks_file_is_named_not_the_token_file(tmp_path, documents):
+  """Block checksums that differ from the manifest's record blame the checksum file (was: the .bin)."""
+  prefixes = megatron_corpus(tmp_path, documents)
+  build_flat_index("megatron", prefixes)
+  blocks = [n for n in os.listdir(tmp_path) if n.endswith(".blocks.npy")][0]
+  sums = np.load(tmp_path / blocks)
+  np.save(tmp_path / blocks, sums + 1)  # a checksum file rewritten (same shape, other sums)
+  with pytest.raises(DatasetError, match=rf"{blocks}: the block checksums differ from those manifest.json records"):
+    open_dataset(str(tmp_path), ReadOptions(flat_reader="tensorstore"))

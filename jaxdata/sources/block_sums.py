@@ -30,11 +30,12 @@ True
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "bad_block", "block_sums", "file_block_sums"]
+__all__ = ["BLOCK_BYTES", "bad_block", "block_sums", "blocks_digest", "file_block_sums"]
 
 BLOCK_BYTES = 1 << 13  # 8 KiB: 8 bytes of checksum per block (0.1% of the data); a read widens by < 2 blocks
 _WORDS = BLOCK_BYTES // 8
@@ -100,3 +101,8 @@ def bad_block(data: bytes, first_block: int, expected: np.ndarray) -> int | None
     return first_block + want.size
   wrong = np.flatnonzero(sums != want)
   return first_block + int(wrong[0]) if wrong.size else None
+
+
+def blocks_digest(sums: np.ndarray) -> str:
+  """sha256 of block sums as little-endian uint64s: what the manifest records of a blocks file."""
+  return hashlib.sha256(np.ascontiguousarray(sums, dtype="<u8").tobytes()).hexdigest()

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.block_sums import BLOCK_BYTES
+from jaxdata.sources.block_sums import BLOCK_BYTES, blocks_digest
 from jaxdata.sources.dataset import RaggedTokens, ReadOptions
 from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, check_inside, file_sha256, index_sha256, sample_sha256
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
@@ -229,7 +229,14 @@ class FlatTokenDataset(ShardedRecords):
         f"{self.path}/manifest.json: {shard.path} has checksums of {shard.block_bytes}-byte blocks; "
         f"this jaxdata checks {BLOCK_BYTES}-byte blocks (rebuild the index with `jaxdata index`)"
       )
-    return self._metadata(shard.blocks_path, -(-shard.num_bytes // BLOCK_BYTES), shard.path, "block checksums")
+    sums = self._metadata(shard.blocks_path, -(-shard.num_bytes // BLOCK_BYTES), shard.path, "block checksums")
+    if shard.blocks_sha256 and blocks_digest(np.asarray(sums)) != shard.blocks_sha256:
+      raise DatasetError(
+        f"{self._named(shard.blocks_path)}: the block checksums differ from those manifest.json records for "
+        f"{shard.path}: the checksum file was rewritten or damaged (not the token file); rebuild the index with "
+        "`jaxdata index`"
+      )
+    return sums
 
   def _open_files(self, read_options: ReadOptions) -> TokenFiles:
     paths = [self._data(s.path) for s in self.manifest.shards]

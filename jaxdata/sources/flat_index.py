@@ -34,7 +34,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.block_sums import BLOCK_BYTES, file_block_sums
+from jaxdata.sources.block_sums import BLOCK_BYTES, blocks_digest, file_block_sums
 from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.fileutil import check_name, file_sha256, index_sha256, replace_arrays, sample_sha256
 from jaxdata.sources.flat_format import (
@@ -242,7 +242,8 @@ def build_flat_index(
     arrays[os.path.join(out_dir, lengths_name)] = stored_lengths
     arrays[os.path.join(out_dir, starts_name)] = starts
     digest = hashlib.sha256()  # fed by the same read as the block sums
-    arrays[os.path.join(out_dir, blocks_name)] = file_block_sums(path, digest)  # store reads are checked against them
+    blocks = file_block_sums(path, digest)  # store reads are checked against them
+    arrays[os.path.join(out_dir, blocks_name)] = blocks
     shards.append(
       ShardInfo(
         path=os.path.relpath(path, root_dir),
@@ -257,6 +258,7 @@ def build_flat_index(
         index_sha256=index_sha256(stored_lengths, starts),
         blocks_path=blocks_name,
         block_bytes=BLOCK_BYTES,
+        blocks_sha256=blocks_digest(blocks),
       )
     )
     if on_file is not None:

@@ -85,6 +85,7 @@ class ShardInfo:
   index_sha256: str = ""  # megatron / flat: fileutil.index_sha256 of its lengths and starts; "" if indexed before
   blocks_path: str = ""  # megatron / flat: block_sums of the token file (uint64 .npy), checked on reads from a store
   block_bytes: int = 0  # the block size of blocks_path
+  blocks_sha256: str = ""  # sha256 of the block sums (uint64, little-endian): a rewritten blocks_path is named
   # sha256 of the records as written (ids and masks, before compression) and their lengths: what the order's
   # fingerprint guards, the same for any --compression; "" for shards written before it or indexed in place
   records_sha256: str = ""
@@ -255,6 +256,7 @@ class Manifest:
           if entry.get("blocks_path", "") != ""
           else "",
           block_bytes=_field(entry, "block_bytes", int, where) if "block_bytes" in entry else 0,
+          blocks_sha256=_field(entry, "blocks_sha256", str, where) if "blocks_sha256" in entry else "",
           records_sha256=_field(entry, "records_sha256", str, where) if "records_sha256" in entry else "",
         )
       )
