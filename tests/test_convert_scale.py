@@ -473,3 +473,19 @@ def test_an_overwrite_killed_at_any_point_leaves_a_whole_dataset(tmp_path):
       assert sum(len(dataset[i]) for i in range(0, len(dataset), 997)) > 0
       seen.add(len(dataset.manifest.shards))
   assert seen  # (old, new or both, by timing; either is whole)
+
+
+def test_a_failed_beam_overwrite_leaves_the_old_dataset_whole_and_a_good_one_replaces_it(corpus, tmp_path):
+  src, out = os.path.join(corpus, "e.txt"), str(tmp_path / "ds")
+  old = convert([src], out, "e", ConvertOptions(workers=1))
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"text": "fine"}\nnot json\n')
+  with pytest.raises(Exception, match="bad.jsonl:2"):
+    convert_with_beam([str(bad)], out, "e", ConvertOptions(), overwrite=True)
+  with open_dataset(out) as dataset:
+    assert dataset.manifest.fingerprint == old.fingerprint
+  assert not [n for n in os.listdir(tmp_path) if n.startswith(".") and "jaxdata-new" in n]
+  replaced = convert_with_beam([src], out, "e", ConvertOptions(compression="none"), overwrite=True)
+  with open_dataset(out) as dataset:  # the same records, written uncompressed: the same fingerprint
+    assert dataset.manifest.fingerprint == replaced.fingerprint == old.fingerprint
+    assert dataset.manifest.shards[0].sha256 != old.shards[0].sha256

@@ -36,7 +36,7 @@ import numpy as np
 
 from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.output import check_output, prepare_output
+from jaxdata.conversion.output import check_output, prepare_output, staging_directory, swap_in
 from jaxdata.conversion.remote_inputs import set_options
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, tokenizer_record, unit_size
@@ -320,10 +320,14 @@ def convert_with_beam(
   formats = [detect_format(f, options.input_format) for f in files]
   tokenizer = load_tokenizer(options.tokenizer)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size)
+  target = out_dir  # where the shards go: beside a local dataset being replaced, swapped in when sealed
   if not is_remote(out_dir):
     check_output(out_dir, inputs, overwrite)
-    prepare_output(out_dir, overwrite)  # (Beam replaces in place: the local runner writes beside and swaps)
-    os.makedirs(out_dir, exist_ok=True)
+    if overwrite and os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
+      target = staging_directory(out_dir)
+    os.makedirs(target, exist_ok=True)
+  else:
+    prepare_output(out_dir, overwrite)  # (a bucket has no atomic swap: a remote dataset is replaced in place)
   sizes = file_sizes(files)
   units = plan_units(files, formats, options.text_mode, unit_size(sum(sizes), BEAM_UNIT_WORKERS, options), sizes=sizes)
   if root is None:  # a local run: a fresh temporary directory is this run's alone
@@ -346,19 +350,25 @@ def convert_with_beam(
         every_result
         | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize + masked, options.shard_bytes)
         | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.Map(_write_shard, out_dir, name, dtype.name, scratch, options.compression, masked)
+        | "WriteShards" >> beam.Map(_write_shard, target, name, dtype.name, scratch, options.compression, masked)
         | "AllShards" >> beam.combiners.ToList()
       )
       _ = infos | "Manifest" >> beam.Map(
         _write_manifest,
         beam.pvalue.AsSingleton(every_result),
-        out_dir,
+        target,
         name,
         dtype.name,
         tokenizer_record(tokenizer, options),
         files,
         options,
       )
+  except BaseException:  # a failed replacement leaves the old dataset as it was (re-raised)
+    if target != out_dir:
+      shutil.rmtree(target, ignore_errors=True)
+    raise
   finally:
     _remove_scratch(scratch)
+  if target != out_dir:
+    swap_in(target, out_dir)
   return Manifest.parse(_get(_join(out_dir, MANIFEST_NAME)), _join(out_dir, MANIFEST_NAME))
