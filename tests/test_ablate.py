@@ -61,6 +61,8 @@ def test_three_candidates_train_equal_tokens_and_report_held_out_losses(tmp_path
   assert [r.processed_tokens for r in rows] == [6_000, 6_000]
   assert rows[0].tokens_by_domain["synthetic"] > rows[1].tokens_by_domain["synthetic"]
   assert all(math.isfinite(v) for r in rows for v in r.domain_loss.values())
+  # a noise estimate per domain: small against the loss, positive (48k held-out tokens)
+  assert all(0 < r.domain_stderr[n] < 0.1 * r.domain_loss[n] for r in rows for n in r.domain_loss)
   # Training on more code lowers the held-out code loss relative to the other candidate.
   assert rows[1].domain_loss["code"] < rows[0].domain_loss["code"]
   # Every candidate holds out the same documents: the eval split depends on the seed and counts only.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 
 import matplotlib
+import matplotlib.container
 import numpy as np
 
 from jaxdata.tools.report import ablation_figure, ablation_plot, plan_plot
@@ -48,7 +49,12 @@ def test_a_trajectory_of_many_phases_draws_no_wall_of_lines_and_readable_ticks(t
 
 def test_the_ablation_plot_spans_the_losses_and_keeps_its_legend_off_the_bars(tmp_path):
   rows = [
-    types.SimpleNamespace(name=n, domain_loss={"web": 3.0 + d, "code": 2.5 + d}, target_loss=2.8 + d)
+    types.SimpleNamespace(
+      name=n,
+      domain_loss={"web": 3.0 + d, "code": 2.5 + d},
+      target_loss=2.8 + d,
+      domain_stderr={"web": 0.01, "code": 0.02},
+    )
     for n, d in (("uniform", 0.0), ("doremi", 0.08))
   ]
   (ax,) = ablation_figure(rows, ["web", "code"]).axes
@@ -58,4 +64,7 @@ def test_the_ablation_plot_spans_the_losses_and_keeps_its_legend_off_the_bars(tm
   assert [t.get_text() for t in legend.get_texts()] == ["uniform (target loss 2.800)", "doremi (target loss 2.880)"]
   assert legend.get_bbox_to_anchor().transformed(ax.transAxes.inverted()).y1 < 0  # below the axes, off the bars
   assert len({patch.get_hatch() for patch in ax.patches}) == 2
+  bars = [c for c in ax.containers if isinstance(c, matplotlib.container.BarContainer)]
+  assert len(bars) == 2 and all(c.errorbar is not None for c in bars)  # the noise: +-2 standard errors
+  assert high > 3.08 + 2 * 0.01  # the error bars fit inside the axis
   assert ablation_plot(rows, ["web", "code"], str(tmp_path / "ablation.png")) == str(tmp_path / "ablation.png")

@@ -45,6 +45,9 @@ class AblationRow:
   tokens_by_domain: dict[str, int]
   domain_loss: dict[str, float]
   target_loss: float
+  # per domain, the standard error of its mean held-out loss over tokens (tokens of one document are
+  # correlated, so the noise is at least this much): the error bars of the plot
+  domain_stderr: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def ablation_config(base: PipelineConfig, weights: Mapping[str, float] | None = None) -> PipelineConfig:
@@ -100,9 +103,16 @@ def _cut_at(batch: dict[str, np.ndarray], remaining: int) -> tuple[dict[str, np.
 def evaluate(params: Any, cfg: PipelineConfig, eval_tokens: int | None = None) -> dict[str, float]:
   """Mean held-out loss per dataset (the config's split="eval"): over every held-out trained token,
   or the first `eval_tokens` of them (the same documents for every model evaluated on `cfg`'s split)."""
+  return evaluate_with_errors(params, cfg, eval_tokens)[0]
+
+
+def evaluate_with_errors(
+  params: Any, cfg: PipelineConfig, eval_tokens: int | None = None
+) -> tuple[dict[str, float], dict[str, float]]:
+  """`evaluate`'s means and, per dataset, the standard error of each mean over its tokens."""
   if eval_tokens is not None and eval_tokens < 1:
     raise ValueError(f"eval_tokens: must be >= 1 (or None: every held-out token), got {eval_tokens}")
-  sums, counts = np.zeros(len(cfg.names)), np.zeros(len(cfg.names))
+  sums, squares, counts = np.zeros(len(cfg.names)), np.zeros(len(cfg.names)), np.zeros(len(cfg.names))
   remaining = eval_tokens if eval_tokens is not None else -1
   with Pipeline(cfg, prefetch=0, split="eval") as evaluation:
     position = np.array([cfg.names.index(name) for name in evaluation.cfg.names])  # source id -> our index
@@ -114,10 +124,16 @@ def evaluate(params: Any, cfg: PipelineConfig, eval_tokens: int | None = None) -
       trained = np.asarray(batch["loss_mask"]) == 1
       where = position[np.asarray(batch["source_ids"])[trained]]
       sums += np.bincount(where, weights=losses[trained], minlength=len(cfg.names))
+      squares += np.bincount(where, weights=np.square(losses[trained]), minlength=len(cfg.names))
       counts += np.bincount(where, minlength=len(cfg.names))
       if remaining == 0:
         break
-  return {n: float(sums[i] / counts[i]) if counts[i] else float("nan") for i, n in enumerate(cfg.names)}
+  means = {n: float(sums[i] / counts[i]) if counts[i] else float("nan") for i, n in enumerate(cfg.names)}
+  errors = {}
+  for i, n in enumerate(cfg.names):
+    variance = squares[i] / counts[i] - (sums[i] / counts[i]) ** 2 if counts[i] > 1 else float("nan")
+    errors[n] = float(np.sqrt(max(variance, 0.0) / (counts[i] - 1))) if counts[i] > 1 else float("nan")
+  return means, errors
 
 
 SHARE_TOLERANCE = 0.05  # a candidate whose trained shares drift further from its weights is named
@@ -175,9 +191,9 @@ def run_ablation(
           by_domain[n] += int(((sources == d) & (batch["loss_mask"] == 1)).sum())
         params, state, _ = model.train_step(params, state, {k: jnp.asarray(v) for k, v in batch.items()})
         processed += valid
-    losses = evaluate(params, cfg, eval_tokens)
+    losses, errors = evaluate_with_errors(params, cfg, eval_tokens)
     target_loss = sum(target[n] / total * losses[n] for n in cfg.names)
-    rows.append(AblationRow(name, _weights(cfg), processed, by_domain, losses, float(target_loss)))
+    rows.append(AblationRow(name, _weights(cfg), processed, by_domain, losses, float(target_loss), errors))
     log(f"{name}: {processed:,} tokens trained, target-mixture loss {target_loss:.4f}")
     off = share_drift(_weights(cfg), by_domain)
     if off:

@@ -263,15 +263,22 @@ def ablation_figure(rows: Any, names: Sequence[str]) -> Any:
   width = 0.8 / max(len(rows), 1)
   values = [row.domain_loss[n] for row in rows for n in names]
   for i, row in enumerate(rows):
+    errors = getattr(row, "domain_stderr", None) or {}
+    spread = [2 * errors[n] if np.isfinite(errors.get(n, float("nan"))) else 0.0 for n in names]
     ax.bar(
       np.arange(len(names)) + i * width,
       [row.domain_loss[n] for n in names],
       width,
+      yerr=spread if any(spread) else None,  # +-2 standard errors of the mean over tokens
+      capsize=3,
       label=f"{row.name} (target loss {row.target_loss:.3f})",
       hatch=HATCHES[i % len(HATCHES)],
       edgecolor="black",
       linewidth=0.3,
     )
+    values += [row.domain_loss[n] + s for n, s in zip(names, spread)] + [
+      row.domain_loss[n] - s for n, s in zip(names, spread)
+    ]
   if values:
     low, high = min(values), max(values)
     margin = max((high - low) * 0.15, 1e-3)
@@ -279,7 +286,7 @@ def ablation_figure(rows: Any, names: Sequence[str]) -> Any:
   ax.set_xticks(np.arange(len(names)) + width * (len(rows) - 1) / 2, list(names))
   ax.set(
     xlabel="held-out domain",
-    ylabel="held-out loss per token (axis from the lowest value)",
+    ylabel="held-out loss per token (axis from the lowest value; bars: +-2 standard errors)",
     title="mixture ablation: the same tokens, the same initialisation",
   )
   ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(len(rows), 3))
