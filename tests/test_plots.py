@@ -31,7 +31,7 @@ def test_the_plan_plot_labels_every_panel_and_tells_bars_apart_without_colour(tm
   assert top.get_xlabel() == "step" and middle.get_xlabel() == "step" and bottom.get_xlabel() == "phase"
   for ax in (top, middle, bottom):
     assert [t.get_text() for t in ax.get_legend().get_texts()] == names
-  assert "grey lines: the 1 phase changes" in top.get_title() and "black" not in top.get_title()
+  assert "grey lines: 1 phase change)" in top.get_title() and "black" not in top.get_title()
   hatches = {patch.get_hatch() for patch in bottom.patches}
   assert len(hatches) == len(names)  # one pattern per dataset
   assert (tmp_path / "plan.png").stat().st_size > 0
@@ -68,3 +68,17 @@ def test_the_ablation_plot_spans_the_losses_and_keeps_its_legend_off_the_bars(tm
   assert len(bars) == 2 and all(c.errorbar is not None for c in bars)  # the noise: +-2 standard errors
   assert high > 3.08 + 2 * 0.01  # the error bars fit inside the axis
   assert ablation_plot(rows, ["web", "code"], str(tmp_path / "ablation.png")) == str(tmp_path / "ablation.png")
+
+
+def test_the_docs_show_each_plot_and_every_image_they_name_exists():
+  import os  # noqa: PLC0415
+  import re  # noqa: PLC0415
+
+  docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+  shown = set()
+  for page in os.listdir(docs):
+    if page.endswith(".md"):
+      for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", open(os.path.join(docs, page), encoding="utf-8").read()):
+        assert os.path.isfile(os.path.join(docs, image)), (page, image)
+        shown.add(os.path.basename(image))
+  assert {"plan.png", "report-shares.png", "report-sources.png", "ablation.png"} <= shown

@@ -214,7 +214,8 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
     for start in changes:
       for ax in (top, middle):
         ax.axvline(start, color="grey", lw=1, alpha=0.6)
-  said = f" (grey lines: the {len(changes)} phase changes)" if 0 < len(changes) <= MAX_PHASE_LINES else ""
+  plural = "s" if len(changes) > 1 else ""
+  said = f" (grey lines: {len(changes)} phase change{plural})" if 0 < len(changes) <= MAX_PHASE_LINES else ""
   top.set(xlabel="step", ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens{said}")
   middle.set(xlabel="step", ylabel="cumulative passes")
   top.legend(fontsize=7)
@@ -286,8 +287,9 @@ def ablation_figure(rows: Any, names: Sequence[str]) -> Any:
   ax.set_xticks(np.arange(len(names)) + width * (len(rows) - 1) / 2, list(names))
   ax.set(
     xlabel="held-out domain",
-    ylabel="held-out loss per token (axis from the lowest value; bars: +-2 standard errors)",
-    title="mixture ablation: the same tokens, the same initialisation",
+    ylabel="held-out loss per token",
+    title="mixture ablation: the same tokens, the same initialisation\n"
+    "(error bars: +-2 standard errors; the axis starts near the lowest loss, not at 0)",
   )
   ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(len(rows), 3))
   fig.tight_layout()
