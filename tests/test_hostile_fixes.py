@@ -271,3 +271,17 @@ def test_a_copy_written_with_another_compression_restores_the_same_state(tmp_pat
   with Pipeline(config(paths["none"]), prefetch=0) as second:
     second.set_state(state)  # was refused: "content.code: dec07fa0d020 -> fe9d5370c137"
     assert [second.__next__()["tokens"].tobytes() for _ in range(3)] == expected
+
+
+def test_an_empty_assistant_answer_under_generation_blocks_is_no_template_fault(tmp_path, tokenizer_dir):
+  """It was reported as "1 generation blocks for 2 assistant messages": blocks are no longer counted."""
+  template = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\\n{% if m.role == 'assistant' %}{% generation %}"
+    "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}\\n{% endfor %}"
+  )
+  (tmp_path / "t.jinja").write_text(template)
+  messages = [*QA, {"role": "user", "content": "and?"}, {"role": "assistant", "content": ""}]
+  manifest = convert(
+    [chat_file(tmp_path, messages)], str(tmp_path / "out"), "x", chat_options(tokenizer_dir, str(tmp_path / "t.jinja"))
+  )
+  assert manifest.num_records == 1 and manifest.stats["trained_tokens"] > 0

@@ -301,7 +301,7 @@ def test_an_unreferenced_pipeline_stops_its_workers(cfg, kind, count):
   assert len(processes) == count
   del pipe
   gc.collect()
-  assert [p.wait(timeout=10) for p in processes] == [0] * count
+  assert [p.wait(timeout=60) for p in processes] == [0] * count  # generous: a loaded 2-core machine
 
 
 def test_workers_must_be_a_count_and_exclude_recorded_reads(cfg):
