@@ -82,3 +82,34 @@ def test_the_docs_show_each_plot_and_every_image_they_name_exists():
         assert os.path.isfile(os.path.join(docs, image)), (page, image)
         shown.add(os.path.basename(image))
   assert {"plan.png", "report-shares.png", "report-sources.png", "ablation.png"} <= shown
+
+
+def test_the_report_of_an_online_run_draws_no_line_per_update_and_labels_its_axes(tmp_path, monkeypatch):
+  import json  # noqa: PLC0415
+
+  from jaxdata.tools import report  # noqa: PLC0415
+
+  figures = []
+  real = report._figure
+  monkeypatch.setattr(report, "_figure", lambda **kw: figures.append(real(**kw)) or figures[-1])
+  lines = []
+  for step in range(40):  # new weights every step, as an online controller gives them
+    w = 0.3 + 0.01 * (step % 7)
+    lines.append(
+      {
+        "step": step,
+        "tokens_per_source": {"web": 600, "code": 400},
+        "documents_per_source": {"web": 6, "code": 4},
+        "target_share": {"web": w, "code": 1 - w},
+        "share_batch": {"web": 0.6, "code": 0.4},
+        "padding_fraction": 0.01,
+      }
+    )
+  (tmp_path / "stats.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+  report.write_report(str(tmp_path / "stats.jsonl"), str(tmp_path / "report"))
+  shares, sources, padding = (fig.axes[0] for fig in figures)
+  vertical = [line for line in sources.get_lines() if len(set(line.get_xdata())) == 1]
+  assert vertical == [] and "weight changes, not drawn" in sources.get_xlabel()
+  assert sources.get_ylim() == (0.0, 1.0) and sources.get_legend() is not None
+  assert shares.get_ylabel() == "cumulative share of tokens" and len(shares.get_legend().get_texts()) == 4
+  assert padding.get_xlabel() == "step" and padding.get_legend() is not None
