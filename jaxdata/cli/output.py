@@ -173,8 +173,8 @@ def show(console: Any, table: PlainTable) -> None:
 
 def progress_bar(console: Any, disable: bool) -> Any:
   """A bar per phase of a conversion, its amount in the phase's own unit (the `amount` field, text):
-  rich's bar, or plain lines."""
-  if _progress is None:
+  rich's bar on a terminal, else plain lines on stderr (rich's bar would leave a blank line on stdout)."""
+  if _progress is None or not getattr(console, "is_terminal", False):
     return _PlainProgress(disable)
   rich = _progress
   return rich.Progress(
