@@ -222,13 +222,6 @@ def _at_token_start(text: str, end: int, floor: int, token_starts: list[int], to
   return end
 
 
-def _has_text(message: dict[str, Any]) -> bool:
-  content = message.get("content")
-  if isinstance(content, str):
-    return bool(content)
-  return isinstance(content, list) and any(isinstance(p, dict) and p.get("text") for p in content)
-
-
 def _turn_start(
   messages: list[dict[str, Any]], i: int, render: Render, text: str, floor: int, span: tuple[int, int] | None
 ) -> int:
