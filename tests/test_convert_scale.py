@@ -489,3 +489,20 @@ def test_a_failed_beam_overwrite_leaves_the_old_dataset_whole_and_a_good_one_rep
   with open_dataset(out) as dataset:  # the same records, written uncompressed: the same fingerprint
     assert dataset.manifest.fingerprint == replaced.fingerprint == old.fingerprint
     assert dataset.manifest.shards[0].sha256 != old.shards[0].sha256
+
+
+def test_an_overwrite_keeps_the_folders_permissions_its_symlink_and_refuses_hidden_files(corpus, tmp_path):
+  src = os.path.join(corpus, "e.txt")
+  real, link = tmp_path / "real", tmp_path / "link"
+  real.mkdir()
+  os.chmod(real, 0o755)
+  os.symlink(real, link)
+  convert([src], str(link), "e", ConvertOptions(workers=1))
+  convert([src], str(link), "e", ConvertOptions(workers=1, compression="none"), overwrite=True)
+  assert os.path.islink(link) and os.readlink(link) == str(real)  # replaced where the link points
+  assert (os.stat(real).st_mode & 0o777) == 0o755  # readable by others as before (not mkdtemp's 0700)
+  assert sorted(os.listdir(real)) == ["e-00000.array_record", "e-00000.lengths.npy", "manifest.json"]
+  assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+  (real / ".git").mkdir()  # a hidden folder would go with the swapped-out directory: refused instead
+  with pytest.raises(FileExistsError, match=r"holds files that are not a jaxdata dataset \(.git\)"):
+    convert([src], str(link), "e", ConvertOptions(workers=1), overwrite=True)

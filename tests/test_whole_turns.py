@@ -117,8 +117,16 @@ def test_a_weight_one_message_that_renders_nothing_is_refused_not_silent(tokeniz
   template = "{% for m in messages %}{% if m.content %}[{{ m.role }}]{{ m.content }}{% endif %}{% endfor %}"
   messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]
   encoder = ExampleEncoder("chat", tokenizer, "messages", template=template)
-  with pytest.raises(InputFormatError, match=r"x:1: messages\[1\] \(assistant, weight 1\) renders nothing"):
+  with pytest.raises(InputFormatError, match=r"x:1: messages\[1\] \(assistant, weight 1\) is absent from the template"):
     encoder.encode({"messages": messages}, "x:1")
+  # one that writes the other turns whole but leaves the assistant's out: the user's marker must not train
+  dropping = (
+    "{% for m in messages %}{% if m.role != 'assistant' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
+  )
+  encoder = ExampleEncoder("chat", tokenizer, "messages", template=dropping)
+  with pytest.raises(InputFormatError, match=r"x:1: messages\[1\] \(assistant, weight 1\) is absent from the template"):
+    encoder.encode({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}, "x:1")
 
 
 def test_roles_beyond_the_five_and_content_parts_reach_the_template(tokenizer):

@@ -140,11 +140,13 @@ class _PlainProgress:
 
   def update(self, task: str, completed: int = 0, **fields: Any) -> None:
     now = time.monotonic()
-    if self.disable or (now - self.shown < 1.0 and completed < self.tasks[task]["total"]):
-      return
+    state = self.tasks[task]
+    finished = completed >= state["total"]
+    if self.disable or state.get("said_finished") or (now - self.shown < 1.0 and not finished):
+      return  # at most once a second, and a finished phase once
     self.shown = now
-    self.tasks[task].update(fields)
-    print(f"{task}: {self.tasks[task].get('amount', completed)}", file=sys.stderr)
+    state.update(fields, said_finished=finished)
+    print(f"{task}: {state.get('amount', completed)}", file=sys.stderr)
 
 
 _console, _table, _progress = _rich("console"), _rich("table"), _rich("progress")

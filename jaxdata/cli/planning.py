@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+import warnings as warnings_module
 from typing import Any
 
 from jaxdata._lazy import lazy_module
@@ -45,6 +46,13 @@ def _phase_groups(count: int) -> list[list[int]]:
 
 
 def plan(args: argparse.Namespace, console: Console) -> int:
+  """`jaxdata plan`: the unseen documents of a dropped last step are said once, among its warnings."""
+  with warnings_module.catch_warnings():
+    warnings_module.filterwarnings("ignore", message="jaxdata: the stream ended inside step")
+    return _plan(args, console)
+
+
+def _plan(args: argparse.Namespace, console: Console) -> int:
   cfg = load_config(args.config)
   if args.weights_trajectory:
     cfg = with_trajectory(cfg, load_trajectory(args.weights_trajectory))

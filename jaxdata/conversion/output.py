@@ -47,7 +47,8 @@ def check_output(out_dir: str, inputs: Sequence[str], overwrite: bool) -> None:
   if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
     manifest = Manifest.load(out_dir)
     own = {MANIFEST_NAME, *(n for s in manifest.shards for n in (s.path, s.lengths_path))}
-  others = sorted(n for n in os.listdir(out_dir) if n not in own and not n.startswith("."))
+  # hidden files count too (an overwrite swaps the whole directory): only jaxdata's own scratch is skipped
+  others = sorted(n for n in os.listdir(out_dir) if n not in own and not n.startswith(".jaxdata"))
   if others:
     raise FileExistsError(
       f"--out {out_dir}: holds files that are not a jaxdata dataset ({', '.join(others[:3])}"
@@ -69,9 +70,13 @@ def prepare_output(out_dir: str, overwrite: bool) -> None:
 
 
 def staging_directory(out_dir: str) -> str:
-  """A new hidden directory beside `out_dir` (same file system) to write a replacement dataset into."""
-  parent = os.path.dirname(os.path.abspath(out_dir))
-  return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.jaxdata-new-", dir=parent)
+  """A new hidden directory beside `out_dir` (its real path: a symlink's target; same file system) to write
+  a replacement dataset into, with `out_dir`'s permissions (mkdtemp would leave it readable by its owner only)."""
+  real = os.path.realpath(out_dir)
+  staged = tempfile.mkdtemp(prefix=f".{os.path.basename(real)}.jaxdata-new-", dir=os.path.dirname(real))
+  with contextlib.suppress(OSError):
+    os.chmod(staged, os.stat(real).st_mode & 0o7777)
+  return staged
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -92,13 +97,20 @@ def swap_in(staged: str, out_dir: str) -> None:
   """Puts the sealed dataset in `staged` at `out_dir` and removes the one it replaces: one atomic exchange
   where the system has it, else two renames (the old dataset stays whole beside, under a hidden name,
   until the new one is in place)."""
-  if not os.path.isdir(out_dir):
-    os.rename(staged, out_dir)
+  real = os.path.realpath(out_dir)  # a symlinked --out: the dataset is replaced where the link points
+  if not os.path.isdir(real):
+    os.rename(staged, real)
     return
-  if not _exchange(staged, out_dir):
-    old = staged + ".old"
-    os.rename(out_dir, old)
-    os.rename(staged, out_dir)
-    staged = old
+  try:
+    if not _exchange(staged, real):
+      old = staged + ".old"
+      os.rename(real, old)
+      os.rename(staged, real)
+      staged = old
+  except OSError as e:  # the old dataset stays as it was; the new one is not left behind
+    shutil.rmtree(staged, ignore_errors=True)
+    raise OSError(
+      f"--out {out_dir}: the new dataset could not replace the old one ({e.strerror}); the old one is kept"
+    ) from e
   with contextlib.suppress(OSError):
     shutil.rmtree(staged)

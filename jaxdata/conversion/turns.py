@@ -197,6 +197,11 @@ def assistant_turns(
       previous_end = span[1] if span else previous_end
       continue
     start = _turn_start(messages, i, render, text, previous_end, span)
+    if start is None:  # no content, generation prompt or sentinel places it: the template leaves it out
+      raise InputFormatError(
+        f"{where}: messages[{i}] (assistant, weight 1) is absent from the template's rendering (nothing of it "
+        "is placed there: no content, no generation prompt, no tool call); give it weight 0, or a template that renders it"
+      )
     end = _turn_end(messages, i, render, text, start, span, where)
     end = _at_token_start(text, end, span[1] if span else start, token_starts, token_ends)
     if end <= start:
@@ -224,11 +229,12 @@ def _at_token_start(text: str, end: int, floor: int, token_starts: list[int], to
 
 def _turn_start(
   messages: list[dict[str, Any]], i: int, render: Render, text: str, floor: int, span: tuple[int, int] | None
-) -> int:
+) -> int | None:
   """Where the model starts generating message i: the end of the generation prompt after messages[:i]
   (kept between the previous message's end and the content's start). A template without a generation
   prompt does not say where the header ends: then the content's start, or for a message without text
-  where a sentinel given as its content lands (the header never trains)."""
+  where a sentinel given as its content lands (the header never trains). None: nothing places the
+  message in the rendering (a template that leaves it out)."""
   ceiling = span[0] if span else len(text)
   try:
     prompt = render(messages[:i], True)
@@ -242,7 +248,7 @@ def _turn_start(
   if span:
     return ceiling
   at = _sentinel_position(messages, i, render, text)
-  return at if at is not None and at >= floor else floor
+  return at if at is not None and at >= floor else None
 
 
 def _probes(messages: list[dict[str, Any]], i: int) -> list[list[dict[str, Any]]]:

@@ -26,7 +26,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError, DatasetError
 from jaxdata.sources.opening import SplitDataset
 
-__all__ = ["TokenBound", "token_bound", "with_special_ids"]
+__all__ = ["TokenBound", "resolve_special_ids", "token_bound", "with_special_ids"]
 
 SPECIAL_IDS = ("bos_id", "eos_id", "pad_id", "unk_id", "end_of_turn_id")  # what conversion records
 
@@ -43,6 +43,11 @@ def _identity(tokenizer: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def with_special_ids(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> PipelineConfig:
+  """`resolve_special_ids` with the opened datasets' manifests."""
+  return resolve_special_ids(cfg, [ds.manifest.tokenizer for ds in datasets])
+
+
+def resolve_special_ids(cfg: PipelineConfig, tokenizers: Sequence[Mapping[str, Any]]) -> PipelineConfig:
   """The config with bos_id / eos_id / pad_id taken from the datasets' tokenizer where it gives none.
 
   An id the config gives for a token packing adds (add_bos, add_eos) must equal the recorded one; the
@@ -54,9 +59,9 @@ def with_special_ids(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> P
   for key, added in (("bos_id", packing.add_bos), ("eos_id", packing.add_eos), ("pad_id", True)):
     given = getattr(packing, key)
     recorded = {
-      d.name: ds.manifest.tokenizer[key]
-      for d, ds in zip(cfg.datasets, datasets)
-      if isinstance(ds.manifest.tokenizer.get(key), int) and not isinstance(ds.manifest.tokenizer.get(key), bool)
+      d.name: tokenizer[key]
+      for d, tokenizer in zip(cfg.datasets, tokenizers)
+      if isinstance(tokenizer.get(key), int) and not isinstance(tokenizer.get(key), bool)
     }
     values = sorted(set(recorded.values()))
     token = key[:3].upper()

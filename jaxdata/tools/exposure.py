@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -34,6 +35,8 @@ from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import require_keys
 from jaxdata.mixture.stream import DatasetMeta, load_metadata
 from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.pipeline.vocabulary import resolve_special_ids
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.tools.mixture_checks import stored_order_warnings, weight_notices
 from jaxdata.tools.numbers import human_count
 
@@ -276,6 +279,11 @@ def plan_run(cfg: PipelineConfig, tokens: int, max_passes: float) -> tuple[Expos
   """What `jaxdata plan` shows: exposure over `tokens` tokens, or up to where
   the pass policies end the stream if that comes first, and the warnings."""
   metadata = load_metadata(cfg)
+  # the ids packing adds, as a pipeline resolves them: a config the Pipeline refuses is refused here too
+  # (local datasets' manifests; a dataset in a bucket is checked when a Pipeline opens it)
+  local = [d for d in cfg.datasets if "://" not in d.path and os.path.isfile(os.path.join(d.path, MANIFEST_NAME))]
+  if len(local) == len(cfg.datasets):
+    resolve_special_ids(cfg, [Manifest.load(d.path).tokenizer for d in local])
   supply = {name: kept_supply(meta, cfg) for name, meta in metadata.items()}
   end = simulate_end(cfg, metadata, -(-tokens // cfg.tokens_per_step))
   if end is not None and end.steps == 0:
