@@ -174,9 +174,9 @@ def test_fine_tuning_guide_runs(tmp_path):
 
   root = str(tmp_path)
   _tokenizer_json(os.path.join(root, "tokenizer.json"))
-  fast = transformers.PreTrainedTokenizerFast(
-    tokenizer_object=Tokenizer.from_file(os.path.join(root, "tokenizer.json"))
-  )
+  backend = Tokenizer.from_file(os.path.join(root, "tokenizer.json"))
+  backend.add_special_tokens(["</s>"])  # a tokenizer with an EOS, as real ones have: the guide's add_eos uses it
+  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>")
   fast.chat_template = (
     "{% for m in messages %}{{ m['role'] }}: {% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}"
     "{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}\n{% endfor %}"
