@@ -50,6 +50,7 @@ __all__ = [
   "ExampleEncoder",
   "character_range_mask",
   "example_encoder",
+  "labels_mask",
 ]
 
 ExampleFormat = Literal["text", "chat", "prompt-completion"]
@@ -250,6 +251,21 @@ def _pretokenized(record: Mapping[str, Any]) -> bool:
   return isinstance(record.get("input_ids"), list)
 
 
+def labels_mask(ids: np.ndarray, labels: Any, where: str) -> np.ndarray:
+  """The trained-token mask of Hugging Face trainers' labels (unshifted: -100 does not train, any other
+  label must be its token id); an `InputFormatError` naming `where` otherwise."""
+  given = np.asarray(labels)
+  if given.shape != ids.shape or (given.size and given.dtype.kind not in "iu"):
+    raise InputFormatError(f"{where}: 'labels' must hold one int per token id ({ids.size})")
+  wrong = (given != IGNORE_INDEX) & (given != ids)
+  if wrong.any():
+    raise InputFormatError(
+      f"{where}: labels[{int(np.flatnonzero(wrong)[0])}] is neither -100 nor its token id: jaxdata's targets are "
+      "the next ids, so labels must equal the ids where they train (unshifted, as transformers' collators give them)"
+    )
+  return (given != IGNORE_INDEX).astype(np.uint8)
+
+
 def _given_ids(record: Mapping[str, Any], where: str, vocab_size: int | None) -> Example:
   """An example tokenized elsewhere: `input_ids` with `labels` (-100: not trained) or `mask` (0 / 1)."""
   ids = np.asarray(record["input_ids"])
@@ -258,16 +274,7 @@ def _given_ids(record: Mapping[str, Any], where: str, vocab_size: int | None) ->
   if vocab_size is not None and int(ids.max()) >= vocab_size:
     raise InputFormatError(f"{where}: 'input_ids' holds id {int(ids.max())}, beyond the vocabulary of {vocab_size}")
   if "labels" in record:
-    labels = np.asarray(record["labels"])
-    if labels.shape != ids.shape or labels.dtype.kind not in "iu":
-      raise InputFormatError(f"{where}: 'labels' must hold one int per input id ({ids.size})")
-    wrong = (labels != IGNORE_INDEX) & (labels != ids)
-    if wrong.any():
-      raise InputFormatError(
-        f"{where}: labels[{int(np.flatnonzero(wrong)[0])}] is neither -100 nor its input id: jaxdata's targets are "
-        "the next input ids, so labels must equal input_ids where they train"
-      )
-    return ids.astype(np.int64), (labels != IGNORE_INDEX).astype(np.uint8)
+    return ids.astype(np.int64), labels_mask(ids, record["labels"], where)
   mask = np.asarray(record.get("mask", np.ones(ids.size, np.uint8)))
   if mask.shape != ids.shape or mask.dtype.kind not in "biu" or (mask.size and (mask.min() < 0 or mask.max() > 1)):
     raise InputFormatError(f"{where}: 'mask' must hold one 0 or 1 per input id ({ids.size})")

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdata.conversion.examples import labels_mask
 from jaxdata.conversion.output import prepare_output
 from jaxdata.conversion.tokenizers import (
   Tokenizer,
@@ -248,23 +249,11 @@ def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any)
   return from_iterable(column(), out, **options)
 
 
-IGNORE_INDEX = -100  # Hugging Face trainers' label of a token that does not train
-
-
 def _with_labels(ids: Any, labels: Any, row: int) -> tuple[list[int], np.ndarray]:
-  """(ids, mask) from token ids and their labels: -100 does not train, any other label must be its id."""
+  """(ids, mask) from token ids and their labels (`examples.labels_mask`)."""
   if isinstance(ids, str):
     raise InputFormatError(f"row {row}: a 'labels' column needs token ids in the field, not text")
-  ids_array, labels_array = np.asarray(ids), np.asarray(labels)
-  if labels_array.shape != ids_array.shape or (labels_array.size and labels_array.dtype.kind not in "iu"):
-    raise InputFormatError(f"row {row}: 'labels' must hold one int per token id ({ids_array.size})")
-  wrong = (labels_array != IGNORE_INDEX) & (labels_array != ids_array)
-  if wrong.any():
-    raise InputFormatError(
-      f"row {row}: labels[{int(np.flatnonzero(wrong)[0])}] is neither -100 nor its token id: jaxdata's targets are "
-      "the next ids, so labels must equal the ids where they train (unshifted, as transformers' collators give them)"
-    )
-  return list(ids), (labels_array != IGNORE_INDEX).astype(np.uint8)
+  return list(ids), labels_mask(np.asarray(ids), labels, f"row {row}")
 
 
 def _splits(dataset: Any) -> list[str]:
