@@ -14,11 +14,9 @@ from typing import Any
 
 NL = "{{ '\\n' }}"
 
-CHATML = (
-  "{% if tools %}<|im_start|>system" + NL + "# Tools{{ tools | tojson }}<|im_end|>" + NL + "{% endif %}"
-  "{% for m in messages %}"
-  "{% if m.role == 'assistant' %}<|im_start|>assistant" + NL + "{% generation %}"
-  "{% if m.content %}{{ m.content }}{% endif %}"
+# What ChatML-style layouts (ChatML with tools, Qwen3) write after an assistant's content: its tool calls,
+# the end of its turn, and the other roles' turns.
+_CHATML_REST = (
   "{% for c in m.tool_calls or [] %}" + NL + "<tool_call>" + NL + '{"name": "{{ c.function.name }}", '
   '"arguments": {{ c.function.arguments | tojson }}}' + NL + "</tool_call>{% endfor %}"
   "<|im_end|>{% endgeneration %}" + NL + ""
@@ -26,6 +24,13 @@ CHATML = (
   "</tool_response><|im_end|>" + NL + ""
   "{% else %}<|im_start|>{{ m.role }}" + NL + "{{ m.content }}<|im_end|>" + NL + "{% endif %}{% endfor %}"
   "{% if add_generation_prompt %}<|im_start|>assistant" + NL + "{% endif %}"
+)
+
+CHATML = (
+  "{% if tools %}<|im_start|>system" + NL + "# Tools{{ tools | tojson }}<|im_end|>" + NL + "{% endif %}"
+  "{% for m in messages %}"
+  "{% if m.role == 'assistant' %}<|im_start|>assistant" + NL + "{% generation %}"
+  "{% if m.content %}{{ m.content }}{% endif %}" + _CHATML_REST
 )
 
 # Qwen3's layout: reasoning (in <think>) kept only for assistant turns after the last user query.
@@ -46,13 +51,7 @@ QWEN3 = (
   + NL
   + NL
   + "{% endif %}{{ content }}"
-  "{% for c in m.tool_calls or [] %}" + NL + "<tool_call>" + NL + '{"name": "{{ c.function.name }}", '
-  '"arguments": {{ c.function.arguments | tojson }}}' + NL + "</tool_call>{% endfor %}"
-  "<|im_end|>{% endgeneration %}" + NL + ""
-  "{% elif m.role == 'tool' %}<|im_start|>user" + NL + "<tool_response>" + NL + "{{ m.content }}" + NL + ""
-  "</tool_response><|im_end|>" + NL + ""
-  "{% else %}<|im_start|>{{ m.role }}" + NL + "{{ m.content }}<|im_end|>" + NL + "{% endif %}{% endfor %}"
-  "{% if add_generation_prompt %}<|im_start|>assistant" + NL + "{% endif %}"
+  + _CHATML_REST
 )
 
 LLAMA31 = (
