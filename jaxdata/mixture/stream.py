@@ -153,7 +153,8 @@ class DocumentStream:
       if meta.lengths.size != num_records:
         raise ConfigError(f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records")
       # (Only when the smallest length is 0 are all lengths scanned, to name the first.)
-      empty = np.flatnonzero(np.asarray(meta.lengths) == 0) if int(meta.lengths.min()) == 0 else np.zeros(0, np.int64)
+      shortest = int(meta.lengths.min())  # one pass over the lengths: the empty check and drop's check
+      empty = np.flatnonzero(np.asarray(meta.lengths) == 0) if shortest == 0 else np.zeros(0, np.int64)
       if len(empty):  # an empty document would add no tokens: a token-limited pull could never end
         raise ConfigError(
           f"datasets.{settings.name}: {len(empty)} documents of length 0 (the first is record "
@@ -168,7 +169,7 @@ class DocumentStream:
       )
       order = self._order(settings, meta, options, epoch)
       self.cursors.append(DatasetCursor(settings, order, meta.lengths, kept, cfg.packing.seq_len))
-      self.shortest.append(int(meta.lengths.min()))
+      self.shortest.append(shortest)
       self._order_inputs.append((settings, meta, options))
     self.emitted = 0  # documents
     self.tokens = 0

@@ -122,7 +122,7 @@ COMMAND_R = (
   "{% if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"
 )
 
-# Phi-3 again, its turns separated by a blank line: layout whitespace after the marker never trains
+# ChatML with no generation prompt: where a header ends is told only by the content (or a sentinel) after it
 CHATML_PLAIN = (
   "{% for m in messages %}<|im_start|>{{ m.role }}" + NL + "{% if m.role == 'assistant' %}{% generation %}"
   "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}" + NL + "{% endfor %}"
