@@ -37,7 +37,7 @@ ROWS, SEQ_LEN = 8, 16  # 8 rows: one per device of the 8-device mesh
 
 Data = Mapping[
   str, str
-]  # "d0", "d1", "d2", "d3" (uncompressed), "sft" (masked), "flat", "meg", and "s3:d0", "gs:d0", ... once uploaded
+]  # "d0", "d1", "d2", "d3" (uncompressed), "sft" (masked), "flat", "meg", "d4" (special ids recorded), and "s3:d0", "gs:d0", ... once uploaded
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -78,6 +78,10 @@ def write_data(root: str) -> dict[str, str]:
     [[d] for d in documents[:100]] + [[a, b] for a, b in zip(documents[100::2], documents[101::2])],
   )
   build_flat_index("megatron", [os.path.join(data["meg"], "m")])
+  # a set whose manifest records its tokenizer's BOS and EOS (as conversion does): packing takes them from there
+  data["d4"] = os.path.join(root, "d4")
+  lengths = np.random.default_rng(31).integers(1, 30, 60).tolist()
+  write_coded_dataset(data["d4"], 4, lengths, shard_bytes=300, tokenizer={"kind": "coded", "bos_id": 2, "eos_id": 1})
   data["cache"] = os.path.join(root, "cache")
   return data
 
@@ -237,6 +241,10 @@ FEATURES = [
     lambda d: _config(
       d, packing={"long_docs": "drop", "linear_warmup": {"start": 8, "steps": 4}}, exhausted_policy="repeat"
     ),
+  ),
+  Feature(  # add_bos / add_eos with no ids given: the ids d4's manifest records (BOS 2, EOS 1), never 0
+    "special-ids-from-the-manifest",
+    lambda d: _config(d, names=("d4", "d1"), packing={"add_bos": True, "add_eos": True}, exhausted_policy="repeat"),
   ),
   Feature(
     "group-by-length", lambda d: _config(d, packing={"mode": "none", "group_by_length": 3}, exhausted_policy="repeat")

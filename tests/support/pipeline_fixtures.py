@@ -41,13 +41,21 @@ def coded_mask(d: np.ndarray | int, r: np.ndarray | int, k: np.ndarray | int) ->
 
 
 def write_coded_dataset(
-  directory: str, d: int, lengths: list[int], shard_bytes: int = 400, compression: str = "zstd", masks: bool = False
+  directory: str,
+  d: int,
+  lengths: list[int],
+  shard_bytes: int = 400,
+  compression: str = "zstd",
+  masks: bool = False,
+  tokenizer: dict | None = None,
 ) -> None:
-  """Coded ids; with `masks`, every record carries `coded_mask` as its trained-token mask."""
+  """Coded ids; with `masks`, every record carries `coded_mask` as its trained-token mask; `tokenizer`:
+  the manifest's tokenizer record (default: the coding, with no special ids)."""
   lengths_arr = np.asarray(lengths, dtype=np.int64)
   record = np.repeat(np.arange(len(lengths)), lengths_arr)
   k = np.arange(int(lengths_arr.sum())) - np.repeat(np.cumsum(lengths_arr) - lengths_arr, lengths_arr)
-  writer = DatasetWriter(directory, f"d{d}", np.dtype("<u4"), {"kind": "coded"}, shard_bytes, compression, masks)
+  identity = tokenizer or {"kind": "coded"}
+  writer = DatasetWriter(directory, f"d{d}", np.dtype("<u4"), identity, shard_bytes, compression, masks)
   writer.write_documents(code(d, record, k), lengths_arr, coded_mask(d, record, k) if masks else None)
   writer.finish()
 
