@@ -81,7 +81,7 @@ def measure(documents: int, datasets: int, hosts: int, steps: int) -> dict[str, 
   """One configuration, in this process."""
   from jaxdata import PipelineConfig, StepPlanner  # noqa: PLC0415
   from jaxdata.order.permutation import forget_permutations  # noqa: PLC0415
-  from jaxdata.pipeline.planner import encoded_state, host_row_blocks  # noqa: PLC0415
+  from jaxdata.pipeline.planner import host_row_blocks  # noqa: PLC0415
 
   rng = np.random.default_rng(0)
   block = np.clip(rng.lognormal(np.log(600) - 0.5, 1.0, BLOCK), 1, 65_535).astype(np.uint16)
@@ -116,7 +116,7 @@ def measure(documents: int, datasets: int, hosts: int, steps: int) -> dict[str, 
     plan.pieces.take(plan.in_rows(rows))
     host_times.append(time.perf_counter() - started)
   anon_after = _rss_kb("RssAnon")
-  state = json.dumps(encoded_state(planner.get_state()))
+  state = json.dumps(planner.get_state())
   expected = planner.plan()
   forget_permutations()  # a restore runs in a new process: nothing cached
   started = time.perf_counter()

@@ -21,8 +21,8 @@ from typing import Any
 
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS
+from jaxdata.pipeline.pooled_steps import PooledSteps
 from jaxdata.pipeline.reader import ReadLog
-from jaxdata.pipeline.worker_producer import WorkerProducer
 
 __all__ = [
   "opened_datasets",
@@ -38,7 +38,7 @@ __all__ = [
 @contextlib.contextmanager
 def recorded_reads() -> Iterator[ReadLog]:
   """A list that gets (steps, dataset name, records) of every read made in this process by the
-  pipelines built inside the block (not by worker processes: `Pipeline(workers=N)` is refused)."""
+  pipelines built inside the block (not by reader processes: `StepMaking(reader_processes=n)` is refused)."""
   log: ReadLog = []
   token = RECORDED_READS.set(log)
   try:
@@ -47,9 +47,9 @@ def recorded_reads() -> Iterator[ReadLog]:
     RECORDED_READS.reset(token)
 
 
-def _workers(pipe: Pipeline) -> WorkerProducer | None:
+def _workers(pipe: Pipeline) -> PooledSteps | None:
   producer = pipe._producer  # this module is the documented way in
-  return producer if isinstance(producer, WorkerProducer) else None
+  return producer if isinstance(producer, PooledSteps) else None
 
 
 def opened_datasets(pipe: Pipeline) -> list[Any]:
@@ -60,16 +60,16 @@ def opened_datasets(pipe: Pipeline) -> list[Any]:
 
 def producer_phase(pipe: Pipeline) -> str:
   """Where the pipeline's worker processes stand: "in process" (it has none), or a
-  `jaxdata.pipeline.worker_producer.Phase` value ("not spawned", "starting", "running", "fell back")."""
+  `jaxdata.pipeline.worker_pool.Lifecycle` value ("not spawned", "starting", "running", "fell back")."""
   workers = _workers(pipe)
-  return "in process" if workers is None else workers.phase.value
+  return "in process" if workers is None else workers.pool.stage.value
 
 
 def start_processes(pipe: Pipeline) -> None:
   """Starts the pipeline's worker processes now (it starts them after its first step otherwise)."""
   workers = _workers(pipe)
   if workers is not None:
-    workers.spawn()
+    workers.pool.spawn()
 
 
 def wait_for_processes(pipe: Pipeline, timeout_s: float = 60.0) -> None:
@@ -78,12 +78,13 @@ def wait_for_processes(pipe: Pipeline, timeout_s: float = 60.0) -> None:
   workers = _workers(pipe)
   if workers is None:
     return
-  workers.spawn()
+  pool = workers.pool
+  pool.spawn()
   deadline = time.monotonic() + timeout_s
-  workers.unexpected_exit = None
-  while not workers.workers_ready():
-    if workers.unexpected_exit is not None:  # rather than start it again and again
-      raise workers.unexpected_exit
+  pool.unexpected_exit = None
+  while not pool.ready():
+    if pool.unexpected_exit is not None:  # rather than start it again and again
+      raise pool.unexpected_exit
     if time.monotonic() > deadline:
       raise TimeoutError(f"workers: not ready after {timeout_s} s")
     time.sleep(0.01)
@@ -92,7 +93,7 @@ def wait_for_processes(pipe: Pipeline, timeout_s: float = 60.0) -> None:
 def worker_processes(pipe: Pipeline) -> list[subprocess.Popen]:
   """The running worker processes, planner first (empty in process): to signal or kill one in a test."""
   workers = _workers(pipe)
-  return [handle.process for handle in workers.handles] if workers is not None else []
+  return [handle.process for handle in workers.pool.handles] if workers is not None else []
 
 
 def prefetched_steps(pipe: Pipeline, count: int, timeout_s: float = 60.0) -> list[tuple[dict[str, Any], dict]]:

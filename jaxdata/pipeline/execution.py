@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Execution"]
+__all__ = ["Execution", "StepMaking"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,3 +44,53 @@ class Execution:
   def planner_process(self) -> bool:
     """Whether a process of its own plans the steps."""
     return "jaxdata planner" in self.processes
+
+
+PLANNINGS = ("auto", "here", "process")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMaking:
+  """Where a `Pipeline` makes its steps, on two axes; the batches and states never depend on it.
+
+  Attributes:
+    planning: "here" (this process, on its prefetch thread), "process" (a planner process of its
+      own, which imports no jax; a failure to start it is an error) or "auto" (the default: a planner
+      process with a mesh on >= PLANNER_PROCESS_MIN_CORES usable cores, falling back to here with a
+      warning if it cannot start; here otherwise).
+    reader_processes: processes that read and assemble the steps into shared memory (each up to
+      `prefetch` + 1 steps ahead); 0: this process reads and assembles. They need the planner
+      process: "auto" then means "process".
+
+  >>> StepMaking("process", reader_processes=2).planner_process_asked
+  True
+  >>> StepMaking("here", reader_processes=1)
+  Traceback (most recent call last):
+  ...
+  ValueError: reader_processes: reader processes take their spans from a planner process; use planning='process' (or 'auto'), got planning='here'
+  """
+
+  planning: str = "auto"
+  reader_processes: int = 0
+
+  def __post_init__(self) -> None:
+    if self.planning not in PLANNINGS:
+      raise ValueError(f"planning: must be one of {', '.join(PLANNINGS)}, got {self.planning!r}")
+    readers = self.reader_processes
+    if isinstance(readers, bool) or not isinstance(readers, int) or readers < 0:
+      raise ValueError(f"reader_processes: must be an int >= 0, got {readers!r}")
+    if readers and self.planning == "here":
+      raise ValueError(
+        "reader_processes: reader processes take their spans from a planner process; use "
+        f"planning='process' (or 'auto'), got planning={self.planning!r}"
+      )
+
+  @property
+  def planner_process_asked(self) -> bool:
+    """Whether a planner process was asked for (then a failure to start it is an error, not a fall back)."""
+    return self.planning == "process" or self.reader_processes > 0
+
+  @classmethod
+  def of(cls, making: StepMaking | str) -> StepMaking:
+    """A `StepMaking`, or its planning alone ("auto", "here", "process")."""
+    return making if isinstance(making, StepMaking) else cls(making)

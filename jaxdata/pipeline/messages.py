@@ -8,7 +8,7 @@ reads any of them back, refusing an unknown kind or a missing field::
                      Credit(g)              a span was handed out: plan one more
                      PlanBefore(g, horizon) plan no step that draws documents of `horizon` or later
                      UpdateMixture(g, update)  plan on with one more update (`MixtureUpdates.to_json_at`)
-    planner -> main  PlannedSpan(g, steps, states, stats, ended) + pieces
+    planner -> main  SpanPlanned(g, steps, states, stats, ended) + pieces
     main -> reader   Start(g)               drop everything; every slot free
                      SpanToRead(g, steps) + pieces
                      Free(g, slot)          the main process copied the slot out
@@ -19,6 +19,9 @@ reads any of them back, refusing an unknown kind or a missing field::
                      WorkerError(g, type, message)
 
 `g`, the generation, counts the (re)starts: a message of an older one is dropped.
+States travel as `PipelineState`s and stats as `StepStats`, written as their JSON.
+The wire's other shared parts live here too (`WorkerSpec`, `send`, `slot_views`): the
+pipeline's side and the worker's body (worker_process.py) import them, never each other.
 
 >>> message_from_json(Free(3, slot=1).to_json())
 Free(generation=3, slot=1)
@@ -29,25 +32,90 @@ Free(generation=3, slot=1)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, ClassVar
+import json
+import traceback
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection
+from typing import Any, ClassVar, Final, Literal
+
+import numpy as np
+
+from jaxdata.config.batch import FEATURES
+from jaxdata.pipeline.state import PipelineState
+from jaxdata.pipeline.step_stats import StepStats
 
 __all__ = [
+  "PLANNER",
+  "READER",
   "Credit",
   "Free",
   "Message",
   "PlanBefore",
-  "PlannedSpan",
   "Ready",
   "Setup",
+  "SpanPlanned",
   "SpanToRead",
   "Start",
   "StepMade",
   "Stop",
   "UpdateMixture",
   "WorkerError",
+  "WorkerSpec",
   "message_from_json",
+  "send",
+  "slot_views",
 ]
+
+Role = Literal["planner", "reader"]
+PLANNER: Final[Role] = "planner"
+READER: Final[Role] = "reader"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+  """What one worker needs besides the pipeline's `PipelineSpec`: its role and the host's rows."""
+
+  role: Role
+  index: int  # the reader's index (0 for the planner)
+  readers: int
+  memory_fd: int  # the reader's slot ring, an inherited descriptor (-1 for the planner)
+  slots: int
+  slot_tokens: int  # the most tokens of this host's rows in any step
+  rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
+  read_ahead_tokens: int
+
+  @property
+  def name(self) -> str:
+    """The process's name in errors and `Execution.processes`."""
+    return "jaxdata planner" if self.role == PLANNER else f"jaxdata reader {self.index}"
+
+  @property
+  def ring_bytes(self) -> int:
+    """The size of a reader's slot ring: `slots` steps of every feature, int32."""
+    return max(1, self.slots * len(FEATURES) * self.slot_tokens * 4)
+
+  @property
+  def spans_ahead(self) -> int:
+    """Spans the planner may send before the first is handed out: one
+    being handed out and one read ahead in all, and one more per extra
+    reader (spans go to the readers in turn)."""
+    return max(2, self.readers + 1)
+
+
+def slot_views(buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_len: int) -> dict[str, np.ndarray]:
+  """The int32 [rows, seq_len] arrays of every feature in `slot` of a ring."""
+  views = {}
+  for f, name in enumerate(FEATURES):
+    offset = (slot * len(FEATURES) + f) * slot_tokens * 4
+    views[name] = np.ndarray((rows, seq_len), np.int32, buffer=buffer, offset=offset)
+  return views
+
+
+def send(conn: Connection, message: Message | Setup, payload: bytes | None = None) -> None:
+  """One JSON message, and if given a raw payload right after it."""
+  conn.send_bytes(json.dumps(message.to_json()).encode())
+  if payload is not None:
+    conn.send_bytes(payload)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +125,12 @@ class _Message:
   def to_json(self) -> dict[str, Any]:
     return {"kind": self.KIND, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
 
+  @classmethod
+  def from_fields(cls, fields: dict[str, Any], names: Sequence[str]) -> Any:
+    """The message of its JSON fields (`names`: the datasets, for the states some carry)."""
+    del names
+    return cls(**fields)
+
 
 @dataclasses.dataclass(frozen=True)
 class Start(_Message):
@@ -65,15 +139,24 @@ class Start(_Message):
 
   KIND: ClassVar[str] = "start"
   generation: int
-  state: dict[str, Any] | None = None
+  state: PipelineState | None = None
   horizon: int | None = None
 
   def to_json(self) -> dict[str, Any]:
     out = super().to_json()
+    if self.state is not None:
+      out["state"] = self.state.to_json()
     for name in ("state", "horizon"):  # a reader's start holds only its generation, as it always did
       if out[name] is None:
         del out[name]
     return out
+
+  @classmethod
+  def from_fields(cls, fields: dict[str, Any], names: Sequence[str]) -> Start:
+    state = fields.get("state")
+    return cls(
+      fields["generation"], None if state is None else PipelineState.from_json(state, names), fields.get("horizon")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,15 +187,31 @@ class UpdateMixture(_Message):
 
 
 @dataclasses.dataclass(frozen=True)
-class PlannedSpan(_Message):
+class SpanPlanned(_Message):
   """The planner's span: its steps' headers, the state and stats after each, whether the stream ended."""
 
   KIND: ClassVar[str] = "span"
   generation: int
   steps: list[dict[str, Any]]
-  states: list[dict[str, Any]]
-  stats: list[dict[str, Any]]
+  states: list[PipelineState]
+  stats: list[StepStats]
   ended: bool
+
+  def to_json(self) -> dict[str, Any]:
+    out = super().to_json()
+    out["states"] = [state.to_json() for state in self.states]
+    out["stats"] = [stats.to_json() for stats in self.stats]
+    return out
+
+  @classmethod
+  def from_fields(cls, fields: dict[str, Any], names: Sequence[str]) -> SpanPlanned:
+    return cls(
+      fields["generation"],
+      fields["steps"],
+      [PipelineState.from_json(state, names) for state in fields["states"]],
+      [StepStats.from_json(stats) for stats in fields["stats"]],
+      fields["ended"],
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,16 +260,18 @@ class Ready(_Message):
 
 @dataclasses.dataclass(frozen=True)
 class WorkerError(_Message):
-  """An error in the worker, raised by the main process at the step it belongs to (`type` names its class)."""
+  """An error in the worker, raised by the main process at the step it belongs to (`type` names its class;
+  `trace` is the worker's traceback, as text)."""
 
   KIND: ClassVar[str] = "error"
   generation: int
   type: str
   message: str
+  trace: str = ""
 
   @classmethod
   def of(cls, error: BaseException, generation: int) -> WorkerError:
-    return cls(generation, type(error).__name__, str(error))
+    return cls(generation, type(error).__name__, str(error), "".join(traceback.format_exception(error)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +293,7 @@ class Setup:
 
 
 Message = (
-  Start | Credit | PlanBefore | UpdateMixture | PlannedSpan | SpanToRead | Free | StepMade | Stop | Ready | WorkerError
+  Start | Credit | PlanBefore | UpdateMixture | SpanPlanned | SpanToRead | Free | StepMade | Stop | Ready | WorkerError
 )
 
 _KINDS: tuple[type[_Message], ...] = (
@@ -200,7 +301,7 @@ _KINDS: tuple[type[_Message], ...] = (
   Credit,
   PlanBefore,
   UpdateMixture,
-  PlannedSpan,
+  SpanPlanned,
   SpanToRead,
   Free,
   StepMade,
@@ -211,15 +312,17 @@ _KINDS: tuple[type[_Message], ...] = (
 _BY_KIND = {kind: tuple(c for c in _KINDS if c.KIND == kind) for kind in {c.KIND for c in _KINDS}}
 
 
-def message_from_json(raw: Mapping[str, Any]) -> Message:
-  """The message a JSON object is (a span is a `PlannedSpan` when it holds states, else a `SpanToRead`)."""
+def message_from_json(raw: Mapping[str, Any], names: Sequence[str] = ()) -> Message:
+  """The message a JSON object is (a span is a `SpanPlanned` when it holds states, else a `SpanToRead`);
+  `names`, the datasets, read the states a message carries."""
   kind = raw.get("kind")
   if kind not in _BY_KIND:
     raise ValueError(f"worker message: unknown kind {kind!r}")
   fields = {k: v for k, v in raw.items() if k != "kind"}
   for cls in _BY_KIND[kind]:  # the first whose fields are exactly the message's
-    names = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in dataclasses.fields(cls)}
     required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
-    if required <= set(fields) <= names:
-      return cls(**fields)  # type: ignore[return-value]  # one of Message's members
+    if required <= set(fields) <= known:
+      message: Message = cls.from_fields(fields, names)
+      return message
   raise ValueError(f"worker message: a {kind!r} message with fields {sorted(fields)} is not one jaxdata sends")

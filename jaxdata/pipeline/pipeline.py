@@ -5,14 +5,14 @@ Every process runs the same plan and reads only its own rows::
     StepPlanner.plan()                        same StepPlan on every host      planner.py
       -> rows held here (from the sharding)                                    sharding.py
       -> batched reads of those rows' documents, many steps per call           reader.py, read_spans.py
-      -> assemble_rows (NumPy), step by step                                   step_producer.py
+      -> assemble_rows (NumPy), step by step                                   assembly.py
       -> jax.Array (one batched transfer per feature)                          sharding.py
-    a background thread runs this `prefetch` steps ahead (prefetch.py). With a
+    a background thread runs this `prefetch` steps ahead (prefetch.py). Where the
+    steps are planned and read is one choice, `StepMaking` (makers.py): with a
     mesh (on >= 4 cores) the planning runs in a process of its own and this
     process reads, assembles and makes the arrays from its read spans; with
-    `workers=n` steps are planned in one worker process and read and assembled
-    in n others (worker_producer.py, worker_process.py) and the global arrays
-    are made in the caller's thread.
+    reader processes they read and assemble too (pooled_steps.py) and the
+    global arrays are made in the caller's thread. Mixture updates: steering.py.
     get_state() is the state after the last batch handed out, never the prefetcher's.
 
 Failure semantics (docs/state.md): an exception while producing step s, or
@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import threading
 import time
 import warnings
@@ -42,39 +41,28 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import numpy as np
 
-from jaxdata._lazy import lazy_module
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.batch import FEATURES
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, PipelineClosedError
-from jaxdata.mixture.updates import MixtureUpdates
-from jaxdata.pipeline.execution import Execution
+from jaxdata.pipeline.execution import Execution, StepMaking
+from jaxdata.pipeline.makers import step_maker
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
-from jaxdata.pipeline.planner import encoded_state, with_updates
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.producing import END, End, Prepared, StepMaker
 from jaxdata.pipeline.read_spans import READ_AHEAD
 from jaxdata.pipeline.reader import DocumentReader
-from jaxdata.pipeline.sharding import (
-  UpdateAgreement,
-  aliases_host_memory,
-  batch_sharding,
-  check_rows_divide,
-  output_functions,
-)
+from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
 from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
 from jaxdata.pipeline.spec import PipelineSpec
+from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.step_producer import StepProducer
+from jaxdata.pipeline.steering import MixtureSteering
 from jaxdata.pipeline.switch_interval import SwitchIntervalLease, check_switch_interval_s, lower_switch_interval
 from jaxdata.pipeline.wait_warning import LOGGER, WAIT_WARNING_S, check_wait_warning_s, warn_if_waited
 
 if TYPE_CHECKING:  # jax is imported when a mesh is used (NumPy output starts without it)
   from jax.sharding import Mesh
-
-  import jaxdata.pipeline.worker_producer as worker_producer
-else:  # imported when worker processes or the planner process are asked for: not on the default's first batch
-  worker_producer = lazy_module("jaxdata.pipeline.worker_producer")
 
 __all__ = ["Pipeline"]
 
@@ -108,12 +96,10 @@ class Pipeline:
       `jaxdata.pipeline.slices`): its default mesh over jax.devices().
     prefetch: steps planned and read ahead by a background thread; 0 reads
       in the calling thread. Output never depends on it.
-    workers: processes that read and assemble into shared memory (each up to
-      `prefetch` + 1 steps ahead), plus one that plans (`jaxdata.pipeline.worker_producer`);
-      0 does it all in this process. Output and state never depend on it.
-    planner_process: with workers=0, plan in a process of its own (this one reads and assembles);
-      None: with a mesh on >= PLANNER_PROCESS_MIN_CORES (4) usable cores (in process, warned, if it
-      cannot start); on fewer it does not pay.
+    making: where the steps are planned and read, a `StepMaking` (or its planning alone: "auto",
+      "here", "process"): a planner process of its own, reader processes that read and assemble
+      into shared memory. The default plans in a process with a mesh on >= 4 usable cores. Output
+      and state never depend on it.
     read_ahead_tokens: plan this many tokens (of this host's rows) ahead and
       read their documents in one batched call per dataset: larger calls read
       faster (at least one step, at most 64). Output never depends on it.
@@ -128,6 +114,8 @@ class Pipeline:
       at most this (`jaxdata.pipeline.switch_interval`; e.g. `SWITCH_INTERVAL_S`, 1 ms: a
       Python-bound loop then does not starve the thread); the program's own value comes back
       after. None (the default): leave it alone.
+    workers, planner_process: deprecated spellings of `making` (`StepMaking(reader_processes=n)`,
+      `StepMaking("process")` / `StepMaking("here")`); they warn and keep working for a release.
   """
 
   def __init__(
@@ -138,8 +126,7 @@ class Pipeline:
     *,
     tpu: str | SliceSpec | None = None,
     prefetch: int = 2,
-    workers: int = 0,
-    planner_process: bool | None = None,
+    making: StepMaking | str = "auto",
     read_ahead_tokens: int = READ_AHEAD,
     read_threads: int = 1,
     stats_path: str | None = None,
@@ -147,9 +134,12 @@ class Pipeline:
     split: str = "train",
     wait_warning_s: float | None = WAIT_WARNING_S,
     switch_interval_s: float | None = None,
+    workers: int | None = None,
+    planner_process: bool | None = None,
   ) -> None:
     self._calls = threading.RLock()  # next(), get_state(), ... from several threads: one at a time
-    _check_arguments(prefetch, workers, planner_process, read_ahead_tokens)
+    making = _making(making, workers, planner_process)
+    _check_arguments(prefetch, making, read_ahead_tokens)
     check_wait_warning_s(wait_warning_s)
     check_switch_interval_s(switch_interval_s)
     self.wait_warning_s = wait_warning_s
@@ -175,32 +165,22 @@ class Pipeline:
     self._snapshot = functools.partial(state_snapshot, self._planner, self.fingerprint, self._recorder)
     rows_here, self._output = output_functions(sharding)
     self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
-    in_process = StepProducer(
-      cfg,
-      self._planner,
-      self._reader,
-      self._recorder,
-      self._rows_here,
-      read_ahead_tokens,
-      self._snapshot,
-      aligned=aliases_host_memory(sharding),
-      background_reads=prefetch > 0,
-    )
-    self._producer: StepMaker = in_process
-    if workers or planner_process or (planner_process is None and planner_process_helps(mesh, workers)):
-      try:
-        self._producer = worker_producer.WorkerProducer(
-          spec,
-          in_process,
-          count=workers,
-          fingerprint=self.fingerprint,
-          slots=prefetch + 1,
-          start_state=self._snapshot(),
-          fall_back=planner_process is None and not workers,
-        )
-      except BaseException:  # re-raised: nothing may stay open
-        self._reader.close()
-        raise
+    try:
+      self._producer: StepMaker = step_maker(
+        making,
+        mesh,
+        spec,
+        parts,
+        self._recorder,
+        self._rows_here,
+        self._snapshot,
+        prefetch=prefetch,
+        read_ahead_tokens=read_ahead_tokens,
+        aligned=aliases_host_memory(sharding),
+      )
+    except BaseException:  # re-raised: nothing may stay open
+      self._reader.close()
+      raise
     self._produce = _producing(
       self._producer, self._output, self._rows_here, self._recorder, self._reader.masked, cfg.names, cfg.batch.features
     )
@@ -208,16 +188,16 @@ class Pipeline:
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._finalizer = weakref.finalize(self, self._resources.release)
-    self._state = self._snapshot()
-    self._start = encoded_state(self._state)  # step 0, for set_epoch
+    self._state: PipelineState = self._snapshot()
+    self._start = self._state.to_json()  # step 0, for set_epoch
     self._exhausted = False
-    self._updates: MixtureUpdates | None = None  # adopted where planning runs after steps were made ahead
-    self._steering = False  # the loop updates the mixture: planning stays behind the next update's step
-    self._updates_adopted = self._updates_replanned = 0
-    # Where the loop made its last update (steps handed out then) and how many steps before that
-    # the one before it: the cadence the planning expects (`_horizon`).
-    self._last_update = self._update_interval = 0
-    self._agreement = UpdateAgreement(f"update_mixture on {self.cfg.names}")
+    self._steering = MixtureSteering(
+      self._producer,
+      f"update_mixture on {self.cfg.names}",
+      cfg.mixture.update_lag_steps,
+      self._planner.draw_reach,
+      0 if self._producer.makes_steps_ahead else prefetch,
+    )
     _log_stored_orders(cfg)
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -238,7 +218,7 @@ class Pipeline:
       if isinstance(item, Prepared):
         waited = time.perf_counter() - started
         self._recorder.time(item.stats, "wait", waited)
-        warn_if_waited(self.wait_warning_s, self._state["step"], waited, ready, self._ahead())
+        warn_if_waited(self.wait_warning_s, self._state.step, waited, ready, self._ahead())
         self._recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
     except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
       self._resources.stop_prefetch(wait=False)
@@ -249,12 +229,9 @@ class Pipeline:
       raise
     if item is END:
       self._exhausted = True
-      _warn_if_no_step(self._state["step"], self.cfg.tokens_per_step)
+      _warn_if_no_step(self._state.step, self.cfg.tokens_per_step)
       raise StopIteration
-    # A step made ahead before the last update was adopted: its state gets the updates, as when made after it.
-    self._state = item.state if self._updates is None else with_updates(item.state, self._updates)
-    if self._steering:
-      self._producer.plan_before(self._horizon())
+    self._state = self._steering.handed_out(item.state)
     return item.batch
 
   def _ahead(self) -> int:
@@ -264,7 +241,7 @@ class Pipeline:
   def _rewind(self) -> None:
     self._resources.stop_prefetch()
     self._resources.interrupted = False
-    self._continue_from(self.get_state())
+    self._continue_from(self._state)
 
   def close(self) -> None:
     """Stops the threads and processes and closes the files; `get_state()` still answers,
@@ -274,7 +251,7 @@ class Pipeline:
   def _check_open(self, call: str) -> None:
     if not self._finalizer.alive:
       raise PipelineClosedError(
-        f"{call}: the pipeline is closed (its state is still that after step {self._state['step']}); "
+        f"{call}: the pipeline is closed (its state is still that after step {self._state.step}); "
         "build a new Pipeline and set_state(...) to go on"
       )
 
@@ -287,21 +264,23 @@ class Pipeline:
   @_one_call_at_a_time
   def get_state(self) -> dict[str, Any]:
     """State after the last batch handed out (JSON-able, the same on every host)."""
-    return seal(json.loads(json.dumps(encoded_state(self._state))))
+    return seal(json.loads(json.dumps(self._state.to_json())))
 
   @_one_call_at_a_time
-  def set_state(self, state: Mapping[str, Any]) -> None:
+  def set_state(self, state: Mapping[str, Any] | PipelineState) -> None:
     """Continues from `state` (the next batches equal the original run's, on any mesh or host count).
     `CheckpointError` (listing what changed) if anything that determines the order changed or the state
     is malformed; the pipeline is then left as it was. Weights, schedules and pass policies may change."""
     self._check_open("set_state()")
-    state = read_pipeline_state(state, self.fingerprint, self.cfg.names)
+    if isinstance(state, PipelineState):  # the typed form of a state (its JSON is checked the same way)
+      state = seal(json.loads(json.dumps(state.to_json())))
+    checked = PipelineState.from_json(read_pipeline_state(state, self.fingerprint, self.cfg.names), self.cfg.names)
     self._resources.stop_prefetch()
     self._resources.interrupted = False
     try:
-      self._continue_from(state)
+      self._continue_from(checked)
     except ValueError as e:
-      self._continue_from(self.get_state())  # back to just after the last batch handed out
+      self._continue_from(self._state)  # back to just after the last batch handed out
       raise CheckpointError(f"pipeline state: {e}") from e
 
   @_one_call_at_a_time
@@ -321,60 +300,32 @@ class Pipeline:
     self._check_open("update_mixture()")
     if self._exhausted:
       raise ValueError(
-        f"update_mixture: the stream ended after step {self._state['step']}; an update would never take effect "
+        f"update_mixture: the stream ended after step {self._state.step}; an update would never take effect "
         "(set_epoch or set_state start it again)"
       )
     if at_step is not None:
       if isinstance(at_step, bool) or not isinstance(at_step, (int, np.integer)):
         raise ValueError(f"at_step: must be an int, got {at_step!r}")
       at_step = int(at_step)
-    # The snapshot as it is (its carry `Pieces`, its updates `MixtureUpdates`, pruned to what the next
-    # steps see): nothing is encoded, so a call costs the same whatever the number of updates before it.
-    state = self._state
-    stream = state["stream"]
-    earliest = max(state["step"], int(stream.get("next_step", 0)))  # documents may be drawn for the next step
-    step = max(state["step"] + self.cfg.mixture.update_lag_steps, earliest) if at_step is None else at_step
-    if step < earliest:
-      raise ValueError(f"at_step: {step} is already planned; the earliest step an update can start at is {earliest}")
-    updates = stream.get("updates", [])
-    if not isinstance(updates, MixtureUpdates):
-      updates = MixtureUpdates.from_json(updates, self.cfg.names)
-    updates = updates.added(step, weights)
-    self._agreement.made(state["step"], step, updates.to_json_at(step))
-    self._updates = updates
-    self._state = with_updates(state, updates)
-    self._update_interval = (
-      max(0, state["step"] - self._last_update) if self._steering else 0
-    )  # (0 after a restore back)
-    self._last_update, self._steering = state["step"], True
-    # Adopted first, then the planning may move on: the horizon after this call lies past `step`.
-    if self._producer.adopt_updates(updates, step):
-      self._updates_adopted += 1
-      self._producer.plan_before(self._horizon())
-    else:  # a step from `step` on is planned already: planned again, from the last step handed out
-      self._updates_replanned += 1
+      earliest = self._steering.earliest(self._state)
+      if at_step < earliest:
+        raise ValueError(
+          f"at_step: {at_step} is already planned; the earliest step an update can start at is {earliest}"
+        )
+    steered = self._steering.update(self._state, weights, at_step)
+    self._state = steered.state
+    if not steered.adopted:  # a step from its step on is planned already: planned again, from the last handed out
       self._resources.stop_prefetch()
       self._resources.interrupted = False
-      self._continue_from(self._state)  # (with the new horizon)
-    return step
-
-  def _horizon(self) -> int:
-    """While the loop updates: plan only steps that draw no documents of the step the next default
-    update takes effect at, and at least those the prefetch thread waits for (a planner process
-    that stopped short of them would leave it waiting: they are planned, an update then replans).
-    The next update is expected as far after the last as the last was after the one before it: a
-    loop that updates every k steps lets the pipeline plan (and read) k steps further ahead."""
-    handed_out = self._state["step"]
-    expected = max(handed_out, self._last_update + self._update_interval)
-    waited_for = 1 + (0 if self._producer.makes_steps_ahead else self.prefetch)  # steps h .. h + prefetch
-    return max(expected + self.cfg.mixture.update_lag_steps, handed_out + self._planner.draw_reach + waited_for)
+      self._continue_from(self._state)
+    return steered.at_step
 
   @_one_call_at_a_time
   def check_hosts_agree(self) -> None:
     """Checks now that every host made the same mixture updates at the same points (a collective:
     every host calls it together; the checkpoint save does). `ValueError` naming the first update
     that differed; a no-op on one process."""
-    self._agreement.check()
+    self._steering.agreement.check()
 
   @_one_call_at_a_time
   def set_epoch(self, epoch: int) -> None:
@@ -394,17 +345,17 @@ class Pipeline:
     """Where the steps are made now: worker processes, a fall back to this process, a read thread;
     how many mixture updates reached the planning as they were, and how many planned steps again."""
     return dataclasses.replace(
-      self._producer.execution(), updates_adopted=self._updates_adopted, updates_replanned=self._updates_replanned
+      self._producer.execution(),
+      updates_adopted=self._steering.adopted,
+      updates_replanned=self._steering.replanned,
     )
 
-  def _continue_from(self, state: Mapping[str, Any]) -> None:
-    self._planner.set_state(state)
-    self._recorder.restore(state["tokens_per_source"])
+  def _continue_from(self, state: PipelineState) -> None:
+    self._planner.set_state(state.planner_state())
+    self._recorder.restore(state.tokens_per_source)
     self._state = self._snapshot()
-    self._updates = None  # the planner holds them now: its states are whole
     self._exhausted = False
-    if self._steering:  # before the restart: a planner process starts with it
-      self._producer.plan_before(self._horizon())
+    self._steering.restarted(self._state.step)  # before the restart: a planner process starts with it
     self._producer.restart(self._state)
 
 
@@ -431,35 +382,32 @@ def _mesh_and_axes(
   return slice_mesh(spec), spec.data_axes
 
 
-# Usable cores from which `planner_process=None` plans in a process of its own (with a mesh). On 2
-# cores it does not pay (benchmarks/pipeline_throughput, uint32: 29.2M tokens/s with it against 33.4M
-# in process): the planner takes a core the read thread and the assembly need. With more, it takes
-# the planning (~a third of the GIL time a step costs this process) off the training process.
-PLANNER_PROCESS_MIN_CORES = 4
-
-
-def planner_process_helps(mesh: Mesh | None, workers: int) -> bool:
-  """Where `planner_process=None` plans in a process of its own: with a mesh on at least
-  PLANNER_PROCESS_MIN_CORES usable cores, where no worker processes plan already. With NumPy
-  output (tests, notebooks, evaluation on the host) no process is started unasked."""
-  return mesh is not None and not workers and _usable_cores() >= PLANNER_PROCESS_MIN_CORES
-
-
-def _usable_cores() -> int:
-  if hasattr(os, "sched_getaffinity"):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
-
-
-def _check_arguments(prefetch: int, workers: int, planner_process: bool | None, read_ahead_tokens: int) -> None:
-  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-    raise ValueError(f"prefetch: must be an int >= 0, got {prefetch!r}")
-  if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+def _making(making: StepMaking | str, workers: int | None, planner_process: bool | None) -> StepMaking:
+  """The `StepMaking` asked for, also by the deprecated `workers=` / `planner_process=`."""
+  if workers is None and planner_process is None:
+    return StepMaking.of(making)
+  if making != "auto":
+    raise ValueError("making: give it alone, without the deprecated workers= or planner_process=")
+  if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
     raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
   if planner_process is not None and not isinstance(planner_process, bool):
     raise ValueError(f"planner_process: must be True, False or None, got {planner_process!r}")
-  if workers and RECORDED_READS.get() is not None:
-    raise ValueError("workers: reads cannot be recorded (`recorded_reads`) when worker processes make them")
+  readers = workers or 0
+  planning = "process" if readers or planner_process else ("here" if planner_process is False else "auto")
+  new = StepMaking(planning, readers)
+  warnings.warn(
+    f"Pipeline(workers=, planner_process=) is deprecated: use making={new!r}",
+    DeprecationWarning,
+    stacklevel=3,
+  )
+  return new
+
+
+def _check_arguments(prefetch: int, making: StepMaking, read_ahead_tokens: int) -> None:
+  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+    raise ValueError(f"prefetch: must be an int >= 0, got {prefetch!r}")
+  if making.reader_processes and RECORDED_READS.get() is not None:
+    raise ValueError("making: reads cannot be recorded (`recorded_reads`) when reader processes make them")
   if isinstance(read_ahead_tokens, bool) or not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:
     raise ValueError(f"read_ahead_tokens: must be an int >= 1, got {read_ahead_tokens!r}")
 

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from jaxdata.checkpoint.fingerprint import order_fingerprint
-from jaxdata.checkpoint.state import pipeline_state
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture.holdout import eval_config
 from jaxdata.mixture.metadata import DatasetMeta, open_split
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.spec import PipelineSpec
+from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
 from jaxdata.sources.dataset import ReadOptions
@@ -99,7 +99,6 @@ def _sampling(dataset: SplitDataset, settings: Any) -> str:
   return " ".join(parts)
 
 
-def state_snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> dict[str, Any]:
-  """The state right now, cheaply: the carry stays a Pieces object until it
-  is encoded (`encoded_state`); snapshots are taken for every planned step."""
-  return pipeline_state(planner.step, fingerprint, planner.get_state(encode_carry=False), recorder.tokens_per_source())
+def state_snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> PipelineState:
+  """The state right now, cheaply (nothing encoded): snapshots are taken for every planned step."""
+  return PipelineState.of_planner(planner, fingerprint, recorder.tokens_per_source())

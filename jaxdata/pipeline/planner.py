@@ -30,7 +30,7 @@ from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.transforms.packing import Packer, StepPlan
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["StepPlanner", "check_host_count", "encoded_state", "host_row_blocks", "pieces_for_hosts", "with_updates"]
+__all__ = ["StepPlanner", "check_host_count", "host_row_blocks", "pieces_for_hosts"]
 
 
 class StepPlanner:
@@ -159,23 +159,6 @@ class StepPlanner:
       raise
     self.step = step
     self.reserved, self.mailbox = self.stream.next_step, None
-
-
-def encoded_state(state: Mapping[str, Any]) -> dict[str, Any]:
-  """A pipeline state snapshot (whose packer carry may still be `Pieces` and mixture updates
-  `MixtureUpdates`, see `StepPlanner.get_state`) with both encoded: JSON-able."""
-  carry = state["packer"]["carry"]
-  packer = {**state["packer"], "carry": carry.to_json() if isinstance(carry, Pieces) else carry}
-  updates = state["stream"].get("updates", [])
-  stream = {**state["stream"], "updates": updates.to_json() if isinstance(updates, MixtureUpdates) else updates}
-  return {**state, "stream": stream, "packer": packer}
-
-
-def with_updates(state: Mapping[str, Any], updates: MixtureUpdates) -> dict[str, Any]:
-  """A pipeline state snapshot with the mixture updates `updates` (those its next steps can see): a
-  step made ahead before an update was adopted gets the state the same step has when made after it."""
-  stream = state["stream"]
-  return {**state, "stream": {**stream, "updates": updates.pruned(int(stream.get("next_step", 0)) - 1)}}
 
 
 def pieces_for_hosts(

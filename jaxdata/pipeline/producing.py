@@ -2,9 +2,10 @@
 
 A `Pipeline` holds one `StepMaker` and nothing else decides how its steps are made::
 
-    StepProducer     in this process (on the prefetch thread when there is one)
-    WorkerProducer   from a planner process (this process reads and assembles),
-                     or from worker processes (they read and assemble too)
+    Steps          a planning and an assembly (steps.py): planning here or in a planner
+                   process, reading here or in reader processes
+    PooledSteps    process Steps behind a worker pool, with the steps made here until its
+                   processes are ready and after a fall back (pooled_steps.py)
 
 Each takes the next step (`produce`: a `Prepared` step, or `END` once the
 stream is over, again on every later call), restarts from a state
@@ -24,9 +25,10 @@ from typing import Any, Final, Literal, Protocol
 
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
+from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.step_stats import StepStats
 
-__all__ = ["END", "End", "Prepared", "StepMaker"]
+__all__ = ["END", "ComingStep", "End", "Prepared", "StepMaker"]
 
 
 class End(enum.Enum):
@@ -46,8 +48,20 @@ class Prepared:
   """One step, ready to hand out, with the pipeline state after it."""
 
   batch: dict[str, Any]
-  state: dict[str, Any]
+  state: PipelineState
   stats: StepStats
+
+
+@dataclasses.dataclass(frozen=True)
+class ComingStep:
+  """A planned step on its way to an assembly: its shape, the state after it and its stats."""
+
+  step: int
+  num_rows: int  # rows this host holds
+  seq_len: int
+  state: PipelineState
+  stats: StepStats
+  closes_span: bool  # the span's last step: handing it out lets a planner process plan one more
 
 
 class StepMaker(Protocol):
@@ -71,7 +85,7 @@ class StepMaker(Protocol):
     """How many steps are made ahead elsewhere at most (0 where none are)."""
     ...
 
-  def restart(self, state: dict[str, Any]) -> None:
+  def restart(self, state: PipelineState) -> None:
     """Continue from `state`: the next step produced is the one after it."""
     ...
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
+from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.transforms.assemble import (
@@ -80,9 +80,10 @@ class PlannedSpan:
   """Consecutive steps, each with the pipeline state after it and its stats."""
 
   steps: list[HostStep]
-  states: list[dict[str, Any]]
+  states: list[PipelineState]
   stats: list[StepStats]
   ended: bool  # the stream ends after these steps
+  wire: tuple[list[dict[str, int]], bytes] | None = None  # `encode_span(steps)`, where it came so
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +102,7 @@ def plan_span(
   recorder: StatsRecorder,
   rows_here: RowsHere,
   tokens: int,
-  snapshot: Callable[[], dict[str, Any]],
+  snapshot: Callable[[], PipelineState],
   max_steps: int = MAX_SPAN_STEPS,
 ) -> PlannedSpan:
   """Plans steps until they hold `tokens` of this host's rows (at least one

@@ -16,10 +16,7 @@ Each feature's global array is one batched transfer of every device's block
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
-import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,14 +31,11 @@ if TYPE_CHECKING:  # the type checker sees jax; at run time it is imported on fi
 else:
   jax = lazy_module("jax")
 jax_sharding = lazy_module("jax.sharding")
-multihost_utils = lazy_module("jax.experimental.multihost_utils")
 _jax_core = lazy_module("jax._src.core")  # private: see _batched_put
 _pxla = lazy_module("jax._src.interpreters.pxla")
 
 
 __all__ = [
-  "UPDATE_CHECK_EVERY",
-  "UpdateAgreement",
   "aliases_host_memory",
   "batch_sharding",
   "check_rows_divide",
@@ -49,75 +43,6 @@ __all__ = [
   "host_rows",
   "output_functions",
 ]
-
-
-UPDATE_CHECK_EVERY = 100  # mixture updates between two agreement checks (one collective each)
-_DIGEST_BYTES = 8
-
-
-class UpdateAgreement:
-  """Checks that every host of a multi-process run made the same mixture updates at the same points.
-
-  Each update extends a running sha256 of (step handed out, the update); every UPDATE_CHECK_EVERY
-  updates, and at every `check()` (a checkpoint save), the hosts compare the running digests after
-  each of the updates since the last check in one collective: the first that differs is named. The
-  loop pays one collective per UPDATE_CHECK_EVERY updates instead of one per update (every host's
-  loop makes the same calls, so every host takes part in the same checks). A no-op on one process::
-
-      update  u1    u2    u3   ...  u100 -> allgather [count, d1 .. d100] (8 bytes each) -> compare with host 0
-      digest  d1 = h(u1), d2 = h(d1, u2), ...        the first index that differs names its update
-  """
-
-  def __init__(self, what: str) -> None:
-    self.what = what
-    self.running = hashlib.sha256()
-    self.since_check: list[tuple[int, int, bytes]] = []  # (step handed out, at_step, running digest)
-    self._hosts: int | None = None  # jax.process_count(), once asked
-
-  def made(self, handed_out: int, at_step: int, update: Any) -> None:
-    if self.hosts() == 1:
-      return
-    self.running.update(json.dumps([handed_out, update], sort_keys=True).encode())
-    self.since_check.append((handed_out, at_step, self.running.digest()[:_DIGEST_BYTES]))
-    if len(self.since_check) >= UPDATE_CHECK_EVERY:
-      self.check()
-
-  def hosts(self) -> int:
-    if self._hosts is None:  # no jax yet: no jax.distributed, one process
-      self._hosts = jax.process_count() if "jax" in sys.modules else 1
-    return self._hosts
-
-  def check(self) -> None:
-    """The collective comparison (every host calls it together); `ValueError` on every host."""
-    if self.hosts() == 1:
-      return
-    mine = np.zeros(1 + UPDATE_CHECK_EVERY * _DIGEST_BYTES, np.uint8)
-    mine[0] = len(self.since_check)
-    for i, (_, _, digest) in enumerate(self.since_check):
-      mine[1 + i * _DIGEST_BYTES : 1 + (i + 1) * _DIGEST_BYTES] = np.frombuffer(digest, np.uint8)
-    every = np.asarray(multihost_utils.process_allgather(mine)).reshape(self.hosts(), -1)
-    calls, self.since_check = self.since_check, []
-    differing = [i for i in range(every.shape[0]) if not np.array_equal(every[i], every[0])]
-    if not differing:
-      return
-    other = every[differing[0]]
-    if other[0] != every[0][0]:
-      raise ValueError(
-        f"{self.what}: process {differing[0]} made {other[0]} updates since the last check, process 0 "
-        f"{every[0][0]}; every host must make the same update at the same step"
-      )
-    first = next(i for i in range(len(calls)) if _differs(every, i))
-    handed_out, at_step, _ = calls[first]
-    raise ValueError(
-      f"{self.what}: the update made after {handed_out} steps (at_step={at_step}) differs between "
-      f"hosts (process {differing[0]} disagrees with process 0); every host must make the same update at the same step"
-    )
-
-
-def _differs(every: np.ndarray, index: int) -> bool:
-  """Whether some host's running digest after update `index` differs from host 0's."""
-  block = every[:, 1 + index * _DIGEST_BYTES : 1 + (index + 1) * _DIGEST_BYTES]
-  return bool((block != block[0]).any())
 
 
 def batch_sharding(mesh: jax.sharding.Mesh, data_axes: Sequence[str]) -> jax.sharding.NamedSharding:

@@ -15,24 +15,54 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
-from jaxdata.errors import WorkerStartError
-from jaxdata.pipeline.messages import Message, Setup, Stop, message_from_json
+from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
+from jaxdata.pipeline.messages import Message, Setup, Stop, WorkerError, WorkerSpec, message_from_json, send
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.worker_process import WorkerSpec, send
 
-__all__ = ["WorkerHandle", "close_all"]
+__all__ = ["WorkerHandle", "close_all", "raised"]
 
 POLL_S = 0.1  # how often a wait checks that the worker is alive (and lets Ctrl-C in)
+
+_ERRORS: dict[str, type[Exception]] = {
+  e.__name__: e
+  for e in (
+    DatasetError,
+    ConfigError,
+    CheckpointError,
+    InputFormatError,
+    ValueError,
+    IndexError,
+    KeyError,
+    OSError,
+    RuntimeError,
+    MemoryError,
+  )
+}
+
+
+def raised(message: WorkerError) -> Exception:
+  """A worker's error as the exception it was (of a kind jaxdata raises; else a RuntimeError), with the
+  worker's traceback as a note (printed under the main process's own)."""
+  error = _ERRORS.get(message.type, RuntimeError)(message.message)
+  if message.trace:
+    error.add_note(f"in the worker process:\n{message.trace.rstrip()}")
+  return error
 
 
 class WorkerHandle:
   """One worker process, its pipe and (a reader's) shared memory ring."""
 
-  def __init__(self, pipeline: PipelineSpec, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
-    self.pipeline, self.spec, self.memory = pipeline, spec, memory
+  def __init__(
+    self, pipeline: PipelineSpec, spec: WorkerSpec, memory: SharedBuffer | None, names: Sequence[str]
+  ) -> None:
+    self.pipeline, self.memory, self.names = pipeline, memory, tuple(names)
+    if memory is not None:  # the ring's descriptor, as the process inherits it
+      spec = dataclasses.replace(spec, memory_fd=memory.fd)
+    self.spec = spec
     self.name = spec.name
     try:
       ours, theirs = socket.socketpair()
@@ -78,7 +108,7 @@ class WorkerHandle:
 
   def _read(self) -> Message:
     try:
-      return message_from_json(json.loads(self.conn.recv_bytes()))
+      return message_from_json(json.loads(self.conn.recv_bytes()), self.names)
     except (EOFError, OSError):  # OSError: reset by a process that was killed
       raise self.gone() from None
 
@@ -99,7 +129,7 @@ class WorkerHandle:
   def respawned(self) -> WorkerHandle:
     """A new process in place of a dead one, on the same shared memory."""
     self.conn.close()
-    return WorkerHandle(self.pipeline, self.spec, self.memory)
+    return WorkerHandle(self.pipeline, self.spec, self.memory, self.names)
 
   def stop(self) -> None:
     """Asks the process to exit (`close` waits for it)."""

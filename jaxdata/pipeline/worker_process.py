@@ -1,6 +1,6 @@
 """The body of a pipeline worker process: a planner, or a reader that assembles into shared memory.
 
-With `workers=n` there are n + 1 of them. The planner plans every step
+With n reader processes there are n + 1 of them (`StepMaking`). The planner plans every step
 (planning is sequential and cheap) and sends spans of this host's pieces;
 the main process forwards span w to reader w % n, which reads its
 documents in one batched call and assembles each step into a free slot of
@@ -21,36 +21,40 @@ from __future__ import annotations
 
 import abc
 import collections
-import dataclasses
 import functools
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
-from typing import Any, Final, Literal
+from typing import Any
 
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.messages import (
+  PLANNER,
+  READER,
   Credit,
   Free,
   Message,
   PlanBefore,
-  PlannedSpan,
   Ready,
   Setup,
+  SpanPlanned,
   SpanToRead,
   Start,
   StepMade,
   Stop,
   UpdateMixture,
   WorkerError,
+  WorkerSpec,
   message_from_json,
+  send,
+  slot_views,
 )
 from jaxdata.pipeline.pipeline_parts import Parts, open_parts, state_snapshot
-from jaxdata.pipeline.planner import encoded_state
+from jaxdata.pipeline.planning import LocalPlanning
 from jaxdata.pipeline.read_spans import (
   MAX_SPAN_STEPS,
   HostStep,
@@ -58,68 +62,14 @@ from jaxdata.pipeline.read_spans import (
   assemble,
   decode_span,
   encode_span,
-  plan_span,
   read_span,
 )
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.step_producer import grown_span
-from jaxdata.transforms.assemble import FEATURES
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["PLANNER", "READER", "WorkerSpec", "main", "send", "slot_views"]
-
-Role = Literal["planner", "reader"]
-PLANNER: Final[Role] = "planner"
-READER: Final[Role] = "reader"
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerSpec:
-  """What one worker needs besides the pipeline's `PipelineSpec`: its role and the host's rows."""
-
-  role: Role
-  index: int  # the reader's index (0 for the planner)
-  readers: int
-  memory_fd: int  # the reader's slot ring, an inherited descriptor (-1 for the planner)
-  slots: int
-  slot_tokens: int  # the most tokens of this host's rows in any step
-  rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
-  read_ahead_tokens: int
-
-  @property
-  def name(self) -> str:
-    """The process's name in errors and `Execution.processes`."""
-    return "jaxdata planner" if self.role == PLANNER else f"jaxdata reader {self.index}"
-
-  @property
-  def ring_bytes(self) -> int:
-    """The size of a reader's slot ring: `slots` steps of every feature, int32."""
-    return max(1, self.slots * len(FEATURES) * self.slot_tokens * 4)
-
-  @property
-  def spans_ahead(self) -> int:
-    """Spans the planner may send before the first is handed out: one
-    being handed out and one read ahead in all, and one more per extra
-    reader (spans go to the readers in turn)."""
-    return max(2, self.readers + 1)
-
-
-def slot_views(buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_len: int) -> dict[str, np.ndarray]:
-  """The int32 [rows, seq_len] arrays of every feature in `slot` of a ring."""
-  views = {}
-  for f, name in enumerate(FEATURES):
-    offset = (slot * len(FEATURES) + f) * slot_tokens * 4
-    views[name] = np.ndarray((rows, seq_len), np.int32, buffer=buffer, offset=offset)
-  return views
-
-
-def send(conn: Connection, message: Message | Setup, payload: bytes | None = None) -> None:
-  """One JSON message, and if given a raw payload right after it."""
-  conn.send_bytes(json.dumps(message.to_json()).encode())
-  if payload is not None:
-    conn.send_bytes(payload)
+__all__ = ["main"]
 
 
 def main(argv: list[str]) -> None:
@@ -165,15 +115,15 @@ class _Role(abc.ABC):
   waiting), else do one unit of work. Messages of an older generation (from
   before the last start) are dropped."""
 
-  def __init__(self, conn: Connection) -> None:
-    self.conn = conn
+  def __init__(self, conn: Connection, names: Sequence[str]) -> None:
+    self.conn, self.names = conn, names
     self.generation = -1  # nothing to do until the first "start"
 
   def run(self) -> None:
     while True:
       while self.waiting() or self.conn.poll():
-        message = message_from_json(json.loads(self.conn.recv_bytes()))
-        spans = isinstance(message, (SpanToRead, PlannedSpan))
+        message = message_from_json(json.loads(self.conn.recv_bytes()), self.names)
+        spans = isinstance(message, (SpanToRead, SpanPlanned))
         payload = self.conn.recv_bytes() if spans else b""  # always: a span's pieces follow its header
         if isinstance(message, Stop):
           return
@@ -202,68 +152,64 @@ class _Role(abc.ABC):
 
 
 class _Planning(_Role):
-  """Plans spans while it holds credits; the stream's end or an error idles it."""
+  """Plans spans (`LocalPlanning`, as a pipeline planning in its own process does) while it holds
+  credits; the stream's end or an error idles it."""
 
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts) -> None:
-    super().__init__(conn)
+    super().__init__(conn, cfg.names)
     self.spec, self.planner = spec, parts.planner
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, parts.planner.stream, None, parts.record_starts)
     rows = {k: np.asarray(v, np.int64) for k, v in spec.rows_by_shape.items()}
-    self.rows_here = lambda num_rows, seq_len: rows[f"{num_rows}x{seq_len}"]
-    self.snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder)
+    snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder)
+    self.planning = LocalPlanning(
+      parts.planner,
+      self.recorder,
+      lambda num_rows, seq_len: rows[f"{num_rows}x{seq_len}"],
+      snapshot,
+      spec.read_ahead_tokens,
+    )
     self.credits = 0  # spans it may still send
-    self.span_tokens = 1
     self.idle = True
-    self.horizon: int | None = None  # plan no step that draws documents of this step or later
 
   def waiting(self) -> bool:
-    return self.idle or not self.credits or self.planner.steps_before(self.horizon) == 0
+    return self.idle or not self.credits or self.planner.steps_before(self.planning.horizon) == 0
 
   def start(self, message: Start) -> None:
     state = message.state
     if state is None:
       raise ValueError("worker message: the planner's start holds no state")
-    self.planner.set_state(state)  # checked by the main process already
-    self.recorder.restore(state["tokens_per_source"])
-    self.credits, self.span_tokens, self.idle = self.spec.spans_ahead, 1, False
-    self.horizon = message.horizon
+    self.planner.set_state(state.planner_state())  # checked by the main process already
+    self.recorder.restore(state.tokens_per_source)
+    self.planning.restart(state)
+    self.planning.plan_before(message.horizon)
+    self.credits, self.idle = self.spec.spans_ahead, False
 
   def handle(self, message: Message, payload: bytes) -> None:
     if isinstance(message, Credit):
       self.credits += 1
     elif isinstance(message, PlanBefore):
-      self.horizon = message.horizon
+      self.planning.plan_before(message.horizon)
     elif isinstance(message, UpdateMixture):
       stream = self.planner.stream
       at_step = int(message.update["step"])
       updates = self.planner.latest_updates.pruned(stream.next_step - 1).added_entry(message.update)
       # The main process sends an update only while its step is past every step this process may have
       # planned (the horizon it set): too late here is a broken promise, an error at the next step.
-      if not self.planner.adopt_updates(updates, at_step):
+      if not self.planning.adopt_updates(updates, at_step):
         late = RuntimeError(f"planner: a mixture update for step {at_step} came after that step was planned")
         send(self.conn, WorkerError.of(late, self.generation))
         self.idle = True
 
   def work(self) -> None:
-    allowed = self.planner.steps_before(self.horizon)
     try:
-      span = plan_span(
-        self.planner,
-        self.recorder,
-        self.rows_here,
-        self.span_tokens,
-        self.snapshot,
-        MAX_SPAN_STEPS if allowed is None else allowed,
-      )
+      span = self.planning.next_span(asked=True)  # (waiting() holds it back at the horizon)
+      assert span is not None  # asked for
     except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
       send(self.conn, WorkerError.of(error, self.generation))
       self.idle = True
       return
-    self.span_tokens = grown_span(span.steps, self.spec.read_ahead_tokens, self.span_tokens)
     header, payload = encode_span(span.steps)
-    states = [encoded_state(s) for s in span.states]
-    stats = [s.to_json() for s in span.stats]
-    send(self.conn, PlannedSpan(self.generation, header, states, stats, span.ended), payload)
+    send(self.conn, SpanPlanned(self.generation, header, span.states, span.stats, span.ended), payload)
     self.credits -= 1
     self.idle = span.ended
 
@@ -273,7 +219,7 @@ class _Reading(_Role):
   its arrival on); assembles its steps, in order, into free slots."""
 
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts, buffer: memoryview) -> None:
-    super().__init__(conn)
+    super().__init__(conn, cfg.names)
     self.cfg, self.spec, self.reader, self.buffer = cfg, spec, parts.reader, buffer
     self.free: set[int] = set()
     self.unread: collections.deque[list[HostStep]] = collections.deque()  # spans received, in order

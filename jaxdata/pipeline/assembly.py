@@ -1,0 +1,209 @@
+"""Reading and assembly: where a planned span's steps become rows. One interface, `Assembly`, two implementations.
+
+    LocalAssembly     this process reads each span (one call per dataset) and assembles step by step
+    ReaderProcesses   reader processes read and assemble into shared memory (reader_processes.py)
+
+`LocalAssembly` is written once for both plannings; its read-ahead is a
+parameter, because the GIL makes the two paths differ::
+
+    read_thread given:  the next span is read on a thread of its own while this one is assembled
+                        (reads run mostly without the GIL; planning and assembly hold it)
+    remote data:        each span taken ahead has its shards fetched from then on
+    neither:            a span is read when its first step is asked for
+
+Planning in this process reads every span from disk ahead; under a planner
+process only spans that wait on a store's byte ranges are (there a read
+thread did not add speed and cost a Python-bound training loop more of the
+GIL). Nothing here depends on how far ahead it reads: a step's batch is a
+pure function of its plan.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from jaxdata.config.batch import FEATURES
+from jaxdata.config.schema import PackingConfig
+from jaxdata.pipeline.producing import ComingStep
+from jaxdata.pipeline.read_spans import HostStep, PlannedSpan, ReadStep, aligned_arrays, assemble, read_span
+from jaxdata.pipeline.read_thread import ReadThread
+from jaxdata.pipeline.reader import DocumentReader
+from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.transforms.pieces import Pieces
+
+__all__ = ["Assembly", "LocalAssembly", "OutputRows"]
+
+
+class Assembly(Protocol):
+  """Where the spans' steps become rows (see the module docstring)."""
+
+  @property
+  def makes_steps_ahead(self) -> bool:
+    """Whether steps are made ahead elsewhere (then the pipeline starts no prefetch thread)."""
+    ...
+
+  def spans_wanted(self) -> int:
+    """How many spans it takes before their steps are asked for (at least one)."""
+    ...
+
+  def spans_held(self) -> int:
+    """Spans taken whose last step is not handed out yet."""
+    ...
+
+  def accept(self, span: PlannedSpan) -> None:
+    """A planned span, in order: its reading may begin."""
+    ...
+
+  def steps_ahead_at_most(self) -> int:
+    """How many steps it makes ahead at most (0 where they are made when asked for)."""
+    ...
+
+  def reads_on_thread(self) -> bool:
+    """Whether this process reads on a thread of its own, a span ahead."""
+    ...
+
+  def steps_per_reader(self) -> tuple[int, ...]:
+    """Steps each reader process made (empty without them)."""
+    ...
+
+  def take(self, coming: ComingStep) -> dict[str, np.ndarray]:
+    """The rows of the next step (of the oldest span), timed into its stats."""
+    ...
+
+  def restart(self) -> None:
+    """Drops every span taken."""
+    ...
+
+  def close(self, timeout_s: float) -> bool:
+    """Stops what it started; False if a read did not stop in `timeout_s`."""
+    ...
+
+
+class OutputRows:
+  """Where a step's rows are written: fresh memory (64-byte aligned with `aligned`, which global
+  arrays on CPU devices then use in place), the features the batch leaves out (`batch.features`) in
+  scratch arrays that are reused and never handed out."""
+
+  def __init__(self, features: Sequence[str], aligned: bool) -> None:
+    self.features, self.aligned = tuple(features), aligned
+    self._scratch: dict[str, np.ndarray] | None = None
+
+  def __call__(self, num_rows: int, seq_len: int) -> dict[str, np.ndarray] | None:
+    """Arrays of every feature (None: NumPy's own allocations will do)."""
+    if len(self.features) == len(FEATURES):
+      return aligned_arrays(num_rows, seq_len) if self.aligned else None
+    shape = (num_rows, seq_len)
+    if self._scratch is None or self._scratch["tokens"].shape != shape:
+      self._scratch = {name: np.empty(shape, np.int32) for name in FEATURES}
+    kept = self.features
+    fresh = aligned_arrays(*shape, kept) if self.aligned else {n: np.empty(shape, np.int32) for n in kept}
+    return {**self._scratch, **fresh}
+
+
+@dataclasses.dataclass
+class _HeldSpan:
+  """A span taken: its read (on the read thread, once begun) and its steps read, not yet assembled."""
+
+  steps: list[HostStep]
+  read: concurrent.futures.Future | None = None
+  items: collections.deque[ReadStep] | None = None
+  read_s: float = 0.0  # per step
+
+
+class LocalAssembly:
+  """Reads and assembles spans in this process (see the module docstring).
+
+  Args:
+    packing: the packing config (pad id, BOS / EOS, long documents).
+    reader: the documents' reader.
+    recorder: the per-step timers.
+    rows: where rows are written.
+    read_thread: read the span after the one being assembled on this thread (None: read when needed).
+  """
+
+  makes_steps_ahead = False
+
+  def __init__(
+    self,
+    packing: PackingConfig,
+    reader: DocumentReader,
+    recorder: StatsRecorder,
+    rows: OutputRows,
+    read_thread: ReadThread | None,
+  ) -> None:
+    self.packing, self.reader, self.recorder, self.rows = packing, reader, recorder, rows
+    self.read_thread = read_thread
+    self.held: collections.deque[_HeldSpan] = collections.deque()  # the first is being assembled
+
+  def spans_wanted(self) -> int:
+    """One span read ahead (on the read thread, or its shards fetched), else one at a time."""
+    return 2 if self.read_thread is not None or self.reader.remote else 1
+
+  def spans_held(self) -> int:
+    return len(self.held)
+
+  def steps_ahead_at_most(self) -> int:
+    return 0
+
+  def reads_on_thread(self) -> bool:
+    return self.read_thread is not None
+
+  def steps_per_reader(self) -> tuple[int, ...]:
+    return ()
+
+  def accept(self, span: PlannedSpan) -> None:
+    if not span.steps:
+      return
+    held = _HeldSpan(span.steps)
+    if self.reader.remote and self.held:  # its shards are fetched from now on, while earlier spans are read
+      self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in held.steps]))
+    self.held.append(held)
+    self._start_reads()
+
+  def take(self, coming: ComingStep) -> dict[str, np.ndarray]:
+    held = self.held[0]
+    if held.items is None:
+      if held.read is not None:
+        items, read_s = held.read.result()
+      else:
+        started = time.perf_counter()
+        items = read_span(self.reader, held.steps, self.packing.fill_id)
+        read_s = time.perf_counter() - started
+      held.items, held.read_s = collections.deque(items), read_s / len(held.steps)
+    item = held.items.popleft()
+    if not held.items:
+      self.held.popleft()
+      self._start_reads()
+    started = time.perf_counter()
+    arrays = assemble(item, self.packing, self.rows(item.host.num_rows, item.host.seq_len))
+    self.recorder.time(coming.stats, "read", held.read_s)
+    self.recorder.time(coming.stats, "assemble", time.perf_counter() - started)
+    return arrays
+
+  def _start_reads(self) -> None:
+    """On the read thread: the span being assembled and the one after it (at most two are read)."""
+    if self.read_thread is None:
+      return
+    for held in list(self.held)[:2]:
+      if held.read is None and held.items is None:
+        held.read = self.read_thread.submit(held.steps)
+
+  def restart(self) -> None:
+    """Drops the spans taken. A read under way finishes unused and is waited for, so that no stale read
+    still uses the reader when another thread reads next; a read not begun is skipped."""
+    reads = [held.read for held in self.held if held.read is not None]
+    for read in reads:
+      read.cancel()
+    concurrent.futures.wait(reads)
+    self.held.clear()
+
+  def close(self, timeout_s: float) -> bool:
+    """Stops the read thread; whether no read is still under way after `timeout_s`."""
+    return self.read_thread is None or self.read_thread.close(timeout_s)

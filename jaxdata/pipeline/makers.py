@@ -1,0 +1,92 @@
+"""`step_maker`: the `StepMaker` a pipeline's `StepMaking` choice asks for.
+
+    StepMaking("here")                    Steps(LocalPlanning, LocalAssembly)
+    StepMaking("process")                 PooledSteps: Steps(ProcessPlanning, LocalAssembly)
+    StepMaking("process", reader_processes=n)  PooledSteps: Steps(ProcessPlanning, ReaderProcesses)
+    StepMaking("auto")                    "process" with a mesh on >= PLANNER_PROCESS_MIN_CORES usable
+                                          cores (falling back to "here"), else "here"
+
+Every `PooledSteps` holds the "here" pair too: it makes the steps until the
+processes are ready. The process modules are imported only when asked for:
+not on the default's first batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from jaxdata._lazy import lazy_module
+from jaxdata.pipeline.assembly import LocalAssembly, OutputRows
+from jaxdata.pipeline.execution import StepMaking
+from jaxdata.pipeline.pipeline_parts import Parts
+from jaxdata.pipeline.planning import LocalPlanning
+from jaxdata.pipeline.producing import StepMaker
+from jaxdata.pipeline.read_spans import RowsHere, read_span
+from jaxdata.pipeline.read_thread import ReadThread
+from jaxdata.pipeline.spec import PipelineSpec
+from jaxdata.pipeline.state import PipelineState
+from jaxdata.pipeline.stats import StatsRecorder
+from jaxdata.pipeline.steps import Steps
+
+if TYPE_CHECKING:
+  import jaxdata.pipeline.pooled_steps as pooled_steps
+else:
+  pooled_steps = lazy_module("jaxdata.pipeline.pooled_steps")
+
+__all__ = ["PLANNER_PROCESS_MIN_CORES", "planner_process_helps", "step_maker"]
+
+# Usable cores from which `StepMaking("auto")` plans in a process of its own (with a mesh). On 2
+# cores it does not pay (benchmarks/pipeline_throughput, uint32: 29.2M tokens/s with it against 33.4M
+# in process): the planner takes a core the read thread and the assembly need. With more, it takes
+# the planning (~a third of the GIL time a step costs this process) off the training process.
+PLANNER_PROCESS_MIN_CORES = 4
+
+
+def planner_process_helps(mesh: Any, reader_processes: int = 0) -> bool:
+  """Where "auto" plans in a process of its own: with a mesh on at least PLANNER_PROCESS_MIN_CORES
+  usable cores. With NumPy output (tests, notebooks, evaluation on the host) no process is started
+  unasked."""
+  return mesh is not None and not reader_processes and _usable_cores() >= PLANNER_PROCESS_MIN_CORES
+
+
+def _usable_cores() -> int:
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+def step_maker(
+  making: StepMaking,
+  mesh: Any,
+  spec: PipelineSpec,
+  parts: Parts,
+  recorder: StatsRecorder,
+  rows_here: RowsHere,
+  snapshot: Callable[[], PipelineState],
+  *,
+  prefetch: int,
+  read_ahead_tokens: int,
+  aligned: bool,
+) -> StepMaker:
+  """The steps `making` asks for (see the module docstring)."""
+  cfg, reader = parts.cfg, parts.reader
+  rows = OutputRows(cfg.batch.features, aligned)
+  # One read thread, started on first use: planning here reads spans from disk ahead on it; under a
+  # planner process only spans that wait on a store's byte ranges are (remote shards fetch ahead instead).
+  thread = ReadThread(functools.partial(read_span, reader, pad_id=cfg.packing.fill_id))
+  background = prefetch > 0 and not reader.remote
+  here = Steps(
+    LocalPlanning(parts.planner, recorder, rows_here, snapshot, read_ahead_tokens),
+    LocalAssembly(cfg.packing, reader, recorder, rows, thread if background else None),
+  )
+  if not making.planner_process_asked and not (making.planning == "auto" and planner_process_helps(mesh)):
+    return here
+  local = LocalAssembly(
+    cfg.packing, reader, recorder, rows, thread if background and reader.reads_ranges_from_store else None
+  )
+  return pooled_steps.process_steps(
+    making, spec, parts, here, local, rows, recorder, rows_here, prefetch + 1, read_ahead_tokens, snapshot()
+  )
