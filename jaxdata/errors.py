@@ -1,4 +1,8 @@
-"""Error types. Each message names the file, field or value at fault."""
+"""Error types. Each message names the file, field or value at fault.
+
+Every error jaxdata raises of its own is a `jaxdata.Error` (and also the builtin it refines:
+a `DatasetError` is a `ValueError`, so `except ValueError` keeps working).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,11 @@ import importlib
 from typing import Any
 
 
-class DatasetError(ValueError):
+class Error(Exception):
+  """The base of every error jaxdata raises of its own: `except jaxdata.Error` catches them all."""
+
+
+class DatasetError(Error, ValueError):
   """A dataset directory disagrees with its manifest, or a shard is unreadable.
 
   The message always names the dataset directory or shard file and the
@@ -15,29 +23,29 @@ class DatasetError(ValueError):
   """
 
 
-class InputFormatError(ValueError):
+class InputFormatError(Error, ValueError):
   """An input document for `jaxdata convert` is malformed.
 
   The message names the file and line (or row) and what is wrong with it.
   """
 
 
-class ConfigError(ValueError):
+class ConfigError(Error, ValueError):
   """An option or config field has an invalid value; the message names it."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(Error, ValueError):
   """A saved pipeline state cannot be restored: missing, corrupt, newer
   format, or taken with a config / data that orders batches differently.
   The message names the checkpoint path or what changed."""
 
 
-class WorkerStartError(RuntimeError):
+class WorkerStartError(Error, RuntimeError):
   """A pipeline's worker or planner process could not be started, or exited
   before it had opened the data; the message names the process and its exit."""
 
 
-class PipelineClosedError(RuntimeError):
+class PipelineClosedError(Error, RuntimeError):
   """A closed pipeline was asked for a batch, a new state or a mixture update.
 
   Its `get_state()` still answers: the state after the last batch handed out.

@@ -165,8 +165,7 @@ def test_performance_doc_lists_the_pipeline_knobs_with_their_true_defaults():
   parameters = inspect.signature(Pipeline).parameters
   assert set(rows) == {
     "prefetch",
-    "workers",
-    "planner_process",
+    "making",
     "read_ahead_tokens",
     "read_threads",
     "wait_warning_s",

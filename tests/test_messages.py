@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
 from jaxdata.pipeline.messages import (
   Credit,
   Free,
-  PlannedSpan,
   Ready,
   Setup,
+  SpanPlanned,
   SpanToRead,
   Start,
   StepMade,
@@ -19,20 +20,40 @@ from jaxdata.pipeline.messages import (
   WorkerError,
   message_from_json,
 )
+from jaxdata.pipeline.state import PipelineState
+from jaxdata.pipeline.step_stats import StepStats
+from jaxdata.pipeline.worker_handle import raised
 
-# Each message and the JSON object that went over the pipe for it before the messages were typed.
+NAMES = ["d0", "d1"]
+# A state and a step's stats as the pipe carries them (a saved state; the stats file's fields).
+STATE = PipelineState.from_json(
+  json.loads(
+    json.loads((pathlib.Path(__file__).parent / "support" / "states_before_typed.json").read_text())["states"][3]
+  ),
+  NAMES,
+)
+STATS = StepStats(
+  step=3,
+  tokens_per_source={"d0": 40, "d1": 24},
+  target_share={"d0": 0.5, "d1": 0.5},
+  share_batch={"d0": 0.625, "d1": 0.375},
+  padding_fraction=0.0,
+)
+
+# Each message and the JSON object that went over the pipe for it before the messages were typed
+# (a state and stats are their own JSON; an error also carries the worker's traceback now).
 WIRE = [
-  (Start(2, {"step": 5}), {"kind": "start", "generation": 2, "state": {"step": 5}}),
+  (Start(2, STATE), {"kind": "start", "generation": 2, "state": STATE.to_json()}),
   (Start(2), {"kind": "start", "generation": 2}),
   (Credit(1), {"kind": "credit", "generation": 1}),
   (
-    PlannedSpan(1, [{"step": 0}], [{"step": 1}], [{"tokens": 4}], False),
+    SpanPlanned(1, [{"step": 0}], [STATE], [STATS], False),
     {
       "kind": "span",
       "generation": 1,
       "steps": [{"step": 0}],
-      "states": [{"step": 1}],
-      "stats": [{"tokens": 4}],
+      "states": [STATE.to_json()],
+      "stats": [STATS.to_json()],
       "ended": False,
     },
   ),
@@ -42,8 +63,8 @@ WIRE = [
   (Stop(), {"kind": "stop"}),
   (Ready({"shuffle": {}}), {"kind": "ready", "fingerprint": {"shuffle": {}}}),
   (
-    WorkerError(-1, "DatasetError", "x: gone"),
-    {"kind": "error", "generation": -1, "type": "DatasetError", "message": "x: gone"},
+    WorkerError(-1, "DatasetError", "x: gone", "Traceback ..."),
+    {"kind": "error", "generation": -1, "type": "DatasetError", "message": "x: gone", "trace": "Traceback ..."},
   ),
 ]
 
@@ -51,7 +72,7 @@ WIRE = [
 @pytest.mark.parametrize("message, wire", WIRE, ids=[type(m).__name__ for m, _ in WIRE])
 def test_each_message_is_its_old_json_and_reads_back_as_itself(message, wire):
   assert message.to_json() == wire
-  assert message_from_json(json.loads(json.dumps(wire))) == message
+  assert message_from_json(json.loads(json.dumps(wire)), NAMES) == message
 
 
 def test_an_unknown_kind_or_a_message_jaxdata_never_sends_is_refused():
@@ -64,5 +85,12 @@ def test_an_unknown_kind_or_a_message_jaxdata_never_sends_is_refused():
   assert Setup.from_json(Setup({"cfg": 1}, {"role": "reader"}).to_json()) == Setup({"cfg": 1}, {"role": "reader"})
 
 
-def test_an_error_message_carries_the_errors_type_and_text():
-  assert WorkerError.of(KeyError("k"), 3) == WorkerError(3, "KeyError", "'k'")
+def test_an_error_message_carries_the_errors_type_text_and_traceback():
+  try:
+    {}["k"]
+  except KeyError as error:
+    message = WorkerError.of(error, 3)
+  assert (message.generation, message.type, message.message) == (3, "KeyError", "'k'")
+  assert "Traceback" in message.trace and "in test_an_error_message_carries" in message.trace
+  raised_here = raised(message)
+  assert isinstance(raised_here, KeyError) and "in the worker process:" in raised_here.__notes__[0]

@@ -20,7 +20,7 @@ import jaxdata.testing
 from jaxdata import ConfigError, DocumentStream, InputFormatError, Pipeline, PipelineConfig
 from jaxdata.cli import main
 from jaxdata.mixture import updates as updates_module
-from jaxdata.pipeline.sharding import UPDATE_CHECK_EVERY
+from jaxdata.pipeline.steering import UPDATE_CHECK_EVERY
 from jaxdata.tools.doctor import diagnose
 from jaxdata.tools.report import load_stats
 from jaxdata.tools.trajectory import load_trajectory
@@ -173,7 +173,7 @@ def test_hosts_that_make_different_updates_are_named_at_the_next_check_on_every_
       jax.distributed.initialize(f"localhost:{port}", 2, int(index))
       import jaxdata.checkpoint
       from jaxdata import Pipeline, PipelineConfig
-      from jaxdata.pipeline.sharding import UPDATE_CHECK_EVERY
+      from jaxdata.pipeline.steering import UPDATE_CHECK_EVERY
       outcomes = []
       with Pipeline(PipelineConfig.from_dict(json.load(open(config))), prefetch=0) as pipe:
         next(pipe)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from jaxdata import Pipeline, PipelineConfig, WorkerStartError
-from jaxdata.pipeline.pipeline import PLANNER_PROCESS_MIN_CORES, planner_process_helps
+from jaxdata.pipeline.makers import PLANNER_PROCESS_MIN_CORES, planner_process_helps
 from jaxdata.pipeline.worker_handle import _child_environment
-from jaxdata.pipeline.worker_producer import STARTS_BEFORE_GIVING_UP
+from jaxdata.pipeline.worker_pool import STARTS_BEFORE_GIVING_UP
 from jaxdata.testing import wait_for_processes, worker_processes
 from pipeline_fixtures import coded_config, digest
 
@@ -50,7 +50,7 @@ def reference(cfg: PipelineConfig, mesh: jax.sharding.Mesh, steps: int) -> list[
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_with_a_mesh_the_planner_is_a_process_by_default_on_four_cores(cfg, mesh, monkeypatch):
-  assert planner_process_helps(mesh, workers=0) == (len(os.sched_getaffinity(0)) >= PLANNER_PROCESS_MIN_CORES)
+  assert planner_process_helps(mesh, reader_processes=0) == (len(os.sched_getaffinity(0)) >= PLANNER_PROCESS_MIN_CORES)
   want = reference(cfg, mesh, 20)
   four_cores(monkeypatch)
   with Pipeline(cfg, mesh=mesh, prefetch=2) as pipe:
@@ -70,7 +70,7 @@ def four_cores(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("cores", [{0}, {0, 1}, {0, 1, 2}])  # a job pinned to one core; this machine
 def test_on_fewer_than_four_usable_cores_the_default_plans_in_process(cfg, mesh, monkeypatch, cores):
   monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: cores)
-  assert not planner_process_helps(mesh, workers=0)
+  assert not planner_process_helps(mesh, reader_processes=0)
   with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
     assert pipe.execution().processes == ()
 

@@ -17,13 +17,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetError, Pipeline, PipelineConfig
-from jaxdata.pipeline.messages import Credit, PlannedSpan, Start, message_from_json
+from jaxdata.pipeline.messages import PLANNER, Credit, SpanPlanned, Start, WorkerSpec, message_from_json
 from jaxdata.pipeline.pipeline_parts import open_parts, state_snapshot
-from jaxdata.pipeline.planner import StepPlanner, encoded_state
+from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.read_spans import assemble, decode_span, encode_span, plan_span, read_span
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.worker_process import PLANNER, WorkerSpec, _Planning
+from jaxdata.pipeline.worker_process import _Planning
 from jaxdata.testing import recorded_reads, start_processes, wait_for_processes, worker_processes
 from pipeline_fixtures import coded_config, digest
 
@@ -105,8 +105,9 @@ def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
   role = _Planning(theirs, cfg, spec, parts)
   try:
     role.generation = 0
-    state = encoded_state(state_snapshot(parts.planner, parts.fingerprint, role.recorder))
-    role.start(message_from_json(json.loads(json.dumps(Start(0, state).to_json()))))  # as the pipe carries it
+    state = state_snapshot(parts.planner, parts.fingerprint, role.recorder)
+    wire = json.loads(json.dumps(Start(0, state).to_json()))  # as the pipe carries it
+    role.start(message_from_json(wire, cfg.names))
 
     def plan_until_waiting() -> int:
       planned = 0
@@ -121,9 +122,9 @@ def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
       assert plan_until_waiting() == 1  # each credit: exactly one more span
     received = []
     while ours.poll():
-      received.append(message_from_json(json.loads(ours.recv_bytes())))
+      received.append(message_from_json(json.loads(ours.recv_bytes()), cfg.names))
       ours.recv_bytes()  # its payload
-    assert [type(m) for m in received] == [PlannedSpan] * 5
+    assert [type(m) for m in received] == [SpanPlanned] * 5
     steps = [header["step"] for m in received for header in m.steps]
     assert steps == list(range(len(steps)))  # consecutive spans of consecutive steps
   finally:

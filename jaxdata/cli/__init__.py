@@ -25,6 +25,7 @@ from jaxdata import __version__
 from jaxdata.cli import convert, data, demo, planning
 from jaxdata.cli.output import Console, flag_words
 from jaxdata.cli.parsing import Commands, Parser, parse_size
+from jaxdata.errors import Error
 
 __all__ = ["build_parser", "main", "parse_size"]
 
@@ -61,9 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.width = max(console.width, 120)  # logs and pipes: do not squeeze tables (COLUMNS sets a width)
   try:
     return args.handler(args, console)
-  except (ValueError, OSError, ImportError) as e:  # ImportError: an extra that is not installed
-    # Our errors are ValueError subclasses (DatasetError, InputFormatError) or
-    # OSError (missing / existing files); each message names file and problem.
+  except (Error, ValueError, OSError, ImportError) as e:  # ImportError: an extra that is not installed
+    # Our errors are `jaxdata.Error`s (a WorkerStartError too), checks of values ValueErrors, and
+    # OSErrors missing / existing files; each message names file and problem: one line, no traceback.
     print(f"jaxdata {args.command}: error: {flag_words(str(e))}", file=sys.stderr)
     return 1
   except KeyboardInterrupt:  # Ctrl-C: the commands that write remove what is partial on the way out

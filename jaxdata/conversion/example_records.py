@@ -30,7 +30,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message, message_fa
 
 from jaxdata.conversion.inputs import InvalidLog, open_binary, readable_archive
 from jaxdata.conversion.remote_inputs import open_remote
-from jaxdata.errors import InputFormatError
+from jaxdata.errors import Error, InputFormatError
 from jaxdata.sources.index import close_reader_quietly
 from jaxdata.sources.record_files import RIEGELI_SIGNATURE, iter_tfrecord
 from jaxdata.sources.stores import is_remote
@@ -101,7 +101,7 @@ def _example_class(as_map: bool) -> type[message.Message]:
   return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Example"))
 
 
-class DuplicateFeatureError(ValueError):
+class DuplicateFeatureError(Error, ValueError):
   """A `tf.train.Example` names one feature key twice (which value is the document is not said)."""
 
 

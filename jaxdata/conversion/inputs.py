@@ -21,7 +21,7 @@ from typing import IO, Any, cast
 
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
 from jaxdata.conversion.remote_inputs import list_remote, matches, open_remote, remote_sizes
-from jaxdata.errors import InputFormatError, installed_module, optional_module
+from jaxdata.errors import Error, InputFormatError, installed_module, optional_module
 from jaxdata.sources.stores import is_remote
 
 __all__ = [
@@ -423,7 +423,7 @@ def _parquet_records(
       row += 1
 
 
-class DuplicateKeyError(ValueError):
+class DuplicateKeyError(Error, ValueError):
   """A JSON object that names a key twice (Python's json would keep the last value, silently)."""
 
 

@@ -28,7 +28,7 @@ from jaxdata.pipeline.read_spans import MAX_SPAN_STEPS, HostStep, PlannedSpan, R
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 
-__all__ = ["LocalPlanning", "Planning", "grown_span"]
+__all__ = ["LocalPlanning", "Planning"]
 
 
 class Planning(Protocol):

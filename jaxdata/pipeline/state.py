@@ -56,6 +56,12 @@ class Carry:
       self._text.append(self.pieces.to_json())
     return self._text[0]
 
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, Carry) and self.text == other.text
+
+  def __hash__(self) -> int:
+    return hash(self.text)
+
   def for_packer(self) -> Pieces | str:
     """What `Packer.set_state` takes: the pieces themselves when this process planned them."""
     return self.pieces if self.pieces is not None else self.text
