@@ -310,7 +310,7 @@ def test_workers_must_be_a_count_and_exclude_recorded_reads(cfg):
     Pipeline(cfg, workers=-1)
   with pytest.raises(ValueError, match="planner_process: must be True, False or None, got 'yes'"):
     Pipeline(cfg, planner_process="yes")
-  with recorded_reads(), pytest.raises(ValueError, match="workers: reads cannot be recorded"):
+  with recorded_reads(), pytest.raises(ValueError, match="making: reads cannot be recorded"):
     Pipeline(cfg, workers=1)
 
 

@@ -8,7 +8,8 @@ parameter, because the GIL makes the two paths differ::
 
     read_thread given:  the next span is read on a thread of its own while this one is assembled
                         (reads run mostly without the GIL; planning and assembly hold it)
-    remote data:        each span taken ahead has its shards fetched from then on
+    remote data:        each span taken has its shards fetched from then on, all at once
+                        (while the spans before it are read)
     neither:            a span is read when its first step is asked for
 
 Planning in this process reads every span from disk ahead; under a planner
@@ -162,7 +163,7 @@ class LocalAssembly:
     if not span.steps:
       return
     held = _HeldSpan(span.steps)
-    if self.reader.remote and self.held:  # its shards are fetched from now on, while earlier spans are read
+    if self.reader.remote:  # its shards are fetched from now on (all at once), while earlier spans are read
       self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in held.steps]))
     self.held.append(held)
     self._start_reads()
