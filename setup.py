@@ -6,7 +6,7 @@
 
 All are optional: where they cannot be compiled, the install still succeeds
 and jaxdata runs the same steps in Python / NumPy (`JAXDATA_NATIVE` in
-`jaxdata.config.native`).
+`jaxdata._native_switch`).
 """
 
 from setuptools import Extension, setup

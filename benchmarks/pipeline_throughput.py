@@ -96,7 +96,7 @@ TRAINING_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # the training-thread
   "training-thread-mesh8-interval-1ms": (8, {"switch_interval_s": 0.001}),  # the GIL switch interval at 1 ms
 }
 GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
-NO_C = "-no-C"  # a kind named with this suffix runs with JAXDATA_NATIVE=0 (jaxdata.config.native)
+NO_C = "-no-C"  # a kind named with this suffix runs with JAXDATA_NATIVE=0 (jaxdata._native_switch)
 
 
 def jaxdata_config(corpus: str, features: list[str] | None = None, block_size: Any = "global") -> Any:

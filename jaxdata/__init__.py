@@ -5,15 +5,18 @@ The public API is the explicit list in ``__all__``. Names load lazily, so
 until something needs them. The package follows the data flow, each stage
 importing only the ones before it::
 
-    config/      what the user asked for: dataclasses, YAML, schedules, validators
-    sources/     datasets on disk: ArrayRecord shards, Megatron / flat token files read in place, windows
-    order/       each dataset's order per pass: keyed permutations, cursors
-    mixture/     the mixture as one stream of documents: interleave strategies
-    transforms/  packing documents into rows, planned from lengths; row assembly
-    checkpoint/  the versioned state, its fingerprint, Orbax args
-    pipeline/    step planning, reading, prefetch, sharding: `Pipeline`
-    conversion/  raw text into datasets (jaxdata convert, from_iterable)
-    tools/, demo/, research/, cli/, testing   built on the stages above
+    `config`        what the user asked for: dataclasses, YAML, schedules, validators
+    `sources`       datasets on disk: ArrayRecord shards, Megatron / flat token files read in place, windows
+    `order`         each dataset's order per pass: keyed permutations, cursors
+    `mixture`       the mixture as one stream of documents: interleave strategies
+    `transforms`    packing documents into rows, planned from lengths; row assembly
+    `checkpoint`    the versioned state, its fingerprint, Orbax args
+    `pipeline`      step planning, reading, prefetch, sharding: `Pipeline`
+    `conversion`    raw text into datasets (jaxdata convert, from_iterable)
+    `integrations`  other tools' APIs: Grain, MaxText, Megatron, Levanter
+    `tools`, `demo`, `research`, `cli`, `testing`   built on the stages above
+    `errors`        `Error`, the base of every error jaxdata raises, and its kinds
+    `tpu_configs`   the TPU slice YAML files (data, read by `jaxdata.pipeline.slices`)
 
 docs/ in the repository describes the configuration, the state, the order
 and its guarantees, and a training loop with save and restore.

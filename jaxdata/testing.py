@@ -48,14 +48,14 @@ def recorded_reads() -> Iterator[ReadLog]:
 
 
 def _workers(pipe: Pipeline) -> PooledSteps | None:
-  producer = pipe._producer  # this module is the documented way in
+  producer = pipe._handout.maker  # this module is the documented way in
   return producer if isinstance(producer, PooledSteps) else None
 
 
 def opened_datasets(pipe: Pipeline) -> list[Any]:
   """The datasets the pipeline reads, as it opened them (split views included): to look at a remote
   dataset's shard cache or transfer counts in a test."""
-  return list(pipe._reader.datasets)  # this module is the documented way in
+  return list(pipe._handout.reader.datasets)  # this module is the documented way in
 
 
 def producer_phase(pipe: Pipeline) -> str:
@@ -100,7 +100,7 @@ def prefetched_steps(pipe: Pipeline, count: int, timeout_s: float = 60.0) -> lis
   """(batch, stats) of the steps the prefetch thread has made ahead, once `count` of them wait (or at
   `timeout_s`), oldest first, without handing them out: to check what the thread makes (global arrays,
   with a mesh, and the time it spent making them)."""
-  resources = pipe._resources  # this module is the documented way in
+  resources = pipe._handout  # this module is the documented way in
   deadline = time.monotonic() + timeout_s
   while time.monotonic() < deadline:
     prefetcher = resources.prefetcher

@@ -25,8 +25,8 @@ ALLOWED = {
   "config": {"errors", "_lazy", "_native_switch"},  # _lazy: PyYAML loads at the first load_config
   "sources": {"errors", "_lazy", "_native_switch"},
   "order": {"config", "errors"},
-  "mixture": {"config", "sources", "order", "errors"},
-  "transforms": {"config", "errors"},
+  "mixture": {"config", "sources", "order", "errors", "_native_switch"},
+  "transforms": {"config", "errors", "_native_switch"},  # _native_switch: every C loop reads the one switch
   "checkpoint": {"config", "order", "errors", "_lazy"},
   "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "errors", "_lazy"},
   "research": {"config", "errors"},

@@ -133,7 +133,7 @@ def test_a_long_wait_logs_one_line_with_the_steps_ready(tmp_path, caplog):
   with Pipeline(cfg, prefetch=2, wait_warning_s=1e-9) as pipe:
     next(pipe)
     deadline = time.monotonic() + 60
-    while not pipe._resources.prefetcher.queue.full():  # both steps made ahead before the next call
+    while not pipe._handout.prefetcher.queue.full():  # both steps made ahead before the next call
       assert time.monotonic() < deadline
       time.sleep(0.01)
     next(pipe)

@@ -15,7 +15,7 @@ import sentencepiece as spm
 
 from jaxdata import ConfigError, DatasetWriter, Pipeline, from_iterable
 from jaxdata.integrations import maxtext_keys
-from jaxdata.integrations.maxtext import FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_batch, maxtext_config
+from jaxdata.integrations.maxtext import MAXTEXT_FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_batch, maxtext_config
 from jaxdata.integrations.maxtext_values import KEY_TYPES
 
 VOCAB = 64
@@ -82,7 +82,7 @@ def test_batches_carry_maxtexts_features(values):
   with MaxTextPipeline(values, prefetch=0) as maxtext, Pipeline(maxtext_config(values), prefetch=0) as plain:
     for _ in range(3):
       batch, reference = next(maxtext), next(plain)
-      assert tuple(batch) == FEATURES and all(batch[k].dtype == np.int32 for k in FEATURES)
+      assert tuple(batch) == MAXTEXT_FEATURES and all(batch[k].dtype == np.int32 for k in MAXTEXT_FEATURES)
       assert np.array_equal(batch["inputs"], reference["tokens"])
       assert np.array_equal(batch["inputs_segmentation"], reference["segment_ids"])
       assert np.array_equal(batch["inputs_position"], reference["positions"])
@@ -110,7 +110,9 @@ def test_batches_carry_maxtexts_features(values):
     for _ in range(3):
       next(straight)
     for _ in range(2):
-      assert [next(restored)[k].tobytes() for k in FEATURES] == [next(straight)[k].tobytes() for k in FEATURES]
+      assert [next(restored)[k].tobytes() for k in MAXTEXT_FEATURES] == [
+        next(straight)[k].tobytes() for k in MAXTEXT_FEATURES
+      ]
 
 
 def assert_same_but_real_pad_ids_train(batch: dict, shifted: dict, segment_ids: np.ndarray, pad_id: int) -> int:
@@ -359,7 +361,7 @@ def test_eval_keys_build_the_eval_pipeline(values, tmp_path):
   assert (cfg.shuffle_block_size, cfg.shuffle_shards, cfg.stop_after_passes) == (None, False, 1)
   with MaxTextPipeline(eval_values, split="eval", prefetch=0) as batches:
     first = next(batches)
-  assert first["inputs"].shape == (4, 32) and tuple(first) == FEATURES
+  assert first["inputs"].shape == (4, 32) and tuple(first) == MAXTEXT_FEATURES
   with pytest.raises(ConfigError, match=r"grain_eval_files: give a glob"):
     maxtext_config(values, split="eval")
 

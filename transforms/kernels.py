@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from jaxdata.config.native import native_wanted
+from jaxdata._native_switch import native_wanted
 from jaxdata.transforms.fit import best_fit, first_fit
 
 try:

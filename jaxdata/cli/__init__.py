@@ -2,10 +2,10 @@
 
     convert.py    `jaxdata convert`: the local or the Beam runner, progress and a summary
     data.py       `jaxdata index`, `from-megatron` and `inspect`
-    planning.py   `jaxdata plan`, `audit`, `doctor`, `report`, `mesh` and `bench`
+    planning.py   the commands `jaxdata plan`, `jaxdata audit`, `jaxdata doctor`, `jaxdata report`, `jaxdata mesh`, `jaxdata bench`
     demo.py       `jaxdata demo` and `ablate`
     parsing.py    `Parser` and `Commands`: each module above registers its commands
-                  (`register`); a mistake gets a did-you-mean from the parser's own choices
+                  (its `register_*` function); a mistake gets a did-you-mean from the parser's own choices
     legends.py    what each column of `jaxdata plan` and `jaxdata mesh` means
     output.py     the console, tables and progress bars (rich's when installed)
 
@@ -49,8 +49,8 @@ def build_parser() -> Parser:
   parser = Parser(prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common])
   parser.add_argument("--version", action="version", version=f"jaxdata {__version__}")
   commands = Commands(parser, common)
-  for handlers in (convert, data, demo, planning):
-    handlers.register(commands)
+  for register in (convert.register_convert, data.register_data, demo.register_demo, planning.register_planning):
+    register(commands)
   return parser
 
 

@@ -17,10 +17,10 @@ from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer, roundtr
 from jaxdata.sources.manifest import COMPRESSIONS
 from jaxdata.tools.numbers import human_bytes
 
-__all__ = ["convert", "register"]
+__all__ = ["register_convert"]
 
 
-def convert(args: argparse.Namespace, console: Console) -> int:
+def convert_command(args: argparse.Namespace, console: Console) -> int:
   # chat / prompt-completion: fine-tuning examples, from JSONL or Parquet; any other format: documents
   examples: ExampleFormat = next((f for f in EXAMPLE_FORMATS if f == args.format), "text")
   options = ConvertOptions(
@@ -92,7 +92,7 @@ def convert(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
-def register(commands: Commands) -> None:
+def register_convert(commands: Commands) -> None:
   """The `jaxdata convert` command and its flags."""
   p = commands.add("convert", "tokenize JSONL / Parquet / text into a dataset")
   p.add_argument("inputs", nargs="+", help="files, directories or globs")
@@ -172,4 +172,4 @@ def register(commands: Commands) -> None:
     help="Beam pipeline options, given with '=': --beam-options='--runner=DataflowRunner --project=P "
     "--region=R --temp_location=gs://B/tmp' (default: the local DirectRunner)",
   )
-  p.set_defaults(handler=convert)
+  p.set_defaults(handler=convert_command)

@@ -20,7 +20,7 @@ from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.sources.opening import open_dataset
 from jaxdata.tools.summary import summarize
 
-__all__ = ["index", "inspect", "register"]
+__all__ = ["index", "inspect", "register_data"]
 
 
 # A folder given to `jaxdata index`: the files of the format it holds.
@@ -190,7 +190,7 @@ def inspect(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
-def register(commands: Commands) -> None:
+def register_data(commands: Commands) -> None:
   """The `jaxdata index`, `jaxdata from-megatron`, `jaxdata inspect` commands and their flags."""
   p = commands.add("index", "metadata for token files other tools wrote (no tokens copied)")
   p.add_argument(

@@ -14,7 +14,7 @@ from jaxdata.demo import DEVICES, default_cache_dir, xla_flags
 from jaxdata.demo.corpus import build_demo_corpus
 from jaxdata.tools.report import ablation_plot
 
-__all__ = ["ablate", "demo", "register"]
+__all__ = ["ablate", "demo", "register_demo"]
 
 # Both train a model with jax: imported when a command runs (jax reads XLA_FLAGS when its backend starts).
 ablation = lazy_module("jaxdata.demo.ablate")
@@ -179,7 +179,7 @@ def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
   return 0 if result.resume_ok else 1
 
 
-def register(commands: Commands) -> None:
+def register_demo(commands: Commands) -> None:
   """The `jaxdata demo`, `jaxdata ablate` commands and their flags."""
   p = commands.add("demo", "end to end: corpus, pipeline on 8 emulated devices, training, resume")
   p.add_argument("--cache-dir", help="where the corpus is kept (default: ~/.cache/jaxdata/demo)")

@@ -27,7 +27,7 @@ from jaxdata.tools.numbers import human_bytes, human_count
 from jaxdata.tools.report import load_stats, plan_plot, write_report
 from jaxdata.tools.trajectory import load_trajectory, with_trajectory
 
-__all__ = ["audit", "bench", "mesh", "plan", "register", "report"]
+__all__ = ["mesh", "plan", "register_planning", "report"]
 
 bench_module = lazy_module("jaxdata.tools.bench")  # runs a Pipeline: jax only when `jaxdata bench` runs
 
@@ -189,7 +189,7 @@ def read_span_table(needs: CacheNeeds, args: argparse.Namespace) -> Table:
   return out
 
 
-def audit(args: argparse.Namespace, console: Console) -> int:
+def audit_command(args: argparse.Namespace, console: Console) -> int:
   with working(console, args.quiet or args.json, f"planning and checking {args.steps:,} steps for {args.hosts} hosts"):
     result = audit_plan(load_config(args.config), args.hosts, args.steps)
   if args.json:
@@ -337,7 +337,7 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
-def bench(args: argparse.Namespace, console: Console) -> int:
+def bench_command(args: argparse.Namespace, console: Console) -> int:
   with working(console, args.quiet, f"timing {args.steps} steps"):
     result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
   console.print(
@@ -350,7 +350,7 @@ def bench(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
-def register(commands: Commands) -> None:
+def register_planning(commands: Commands) -> None:
   """The `jaxdata plan`, `jaxdata audit`, `jaxdata doctor`, `jaxdata report`, `jaxdata bench`, `jaxdata mesh` commands and their flags."""
   p = commands.add("plan", "exposure per dataset and phase before a run")
   p.add_argument("config", help="pipeline YAML")
@@ -379,7 +379,7 @@ def register(commands: Commands) -> None:
   p.add_argument("--hosts", type=int, required=True, help="hosts to plan for (each reads its block of rows)")
   p.add_argument("--steps", type=int, required=True, help="steps to plan and check")
   p.add_argument("--json", action="store_true", help="print the result as JSON")
-  p.set_defaults(handler=audit)
+  p.set_defaults(handler=audit_command)
 
   p = commands.add("doctor", "check a run's stats (and per-source losses) for signs of a bad data order")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
@@ -412,7 +412,7 @@ def register(commands: Commands) -> None:
     action="store_true",
     help="plan in a process of its own; read and assemble here (see docs/performance.md)",
   )
-  p.set_defaults(handler=bench)
+  p.set_defaults(handler=bench_command)
 
   p = commands.add("mesh", "rows, tokens and documents per host of a TPU slice")
   p.add_argument(

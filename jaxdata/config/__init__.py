@@ -10,7 +10,6 @@ data; every later stage may import it.
     resolve.py          `DatasetSettings`: a dataset's settings after inheritance
     schedule.py         weight schedules and their safe normalisation
     validate.py         the validators every stage shares
-    native.py           `JAXDATA_NATIVE`: whether the C loops run
 """
 
 from jaxdata.config.loading import load_config

@@ -34,7 +34,7 @@ __all__ = [
   "BlockSize",
   "DatasetFormat",
   "ExhaustedPolicy",
-  "Interleave",
+  "InterleaveMode",
   "LongDocs",
   "PackingMode",
   "Sampling",
@@ -61,7 +61,7 @@ __all__ = [
 # Each choice is a Literal type (what the type checker holds a comparison to) and its tuple of values
 # (what a config is checked against and an error lists), one derived from the other.
 Unit = Literal["tokens", "documents"]
-Interleave = Literal["exact", "random"]
+InterleaveMode = Literal["exact", "random"]
 ExhaustedPolicy = Literal["stop", "repeat"]
 PackingMode = Literal["concat", "first_fit", "best_fit", "none"]
 LongDocs = Literal["split", "truncate", "drop"]
@@ -70,7 +70,7 @@ Sampling = Literal["documents", "windows"]
 WarmupKeep = Literal["rows", "tokens"]
 BlockSize = int | Literal["global", "auto"] | None  # as configured ("auto": from the shards, at open)
 UNITS: tuple[Unit, ...] = get_args(Unit)
-INTERLEAVES: tuple[Interleave, ...] = get_args(Interleave)
+INTERLEAVES: tuple[InterleaveMode, ...] = get_args(InterleaveMode)
 EXHAUSTED_POLICIES: tuple[ExhaustedPolicy, ...] = get_args(ExhaustedPolicy)
 PACKING_MODES: tuple[PackingMode, ...] = get_args(PackingMode)
 LONG_DOCS: tuple[LongDocs, ...] = get_args(LongDocs)
@@ -196,7 +196,7 @@ class MixtureConfig:
   weights: Mapping[str, float] | None = None
   schedule: tuple[Phase, ...] | None = None
   unit: Unit = "tokens"
-  interleave: Interleave = "exact"
+  interleave: InterleaveMode = "exact"
   # Pipeline.update_mixture: new weights from the next step handed out + this (docs/training-loop.md: why 32)
   update_lag_steps: int = 32
 

@@ -34,7 +34,7 @@ from jaxdata.integrations.maxtext_keys import (
 from jaxdata.pipeline.pipeline import Pipeline
 
 __all__ = [
-  "FEATURES",
+  "MAXTEXT_FEATURES",
   "MAXTEXT_KEYS",
   "MaxTextPipeline",
   "maxtext_batch",
@@ -43,7 +43,14 @@ __all__ = [
   "shift_data",
 ]
 
-FEATURES = ("inputs", "inputs_segmentation", "inputs_position", "targets", "targets_segmentation", "targets_position")
+MAXTEXT_FEATURES = (
+  "inputs",
+  "inputs_segmentation",
+  "inputs_position",
+  "targets",
+  "targets_segmentation",
+  "targets_position",
+)
 
 
 def shift_data(tokens: Any, segment_ids: Any, pad_id: int) -> tuple[Any, Any]:

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from jaxdata.config.native import native_wanted
+from jaxdata._native_switch import native_wanted
 from jaxdata.order.cursor import END_OF_BUFFER, END_OF_DATASET
 from jaxdata.order.feistel import uniform
 

@@ -40,11 +40,18 @@ from jaxdata.order.cursor import DatasetCursor
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
 from jaxdata.order.sampled import SampledOrder
 
-__all__ = ["DatasetMeta", "DocBatch", "DocRef", "DocumentStream", "STATE_VERSION", "load_metadata", "window_options"]
+__all__ = [
+  "DatasetMeta",
+  "DocBatch",
+  "DocRef",
+  "DocumentStream",
+  "load_metadata",
+  "window_options",
+]
 
 MAX_COUNTER = 2**62  # passes, positions and counters of a restored state stay below (int64 arithmetic)
 
-STATE_VERSION = 2  # 2: exact rational interleave segments (with "scale")
+STREAM_STATE_VERSION = 2  # 2: exact rational interleave segments (with "scale")
 # One pick loop takes at most this many documents / tokens: look-ahead buffers
 # of either size can then never run dry inside it.
 CALL_DOCS = 1 << 16
@@ -257,7 +264,7 @@ class DocumentStream:
     `encode_updates=False` leaves "updates" a (frozen) `MixtureUpdates`: cheap, for per-step snapshots."""
     updates = self.updates.pruned(self.next_step - 1)
     return {
-      "version": STATE_VERSION,
+      "version": STREAM_STATE_VERSION,
       "epoch": self.epoch,
       "unit": self.cfg.mixture.unit,
       "interleave": self.cfg.mixture.interleave,
@@ -278,7 +285,7 @@ class DocumentStream:
     Only the mixture weights / schedule may differ from the run that saved
     it: cursors carry over, and the config's weights apply from now on.
     """
-    check_state_header(state, "stream state", STATE_VERSION, ("datasets", "emitted", "tokens"))
+    check_state_header(state, "stream state", STREAM_STATE_VERSION, ("datasets", "emitted", "tokens"))
     for key in ("unit", "interleave"):
       if state.get(key) != getattr(self.cfg.mixture, key):
         raise ValueError(

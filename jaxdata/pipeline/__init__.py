@@ -7,6 +7,7 @@ Where steps are made is two axes and one seam (docs/architecture.md): a
 Its modules::
 
     pipeline.py          `Pipeline`: wires the modules below, hands out batches, saves and restores state
+    handout.py           `Handout`: steps from the maker to `next()` as batches (the prefetch thread), and their release
     pipeline_parts.py    `open_parts`: the datasets, planner and reader a pipeline opens from its config
     spec.py              `PipelineSpec`: everything that decides the batches (what worker processes get)
     state.py             `PipelineState`: the state after a step, typed; its JSON is the checkpoint's

@@ -39,7 +39,7 @@ from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["Assembly", "LocalAssembly", "OutputRows"]
+__all__ = ["Assembly", "LocalAssembly", "OutputRows", "SpanReads"]
 
 
 class Assembly(Protocol):
@@ -116,6 +116,83 @@ class _HeldSpan:
   read: concurrent.futures.Future | None = None
   items: collections.deque[ReadStep] | None = None
   read_s: float = 0.0  # per step
+  error: Exception | None = None  # a read ahead that failed: raised at the span's first step
+
+
+class SpanReads:
+  """The spans taken, in order, and their reads (this process's, and a reader process's)::
+
+      accept(steps)   a span taken: with remote data its shards are fetched from now on, all at once
+      next_step()     the oldest step, read: its span is read when its first step is needed, unless
+                      the read thread read it ahead (the span being assembled and the one after it)
+      read_ahead()    a reader process's idle time (every slot full): the next span read now
+
+  A read's error is raised by `next_step` at the span's first step.
+  """
+
+  def __init__(self, reader: DocumentReader, pad_id: int, read_thread: ReadThread | None) -> None:
+    self.reader, self.pad_id, self.read_thread = reader, pad_id, read_thread
+    self.held: collections.deque[_HeldSpan] = collections.deque()  # the first is being assembled
+
+  def accept(self, steps: list[HostStep]) -> None:
+    if not steps:
+      return
+    if self.reader.remote:  # its shards are fetched from now on (all at once), while earlier spans are read
+      self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in steps]))
+    self.held.append(_HeldSpan(steps))
+    self._start_reads()
+
+  def next_step(self) -> tuple[ReadStep, float]:
+    """The oldest step read, and its share of its span's read time (seconds)."""
+    held = self.held[0]
+    if held.error is not None:
+      raise held.error
+    if held.items is None:
+      self._read(held)
+    assert held.items is not None  # read above
+    item = held.items.popleft()
+    if not held.items:
+      self.held.popleft()
+      self._start_reads()
+    return item, held.read_s
+
+  def read_ahead(self) -> bool:
+    """Reads the first span not read yet, while at most one span waits read; whether it did."""
+    waiting = [held for held in self.held if held.items is not None or held.error is not None]
+    unread = [held for held in self.held if held.items is None and held.error is None]
+    if not unread or len(waiting) > 1:
+      return False
+    try:
+      self._read(unread[0])
+    except Exception as error:  # noqa: BLE001 -- raised by next_step at the step that needs the span
+      unread[0].error = error
+    return True
+
+  def _read(self, held: _HeldSpan) -> None:
+    if held.read is not None:
+      items, read_s = held.read.result()
+    else:
+      started = time.perf_counter()
+      items = read_span(self.reader, held.steps, self.pad_id)
+      read_s = time.perf_counter() - started
+    held.items, held.read_s = collections.deque(items), read_s / len(held.steps)
+
+  def _start_reads(self) -> None:
+    """On the read thread: the span being assembled and the one after it (at most two are read)."""
+    if self.read_thread is None:
+      return
+    for held in list(self.held)[:2]:
+      if held.read is None and held.items is None:
+        held.read = self.read_thread.submit(held.steps)
+
+  def restart(self) -> None:
+    """Drops the spans taken. A read under way finishes unused and is waited for, so that no stale read
+    still uses the reader when another thread reads next; a read not begun is skipped."""
+    reads = [held.read for held in self.held if held.read is not None]
+    for read in reads:
+      read.cancel()
+    concurrent.futures.wait(reads)
+    self.held.clear()
 
 
 class LocalAssembly:
@@ -139,72 +216,39 @@ class LocalAssembly:
     rows: OutputRows,
     read_thread: ReadThread | None,
   ) -> None:
-    self.packing, self.reader, self.recorder, self.rows = packing, reader, recorder, rows
-    self.read_thread = read_thread
-    self.held: collections.deque[_HeldSpan] = collections.deque()  # the first is being assembled
+    self.packing, self.recorder, self.rows = packing, recorder, rows
+    self.reads = SpanReads(reader, packing.fill_id, read_thread)
 
   def spans_wanted(self) -> int:
     """One span read ahead (on the read thread, or its shards fetched), else one at a time."""
-    return 2 if self.read_thread is not None or self.reader.remote else 1
+    return 2 if self.reads.read_thread is not None or self.reads.reader.remote else 1
 
   def spans_held(self) -> int:
-    return len(self.held)
+    return len(self.reads.held)
 
   def steps_ahead_at_most(self) -> int:
     return 0
 
   def reads_on_thread(self) -> bool:
-    return self.read_thread is not None
+    return self.reads.read_thread is not None
 
   def steps_per_reader(self) -> tuple[int, ...]:
     return ()
 
   def accept(self, span: PlannedSpan) -> None:
-    if not span.steps:
-      return
-    held = _HeldSpan(span.steps)
-    if self.reader.remote:  # its shards are fetched from now on (all at once), while earlier spans are read
-      self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in held.steps]))
-    self.held.append(held)
-    self._start_reads()
+    self.reads.accept(span.steps)
 
   def take(self, coming: ComingStep) -> dict[str, np.ndarray]:
-    held = self.held[0]
-    if held.items is None:
-      if held.read is not None:
-        items, read_s = held.read.result()
-      else:
-        started = time.perf_counter()
-        items = read_span(self.reader, held.steps, self.packing.fill_id)
-        read_s = time.perf_counter() - started
-      held.items, held.read_s = collections.deque(items), read_s / len(held.steps)
-    item = held.items.popleft()
-    if not held.items:
-      self.held.popleft()
-      self._start_reads()
+    item, read_s = self.reads.next_step()
     started = time.perf_counter()
     arrays = assemble(item, self.packing, self.rows(item.host.num_rows, item.host.seq_len))
-    self.recorder.time(coming.stats, "read", held.read_s)
+    self.recorder.time(coming.stats, "read", read_s)
     self.recorder.time(coming.stats, "assemble", time.perf_counter() - started)
     return arrays
 
-  def _start_reads(self) -> None:
-    """On the read thread: the span being assembled and the one after it (at most two are read)."""
-    if self.read_thread is None:
-      return
-    for held in list(self.held)[:2]:
-      if held.read is None and held.items is None:
-        held.read = self.read_thread.submit(held.steps)
-
   def restart(self) -> None:
-    """Drops the spans taken. A read under way finishes unused and is waited for, so that no stale read
-    still uses the reader when another thread reads next; a read not begun is skipped."""
-    reads = [held.read for held in self.held if held.read is not None]
-    for read in reads:
-      read.cancel()
-    concurrent.futures.wait(reads)
-    self.held.clear()
+    self.reads.restart()
 
   def close(self, timeout_s: float) -> bool:
     """Stops the read thread; whether no read is still under way after `timeout_s`."""
-    return self.read_thread is None or self.read_thread.close(timeout_s)
+    return self.reads.read_thread is None or self.reads.read_thread.close(timeout_s)

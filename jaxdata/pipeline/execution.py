@@ -8,8 +8,9 @@ True
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
-__all__ = ["Execution", "StepMaking"]
+__all__ = ["Execution", "StepMaking", "asked_making"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,3 +95,24 @@ class StepMaking:
   def of(cls, making: StepMaking | str) -> StepMaking:
     """A `StepMaking`, or its planning alone ("auto", "here", "process")."""
     return making if isinstance(making, StepMaking) else cls(making)
+
+
+def asked_making(making: StepMaking | str, workers: int | None, planner_process: bool | None) -> StepMaking:
+  """The `StepMaking` asked for, also by the deprecated `workers=` / `planner_process=`."""
+  if workers is None and planner_process is None:
+    return StepMaking.of(making)
+  if making != "auto":
+    raise ValueError("making: give it alone, without the deprecated workers= or planner_process=")
+  if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+    raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
+  if planner_process is not None and not isinstance(planner_process, bool):
+    raise ValueError(f"planner_process: must be True, False or None, got {planner_process!r}")
+  readers = workers or 0
+  planning = "process" if readers or planner_process else ("here" if planner_process is False else "auto")
+  new = StepMaking(planning, readers)
+  warnings.warn(
+    f"Pipeline(workers=, planner_process=) is deprecated: use making={new!r}",
+    DeprecationWarning,
+    stacklevel=3,
+  )
+  return new

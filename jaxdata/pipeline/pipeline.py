@@ -37,36 +37,32 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
-from jaxdata.config.batch import FEATURES
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError, PipelineClosedError
-from jaxdata.pipeline.execution import Execution, StepMaking
+from jaxdata.pipeline.execution import Execution, StepMaking, asked_making
+from jaxdata.pipeline.handout import Handout, producing
 from jaxdata.pipeline.makers import step_maker
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
-from jaxdata.pipeline.prefetch import Prefetcher
-from jaxdata.pipeline.producing import END, End, Prepared, StepMaker
+from jaxdata.pipeline.producing import END, Prepared
 from jaxdata.pipeline.read_spans import READ_AHEAD
-from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
-from jaxdata.pipeline.slices import SliceSpec, load_slice, slice_mesh
+from jaxdata.pipeline.slices import SliceSpec, mesh_and_axes
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steering import MixtureSteering
-from jaxdata.pipeline.switch_interval import SwitchIntervalLease, check_switch_interval_s, lower_switch_interval
+from jaxdata.pipeline.switch_interval import check_switch_interval_s
 from jaxdata.pipeline.wait_warning import LOGGER, WAIT_WARNING_S, check_wait_warning_s, warn_if_waited
 
 if TYPE_CHECKING:  # jax is imported when a mesh is used (NumPy output starts without it)
   from jax.sharding import Mesh
 
 __all__ = ["Pipeline"]
-
-RELEASE_WAIT_S = 10.0  # how long close() (or exit) waits for a read in progress
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -138,12 +134,12 @@ class Pipeline:
     planner_process: bool | None = None,
   ) -> None:
     self._calls = threading.RLock()  # next(), get_state(), ... from several threads: one at a time
-    making = _making(making, workers, planner_process)
+    making = asked_making(making, workers, planner_process)
     _check_arguments(prefetch, making, read_ahead_tokens)
     check_wait_warning_s(wait_warning_s)
     check_switch_interval_s(switch_interval_s)
     self.wait_warning_s = wait_warning_s
-    mesh, data_axes = _mesh_and_axes(tpu, mesh, data_axes)
+    mesh, data_axes = mesh_and_axes(tpu, mesh, data_axes)
     sharding = None
     if mesh is not None:  # checked before any file is opened
       sharding = batch_sharding(mesh, data_axes)
@@ -151,7 +147,7 @@ class Pipeline:
     spec = PipelineSpec(cfg, split=split, epoch=epoch, read_threads=read_threads)  # what worker processes get too
     parts = open_parts(spec)
     cfg = parts.cfg
-    self.cfg, self.mesh, self.prefetch = cfg, mesh, prefetch
+    self.cfg, self.mesh = cfg, mesh
     self._recorder = StatsRecorder(
       cfg.names,
       cfg.mixture.unit,
@@ -159,44 +155,42 @@ class Pipeline:
       stats_path if stats_path is not None else cfg.stats_path,
       parts.record_starts,
     )
-    self._planner, self._reader, self.fingerprint = parts.planner, parts.reader, parts.fingerprint
-    # The producer and its thread hold no reference to the pipeline, so an
+    self._planner = parts.planner
+    # The maker and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.
-    self._snapshot = functools.partial(state_snapshot, self._planner, self.fingerprint, self._recorder)
-    rows_here, self._output = output_functions(sharding)
-    self._rows_here = functools.lru_cache(maxsize=8)(rows_here)
+    snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self._recorder)
+    rows_here, output = output_functions(sharding)
+    rows_here = functools.lru_cache(maxsize=8)(rows_here)
     try:
-      self._producer: StepMaker = step_maker(
+      maker = step_maker(
         making,
         mesh,
         spec,
         parts,
         self._recorder,
-        self._rows_here,
-        self._snapshot,
+        rows_here,
+        snapshot,
         prefetch=prefetch,
         read_ahead_tokens=read_ahead_tokens,
         aligned=aliases_host_memory(sharding),
       )
     except BaseException:  # re-raised: nothing may stay open
-      self._reader.close()
+      parts.reader.close()
       raise
-    self._produce = _producing(
-      self._producer, self._output, self._rows_here, self._recorder, self._reader.masked, cfg.names, cfg.batch.features
-    )
-    self._resources = _Resources(self._reader, self._producer, switch_interval_s)
+    produce = producing(maker, output, rows_here, self._recorder, parts.reader.masked, cfg.names, cfg.batch.features)
+    self._handout = Handout(maker, produce, parts.reader, prefetch, switch_interval_s)
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
-    self._finalizer = weakref.finalize(self, self._resources.release)
-    self._state: PipelineState = self._snapshot()
+    self._finalizer = weakref.finalize(self, self._handout.release)
+    self._state: PipelineState = snapshot()
     self._start = self._state.to_json()  # step 0, for set_epoch
     self._exhausted = False
     self._steering = MixtureSteering(
-      self._producer,
+      maker,
       f"update_mixture on {self.cfg.names}",
       cfg.mixture.update_lag_steps,
       self._planner.draw_reach,
-      0 if self._producer.makes_steps_ahead else prefetch,
+      self._handout.depth,
     )
     _log_stored_orders(cfg)
 
@@ -206,23 +200,22 @@ class Pipeline:
   @_one_call_at_a_time
   def __next__(self) -> dict[str, Any]:
     self._check_open("next()")
-    if self._resources.interrupted:
+    if self._handout.interrupted:
       self._rewind()
     if self._exhausted:
       raise StopIteration
     started = time.perf_counter()
-    ready = self._resources.ready()
+    ready = self._handout.ready()
     try:
-      # With workers, steps are made ahead in their shared memory: no thread here.
-      item = self._resources.take(self._produce, 0 if self._producer.makes_steps_ahead else self.prefetch)
+      item = self._handout.take()
       if isinstance(item, Prepared):
         waited = time.perf_counter() - started
         self._recorder.time(item.stats, "wait", waited)
-        warn_if_waited(self.wait_warning_s, self._state.step, waited, ready, self._ahead())
+        warn_if_waited(self.wait_warning_s, self._state.step, waited, ready, self._handout.ahead())
         self._recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
     except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
-      self._resources.stop_prefetch(wait=False)
-      self._resources.interrupted = True
+      self._handout.stop_prefetch(wait=False)
+      self._handout.interrupted = True
       raise
     except BaseException:  # re-raised: first go back to just after the last batch handed out
       self._rewind()
@@ -234,13 +227,9 @@ class Pipeline:
     self._state = self._steering.handed_out(item.state)
     return item.batch
 
-  def _ahead(self) -> int:
-    """How many steps are made ahead at most: worker slots, or the prefetch thread's queue."""
-    return self._producer.steps_ahead_at_most() if self._producer.makes_steps_ahead else self.prefetch
-
   def _rewind(self) -> None:
-    self._resources.stop_prefetch()
-    self._resources.interrupted = False
+    self._handout.stop_prefetch()
+    self._handout.interrupted = False
     self._continue_from(self._state)
 
   def close(self) -> None:
@@ -275,8 +264,8 @@ class Pipeline:
     if isinstance(state, PipelineState):  # the typed form of a state (its JSON is checked the same way)
       state = seal(json.loads(json.dumps(state.to_json())))
     checked = PipelineState.from_json(read_pipeline_state(state, self.fingerprint, self.cfg.names), self.cfg.names)
-    self._resources.stop_prefetch()
-    self._resources.interrupted = False
+    self._handout.stop_prefetch()
+    self._handout.interrupted = False
     try:
       self._continue_from(checked)
     except ValueError as e:
@@ -315,8 +304,8 @@ class Pipeline:
     steered = self._steering.update(self._state, weights, at_step)
     self._state = steered.state
     if not steered.adopted:  # a step from its step on is planned already: planned again, from the last handed out
-      self._resources.stop_prefetch()
-      self._resources.interrupted = False
+      self._handout.stop_prefetch()
+      self._handout.interrupted = False
       self._continue_from(self._state)
     return steered.at_step
 
@@ -333,6 +322,16 @@ class Pipeline:
     self.set_state(epoch_start(self._start, epoch))
 
   @property
+  def fingerprint(self) -> dict[str, Any]:
+    """What determines this pipeline's order (the fingerprint every state it saves holds)."""
+    return cast(dict[str, Any], self._start["fingerprint"])
+
+  @property
+  def prefetch(self) -> int:
+    """The steps the prefetch thread makes ahead (the `prefetch` argument)."""
+    return self._handout.prefetch
+
+  @property
   def epoch(self) -> int:
     return self._planner.stream.epoch
 
@@ -345,7 +344,7 @@ class Pipeline:
     """Where the steps are made now: worker processes, a fall back to this process, a read thread;
     how many mixture updates reached the planning as they were, and how many planned steps again."""
     return dataclasses.replace(
-      self._producer.execution(),
+      self._handout.maker.execution(),
       updates_adopted=self._steering.adopted,
       updates_replanned=self._steering.replanned,
     )
@@ -353,10 +352,10 @@ class Pipeline:
   def _continue_from(self, state: PipelineState) -> None:
     self._planner.set_state(state.planner_state())
     self._recorder.restore(state.tokens_per_source)
-    self._state = self._snapshot()
+    self._state = state_snapshot(self._planner, self.fingerprint, self._recorder)
     self._exhausted = False
     self._steering.restarted(self._state.step)  # before the restart: a planner process starts with it
-    self._producer.restart(self._state)
+    self._handout.maker.restart(self._state)
 
 
 def _warn_if_no_step(step: int, tokens_per_step: int) -> None:
@@ -370,39 +369,6 @@ def _warn_if_no_step(step: int, tokens_per_step: int) -> None:
     )
 
 
-def _mesh_and_axes(
-  tpu: str | SliceSpec | None, mesh: Mesh | None, data_axes: Sequence[str]
-) -> tuple[Mesh | None, Sequence[str]]:
-  """The mesh and data axes given, or a slice's default ones."""
-  if tpu is None:
-    return mesh, data_axes
-  if mesh is not None:
-    raise ValueError("tpu: give a slice name or a mesh, not both")
-  spec = tpu if isinstance(tpu, SliceSpec) else load_slice(tpu)
-  return slice_mesh(spec), spec.data_axes
-
-
-def _making(making: StepMaking | str, workers: int | None, planner_process: bool | None) -> StepMaking:
-  """The `StepMaking` asked for, also by the deprecated `workers=` / `planner_process=`."""
-  if workers is None and planner_process is None:
-    return StepMaking.of(making)
-  if making != "auto":
-    raise ValueError("making: give it alone, without the deprecated workers= or planner_process=")
-  if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
-    raise ValueError(f"workers: must be an int >= 0, got {workers!r}")
-  if planner_process is not None and not isinstance(planner_process, bool):
-    raise ValueError(f"planner_process: must be True, False or None, got {planner_process!r}")
-  readers = workers or 0
-  planning = "process" if readers or planner_process else ("here" if planner_process is False else "auto")
-  new = StepMaking(planning, readers)
-  warnings.warn(
-    f"Pipeline(workers=, planner_process=) is deprecated: use making={new!r}",
-    DeprecationWarning,
-    stacklevel=3,
-  )
-  return new
-
-
 def _check_arguments(prefetch: int, making: StepMaking, read_ahead_tokens: int) -> None:
   if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
     raise ValueError(f"prefetch: must be an int >= 0, got {prefetch!r}")
@@ -410,137 +376,6 @@ def _check_arguments(prefetch: int, making: StepMaking, read_ahead_tokens: int) 
     raise ValueError("making: reads cannot be recorded (`recorded_reads`) when reader processes make them")
   if isinstance(read_ahead_tokens, bool) or not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:
     raise ValueError(f"read_ahead_tokens: must be an int >= 1, got {read_ahead_tokens!r}")
-
-
-def _producing(
-  producer: StepMaker,
-  output: Callable[..., dict[str, Any]] | None,
-  rows_here: Callable[[int, int], np.ndarray],
-  recorder: StatsRecorder,
-  masked: bool = False,
-  names: Sequence[str] = (),
-  features: Sequence[str] = FEATURES,
-) -> Callable[[], Prepared | Literal[End.END]]:
-  """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays, of
-  `features`; where a dataset carries trained-token masks, each step's stats count this host's
-  trained tokens per source."""
-  produce = producer.produce
-  if masked:
-    produce = functools.partial(_counting_trained, produce, names)
-  if len(features) < len(FEATURES):  # after the counting: it reads loss_mask and source_ids
-    produce = functools.partial(_only, produce, features)
-  if output is None:
-    return produce
-  return functools.partial(_global_batch, produce, output, rows_here, recorder)
-
-
-def _counting_trained(
-  produce: Callable[[], Prepared | Literal[End.END]], names: Sequence[str]
-) -> Prepared | Literal[End.END]:
-  """`trained_tokens_per_source`: the tokens whose targets train (loss_mask 1), per source, in this
-  host's rows (on one host, the global batch; on several, their sum is)."""
-  item = produce()
-  if isinstance(item, Prepared):
-    trained = np.asarray(item.batch["loss_mask"]).ravel() == 1
-    counts = np.bincount(np.asarray(item.batch["source_ids"]).ravel()[trained], minlength=len(names))
-    item.stats = dataclasses.replace(item.stats, trained_tokens_per_source=dict(zip(names, counts.tolist())))
-  return item
-
-
-def _only(produce: Callable[[], Prepared | Literal[End.END]], features: Sequence[str]) -> Prepared | Literal[End.END]:
-  """The step with only `features` (`batch.features`), before they become global arrays."""
-  item = produce()
-  if isinstance(item, Prepared):
-    item.batch = {name: item.batch[name] for name in features}
-  return item
-
-
-def _global_batch(
-  produce: Callable[[], Prepared | Literal[End.END]],
-  output: Callable[..., dict[str, Any]],
-  rows_here: Callable[[int, int], np.ndarray],
-  recorder: StatsRecorder,
-) -> Prepared | Literal[End.END]:
-  """The next step with its NumPy rows as global arrays. Made where the step
-  is made (the prefetch thread when there is one): done in the training
-  thread instead, the two threads hand the GIL back and forth for every
-  transfer and mesh output ran 25-40% slower (benchmarks/pipeline_throughput)."""
-  item = produce()
-  if not isinstance(item, Prepared):
-    return item
-  started = time.perf_counter()
-  rows, seq_len = item.stats.rows, item.stats.seq_len
-  batch = output(item.batch, rows, seq_len, rows_here(rows, seq_len))
-  recorder.time(item.stats, "output", time.perf_counter() - started)
-  return Prepared(batch, item.state, item.stats)
-
-
-class _Resources:
-  """What a pipeline must release: the prefetch thread and the open files.
-  Held apart from the pipeline so its finalizer can release them."""
-
-  def __init__(self, reader: DocumentReader, producer: StepMaker, switch_interval_s: float | None) -> None:
-    self.reader = reader
-    self._producer = producer
-    self._switch_interval_s = switch_interval_s
-    self._switch_lease: SwitchIntervalLease | None = None  # held while a prefetch thread runs
-    self.prefetcher: Prefetcher | None = None
-    self.stopped: list[Prefetcher] = []  # told to stop, not yet joined (after Ctrl-C)
-    self.interrupted = False
-
-  def ready(self) -> int:
-    """Steps made ahead and waiting now: in the prefetch queue, or in worker processes' memory."""
-    if self._producer.makes_steps_ahead:
-      return self._producer.steps_ready()
-    return self.prefetcher.queue.qsize() if self.prefetcher is not None else 0
-
-  def take(self, produce: Callable[[], Prepared | Literal[End.END]], depth: int) -> Prepared | Literal[End.END]:
-    """The next step (or END) from `produce`, through the prefetch thread if depth > 0."""
-    if depth == 0:
-      return produce()
-    if self.prefetcher is None:
-      if self._switch_interval_s is not None and self._switch_lease is None:
-        self._switch_lease = lower_switch_interval(self._switch_interval_s)
-      self.prefetcher = Prefetcher(produce, depth, lambda item: item is END)
-    item = self.prefetcher.get()
-    if isinstance(item, BaseException):
-      raise item
-    self.prefetcher.hold(item)  # freed on the prefetch thread once the next item is handed out
-    return item
-
-  def stop_prefetch(self, wait: bool = True) -> None:
-    if self.prefetcher is not None:
-      self.prefetcher.stop(wait)
-      if not wait:
-        self.stopped.append(self.prefetcher)
-      self.prefetcher = None
-    if wait:
-      for prefetcher in self.stopped:  # the planner is shared: no old thread may still run
-        prefetcher.thread.join()
-      self.stopped.clear()
-    self._give_back_switch_interval()
-
-  def _give_back_switch_interval(self) -> None:
-    if self._switch_lease is not None:
-      self._switch_lease.release()
-      self._switch_lease = None
-
-  def release(self) -> None:
-    """Stops the thread, waiting at most RELEASE_WAIT_S for a read in progress;
-    files are closed only once no thread can still read them."""
-    threads = [p.thread for p in [self.prefetcher, *self.stopped] if p is not None]
-    for prefetcher in [self.prefetcher, *self.stopped]:
-      if prefetcher is not None:
-        prefetcher.stop(wait=False)
-    deadline = time.monotonic() + RELEASE_WAIT_S
-    for thread in threads:
-      thread.join(max(0.0, deadline - time.monotonic()))
-    self._give_back_switch_interval()
-    if any(thread.is_alive() for thread in threads):
-      return  # a stalled read: leave its files to the process's end rather than hang
-    self.prefetcher, self.stopped = None, []
-    if self._producer.close(max(0.0, deadline - time.monotonic())):  # False: its read thread is stalled
-      self.reader.close()
 
 
 def _log_stored_orders(cfg: PipelineConfig) -> None:

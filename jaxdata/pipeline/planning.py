@@ -19,8 +19,8 @@ it plans: a step's batch is a pure function of its plan.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.planner import StepPlanner
@@ -111,6 +111,12 @@ class LocalPlanning:
   def adopt_updates(self, updates: MixtureUpdates, at_step: int) -> bool:
     """See `StepPlanner.adopt_updates` (it never waits for a step being planned)."""
     return self.planner.adopt_updates(updates, at_step)
+
+  def adopt_update_entry(self, entry: Mapping[str, Any]) -> bool:
+    """`adopt_updates` with one more update, as a message carries it (`MixtureUpdates.to_json_at`)."""
+    stream = self.planner.stream
+    updates = self.planner.latest_updates.pruned(stream.next_step - 1).added_entry(entry)
+    return self.adopt_updates(updates, int(entry["step"]))
 
 
 def grown_span(steps: list[HostStep], limit: int, asked: int) -> int:

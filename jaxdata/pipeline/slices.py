@@ -30,12 +30,13 @@ from jaxdata.errors import ConfigError
 
 if TYPE_CHECKING:  # the type checker sees jax; at run time it is imported on first use
   import jax
+  from jax.sharding import Mesh
 else:
   jax = lazy_module("jax")  # only `slice_mesh` needs it: `jaxdata mesh` and the planner stay light
 jax_sharding = lazy_module("jax.sharding")
 yaml = lazy_module("yaml")  # a slice file is read when one is named, not at import
 
-__all__ = ["SliceSpec", "available_slices", "explicit_slice", "load_slice", "slice_mesh"]
+__all__ = ["SliceSpec", "available_slices", "explicit_slice", "load_slice", "mesh_and_axes"]
 
 _PACKAGE = "jaxdata.tpu_configs"
 _TORUS_3D = {
@@ -198,3 +199,15 @@ def slice_mesh(spec: SliceSpec, devices: list[jax.Device] | None = None) -> jax.
     raise ConfigError(f"tpu: slice {spec.name} has {spec.chips} chips but {len(devices)} devices are visible")
   ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
   return jax_sharding.Mesh(np.array(ordered).reshape(spec.mesh_shape), spec.mesh_axes)
+
+
+def mesh_and_axes(
+  tpu: str | SliceSpec | None, mesh: Mesh | None, data_axes: Sequence[str]
+) -> tuple[Mesh | None, Sequence[str]]:
+  """The mesh and data axes given, or a slice's default ones."""
+  if tpu is None:
+    return mesh, data_axes
+  if mesh is not None:
+    raise ValueError("tpu: give a slice name or a mesh, not both")
+  spec = tpu if isinstance(tpu, SliceSpec) else load_slice(tpu)
+  return slice_mesh(spec), spec.data_axes

@@ -20,7 +20,6 @@ time it takes to import NumPy and open the files.
 from __future__ import annotations
 
 import abc
-import collections
 import functools
 import json
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.pipeline.assembly import SpanReads
 from jaxdata.pipeline.messages import (
   PLANNER,
   READER,
@@ -56,23 +56,18 @@ from jaxdata.pipeline.messages import (
 from jaxdata.pipeline.pipeline_parts import Parts, open_parts, state_snapshot
 from jaxdata.pipeline.planning import LocalPlanning
 from jaxdata.pipeline.read_spans import (
-  MAX_SPAN_STEPS,
-  HostStep,
-  ReadStep,
   assemble,
   decode_span,
   encode_span,
-  read_span,
 )
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["main"]
+__all__: list[str] = []  # run as `python -m jaxdata.pipeline.worker_process`
 
 
-def main(argv: list[str]) -> None:
+def worker_main(argv: list[str]) -> None:
   """`python -m jaxdata.pipeline.worker_process FD`."""
   conn = Connection(int(argv[1]))
   try:
@@ -190,13 +185,12 @@ class _Planning(_Role):
     elif isinstance(message, PlanBefore):
       self.planning.plan_before(message.horizon)
     elif isinstance(message, UpdateMixture):
-      stream = self.planner.stream
-      at_step = int(message.update["step"])
-      updates = self.planner.latest_updates.pruned(stream.next_step - 1).added_entry(message.update)
       # The main process sends an update only while its step is past every step this process may have
       # planned (the horizon it set): too late here is a broken promise, an error at the next step.
-      if not self.planning.adopt_updates(updates, at_step):
-        late = RuntimeError(f"planner: a mixture update for step {at_step} came after that step was planned")
+      if not self.planning.adopt_update_entry(message.update):
+        late = RuntimeError(
+          f"planner: a mixture update for step {message.update['step']} came after that step was planned"
+        )
         send(self.conn, WorkerError.of(late, self.generation))
         self.idle = True
 
@@ -215,73 +209,52 @@ class _Planning(_Role):
 
 
 class _Reading(_Role):
-  """Reads a span when its turn comes (its remote shards are fetched from
-  its arrival on); assembles its steps, in order, into free slots."""
+  """Reads the spans it gets in turn (`SpanReads`, as this process's assembly does) and assembles their
+  steps, in order, into free slots; with every slot full, it reads the next span meanwhile."""
 
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts, buffer: memoryview) -> None:
     super().__init__(conn, cfg.names)
-    self.cfg, self.spec, self.reader, self.buffer = cfg, spec, parts.reader, buffer
+    self.cfg, self.spec, self.buffer = cfg, spec, buffer
+    self.reads = SpanReads(parts.reader, cfg.packing.fill_id, None)
     self.free: set[int] = set()
-    self.unread: collections.deque[list[HostStep]] = collections.deque()  # spans received, in order
-    # Steps read and not yet assembled, in order; a failed read waits here
-    # as its error, so that it is raised at the step that needs it.
-    self.pending: collections.deque[tuple[ReadStep, float] | BaseException] = collections.deque()
+    self.failed = False  # a read or an assembly failed: idle until the main process starts it again
 
   def waiting(self) -> bool:
-    return not self._read_next() and (not self.pending or not self.free)
+    return self.failed or not self.reads.held or (not self.free and not self._may_read_ahead())
 
-  def _read_next(self) -> bool:
-    """Whether to read the next span now: nothing else is left to assemble,
-    or every slot is full (idle time) and at most one span waits read."""
-    return bool(self.unread) and (not self.pending or (not self.free and len(self.pending) <= MAX_SPAN_STEPS))
+  def _may_read_ahead(self) -> bool:
+    held = [h.items is not None or h.error is not None for h in self.reads.held]
+    return not all(held) and sum(held) <= 1
 
   def start(self, message: Start) -> None:
     self.free = set(range(self.spec.slots))
-    self.pending.clear()
-    self.unread.clear()
+    self.reads.restart()
+    self.failed = False
 
   def handle(self, message: Message, payload: bytes) -> None:
     if isinstance(message, SpanToRead):
-      steps = decode_span(message.steps, payload)
-      if self.reader.remote:
-        self.reader.fetch_ahead(Pieces.concatenate([s.pieces for s in steps]))
-      self.unread.append(steps)
+      self.reads.accept(decode_span(message.steps, payload))
     elif isinstance(message, Free):
       self.free.add(message.slot)
 
   def work(self) -> None:
-    if self._read_next():
-      self._read(self.unread.popleft())
-      return
-    item = self.pending.popleft()
-    if isinstance(item, BaseException):
-      send(self.conn, WorkerError.of(item, self.generation))
-      self.pending.clear()  # the main process restarts everything from the failed step
-      return
-    ready, read_s = item
-    slot = min(self.free)
-    started = time.perf_counter()
     try:
-      views = slot_views(self.buffer, slot, self.spec.slot_tokens, ready.host.num_rows, ready.host.seq_len)
-      assemble(ready, self.cfg.packing, out=views)
-    except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it
+      if not self.free:
+        self.reads.read_ahead()
+        return
+      item, read_s = self.reads.next_step()
+      slot = min(self.free)
+      started = time.perf_counter()
+      views = slot_views(self.buffer, slot, self.spec.slot_tokens, item.host.num_rows, item.host.seq_len)
+      assemble(item, self.cfg.packing, out=views)
+    except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
       send(self.conn, WorkerError.of(error, self.generation))
-      self.pending.clear()
+      self.failed = True  # the main process restarts everything from the failed step
       return
     self.free.remove(slot)
     times = {"read": read_s, "assemble": time.perf_counter() - started}
-    send(self.conn, StepMade(self.generation, ready.host.step, slot, times))
-
-  def _read(self, steps: list[HostStep]) -> None:
-    started = time.perf_counter()
-    try:
-      items = read_span(self.reader, steps, self.cfg.packing.fill_id)
-    except Exception as error:  # noqa: BLE001 -- raised in the main process at the span's first step
-      self.pending.append(error)
-      return
-    share = (time.perf_counter() - started) / max(1, len(items))
-    self.pending.extend((item, share) for item in items)
+    send(self.conn, StepMade(self.generation, item.host.step, slot, times))
 
 
 if __name__ == "__main__":
-  main(sys.argv)
+  worker_main(sys.argv)

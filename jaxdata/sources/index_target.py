@@ -17,11 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.sources.manifest import MANIFEST_NAME
+from jaxdata.sources.manifest import MANIFEST_NAME, TOKEN_DTYPES
 
-__all__ = ["TOKEN_DTYPES", "dataset_directory", "refuse_existing_index", "token_dtype"]
-
-TOKEN_DTYPES = ("uint16", "uint32")
+__all__ = ["dataset_directory", "refuse_existing_index", "token_dtype"]
 
 
 def token_dtype(dtype: Any) -> np.dtype:
