@@ -7,6 +7,7 @@ import pytest
 
 from jaxdata import Pipeline, PipelineConfig
 from jaxdata.mixture.stream import DocumentStream
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.testing import wait_for_processes
 from pipeline_fixtures import coded_config, decode, digest
 
@@ -89,6 +90,6 @@ def test_set_epoch_restarts_at_step_zero_of_that_epoch_and_the_state_carries_it(
 def test_worker_processes_follow_the_epoch(cfg):
   with Pipeline(cfg, prefetch=0, epoch=2) as pipe:
     want = [digest(b) for b in pipe]
-  with Pipeline(cfg, prefetch=0, epoch=2, workers=1) as pipe:
+  with Pipeline(cfg, prefetch=0, epoch=2, making=StepMaking("process", reader_processes=1)) as pipe:
     wait_for_processes(pipe)
     assert [digest(b) for b in pipe] == want

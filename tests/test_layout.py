@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -287,3 +288,35 @@ def test_the_guides_python_imports_only_public_modules():
   internal = [(f, m) for f, m in found if not any(m == p or m.startswith(p + ".") for p in PUBLIC_MODULES[1:])]
   internal = [(f, m) for f, m in internal if m != "jaxdata"]
   assert not internal, internal
+
+
+PIPELINE_MAX_LINES = 400  # a module of pipeline/ holds one concept
+PIPELINE_MAX_ATTRIBUTES = 12  # a class of pipeline/ with more has two jobs (records, dataclasses, excepted)
+
+
+def _attributes_set(cls: ast.ClassDef) -> set[str]:
+  return {
+    node.attr
+    for node in ast.walk(cls)
+    if isinstance(node, ast.Attribute)
+    and isinstance(node.value, ast.Name)
+    and node.value.id == "self"
+    and isinstance(node.ctx, ast.Store)
+  }
+
+
+def test_pipeline_modules_stay_small_and_its_classes_keep_one_job():
+  """Issue 55's goals, held: no module of pipeline/ over 400 lines, no class (but a record) holding more
+  than 12 attributes. A record is a dataclass: its fields are a message's or a stats line's."""
+  too_long, too_wide = [], []
+  for path in sorted(pathlib.Path(REPO, "jaxdata", "pipeline").glob("*.py")):
+    text = path.read_text(encoding="utf-8")
+    if text.count("\n") > PIPELINE_MAX_LINES:
+      too_long.append(f"{path.name}: {text.count(chr(10))} lines")
+    for node in ast.parse(text).body:
+      if isinstance(node, ast.ClassDef) and not any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+        attributes = _attributes_set(node)
+        if len(attributes) > PIPELINE_MAX_ATTRIBUTES:
+          too_wide.append(f"{path.name}: {node.name} holds {len(attributes)}: {sorted(attributes)}")
+  assert not too_long and not too_wide, too_long + too_wide
+  assert len(_attributes_set(ast.parse("class A:\n  def f(self):\n    self.x = self.y = 1\n").body[0])) == 2

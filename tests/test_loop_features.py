@@ -14,6 +14,7 @@ import yaml
 from jaxdata import ConfigError, Pipeline, PipelineConfig
 from jaxdata.config.batch import FEATURES
 from jaxdata.demo.run import demo_config
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.tools.bench import bench
 from pipeline_fixtures import coded_config
 
@@ -36,9 +37,9 @@ def _mesh() -> jax.sharding.Mesh:
   [
     {"prefetch": 0},
     {"prefetch": 2},
-    {"mesh": "8", "planner_process": False},
-    {"mesh": "8", "planner_process": True},
-    {"workers": 1},
+    {"mesh": "8", "making": "here"},
+    {"mesh": "8", "making": "process"},
+    {"making": StepMaking("process", reader_processes=1)},
   ],
   ids=["prefetch0", "prefetch2", "mesh8", "mesh8-planner-process", "workers1"],
 )

@@ -20,6 +20,7 @@ import jaxdata.testing
 from jaxdata import ConfigError, DocumentStream, InputFormatError, Pipeline, PipelineConfig
 from jaxdata.cli import main
 from jaxdata.mixture import updates as updates_module
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.steering import UPDATE_CHECK_EVERY
 from jaxdata.tools.doctor import diagnose
 from jaxdata.tools.report import load_stats
@@ -364,7 +365,11 @@ def every_step_updates(count: int) -> dict[int, dict]:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
   "mode",
-  [{"prefetch": 2}, {"prefetch": 2, "planner_process": True}, {"prefetch": 1, "workers": 2}],
+  [
+    {"prefetch": 2},
+    {"prefetch": 2, "making": "process"},
+    {"prefetch": 1, "making": StepMaking("process", reader_processes=2)},
+  ],
   ids=["in-process", "planner-process", "workers2"],
 )
 def test_updates_before_every_step_at_the_default_lag_keep_everything_made_ahead(cfg, mode):
@@ -379,7 +384,7 @@ def test_updates_before_every_step_at_the_default_lag_keep_everything_made_ahead
     assert loop(pipe, 0, 40, updates) == expected
     execution = pipe.execution()
   assert (execution.updates_adopted, execution.updates_replanned) == (40, 0)
-  assert execution.steps_from_processes >= (35 if "workers" in mode or "planner_process" in mode else 0)
+  assert execution.steps_from_processes >= (35 if "making" in mode else 0)
 
 
 @pytest.mark.slow
@@ -397,9 +402,7 @@ def test_at_lag_0_an_update_plans_the_steps_made_ahead_again_and_the_batches_sta
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(
-  "mode", [{"prefetch": 2}, {"prefetch": 2, "planner_process": True}], ids=["in-process", "planner"]
-)
+@pytest.mark.parametrize("mode", [{"prefetch": 2}, {"prefetch": 2, "making": "process"}], ids=["in-process", "planner"])
 @pytest.mark.parametrize("every", [1, 5])
 def test_groups_drawn_ahead_and_a_loop_cadence_keep_updates_free(tmp_path, mode, every):
   """group_by_length draws M steps at once (the horizon keeps their reach behind the next update's

@@ -14,6 +14,7 @@ from jax.sharding import Mesh
 from checkpoint_property import assert_restores_exactly
 from jaxdata import ConfigError, DatasetError, DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
 from jaxdata.pipeline import sharding as sharding_module
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.pipeline.sharding import batch_sharding, global_arrays, host_rows
 from jaxdata.testing import prefetched_steps, recorded_reads, wait_for_processes
@@ -324,7 +325,12 @@ def test_global_array_on_an_emulated_mesh_equals_the_numpy_batch(mixed_cfg, layo
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-  "arguments", [{"prefetch": 0, "planner_process": False}, {"prefetch": 2}, {"prefetch": 1, "workers": 1}]
+  "arguments",
+  [
+    {"prefetch": 0, "making": "here"},
+    {"prefetch": 2},
+    {"prefetch": 1, "making": StepMaking("process", reader_processes=1)},
+  ],
 )
 def test_on_cpu_devices_the_global_arrays_use_the_assembled_rows_in_place(mixed_cfg, arguments):
   # Rows are assembled into one 64-byte-aligned block per step, which XLA's CPU
@@ -332,7 +338,7 @@ def test_on_cpu_devices_the_global_arrays_use_the_assembled_rows_in_place(mixed_
   # one feature's size after the previous one's (separate copies would not).
   mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
   with Pipeline(mixed_cfg, prefetch=0) as reference, Pipeline(mixed_cfg, mesh=mesh, **arguments) as pipe:
-    if arguments.get("workers"):
+    if isinstance(arguments.get("making"), StepMaking):
       wait_for_processes(pipe)  # steps copied out of a reader's slot, into aligned memory
     for _ in range(3):
       batch, expected = next(pipe), next(reference)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from jaxdata import Pipeline, PipelineConfig, WorkerStartError
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.makers import PLANNER_PROCESS_MIN_CORES, planner_process_helps
 from jaxdata.pipeline.worker_handle import _child_environment
 from jaxdata.pipeline.worker_pool import STARTS_BEFORE_GIVING_UP
@@ -43,7 +44,7 @@ def mesh() -> jax.sharding.Mesh:
 
 
 def reference(cfg: PipelineConfig, mesh: jax.sharding.Mesh, steps: int) -> list[tuple]:
-  with Pipeline(cfg, mesh=mesh, prefetch=0, planner_process=False) as pipe:
+  with Pipeline(cfg, mesh=mesh, prefetch=0, making="here") as pipe:
     return [digest(next(pipe)) for _ in range(steps)]
 
 
@@ -79,15 +80,15 @@ def test_on_fewer_than_four_usable_cores_the_default_plans_in_process(cfg, mesh,
   "mesh_given,arguments,processes",
   [
     (False, {}, ()),  # NumPy output: no process unasked
-    (True, {"planner_process": False}, ()),
-    (False, {"planner_process": True}, ("jaxdata planner",)),
+    (True, {"making": "here"}, ()),
+    (False, {"making": "process"}, ("jaxdata planner",)),
   ],
 )
 def test_the_default_starts_no_process_where_it_is_not_asked_for(cfg, mesh, mesh_given, arguments, processes):
   with Pipeline(cfg, mesh=mesh if mesh_given else None, prefetch=0, **arguments) as pipe:
     assert pipe.execution().processes == processes
     assert not pipe.execution().may_fall_back  # asked for (or none): a failure is an error
-  with Pipeline(cfg, mesh=mesh, prefetch=0, workers=1) as pipe:
+  with Pipeline(cfg, mesh=mesh, prefetch=0, making=StepMaking("process", reader_processes=1)) as pipe:
     execution = pipe.execution()  # a planner and one reader, as asked
     assert not execution.may_fall_back and execution.processes == ("jaxdata planner", "jaxdata reader 0")
 
@@ -134,7 +135,7 @@ def test_a_default_planner_that_cannot_run_falls_back_with_a_warning(cfg, mesh, 
 @pytest.mark.multiprocess
 def test_an_asked_for_planner_that_cannot_run_is_an_error_then_is_retried(cfg, mesh, monkeypatch):
   monkeypatch.setattr(sys, "executable", "/bin/false")
-  with Pipeline(cfg, mesh=mesh, prefetch=0, planner_process=True) as pipe:
+  with Pipeline(cfg, mesh=mesh, prefetch=0, making="process") as pipe:
     got, errors, deadline = [], [], time.monotonic() + DEADLINE_S
     while not errors and time.monotonic() < deadline:
       try:
@@ -164,7 +165,7 @@ def test_a_planner_that_exits_before_it_reads_its_config_counts_as_an_exit(cfg, 
 
   monkeypatch.setattr(sys, "executable", "/bin/false")
   monkeypatch.setattr(subprocess, "Popen", exited_popen)
-  with Pipeline(cfg, mesh=mesh, prefetch=0, planner_process=True) as pipe:
+  with Pipeline(cfg, mesh=mesh, prefetch=0, making="process") as pipe:
     got, errors, deadline = [], [], time.monotonic() + DEADLINE_S
     while not errors and time.monotonic() < deadline:
       try:

@@ -29,6 +29,7 @@ from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.pipeline import reader as reader_module
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.sources import remote as remote_module
 from jaxdata.sources import shard_cache
@@ -131,7 +132,10 @@ def test_workers_read_remote_datasets_too(stores, local, reference, tmp_path):
   server = stores["s3"]
   urls = [server.upload(d.path, "jaxdata-test", f"workers/{d.name}") for d in local.datasets]
   cfg = remote_config(local, urls, str(tmp_path / "cache"), 2 * 7 * largest_shard(local))
-  assert digests(cfg, 60, prefetch=1, workers=1, read_ahead_tokens=1024) == reference[:60]
+  assert (
+    digests(cfg, 60, prefetch=1, making=StepMaking("process", reader_processes=1), read_ahead_tokens=1024)
+    == reference[:60]
+  )
 
 
 def test_a_store_that_goes_away_is_a_named_error_at_the_step_then_the_run_continues(stores, local, reference, tmp_path):

@@ -14,6 +14,7 @@ from checkpoint_property import assert_restores_exactly
 from flat_fixtures import random_documents, write_flat
 from jaxdata import ConfigError, Pipeline, PipelineConfig
 from jaxdata.mixture.stream import load_metadata
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset
@@ -331,7 +332,7 @@ def test_worker_processes_assemble_the_same_window_batches(tmp_path):
   cfg = window_config(path, 16)
   with Pipeline(cfg, prefetch=0) as pipe:
     want = [digest(b) for b in pipe]  # one pass of draws: U // T of them, then the stream ends
-  with Pipeline(cfg, prefetch=0, workers=1) as pipe:
+  with Pipeline(cfg, prefetch=0, making=StepMaking("process", reader_processes=1)) as pipe:
     wait_for_processes(pipe)  # the steps compared are the workers', not the in-process start's
     got = [digest(b) for b in pipe]
     assert pipe.execution().steps_from_processes == len(got)

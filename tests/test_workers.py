@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from checkpoint_property import assert_restores_exactly
 from jaxdata import DatasetError, Pipeline, PipelineConfig
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.messages import PLANNER, Credit, SpanPlanned, Start, WorkerSpec, message_from_json
 from jaxdata.pipeline.pipeline_parts import open_parts, state_snapshot
 from jaxdata.pipeline.planner import StepPlanner
@@ -85,14 +86,14 @@ def test_workers_give_the_in_process_batches_and_states(cfg, reference, workers,
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_a_planner_process_gives_the_in_process_batches_and_states(cfg, reference, prefetch):
   # workers=0: only the planning leaves; this process reads and assembles the planner's spans.
-  with Pipeline(cfg, prefetch=prefetch, planner_process=True) as pipe:
+  with Pipeline(cfg, prefetch=prefetch, making="process") as pipe:
     ready(pipe)
     assert pipe.execution().processes == ("jaxdata planner",)
     assert pipe.execution().assembles_here  # so the prefetch thread runs here
     assert run(pipe, STEPS) == reference
     assert pipe.execution().steps_from_processes >= STEPS - prefetch  # planned by the planner process
     assert set(pipe.stats()["time_s"]) == {"plan", "read", "assemble", "wait"}
-  with Pipeline(cfg, prefetch=prefetch, planner_process=True) as pipe:  # without waiting: a seamless hand-over
+  with Pipeline(cfg, prefetch=prefetch, making="process") as pipe:  # without waiting: a seamless hand-over
     assert run(pipe, STEPS) == reference
 
 
@@ -159,7 +160,7 @@ def test_workers_on_a_mesh_give_the_same_global_arrays(cfg):
   mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
   with Pipeline(cfg, mesh=mesh, prefetch=0) as pipe:
     want = [digest(next(pipe)) for _ in range(8)]
-  for kind in ({"workers": 2}, {"planner_process": True}):
+  for kind in ({"making": StepMaking("process", reader_processes=2)}, {"making": "process"}):
     with Pipeline(cfg, mesh=mesh, prefetch=1, **kind) as pipe:
       ready(pipe)
       batches = [next(pipe) for _ in range(8)]
@@ -168,7 +169,7 @@ def test_workers_on_a_mesh_give_the_same_global_arrays(cfg):
       assert set(pipe.stats()["time_s"]) == {"plan", "read", "assemble", "wait", "output"}
 
 
-@pytest.mark.parametrize("kind", [{"workers": 2}, {"planner_process": True}])
+@pytest.mark.parametrize("kind", [{"making": StepMaking("process", reader_processes=2)}, {"making": "process"}])
 def test_state_at_every_step_restores_the_same_remaining_output(cfg, kind):
   def make() -> Pipeline:
     return ready(Pipeline(cfg, prefetch=0, **kind))
@@ -179,7 +180,7 @@ def test_state_at_every_step_restores_the_same_remaining_output(cfg, kind):
   assert_restores_exactly(make, advance, total=12, stops=[0, 5, 11])
 
 
-@pytest.mark.parametrize("kind", [{"workers": 2}, {"planner_process": True}])
+@pytest.mark.parametrize("kind", [{"making": StepMaking("process", reader_processes=2)}, {"making": "process"}])
 def test_set_state_while_running_restarts_the_workers(cfg, reference, kind):
   with Pipeline(cfg, prefetch=2, **kind) as pipe:
     ready(pipe)
@@ -197,7 +198,7 @@ def _corrupt(path: str) -> bytes:
   return original
 
 
-@pytest.mark.parametrize("kind", [{}, {"workers": 1}, {"planner_process": True}])
+@pytest.mark.parametrize("kind", [{}, {"making": StepMaking("process", reader_processes=1)}, {"making": "process"}])
 def test_a_shard_corrupted_under_a_reader_is_a_named_error_and_the_step_is_retried(cfg, reference, kind):
   shards = sorted(f for f in os.listdir(cfg.datasets[0].path) if f.endswith(".array_record"))
   with Pipeline(cfg, prefetch=0, **kind) as pipe:
@@ -228,9 +229,9 @@ def test_a_shard_corrupted_under_a_reader_is_a_named_error_and_the_step_is_retri
 @pytest.mark.parametrize(
   "kind,victim_index,name",
   [
-    ({"workers": 2}, 0, "jaxdata planner"),
-    ({"workers": 2}, 2, "jaxdata reader 1"),
-    ({"planner_process": True}, 0, "jaxdata planner"),
+    ({"making": StepMaking("process", reader_processes=2)}, 0, "jaxdata planner"),
+    ({"making": StepMaking("process", reader_processes=2)}, 2, "jaxdata reader 1"),
+    ({"making": "process"}, 0, "jaxdata planner"),
   ],
 )
 def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, kind, victim_index, name):
@@ -251,7 +252,7 @@ def test_a_killed_worker_is_an_error_naming_it_then_is_replaced(cfg, reference, 
 def test_a_worker_that_dies_while_starting_is_named_when_waited_for(cfg):
   """Killed before it could open the data (its imports take far longer than
   the kill): waiting for it raises naming it instead of starting it again and again."""
-  with Pipeline(cfg, prefetch=0, workers=1) as pipe:
+  with Pipeline(cfg, prefetch=0, making=StepMaking("process", reader_processes=1)) as pipe:
     start_processes(pipe)
     victim = worker_processes(pipe)[0]
     os.kill(victim.pid, signal.SIGKILL)
@@ -262,7 +263,7 @@ def test_a_worker_that_dies_while_starting_is_named_when_waited_for(cfg):
 
 def test_close_stops_the_workers_and_frees_the_shared_memory(cfg):
   named_before, rings_before, children_before = set(os.listdir("/dev/shm")), _slot_descriptors(), _children()
-  pipe = ready(Pipeline(cfg, prefetch=1, workers=2))
+  pipe = ready(Pipeline(cfg, prefetch=1, making=StepMaking("process", reader_processes=2)))
   next(pipe)
   processes = worker_processes(pipe)
   assert len(processes) == 3  # the planner and two readers
@@ -294,7 +295,9 @@ def _slot_descriptors() -> list[str]:
   return [link for link in links if "jaxdata-slots" in link]
 
 
-@pytest.mark.parametrize("kind,count", [({"workers": 1}, 2), ({"planner_process": True}, 1)])
+@pytest.mark.parametrize(
+  "kind,count", [({"making": StepMaking("process", reader_processes=1)}, 2), ({"making": "process"}, 1)]
+)
 def test_an_unreferenced_pipeline_stops_its_workers(cfg, kind, count):
   pipe = ready(Pipeline(cfg, prefetch=1, **kind))
   next(pipe)
@@ -319,7 +322,7 @@ def test_a_worker_that_cannot_open_the_data_is_an_error_then_is_retried(cfg):
   theirs while starting): the worker's error is raised from next(), in process
   steps go on meanwhile, and once the data is back a new worker takes over."""
   path = cfg.datasets[0].path
-  with Pipeline(cfg, prefetch=0, workers=1) as pipe:
+  with Pipeline(cfg, prefetch=0, making=StepMaking("process", reader_processes=1)) as pipe:
     os.rename(path, path + ".away")
     try:
       got, errors = [], 0

@@ -14,6 +14,7 @@ from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, SAMPLING_WINDOWS_LEGEN
 from jaxdata.cli.output import Console, Table, check_output_path, show, working
 from jaxdata.cli.parsing import Commands
 from jaxdata.config.loading import load_config
+from jaxdata.pipeline.execution import PLANNINGS, StepMaking
 from jaxdata.pipeline.planner import check_host_count
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
@@ -339,7 +340,8 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
 
 def bench_command(args: argparse.Namespace, console: Console) -> int:
   with working(console, args.quiet, f"timing {args.steps} steps"):
-    result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, args.workers, args.planner_process)
+    making = StepMaking(args.planning, reader_processes=args.reader_processes)
+    result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, making)
   console.print(
     f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
     f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "
@@ -406,11 +408,19 @@ def register_planning(commands: Commands) -> None:
   p.add_argument("config", help="pipeline YAML")
   p.add_argument("--steps", type=int, default=100, help="steps to time (after one untimed step)")
   p.add_argument("--prefetch", type=int, default=2, help="steps planned and read ahead by a background thread")
-  p.add_argument("--workers", type=int, default=0, help="worker processes (see docs/performance.md)")
   p.add_argument(
-    "--planner-process",
-    action="store_true",
-    help="plan in a process of its own; read and assemble here (see docs/performance.md)",
+    "--planning",
+    choices=PLANNINGS,
+    default="here",
+    help="where steps are planned: here, in a process of its own, or auto (see docs/performance.md)",
+  )
+  p.add_argument(
+    "--reader-processes", type=int, default=0, help="processes that read and assemble (with --planning process)"
+  )
+  # The spellings of 0.3.0, kept for a release.
+  p.add_argument("--workers", type=int, dest="reader_processes", help="deprecated: --reader-processes")
+  p.add_argument(
+    "--planner-process", action="store_const", const="process", dest="planning", help="deprecated: --planning process"
   )
   p.set_defaults(handler=bench_command)
 

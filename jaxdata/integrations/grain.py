@@ -5,7 +5,7 @@ checkpoint handler saves and restores it (the iterator state is the
 pipeline's JSON state). Grain's worker processes (`mp_prefetch`) cannot
 run it: they slice a dataset by worker, while a Pipeline is already one
 global stream of batches, each host reading its own rows; it is refused, naming jaxdata's own worker
-option (`Pipeline(..., workers=n)`, same output, same state)::
+option (`Pipeline(..., making=StepMaking("process", reader_processes=n))`, same output, same state)::
 
     dataset = PipelineDataset(cfg, mesh=mesh).map(lambda batch: batch["tokens"])
     iterator = iter(dataset)
@@ -33,7 +33,7 @@ def mp_prefetch_refused(kind: str) -> str:
   )
   return (
     f"{kind}.mp_prefetch: Grain's worker processes slice a dataset per worker, but a jaxdata {kind} is "
-    f"{what}; use PipelineDataset(cfg, workers=n) (or Pipeline(cfg, workers=n)): "
+    f"{what}; use PipelineDataset(cfg, making=StepMaking('process', reader_processes=n)) (or the same Pipeline): "
     "n processes read and assemble with output and state identical to one"
   )
 

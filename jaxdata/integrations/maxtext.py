@@ -31,6 +31,7 @@ from jaxdata.integrations.maxtext_keys import (
   maxtext_workers,
   parse_train_files,
 )
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.pipeline import Pipeline
 
 __all__ = [
@@ -119,7 +120,9 @@ class MaxTextPipeline:
     **pipeline_kwargs: Any,
   ) -> None:
     values = maxtext_values(values)
-    pipeline_kwargs.setdefault("workers", maxtext_workers(values, split))
+    readers = maxtext_workers(values, split)
+    if readers and not {"making", "workers", "planner_process"} & set(pipeline_kwargs):
+      pipeline_kwargs["making"] = StepMaking("process", reader_processes=readers)
     suffix = "_eval" if split == "eval" else ""
     if values.get(f"grain_per_worker_buffer_size{suffix}") is not None:
       pipeline_kwargs.setdefault("prefetch", int(values[f"grain_per_worker_buffer_size{suffix}"]))

@@ -74,7 +74,7 @@ MAXTEXT_KEYS: dict[str, str] = {
   "global_batch_size_to_load_eval": "batch.global_batch_size of split='eval'",
   "eval_per_device_batch_size": "as per_device_batch_size, for split='eval' (0: per_device_batch_size)",
   "expansion_factor_real_data": "-1 or 1: read; other values: refused",
-  "grain_worker_count": "Pipeline(workers=n); 0: in process; -1: auto (one reader per spare core)",
+  "grain_worker_count": "StepMaking(reader_processes=n); 0: in process; -1: auto (one reader per spare core)",
   "grain_worker_count_eval": "as grain_worker_count, for split='eval'",
   "grain_per_worker_buffer_size": "Pipeline(prefetch=n): steps made ahead",
   "grain_per_worker_buffer_size_eval": "as grain_per_worker_buffer_size, for split='eval'",
@@ -507,7 +507,8 @@ def _segment_cap(values: Mapping[str, Any], packing: bool) -> int | None:
 
 
 def maxtext_workers(values: Mapping[str, Any], split: str = "train") -> int:
-  """`Pipeline(workers=...)` from grain_worker_count (-1, MaxText's auto-tuning: one reader per spare core)."""
+  """`StepMaking(reader_processes=...)` from grain_worker_count (-1, MaxText's auto-tuning: one reader per spare
+  core)."""
   values = maxtext_values(values)
   key = "grain_worker_count_eval" if split == "eval" else "grain_worker_count"
   count = int(values.get(key, 0))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-__all__ = ["Execution", "StepMaking", "asked_making"]
+__all__ = ["PLANNINGS", "Execution", "StepMaking", "asked_making"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`bench`: throughput of a pipeline config on this host (NumPy output; in process, planner process or workers)."""
+"""`bench`: throughput of a pipeline config on this host (NumPy output; planned here or in a process, read here or in reader processes)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.mixture import pick_loops
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.transforms import kernels
 
@@ -52,12 +53,11 @@ class BenchResult:
     return self.real_tokens / max(self.steps * self.rows * self.seq_len, 1)
 
 
-def bench(
-  cfg: PipelineConfig, steps: int, prefetch: int = 2, workers: int = 0, planner_process: bool = False
-) -> BenchResult:
-  """Times the first batch, then `steps` more; counts non-padding tokens."""
+def bench(cfg: PipelineConfig, steps: int, prefetch: int = 2, making: StepMaking | None = None) -> BenchResult:
+  """Times the first batch, then `steps` more; counts non-padding tokens (`making`: where steps are made,
+  by default here)."""
   started = time.perf_counter()
-  with Pipeline(cfg, prefetch=prefetch, workers=workers, planner_process=planner_process) as pipe:
+  with Pipeline(cfg, prefetch=prefetch, making=making or StepMaking("here")) as pipe:
     next(pipe)
     first = time.perf_counter() - started
     started = time.perf_counter()

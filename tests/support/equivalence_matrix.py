@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdata.pipeline.execution import StepMaking
+
 STEPS, SPLIT = 10, 4
 ROWS, SEQ_LEN = 8, 16  # 8 rows: one per device of the 8-device mesh
 
@@ -343,23 +345,22 @@ class Mode:
 
   @property
   def uses_workers(self) -> bool:
-    return bool(self.arguments.get("workers")) or bool(self.arguments.get("planner_process"))
+    return StepMaking.of(self.arguments.get("making", "auto")).planner_process_asked
 
 
-REFERENCE = Mode("reference", {"prefetch": 0, "planner_process": False})
+READERS_1, READERS_2 = StepMaking("process", reader_processes=1), StepMaking("process", reader_processes=2)
+REFERENCE = Mode("reference", {"prefetch": 0, "making": "here"})
 MODES = [
-  Mode("prefetch2", {"prefetch": 2, "planner_process": False}),
-  Mode("planner-process", {"prefetch": 2, "planner_process": True}),
-  Mode("workers1", {"prefetch": 2, "workers": 1}),
-  Mode("workers2", {"prefetch": 1, "workers": 2}),
-  Mode("mesh8", {"prefetch": 2, "planner_process": False}, mesh=True),
+  Mode("prefetch2", {"prefetch": 2, "making": "here"}),
+  Mode("planner-process", {"prefetch": 2, "making": "process"}),
+  Mode("workers1", {"prefetch": 2, "making": READERS_1}),
+  Mode("workers2", {"prefetch": 1, "making": READERS_2}),
+  Mode("mesh8", {"prefetch": 2, "making": "here"}, mesh=True),
   Mode("mesh8-default", {}, mesh=True),  # the defaults with a mesh (on < 4 cores: planned in process)
-  Mode("mesh8-planner-process", {"prefetch": 2, "planner_process": True}, mesh=True),  # the default on >= 4 cores
-  Mode("mesh8-workers2", {"prefetch": 2, "workers": 2}, mesh=True),
-  Mode("native-off", {"prefetch": 2, "planner_process": False}, runs="native-off"),
-  Mode(
-    "two-hosts", {"prefetch": 2, "planner_process": True}, mesh=True, runs="two-hosts"
-  ),  # each: 4 devices, a planner
+  Mode("mesh8-planner-process", {"prefetch": 2, "making": "process"}, mesh=True),  # the default on >= 4 cores
+  Mode("mesh8-workers2", {"prefetch": 2, "making": READERS_2}, mesh=True),
+  Mode("native-off", {"prefetch": 2, "making": "here"}, runs="native-off"),
+  Mode("two-hosts", {"prefetch": 2, "making": "process"}, mesh=True, runs="two-hosts"),  # each: 4 devices, a planner
 ]
 
 

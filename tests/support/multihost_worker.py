@@ -38,7 +38,11 @@ def main() -> None:
     log = [] if workers else stack.enter_context(jaxdata.testing.recorded_reads())
     pipe = stack.enter_context(
       jaxdata.Pipeline(
-        cfg, mesh=mesh, prefetch=2, read_ahead_tokens=2 * 8 * 32, workers=max(workers, 0), planner_process=workers < 0
+        cfg,
+        mesh=mesh,
+        prefetch=2,
+        read_ahead_tokens=2 * 8 * 32,
+        making=jaxdata.StepMaking("process" if workers else "here", reader_processes=max(workers, 0)),
       )
     )
     jaxdata.testing.wait_for_processes(pipe)  # so that the steps saved are the workers', not the in-process start's
