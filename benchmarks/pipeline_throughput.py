@@ -16,9 +16,9 @@ Grain: per dataset MapDataset.source(ArrayRecordDataSource).shuffle().repeat(),
 decoded to int32, documents split to <= 2048 tokens (FlatMap), mixed with
 per-piece weights that give the same token shares, FirstFitPackIterDataset
 with 32 bins, batch 32; run single-process and with mp_prefetch(2).
-jaxdata: in process (`workers=0`), with the planner in a process of its own
-(`planner_process`, the default with a mesh on >= 4 cores) and with worker
-processes, NumPy output and `jax.Array` output on an 8-device CPU mesh;
+jaxdata: in process (`making="here"`), with the planner in a process of its own
+(`making="process"`, the default with a mesh on >= 4 cores) and with reader
+processes (`StepMaking("process", reader_processes=n)`), NumPy output and `jax.Array` output on an 8-device CPU mesh;
 `jaxdata-mesh8-stored-order` the mesh defaults with `shuffle_block_size: null`
 (shards only: what the default global shuffle costs against stored order) and
 `jaxdata-mesh8-auto-blocks` with `auto` blocks (8 x the largest shard);
@@ -41,6 +41,10 @@ batch back to check them: a training loop never copies its batches back).
 Every row also prints the CPU time its whole process tree spent per 65,536
 non-padding tokens and the cores it kept busy, and the ceiling's; from them,
 the CPU a 0.6 share of the ceiling would allow on this machine's cores.
+`--baseline CHECKOUT` runs every jaxdata kind also from another checkout
+(its own library and this benchmark as it stands there, e.g. the commit
+before a change, in a `git worktree` with its extensions built), interleaved
+with this one's runs, and prints both side by side as ratios.
 Also printed: the raw read ceiling, the per-host spread of documents read on
 a v5p-128 slice (1024 x 4096), and how much a Python-bound "training loop"
 thread slows down while a pipeline feeds it 2M tokens/s.
@@ -74,28 +78,29 @@ FEED_TOKENS_PER_S = 2_000_000  # the training-thread check's feeding rate
 LOOP_FEATURES = ["tokens", "targets", "segment_ids", "loss_mask"]  # `features` below: batch.features
 JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices, Pipeline arguments)
   "jaxdata": (0, {}),  # the defaults: NumPy output plans in process
-  "jaxdata-planner": (0, {"planner_process": True}),
+  "jaxdata-planner": (0, {"making": ("process", 0)}),
   "jaxdata-mesh8": (8, {}),  # the defaults with a mesh: on < 4 cores, planned in process
-  "jaxdata-mesh8-planner": (8, {"planner_process": True}),  # the default on >= 4 cores
+  "jaxdata-mesh8-planner": (8, {"making": ("process", 0)}),  # the default on >= 4 cores
   "jaxdata-mesh8-loop-features": (8, {"features": LOOP_FEATURES}),  # the defaults, no source_ids / positions
   # the mesh defaults with shards only (stored order inside each shard): what the default global shuffle costs
   "jaxdata-mesh8-stored-order": (8, {"shuffle_block_size": None}),
   "jaxdata-mesh8-auto-blocks": (8, {"shuffle_block_size": "auto"}),  # blocks of 8 shards' records
   "jaxdata-mesh8-interval-1ms": (8, {"switch_interval_s": 0.001}),  # the GIL switch interval lowered to 1 ms
   "jaxdata-mesh8-no-C": (8, {}),  # the defaults with JAXDATA_NATIVE=0: the Python / NumPy loops (see NO_C)
-  "jaxdata-workers1": (0, {"workers": 1}),
-  "jaxdata-mesh8-workers1": (8, {"workers": 1}),
-  "jaxdata-mesh8-workers2": (8, {"workers": 2}),
+  "jaxdata-workers1": (0, {"making": ("process", 1)}),  # one reader process
+  "jaxdata-mesh8-workers1": (8, {"making": ("process", 1)}),
+  "jaxdata-mesh8-workers2": (8, {"making": ("process", 2)}),
 }
 TRAINING_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # the training-thread check: (mesh devices, arguments)
-  "training-thread-in-process": (0, {"planner_process": False}),
-  "training-thread-planner": (0, {"planner_process": True}),
-  "training-thread-workers1": (0, {"workers": 1}),
+  "training-thread-in-process": (0, {"making": ("here", 0)}),
+  "training-thread-planner": (0, {"making": ("process", 0)}),
+  "training-thread-workers1": (0, {"making": ("process", 1)}),
   "training-thread-mesh8": (8, {}),  # the defaults with a mesh (on < 4 cores: planned in process)
-  "training-thread-mesh8-planner": (8, {"planner_process": True}),
+  "training-thread-mesh8-planner": (8, {"making": ("process", 0)}),
   "training-thread-mesh8-interval-1ms": (8, {"switch_interval_s": 0.001}),  # the GIL switch interval at 1 ms
 }
 GRAIN_KINDS = {"grain": 0, "grain-mp": 2}
+BASELINE = "@baseline"  # a kind named with this suffix runs from the --baseline checkout
 NO_C = "-no-C"  # a kind named with this suffix runs with JAXDATA_NATIVE=0 (jaxdata._native_switch)
 
 
@@ -196,10 +201,22 @@ def _cpu_s(pid: int) -> float:
   return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-def run_jaxdata(corpus: str, mesh_devices: int, arguments: dict[str, Any]) -> dict[str, Any]:
+def pipeline_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+  """A kind's Pipeline arguments, with its ("planning", reader processes) as the `making=` of the
+  jaxdata this process runs."""
   import jaxdata  # noqa: PLC0415
 
   arguments = dict(arguments)
+  if "making" in arguments:
+    planning, readers = arguments.pop("making")
+    arguments["making"] = jaxdata.StepMaking(planning, reader_processes=readers)
+  return arguments
+
+
+def run_jaxdata(corpus: str, mesh_devices: int, arguments: dict[str, Any]) -> dict[str, Any]:
+  import jaxdata  # noqa: PLC0415
+
+  arguments = pipeline_arguments(arguments)
   features = arguments.pop("features", None)
   cfg = jaxdata_config(corpus, features, arguments.pop("shuffle_block_size", "global"))
   mesh = _mesh(mesh_devices)
@@ -359,7 +376,7 @@ def run_training_thread(corpus: str, mesh_devices: int, arguments: dict[str, Any
     elapsed = time.perf_counter() - started
     return done / elapsed, in_next / elapsed
 
-  pipe = jaxdata.Pipeline(jaxdata_config(corpus), mesh=_mesh(mesh_devices), prefetch=2, **arguments)
+  pipe = jaxdata.Pipeline(jaxdata_config(corpus), mesh=_mesh(mesh_devices), prefetch=2, **pipeline_arguments(arguments))
   for _ in range(50):
     next(pipe)  # past start-up (workers ready, read span grown)
   alone, fed, in_next = [work_rate(None)[0]], [], []  # alone: the pipeline idles, its prefetched steps ready
@@ -401,15 +418,18 @@ def _tree_rss_mb(pid: int) -> float:
   return total
 
 
-def measure(kind: str, corpus: str) -> dict[str, Any]:
-  """Runs one configuration in a fresh subprocess; returns its JSON result
-  with the peak RSS of its process tree."""
+def measure(kind: str, corpus: str, baseline: str | None = None) -> dict[str, Any]:
+  """Runs one configuration in a fresh subprocess (a KIND@baseline from the `baseline` checkout, with its
+  own copy of this benchmark); returns its JSON result with the peak RSS of its process tree."""
+  checkout = baseline if kind.endswith(BASELINE) and baseline else os.getcwd()
+  kind = kind.removesuffix(BASELINE)
   process = subprocess.Popen(
     [sys.executable, "-m", "benchmarks.pipeline_throughput", "--corpus", corpus, "--run", kind],
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,
-    env={**os.environ, "PYTHONPATH": os.getcwd(), "JAXDATA_NATIVE": "0" if kind.endswith(NO_C) else "1"},
+    cwd=checkout,
+    env={**os.environ, "PYTHONPATH": checkout, "JAXDATA_NATIVE": "0" if kind.endswith(NO_C) else "1"},
   )
   peak = 0.0
   while process.poll() is None:
@@ -485,7 +505,7 @@ def _print_ceiling_budget(results: dict[str, dict[str, Any]], ceiling: float) ->
     r = results[kind]
     used, own, others = r["cpu_ms_per_64k"], r["own_cpu_ms_per_64k"], r["others_cpu_ms_per_64k"]
     verdict = "within it " if used <= budget_ms else f"{used / budget_ms:.2f}x over"
-    alone = "" if arguments.get("workers") else f"  alone <= {1e3 * cores * 65_536 / (own * ceiling):.2f}"
+    alone = "" if arguments.get("making", ("", 0))[1] else f"  alone <= {1e3 * cores * 65_536 / (own * ceiling):.2f}"
     print(f"  {kind:24s} {used:5.2f} ms ({own:4.2f} here + {others:4.2f})  {verdict}{alone}")
 
 
@@ -499,14 +519,16 @@ def _corpora(base: str, widths: list[str], compression: str) -> dict[str, str]:
   return corpora
 
 
-def _measure_all(corpora: dict[str, str], kinds: list[str], repetitions: int) -> dict[str, dict[str, Any]]:
+def _measure_all(
+  corpora: dict[str, str], kinds: list[str], repetitions: int, baseline: str | None = None
+) -> dict[str, dict[str, Any]]:
   """{width: {kind: median result}}; every (width, kind) runs `repetitions`
   times, interleaved: drifts of the machine hit every kind and width alike."""
   runs: dict[str, dict[str, list[dict[str, Any]]]] = {w: {k: [] for k in kinds} for w in corpora}
   for repetition in range(repetitions):
     for width, corpus in corpora.items():
       for kind in kinds:
-        runs[width][kind].append(measure(kind, corpus))
+        runs[width][kind].append(measure(kind, corpus, baseline))
         print(f"  repetition {repetition + 1}: {width} {kind} done", file=sys.stderr)
   results = {w: {k: _median(r) for k, r in by_kind.items()} for w, by_kind in runs.items()}
   for width, by_kind in runs.items():  # the training-loop goal holds for every run, not just the median
@@ -569,6 +591,26 @@ def _print_width(results: dict[str, dict[str, Any]], corpus: str) -> None:
     print(f"worker scaling (mesh output): 1 -> 2 workers: {one / 1e6:.2f} M -> {two / 1e6:.2f} M ({two / one:.2f}x)")
 
 
+def _print_against_baseline(results: dict[str, dict[str, dict[str, Any]]], baseline: str) -> None:
+  """Each jaxdata kind against the same kind from the baseline checkout: tokens/s and first batch."""
+  print(f"\n== this checkout against {baseline} (ratio: this / baseline) ==")
+  print(
+    f"{'':30s} {'tok/s':>9s} {'baseline':>9s} {'ratio':>6s}   {'first':>7s} {'baseline':>8s} {'ratio':>6s}   "
+    f"realised token shares (this | baseline) {' / '.join(TOKEN_SHARES)}"
+  )
+  for width, by_kind in results.items():
+    for kind in [k for k in JAXDATA_KINDS if k in by_kind and k + BASELINE in by_kind]:
+      now, then = by_kind[kind], by_kind[kind + BASELINE]
+      print(
+        f"{width + ' ' + kind:30s} {now['tokens_per_s'] / 1e6:8.2f}M {then['tokens_per_s'] / 1e6:8.2f}M "
+        f"{now['tokens_per_s'] / then['tokens_per_s']:6.3f}   {now['first_batch_s']:6.3f}s {then['first_batch_s']:7.3f}s "
+        f"{now['first_batch_s'] / then['first_batch_s']:6.3f}   "
+        + " / ".join(f"{x:.3f}" for x in now["shares"])
+        + " | "
+        + " / ".join(f"{x:.3f}" for x in then["shares"])
+      )
+
+
 def _print_side_by_side(results: dict[str, dict[str, dict[str, Any]]]) -> None:
   """Each width's tokens/s, CPU-ms per 65,536 tokens and ratio to the best Grain."""
   widths = list(results)
@@ -592,6 +634,7 @@ def main() -> None:
   parser.add_argument("--kinds", help="configurations to run, comma-separated (default: all)")
   parser.add_argument("--repetitions", type=int, default=3)
   parser.add_argument("--run", help="one configuration, in this process (used by the driver)")
+  parser.add_argument("--baseline", help="another checkout: every jaxdata kind runs from it too, side by side")
   args = parser.parse_args()
   if args.run:
     print(json.dumps(run_kind(args.run, args.corpus)))
@@ -604,7 +647,9 @@ def main() -> None:
   corpora = _corpora(args.corpus, args.widths.split(","), args.compression)
   for directory in jaxdata_source_dirs():  # what a pip install leaves: the first batch compiles nothing
     compileall.compile_dir(directory, quiet=1)
-  results = _measure_all(corpora, kinds, args.repetitions)
+  if args.baseline:
+    kinds = [k for kind in kinds for k in ([kind, kind + BASELINE] if kind in JAXDATA_KINDS else [kind])]
+  results = _measure_all(corpora, kinds, args.repetitions, args.baseline)
   print(
     f"medians of {args.repetitions} interleaved runs; {STEPS} steps measured after {WARMUP}; "
     f"restore after {RESTORE_AT} steps"
@@ -612,6 +657,8 @@ def main() -> None:
   for width, corpus in corpora.items():
     _print_width(results[width], f"{width} ids: {corpus} ({args.compression})")
   _print_side_by_side(results)
+  if args.baseline:
+    _print_against_baseline(results, args.baseline)
   spread = host_spread(next(iter(corpora.values())))
   print(f"documents read per host per step, v5p-128 (16 hosts), 1024 x 4096: max / mean {spread:.2f} (goal <= 1.25)")
 

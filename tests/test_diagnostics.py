@@ -331,9 +331,11 @@ def test_per_source_loss_is_jittable_and_ignores_padding():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", ["0", "1"])
-def test_bench_command_reports_throughput(pipeline_yaml, capsys, workers):
-  assert main(["bench", pipeline_yaml, "--steps", "5", "--workers", workers]) == 0
+@pytest.mark.parametrize(
+  "making", [[], ["--reader-processes", "1"], ["--workers", "1"]], ids=["here", "readers", "0.3.0-flag"]
+)
+def test_bench_command_reports_throughput(pipeline_yaml, capsys, making):
+  assert main(["bench", pipeline_yaml, "--steps", "5", *making]) == 0
   out = capsys.readouterr().out
   assert "5 steps of 8 x 32" in out and "non-padding tokens/s" in out and "time per step: plan" in out
   assert "C loops: in C: assembly, first-fit placement, exact interleave picks" in out  # both extensions built

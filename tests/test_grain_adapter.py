@@ -43,7 +43,9 @@ def test_grain_transforms_and_checkpoint_handler_work_on_the_pipeline(tmp_path):
 def test_grain_worker_processes_are_refused_naming_jaxdatas_own(tmp_path):
   cfg = coded_config(tmp_path, [[5, 9, 3] * 10])
   dataset = PipelineDataset(cfg, prefetch=0)
-  with pytest.raises(ValueError, match=r"mp_prefetch: .* use PipelineDataset\(cfg, workers=n\)"):
+  with pytest.raises(
+    ValueError, match=r"mp_prefetch: .* use PipelineDataset\(cfg, making=StepMaking\('process', reader_processes=n\)\)"
+  ):
     dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
   flags.FLAGS.mark_as_parsed()  # Grain's workers read absl flags; outside absl.app.run nobody parses them
   # After a transform Grain builds mp_prefetch lazily: the first next() pickles the chain for its workers,

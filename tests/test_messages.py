@@ -7,6 +7,9 @@ import pathlib
 
 import pytest
 
+import jaxdata
+from jaxdata import WorkerStartError, errors
+from jaxdata.cli import main, planning
 from jaxdata.pipeline.messages import (
   Credit,
   Free,
@@ -23,6 +26,7 @@ from jaxdata.pipeline.messages import (
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.pipeline.worker_handle import raised
+from jaxdata.tools import bench as bench_module
 
 NAMES = ["d0", "d1"]
 # A state and a step's stats as the pipe carries them (a saved state; the stats file's fields).
@@ -94,3 +98,22 @@ def test_an_error_message_carries_the_errors_type_text_and_traceback():
   assert "Traceback" in message.trace and "in test_an_error_message_carries" in message.trace
   raised_here = raised(message)
   assert isinstance(raised_here, KeyError) and "in the worker process:" in raised_here.__notes__[0]
+
+
+def test_every_error_jaxdata_defines_is_a_jaxdata_error_and_keeps_its_builtin_base():
+  kinds = [
+    v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Exception) and v is not errors.Error
+  ]
+  assert len(kinds) >= 6 and all(issubclass(kind, jaxdata.Error) for kind in kinds)
+  assert issubclass(jaxdata.DatasetError, ValueError) and issubclass(jaxdata.WorkerStartError, RuntimeError)
+
+
+def test_the_cli_prints_a_jaxdata_error_as_one_line(monkeypatch, capsys):
+  def fails(*_args, **_kwargs):
+    raise WorkerStartError("jaxdata planner (pid 7) exited with code 1 before it was ready, 3 times in a row")
+
+  monkeypatch.setattr(planning, "load_config", lambda path: path)  # the CLI's printing is under test
+  monkeypatch.setattr(bench_module, "bench", fails)
+  assert main(["--quiet", "bench", "pipeline.yaml"]) == 1
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "jaxdata bench: error: jaxdata planner (pid 7) exited" in err

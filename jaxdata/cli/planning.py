@@ -340,7 +340,8 @@ def mesh(args: argparse.Namespace, console: Console) -> int:
 
 def bench_command(args: argparse.Namespace, console: Console) -> int:
   with working(console, args.quiet, f"timing {args.steps} steps"):
-    making = StepMaking(args.planning, reader_processes=args.reader_processes)
+    readers = args.reader_processes or 0
+    making = StepMaking("process" if readers and args.planning == "here" else args.planning, readers)
     result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, making)
   console.print(
     f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
