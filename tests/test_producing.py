@@ -10,6 +10,7 @@ import pytest
 
 from jaxdata import Pipeline, StepMaking
 from jaxdata.pipeline.assembly import Assembly, LocalAssembly
+from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.planning import LocalPlanning, Planning
 from jaxdata.pipeline.planning_process import ProcessPlanning
 from jaxdata.pipeline.pooled_steps import PooledSteps
@@ -114,3 +115,24 @@ def test_a_run_with_a_planner_process_moves_along_the_lifecycle(tmp_path):
   pool.stage = Lifecycle.FELL_BACK
   with pytest.raises(RuntimeError, match="fell back -> running is not a transition"):
     pool.move(Lifecycle.RUNNING)
+
+
+def test_a_planning_error_is_raised_at_its_own_step_after_every_step_planned_before_it(tmp_path, monkeypatch):
+  """Planning runs a span ahead (read_ahead_tokens=1: one step a span); an error planning step 3 must not
+  keep steps 0-2, planned fine, from being handed out (it was raised at step 2, while planning ahead)."""
+  cfg = coded_config(tmp_path, [[5, 9, 3, 7] * 10, [4, 6, 8] * 12], seed=3, exhausted_policy="repeat")
+  with Pipeline(cfg, prefetch=0) as alone:
+    expected = [digest(next(alone)) for _ in range(3)]
+  real = StepPlanner.plan
+
+  def plan(self):
+    if self.step == 3:
+      raise ValueError("a planning failure at step 3")
+    return real(self)
+
+  monkeypatch.setattr(StepPlanner, "plan", plan)  # the planner fails; what is under test is when it is raised
+  with Pipeline(cfg, prefetch=2, read_ahead_tokens=1, making="here") as pipe:
+    assert [digest(next(pipe)) for _ in range(3)] == expected
+    with pytest.raises(ValueError, match="a planning failure at step 3"):
+      next(pipe)
+    assert pipe.get_state()["step"] == 3  # left at the step that failed: the next call retries it

@@ -156,16 +156,20 @@ class SpanReads:
       self._start_reads()
     return item, held.read_s
 
+  def may_read_ahead(self) -> bool:
+    """Whether a span is not read yet while at most one waits read."""
+    read = [held.items is not None or held.error is not None for held in self.held]
+    return not all(read) and sum(read) <= 1
+
   def read_ahead(self) -> bool:
-    """Reads the first span not read yet, while at most one span waits read; whether it did."""
-    waiting = [held for held in self.held if held.items is not None or held.error is not None]
-    unread = [held for held in self.held if held.items is None and held.error is None]
-    if not unread or len(waiting) > 1:
+    """Reads the first span not read yet (if `may_read_ahead`); whether it did."""
+    if not self.may_read_ahead():
       return False
+    first = next(held for held in self.held if held.items is None and held.error is None)
     try:
-      self._read(unread[0])
+      self._read(first)
     except Exception as error:  # noqa: BLE001 -- raised by next_step at the step that needs the span
-      unread[0].error = error
+      first.error = error
     return True
 
   def _read(self, held: _HeldSpan) -> None:
@@ -203,7 +207,11 @@ class LocalAssembly:
     reader: the documents' reader.
     recorder: the per-step timers.
     rows: where rows are written.
-    read_thread: read the span after the one being assembled on this thread (None: read when needed).
+    read_thread: a thread this process may read on, a span ahead (None: read when needed).
+    planned_here: the spans are planned in this process too. Then every span from disk is read ahead
+      on `read_thread`; planned by a planner process, only spans that wait on a store's byte ranges
+      are (reads from disk stay on the prefetch thread: there a read thread cost a Python-bound
+      training loop more of the GIL and did not add speed). Remote shards fetch ahead instead.
   """
 
   makes_steps_ahead = False
@@ -215,9 +223,11 @@ class LocalAssembly:
     recorder: StatsRecorder,
     rows: OutputRows,
     read_thread: ReadThread | None,
+    planned_here: bool,
   ) -> None:
     self.packing, self.recorder, self.rows = packing, recorder, rows
-    self.reads = SpanReads(reader, packing.fill_id, read_thread)
+    reads_ahead = not reader.remote and (planned_here or reader.reads_ranges_from_store)
+    self.reads = SpanReads(reader, packing.fill_id, read_thread if reads_ahead else None)
 
   def spans_wanted(self) -> int:
     """One span read ahead (on the read thread, or its shards fetched), else one at a time."""

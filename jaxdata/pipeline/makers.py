@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jaxdata._lazy import lazy_module
-from jaxdata.pipeline.assembly import LocalAssembly, OutputRows
+from jaxdata.pipeline.assembly import Assembly, LocalAssembly, OutputRows
 from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.pipeline_parts import Parts
 from jaxdata.pipeline.planning import LocalPlanning
@@ -32,9 +32,15 @@ from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import Steps
 
 if TYPE_CHECKING:
+  import jaxdata.pipeline.planning_process as planning_process
   import jaxdata.pipeline.pooled_steps as pooled_steps
-else:
+  import jaxdata.pipeline.reader_processes as reader_processes
+  import jaxdata.pipeline.worker_pool as worker_pool
+else:  # the process modules: imported when processes are asked for
+  planning_process = lazy_module("jaxdata.pipeline.planning_process")
   pooled_steps = lazy_module("jaxdata.pipeline.pooled_steps")
+  reader_processes = lazy_module("jaxdata.pipeline.reader_processes")
+  worker_pool = lazy_module("jaxdata.pipeline.worker_pool")
 
 __all__ = ["PLANNER_PROCESS_MIN_CORES", "planner_process_helps", "step_maker"]
 
@@ -74,19 +80,23 @@ def step_maker(
   """The steps `making` asks for (see the module docstring)."""
   cfg, reader = parts.cfg, parts.reader
   rows = OutputRows(cfg.batch.features, aligned)
-  # One read thread, started on first use: planning here reads spans from disk ahead on it; under a
-  # planner process only spans that wait on a store's byte ranges are (remote shards fetch ahead instead).
-  thread = ReadThread(functools.partial(read_span, reader, pad_id=cfg.packing.fill_id))
-  background = prefetch > 0 and not reader.remote
+  # One read thread, started on first use (each assembly says whether it reads ahead on it).
+  thread = ReadThread(functools.partial(read_span, reader, pad_id=cfg.packing.fill_id)) if prefetch else None
   here = Steps(
     LocalPlanning(parts.planner, recorder, rows_here, snapshot, read_ahead_tokens),
-    LocalAssembly(cfg.packing, reader, recorder, rows, thread if background else None),
+    LocalAssembly(cfg.packing, reader, recorder, rows, thread, planned_here=True),
   )
   if not making.planner_process_asked and not (making.planning == "auto" and planner_process_helps(mesh)):
     return here
-  local = LocalAssembly(
-    cfg.packing, reader, recorder, rows, thread if background and reader.reads_ranges_from_store else None
+  readers = making.reader_processes
+  fall_back = not making.planner_process_asked
+  pool = worker_pool.WorkerPool.for_host(
+    spec, cfg, readers, rows_here, prefetch + 1, read_ahead_tokens, parts.fingerprint, fall_back
   )
-  return pooled_steps.process_steps(
-    making, spec, parts, here, local, rows, recorder, rows_here, prefetch + 1, read_ahead_tokens, snapshot()
+  assembly: Assembly = (
+    reader_processes.ReaderProcesses(pool, recorder, rows)
+    if readers
+    else LocalAssembly(cfg.packing, reader, recorder, rows, thread, planned_here=False)
   )
+  there = Steps(planning_process.ProcessPlanning(pool, recorder), assembly)
+  return pooled_steps.PooledSteps(pool, here, there, snapshot())

@@ -63,6 +63,7 @@ __all__ = [
   "WorkerSpec",
   "message_from_json",
   "send",
+  "shape_key",
   "slot_views",
 ]
 
@@ -84,6 +85,10 @@ class WorkerSpec:
   rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
   read_ahead_tokens: int
 
+  def rows_for(self, num_rows: int, seq_len: int) -> np.ndarray:
+    """The global rows this host holds in a step of this shape."""
+    return np.asarray(self.rows_by_shape[shape_key(num_rows, seq_len)], np.int64)
+
   @property
   def name(self) -> str:
     """The process's name in errors and `Execution.processes`."""
@@ -100,6 +105,11 @@ class WorkerSpec:
     being handed out and one read ahead in all, and one more per extra
     reader (spans go to the readers in turn)."""
     return max(2, self.readers + 1)
+
+
+def shape_key(num_rows: int, seq_len: int) -> str:
+  """A step shape as `WorkerSpec.rows_by_shape` keys it: "ROWSxSEQ_LEN"."""
+  return f"{num_rows}x{seq_len}"
 
 
 def slot_views(buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_len: int) -> dict[str, np.ndarray]:

@@ -81,18 +81,25 @@ class LocalPlanning:
     # Set by the pipeline's thread, read by the one planning (an int: read whole).
     self.horizon: int | None = None
 
-  def next_span(self, asked: bool) -> PlannedSpan | None:
-    allowed = self.planner.steps_before(self.horizon)
-    if not asked and allowed == 0:
+  def may_plan_ahead(self) -> bool:
+    """Whether a step may be planned before it is asked for (the horizon allows one)."""
+    return self.planner.steps_before(self.horizon) != 0
+
+  def next_span(self, asked: bool) -> PlannedSpan | BaseException | None:
+    if not asked and not self.may_plan_ahead():
       return None
-    planned = plan_span(
-      self.planner,
-      self.recorder,
-      self.rows_here,
-      self.span_tokens,
-      self.snapshot,
-      MAX_SPAN_STEPS if allowed is None else allowed,  # at least one step: asked for
-    )
+    allowed = self.planner.steps_before(self.horizon)
+    try:
+      planned = plan_span(
+        self.planner,
+        self.recorder,
+        self.rows_here,
+        self.span_tokens,
+        self.snapshot,
+        MAX_SPAN_STEPS if allowed is None else allowed,  # at least one step: asked for
+      )
+    except Exception as error:  # noqa: BLE001 -- raised at its step, after the steps planned before it
+      return error
     self.span_tokens = grown_span(planned.steps, self.read_ahead_tokens, self.span_tokens)
     return planned
 

@@ -38,22 +38,19 @@ class ProcessPlanning:
 
   def next_span(self, asked: bool) -> PlannedSpan | BaseException | None:
     handle = self.pool.planning_process
-    while True:
-      message = handle.receive() if asked else handle.receive_ready()
-      if message is None:
-        return None
-      payload = handle.payload() if isinstance(message, SpanPlanned) else b""
-      if getattr(message, "generation", None) != self.pool.generation:
-        continue  # from before the last (re)start
-      if isinstance(message, WorkerError):
-        return raised(message)
-      if not isinstance(message, SpanPlanned):
-        raise RuntimeError(f"{handle.name}: sent {message} where a span was expected")
-      for stats in message.stats:
-        for timer, seconds in stats.time_s.items():  # the planner's
-          self.recorder.timers[timer] += seconds
-      steps = decode_span(message.steps, payload)
-      return PlannedSpan(steps, message.states, message.stats, message.ended, (message.steps, payload))
+    received = handle.receive_current(self.pool.generation, wait=asked)
+    if received is None:
+      return None
+    message, payload = received
+    if isinstance(message, WorkerError):
+      return raised(message)
+    if not isinstance(message, SpanPlanned):
+      raise RuntimeError(f"{handle.name}: sent {message} where a span was expected")
+    for stats in message.stats:
+      for timer, seconds in stats.time_s.items():  # the planner's
+        self.recorder.timers[timer] += seconds
+    steps = decode_span(message.steps, payload)
+    return PlannedSpan(steps, message.states, message.stats, message.ended, (message.steps, payload))
 
   def span_handed_out(self) -> None:
     self.pool.planning_process.send(Credit(self.pool.generation))

@@ -18,24 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Literal
 
 from jaxdata.mixture.updates import MixtureUpdates
-from jaxdata.pipeline.assembly import Assembly, LocalAssembly, OutputRows
-from jaxdata.pipeline.execution import Execution, StepMaking
-from jaxdata.pipeline.messages import PLANNER, READER, WorkerSpec
-from jaxdata.pipeline.pipeline_parts import Parts
-from jaxdata.pipeline.planning_process import ProcessPlanning
+from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.producing import END, End, Prepared
-from jaxdata.pipeline.read_spans import RowsHere
-from jaxdata.pipeline.reader_processes import ReaderProcesses
-from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.state import PipelineState
-from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import Steps
 from jaxdata.pipeline.worker_pool import Lifecycle, WorkerPool
 
-__all__ = ["PooledSteps", "process_steps"]
+__all__ = ["PooledSteps"]
 
 
 class PooledSteps:
@@ -77,7 +70,7 @@ class PooledSteps:
     if self.pool.replace_dead():
       return  # steps are made here until the new ones are ready
     with self._control:
-      self.pool.generation += 1
+      self.pool.new_generation()
       self.here.restart(state)  # what it planned and read ahead is dropped
       if self.updates is not None:  # adopted after `state` was made: the planner plans with them too
         state = state.with_updates(self.updates)
@@ -106,7 +99,8 @@ class PooledSteps:
       return adopted
 
   def steps_ready(self) -> int:
-    return self.there.steps_ready()
+    """Steps the processes were given (none while they do not run: what they held was dropped)."""
+    return self.there.steps_ready() if self.pool.stage is Lifecycle.RUNNING else 0
 
   def steps_ahead_at_most(self) -> int:
     return self.there.steps_ahead_at_most()
@@ -126,33 +120,7 @@ class PooledSteps:
     )
 
   def close(self, timeout_s: float) -> bool:
-    """Stops the processes, then this process's read thread."""
+    """Stops the processes, then this process's read thread (`timeout_s` in all)."""
     self.pool.close()
-    return self.there.close(timeout_s) and self.here.close(timeout_s)
-
-
-def process_steps(
-  making: StepMaking,
-  spec: PipelineSpec,
-  parts: Parts,
-  here: Steps,
-  local: LocalAssembly,
-  rows: OutputRows,
-  recorder: StatsRecorder,
-  rows_here: RowsHere,
-  slots: int,
-  read_ahead_tokens: int,
-  start_state: PipelineState,
-) -> PooledSteps:
-  """The process pair `making` asks for, over a new pool: a planner process with this process's assembly
-  `local`, or with reader processes; `here` makes the steps until they run."""
-  cfg = parts.cfg
-  slots = max(slots, 2)  # one being copied out, one being made
-  rows_by_shape = {f"{r}x{seq_len}": rows_here(r, seq_len).tolist() for r, seq_len in cfg.row_shapes()}
-  slot_tokens = max(len(held) * int(key.split("x")[1]) for key, held in rows_by_shape.items())
-  count = making.reader_processes
-  planner = WorkerSpec(PLANNER, 0, count, -1, slots, slot_tokens, rows_by_shape, read_ahead_tokens)
-  workers = [planner] + [dataclasses.replace(planner, role=READER, index=i) for i in range(count)]
-  pool = WorkerPool(spec, workers, parts.fingerprint, cfg.names, fall_back=not making.planner_process_asked)
-  assembly: Assembly = ReaderProcesses(pool, recorder, rows) if count else local
-  return PooledSteps(pool, here, Steps(ProcessPlanning(pool, recorder), assembly), start_state)
+    deadline = time.monotonic() + timeout_s
+    return self.there.close(timeout_s) and self.here.close(max(0.0, deadline - time.monotonic()))

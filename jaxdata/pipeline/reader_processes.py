@@ -35,21 +35,21 @@ class ReaderProcesses:
 
   def __init__(self, pool: WorkerPool, recorder: StatsRecorder, rows: OutputRows) -> None:
     self.pool, self.recorder, self.rows = pool, recorder, rows
-    self.worker = pool.workers[1]  # every reader's spec but its index
+    self.reader_spec = pool.workers[1]  # every reader's spec but its index
     self.spans = 0  # accepted since the last start: the next goes to reader spans % count
     self.readers_of_steps: collections.deque[tuple[int, bool]] = collections.deque()  # (reader, closes a span)
     self.per_reader = [0] * (len(pool.workers) - 1)  # steps each reader made
 
   def spans_wanted(self) -> int:
     """As many as the planner may send ahead (its credits)."""
-    return self.worker.spans_ahead
+    return self.reader_spec.spans_ahead
 
   def spans_held(self) -> int:
     return sum(closes for _, closes in self.readers_of_steps)
 
   def steps_ahead_at_most(self) -> int:
     """Every reader's slots."""
-    return self.worker.slots * (len(self.pool.workers) - 1)
+    return self.reader_spec.slots * (len(self.pool.workers) - 1)
 
   def reads_on_thread(self) -> bool:
     return False
@@ -71,9 +71,9 @@ class ReaderProcesses:
     reader, _ = self.readers_of_steps.popleft()
     handle = self.pool.readers[reader]
     while True:
-      message = handle.receive()
-      if getattr(message, "generation", None) != self.pool.generation:
-        continue  # from before the last (re)start: its slots were freed by it
+      received = handle.receive_current(self.pool.generation, wait=True)  # (older ones: their slots were freed)
+      assert received is not None  # waited for
+      message, _ = received
       if isinstance(message, WorkerError):
         raise raised(message)
       if not isinstance(message, StepMade):
@@ -82,7 +82,7 @@ class ReaderProcesses:
         break
       handle.send(Free(self.pool.generation, message.slot))
     assert handle.memory is not None  # a reader's ring
-    views = slot_views(handle.memory.buf, message.slot, self.worker.slot_tokens, coming.num_rows, coming.seq_len)
+    views = slot_views(handle.memory.buf, message.slot, self.reader_spec.slot_tokens, coming.num_rows, coming.seq_len)
     # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
     started = time.perf_counter()
     arrays = self.rows(coming.num_rows, coming.seq_len)

@@ -19,7 +19,16 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
-from jaxdata.pipeline.messages import Message, Setup, Stop, WorkerError, WorkerSpec, message_from_json, send
+from jaxdata.pipeline.messages import (
+  Message,
+  Setup,
+  SpanPlanned,
+  Stop,
+  WorkerError,
+  WorkerSpec,
+  message_from_json,
+  send,
+)
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 
@@ -98,6 +107,17 @@ class WorkerHandle:
   def receive_ready(self) -> Message | None:
     """The next message if one has arrived, else None."""
     return self._read() if self.conn.poll(0) else None
+
+  def receive_current(self, generation: int, wait: bool) -> tuple[Message, bytes] | None:
+    """The next message of `generation` and the pieces that follow a span (b"" after any other), waiting
+    for it if `wait` (else None if none has arrived). Messages of an older generation are dropped."""
+    while True:
+      message = self.receive() if wait else self.receive_ready()
+      if message is None:
+        return None
+      payload = self.payload() if isinstance(message, SpanPlanned) else b""
+      if getattr(message, "generation", None) == generation:
+        return message, payload
 
   def payload(self) -> bytes:
     """The raw bytes that follow a span's header (already sent with it)."""

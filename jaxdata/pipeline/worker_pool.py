@@ -16,6 +16,7 @@ back to making every step here::
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import warnings
@@ -23,8 +24,10 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import DatasetError, WorkerStartError
-from jaxdata.pipeline.messages import READER, Ready, WorkerError, WorkerSpec
+from jaxdata.pipeline.messages import PLANNER, READER, Ready, WorkerError, WorkerSpec, shape_key
+from jaxdata.pipeline.read_spans import RowsHere
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.worker_handle import WorkerHandle, close_all, raised
@@ -64,6 +67,27 @@ class WorkerPool:
     fall_back: a worker that cannot start (`WorkerStartError`) leaves every step to this process,
       with a warning, instead of failing them.
   """
+
+  @classmethod
+  def for_host(
+    cls,
+    spec: PipelineSpec,
+    cfg: PipelineConfig,
+    readers: int,
+    rows_here: RowsHere,
+    slots: int,
+    read_ahead_tokens: int,
+    fingerprint: Mapping[str, Any],
+    fall_back: bool,
+  ) -> WorkerPool:
+    """A planner and `readers` reader processes for this host's rows (`rows_here`), each reader with a
+    ring of `slots` steps; `cfg` is the config the parts run (`Parts.cfg`: the eval split's for split="eval")."""
+    rows_by_shape = {shape_key(r, seq_len): rows_here(r, seq_len).tolist() for r, seq_len in cfg.row_shapes()}
+    slot_tokens = max(len(rows_here(r, seq_len)) * seq_len for r, seq_len in cfg.row_shapes())
+    slots = max(slots, 2)  # one being copied out, one being made
+    planner = WorkerSpec(PLANNER, 0, readers, -1, slots, slot_tokens, rows_by_shape, read_ahead_tokens)
+    workers = [planner] + [dataclasses.replace(planner, role=READER, index=i) for i in range(readers)]
+    return cls(spec, workers, fingerprint, cfg.names, fall_back)
 
   def __init__(
     self,
@@ -107,10 +131,13 @@ class WorkerPool:
       return
     try:
       for worker in self.workers:
-        memory = None
-        if worker.role == READER:
-          memory = SharedBuffer.create(worker.ring_bytes)
-        self.handles.append(WorkerHandle(self.spec, worker, memory, self.names))
+        memory = SharedBuffer.create(worker.ring_bytes) if worker.role == READER else None
+        try:
+          self.handles.append(WorkerHandle(self.spec, worker, memory, self.names))
+        except BaseException:  # re-raised: the ring no handle holds is released here
+          if memory is not None:
+            memory.close()
+          raise
     except BaseException:  # re-raised: the workers started so far are stopped
       close_all(self.handles)
       raise
@@ -169,6 +196,10 @@ class WorkerPool:
     if errors:  # every worker's message was read: the next call respawns those that exited
       raise errors[0]
     return all(handle.ready for handle in self.handles)
+
+  def new_generation(self) -> None:
+    """A (re)start: every message of an older generation is dropped from now on."""
+    self.generation += 1
 
   def replace_dead(self) -> bool:
     """Starts again every worker that died (killed, out of memory); True if one did: the pool is then

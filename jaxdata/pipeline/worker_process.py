@@ -28,8 +28,6 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-import numpy as np
-
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.assembly import SpanReads
 from jaxdata.pipeline.messages import (
@@ -154,20 +152,13 @@ class _Planning(_Role):
     super().__init__(conn, cfg.names)
     self.spec, self.planner = spec, parts.planner
     self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, parts.planner.stream, None, parts.record_starts)
-    rows = {k: np.asarray(v, np.int64) for k, v in spec.rows_by_shape.items()}
     snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder)
-    self.planning = LocalPlanning(
-      parts.planner,
-      self.recorder,
-      lambda num_rows, seq_len: rows[f"{num_rows}x{seq_len}"],
-      snapshot,
-      spec.read_ahead_tokens,
-    )
+    self.planning = LocalPlanning(parts.planner, self.recorder, spec.rows_for, snapshot, spec.read_ahead_tokens)
     self.credits = 0  # spans it may still send
     self.idle = True
 
   def waiting(self) -> bool:
-    return self.idle or not self.credits or self.planner.steps_before(self.planning.horizon) == 0
+    return self.idle or not self.credits or not self.planning.may_plan_ahead()
 
   def start(self, message: Start) -> None:
     state = message.state
@@ -195,11 +186,10 @@ class _Planning(_Role):
         self.idle = True
 
   def work(self) -> None:
-    try:
-      span = self.planning.next_span(asked=True)  # (waiting() holds it back at the horizon)
-      assert span is not None  # asked for
-    except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
-      send(self.conn, WorkerError.of(error, self.generation))
+    span = self.planning.next_span(asked=True)  # (waiting() holds it back at the horizon)
+    assert span is not None  # asked for
+    if isinstance(span, BaseException):  # handed to the main process, which raises it at its step
+      send(self.conn, WorkerError.of(span, self.generation))
       self.idle = True
       return
     header, payload = encode_span(span.steps)
@@ -220,11 +210,7 @@ class _Reading(_Role):
     self.failed = False  # a read or an assembly failed: idle until the main process starts it again
 
   def waiting(self) -> bool:
-    return self.failed or not self.reads.held or (not self.free and not self._may_read_ahead())
-
-  def _may_read_ahead(self) -> bool:
-    held = [h.items is not None or h.error is not None for h in self.reads.held]
-    return not all(held) and sum(held) <= 1
+    return self.failed or not self.reads.held or (not self.free and not self.reads.may_read_ahead())
 
   def start(self, message: Start) -> None:
     self.free = set(range(self.spec.slots))
