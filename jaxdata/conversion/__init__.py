@@ -8,6 +8,7 @@ One job, in the order the data moves through it::
     tokenizers.py       byte-level, Hugging Face, SentencePiece
     examples.py         fine-tuning examples (chat, prompt / completion) -> ids and trained-token masks
     turns.py            where each assistant turn lies in a rendering without generation blocks
+    preference.py       preference pairs (chosen / rejected, KTO labels) -> both sides, one prompt; a pair as one record
     example_records.py  documents out of tf.train.Example records (ArrayRecord, TFRecord)
     tokenize_units.py   one unit -> tokens + lengths; unit sizes; the manifest's stats
     shard_jobs.py       shards planned from lengths, written independently

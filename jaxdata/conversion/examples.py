@@ -45,6 +45,7 @@ from jaxdata.errors import InputFormatError, optional_module
 
 __all__ = [
   "EXAMPLE_FORMATS",
+  "Example",
   "MaskRule",
   "TRAIN_ON",
   "ExampleEncoder",
@@ -95,7 +96,19 @@ class ExampleEncoder:
   max_tokens: int = 0  # > 0: an example of more tokens is refused (the rows' seq_len); 0: any length
 
   def encode(self, record: Mapping[str, Any], where: str) -> Example:
-    ids, mask = self._encoded(record, where)
+    return self._within_limit(*self._encoded(record, where), where)
+
+  def encode_messages(self, messages: list[Any], weights: list[int], where: str) -> Example:
+    """A conversation whose messages train only where `weights` says 1 (and their own `weight` allows):
+    one side of a preference pair, whose prompt messages never train."""
+    own = _checked_messages(messages, where)
+    return self._within_limit(*self._chat(messages, [a & b for a, b in zip(weights, own)], None, where), where)
+
+  def tokenized(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, character offsets) of `text`, tokenized once, without special tokens added."""
+    return self._tokenized(text)
+
+  def _within_limit(self, ids: np.ndarray, mask: np.ndarray, where: str) -> Example:
     if self.max_tokens and ids.size > self.max_tokens:
       raise InputFormatError(
         f"{where}: the example holds {ids.size} tokens, more than the {self.max_tokens} allowed "
