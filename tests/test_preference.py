@@ -139,3 +139,66 @@ def test_a_pair_is_one_record_that_splits_back_into_its_sides(tokenizer):
   chosen, rejected = split_pair(ids, marks)
   for got, want in ((chosen, example.chosen), (rejected, example.rejected)):
     assert got is not None and got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_jaxdata_convert_writes_a_pair_a_record_and_a_pipeline_refuses_to_pack_them(tokenizer, tmp_path):
+  """`--format preference`, JSONL and Parquet: each record is `pair_record` of the pair (read back with
+  ArrayRecord's own reader), a bad pair is named and counted, and a Pipeline refuses the dataset."""
+  import json  # noqa: PLC0415
+
+  import pyarrow as pa  # noqa: PLC0415 -- the parquet extra
+  import pyarrow.parquet as pq  # noqa: PLC0415
+  from array_record.python.array_record_module import ArrayRecordReader  # noqa: PLC0415
+
+  from jaxdata import ConfigError, Pipeline, PipelineConfig  # noqa: PLC0415
+  from jaxdata.conversion.local_runner import convert  # noqa: PLC0415
+  from jaxdata.conversion.options import ConvertOptions  # noqa: PLC0415
+  from jaxdata.conversion.tokenizers import TokenizerSpec  # noqa: PLC0415
+  from jaxdata.sources.manifest import WITH_PAIR_MARKS  # noqa: PLC0415
+
+  (tmp_path / "t.jinja").write_text(families.CHATML_PLAIN)
+  tokenizer.save_pretrained(str(tmp_path / "tok"))
+  rows = [
+    {"prompt": PROMPT, "chosen": CHOSEN, "rejected": REJECTED},
+    {
+      "prompt": [{"role": "user", "content": "Rain?"}],
+      "chosen": [{"role": "assistant", "content": "None."}],
+      "rejected": [{"role": "assistant", "content": "Lots."}],
+    },
+  ]
+  bad = {"prompt": PROMPT, "chosen": CHOSEN}
+  (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [rows[0], bad, rows[1]]))
+  pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "pairs.parquet"))
+  options = ConvertOptions(
+    tokenizer=TokenizerSpec.parse(f"hf:{tmp_path / 'tok'}"),
+    examples="preference",
+    chat_template=str(tmp_path / "t.jinja"),
+    skip_invalid=True,
+    workers=1,
+  )
+  encoder = PreferenceEncoder(ExampleEncoder("chat", tokenizer, "messages", template=families.CHATML_PLAIN))
+  expected = [pair_record(encoder.encode(r, WHERE)) for r in rows]
+  for suffix in ("jsonl", "parquet"):
+    manifest = convert([str(tmp_path / f"pairs.{suffix}")], str(tmp_path / suffix), "pairs", options)
+    assert manifest.features == WITH_PAIR_MARKS and manifest.holds_pairs
+    assert manifest.stats["example_format"] == "preference" and manifest.stats["examples"] == 2
+    assert manifest.stats["trained_tokens"] == sum(int((marks & 1).sum()) for _, marks in expected)
+    if suffix == "jsonl":
+      assert manifest.stats["refused_examples"] == 1 and "pairs.jsonl:2" in manifest.stats["invalid_examples"][0]
+    reader = ArrayRecordReader(str(tmp_path / suffix / manifest.shards[0].path))
+    records = reader.read_all()
+    reader.close()
+    itemsize = 2 if manifest.dtype == "uint16" else 4
+    for record, (ids, marks) in zip(records, expected, strict=True):
+      got_ids = np.frombuffer(record[: ids.size * itemsize], f"<u{itemsize}")
+      assert got_ids.tolist() == ids.tolist() and list(record[ids.size * itemsize :]) == marks.tolist()
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "pairs", "path": str(tmp_path / "jsonl")}],
+      "mixture": {"weights": {"pairs": 1}},
+      "packing": {"seq_len": 64},
+      "batch": {"global_batch_size": 2},
+    }
+  )
+  with pytest.raises(ConfigError, match="dataset pairs: holds preference pairs"):
+    Pipeline(cfg)

@@ -102,10 +102,11 @@ def register_convert(commands: Commands) -> None:
   p.add_argument(
     "--format",
     default="auto",
-    choices=("auto", *INPUT_FORMATS, "chat", "prompt-completion"),
+    choices=("auto", *INPUT_FORMATS, "chat", "prompt-completion", "preference"),
     metavar="FORMAT",
-    help=f"input format: {', '.join(('auto', *INPUT_FORMATS, 'chat', 'prompt-completion'))} (default auto: from "
-    "each file's suffix); chat / prompt-completion: fine-tuning examples with trained-token masks (JSONL or Parquet)",
+    help=f"input format: {', '.join(('auto', *INPUT_FORMATS, 'chat', 'prompt-completion', 'preference'))} (default "
+    "auto: from each file's suffix); chat / prompt-completion: fine-tuning examples with trained-token masks; "
+    "preference: chosen / rejected pairs (or KTO labels), a pair a record (JSONL or Parquet)",
   )
   p.add_argument(
     "--field", default="text", help="JSONL field / Parquet column / tf.train.Example feature (chat: messages)"

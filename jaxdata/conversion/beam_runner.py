@@ -39,11 +39,18 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.output import check_output, prepare_output, staging_directory, swap_in
 from jaxdata.conversion.remote_inputs import set_options
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
-from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, tokenizer_record, unit_size
+from jaxdata.conversion.tokenize_units import (
+  UnitResult,
+  conversion_stats,
+  record_features,
+  tokenize_unit,
+  tokenizer_record,
+  unit_size,
+)
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError, optional_module
-from jaxdata.sources.manifest import MANIFEST_NAME, TOKENS_ONLY, WITH_MASK, Manifest, ShardInfo
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.writer import shard_file_names
 
@@ -149,7 +156,7 @@ def _write_manifest(
     tokenizer=tokenizer,
     shards=shards,
     stats=conversion_stats(files, results, options),
-    features=WITH_MASK if options.examples != "text" else TOKENS_ONLY,
+    features=record_features(options),
   )
   if is_remote(out_dir):
     local = tempfile.mkdtemp(prefix="jaxdata-manifest-")

@@ -54,7 +54,7 @@ __all__ = [
   "labels_mask",
 ]
 
-ExampleFormat = Literal["text", "chat", "prompt-completion"]
+ExampleFormat = Literal["text", "chat", "prompt-completion", "preference"]
 TrainOn = Literal["assistant", "last", "all"]
 EXAMPLE_FORMATS: tuple[ExampleFormat, ...] = get_args(ExampleFormat)
 TRAIN_ON: tuple[TrainOn, ...] = get_args(TrainOn)
@@ -387,7 +387,8 @@ def example_encoder(
   template_kwargs_field: str = "",
   max_tokens: int = 0,
 ) -> ExampleEncoder:
-  """The encoder of `jaxdata convert --format chat | prompt-completion`."""
+  """The encoder of `jaxdata convert --format chat | prompt-completion | preference` (preference: each side
+  renders as chat where there is a template, else as the prompt and answer texts joined)."""
   template = template_text or None
   if template_file:
     try:
@@ -400,8 +401,10 @@ def example_encoder(
     if not template.strip():
       raise InputFormatError(f"--chat-template {template_file}: is empty")
   tokenizer = _fast_tokenizer(tokenizer_path)
-  if kind == "chat" and template is None:
+  if kind in ("chat", "preference") and template is None:
     template = _default_template(tokenizer, tokenizer_path)
+  if kind == "preference":
+    kind = "chat" if template is not None or getattr(tokenizer, "chat_template", None) else "prompt-completion"
   if kind == "chat" and template is None and not getattr(tokenizer, "chat_template", None):
     raise InputFormatError(
       f"--tokenizer {tokenizer_path}: has no chat template (tokenizer_config.json or chat_template.jinja); "

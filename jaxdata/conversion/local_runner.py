@@ -31,11 +31,18 @@ from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions, Progress
 from jaxdata.conversion.output import check_output, staging_directory, swap_in
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
-from jaxdata.conversion.tokenize_units import UnitResult, conversion_stats, tokenize_unit, tokenizer_record, unit_size
+from jaxdata.conversion.tokenize_units import (
+  UnitResult,
+  conversion_stats,
+  record_features,
+  tokenize_unit,
+  tokenizer_record,
+  unit_size,
+)
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.sources.fileutil import check_name
-from jaxdata.sources.manifest import MANIFEST_NAME, TOKENS_ONLY, WITH_MASK, Manifest, ShardInfo
+from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import shard_file_names
 
 __all__ = ["convert"]
@@ -288,7 +295,7 @@ def convert(
           tokenizer=tokenizer_record(tokenizer, options),
           shards=tuple(infos),
           stats=conversion_stats(files, results, options),
-          features=WITH_MASK if masked else TOKENS_ONLY,
+          features=record_features(options),
         )
         manifest.save(target)
       except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)

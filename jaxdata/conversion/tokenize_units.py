@@ -14,10 +14,12 @@ from jaxdata.conversion.example_records import Document
 from jaxdata.conversion.examples import ExampleEncoder, example_encoder
 from jaxdata.conversion.inputs import InvalidLog, Record
 from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.preference import PreferenceEncoder, pair_record
 from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.fileutil import file_sha256
+from jaxdata.sources.manifest import TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS
 
 __all__ = ["UnitResult", "conversion_stats", "tokenize_unit", "tokenizer_record", "unit_size"]
 
@@ -76,7 +78,7 @@ def tokenize_unit(
 
   def flush(documents: list[Any]) -> int:
     if encoder is not None:
-      flat, found, mask = _encode_examples(encoder, documents, invalid)
+      flat, found, mask = _encode_examples(encoder, documents, invalid, pairs=options.examples == "preference")
       masks.append(mask)
     else:
       flat, found = _encode(tokenizer, documents, unit.path, options.field)
@@ -99,7 +101,7 @@ def tokenize_unit(
   all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype)
   all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
   all_masks = (np.concatenate(masks) if masks else np.zeros(0, np.uint8)) if encoder is not None else None
-  trained = int(all_masks.sum()) if all_masks is not None else int(all_tokens.size)
+  trained = int((all_masks & 1).sum()) if all_masks is not None else int(all_tokens.size)  # bit 0: trained
   result = UnitResult(
     unit.index,
     unit.file_index,
@@ -114,6 +116,13 @@ def tokenize_unit(
 
 
 _encoders: dict[tuple[ConvertOptions, bytes], ExampleEncoder] = {}
+
+
+def record_features(options: ConvertOptions) -> tuple[str, ...]:
+  """What each record of the converted dataset holds beside its ids (the manifest's `features`)."""
+  if options.examples == "preference":
+    return WITH_PAIR_MARKS
+  return WITH_MASK if options.examples != "text" else TOKENS_ONLY
 
 
 def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
@@ -139,12 +148,19 @@ def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
   return _encoders[key]
 
 
-def _encode_examples(encoder: ExampleEncoder, records: list[Record], invalid: InvalidLog) -> tuple[np.ndarray, ...]:
-  """(flat ids, lengths, flat masks) of fine-tuning records; a bad one is reported (named, counted)."""
+def _encode_examples(
+  encoder: ExampleEncoder, records: list[Record], invalid: InvalidLog, pairs: bool = False
+) -> tuple[np.ndarray, ...]:
+  """(flat ids, lengths, flat masks) of fine-tuning records (with `pairs`: preference records, one pair a
+  record, `pair_record`'s marks as the masks); a bad one is reported (named, counted)."""
   parts, mask_parts = [], []
+  preference = PreferenceEncoder(encoder) if pairs else None
   for record in records:  # rendering a conversation is per example: the template sees one at a time
     try:
-      ids, mask = encoder.encode(record.values, record.where)
+      if preference is not None:
+        ids, mask = pair_record(preference.encode(record.values, record.where))
+      else:
+        ids, mask = encoder.encode(record.values, record.where)
     except InputFormatError as e:
       invalid.report(str(e))
       continue

@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxdata.checkpoint.fingerprint import order_fingerprint
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.errors import ConfigError
 from jaxdata.mixture.holdout import eval_config
 from jaxdata.mixture.metadata import DatasetMeta, open_split
 from jaxdata.pipeline.planner import StepPlanner
@@ -57,6 +58,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
       if split == "eval" and not d.holdout:
         continue
       datasets.append(open_split(d, ReadOptions(num_threads=spec.read_threads), cache, cfg.seed, split))
+      _refuse_pairs(d.name, datasets[-1])
     if split == "eval":
       cfg = eval_config(
         cfg,
@@ -87,6 +89,16 @@ def open_parts(spec: PipelineSpec) -> Parts:
     cfg,
     [np.asarray(ds.record_starts) for ds in datasets],
   )
+
+
+def _refuse_pairs(name: str, dataset: SplitDataset) -> None:
+  """A dataset of preference pairs is not packed as documents: its two sides would train as one."""
+  if dataset.manifest.holds_pairs:
+    raise ConfigError(
+      f"dataset {name}: holds preference pairs (features {list(dataset.manifest.features)}: chosen and "
+      "rejected in one record); a Pipeline packs documents, and would train both sides as one; this jaxdata "
+      "does not pack pairs"
+    )
 
 
 def _sampling(dataset: SplitDataset, settings: Any) -> str:

@@ -30,6 +30,7 @@ __all__ = [
   "FORMAT_VERSION",
   "TOKENS_ONLY",
   "WITH_MASK",
+  "WITH_PAIR_MARKS",
   "MANIFEST_NAME",
   "MAX_MANIFEST_BYTES",
   "Manifest",
@@ -63,6 +64,9 @@ MASK_FORMAT_VERSION = 4
 FORMATS = ("arrayrecord", "megatron", "flat")
 TOKENS_ONLY = ("tokens",)
 WITH_MASK = ("tokens", "mask")  # each record: its ids, then one byte (0 or 1) per id: is it trained
+# A preference pair (or one side of a KTO example) per record: its ids (the chosen side's, then the rejected
+# side's), then one byte per id: bit 0 trained, bit 1 the rejected side (`jaxdata.conversion.preference`).
+WITH_PAIR_MARKS = ("tokens", "pair_marks")
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists shards: even 10^5 of them stay far below
 TOKEN_DTYPES = ("uint16", "uint32")
@@ -122,8 +126,10 @@ class Manifest:
     if self.format != "arrayrecord" and any(not s.starts_path for s in self.shards):
       raise ValueError(f"shards: every shard of a {self.format} dataset needs a starts_path")
     object.__setattr__(self, "features", tuple(self.features))
-    if self.features not in (TOKENS_ONLY, WITH_MASK):
-      raise ValueError(f"features: {list(self.features)} is not {list(TOKENS_ONLY)} or {list(WITH_MASK)}")
+    if self.features not in (TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS):
+      raise ValueError(
+        f"features: {list(self.features)} is not {list(TOKENS_ONLY)}, {list(WITH_MASK)} or {list(WITH_PAIR_MARKS)}"
+      )
     if self.has_mask and self.format != "arrayrecord":
       raise ValueError(f"features: a {self.format} dataset holds ids only; masks live in ArrayRecord records")
     if self.has_mask and self.format_version < MASK_FORMAT_VERSION:
@@ -131,8 +137,13 @@ class Manifest:
 
   @property
   def has_mask(self) -> bool:
-    """Whether every record carries a trained-token mask after its ids."""
-    return self.features == WITH_MASK
+    """Whether every record carries a byte per id after its ids (a trained-token mask, or a pair's marks)."""
+    return self.features in (WITH_MASK, WITH_PAIR_MARKS)
+
+  @property
+  def holds_pairs(self) -> bool:
+    """Whether each record is a preference pair (`WITH_PAIR_MARKS`)."""
+    return self.features == WITH_PAIR_MARKS
 
   @property
   def record_itemsize(self) -> int:
