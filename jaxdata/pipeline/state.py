@@ -17,6 +17,7 @@ The JSON is byte for byte what jaxdata 0.3.0 wrote (tests/test_pipeline_state.py
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,23 +39,23 @@ class Carry:
   """
 
   pieces: Pieces | None
-  _text: list[str]  # [] until encoded (a list: set once on a frozen object)
+  saved: str | None  # the text a saved state holds (None: encoded from `pieces` when asked)
 
   @classmethod
   def of_pieces(cls, pieces: Pieces) -> Carry:
-    return cls(pieces, [])
+    return cls(pieces, None)
 
   @classmethod
   def of_text(cls, text: str) -> Carry:
-    return cls(None, [text])
+    return cls(None, text)
 
-  @property
+  @functools.cached_property
   def text(self) -> str:
-    """As the checkpoint stores it (`Pieces.to_json`)."""
-    if not self._text:
-      assert self.pieces is not None  # one of the two is always there
-      self._text.append(self.pieces.to_json())
-    return self._text[0]
+    """As the checkpoint stores it (`Pieces.to_json`); computed once."""
+    if self.saved is not None:
+      return self.saved
+    assert self.pieces is not None  # one of the two is always there
+    return self.pieces.to_json()
 
   def __eq__(self, other: object) -> bool:
     return isinstance(other, Carry) and self.text == other.text
