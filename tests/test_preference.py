@@ -131,6 +131,15 @@ def test_bad_pairs_are_refused_naming_the_example(tokenizer, record, message):
     pairs.encode(record, WHERE)
 
 
+def test_without_a_template_string_pairs_join_their_texts_and_conversations_are_refused(tokenizer):
+  pairs = PreferenceEncoder(ExampleEncoder("prompt-completion", tokenizer, "messages"))
+  example = pairs.encode({"prompt": "Is it sunny? ", "chosen": "Yes.", "rejected": "No."}, WHERE)
+  assert example.chosen is not None and example.prompt_tokens > 0
+  assert tokenizer.decode(example.chosen[0].tolist()) == "Is it sunny? Yes."
+  with pytest.raises(InputFormatError, match=f"^{WHERE}: a conversational pair needs a chat template"):
+    pairs.encode({"prompt": PROMPT, "chosen": CHOSEN, "rejected": REJECTED}, WHERE)
+
+
 def test_a_pair_is_one_record_that_splits_back_into_its_sides(tokenizer):
   pairs, _ = encoders(tokenizer, "qwen3")
   example = pairs.encode({"prompt": PROMPT, "chosen": CHOSEN, "rejected": REJECTED}, WHERE)
@@ -182,6 +191,7 @@ def test_jaxdata_convert_writes_a_pair_a_record_and_a_pipeline_refuses_to_pack_t
     manifest = convert([str(tmp_path / f"pairs.{suffix}")], str(tmp_path / suffix), "pairs", options)
     assert manifest.features == WITH_PAIR_MARKS and manifest.holds_pairs
     assert manifest.stats["example_format"] == "preference" and manifest.stats["examples"] == 2
+    assert manifest.stats["mask_rule"] == "generation blocks" and len(manifest.stats["chat_template_sha256"]) == 64
     assert manifest.stats["trained_tokens"] == sum(int((marks & 1).sum()) for _, marks in expected)
     if suffix == "jsonl":
       assert manifest.stats["refused_examples"] == 1 and "pairs.jsonl:2" in manifest.stats["invalid_examples"][0]

@@ -108,12 +108,14 @@ class PreferenceEncoder:
     if isinstance(prompt, str) and isinstance(answer, str):
       if not answer:
         raise InputFormatError(f"{where}: {name} is empty: it trains nothing")
-      if self.encoder.template is None and self.encoder.tokenizer.chat_template is None:
-        text = prompt + answer  # no template: the texts joined, as prompt-completion examples are
+      if self.encoder.kind == "prompt-completion":  # no template: the texts joined, as such examples are
+        text = prompt + answer
         ids, offsets = self.encoder.tokenized(text)
         return ids, character_range_mask(offsets, [(len(prompt), len(text))])
       prompt = [{"role": "user", "content": prompt}]
       answer = [{"role": "assistant", "content": answer}]
+    if self.encoder.kind != "chat":
+      raise InputFormatError(f"{where}: a conversational pair needs a chat template (--chat-template FILE.jinja)")
     if not isinstance(prompt, list) or not isinstance(answer, list):
       raise InputFormatError(
         f"{where}: prompt and {name} must both be strings or both lists of messages, got "

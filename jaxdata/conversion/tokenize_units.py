@@ -227,6 +227,10 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
       }
     )
   examples = [m for r in results for m in r.invalid_examples]
+  # examples rendered with a chat template (chat; preference pairs where there is one)
+  rendered = options.examples == "chat" or (
+    options.examples == "preference" and _cached_encoder(options).kind == "chat"
+  )
   fine_tuning = (
     {
       "examples": sum(r.documents for r in results),
@@ -234,13 +238,9 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
       "refused_examples": sum(r.invalid for r in results),
       "example_format": options.examples,
       "train_on": options.train_on,
-      **({"chat_template_sha256": _template_sha256(options)} if options.examples == "chat" else {}),
+      **({"chat_template_sha256": _template_sha256(options)} if rendered else {}),
       # which rule decided the trained tokens: the template's generation blocks, or whole assistant turns
-      **(
-        {"mask_rule": _cached_encoder(options).mask_rule}
-        if options.examples == "chat" and options.train_on != "all"
-        else {}
-      ),
+      **({"mask_rule": _cached_encoder(options).mask_rule} if rendered and options.train_on != "all" else {}),
     }
     if options.examples != "text"
     else {}
