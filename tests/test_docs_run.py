@@ -168,11 +168,11 @@ def test_configuration_reference_example_plans(tmp_path):
   assert run_markdown(os.path.join(REPO, "docs", "configuration.md"), root, require_python=False) >= 2
 
 
-def test_fine_tuning_guide_runs(tmp_path):
+def _chat_tokenizer(root: str) -> None:
+  """tokenizer/: the word-level tokenizer with an EOS and a chat template with generation blocks."""
   import transformers  # noqa: PLC0415 -- the chat extra, which the test extra installs
   from tokenizers import Tokenizer  # noqa: PLC0415
 
-  root = str(tmp_path)
   _tokenizer_json(os.path.join(root, "tokenizer.json"))
   backend = Tokenizer.from_file(os.path.join(root, "tokenizer.json"))
   backend.add_special_tokens(["</s>"])  # a tokenizer with an EOS, as real ones have: the guide's add_eos uses it
@@ -182,6 +182,11 @@ def test_fine_tuning_guide_runs(tmp_path):
     "{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}\n{% endfor %}"
   )
   fast.save_pretrained(os.path.join(root, "tokenizer"))
+
+
+def test_fine_tuning_guide_runs(tmp_path):
+  root = str(tmp_path)
+  _chat_tokenizer(root)
   rng = np.random.default_rng(4)
   texts = _texts(rng, 600, 40)
   for name, count in (("chat", 300), ("tools", 40), ("safety", 60)):
@@ -195,3 +200,26 @@ def test_fine_tuning_guide_runs(tmp_path):
   )
   # the guide converts every set its mixture names (chat, qa, tools, safety) itself
   assert run_markdown(os.path.join(REPO, "docs", "fine-tuning.md"), root, require_python=False) >= 3
+
+
+def test_preference_guide_runs(tmp_path):
+  """Pairs in both shapes users hold (strings, conversational), converted and packed as the guide says."""
+  root = str(tmp_path)
+  _chat_tokenizer(root)
+  texts = _texts(np.random.default_rng(6), 900, 30)
+  _rows(
+    os.path.join(root, "pairs.jsonl"),
+    [{"prompt": texts[i], "chosen": texts[300 + i], "rejected": texts[600 + i]} for i in range(200)],
+  )
+  _rows(
+    os.path.join(root, "more_pairs.jsonl"),
+    [
+      {
+        "prompt": [{"role": "user", "content": texts[i]}],
+        "chosen": [{"role": "assistant", "content": texts[i + 1]}],
+        "rejected": [{"role": "assistant", "content": texts[i + 2]}],
+      }
+      for i in range(100)
+    ],
+  )
+  assert run_markdown(os.path.join(REPO, "docs", "preference.md"), root) >= 3

@@ -5,6 +5,7 @@ placement for first / best fit), `packing` (`Packer`, the `PackingStrategy`
 of each mode, `StepPlan`), `assemble` (a step's NumPy rows from its plan
 and the documents' tokens), `kernels` (the per-step loops, in C from
 ``_native.c`` where it was built, else NumPy: the same outputs) and
+`pairs` (preference pairs laid out whole, `packing.pairs`) and
 `balance` (rows spread so every host's block reads a similar amount).
 Depends on `config` only: documents arrive through the `DocumentSource`
 protocol, so nothing here imports the stream.

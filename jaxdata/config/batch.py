@@ -15,10 +15,23 @@ from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.validate import build, check_bool, check_int, short
 from jaxdata.errors import ConfigError
 
-__all__ = ["FEATURES", "BatchConfig", "BatchPhase", "BatchRamp"]
+__all__ = ["FEATURES", "PAIR_SIDES", "BatchConfig", "BatchPhase", "BatchRamp", "pair_features"]
 
 # What a step holds, in this order: int32 [rows, seq_len] each (docs/packing.md).
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
+PAIR_SIDES = ("chosen", "rejected")
+
+
+def pair_features(layout: str) -> tuple[str, ...]:
+  """What a step of preference pairs holds (docs/preference.md): with `one_row`, `FEATURES` and
+  each token's pair and side; with `parallel`, `FEATURES` of the chosen rows, then of the rejected.
+
+  >>> pair_features("one_row")[-2:], pair_features("parallel")[:2]
+  (('pair_ids', 'pair_side'), ('chosen_tokens', 'chosen_targets'))
+  """
+  if layout == "one_row":
+    return (*FEATURES, "pair_ids", "pair_side")
+  return tuple(f"{side}_{name}" for side in PAIR_SIDES for name in FEATURES)
 
 
 @dataclasses.dataclass(frozen=True)

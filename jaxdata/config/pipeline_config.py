@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from jaxdata.config.batch import FEATURES, pair_features
 from jaxdata.config.resolve import DatasetDefaults, DatasetSettings, resolve_dataset
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.schema import (
@@ -142,6 +143,12 @@ class PipelineConfig:
         f"{MAX_TOKENS_PER_STEP:,} a step may hold"
       )
     windows = [d.name for d in self.datasets if d.sampling == "windows"]
+    if windows and self.packing.pairs is not None:
+      raise ConfigError(f"datasets.{windows[0]}: sampling: windows cuts documents; packing.pairs packs pairs whole")
+    if self.packing.pairs is not None and self.batch.features != FEATURES:
+      raise ConfigError(
+        f"batch.features: with packing.pairs a step holds {', '.join(self.step_features)}; leave batch.features out"
+      )
     if windows and (self.packing.add_bos or self.packing.add_eos):
       raise ConfigError(
         f"datasets.{windows[0]}: sampling: windows takes token windows as they lie in the file (their EOS "
@@ -154,6 +161,20 @@ class PipelineConfig:
           f"datasets.{setting.name}: weight 0 in every phase under stop_after_passes; "
           "it would never complete a pass and the stream would never end"
         )
+
+  @property
+  def step_features(self) -> tuple[str, ...]:
+    """The arrays every step holds: `batch.features`, or with packing.pairs its layout's (`pair_features`)."""
+    if self.packing.pairs is not None:
+      return pair_features(self.packing.pairs.layout)
+    return self.batch.features
+
+  @property
+  def all_step_features(self) -> tuple[str, ...]:
+    """Every array a step is made with (`FEATURES`, or the pairs layout's); `step_features` are kept."""
+    if self.packing.pairs is not None:
+      return pair_features(self.packing.pairs.layout)
+    return FEATURES
 
   def _resolve_fractions(self) -> None:
     """Step boundaries given as fractions of total_steps (floats in (0, 1]) become steps."""

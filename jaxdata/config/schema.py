@@ -37,6 +37,7 @@ __all__ = [
   "InterleaveMode",
   "LongDocs",
   "PackingMode",
+  "PairLayout",
   "Sampling",
   "Unit",
   "WarmupKeep",
@@ -52,6 +53,7 @@ __all__ = [
   "MixtureConfig",
   "PACKING_MODES",
   "PackingConfig",
+  "PairPacking",
   "Phase",
   "SAMPLINGS",
   "UNITS",
@@ -68,6 +70,8 @@ LongDocs = Literal["split", "truncate", "drop"]
 DatasetFormat = Literal["arrayrecord", "megatron", "flat"]
 Sampling = Literal["documents", "windows"]
 WarmupKeep = Literal["rows", "tokens"]
+PairLayout = Literal["one_row", "parallel"]
+TooLongPairs = Literal["drop", "error"]
 BlockSize = int | Literal["global", "auto"] | None  # as configured ("auto": from the shards, at open)
 UNITS: tuple[Unit, ...] = get_args(Unit)
 INTERLEAVES: tuple[InterleaveMode, ...] = get_args(InterleaveMode)
@@ -76,6 +80,8 @@ PACKING_MODES: tuple[PackingMode, ...] = get_args(PackingMode)
 LONG_DOCS: tuple[LongDocs, ...] = get_args(LongDocs)
 DATASET_FORMATS: tuple[DatasetFormat, ...] = get_args(DatasetFormat)
 SAMPLINGS: tuple[Sampling, ...] = get_args(Sampling)
+PAIR_LAYOUTS: tuple[PairLayout, ...] = get_args(PairLayout)
+TOO_LONG_PAIRS: tuple[TooLongPairs, ...] = get_args(TooLongPairs)
 
 
 class _Inherit:
@@ -252,6 +258,27 @@ class LinearWarmup:
 
 
 @dataclasses.dataclass(frozen=True)
+class PairPacking:
+  """Preference pairs packed whole (docs/preference.md): each pair one unit, never split.
+
+  `layout`: `one_row` puts both sides of a pair in one row as adjacent segments (with `pair_ids`
+  and `pair_side`); `parallel` (MaxText's) gives `chosen_*` and `rejected_*` rows that hold the same
+  pairs in the same segment order. `shared_prompt`: the prompt appears once and both answers attend
+  to it (a mask a model builds: docs/preference.md). `too_long`: a pair that no row holds is
+  dropped and counted (`drop`), or the pipeline refuses to open, naming it (`error`).
+  """
+
+  layout: PairLayout = "one_row"
+  shared_prompt: bool = False
+  too_long: TooLongPairs = "drop"
+
+  def __post_init__(self) -> None:
+    check_choice(self.layout, PAIR_LAYOUTS, "packing.pairs.layout")
+    check_bool(self.shared_prompt, "packing.pairs.shared_prompt")
+    check_choice(self.too_long, TOO_LONG_PAIRS, "packing.pairs.too_long")
+
+
+@dataclasses.dataclass(frozen=True)
 class PackingConfig:
   """Packing of documents into rows of `seq_len` tokens.
 
@@ -272,6 +299,7 @@ class PackingConfig:
   linear_warmup: LinearWarmup | None = None
   group_by_length: int = 0  # mode none: rows of similar length together, within groups of this many batches
   max_segments_per_row: int | None = None  # at most this many documents (pieces) a row; None: no cap
+  pairs: PairPacking | None = None  # datasets of preference pairs: how pairs are laid out (never split)
 
   def __post_init__(self) -> None:
     check_choice(self.mode, PACKING_MODES, "packing.mode")
@@ -306,6 +334,8 @@ class PackingConfig:
         raise ConfigError("packing.linear_warmup: give it or packing.warmup (the staircase), not both")
       if linear.start >= self.seq_len:
         raise ConfigError(f"packing.linear_warmup.start: {linear.start} must be below packing.seq_len {self.seq_len}")
+    if self.pairs is not None:
+      self._check_pairs(phases)
     previous = 0
     for i, phase in enumerate(phases):
       where = f"packing.warmup[{i}]"
@@ -314,6 +344,23 @@ class PackingConfig:
       if self.seq_len % phase.seq_len:
         raise ConfigError(f"{where}.seq_len: {phase.seq_len} must divide packing.seq_len {self.seq_len}")
       previous = phase.until_step
+
+  def _check_pairs(self, phases: tuple[WarmupPhase, ...]) -> None:
+    pairs = self.pairs
+    if not isinstance(pairs, PairPacking):
+      pairs = build(PairPacking, pairs, "packing.pairs")
+      object.__setattr__(self, "pairs", pairs)
+    if self.mode == "concat":
+      raise ConfigError("packing.mode: concat cuts documents across rows; pairs pack whole (first_fit, best_fit, none)")
+    if self.long_docs == "truncate":
+      raise ConfigError("packing.long_docs: truncate would cut a pair's rejected side; see packing.pairs.too_long")
+    # A pair is never split: split means what drop does (packing.pairs.too_long says when to refuse instead).
+    object.__setattr__(self, "long_docs", "drop")
+    for field in ("add_bos", "add_eos"):
+      if getattr(self, field):
+        raise ConfigError(f"packing.{field}: a pair's sides carry their chat template's special tokens already")
+    if phases or self.linear_warmup is not None:
+      raise ConfigError("packing.warmup: pairs pack at one seq_len (no warmup or linear_warmup)")
 
   @property
   def bos(self) -> int:

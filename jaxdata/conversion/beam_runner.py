@@ -52,7 +52,6 @@ from jaxdata.conversion.work_units import WorkUnit, plan_units
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError, optional_module
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
-from jaxdata.sources.writer import shard_file_names
 
 __all__ = ["convert_with_beam"]
 
@@ -117,7 +116,14 @@ def _array(path: str) -> np.ndarray:
 
 
 def _write_shard(
-  job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str, compression: str, masks: bool = False
+  job: ShardJob,
+  out_dir: str,
+  name: str,
+  dtype: str,
+  scratch: str,
+  compression: str,
+  masks: bool = False,
+  pairs: bool = False,
 ) -> ShardInfo:
   """A shard written locally (into out_dir, or a temporary directory first for a bucket)."""
   local_dir = out_dir if not is_remote(out_dir) else tempfile.mkdtemp(prefix="jaxdata-shard-")
@@ -130,9 +136,10 @@ def _write_shard(
     lambda u: _array(_join(scratch, f"{u:07d}.lengths.npy")),
     compression,
     (lambda u: _array(_join(scratch, f"{u:07d}.masks.npy"))) if masks else None,
+    pairs,
   )
   if local_dir != out_dir:
-    for file_name in shard_file_names(name, job[0]):
+    for file_name in info.files():
       with open(os.path.join(local_dir, file_name), "rb") as f:
         _put(_join(out_dir, file_name), f.read())
   return info
@@ -357,7 +364,10 @@ def convert_with_beam(
         every_result
         | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize + masked, options.shard_bytes)
         | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.Map(_write_shard, target, name, dtype.name, scratch, options.compression, masked)
+        | "WriteShards"
+        >> beam.Map(
+          _write_shard, target, name, dtype.name, scratch, options.compression, masked, options.examples == "preference"
+        )
         | "AllShards" >> beam.combiners.ToList()
       )
       _ = infos | "Manifest" >> beam.Map(

@@ -168,7 +168,14 @@ def _load_lengths(scratch: str) -> Callable[[int], np.ndarray]:
 
 
 def _write_job(
-  job: ShardJob, out_dir: str, name: str, dtype: str, scratch: str, compression: str, masks: bool = False
+  job: ShardJob,
+  out_dir: str,
+  name: str,
+  dtype: str,
+  scratch: str,
+  compression: str,
+  masks: bool = False,
+  pairs: bool = False,
 ) -> ShardInfo:
   return write_shard(
     job,
@@ -179,6 +186,7 @@ def _write_job(
     _load_lengths(scratch),
     compression,
     _load_tokens(scratch, "uint8", "masks") if masks else None,
+    pairs,
   )
 
 
@@ -287,7 +295,8 @@ def convert(
         progress("write", written[0], sum(r.documents for r in results), written[0])
 
       try:
-        job_args = (target, name, dtype.name, scratch, options.compression, masked)
+        pairs = options.examples == "preference"  # each record a pair: its sides' lengths as columns
+        job_args = (target, name, dtype.name, scratch, options.compression, masked, pairs)
         infos = _run(pool, _write_job, jobs, job_args, shard_done)
         manifest = Manifest(
           name=name,

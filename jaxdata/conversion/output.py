@@ -46,7 +46,7 @@ def check_output(out_dir: str, inputs: Sequence[str], overwrite: bool) -> None:
   own = set()
   if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
     manifest = Manifest.load(out_dir)
-    own = {MANIFEST_NAME, *(n for s in manifest.shards for n in (s.path, s.lengths_path))}
+    own = {MANIFEST_NAME, *(n for s in manifest.shards for n in s.files())}
   # hidden files count too (an overwrite swaps the whole directory): only jaxdata's own scratch is skipped
   others = sorted(n for n in os.listdir(out_dir) if n not in own and not n.startswith(".jaxdata"))
   if others:
@@ -64,7 +64,7 @@ def prepare_output(out_dir: str, overwrite: bool) -> None:
   manifest = Manifest.load(out_dir)
   os.remove(os.path.join(out_dir, MANIFEST_NAME))  # first: a half-removed dataset is never taken for whole
   for shard in manifest.shards:
-    for name in (shard.path, shard.lengths_path):
+    for name in shard.files():
       if os.path.exists(os.path.join(out_dir, name)):
         os.remove(os.path.join(out_dir, name))
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
+from jaxdata.sources.columns import pair_columns
 from jaxdata.sources.manifest import ShardInfo, writer_options
 from jaxdata.sources.masked import records_with_masks
 from jaxdata.sources.writer import finish_shard, shard_file_names
@@ -81,6 +82,7 @@ def write_shard(
   lengths_of: Loader,
   compression: str = "zstd",
   masks_of: Loader | None = None,
+  pairs: bool = False,
 ) -> ShardInfo:
   """Writes shard `job` into `out_dir` (a local directory) from its units' tokens (and, for fine-tuning
   examples, their trained-token masks: each record its ids, then a mask byte per id); its manifest entry."""
@@ -88,7 +90,7 @@ def write_shard(
   np_dtype = np.dtype(dtype).newbyteorder("<")
   shard_name, _ = shard_file_names(name, index)
   writer = ArrayRecordWriter(os.path.join(out_dir, shard_name), writer_options(compression))
-  all_lengths = []
+  all_lengths, all_marks = [], []
   records = hashlib.sha256()  # the records as written: the fingerprint's, whatever the compression
   record_size = np_dtype.itemsize + (masks_of is not None)
   try:
@@ -99,7 +101,10 @@ def write_shard(
       if masks_of is None:
         payload = ids.tobytes()
       else:
-        payload = records_with_masks(ids, lengths[first:last], np.asarray(masks_of(unit)[starts[first] : starts[last]]))
+        marks = np.asarray(masks_of(unit)[starts[first] : starts[last]])
+        payload = records_with_masks(ids, lengths[first:last], marks)
+        if pairs:
+          all_marks.append(marks)
       offsets = ((starts[first : last + 1] - starts[first]) * record_size).tolist()
       for begin, end in zip(offsets[:-1], offsets[1:]):
         writer.write(payload[begin:end])
@@ -107,4 +112,6 @@ def write_shard(
       all_lengths.append(lengths[first:last])
   finally:
     writer.close()
-  return finish_shard(out_dir, name, index, np.concatenate(all_lengths), records)
+  lengths = np.concatenate(all_lengths)
+  columns = pair_columns(lengths, np.concatenate(all_marks)) if pairs else None
+  return finish_shard(out_dir, name, index, lengths, records, columns)

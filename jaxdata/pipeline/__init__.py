@@ -38,6 +38,7 @@ Its modules::
     wait_warning.py      the one-line warning when `next()` waits long for a step
     step_stats.py        `StepStats`: one step's statistics as a typed record (the stats file's lines)
     vocabulary.py        token ids checked against the datasets' vocabulary
+    pair_logprobs.py     `sequence_logprobs`: per-pair sums of a batch of preference pairs (for a DPO-style loss)
 """
 
 from jaxdata._lazy import lazy_exports

@@ -92,17 +92,18 @@ class OutputRows:
   arrays on CPU devices then use in place), the features the batch leaves out (`batch.features`) in
   scratch arrays that are reused and never handed out."""
 
-  def __init__(self, features: Sequence[str], aligned: bool) -> None:
-    self.features, self.aligned = tuple(features), aligned
+  def __init__(self, features: Sequence[str], aligned: bool, every: Sequence[str] = FEATURES) -> None:
+    self.features, self.aligned, self.every = tuple(features), aligned, tuple(every)
     self._scratch: dict[str, np.ndarray] | None = None
+    self._scratch_shape = (0, 0)
 
   def __call__(self, num_rows: int, seq_len: int) -> dict[str, np.ndarray] | None:
-    """Arrays of every feature (None: NumPy's own allocations will do)."""
-    if len(self.features) == len(FEATURES):
-      return aligned_arrays(num_rows, seq_len) if self.aligned else None
+    """Arrays of every feature (`every`: a step's features; None: NumPy's own allocations will do)."""
+    if len(self.features) == len(self.every):
+      return aligned_arrays(num_rows, seq_len, self.every) if self.aligned else None
     shape = (num_rows, seq_len)
-    if self._scratch is None or self._scratch["tokens"].shape != shape:
-      self._scratch = {name: np.empty(shape, np.int32) for name in FEATURES}
+    if self._scratch is None or self._scratch_shape != shape:
+      self._scratch, self._scratch_shape = {name: np.empty(shape, np.int32) for name in self.every}, shape
     kept = self.features
     fresh = aligned_arrays(*shape, kept) if self.aligned else {n: np.empty(shape, np.int32) for n in kept}
     return {**self._scratch, **fresh}

@@ -39,6 +39,7 @@ def producing(
   masked: bool = False,
   names: Sequence[str] = (),
   features: Sequence[str] = FEATURES,
+  every: Sequence[str] = FEATURES,
 ) -> Callable[[], Prepared | Literal[End.END]]:
   """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays, of
   `features`; where a dataset carries trained-token masks, each step's stats count this host's
@@ -46,7 +47,7 @@ def producing(
   produce = producer.produce
   if masked:
     produce = functools.partial(_counting_trained, produce, names)
-  if len(features) < len(FEATURES):  # after the counting: it reads loss_mask and source_ids
+  if len(features) < len(every):  # after the counting: it reads loss_mask and source_ids
     produce = functools.partial(_only, produce, features)
   if output is None:
     return produce
@@ -60,8 +61,13 @@ def _counting_trained(
   host's rows (on one host, the global batch; on several, their sum is)."""
   item = produce()
   if isinstance(item, Prepared):
-    trained = np.asarray(item.batch["loss_mask"]).ravel() == 1
-    counts = np.bincount(np.asarray(item.batch["source_ids"]).ravel()[trained], minlength=len(names))
+    counts = np.zeros(len(names), np.int64)
+    # a step's rows, or with parallel preference pairs its chosen and its rejected rows
+    for prefix in ("", "chosen_", "rejected_"):
+      if prefix + "loss_mask" in item.batch:
+        trained = np.asarray(item.batch[prefix + "loss_mask"]).ravel() == 1
+        source = np.asarray(item.batch[prefix + "source_ids"]).ravel()[trained]
+        counts += np.bincount(source, minlength=len(names))
     item.stats = dataclasses.replace(item.stats, trained_tokens_per_source=dict(zip(names, counts.tolist())))
   return item
 

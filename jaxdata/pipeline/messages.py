@@ -84,6 +84,7 @@ class WorkerSpec:
   slot_tokens: int  # the most tokens of this host's rows in any step
   rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
   read_ahead_tokens: int
+  features: tuple[str, ...] = FEATURES  # what a step holds (`PipelineConfig.step_features`), each in a slot
 
   def rows_for(self, num_rows: int, seq_len: int) -> np.ndarray:
     """The global rows this host holds in a step of this shape."""
@@ -97,7 +98,7 @@ class WorkerSpec:
   @property
   def ring_bytes(self) -> int:
     """The size of a reader's slot ring: `slots` steps of every feature, int32."""
-    return max(1, self.slots * len(FEATURES) * self.slot_tokens * 4)
+    return max(1, self.slots * len(self.features) * self.slot_tokens * 4)
 
   @property
   def spans_ahead(self) -> int:
@@ -112,11 +113,13 @@ def shape_key(num_rows: int, seq_len: int) -> str:
   return f"{num_rows}x{seq_len}"
 
 
-def slot_views(buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_len: int) -> dict[str, np.ndarray]:
+def slot_views(
+  buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_len: int, features: Sequence[str] = FEATURES
+) -> dict[str, np.ndarray]:
   """The int32 [rows, seq_len] arrays of every feature in `slot` of a ring."""
   views = {}
-  for f, name in enumerate(FEATURES):
-    offset = (slot * len(FEATURES) + f) * slot_tokens * 4
+  for f, name in enumerate(features):
+    offset = (slot * len(features) + f) * slot_tokens * 4
     views[name] = np.ndarray((rows, seq_len), np.int32, buffer=buffer, offset=offset)
   return views
 

@@ -26,10 +26,12 @@ from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
-from jaxdata.sources.dataset import ReadOptions
+from jaxdata.sources.dataset import ReadOptions, TokenDataset
 from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.sampling_windows import WindowView
 from jaxdata.sources.shard_cache import default_cache_options
+from jaxdata.sources.subset import RangeView, SubsetView
+from jaxdata.transforms.pairs import planning_lengths
 
 __all__ = ["Parts", "open_parts", "state_snapshot"]
 
@@ -58,7 +60,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
       if split == "eval" and not d.holdout:
         continue
       datasets.append(open_split(d, ReadOptions(num_threads=spec.read_threads), cache, cfg.seed, split))
-      _refuse_pairs(d.name, datasets[-1])
+      _check_pairs(d.name, datasets[-1], cfg.packing.pairs is not None)
     if split == "eval":
       cfg = eval_config(
         cfg,
@@ -69,9 +71,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
       )
     cfg = with_special_ids(cfg, datasets)
     bound = token_bound(cfg, datasets)
-    planner = StepPlanner(
-      cfg, {d.name: DatasetMeta.from_dataset(ds) for d, ds in zip(cfg.datasets, datasets)}, spec.epoch
-    )
+    planner = StepPlanner(cfg, {d.name: _meta(d.name, ds, cfg) for d, ds in zip(cfg.datasets, datasets)}, spec.epoch)
   except BaseException:  # re-raised: nothing may stay open
     for dataset in datasets:
       dataset.close()
@@ -91,14 +91,47 @@ def open_parts(spec: PipelineSpec) -> Parts:
   )
 
 
-def _refuse_pairs(name: str, dataset: SplitDataset) -> None:
-  """A dataset of preference pairs is not packed as documents: its two sides would train as one."""
-  if dataset.manifest.holds_pairs:
+def _check_pairs(name: str, dataset: SplitDataset, packs_pairs: bool) -> None:
+  """Pairs are packed with packing.pairs, and only pairs: as documents their two sides would train as one."""
+  if dataset.manifest.holds_pairs and not packs_pairs:
     raise ConfigError(
       f"dataset {name}: holds preference pairs (features {list(dataset.manifest.features)}: chosen and "
-      "rejected in one record); a Pipeline packs documents, and would train both sides as one; this jaxdata "
-      "does not pack pairs"
+      "rejected in one record); packed as documents both sides would train as one: set packing.pairs "
+      "(docs/preference.md)"
     )
+  if packs_pairs and not dataset.manifest.holds_pairs:
+    raise ConfigError(
+      f"dataset {name}: holds documents, not preference pairs (features {list(dataset.manifest.features)}); "
+      "packing.pairs packs pairs only (convert them with jaxdata convert --format preference)"
+    )
+
+
+def _meta(name: str, dataset: SplitDataset, cfg: PipelineConfig) -> DatasetMeta:
+  """What the planner needs of a dataset; for pairs, the columns each pair takes in a row (its
+  planning length, `jaxdata.transforms.pairs.planning_lengths`) stand for its length."""
+  meta = DatasetMeta.from_dataset(dataset)
+  pairs = cfg.packing.pairs
+  if pairs is None:
+    return meta
+  records = np.arange(dataset.num_records)
+  base = dataset.dataset if isinstance(dataset, (RangeView, SubsetView)) else dataset
+  in_base = dataset.to_base(records) if isinstance(dataset, (RangeView, SubsetView)) else records
+  if not isinstance(base, TokenDataset):  # pairs are ArrayRecord records (checked by _check_pairs' manifest)
+    raise ConfigError(f"dataset {name}: preference pairs are read from ArrayRecord datasets")
+  lengths = planning_lengths(
+    np.asarray(dataset.lengths[records], np.int64),
+    base.columns["chosen_length"][in_base],
+    base.columns["prompt_length"][in_base],
+    pairs,
+  )
+  too_long = np.flatnonzero(lengths > cfg.packing.seq_len)
+  if too_long.size and pairs.too_long == "error":
+    raise ConfigError(
+      f"dataset {name}: {too_long.size} pairs take more than packing.seq_len {cfg.packing.seq_len} columns "
+      f"(the first: record {int(too_long[0])}, {int(lengths[too_long[0]])} columns with layout {pairs.layout}); "
+      "raise seq_len, or set packing.pairs.too_long: drop (they are then left out and counted)"
+    )
+  return dataclasses.replace(meta, lengths=lengths)
 
 
 def _sampling(dataset: SplitDataset, settings: Any) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from jaxdata.config.batch import pair_features
 from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
@@ -37,6 +38,7 @@ from jaxdata.transforms.assemble import (
   follow_boundaries,
   padded_buffer,
 )
+from jaxdata.transforms.pairs import PairRecords, assemble_pairs
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = [
@@ -95,6 +97,7 @@ class ReadStep:
   doc_start: np.ndarray  # per piece
   boundaries: Boundaries  # document starts inside span pieces (piece index in this step, offset)
   trained: np.ndarray | None = None  # the masks laid out as `buffer` (uint8), where a dataset has them
+  doc_length: np.ndarray | None = None  # per piece: its document's ids (as read)
 
 
 def plan_span(
@@ -165,7 +168,7 @@ def read_span(reader: DocumentReader, steps: list[HostStep], pad_id: int) -> lis
   if not steps:
     return []
   pieces = Pieces.concatenate([s.pieces for s in steps])
-  parts, masks, doc_start, (inner_piece, inner_offset) = reader.read_with_masks(
+  parts, masks, doc_start, doc_length, (inner_piece, inner_offset) = reader.read_with_masks(
     range(steps[0].step, steps[-1].step + 1), pieces
   )
   seq_len = max(s.seq_len for s in steps)
@@ -176,7 +179,12 @@ def read_span(reader: DocumentReader, steps: list[HostStep], pad_id: int) -> lis
     here = (inner_piece >= first) & (inner_piece < first + len(s.pieces))
     out.append(
       ReadStep(
-        s, buffer, doc_start[first : first + len(s.pieces)], (inner_piece[here] - first, inner_offset[here]), trained
+        s,
+        buffer,
+        doc_start[first : first + len(s.pieces)],
+        (inner_piece[here] - first, inner_offset[here]),
+        trained,
+        doc_length[first : first + len(s.pieces)],
       )
     )
     first += len(s.pieces)
@@ -199,6 +207,13 @@ def aligned_arrays(num_rows: int, seq_len: int, features: Sequence[str] = FEATUR
 def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
   """The step's int32 [local rows, seq_len] arrays (written into `out` if given)."""
   s = item.host
+  if packing.pairs is not None:
+    if item.trained is None or item.doc_length is None:
+      raise ValueError("assemble: preference pairs need their records' marks and lengths")
+    if out is None:
+      out = {name: np.empty((s.num_rows, s.seq_len), np.int32) for name in pair_features(packing.pairs.layout)}
+    records = PairRecords(item.buffer, item.trained, item.doc_start, item.doc_length)
+    return assemble_pairs(s.pieces, s.host_row, s.column, records, packing.pairs, packing.fill_id, out)
   placement = RowPlacement(s.pieces, s.host_row, s.column, s.num_rows, s.seq_len)
   batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)
   if item.boundaries[0].size:

@@ -52,15 +52,16 @@ class DocumentReader:
   def read(self, steps: range, pieces: Pieces) -> tuple[list[np.ndarray], np.ndarray, Boundaries]:
     """(token arrays, start of each piece's document in their concatenation,
     document starts inside window pieces) for `pieces` of `steps`."""
-    parts, _, doc_start, boundaries = self.read_with_masks(steps, pieces)
+    parts, _, doc_start, _, boundaries = self.read_with_masks(steps, pieces)
     return parts, doc_start, boundaries
 
   def read_with_masks(
     self, steps: range, pieces: Pieces
-  ) -> tuple[list[np.ndarray], list[np.ndarray] | None, np.ndarray, Boundaries]:
-    """`read`, and the trained-token masks aligned with the token arrays (None where no dataset has them;
-    all ones for a dataset without them: every token of it trains)."""
+  ) -> tuple[list[np.ndarray], list[np.ndarray] | None, np.ndarray, np.ndarray, Boundaries]:
+    """`read`, the trained-token masks aligned with the token arrays (None where no dataset has them;
+    all ones for a dataset without them: every token of it trains), and each piece's document's length."""
     parts, doc_start, base = [], np.zeros(len(pieces), np.int64), 0
+    doc_length = np.zeros(len(pieces), np.int64)
     masks: list[np.ndarray] | None = [] if self.masked else None
     inner_piece, inner_offset = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     wanted = []
@@ -85,6 +86,7 @@ class DocumentReader:
         if masks is not None:
           masks.append(ragged.mask if ragged.mask is not None else np.ones(ragged.tokens.size, np.uint8))
         doc_start[mine] = base + ragged.offsets[:-1][inverse]
+        doc_length[mine] = np.diff(ragged.offsets)[inverse]
         base += ragged.tokens.size
         if isinstance(dataset, WindowView):
           piece, offset = _piece_boundaries(dataset, records, mine, inverse)
@@ -93,7 +95,7 @@ class DocumentReader:
     finally:
       for remote, shards in pinned:
         remote.unpin(shards)
-    return parts, masks, doc_start, (np.concatenate(inner_piece), np.concatenate(inner_offset))
+    return parts, masks, doc_start, doc_length, (np.concatenate(inner_piece), np.concatenate(inner_offset))
 
   @property
   def reads_ranges_from_store(self) -> bool:

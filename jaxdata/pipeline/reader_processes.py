@@ -82,7 +82,14 @@ class ReaderProcesses:
         break
       handle.send(Free(self.pool.generation, message.slot))
     assert handle.memory is not None  # a reader's ring
-    views = slot_views(handle.memory.buf, message.slot, self.reader_spec.slot_tokens, coming.num_rows, coming.seq_len)
+    views = slot_views(
+      handle.memory.buf,
+      message.slot,
+      self.reader_spec.slot_tokens,
+      coming.num_rows,
+      coming.seq_len,
+      self.reader_spec.features,
+    )
     # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
     started = time.perf_counter()
     arrays = self.rows(coming.num_rows, coming.seq_len)

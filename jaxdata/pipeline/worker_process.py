@@ -72,7 +72,7 @@ def worker_main(argv: list[str]) -> None:
     setup = Setup.from_json(json.loads(conn.recv_bytes()))
   except EOFError:  # the main process went away before it sent anything
     return
-  serve(conn, setup.pipeline, WorkerSpec(**setup.worker))
+  serve(conn, setup.pipeline, WorkerSpec(**{**setup.worker, "features": tuple(setup.worker["features"])}))
 
 
 def serve(conn: Connection, pipeline: Mapping[str, Any], spec: WorkerSpec) -> None:
@@ -231,7 +231,9 @@ class _Reading(_Role):
       item, read_s = self.reads.next_step()
       slot = min(self.free)
       started = time.perf_counter()
-      views = slot_views(self.buffer, slot, self.spec.slot_tokens, item.host.num_rows, item.host.seq_len)
+      views = slot_views(
+        self.buffer, slot, self.spec.slot_tokens, item.host.num_rows, item.host.seq_len, self.spec.features
+      )
       assemble(item, self.cfg.packing, out=views)
     except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
       send(self.conn, WorkerError.of(error, self.generation))

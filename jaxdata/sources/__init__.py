@@ -6,6 +6,7 @@ Its modules::
     records.py           `ShardedRecords`: what every reader shares, records numbered across shards
     dataset.py           `TokenDataset`: validated, batched reads of ArrayRecord shards
     masked.py            fine-tuning records: ids, then one trained-token mask byte per id
+    columns.py           per-record columns beside a shard (a preference pair's side and prompt lengths)
     record_files.py      ArrayRecord and TFRecord files of serialized records
     flat.py              `FlatTokenDataset`: Megatron and flat token files read in place
     flat_format.py       where documents begin in files other tools wrote

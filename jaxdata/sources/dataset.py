@@ -25,6 +25,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
+from jaxdata.sources.columns import load_column
 from jaxdata.sources.fileutil import check_inside, file_sha256, sample_sha256
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
@@ -143,6 +144,7 @@ class TokenDataset(ShardedRecords):
       # Memory-mapped, smallest dtype; totals computed once, a shard at a time.
       self.lengths = DocumentLengths(lengths)
       self._check_totals()
+      self.columns = self._load_columns()
     except BaseException:  # re-raised: the readers opened so far are closed first
       self.close()
       raise
@@ -150,6 +152,22 @@ class TokenDataset(ShardedRecords):
 
   def shard_path(self, shard: int) -> str:
     return os.path.join(self.path, self.manifest.shards[shard].path)
+
+  def _load_columns(self) -> dict[str, np.ndarray]:
+    """Every per-record column the shards list (`jaxdata.sources.columns`), concatenated in record order."""
+    shards = self.manifest.shards
+    names = list(shards[0].columns) if shards else []
+    columns: dict[str, np.ndarray] = {}
+    for name in names:
+      parts = []
+      for i, shard in enumerate(shards):
+        if name not in shard.columns:
+          raise DatasetError(f"{self.path}: manifest.json: shards[{i}] lists no column {name!r} (shards[0] does)")
+        named = os.path.join(self.path, shard.columns[name])
+        local = named if self.remote is None else self.remote.column_file(i, name)
+        parts.append(load_column(local, named, shard.num_records))
+      columns[name] = np.concatenate(parts)
+    return columns
 
   def read(
     self,
@@ -218,12 +236,13 @@ class TokenDataset(ShardedRecords):
 
     record i   | n_i ids (n_i x itemsize bytes) | n_i mask bytes |
     """
-    tokens, mask, bad = split_masked(joined, token_lengths, self.dtype)
+    highest = 3 if self.manifest.holds_pairs else 1  # a pair's byte: bit 0 trained, bit 1 rejected side
+    tokens, mask, bad = split_masked(joined, token_lengths, self.dtype, highest=highest)
     if bad >= 0:
       document = int(np.searchsorted(offsets, bad, side="right")) - 1
       raise DatasetError(
-        f"{self.shard_path(shard_ids[document])}: record {record_ids[document]} holds a mask byte other than 0 "
-        "or 1 (damaged, or not a masked record)"
+        f"{self.shard_path(shard_ids[document])}: record {record_ids[document]} holds a mask byte above "
+        f"{highest} (damaged, or not a {'pair' if highest == 3 else 'masked'} record)"
       )
     return RaggedTokens(tokens, offsets, mask)
 

@@ -24,6 +24,7 @@ import os
 from typing import Any
 
 from jaxdata.errors import DatasetError
+from jaxdata.sources.columns import PAIR_COLUMNS
 
 __all__ = [
   "COMPRESSIONS",
@@ -93,9 +94,18 @@ class ShardInfo:
   # sha256 of the records as written (ids and masks, before compression) and their lengths: what the order's
   # fingerprint guards, the same for any --compression; "" for shards written before it or indexed in place
   records_sha256: str = ""
+  # per-record columns (`jaxdata.sources.columns`): name -> .npy file beside the shard; {} where none
+  columns: dict[str, str] = dataclasses.field(default_factory=dict)
+
+  def files(self) -> list[str]:
+    """The shard's files, relative to the dataset directory."""
+    return [self.path, self.lengths_path, *self.columns.values()]
 
   def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    out = dataclasses.asdict(self)
+    if not self.columns:
+      del out["columns"]  # as manifests without columns were written
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +142,8 @@ class Manifest:
       )
     if self.has_mask and self.format != "arrayrecord":
       raise ValueError(f"features: a {self.format} dataset holds ids only; masks live in ArrayRecord records")
+    if self.holds_pairs and any(set(PAIR_COLUMNS) - set(s.columns) for s in self.shards):
+      raise ValueError(f"shards: every shard of a dataset of pairs lists the columns {list(PAIR_COLUMNS)}")
     if self.has_mask and self.format_version < MASK_FORMAT_VERSION:
       object.__setattr__(self, "format_version", MASK_FORMAT_VERSION)
 
@@ -269,6 +281,7 @@ class Manifest:
           block_bytes=_field(entry, "block_bytes", int, where) if "block_bytes" in entry else 0,
           blocks_sha256=_field(entry, "blocks_sha256", str, where) if "blocks_sha256" in entry else "",
           records_sha256=_field(entry, "records_sha256", str, where) if "records_sha256" in entry else "",
+          columns=_columns(entry, where),
         )
       )
     try:
@@ -292,6 +305,15 @@ class Manifest:
         f"shards ({manifest.fingerprint[:12]}...); the manifest was edited"
       )
     return manifest
+
+
+def _columns(entry: dict[str, Any], where: str) -> dict[str, str]:
+  raw = _field(entry, "columns", dict, where) if "columns" in entry else {}
+  for name, path in raw.items():
+    if not isinstance(path, str) or not name.isidentifier():
+      raise DatasetError(f"{where}.columns: {name!r}: expected a column name and a file name, got {path!r:.100}")
+    _inside(path, f"{where}.columns.{name}")
+  return dict(raw)
 
 
 def _inside(path: str, where: str) -> str:

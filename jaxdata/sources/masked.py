@@ -32,11 +32,15 @@ def _is_id(lengths: np.ndarray, itemsize: int) -> np.ndarray:
 
 
 def split_masked(
-  joined: np.ndarray | Sequence[bytes], lengths: np.ndarray, dtype: np.dtype, native: bool | None = None
+  joined: np.ndarray | Sequence[bytes],
+  lengths: np.ndarray,
+  dtype: np.dtype,
+  native: bool | None = None,
+  highest: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, int]:
   """Masked records back to back (uint8 `joined`, or one bytes object per record: the C version
   copies from each without joining them first) -> (ids, masks, index of the first mask byte above
-  1, or -1).
+  `highest`, or -1). (A mask byte is 0 or 1; a preference pair's is up to 3.)
 
   >>> ids, mask, bad = split_masked(np.frombuffer(bytes([5, 0, 6, 0, 1, 0, 7, 0, 1]), np.uint8),
   ...                               np.array([2, 1]), np.dtype("<u2"))
@@ -49,13 +53,17 @@ def split_masked(
   if NATIVE if native is None else native:
     tokens, mask = np.empty(total, dtype), np.empty(total, np.uint8)
     source = joined if separate else np.ascontiguousarray(joined)
-    bad = _masked.split_masked(source, lengths, itemsize, tokens.view(np.uint8), mask)
-    return tokens, mask, int(bad)
+    bad = int(_masked.split_masked(source, lengths, itemsize, tokens.view(np.uint8), mask))
+    return tokens, mask, bad if bad < 0 or highest == 1 else _first_above(mask, highest, bad)
   flat = np.frombuffer(b"".join(joined), np.uint8) if separate else np.asarray(joined)
   is_id = _is_id(lengths, itemsize)
   tokens, mask = flat[is_id].view(dtype), flat[~is_id]
-  above = np.flatnonzero(mask > 1)
-  return tokens, mask, int(above[0]) if above.size else -1
+  return tokens, mask, _first_above(mask, highest, 0)
+
+
+def _first_above(mask: np.ndarray, highest: int, start: int) -> int:
+  above = np.flatnonzero(mask[start:] > highest)
+  return start + int(above[0]) if above.size else -1
 
 
 def records_with_masks(ids: np.ndarray, lengths: np.ndarray, mask: np.ndarray) -> bytes:

@@ -112,6 +112,10 @@ class RemoteShards:
   def lengths_file(self, shard: int) -> str:
     return os.path.join(self.lengths_dir, f"{shard}.npy")
 
+  def column_file(self, shard: int, column: str) -> str:
+    """Where a shard's per-record column lies once fetched (with its lengths, when opened)."""
+    return os.path.join(self.lengths_dir, f"{shard}.{column}.npy")
+
   def want(self, shards: list[int], ahead: bool = False) -> None:
     """Starts fetching these shards (a read's, in order), as many as fit;
     warns once if they cannot all be held at once. `ahead`: for the next read span."""
@@ -144,15 +148,18 @@ class RemoteShards:
     release_cache(self.cache)
 
   def _fetch_lengths(self, shard: int) -> None:
-    target = self.lengths_file(shard)
-    if os.path.isfile(target):
-      return
+    """Fetches a shard's lengths index and its columns (each once: the cache directory keeps them)."""
     info = self.manifest.shards[shard]
-    partial = f"{target}.partial-{os.getpid()}-{threading.get_ident()}"
-    with self.cache.slots:
-      with_retries(
-        self.location.url_of(info.lengths_path),
-        lambda: self.store.download(self.location.key(info.lengths_path), partial),
-        self.store.errors,
-      )
-    os.replace(partial, target)
+    wanted = [(self.lengths_file(shard), info.lengths_path)]
+    wanted += [(self.column_file(shard, name), path) for name, path in info.columns.items()]
+    for target, path in wanted:
+      if os.path.isfile(target):
+        continue
+      partial = f"{target}.partial-{os.getpid()}-{threading.get_ident()}"
+      with self.cache.slots:
+        with_retries(
+          self.location.url_of(path),
+          functools.partial(self.store.download, self.location.key(path), partial),
+          self.store.errors,
+        )
+      os.replace(partial, target)

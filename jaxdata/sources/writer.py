@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
+from jaxdata.sources.columns import pair_columns, write_columns
 from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
 from jaxdata.sources.manifest import (
   COMPRESSIONS,
   MANIFEST_NAME,
   TOKENS_ONLY,
   WITH_MASK,
+  WITH_PAIR_MARKS,
   WRITER_OPTIONS,
   Manifest,
   ShardInfo,
@@ -51,11 +54,19 @@ def shard_file_names(name: str, index: int) -> tuple[str, str]:
   return f"{stem}.array_record", f"{stem}.lengths.npy"
 
 
-def finish_shard(out_dir: str, name: str, index: int, lengths: np.ndarray, records: Any = None) -> ShardInfo:
-  """Writes a closed shard's lengths index beside it; its manifest entry. (The one place
-  shards are described: `DatasetWriter` and the Beam converter produce the same bytes.)
-  `records`: a hashlib sha256 fed the shard's record bytes as written (before compression)."""
+def finish_shard(
+  out_dir: str,
+  name: str,
+  index: int,
+  lengths: np.ndarray,
+  records: Any = None,
+  columns: Mapping[str, np.ndarray] | None = None,
+) -> ShardInfo:
+  """Writes a closed shard's lengths index (and its per-record `columns`) beside it; its manifest
+  entry. (The one place shards are described: `DatasetWriter` and the Beam converter produce the
+  same bytes.) `records`: a hashlib sha256 fed the shard's record bytes as written (before compression)."""
   shard_name, lengths_name = shard_file_names(name, index)
+  column_files = write_columns(out_dir, shard_name.removesuffix(".array_record"), columns or {})
   lengths = np.asarray(lengths).astype(LENGTHS_DTYPE)
   np.save(os.path.join(out_dir, lengths_name), lengths)
   shard_path = os.path.join(out_dir, shard_name)
@@ -72,6 +83,7 @@ def finish_shard(out_dir: str, name: str, index: int, lengths: np.ndarray, recor
     sha256=file_sha256(shard_path),
     sample_sha256=sample_sha256(shard_path),
     records_sha256=content,
+    columns=column_files,
   )
 
 
@@ -98,11 +110,16 @@ class DatasetWriter:
     shard_bytes: int = 256 << 20,
     compression: str = "zstd",
     masks: bool = False,
+    pairs: bool = False,
   ) -> None:
     check_name(name, "name")
     if not isinstance(masks, bool):
       raise TypeError(f"masks: True (a 0 / 1 mask byte per id) or False (ids only), got {masks!r}")
-    self._masks = masks  # every record: its ids, then a 0 / 1 byte per id (trained or not)
+    if not isinstance(pairs, bool):
+      raise TypeError(f"pairs: True (each record a preference pair, `pair_record`) or False, got {pairs!r}")
+    # every record: its ids, then a 0 / 1 byte per id (trained or not); for pairs, bit 1 marks the rejected side
+    self._masks, self._pairs = masks or pairs, pairs
+    self._marks: list[np.ndarray] = []
     self._writer_options = writer_options(compression)
     if shard_bytes <= 0:
       raise ValueError(f"shard_bytes: must be positive, got {shard_bytes}")
@@ -155,7 +172,10 @@ class DatasetWriter:
         f"got [{flat_tokens.min()}, {flat_tokens.max()}]"
       )
     ids = flat_tokens.astype(self._dtype, copy=False)
-    payload = ids.tobytes() if mask is None else records_with_masks(ids, lengths, _checked_mask(mask, flat_tokens.size))
+    if mask is not None:
+      mask = _checked_mask(mask, flat_tokens.size, 3 if self._pairs else 1)
+    payload = ids.tobytes() if mask is None else records_with_masks(ids, lengths, mask)
+    token_ends = np.cumsum(lengths)
     record_size = self._dtype.itemsize + int(self._masks)
     byte_ends = np.cumsum(lengths) * record_size
     byte_starts = byte_ends - lengths * record_size
@@ -177,6 +197,9 @@ class DatasetWriter:
         writer.write(payload[s:e])
       self._records.update(payload[int(byte_starts[start]) : int(byte_ends[stop - 1])])
       self._lengths.append(lengths[start:stop])
+      if self._pairs:
+        assert mask is not None  # checked above
+        self._marks.append(mask[int(token_ends[start] - lengths[start]) : int(token_ends[stop - 1])])
       self._open_bytes += int(byte_ends[stop - 1] - byte_starts[start])
       start = stop
       if self._open_bytes >= self._shard_bytes:
@@ -192,7 +215,7 @@ class DatasetWriter:
       tokenizer=self._tokenizer,
       shards=tuple(self._shards),
       stats=stats or {},
-      features=WITH_MASK if self._masks else TOKENS_ONLY,
+      features=WITH_PAIR_MARKS if self._pairs else WITH_MASK if self._masks else TOKENS_ONLY,
     )
     manifest.save(self._out_dir)
     return manifest
@@ -201,6 +224,7 @@ class DatasetWriter:
     shard_name, _ = shard_file_names(self._name, len(self._shards))
     self._writer = ArrayRecordWriter(os.path.join(self._out_dir, shard_name), self._writer_options)
     self._lengths = []
+    self._marks = []
     self._open_bytes = 0
     self._records = hashlib.sha256()
 
@@ -209,13 +233,15 @@ class DatasetWriter:
     self._writer.close()
     self._writer = None
     lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-    self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths, self._records))
+    columns = pair_columns(lengths, np.concatenate(self._marks)) if self._pairs else None
+    self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths, self._records, columns))
 
 
-def _checked_mask(mask: np.ndarray, size: int) -> np.ndarray:
+def _checked_mask(mask: np.ndarray, size: int, highest: int = 1) -> np.ndarray:
   mask = np.asarray(mask)
   if mask.shape != (size,):
     raise ValueError(f"mask: {mask.shape} values for {size} tokens; give one 0 / 1 per token")
-  if mask.dtype.kind not in "biu" or (mask.size and (mask.min() < 0 or mask.max() > 1)):
-    raise ValueError(f"mask: every value is 0 or 1 (trained or not), got {np.unique(mask)[:5].tolist()}")
+  if mask.dtype.kind not in "biu" or (mask.size and (mask.min() < 0 or mask.max() > highest)):
+    what = "0 or 1 (trained or not)" if highest == 1 else "0 to 3 (bit 0 trained, bit 1 the rejected side)"
+    raise ValueError(f"mask: every value is {what}, got {np.unique(mask)[:5].tolist()}")
   return mask.astype(np.uint8, copy=False)

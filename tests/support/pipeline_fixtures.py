@@ -133,3 +133,39 @@ def rebuilt_batch(out_dir: Any, processes: int, step: int, like: dict) -> dict:
       name, start = key.split("/")
       rebuilt[name][int(start) : int(start) + saved[key].shape[0]] = saved[key]
   return rebuilt
+
+
+REJECTED_ANSWER = 256  # coded offset of a rejected answer's tokens: token k of it is code(d, r, 256 + k)
+
+
+def coded_pairs(d: int, count: int, seed: int, prompt: tuple[int, int] = (1, 4), answer: tuple[int, int] = (1, 6)):
+  """`count` coded preference pairs: (chosen ids, chosen marks, rejected ids, rejected marks) each.
+
+  Both sides share the prompt's ids code(d, r, k), k < P; the chosen answer continues code(d, r, k),
+  the rejected answer is code(d, r, REJECTED_ANSWER + k). An answer's first token trains, the rest
+  mostly (bit 0); the rejected side's bytes carry bit 1."""
+  rng = np.random.default_rng(seed)
+  pairs = []
+  for r in range(count):
+    p = int(rng.integers(*prompt))
+    a, b = (int(x) for x in rng.integers(*answer, size=2))
+    chosen = code(d, r, np.arange(p + a))
+    rejected = np.concatenate([code(d, r, np.arange(p)), code(d, r, REJECTED_ANSWER + np.arange(b))])
+    chosen_marks = np.r_[np.zeros(p, np.uint8), _answer_trained(a, r)]
+    rejected_marks = np.r_[np.zeros(p, np.uint8), _answer_trained(b, r + 1)] | 2
+    pairs.append((chosen, chosen_marks, rejected, rejected_marks))
+  return pairs
+
+
+def _answer_trained(n: int, salt: int) -> np.ndarray:
+  """An answer's trained flags: its first token, then about 3 in 4."""
+  return np.r_[1, (np.arange(1, n) * 5 + salt) % 4 != 0].astype(np.uint8)
+
+
+def write_pair_dataset(directory: str, d: int, pairs: list, shard_bytes: int = 300) -> None:
+  """`coded_pairs` as a dataset of preference pairs (a pair a record: chosen ++ rejected)."""
+  writer = DatasetWriter(directory, f"p{d}", np.dtype("<u4"), {"kind": "coded"}, shard_bytes, pairs=True)
+  ids = np.concatenate([np.r_[c, r] for c, _, r, _ in pairs])
+  marks = np.concatenate([np.r_[cm, rm] for _, cm, _, rm in pairs])
+  writer.write_documents(ids, np.array([c.size + r.size for c, _, r, _ in pairs]), marks)
+  writer.finish()

@@ -1,0 +1,79 @@
+"""Per-pair sequence log-probabilities from a batch of preference pairs (docs/preference.md).
+
+A DPO-style loss needs, per pair, the sum of log p(target) over each
+side's trained targets. With either layout of `packing.pairs` that is one
+one-hot contraction over the row, no gather across rows::
+
+    one_row:   token log-probs [rows, seq_len] x (pair_ids == k) x (pair_side == s) x loss_mask -> [rows, max_pairs]
+    parallel:  each side's rows x (segment_ids == k) x loss_mask                              -> [rows, max_pairs]
+
+>>> import numpy as np
+>>> batch = {"pair_ids": np.array([[1, 1, 1, 1, 0]]), "pair_side": np.array([[0, 0, 1, 1, -1]]),
+...          "loss_mask": np.array([[0, 1, 0, 1, 0]])}
+>>> chosen, rejected, present = sequence_logprobs(batch, np.array([[-9.0, -1.0, -9.0, -2.0, -9.0]]), max_pairs=2)
+>>> chosen.tolist(), rejected.tolist(), present.tolist()
+([[-1.0, 0.0]], [[-2.0, 0.0]], [[True, False]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdata.config.batch import PAIR_SIDES
+from jaxdata.transforms.pairs import PROMPT_SIDE
+
+__all__ = ["pair_attention_mask", "sequence_logprobs"]
+
+
+def sequence_logprobs(
+  batch: Mapping[str, Any], token_logprobs: Any, max_pairs: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(chosen, rejected, present), each [rows, max_pairs]: column k is the row's pair k + 1, the sum
+  of its side's trained targets' log-probabilities; `present` where the row holds both sides of it.
+
+  `token_logprobs`: with `one_row`, the [rows, seq_len] log-probability of each slot's target; with
+  `parallel`, {"chosen": [rows, seq_len], "rejected": [rows, seq_len]}. Works inside `jax.jit`
+  (`max_pairs` static: `packing.max_segments_per_row`, or seq_len // 2 as a bound).
+  """
+  ids = jnp.arange(1, max_pairs + 1)
+  sums, present = [], []
+  if "pair_ids" in batch:
+    # where, not a product: a padding slot's log-prob may be -inf (and -inf x 0 is nan)
+    logp = jnp.where(jnp.asarray(batch["loss_mask"]) == 1, jnp.asarray(token_logprobs), 0.0)
+    pair, side = jnp.asarray(batch["pair_ids"]), jnp.asarray(batch["pair_side"])
+    one_hot = pair[..., None] == ids
+    for s in (0, 1):
+      on_side = one_hot & (side == s)[..., None]
+      sums.append(jnp.einsum("rs,rsp->rp", logp, on_side.astype(logp.dtype)))
+      present.append(jnp.any(on_side, axis=1))
+  else:
+    for name in PAIR_SIDES:
+      logp = jnp.where(jnp.asarray(batch[f"{name}_loss_mask"]) == 1, jnp.asarray(token_logprobs[name]), 0.0)
+      one_hot = jnp.asarray(batch[f"{name}_segment_ids"])[..., None] == ids
+      sums.append(jnp.einsum("rs,rsp->rp", logp, one_hot.astype(logp.dtype)))
+      present.append(jnp.any(one_hot, axis=1))
+  return sums[0], sums[1], present[0] & present[1]
+
+
+def pair_attention_mask(batch: dict[str, np.ndarray]) -> np.ndarray:
+  """bool [rows, seq_len, seq_len]: whether query i may attend key j, for the `one_row` layout.
+
+  Causal, inside one pair, and within a side, where the shared prompt (pair_side 2) is seen by both
+  answers. Without a shared prompt this is the usual packed mask (same segment, causal).
+
+  >>> batch = {"pair_ids": np.array([[1, 1, 1, 1, 0]]), "pair_side": np.array([[2, 0, 1, 1, -1]]),
+  ...          "segment_ids": np.array([[1, 2, 3, 3, 0]])}
+  >>> pair_attention_mask(batch)[0].astype(int).tolist()
+  [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 0, 1, 1, 0], [0, 0, 0, 0, 0]]
+  """
+  pair, side, segment = (np.asarray(batch[k]) for k in ("pair_ids", "pair_side", "segment_ids"))
+  seq_len = pair.shape[1]
+  causal = np.tril(np.ones((seq_len, seq_len), bool))
+  same_pair = (pair[:, :, None] == pair[:, None, :]) & (pair[:, :, None] > 0)
+  visible = (segment[:, :, None] == segment[:, None, :]) | (side[:, None, :] == PROMPT_SIDE)
+  return causal & same_pair & visible

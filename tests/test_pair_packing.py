@@ -1,0 +1,298 @@
+"""Preference pairs packed whole (`packing.pairs`): every pair intact in every layout, each side as
+the fine-tuning path would lay it out alone, restores exact, hostile inputs named.
+
+The oracle is the coded records themselves (tests/support/pipeline_fixtures.py `coded_pairs`):
+every batch is decoded back into sides and compared with what was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig, pair_attention_mask, sequence_logprobs
+from jaxdata.config.schema import PackingConfig, PairPacking
+from jaxdata.transforms.assemble import DocumentTokens, RowPlacement, assemble_rows, padded_buffer
+from jaxdata.transforms.pieces import Pieces
+from pipeline_fixtures import coded_pairs, decode, write_pair_dataset
+
+LAYOUTS = [("one_row", False), ("one_row", True), ("parallel", False), ("parallel", True)]
+SEQ_LEN = 24
+
+
+@pytest.fixture(scope="module")
+def pair_data(tmp_path_factory) -> dict:
+  root = tmp_path_factory.mktemp("pairs")
+  # p1's answers run long: some of its pairs fit no row (dropped and counted)
+  records = {0: coded_pairs(0, 60, seed=1), 1: coded_pairs(1, 40, seed=2, answer=(2, 25))}
+  for d, pairs in records.items():
+    write_pair_dataset(str(root / f"p{d}"), d, pairs)
+  return {"root": root, "records": records}
+
+
+def pair_config(data: dict, layout: str, shared: bool, **packing) -> PipelineConfig:
+  root = data["root"]
+  return PipelineConfig.from_dict(
+    {
+      "seed": 5,
+      "datasets": [{"name": f"p{d}", "path": str(root / f"p{d}")} for d in (0, 1)],
+      "mixture": {"weights": {"p0": 2, "p1": 1}},
+      "packing": {
+        "mode": "best_fit",
+        "seq_len": SEQ_LEN,
+        "pairs": {"layout": layout, "shared_prompt": shared},
+        **packing,
+      },
+      "batch": {"global_batch_size": 4, "drop_remainder": False},
+    }
+  )
+
+
+def _side_of(tokens: np.ndarray) -> tuple[int, int]:
+  d, r, _ = decode(tokens[-1:])
+  return int(d[0]), int(r[0])
+
+
+def sides_in_row(batch: dict, row: int, layout: str) -> list[dict]:
+  """Every pair of one row, decoded from the batch alone: per side its tokens, targets, loss mask, positions."""
+  out = []
+  if layout == "one_row":
+    pair_ids, side = batch["pair_ids"][row], batch["pair_side"][row]
+    for k in range(1, int(pair_ids.max(initial=0)) + 1):
+      here = pair_ids == k
+      pair = {}
+      for s, name in ((0, "chosen"), (1, "rejected")):
+        slots = np.flatnonzero(here & ((side == s) | (side == 2)))  # the shared prompt, then the side
+        pair[name] = {f: batch[f][row][slots] for f in ("tokens", "targets", "loss_mask", "positions")}
+        pair[name]["answer_slots"] = np.flatnonzero(here & (side == s))
+      out.append(pair)
+    return out
+  segments = batch["chosen_segment_ids"][row]
+  for k in range(1, int(segments.max(initial=0)) + 1):
+    pair = {}
+    for name in ("chosen", "rejected"):
+      slots = np.flatnonzero(batch[f"{name}_segment_ids"][row] == k)
+      pair[name] = {f: batch[f"{name}_{f}"][row][slots] for f in ("tokens", "targets", "loss_mask", "positions")}
+    out.append(pair)
+  return out
+
+
+def check_pair(pair: dict, records: dict, layout: str, shared: bool) -> tuple[int, int]:
+  """One decoded pair against its record: both sides whole, the prompt identical, targets the side's next
+  tokens, the loss mask the targets' trained flags, positions as the layout says."""
+  d, r = _side_of(pair["chosen"]["tokens"])
+  chosen, chosen_marks, rejected, rejected_marks = records[d][r]
+  assert _side_of(pair["rejected"]["tokens"]) == (d, r), "the two sides of a segment pair are one record's"
+  prompt = int(np.argmax(chosen_marks & 1))
+  keep = max(prompt - 1, 0) if shared else 0
+  for name, ids, marks in (("chosen", chosen, chosen_marks), ("rejected", rejected, rejected_marks)):
+    got = pair[name]
+    if layout == "parallel" and shared and name == "rejected":
+      ids, marks = ids[keep:], marks[keep:]  # the rejected row holds the answer from the prompt's last token
+      assert got["positions"].tolist() == list(range(keep, keep + ids.size))
+    else:
+      assert got["positions"].tolist() == list(range(ids.size))
+    assert got["tokens"].tolist() == ids.tolist(), f"{name} side of record {r} of p{d}"
+    assert got["targets"][:-1].tolist() == ids[1:].tolist()
+    assert got["loss_mask"].tolist() == np.r_[marks[1:] & 1, 0].tolist()
+  return d, r
+
+
+def planned_columns(pair: tuple, layout: str, shared: bool) -> int:
+  """What a pair takes in a row, from its record (the oracle's own count)."""
+  chosen, chosen_marks, rejected, _ = pair
+  once = max(int(np.argmax(chosen_marks & 1)) - 1, 0) if shared else 0
+  return chosen.size + rejected.size - once if layout == "one_row" else max(chosen.size, rejected.size - once)
+
+
+def decoded_pass(cfg: PipelineConfig, data: dict, layout: str, shared: bool) -> tuple[list, int]:
+  seen, dropped = [], 0
+  with Pipeline(cfg, prefetch=0) as pipe:
+    for batch in pipe:
+      batch = {k: np.asarray(v) for k, v in batch.items()}
+      for row in range(next(iter(batch.values())).shape[0]):
+        seen += [check_pair(pair, data["records"], layout, shared) for pair in sides_in_row(batch, row, layout)]
+      dropped += pipe.stats()["dropped_documents"]
+  return seen, dropped
+
+
+@pytest.mark.parametrize(("layout", "shared"), LAYOUTS)
+def test_every_pair_is_whole_in_one_row_of_one_step_and_dropped_ones_are_counted(pair_data, layout, shared):
+  columns = {
+    (d, r): planned_columns(p, layout, shared) for d, ps in pair_data["records"].items() for r, p in enumerate(ps)
+  }
+  too_long = {key for key, n in columns.items() if n > SEQ_LEN}
+  assert too_long
+  # a mixture (p0 repeats while p1 finishes its pass): every pair that fits a row comes, whole
+  seen, dropped = decoded_pass(pair_config(pair_data, layout, shared), pair_data, layout, shared)
+  assert set(seen) == set(columns) - too_long and dropped >= len({k for k in too_long if k[0] == 1})
+  # one pass of p1 alone: each pair once, and each that fits no row counted once
+  raw = pair_config(pair_data, layout, shared).to_dict()
+  raw["datasets"], raw["mixture"]["weights"] = raw["datasets"][1:], {"p1": 1}
+  seen, dropped = decoded_pass(PipelineConfig.from_dict(raw), pair_data, layout, shared)
+  assert len(seen) == len(set(seen)) and set(seen) == {k for k in columns if k[0] == 1} - too_long
+  assert dropped == len({k for k in too_long if k[0] == 1})
+
+
+def test_each_side_is_laid_out_as_the_fine_tuning_path_lays_out_its_conversation(pair_data):
+  """The one_row chosen segment equals the side assembled alone by the fine-tuning path (`assemble_rows`
+  with the side's mask): tokens, targets, loss mask and positions."""
+  cfg = pair_config(pair_data, "one_row", False)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    batch = {k: np.asarray(v) for k, v in next(pipe).items()}
+  checked = 0
+  for row in range(4):
+    for pair in sides_in_row(batch, row, "one_row"):
+      d, r = _side_of(pair["chosen"]["tokens"])
+      for name, (ids, marks) in zip(("chosen", "rejected"), [pair_data["records"][d][r][i : i + 2] for i in (0, 2)]):
+        n = ids.size
+        buffer = padded_buffer([ids.astype(np.uint32)], SEQ_LEN, 0)
+        trained = padded_buffer([(marks & 1).astype(np.uint8)], SEQ_LEN, 0)
+        alone = assemble_rows(
+          RowPlacement(Pieces(*(np.array([v]) for v in (0, 0, 0, 0, n, n))), np.array([0]), np.array([0]), 1, SEQ_LEN),
+          DocumentTokens(buffer, np.array([0]), trained),
+          PackingConfig(seq_len=SEQ_LEN),
+        )
+        for feature in ("tokens", "targets", "loss_mask", "positions"):
+          assert pair[name][feature].tolist() == alone[feature][0, :n].tolist(), (name, feature)
+        checked += 1
+  assert checked >= 4
+
+
+@pytest.mark.parametrize(("layout", "shared"), LAYOUTS)
+def test_state_at_every_step_restores_to_the_same_remaining_output(pair_data, layout, shared):
+  cfg = pair_config(pair_data, layout, shared)
+  cfg = PipelineConfig.from_dict({**cfg.to_dict(), "exhausted_policy": "repeat"})
+  steps = 8
+  with Pipeline(cfg, prefetch=0) as pipe:
+    states, batches = [], []
+    for _ in range(steps):
+      states.append(json.loads(json.dumps(pipe.get_state())))
+      batches.append({k: np.asarray(v).tolist() for k, v in next(pipe).items()})
+  for at in range(0, steps, 3):
+    with Pipeline(cfg, prefetch=2) as fresh:
+      fresh.set_state(states[at])
+      rest = [{k: np.asarray(v).tolist() for k, v in next(fresh).items()} for _ in range(steps - at)]
+    assert rest == batches[at:], f"restored at step {at}"
+
+
+def test_segment_k_of_a_chosen_row_and_of_its_rejected_row_are_one_pair_and_rows_end_in_padding(pair_data):
+  cfg = pair_config(pair_data, "parallel", False)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    for batch in pipe:
+      batch = {k: np.asarray(v) for k, v in batch.items()}
+      for name in ("chosen", "rejected"):
+        segments = batch[f"{name}_segment_ids"]
+        filled = segments > 0
+        # compact: each row's pairs from column 0, padding only after the last
+        assert (np.diff(filled.astype(int), axis=1) <= 0).all()
+        assert (batch[f"{name}_source_ids"][~filled] == -1).all() and (batch[f"{name}_loss_mask"][~filled] == 0).all()
+      assert (batch["chosen_segment_ids"].max(1) == batch["rejected_segment_ids"].max(1)).all()
+
+
+def test_the_attention_mask_and_sequence_logprobs_match_a_per_pair_loop(pair_data):
+  cfg = pair_config(pair_data, "one_row", True)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    batch = {k: np.asarray(v) for k, v in next(pipe).items()}
+  mask = pair_attention_mask(batch)
+  rng = np.random.default_rng(0)
+  logp = rng.normal(size=batch["tokens"].shape)
+  chosen, rejected, present = (np.asarray(a) for a in sequence_logprobs(batch, logp, max_pairs=SEQ_LEN // 2))
+  for row in range(batch["tokens"].shape[0]):
+    side, pair, position = batch["pair_side"][row], batch["pair_ids"][row], batch["positions"][row]
+    for k in range(1, int(pair.max()) + 1):
+      for s, got in ((0, chosen), (1, rejected)):
+        slots = np.flatnonzero((pair == k) & ((side == s) | (side == 2)))
+        # a side attends exactly its own earlier tokens: its prompt and its answer, nothing of the other answer
+        for i, q in enumerate(slots):
+          assert set(np.flatnonzero(mask[row, q])) == set(slots[: i + 1])
+        # positions run on through the side as if it were alone
+        assert position[slots].tolist() == list(range(slots.size))
+        trained = slots[batch["loss_mask"][row, slots] == 1]
+        answer = trained[side[trained] == s]
+        assert np.isclose(got[row, k - 1], logp[row, answer].sum())
+      assert present[row, k - 1]
+    assert not present[row, int(pair.max()) :].any()
+  parallel = pair_config(pair_data, "parallel", False)
+  with Pipeline(parallel, prefetch=0) as pipe:
+    batch = {k: np.asarray(v) for k, v in next(pipe).items()}
+  logps = {name: rng.normal(size=batch["chosen_tokens"].shape) for name in ("chosen", "rejected")}
+  chosen, rejected, present = (np.asarray(a) for a in sequence_logprobs(batch, logps, max_pairs=SEQ_LEN))
+  for row in range(batch["chosen_tokens"].shape[0]):
+    for k in range(1, int(batch["chosen_segment_ids"][row].max()) + 1):
+      for name, got in (("chosen", chosen), ("rejected", rejected)):
+        slots = (batch[f"{name}_segment_ids"][row] == k) & (batch[f"{name}_loss_mask"][row] == 1)
+        assert np.isclose(got[row, k - 1], logps[name][row, slots].sum())
+
+
+@pytest.mark.parametrize(
+  ("packing", "message"),
+  [
+    ({"mode": "concat"}, "packing.mode: concat cuts documents"),
+    ({"long_docs": "truncate"}, "packing.long_docs: truncate"),
+    ({"add_eos": True}, "packing.add_eos: a pair's sides carry"),
+    ({"warmup": [{"until_step": 2, "seq_len": 12}]}, "packing.warmup: pairs pack at one seq_len"),
+    ({"pairs": {"layout": "sideways"}}, "packing.pairs.layout"),
+    ({"pairs": {"too_long": "maybe"}}, "packing.pairs.too_long"),
+    ({"pairs": {"shared_prompt": "yes"}}, "packing.pairs.shared_prompt"),
+  ],
+)
+def test_bad_pair_packing_is_named(pair_data, packing, message):
+  raw = pair_config(pair_data, "one_row", False).to_dict()
+  raw["packing"] = {**raw["packing"], **packing}
+  if "pairs" in packing:
+    raw["packing"]["pairs"] = {
+      **pair_config(pair_data, "one_row", False).to_dict()["packing"]["pairs"],
+      **packing["pairs"],
+    }
+  with pytest.raises(ConfigError, match=message):
+    PipelineConfig.from_dict(raw)
+
+
+def test_pairs_and_documents_are_not_mixed_and_too_long_pairs_can_be_refused(pair_data, tmp_path):
+  from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415
+
+  write_coded_dataset(str(tmp_path / "docs"), 3, [5, 6, 7])
+  raw = pair_config(pair_data, "one_row", False).to_dict()
+  raw["datasets"].append({"name": "docs", "path": str(tmp_path / "docs")})
+  raw["mixture"]["weights"]["docs"] = 1
+  with pytest.raises(ConfigError, match="dataset docs: holds documents, not preference pairs"):
+    Pipeline(PipelineConfig.from_dict(raw))
+  raw = pair_config(pair_data, "one_row", False).to_dict()
+  raw["packing"]["pairs"]["too_long"] = "error"
+  with pytest.raises(ConfigError, match=r"dataset p1: \d+ pairs take more than packing.seq_len 24 columns"):
+    Pipeline(PipelineConfig.from_dict(raw))
+  raw = pair_config(pair_data, "one_row", False).to_dict()
+  raw["batch"]["features"] = ["tokens"]
+  with pytest.raises(ConfigError, match="batch.features: with packing.pairs a step holds tokens"):
+    PipelineConfig.from_dict(raw)
+
+
+def test_a_stale_column_file_or_a_damaged_mark_is_named(pair_data, tmp_path):
+  import shutil  # noqa: PLC0415
+
+  copy = tmp_path / "p0"
+  shutil.copytree(pair_data["root"] / "p0", copy)
+  manifest = json.loads((copy / "manifest.json").read_text())
+  column = copy / manifest["shards"][0]["columns"]["chosen_length"]
+  values = np.load(column)
+  values[:] = values + 1  # every chosen side one longer than its record says
+  np.save(column, values)
+  raw = pair_config(pair_data, "parallel", False).to_dict()  # planned by the longer side: the column counts
+  raw["datasets"] = [{"name": "p0", "path": str(copy)}]
+  raw["mixture"]["weights"] = {"p0": 1}
+  with Pipeline(PipelineConfig.from_dict(raw), prefetch=0) as pipe:
+    with pytest.raises(DatasetError, match="does not give the .* columns it was planned at"):
+      next(pipe)
+  os.remove(column)
+  with pytest.raises(DatasetError, match="column file is missing"):
+    Pipeline(PipelineConfig.from_dict(raw))
+
+
+def test_pair_packing_defaults():
+  assert PairPacking() == PairPacking(layout="one_row", shared_prompt=False, too_long="drop")
+  # a pair is never split: long_docs' default (split) means drop for pairs
+  assert PackingConfig(pairs={"layout": "parallel"}).long_docs == "drop"
