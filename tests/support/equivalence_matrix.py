@@ -51,7 +51,7 @@ def write_data(root: str) -> dict[str, str]:
   from flat_fixtures import random_documents, write_flat, write_megatron  # noqa: PLC0415 -- tests/ on the path
   from jaxdata.sources.boundaries import DocumentBoundaries  # noqa: PLC0415
   from jaxdata.sources.flat_index import build_flat_index  # noqa: PLC0415
-  from pipeline_fixtures import write_coded_dataset  # noqa: PLC0415
+  from pipeline_fixtures import coded_pairs, write_coded_dataset, write_pair_dataset  # noqa: PLC0415
 
   rng = np.random.default_rng(29)
   data = {}
@@ -84,6 +84,9 @@ def write_data(root: str) -> dict[str, str]:
   data["d4"] = os.path.join(root, "d4")
   lengths = np.random.default_rng(31).integers(1, 30, 60).tolist()
   write_coded_dataset(data["d4"], 4, lengths, shard_bytes=300, tokenizer={"kind": "coded", "bos_id": 2, "eos_id": 1})
+  for d, count in ((0, 70), (1, 40)):  # preference pairs (a pair a record), two sets to mix
+    data[f"pairs{d}"] = os.path.join(root, f"pairs{d}")
+    write_pair_dataset(data[f"pairs{d}"], d, coded_pairs(d, count, seed=40 + d))
   data["cache"] = os.path.join(root, "cache")
   return data
 
@@ -131,6 +134,18 @@ def _sft_config(data: Data, prefix: str = "") -> Any:
     mixture={"unit": "documents", "weights": {"sft": 3, "d1": 1}},
     packing={"mode": "best_fit", "max_segments_per_row": 3, "long_docs": "drop", "add_eos": True, "eos_id": 0},
     exhausted_policy="repeat",
+  )
+
+
+def _pairs_config(data: Data, layout: str, shared: bool, prefix: str = "", **overrides: Any) -> Any:
+  """Preference pairs packed whole: two sets of pairs mixed, one small set repeating."""
+  return _config(
+    data,
+    names=("pairs0", "pairs1"),
+    prefix=prefix,
+    packing={"mode": "best_fit", "pairs": {"layout": layout, "shared_prompt": shared}},
+    exhausted_policy="repeat",
+    **overrides,
   )
 
 
@@ -307,6 +322,13 @@ FEATURES = [
   Feature("wait-warning-every-step", lambda d: _config(d, exhausted_policy="repeat"), {"wait_warning_s": 1e-9}),
   Feature("maxtext", _maxtext_values, entrance="maxtext"),
   Feature("grain-adapter", lambda d: _config(d), entrance="grain"),
+  Feature("pairs-one-row", lambda d: _pairs_config(d, "one_row", False), multihost=True),
+  Feature(  # MaxText's layout, the prompt laid out once, pairs counted as documents
+    "pairs-parallel-shared-prompt",
+    lambda d: _pairs_config(d, "parallel", True, mixture={"unit": "documents"}),
+    multihost=True,
+  ),
+  Feature("pairs-remote-s3", lambda d: _pairs_config(d, "one_row", True, prefix="s3:"), store="s3"),
   Feature(
     "realistic-combination",
     lambda d: _with_datasets(
