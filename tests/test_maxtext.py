@@ -237,7 +237,7 @@ def test_every_key_the_adapter_reads_is_in_the_table(values, tmp_path, monkeypat
     ("expansion_factor_real_data", 2, r"expansion_factor_real_data: 2 is not supported"),
     ("colocated_python_data_input", True, r"colocated_python_data_input: True is not supported"),
     ("generate_padding_batch_train", True, r"generate_padding_batch_train: True is not supported"),
-    ("use_dpo", True, r"use_dpo: True is not supported"),
+    ("use_dpo", True, r"use_dpo: True, and dataset '\w+' holds documents; convert the pairs"),
     ("enable_rampup_batch_size", True, r"enable_rampup_batch_size: True is not supported: use jaxdata's batch.ramp"),
     ("train_data_columns", ["chosen", "rejected"], r"train_data_columns: \['chosen', 'rejected'\]: one text column"),
     ("grain_packing_type", "greedy", r"grain_packing_type: 'greedy' is not one of first_fit, best_fit"),

@@ -296,3 +296,57 @@ def test_pair_packing_defaults():
   assert PairPacking() == PairPacking(layout="one_row", shared_prompt=False, too_long="drop")
   # a pair is never split: long_docs' default (split) means drop for pairs
   assert PackingConfig(pairs={"layout": "parallel"}).long_docs == "drop"
+
+
+def test_maxtexts_use_dpo_gives_its_dpo_batch_one_pair_a_row(pair_data):
+  """MaxText's `use_dpo` keys: each row the pair as MaxText's DPO input pads it (each side's ids from column 0,
+  `*_segmentation` 1 on them and 0 after, `*_position` 0, 1, ... then 0), the keys its dpo_loss_fn reads."""
+  from jaxdata.integrations.maxtext import MAXTEXT_DPO_FEATURES, MaxTextPipeline  # noqa: PLC0415
+
+  root = pair_data["root"]
+  values = {
+    "grain_train_files": f"{root}/p0/*.array_record,0.6;{root}/p1/*.array_record,0.4",
+    "max_target_length": SEQ_LEN,
+    "global_batch_size_to_load": 4,
+    "use_dpo": True,
+    "train_data_columns": ["chosen", "rejected"],
+  }
+  with MaxTextPipeline(values, prefetch=0) as pipe:
+    batches = [{k: np.asarray(v) for k, v in next(pipe).items()} for _ in range(5)]
+    state = pipe.get_state()
+    after = {k: np.asarray(v) for k, v in next(pipe).items()}
+  for batch in batches:
+    assert tuple(batch) == MAXTEXT_DPO_FEATURES
+    for row in range(4):
+      d, r = _side_of(batch["chosen"][row][batch["chosen_segmentation"][row] == 1])
+      chosen, _, rejected, _ = pair_data["records"][d][r]
+      for side, ids in (("chosen", chosen), ("rejected", rejected)):
+        expected = np.zeros(SEQ_LEN, np.int64)
+        expected[: ids.size] = ids
+        assert batch[side][row].tolist() == expected.tolist()
+        assert batch[f"{side}_segmentation"][row].tolist() == [1] * ids.size + [0] * (SEQ_LEN - ids.size)
+        assert batch[f"{side}_position"][row].tolist() == list(range(ids.size)) + [0] * (SEQ_LEN - ids.size)
+  with MaxTextPipeline(values, prefetch=0) as pipe:
+    pipe.set_state(state)
+    again = {k: np.asarray(v) for k, v in next(pipe).items()}
+  assert all(np.array_equal(after[k], again[k]) for k in after)
+  with pytest.raises(ConfigError, match="use_dpo: False, and dataset 'p0' holds preference pairs"):
+    MaxTextPipeline({**values, "use_dpo": False, "train_data_columns": ["text"]})
+
+
+def test_grains_ds_i_gives_the_pair(pair_data):
+  """A dataset of pairs as Grain's random-access source: `ds[i]` is record i's two sides and their trained masks."""
+  import grain  # noqa: PLC0415
+
+  from jaxdata import open_dataset  # noqa: PLC0415
+
+  with open_dataset(str(pair_data["root"] / "p1")) as dataset:
+    source = grain.MapDataset.source(dataset)
+    for i in (0, 7, len(pair_data["records"][1]) - 1):
+      chosen, chosen_marks, rejected, rejected_marks = pair_data["records"][1][i]
+      got = source[i]
+      assert got["chosen"].tolist() == chosen.tolist() and got["rejected"].tolist() == rejected.tolist()
+      assert got["chosen_mask"].tolist() == (chosen_marks & 1).tolist()
+      assert got["rejected_mask"].tolist() == (rejected_marks & 1).tolist()
+    shuffled = [pair["chosen"][0] for pair in source.shuffle(seed=3)]
+    assert sorted(shuffled) == sorted(c[0] for c, _, _, _ in pair_data["records"][1])

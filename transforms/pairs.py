@@ -124,18 +124,18 @@ def assemble_pairs(
   buffer, marks = records.buffer, records.marks
   start = records.doc_start + 1  # the buffer's lead slot
   length = records.doc_length.astype(np.int64)
-  rejected_bits = np.cumsum((marks & _REJECTED) != 0, dtype=np.int64)
-  rejected = rejected_bits[start + length - 1] - rejected_bits[start - 1] if length.size else length
+  # Per pair, from its own bytes only (the buffer holds a whole read span): its sides and its prompt.
+  own = marks[_ranges(start, length)]
+  first = np.cumsum(length) - length
+  nonempty = length > 0  # reduceat needs a start inside the array; a record has at least one id
+  rejected = np.zeros_like(length)
+  position = np.arange(own.size) - np.repeat(first, length)
+  first_trained = np.zeros_like(length)
+  if nonempty.any():
+    rejected[nonempty] = np.add.reduceat((own & _REJECTED) != 0, first[nonempty])
+    first_trained[nonempty] = np.minimum.reduceat(np.where(own & _TRAINED, position, 1 << 62), first[nonempty])
   chosen = length - rejected
-  first_side_end = start + np.where(chosen > 0, chosen, length)
-  trained_at = np.flatnonzero(marks & _TRAINED)
-  found = np.searchsorted(trained_at, start)
-  next_trained = np.where(
-    found < trained_at.size,
-    trained_at[np.minimum(found, max(trained_at.size - 1, 0))] if trained_at.size else 0,
-    1 << 62,
-  )
-  prompt = np.minimum(next_trained, first_side_end) - start
+  prompt = np.minimum(first_trained, np.where(chosen > 0, chosen, length))
   wrong = np.flatnonzero((pieces.offset != 0) | (planning_lengths(length, chosen, prompt, pairs) != pieces.length))
   if wrong.size:
     bad = int(wrong[0])

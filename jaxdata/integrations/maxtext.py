@@ -7,6 +7,8 @@ Batches carry `inputs`, `inputs_segmentation`, `inputs_position`,
 `targets`, `targets_segmentation` and `targets_position`, int32, with the
 targets and their segmentation made as MaxText's `ShiftData` makes them
 (`shift_data`): the loss MaxText computes on them covers the same tokens.
+With `use_dpo`, batches carry what MaxText's `dpo_loss_fn` reads
+(`MAXTEXT_DPO_FEATURES`): each row one pair, each side padded to the row.
 
 >>> values = {"grain_train_files": "data/web/*.array_record,0.7;data/code/*.array_record,0.3",
 ...           "max_target_length": 1024, "global_batch_size_to_load": 64}
@@ -35,10 +37,12 @@ from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.pipeline import Pipeline
 
 __all__ = [
+  "MAXTEXT_DPO_FEATURES",
   "MAXTEXT_FEATURES",
   "MAXTEXT_KEYS",
   "MaxTextPipeline",
   "maxtext_batch",
+  "maxtext_dpo_batch",
   "maxtext_config",
   "parse_train_files",
   "shift_data",
@@ -52,6 +56,32 @@ MAXTEXT_FEATURES = (
   "targets_segmentation",
   "targets_position",
 )
+
+
+MAXTEXT_DPO_FEATURES = (
+  "chosen",
+  "chosen_segmentation",
+  "chosen_position",
+  "rejected",
+  "rejected_segmentation",
+  "rejected_position",
+)
+
+
+def maxtext_dpo_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
+  """A batch of pairs in the `parallel` layout under the names MaxText's DPO reads (int32).
+
+  >>> row = {f"{s}_{k}": np.array([[7, 8, 0]]) for s in ("chosen", "rejected") for k in ("tokens", "positions")}
+  >>> row |= {"chosen_segment_ids": np.array([[1, 1, 0]]), "rejected_segment_ids": np.array([[1, 1, 0]])}
+  >>> maxtext_dpo_batch(row)["chosen_segmentation"].tolist()
+  [[1, 1, 0]]
+  """
+  out = {}
+  for side in ("chosen", "rejected"):
+    out[side] = batch[f"{side}_tokens"].astype("int32")
+    out[f"{side}_segmentation"] = batch[f"{side}_segment_ids"].astype("int32")
+    out[f"{side}_position"] = batch[f"{side}_positions"].astype("int32")
+  return out
 
 
 def shift_data(tokens: Any, segment_ids: Any, pad_id: int) -> tuple[Any, Any]:
@@ -132,12 +162,15 @@ class MaxTextPipeline:
     self.pad_id = maxtext_pad_id(values, split)  # what ShiftData ignores (rows are zero-padded when packed)
     use_sft, completion_only = maxtext_sft(values)
     self.completion_only = use_sft and completion_only
+    self.dpo = bool(values.get("use_dpo", False))
     self.pipeline = Pipeline(self.config, mesh, data_axes, **pipeline_kwargs)
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self
 
   def __next__(self) -> dict[str, Any]:
+    if self.dpo:
+      return maxtext_dpo_batch(next(self.pipeline))
     return maxtext_batch(next(self.pipeline), self.pad_id, self.completion_only)
 
   def get_state(self) -> dict[str, Any]:

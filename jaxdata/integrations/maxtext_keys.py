@@ -88,7 +88,9 @@ MAXTEXT_KEYS: dict[str, str] = {
   "colocated_python_data_input": "false: read; true: refused",
   "generate_padding_batch_train": "false: read; true: refused (the mixture repeats; it never runs out)",
   "generate_padding_batch_eval": "false: read; true: refused",
-  "use_dpo": "false: read; true: refused (pretraining batches only)",
+  "use_dpo": "true: preference pairs (jaxdata convert --format preference), one pair a row as MaxText's "
+  "dpo_loss_fn reads them (chosen, rejected, *_segmentation, *_position: packing.pairs layout parallel, mode none); "
+  "a pair with a side longer than max_target_length is dropped and counted (MaxText truncates it)",
   "use_sft": "true: fine-tuning batches from datasets with trained-token masks (jaxdata convert --format chat); "
   "MaxText's tokenizer adds no BOS / EOS then (the template does)",
   "sft_train_on_completion_only": "true: only trained tokens are targets (targets_segmentation 0 elsewhere, as "
@@ -115,7 +117,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
   "colocated_python_data_input": (False, None),
   "generate_padding_batch_train": (False, None),
   "generate_padding_batch_eval": (False, None),
-  "use_dpo": (False, None),
   "enable_rampup_batch_size": (False, None),
 }
 _WHY_REFUSED = {
@@ -123,7 +124,6 @@ _WHY_REFUSED = {
   "colocated_python_data_input": "jaxdata reads on every host itself",
   "generate_padding_batch_train": "the mixture repeats and never runs out",
   "generate_padding_batch_eval": "jaxdata does not add padding batches",
-  "use_dpo": "jaxdata hands out pretraining batches only",
   "enable_rampup_batch_size": "use jaxdata's batch.ramp (docs/configuration.md)",
 }
 _PACKING_TYPES = {"first_fit": "first_fit", "best_fit": "best_fit", "concat_then_split": "concat"}
@@ -266,9 +266,11 @@ def _refuse_unsupported(values: Mapping[str, Any]) -> None:
   for key, neutral in _NEUTRAL.items():
     if key in values and values[key] not in neutral:
       raise ConfigError(f"{key}: {short(values[key])} is not supported: {_WHY_REFUSED[key]}")
+  if values.get("use_dpo") and values.get("use_sft"):
+    raise ConfigError("use_dpo: true with use_sft: true: one kind of batch at a time (pairs, or examples)")
   for key in ("train_data_columns", "eval_data_columns"):
     columns = values.get(key)
-    if isinstance(columns, (list, tuple)) and len(columns) > 1:
+    if isinstance(columns, (list, tuple)) and len(columns) > (2 if values.get("use_dpo") else 1):
       raise ConfigError(f"{key}: {list(columns)}: one text column per dataset (the feature converted)")
 
 
@@ -462,12 +464,15 @@ def maxtext_config(
       "use_truncation: false with packing: false: MaxText then makes a row of each chunk of a long document; "
       "jaxdata's unpacked rows hold one document each (truncated): pack, or keep use_truncation: true"
     )
-  tokenize = _tokenize(values, split) and not values.get("use_sft")  # SFT: MaxText's tokenizer adds none
+  dpo = bool(values.get("use_dpo", False))
+  # SFT and DPO: MaxText's tokenizer adds no BOS / EOS (the chat template does)
+  tokenize = _tokenize(values, split) and not values.get("use_sft") and not dpo
   adds = {flag: tokenize and bool(values.get(flag, True)) for flag in ("add_bos", "add_eos")}  # the tokenizer adds them
   special = {}
   if check_paths:
     _check_tokenizer(values, manifests, names, split)
     _check_sft(values, manifests, names)
+    _check_dpo(values, manifests, names)
     special = _tokenizer_ids(values, manifests, names, adds)
   # Grain's packers pad rows with zeros; MaxText pads unpacked rows with the tokenizer's pad id.
   special["pad_id"] = special.get("pad_id", 0) if not packing else 0
@@ -493,11 +498,33 @@ def maxtext_config(
       "max_segments_per_row": _segment_cap(values, packing),
       **special,
     },
+    **({"packing": _dpo_packing(values, special)} if dpo else {}),
     # eval: MaxText pads the last batch (batch_and_pad), so every held document is seen
     "batch": {"global_batch_size": _batch_size(values, split, num_devices), "drop_remainder": split != "eval"},
   }
   raw.update(extra)
   return PipelineConfig.from_dict(raw)
+
+
+def _dpo_packing(values: Mapping[str, Any], special: Mapping[str, Any]) -> dict[str, Any]:
+  """use_dpo: one pair a row in MaxText's layout (its dpo_loss_fn reads segment 1 of each row only)."""
+  return {
+    "mode": "none",
+    "seq_len": int(values.get("max_target_length", 2048)),
+    "pairs": {"layout": "parallel"},
+    "pad_id": special.get("pad_id", 0),
+  }
+
+
+def _check_dpo(values: Mapping[str, Any], manifests: list[Manifest], names: list[str]) -> None:
+  """use_dpo: every dataset holds preference pairs; without it, none does."""
+  dpo = bool(values.get("use_dpo"))
+  for name, manifest in zip(names, manifests):
+    if dpo != manifest.holds_pairs:
+      raise ConfigError(
+        f"use_dpo: {dpo}, and dataset {name!r} holds {'documents' if dpo else 'preference pairs'}; "
+        + ("convert the pairs with `jaxdata convert --format preference`" if dpo else "set use_dpo: true")
+      )
 
 
 def _segment_cap(values: Mapping[str, Any], packing: bool) -> int | None:

@@ -80,6 +80,7 @@ class RaggedTokens:
   tokens: np.ndarray
   offsets: np.ndarray
   mask: np.ndarray | None = None  # uint8 0 / 1 per token, aligned with `tokens`: trained or not
+  pairs: bool = False  # each document a preference pair: `mask` bit 0 trained, bit 1 the rejected side
 
   def __len__(self) -> int:
     return self.offsets.size - 1
@@ -92,11 +93,23 @@ class RaggedTokens:
     return np.diff(self.offsets)
 
   def to_list(self) -> list[Any]:
-    """One entry per document: its ids, or with masks {"tokens": ids, "mask": 0 / 1 per id}."""
+    """One entry per document: its ids, or with masks {"tokens": ids, "mask": 0 / 1 per id}; a
+    preference pair is {"chosen": ids, "chosen_mask": 0 / 1 per id, "rejected": ..., "rejected_mask": ...}
+    (a KTO example's missing side: no ids)."""
     tokens = np.split(self.tokens, self.offsets[1:-1])
     if self.mask is None:
       return tokens
-    return [{"tokens": t, "mask": m} for t, m in zip(tokens, np.split(self.mask, self.offsets[1:-1]))]
+    masks = np.split(self.mask, self.offsets[1:-1])
+    if not self.pairs:
+      return [{"tokens": t, "mask": m} for t, m in zip(tokens, masks)]
+    out = []
+    for ids, marks in zip(tokens, masks):
+      chosen = (marks & 2) == 0  # the chosen side comes first
+      cut = int(chosen.sum())
+      out.append(
+        {"chosen": ids[:cut], "chosen_mask": marks[:cut] & 1, "rejected": ids[cut:], "rejected_mask": marks[cut:] & 1}
+      )
+    return out
 
 
 class TokenDataset(ShardedRecords):
@@ -244,7 +257,7 @@ class TokenDataset(ShardedRecords):
         f"{self.shard_path(shard_ids[document])}: record {record_ids[document]} holds a mask byte above "
         f"{highest} (damaged, or not a {'pair' if highest == 3 else 'masked'} record)"
       )
-    return RaggedTokens(tokens, offsets, mask)
+    return RaggedTokens(tokens, offsets, mask, self.manifest.holds_pairs)
 
   def verify(self) -> None:
     """Deep check that reads everything: every shard's sha256 against the
