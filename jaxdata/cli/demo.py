@@ -7,6 +7,8 @@ import dataclasses
 import json
 import os
 
+import numpy as np
+
 from jaxdata._lazy import lazy_module
 from jaxdata.cli.output import Console, Table, check_output_path, show
 from jaxdata.cli.parsing import Commands, parse_size
@@ -21,6 +23,7 @@ ablation = lazy_module("jaxdata.demo.ablate")
 demo_run = lazy_module("jaxdata.demo.run")
 online = lazy_module("jaxdata.demo.online")
 sft = lazy_module("jaxdata.demo.sft")
+dpo = lazy_module("jaxdata.demo.dpo")
 
 
 UNSETTLED_BOUND = 0.05  # one document past this share of what was pulled: the shares have not settled
@@ -49,6 +52,8 @@ def demo(args: argparse.Namespace, console: Console) -> int:
     return _online(args, console, cache_dir)
   if args.sft:
     return _sft(args, console, cache_dir)
+  if args.dpo:
+    return _dpo(args, console, cache_dir)
   result = demo_run.run_demo(
     cache_dir,
     args.config,
@@ -145,6 +150,34 @@ def _sft(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
   return 0 if result.resume_ok else 1
 
 
+def _dpo(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
+  """`demo --dpo`: pairs converted, a DPO loss on packed pairs, the reward margin, the resume check."""
+  result = dpo.run_dpo_demo(cache_dir, steps=args.steps, log=lambda m: console.print(m, markup=False))
+  table = Table(title=f"jaxdata demo --dpo: {result.steps} steps, pairs packed whole (one_row)")
+  for column in ("steps", "DPO loss", "reward margin", "pairs ranked right"):
+    table.add_column(column, justify="right")
+  quarter = max(result.steps // 4, 1)
+  for first in range(0, result.steps, quarter):
+    part = slice(first, min(first + quarter, result.steps))
+    table.add_row(
+      f"{part.start}-{part.stop - 1}",
+      f"{np.mean(result.losses[part]):.4f}",
+      f"{np.mean(result.margins[part]):+.4f}",
+      f"{np.mean(result.accuracy[part]):.1%}",
+    )
+  show(console, table)
+  shares = ", ".join(f"{name} {count}" for name, count in result.pairs.items())
+  console.print(
+    f"pairs trained on: {shares} (weights {', '.join(f'{n} {w}' for n, (w, _) in dpo.SETS.items())}); "
+    f"resume mid-epoch: {'identical batches' if result.resume_ok else 'DIFFERENT batches'}",
+    markup=False,
+  )
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dataclasses.asdict(result), f, indent=1)
+  return 0 if result.resume_ok else 1
+
+
 def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
   """`demo --online doremi`: the weight trajectory, the averaged weights, the resume check, the main runs."""
   if args.config is None:
@@ -202,6 +235,11 @@ def register_demo(commands: Commands) -> None:
     "--sft",
     action="store_true",
     help="instead: fine-tuning on generated chat, tool-call and safety conversations (masks, epochs, resume)",
+  )
+  p.add_argument(
+    "--dpo",
+    action="store_true",
+    help="instead: a DPO loss on generated preference pairs, packed whole (the reward margin, resume)",
   )
   p.add_argument(
     "--eval-tokens",

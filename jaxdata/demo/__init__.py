@@ -5,6 +5,7 @@
     run.py      corpus, pipeline, training, checkpoint and the restart check, wired
     online.py   `jaxdata demo --online doremi`: a controller steering the mixture every step
     sft.py      `jaxdata demo --sft`: fine-tuning on small conversation sets with masks
+    dpo.py      `jaxdata demo --dpo`: a DPO loss on generated preference pairs, packed whole
     ablate.py   `jaxdata ablate`: a fixed-budget mixture comparison with the demo's model
 
 This module holds only what the CLI needs before JAX starts.

@@ -36,7 +36,7 @@ from jaxdata.errors import optional_module
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
 
-__all__ = ["SftResult", "run_sft_demo"]
+__all__ = ["TOPICS", "SftResult", "build_sft_sets", "digest", "run_sft_demo"]
 
 TEMPLATE = (
   "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
@@ -176,7 +176,7 @@ def run_sft_demo(cache_dir: str, steps: int = 40, log: Callable[[str], None] = p
         saved = pipe.get_state()
       batch = next(pipe)
       if step >= middle:
-        after.append(_digest(batch))
+        after.append(digest(batch))
       starts = (np.asarray(batch["positions"]) == 0) & (np.asarray(batch["segment_ids"]) > 0)
       documents += np.bincount(np.asarray(batch["source_ids"])[starts], minlength=len(cfg.names))
       params, state, loss = model.train_step(params, state, {k: jnp.asarray(v) for k, v in batch.items()})
@@ -184,7 +184,7 @@ def run_sft_demo(cache_dir: str, steps: int = 40, log: Callable[[str], None] = p
     epochs = pipe.stats().get("passes", {})
   with Pipeline(cfg, prefetch=0) as fresh:
     fresh.set_state(json.loads(json.dumps(saved)))
-    resumed = [_digest(next(fresh)) for _ in range(steps - middle)]
+    resumed = [digest(next(fresh)) for _ in range(steps - middle)]
   shares = {}
   for name, path in paths.items():
     manifest = Manifest.load(path)
@@ -200,5 +200,6 @@ def run_sft_demo(cache_dir: str, steps: int = 40, log: Callable[[str], None] = p
   )
 
 
-def _digest(batch: dict[str, Any]) -> str:
+def digest(batch: dict[str, Any]) -> str:
+  """A batch's bytes, every feature, as 16 hex digits (resume checks compare these)."""
   return hashlib.sha256(b"".join(np.asarray(batch[k]).tobytes() for k in sorted(batch))).hexdigest()[:16]
