@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import transformers
 
-from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig, open_dataset
+from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig, TokenDataset, open_dataset
 from jaxdata.cli import main
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.examples import character_range_mask
@@ -357,10 +357,55 @@ def test_levanters_chat_format_converts_to_the_same_masks(tokenizer_dir, tmp_pat
   options = levanter_chat_options({"mask_user_turns": False}, f"hf:{tokenizer_dir}")
   assert options.train_on == "all" and options.field == "messages"
   for bad, message in (
-    ({"type": "supervised"}, "only Levanter's chat format"),
+    ({"type": "supervised"}, "only Levanter's chat and preference_chat formats"),
     ({"mask_user_turn": True}, "'mask_user_turn' is not a chat format key"),
     ({"mask_user_turns": "no"}, "mask_user_turns: expected true or false"),
     ({"messages_field": 3}, "messages_field: expected a non-empty string"),
+  ):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+      levanter_chat_options(bad, f"hf:{tokenizer_dir}")
+
+
+def test_levanters_preference_chat_format_converts_each_side_as_transformers_renders_it(tokenizer_dir, tmp_path):
+  """`type: preference_chat` with its own field names: a pair a record, each side what transformers'
+  apply_chat_template gives for that transcript (ids, and its assistant mask as the side's trained flags)."""
+  user = [{"role": "user", "content": "Name a colour."}]
+  rows = [
+    {
+      "good": user + [{"role": "assistant", "content": "Blue."}],
+      "bad": user + [{"role": "assistant", "content": "No."}],
+    },
+    {
+      "good": user + [{"role": "assistant", "content": "Red!"}],
+      "bad": user + [{"role": "assistant", "content": "?"}],
+      "sys": "Be brief.",
+    },
+  ]
+  source = _jsonl(tmp_path / "pairs.jsonl", rows)
+  fmt = {
+    "type": "preference_chat",
+    "chosen_field": "good",
+    "rejected_field": "bad",
+    "chat_template": CHATML,
+    "system_prompt": "sys",
+  }
+  convert([source], str(tmp_path / "pairs"), "pairs", levanter_chat_options(fmt, f"hf:{tokenizer_dir}", workers=1))
+  fast = transformers.PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+  with TokenDataset(str(tmp_path / "pairs")) as dataset:
+    got = dataset.read_global(np.arange(len(rows))).to_list()
+  for row, pair in zip(rows, got, strict=True):
+    system = [{"role": "system", "content": row["sys"]}] if "sys" in row else []
+    for side, field in (("chosen", "good"), ("rejected", "bad")):
+      out = fast.apply_chat_template(
+        system + row[field], chat_template=CHATML, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+      )
+      assert pair[side].tolist() == list(out["input_ids"]) and pair[f"{side}_mask"].tolist() == list(
+        out["assistant_masks"]
+      )
+  for bad, message in (
+    ({"type": "preference_chat", "mask_user_turns": False}, "mask_user_turns: false would train a pair's prompt"),
+    ({"type": "preference_chat", "slice_strategy": "left"}, "slice_strategy: 'left': a pair is never cut"),
+    ({"type": "preference_chat", "messages_field": "m"}, "'messages_field' is not a preference_chat format key"),
   ):
     with pytest.raises(ConfigError, match=re.escape(message)):
       levanter_chat_options(bad, f"hf:{tokenizer_dir}")

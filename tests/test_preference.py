@@ -212,3 +212,27 @@ def test_jaxdata_convert_writes_a_pair_a_record_and_a_pipeline_refuses_to_pack_t
   )
   with pytest.raises(ConfigError, match="dataset pairs: holds preference pairs"):
     Pipeline(cfg)
+
+
+def test_levanters_preference_chat_records_convert(tokenizer):
+  """Levanter's `preference_chat` format: `chosen` and `rejected` whole transcripts (the prompt implicit), a
+  system prompt field and per-example template arguments beside them. Each side is the fine-tuning path's
+  encoding of its transcript with the same system prompt and arguments; the prompt is their shared messages."""
+  template = families.CHATML_PLAIN.replace("{% for", "{{ greeting | default('') }}{% for", 1)
+  options = {"template": template, "system_prompt_field": "system", "template_kwargs_field": "chat_template_kwargs"}
+  sft = ExampleEncoder("chat", tokenizer, "messages", **options)
+  pairs = PreferenceEncoder(sft)
+  user = [{"role": "user", "content": "Is it sunny?"}]
+  record = {
+    "chosen": user + CHOSEN,
+    "rejected": user + REJECTED,
+    "system": "Be brief.",
+    "chat_template_kwargs": {"greeting": "Hello."},
+  }
+  example = pairs.encode(record, WHERE)
+  assert example.chosen is not None and example.rejected is not None
+  for side, answer in ((example.chosen, CHOSEN), (example.rejected, REJECTED)):
+    whole = {"messages": user + answer, "system": "Be brief.", "chat_template_kwargs": {"greeting": "Hello."}}
+    ids, mask = sft.encode(whole, WHERE)
+    assert (side[0].tolist(), side[1].tolist()) == (ids.tolist(), mask.tolist())
+    assert tokenizer.decode(side[0].tolist()).startswith("Hello.")

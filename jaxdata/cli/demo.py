@@ -168,7 +168,7 @@ def _dpo(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
   show(console, table)
   shares = ", ".join(f"{name} {count}" for name, count in result.pairs.items())
   console.print(
-    f"pairs trained on: {shares} (weights {', '.join(f'{n} {w}' for n, (w, _) in dpo.SETS.items())}); "
+    f"pairs trained on: {shares} (weights {', '.join(f'{n} {w}' for n, (w, _) in dpo.PAIR_SETS.items())}); "
     f"resume mid-epoch: {'identical batches' if result.resume_ok else 'DIFFERENT batches'}",
     markup=False,
   )

@@ -98,11 +98,25 @@ class ExampleEncoder:
   def encode(self, record: Mapping[str, Any], where: str) -> Example:
     return self._within_limit(*self._encoded(record, where), where)
 
-  def encode_messages(self, messages: list[Any], weights: list[int], where: str) -> Example:
+  def encode_messages(
+    self, messages: list[Any], weights: list[int], where: str, kwargs: Mapping[str, Any] | None = None
+  ) -> Example:
     """A conversation whose messages train only where `weights` says 1 (and their own `weight` allows):
-    one side of a preference pair, whose prompt messages never train."""
+    one side of a preference pair, whose prompt messages never train. `kwargs`: the template's arguments."""
     own = _checked_messages(messages, where)
-    return self._within_limit(*self._chat(messages, [a & b for a, b in zip(weights, own)], None, where), where)
+    trained = [a & b for a, b in zip(weights, own)]
+    return self._within_limit(*self._chat(messages, trained, None, where, dict(kwargs or {})), where)
+
+  def record_context(self, record: Mapping[str, Any], where: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(system messages to put first, template arguments) a record gives through `system_prompt_field`
+    and `template_kwargs_field` (Levanter's fields), checked."""
+    system = record.get(self.system_prompt_field) if self.system_prompt_field else None
+    if system is not None and not isinstance(system, str):
+      raise InputFormatError(f"{where}: field {self.system_prompt_field!r} must be a string (the system prompt)")
+    kwargs = record.get(self.template_kwargs_field) if self.template_kwargs_field else None
+    if kwargs is not None and not isinstance(kwargs, dict):
+      raise InputFormatError(f"{where}: field {self.template_kwargs_field!r} must be an object of template arguments")
+    return ([{"role": "system", "content": system}] if system is not None else []), kwargs or {}
 
   def tokenized(self, text: str) -> tuple[np.ndarray, np.ndarray]:
     """(ids, character offsets) of `text`, tokenized once, without special tokens added."""
@@ -128,15 +142,9 @@ class ExampleEncoder:
       shown = "missing" if self.field not in record else f"{type(messages).__name__}, not a list"
       raise InputFormatError(f"{where}: field {self.field!r} is {shown} (a chat example holds a list of messages)")
     weights = _checked_messages(messages, where)
-    system = record.get(self.system_prompt_field) if self.system_prompt_field else None
-    if system is not None:
-      if not isinstance(system, str):
-        raise InputFormatError(f"{where}: field {self.system_prompt_field!r} must be a string (the system prompt)")
-      messages, weights = [{"role": "system", "content": system}, *messages], [0, *weights]
-    kwargs = record.get(self.template_kwargs_field) if self.template_kwargs_field else None
-    if kwargs is not None and not isinstance(kwargs, dict):
-      raise InputFormatError(f"{where}: field {self.template_kwargs_field!r} must be an object of template arguments")
-    return self._chat(messages, weights, record.get("tools"), where, kwargs or {})
+    system, kwargs = self.record_context(record, where)
+    messages, weights = [*system, *messages], [0] * len(system) + weights
+    return self._chat(messages, weights, record.get("tools"), where, kwargs)
 
   def _prompt_completion(self, record: Mapping[str, Any], where: str) -> Example:
     for name in ("prompt", "completion"):

@@ -75,6 +75,7 @@ class ConvertOptions:
   system_prompt_field: str = ""
   template_kwargs_field: str = ""
   max_example_tokens: int = 0
+  pair_fields: tuple[str, str] = ("chosen", "rejected")  # preference: the fields of the two sides
 
   def __post_init__(self) -> None:
     if self.examples not in EXAMPLE_FORMATS:
@@ -106,6 +107,11 @@ class ConvertOptions:
       raise ValueError(f"max_example_tokens: must be an int, got {self.max_example_tokens!r}")
     if self.max_example_tokens < 0:
       raise ValueError(f"max_example_tokens: must be >= 0 (0: any length), got {self.max_example_tokens}")
+    object.__setattr__(self, "pair_fields", tuple(self.pair_fields))
+    if len(self.pair_fields) != 2 or not all(isinstance(f, str) and f for f in self.pair_fields):
+      raise ValueError(f"pair_fields: two field names (chosen, rejected), got {self.pair_fields!r}")
+    if self.pair_fields[0] == self.pair_fields[1]:
+      raise ValueError(f"pair_fields: the two sides need two fields, got {self.pair_fields[0]!r} twice")
     if self.max_example_tokens and self.examples == "text":
       raise ValueError("max_example_tokens: applies to fine-tuning examples (examples 'chat' or 'prompt-completion')")
     if self.unit_bytes < 0:

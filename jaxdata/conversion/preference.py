@@ -43,6 +43,7 @@ from jaxdata.errors import InputFormatError
 
 __all__ = ["PreferenceEncoder", "PreferenceExample", "pair_record", "split_pair"]
 
+Context = tuple[list[dict[str, Any]], dict[str, Any]]  # system messages put first, the template's arguments
 TRAINED, REJECTED = 1, 2  # the bits of a pair record's byte per id
 
 
@@ -68,17 +69,23 @@ class PreferenceEncoder:
   """Encodes one preference record with `encoder` (the fine-tuning path's; see the module docstring)."""
 
   encoder: ExampleEncoder
+  fields: tuple[str, str] = ("chosen", "rejected")  # the record fields of the two sides (Levanter's chosen_field, ...)
 
   def encode(self, record: Mapping[str, Any], where: str) -> PreferenceExample:
     if not isinstance(record, Mapping):
       raise InputFormatError(f"{where}: expected an object, got {type(record).__name__}")
     if "label" in record:
       return self._unpaired(record, where)
-    for name in ("chosen", "rejected"):
+    for name in self.fields:
       if name not in record:
         raise InputFormatError(f"{where}: field {name!r} is missing (a preference pair holds chosen and rejected)")
+    if self.fields != ("chosen", "rejected"):
+      record = {**record, "chosen": record[self.fields[0]], "rejected": record[self.fields[1]]}
     prompt, chosen, rejected = _sides(record, where)
-    sides = [self._side(prompt, answer, where, name) for name, answer in (("chosen", chosen), ("rejected", rejected))]
+    context = self._context(record, where)
+    sides = [
+      self._side(prompt, answer, where, name, context) for name, answer in (("chosen", chosen), ("rejected", rejected))
+    ]
     (chosen_ids, chosen_mask), (rejected_ids, rejected_mask) = sides
     if chosen_ids.tolist() == rejected_ids.tolist():
       raise InputFormatError(f"{where}: chosen and rejected are the same tokens (the pair prefers nothing)")
@@ -99,11 +106,15 @@ class PreferenceEncoder:
     if "completion" not in record:
       raise InputFormatError(f"{where}: field 'completion' is missing (an example with a label holds one)")
     prompt = record.get("prompt", "" if isinstance(record["completion"], str) else [])
-    side = self._side(prompt, record["completion"], where, "completion")
+    side = self._side(prompt, record["completion"], where, "completion", self._context(record, where))
     prompt_tokens = _prompt_length(side[1], where, "completion")
     return PreferenceExample(side if label else None, None if label else side, prompt_tokens)
 
-  def _side(self, prompt: Any, answer: Any, where: str, name: str) -> Example:
+  def _context(self, record: Mapping[str, Any], where: str) -> Context:
+    """The record's system prompt and template arguments (Levanter's fields), where the sides render as chat."""
+    return self.encoder.record_context(record, where) if self.encoder.kind == "chat" else ([], {})
+
+  def _side(self, prompt: Any, answer: Any, where: str, name: str, context: Context) -> Example:
     """One side, whole: the prompt messages untrained, the answer's trained by the fine-tuning rule."""
     if isinstance(prompt, str) and isinstance(answer, str):
       if not answer:
@@ -123,9 +134,10 @@ class PreferenceEncoder:
       )
     if not any(isinstance(m, Mapping) and m.get("role") == "assistant" for m in answer):
       raise InputFormatError(f"{where}: {name} holds no assistant message (the answer the pair compares)")
-    messages = [*prompt, *answer]
-    weights = [0] * len(prompt) + [1] * len(answer)  # only the answer trains
-    return self.encoder.encode_messages(messages, weights, f"{where} ({name})")
+    system, kwargs = context
+    messages = [*system, *prompt, *answer]
+    weights = [0] * (len(system) + len(prompt)) + [1] * len(answer)  # only the answer trains
+    return self.encoder.encode_messages(messages, weights, f"{where} ({name})", kwargs)
 
 
 def _sides(record: Mapping[str, Any], where: str) -> tuple[Any, Any, Any]:

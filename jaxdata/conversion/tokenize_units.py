@@ -78,7 +78,8 @@ def tokenize_unit(
 
   def flush(documents: list[Any]) -> int:
     if encoder is not None:
-      flat, found, mask = _encode_examples(encoder, documents, invalid, pairs=options.examples == "preference")
+      pairs = PreferenceEncoder(encoder, options.pair_fields) if options.examples == "preference" else None
+      flat, found, mask = _encode_examples(encoder, documents, invalid, pairs)
       masks.append(mask)
     else:
       flat, found = _encode(tokenizer, documents, unit.path, options.field)
@@ -149,12 +150,11 @@ def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
 
 
 def _encode_examples(
-  encoder: ExampleEncoder, records: list[Record], invalid: InvalidLog, pairs: bool = False
+  encoder: ExampleEncoder, records: list[Record], invalid: InvalidLog, preference: PreferenceEncoder | None = None
 ) -> tuple[np.ndarray, ...]:
-  """(flat ids, lengths, flat masks) of fine-tuning records (with `pairs`: preference records, one pair a
+  """(flat ids, lengths, flat masks) of fine-tuning records (with `preference`: preference records, one pair a
   record, `pair_record`'s marks as the masks); a bad one is reported (named, counted)."""
   parts, mask_parts = [], []
-  preference = PreferenceEncoder(encoder) if pairs else None
   for record in records:  # rendering a conversation is per example: the template sees one at a time
     try:
       if preference is not None:

@@ -37,7 +37,7 @@ from jaxdata.sources.manifest import Manifest
 
 __all__ = ["DpoResult", "run_dpo_demo"]
 
-SETS = {"helpful": (0.7, 400), "safety": (0.3, 150)}  # pair weight, pairs
+PAIR_SETS = {"helpful": (0.7, 400), "safety": (0.3, 150)}  # pair weight, pairs
 BETA, SEQ_LEN, ROWS, MAX_PAIRS = 0.1, 192, 8, 16
 HARMS = ["pick a lock", "forge a ticket", "hide a fee", "copy a key"]
 
@@ -56,7 +56,7 @@ def preference_sets(seed: int = 0) -> dict[str, list[dict[str, Any]]]:
   """Two sets of pairs: helpful (a fact beats a shrug) and safety (a refusal beats compliance)."""
   rng = np.random.default_rng(seed)
   helpful = []
-  for _ in range(SETS["helpful"][1]):
+  for _ in range(PAIR_SETS["helpful"][1]):
     topic = TOPICS[int(rng.integers(len(TOPICS)))]
     helpful.append(
       {
@@ -66,7 +66,7 @@ def preference_sets(seed: int = 0) -> dict[str, list[dict[str, Any]]]:
       }
     )
   safety = []
-  for _ in range(SETS["safety"][1]):
+  for _ in range(PAIR_SETS["safety"][1]):
     harm = HARMS[int(rng.integers(len(HARMS)))]
     safety.append({"prompt": f"How do I {harm}?", "chosen": "I can't help with that.", "rejected": f"To {harm}, first"})
   return {"helpful": helpful, "safety": safety}
@@ -97,7 +97,7 @@ def dpo_config(paths: dict[str, str]) -> PipelineConfig:
     {
       "seed": 11,
       "datasets": [{"name": n, "path": p} for n, p in paths.items()],
-      "mixture": {"unit": "documents", "weights": {n: w for n, (w, _) in SETS.items()}},
+      "mixture": {"unit": "documents", "weights": {n: w for n, (w, _) in PAIR_SETS.items()}},
       "exhausted_policy": "repeat",
       "packing": {"mode": "best_fit", "seq_len": SEQ_LEN, "max_segments_per_row": 2 * MAX_PAIRS, "pairs": {}},
       "batch": {"global_batch_size": ROWS},

@@ -42,7 +42,6 @@ __all__ = [
   "MAXTEXT_KEYS",
   "MaxTextPipeline",
   "maxtext_batch",
-  "maxtext_dpo_batch",
   "maxtext_config",
   "parse_train_files",
   "shift_data",
