@@ -15,10 +15,12 @@ and `lazy_module` as imports, so the layering rule covers them too.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["LazyModule", "lazy_exports", "lazy_module"]
+__all__ = ["LazyModule", "lazy_exports", "lazy_module", "user_function"]
 
 
 def lazy_exports(
@@ -74,3 +76,24 @@ class LazyModule:
 def lazy_module(name: str) -> LazyModule:
   """`name` (a literal module name), imported when one of its attributes is first used."""
   return LazyModule(name)
+
+
+def user_function(spec: str) -> Callable[..., Any]:
+  """The user's function named "MODULE:FUNCTION" (a command-line flag's value), imported from the
+  import path (the working directory first, as `python -m` finds modules); ValueError naming `spec`.
+
+  >>> user_function("math:sqrt")(16.0)
+  4.0
+  """
+  module_name, _, function_name = spec.partition(":")
+  if not module_name or not function_name:
+    raise ValueError(f"{spec!r}: give MODULE:FUNCTION")
+  if "" not in sys.path and os.getcwd() not in sys.path:
+    sys.path.insert(0, os.getcwd())
+  try:
+    function = getattr(importlib.import_module(module_name), function_name)
+  except (ImportError, AttributeError) as error:
+    raise ValueError(f"{spec}: {error}") from error
+  if not callable(function):
+    raise ValueError(f"{spec}: {type(function).__name__} is not a function")
+  return function

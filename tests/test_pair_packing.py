@@ -350,3 +350,88 @@ def test_grains_ds_i_gives_the_pair(pair_data):
       assert got["rejected_mask"].tolist() == (rejected_marks & 1).tolist()
     shuffled = [pair["chosen"][0] for pair in source.shuffle(seed=3)]
     assert sorted(shuffled) == sorted(c[0] for c, _, _, _ in pair_data["records"][1])
+
+
+def toy_logprobs(batch):
+  """A stand-in reference model: log p(target) = -(target mod 7) / 10, whatever the context."""
+  return -(np.asarray(batch["targets"]) % 7) / 10.0
+
+
+def side_sum(ids: np.ndarray, marks: np.ndarray) -> float:
+  """The oracle: a side's summed log p over its trained targets (token j + 1 is the target of token j)."""
+  trained = (marks[1:] & 1) == 1
+  return float((-(ids[1:] % 7) / 10.0)[trained].sum())
+
+
+@pytest.fixture(scope="module")
+def referenced(tmp_path_factory, pair_data) -> str:
+  import shutil  # noqa: PLC0415
+
+  from jaxdata import reference_logprobs  # noqa: PLC0415
+
+  path = str(tmp_path_factory.mktemp("referenced") / "p0")
+  shutil.copytree(pair_data["root"] / "p0", path)
+  manifest = reference_logprobs(path, toy_logprobs, "toy-ref-1", seq_len=64, rows=3)
+  assert manifest.stats["reference_logprobs"]["model_id"] == "toy-ref-1"
+  return path
+
+
+def test_stored_reference_logprobs_are_each_sides_sum_over_its_trained_targets(pair_data, referenced):
+  from jaxdata import open_dataset  # noqa: PLC0415
+
+  with open_dataset(referenced) as dataset:
+    for name, index in (("ref_chosen_logp", (0, 1)), ("ref_rejected_logp", (2, 3))):
+      want = [side_sum(pair[index[0]], pair[index[1]]) for pair in pair_data["records"][0]]
+      assert np.allclose(dataset.columns[name], want, atol=1e-5)
+
+
+@pytest.mark.parametrize(("layout", "shared"), LAYOUTS)
+def test_reference_logprobs_come_with_each_side_of_every_pair(pair_data, referenced, layout, shared):
+  from jaxdata import pair_references  # noqa: PLC0415
+
+  raw = pair_config(pair_data, layout, shared).to_dict()
+  raw["datasets"], raw["mixture"]["weights"] = [{"name": "p0", "path": referenced}], {"p0": 1}
+  raw["packing"]["pairs"]["reference"] = "toy-ref-1"
+  cfg = PipelineConfig.from_dict(raw)
+  checked = 0
+  with Pipeline(cfg, prefetch=2) as pipe:
+    for _ in range(4):
+      batch = {k: np.asarray(v) for k, v in next(pipe).items()}
+      chosen, rejected = (np.asarray(a) for a in pair_references(batch, SEQ_LEN))
+      for row in range(4):
+        for k, pair in enumerate(sides_in_row(batch, row, layout)):
+          d, r = _side_of(pair["chosen"]["tokens"])
+          c, cm, b, bm = pair_data["records"][d][r]
+          assert np.isclose(chosen[row, k], side_sum(c, cm), atol=1e-5)
+          assert np.isclose(rejected[row, k], side_sum(b, bm), atol=1e-5)
+          checked += 1
+  assert checked > 10
+  raw["packing"]["pairs"]["reference"] = "another-model"
+  with pytest.raises(ConfigError, match="dataset p0: holds reference log-probabilities of model 'toy-ref-1'"):
+    Pipeline(PipelineConfig.from_dict(raw))
+  raw["datasets"] = [{"name": "p0", "path": str(pair_data["root"] / "p0")}]
+  with pytest.raises(ConfigError, match="dataset p0: holds reference log-probabilities of no model"):
+    Pipeline(PipelineConfig.from_dict(raw))
+
+
+def test_jaxdata_reference_runs_a_users_function_named_on_the_command_line(pair_data, tmp_path, monkeypatch):
+  import shutil  # noqa: PLC0415
+
+  from jaxdata.cli import main  # noqa: PLC0415
+
+  shutil.copytree(pair_data["root"] / "p1", tmp_path / "p1")
+  (tmp_path / "toyref.py").write_text("def logp(batch):\n  return -(batch['targets'] % 7) / 10.0\n")
+  monkeypatch.chdir(tmp_path)
+  args = ["reference", str(tmp_path / "p1"), "--fn", "toyref:logp", "--model-id", "toy", "--seq-len", "64", "-q"]
+  assert main(args) == 0
+  manifest = json.loads((tmp_path / "p1" / "manifest.json").read_text())
+  assert manifest["stats"]["reference_logprobs"]["model_id"] == "toy"
+  assert set(manifest["shards"][0]["columns"]) == {
+    "chosen_length",
+    "prompt_length",
+    "ref_chosen_logp",
+    "ref_rejected_logp",
+  }
+  assert main(["reference", str(tmp_path / "p1"), "--fn", "toyref", "--model-id", "toy"]) != 0  # named, one line
+  # a pair longer than the rows given is refused: every pair gets its values
+  assert main(["reference", str(tmp_path / "p1"), "--fn", "toyref:logp", "--model-id", "toy", "--seq-len", "8"]) != 0

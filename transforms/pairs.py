@@ -33,6 +33,7 @@ conversation alone.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -77,6 +78,7 @@ class PairRecords:
   marks: np.ndarray
   doc_start: np.ndarray
   doc_length: np.ndarray
+  values: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per piece: its record's columns
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -154,6 +156,11 @@ def assemble_pairs(
     "side": np.broadcast_to(np.array([PROMPT_SIDE, 0, 1]), (length.size, 3)),
     "ends": np.broadcast_to(np.array([False, True, True]), (length.size, 3)),
   }
+  if records.values:  # each side's tokens carry its reference log-probability (a shared prompt's: none)
+    chosen_ref, rejected_ref = (
+      np.asarray(records.values[n], np.float32) for n in ("ref_chosen_logp", "ref_rejected_logp")
+    )
+    runs["ref"] = np.stack([np.zeros_like(chosen_ref), chosen_ref, rejected_ref], 1)
   if pairs.layout == "one_row":
     runs["dst"] = (host_row * seq_len + column)[:, None] + np.stack([0 * shared, shared, chosen], 1)
     # Segment ids: the pair's runs in row order, empty runs (no shared prompt, a KTO side) skipped.
@@ -222,3 +229,8 @@ def _write(
     pair_side[:] = -1
     pair_ids[slot] = np.repeat(pair_id[runs["pair"]], length)
     pair_side[slot] = np.repeat(runs["side"], length)
+  if f"{prefix}ref_logp" in out:  # float32, in the int32 array's bytes (the batch views it as float32)
+    reference = out[f"{prefix}ref_logp"].reshape(-1).view(np.float32)
+    reference[:] = 0.0
+    if "ref" in runs:
+      reference[slot] = np.repeat(runs["ref"], length)

@@ -49,7 +49,13 @@ def build_parser() -> Parser:
   parser = Parser(prog="jaxdata", description="JAX/TPU-native input pipeline for language models.", parents=[common])
   parser.add_argument("--version", action="version", version=f"jaxdata {__version__}")
   commands = Commands(parser, common)
-  for register in (convert.register_convert, data.register_data, demo.register_demo, planning.register_planning):
+  for register in (
+    convert.register_convert,
+    convert.register_reference,
+    data.register_data,
+    demo.register_demo,
+    planning.register_planning,
+  ):
     register(commands)
   return parser
 

@@ -1,4 +1,5 @@
-"""Handler of `jaxdata convert`: the local or the Beam runner, with progress bars and a summary."""
+"""Handlers of `jaxdata convert` (the local or the Beam runner, with progress bars and a summary) and
+`jaxdata reference` (a reference model's log-probabilities beside a dataset of pairs)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import shlex
 from typing import Any
 
+from jaxdata._lazy import lazy_module, user_function
 from jaxdata.cli.output import Console, flag_words, progress_bar
 from jaxdata.cli.parsing import Commands, parse_size
 from jaxdata.conversion.beam_runner import convert_with_beam
@@ -14,10 +16,13 @@ from jaxdata.conversion.local_runner import convert as convert_files
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES, ConvertOptions
 from jaxdata.conversion.roundtrip import check_roundtrip
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
+from jaxdata.errors import ConfigError
 from jaxdata.sources.manifest import COMPRESSIONS
 from jaxdata.tools.numbers import human_bytes
 
-__all__ = ["register_convert"]
+__all__ = ["register_convert", "register_reference"]
+
+reference = lazy_module("jaxdata.tools.reference")  # it runs jax: imported when the command runs
 
 
 def convert_command(args: argparse.Namespace, console: Console) -> int:
@@ -174,3 +179,33 @@ def register_convert(commands: Commands) -> None:
     "--region=R --temp_location=gs://B/tmp' (default: the local DirectRunner)",
   )
   p.set_defaults(handler=convert_command)
+
+
+def reference_command(args: argparse.Namespace, console: Console) -> int:
+  """`jaxdata reference`: a reference model's log-probabilities of every pair, stored beside the records."""
+  try:
+    function = user_function(args.fn)
+  except ValueError as error:
+    raise ConfigError(f"--fn: {error} (a function of a one_row batch -> log p(target) per slot)") from error
+  manifest = reference.reference_logprobs(
+    args.dataset,
+    function,
+    args.model_id,
+    seq_len=args.seq_len,
+    rows=args.rows,
+    log=(lambda m: None) if args.quiet else (lambda m: console.print(m, markup=False)),
+  )
+  stored = manifest.stats["reference_logprobs"]
+  console.print(f"{args.dataset}: {manifest.num_records:,} pairs, model {stored['model_id']}", markup=False)
+  return 0
+
+
+def register_reference(commands: Commands) -> None:
+  """The `jaxdata reference` command and its flags."""
+  p = commands.add("reference", "a reference model's log-probabilities of each side of every pair, stored")
+  p.add_argument("dataset", help="a dataset of preference pairs (local)")
+  p.add_argument("--fn", required=True, help="MODULE:FUNCTION: a one_row batch -> log p(target) per slot")
+  p.add_argument("--model-id", required=True, help="the reference model's name, recorded and checked on reading")
+  p.add_argument("--seq-len", type=int, default=2048, help="the rows' length (every pair must fit one)")
+  p.add_argument("--rows", type=int, default=8, help="rows per call of the function")
+  p.set_defaults(handler=reference_command)

@@ -102,6 +102,7 @@ def _closest(word: str, options: list[str]) -> str:
 # One example per command, shown under its --help (each runs as written, given the files it names).
 EXAMPLES = {
   "convert": "jaxdata convert corpus/web.jsonl --out data/web --name web",
+  "reference": "jaxdata reference data/pairs --fn my_model:logprobs --model-id sft-v3",
   "index": "jaxdata index shards/ --dtype uint32",
   "inspect": "jaxdata inspect data/web data/code",
   "plan": "jaxdata plan pipeline.yaml --tokens 10B --png plan.png",

@@ -15,23 +15,28 @@ from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.validate import build, check_bool, check_int, short
 from jaxdata.errors import ConfigError
 
-__all__ = ["FEATURES", "PAIR_SIDES", "BatchConfig", "BatchPhase", "BatchRamp", "pair_features"]
+__all__ = ["FEATURES", "FLOAT_FEATURES", "PAIR_SIDES", "BatchConfig", "BatchPhase", "BatchRamp", "pair_features"]
 
 # What a step holds, in this order: int32 [rows, seq_len] each (docs/packing.md).
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
 PAIR_SIDES = ("chosen", "rejected")
 
 
-def pair_features(layout: str) -> tuple[str, ...]:
+def pair_features(layout: str, reference: bool = False) -> tuple[str, ...]:
   """What a step of preference pairs holds (docs/preference.md): with `one_row`, `FEATURES` and
   each token's pair and side; with `parallel`, `FEATURES` of the chosen rows, then of the rejected.
+  With `reference`, each side's tokens also carry its reference log-probability (float32).
 
-  >>> pair_features("one_row")[-2:], pair_features("parallel")[:2]
-  (('pair_ids', 'pair_side'), ('chosen_tokens', 'chosen_targets'))
+  >>> pair_features("one_row")[-2:], pair_features("parallel", reference=True)[-1]
+  (('pair_ids', 'pair_side'), 'rejected_ref_logp')
   """
   if layout == "one_row":
-    return (*FEATURES, "pair_ids", "pair_side")
-  return tuple(f"{side}_{name}" for side in PAIR_SIDES for name in FEATURES)
+    return (*FEATURES, "pair_ids", "pair_side", *(("ref_logp",) if reference else ()))
+  sides = tuple(f"{side}_{name}" for side in PAIR_SIDES for name in FEATURES)
+  return sides + (tuple(f"{side}_ref_logp" for side in PAIR_SIDES) if reference else ())
+
+
+FLOAT_FEATURES = ("ref_logp", "chosen_ref_logp", "rejected_ref_logp")  # float32; carried as int32 bits
 
 
 @dataclasses.dataclass(frozen=True)

@@ -166,14 +166,14 @@ class PipelineConfig:
   def step_features(self) -> tuple[str, ...]:
     """The arrays every step holds: `batch.features`, or with packing.pairs its layout's (`pair_features`)."""
     if self.packing.pairs is not None:
-      return pair_features(self.packing.pairs.layout)
+      return pair_features(self.packing.pairs.layout, self.packing.pairs.reference is not None)
     return self.batch.features
 
   @property
   def all_step_features(self) -> tuple[str, ...]:
     """Every array a step is made with (`FEATURES`, or the pairs layout's); `step_features` are kept."""
     if self.packing.pairs is not None:
-      return pair_features(self.packing.pairs.layout)
+      return pair_features(self.packing.pairs.layout, self.packing.pairs.reference is not None)
     return FEATURES
 
   def _resolve_fractions(self) -> None:

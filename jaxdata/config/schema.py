@@ -265,15 +265,21 @@ class PairPacking:
   and `pair_side`); `parallel` (MaxText's) gives `chosen_*` and `rejected_*` rows that hold the same
   pairs in the same segment order. `shared_prompt`: the prompt appears once and both answers attend
   to it (a mask a model builds: docs/preference.md). `too_long`: a pair that no row holds is
-  dropped and counted (`drop`), or the pipeline refuses to open, naming it (`error`).
+  dropped and counted (`drop`), or the pipeline refuses to open, naming it (`error`). `reference`:
+  the model id whose stored log-probabilities (`jaxdata.reference_logprobs`) come with each side.
   """
 
   layout: PairLayout = "one_row"
   shared_prompt: bool = False
   too_long: TooLongPairs = "drop"
+  reference: str | None = None  # a model id: each side's stored reference log-probability comes with the batch
 
   def __post_init__(self) -> None:
     check_choice(self.layout, PAIR_LAYOUTS, "packing.pairs.layout")
+    if self.reference is not None and (not isinstance(self.reference, str) or not self.reference):
+      raise ConfigError(
+        f"packing.pairs.reference: a model id (jaxdata reference --model-id), got {short(self.reference)}"
+      )
     check_bool(self.shared_prompt, "packing.pairs.shared_prompt")
     check_choice(self.too_long, TOO_LONG_PAIRS, "packing.pairs.too_long")
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from jaxdata.config.batch import FEATURES
+from jaxdata.config.batch import FEATURES, FLOAT_FEATURES
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.producing import END, End, Prepared, StepMaker
 from jaxdata.pipeline.reader import DocumentReader
@@ -49,6 +49,9 @@ def producing(
     produce = functools.partial(_counting_trained, produce, names)
   if len(features) < len(every):  # after the counting: it reads loss_mask and source_ids
     produce = functools.partial(_only, produce, features)
+  floats = tuple(name for name in features if name in FLOAT_FEATURES)
+  if floats:
+    produce = functools.partial(_as_floats, produce, floats)
   if output is None:
     return produce
   return functools.partial(_global_batch, produce, output, rows_here, recorder)
@@ -77,6 +80,14 @@ def _only(produce: Callable[[], Prepared | Literal[End.END]], features: Sequence
   item = produce()
   if isinstance(item, Prepared):
     item.batch = {name: item.batch[name] for name in features}
+  return item
+
+
+def _as_floats(produce: Callable[[], Prepared | Literal[End.END]], names: Sequence[str]) -> Prepared | Literal[End.END]:
+  """The float32 features (carried in int32 arrays' bytes from where steps are made) as float32 views."""
+  item = produce()
+  if isinstance(item, Prepared):
+    item.batch = {**item.batch, **{name: np.asarray(item.batch[name]).view(np.float32) for name in names}}
   return item
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from jaxdata.config.batch import PAIR_SIDES
 from jaxdata.transforms.pairs import PROMPT_SIDE
 
-__all__ = ["pair_attention_mask", "sequence_logprobs"]
+__all__ = ["pair_attention_mask", "pair_references", "sequence_logprobs"]
 
 
 def sequence_logprobs(
@@ -58,6 +58,24 @@ def sequence_logprobs(
       sums.append(jnp.einsum("rs,rsp->rp", logp, one_hot.astype(logp.dtype)))
       present.append(jnp.any(one_hot, axis=1))
   return sums[0], sums[1], present[0] & present[1]
+
+
+def pair_references(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array, jax.Array]:
+  """(chosen, rejected), each [rows, max_pairs]: the reference log-probabilities stored for pair k + 1 of
+  each row (`packing.pairs.reference`), read off the tokens of its sides (0 where the row has no such pair)."""
+  ids = jnp.arange(1, max_pairs + 1)
+  out = []
+  for s, name in enumerate(PAIR_SIDES):
+    if "pair_ids" in batch:
+      values = jnp.asarray(batch["ref_logp"])
+      on_side = (jnp.asarray(batch["pair_ids"])[..., None] == ids) & (jnp.asarray(batch["pair_side"]) == s)[..., None]
+    else:
+      values = jnp.asarray(batch[f"{name}_ref_logp"])
+      on_side = jnp.asarray(batch[f"{name}_segment_ids"])[..., None] == ids
+    # every token of a side carries its value: their mean is it, with no gather
+    total = jnp.einsum("rs,rsp->rp", values, on_side.astype(values.dtype))
+    out.append(total / jnp.maximum(on_side.sum(axis=1), 1))
+  return out[0], out[1]
 
 
 def pair_attention_mask(batch: dict[str, np.ndarray]) -> np.ndarray:

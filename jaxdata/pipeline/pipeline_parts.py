@@ -21,16 +21,16 @@ from jaxdata.errors import ConfigError
 from jaxdata.mixture.holdout import eval_config
 from jaxdata.mixture.metadata import DatasetMeta, open_split
 from jaxdata.pipeline.planner import StepPlanner
-from jaxdata.pipeline.reader import DocumentReader, ReadLog
+from jaxdata.pipeline.reader import DocumentReader, ReadLog, record_columns
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
-from jaxdata.sources.dataset import ReadOptions, TokenDataset
+from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS
+from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.sampling_windows import WindowView
 from jaxdata.sources.shard_cache import default_cache_options
-from jaxdata.sources.subset import RangeView, SubsetView
 from jaxdata.transforms.pairs import planning_lengths
 
 __all__ = ["Parts", "open_parts", "state_snapshot"]
@@ -84,7 +84,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
   )
   return Parts(
     planner,
-    DocumentReader(datasets, cfg.names, bound, RECORDED_READS.get()),
+    DocumentReader(datasets, cfg.names, bound, RECORDED_READS.get(), _columns_read(cfg)),
     fingerprint,
     cfg,
     [np.asarray(ds.record_starts) for ds in datasets],
@@ -106,6 +106,12 @@ def _check_pairs(name: str, dataset: SplitDataset, packs_pairs: bool) -> None:
     )
 
 
+def _columns_read(cfg: PipelineConfig) -> tuple[str, ...]:
+  """The per-record columns a step carries: a reference model's log-probabilities where asked for."""
+  pairs = cfg.packing.pairs
+  return REFERENCE_COLUMNS if pairs is not None and pairs.reference is not None else ()
+
+
 def _meta(name: str, dataset: SplitDataset, cfg: PipelineConfig) -> DatasetMeta:
   """What the planner needs of a dataset; for pairs, the columns each pair takes in a row (its
   planning length, `jaxdata.transforms.pairs.planning_lengths`) stand for its length."""
@@ -114,10 +120,14 @@ def _meta(name: str, dataset: SplitDataset, cfg: PipelineConfig) -> DatasetMeta:
   if pairs is None:
     return meta
   records = np.arange(dataset.num_records)
-  base = dataset.dataset if isinstance(dataset, (RangeView, SubsetView)) else dataset
-  in_base = dataset.to_base(records) if isinstance(dataset, (RangeView, SubsetView)) else records
-  if not isinstance(base, TokenDataset):  # pairs are ArrayRecord records (checked by _check_pairs' manifest)
-    raise ConfigError(f"dataset {name}: preference pairs are read from ArrayRecord datasets")
+  base, in_base = record_columns(dataset, records)
+  if pairs.reference is not None:
+    stored = base.manifest.stats.get(REFERENCE_STATS, {}).get("model_id")
+    if stored != pairs.reference:
+      raise ConfigError(
+        f"dataset {name}: holds reference log-probabilities of {f'model {stored!r}' if stored else 'no model'}; "
+        f"packing.pairs.reference asks for {pairs.reference!r} (jaxdata.reference_logprobs writes them)"
+      )
   lengths = planning_lengths(
     np.asarray(dataset.lengths[records], np.int64),
     base.columns["chosen_length"][in_base],

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -98,6 +98,7 @@ class ReadStep:
   boundaries: Boundaries  # document starts inside span pieces (piece index in this step, offset)
   trained: np.ndarray | None = None  # the masks laid out as `buffer` (uint8), where a dataset has them
   doc_length: np.ndarray | None = None  # per piece: its document's ids (as read)
+  values: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per piece: its record's columns read
 
 
 def plan_span(
@@ -171,6 +172,7 @@ def read_span(reader: DocumentReader, steps: list[HostStep], pad_id: int) -> lis
   parts, masks, doc_start, doc_length, (inner_piece, inner_offset) = reader.read_with_masks(
     range(steps[0].step, steps[-1].step + 1), pieces
   )
+  values = reader.column_values(pieces)
   seq_len = max(s.seq_len for s in steps)
   buffer = padded_buffer(parts, seq_len, pad_id)
   trained = padded_buffer(masks, seq_len, 0) if masks is not None else None
@@ -185,6 +187,7 @@ def read_span(reader: DocumentReader, steps: list[HostStep], pad_id: int) -> lis
         (inner_piece[here] - first, inner_offset[here]),
         trained,
         doc_length[first : first + len(s.pieces)],
+        {name: v[first : first + len(s.pieces)] for name, v in values.items()},
       )
     )
     first += len(s.pieces)
@@ -211,8 +214,9 @@ def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] 
     if item.trained is None or item.doc_length is None:
       raise ValueError("assemble: preference pairs need their records' marks and lengths")
     if out is None:
-      out = {name: np.empty((s.num_rows, s.seq_len), np.int32) for name in pair_features(packing.pairs.layout)}
-    records = PairRecords(item.buffer, item.trained, item.doc_start, item.doc_length)
+      features = pair_features(packing.pairs.layout, packing.pairs.reference is not None)
+      out = {name: np.empty((s.num_rows, s.seq_len), np.int32) for name in features}
+    records = PairRecords(item.buffer, item.trained, item.doc_start, item.doc_length, item.values)
     return assemble_pairs(s.pieces, s.host_row, s.column, records, packing.pairs, packing.fill_id, out)
   placement = RowPlacement(s.pieces, s.host_row, s.column, s.num_rows, s.seq_len)
   batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)

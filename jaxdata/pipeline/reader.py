@@ -13,10 +13,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxdata.errors import DatasetError
 from jaxdata.pipeline.vocabulary import TokenBound
-from jaxdata.sources.dataset import RaggedTokens
+from jaxdata.sources.dataset import RaggedTokens, TokenDataset
 from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.sampling_windows import WindowView
+from jaxdata.sources.subset import RangeView, SubsetView
 from jaxdata.sources.token_files import ranges_index
 from jaxdata.transforms.pieces import Pieces
 
@@ -41,11 +43,13 @@ class DocumentReader:
     names: Sequence[str],
     bound: TokenBound,
     read_log: ReadLog | None = None,
+    columns: Sequence[str] = (),
   ) -> None:
     self.datasets = list(datasets)
     self.names = tuple(names)
     self.bound = bound
     self.read_log = read_log
+    self.columns = tuple(columns)  # per-record columns every read also gives (a reference model's log-probs)
     # Where any dataset carries trained-token masks, every read gives masks (ones for the others).
     self.masked = any(ds.manifest.has_mask for ds in self.datasets)
 
@@ -97,6 +101,18 @@ class DocumentReader:
         remote.unpin(shards)
     return parts, masks, doc_start, doc_length, (np.concatenate(inner_piece), np.concatenate(inner_offset))
 
+  def column_values(self, pieces: Pieces) -> dict[str, np.ndarray]:
+    """Per piece, its record's value in each of `columns` (held in memory since the datasets opened)."""
+    out = {name: np.zeros(len(pieces), np.float32) for name in self.columns}
+    for d, dataset in enumerate(self.datasets):
+      mine = np.flatnonzero(pieces.dataset == d)
+      if not mine.size or not self.columns:
+        continue
+      base, in_base = record_columns(dataset, pieces.record[mine])
+      for name in self.columns:
+        out[name][mine] = base.columns[name][in_base]
+    return out
+
   @property
   def reads_ranges_from_store(self) -> bool:
     """Whether a read waits on object storage for byte ranges (flat files in a store)."""
@@ -117,6 +133,15 @@ class DocumentReader:
   def close(self) -> None:
     for dataset in self.datasets:
       dataset.close()
+
+
+def record_columns(dataset: SplitDataset, records: np.ndarray) -> tuple[TokenDataset, np.ndarray]:
+  """(the dataset whose `columns` hold these records' values, their indices there): a split's records
+  are its base dataset's, mapped."""
+  base = dataset.dataset if isinstance(dataset, (RangeView, SubsetView)) else dataset
+  if not isinstance(base, TokenDataset):
+    raise DatasetError(f"{dataset.path}: per-record columns are read from ArrayRecord datasets")
+  return base, dataset.to_base(records) if isinstance(dataset, (RangeView, SubsetView)) else records
 
 
 def _piece_boundaries(view: WindowView, records: np.ndarray, mine: np.ndarray, inverse: np.ndarray) -> Boundaries:

@@ -26,9 +26,20 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["PAIR_COLUMNS", "load_column", "pair_columns", "write_columns"]
+__all__ = [
+  "PAIR_COLUMNS",
+  "REFERENCE_COLUMNS",
+  "REFERENCE_STATS",
+  "column_file_name",
+  "load_column",
+  "pair_columns",
+  "write_columns",
+]
 
 PAIR_COLUMNS = ("chosen_length", "prompt_length")
+# A reference model's summed log-probability of each side (`jaxdata.tools.reference`): float32
+REFERENCE_COLUMNS = ("ref_chosen_logp", "ref_rejected_logp")
+REFERENCE_STATS = "reference_logprobs"  # the manifest stats key of their {"model_id", "sha256"}
 COLUMN_DTYPE = np.dtype("<u4")
 _TRAINED, _REJECTED = 1, 2  # the bits of a pair record's byte per id (conversion.preference)
 

@@ -4,7 +4,8 @@
 `jaxdata plan`; `audit` and `mixture_checks`: `jaxdata audit`; `doctor`:
 `jaxdata doctor`; `report`: plots of a run's stats; `mesh`: `jaxdata mesh`;
 `bench`: `jaxdata bench`; `trajectory`: the weights an online controller set or will set;
-`numbers`: how they print sizes and counts. They use
+`numbers`: how they print sizes and counts; `reference`: `jaxdata reference` (a reference
+model's log-probabilities stored beside a dataset of pairs). They use
 the stages of the data flow; only the CLI, the demo and `jaxdata.exposure` (a public
 module) use them.
 """

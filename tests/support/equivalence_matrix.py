@@ -84,9 +84,13 @@ def write_data(root: str) -> dict[str, str]:
   data["d4"] = os.path.join(root, "d4")
   lengths = np.random.default_rng(31).integers(1, 30, 60).tolist()
   write_coded_dataset(data["d4"], 4, lengths, shard_bytes=300, tokenizer={"kind": "coded", "bos_id": 2, "eos_id": 1})
+  from jaxdata.tools.reference import reference_logprobs  # noqa: PLC0415
+
   for d, count in ((0, 70), (1, 40)):  # preference pairs (a pair a record), two sets to mix
     data[f"pairs{d}"] = os.path.join(root, f"pairs{d}")
     write_pair_dataset(data[f"pairs{d}"], d, coded_pairs(d, count, seed=40 + d))
+    # a reference model's log-probabilities beside them: float32 features in every mode
+    reference_logprobs(data[f"pairs{d}"], lambda b: -(b["targets"] % 7) / 10.0, "coded-ref", seq_len=SEQ_LEN, rows=4)
   data["cache"] = os.path.join(root, "cache")
   return data
 
@@ -137,13 +141,15 @@ def _sft_config(data: Data, prefix: str = "") -> Any:
   )
 
 
-def _pairs_config(data: Data, layout: str, shared: bool, prefix: str = "", **overrides: Any) -> Any:
+def _pairs_config(
+  data: Data, layout: str, shared: bool, prefix: str = "", reference: str | None = None, **overrides: Any
+) -> Any:
   """Preference pairs packed whole: two sets of pairs mixed, one small set repeating."""
   return _config(
     data,
     names=("pairs0", "pairs1"),
     prefix=prefix,
-    packing={"mode": "best_fit", "pairs": {"layout": layout, "shared_prompt": shared}},
+    packing={"mode": "best_fit", "pairs": {"layout": layout, "shared_prompt": shared, "reference": reference}},
     exhausted_policy="repeat",
     **overrides,
   )
@@ -322,7 +328,11 @@ FEATURES = [
   Feature("wait-warning-every-step", lambda d: _config(d, exhausted_policy="repeat"), {"wait_warning_s": 1e-9}),
   Feature("maxtext", _maxtext_values, entrance="maxtext"),
   Feature("grain-adapter", lambda d: _config(d), entrance="grain"),
-  Feature("pairs-one-row", lambda d: _pairs_config(d, "one_row", False), multihost=True),
+  Feature(  # with a reference model's stored log-probabilities (float32 features)
+    "pairs-one-row",
+    lambda d: _pairs_config(d, "one_row", False, reference="coded-ref"),
+    multihost=True,
+  ),
   Feature(  # MaxText's layout, the prompt laid out once, pairs counted as documents
     "pairs-parallel-shared-prompt",
     lambda d: _pairs_config(d, "parallel", True, mixture={"unit": "documents"}),
