@@ -389,7 +389,12 @@ def test_levanters_preference_chat_format_converts_each_side_as_transformers_ren
     "chat_template": CHATML,
     "system_prompt": "sys",
   }
-  convert([source], str(tmp_path / "pairs"), "pairs", levanter_chat_options(fmt, f"hf:{tokenizer_dir}", workers=1))
+  options = levanter_chat_options(fmt, f"hf:{tokenizer_dir}", workers=1)
+  convert([source], str(tmp_path / "pairs"), "pairs", options)
+  convert_with_beam([source], str(tmp_path / "beam"), "pairs", options, [])  # Beam's local runner: the same dataset
+  with TokenDataset(str(tmp_path / "pairs")) as local, TokenDataset(str(tmp_path / "beam")) as beam:
+    assert local.manifest.fingerprint == beam.manifest.fingerprint and local.manifest.holds_pairs
+    assert {k: v.tolist() for k, v in local.columns.items()} == {k: v.tolist() for k, v in beam.columns.items()}
   fast = transformers.PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
   with TokenDataset(str(tmp_path / "pairs")) as dataset:
     got = dataset.read_global(np.arange(len(rows))).to_list()

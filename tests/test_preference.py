@@ -193,6 +193,9 @@ def test_jaxdata_convert_writes_a_pair_a_record_and_a_pipeline_refuses_to_pack_t
     assert manifest.stats["example_format"] == "preference" and manifest.stats["examples"] == 2
     assert manifest.stats["mask_rule"] == "generation blocks" and len(manifest.stats["chat_template_sha256"]) == 64
     assert manifest.stats["trained_tokens"] == sum(int((marks & 1).sum()) for _, marks in expected)
+    assert manifest.stats["pairs"] == 2 and manifest.stats["unpaired_examples"] == 0
+    assert manifest.stats["trained_tokens_rejected"] == sum(int((marks == 3).sum()) for _, marks in expected)
+    assert manifest.stats["trained_tokens_chosen"] == sum(int((marks == 1).sum()) for _, marks in expected)
     if suffix == "jsonl":
       assert manifest.stats["refused_examples"] == 1 and "pairs.jsonl:2" in manifest.stats["invalid_examples"][0]
     reader = ArrayRecordReader(str(tmp_path / suffix / manifest.shards[0].path))

@@ -18,6 +18,7 @@ from jaxdata.conversion.preference import PreferenceEncoder, pair_record
 from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
 from jaxdata.errors import InputFormatError
+from jaxdata.sources.columns import pair_columns
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS
 
@@ -39,6 +40,8 @@ class UnitResult:
   invalid: int
   invalid_examples: list[str]
   trained_tokens: int = 0  # fine-tuning examples: the tokens their masks train (text: every token)
+  pairs: int = 0  # preference records with both sides (the others: KTO examples, one side)
+  trained_rejected: int = 0  # preference records: the trained tokens of rejected sides
 
 
 _tokenizers: dict[TokenizerSpec, Tokenizer] = {}
@@ -103,6 +106,11 @@ def tokenize_unit(
   all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
   all_masks = (np.concatenate(masks) if masks else np.zeros(0, np.uint8)) if encoder is not None else None
   trained = int((all_masks & 1).sum()) if all_masks is not None else int(all_tokens.size)  # bit 0: trained
+  pairs = trained_rejected = 0
+  if options.examples == "preference" and all_masks is not None:
+    chosen = pair_columns(all_lengths, all_masks)["chosen_length"].astype(np.int64)
+    pairs = int(((chosen > 0) & (chosen < all_lengths)).sum())
+    trained_rejected = int((all_masks == 3).sum())  # trained (bit 0) on the rejected side (bit 1)
   result = UnitResult(
     unit.index,
     unit.file_index,
@@ -112,6 +120,8 @@ def tokenize_unit(
     invalid.count,
     invalid.examples,
     trained,
+    pairs,
+    trained_rejected,
   )
   return all_tokens, all_lengths, all_masks, result
 
@@ -212,6 +222,18 @@ def unit_size(total_bytes: int, workers: int, options: ConvertOptions) -> int:
   return int(min(MAX_UNIT_BYTES, max(MIN_UNIT_BYTES, total_bytes // max(1, 4 * workers))))
 
 
+def _pair_stats(results: Sequence[UnitResult]) -> dict[str, int]:
+  """Pairs, KTO examples (one side) and each side's trained tokens."""
+  trained, rejected = sum(r.trained_tokens for r in results), sum(r.trained_rejected for r in results)
+  pairs = sum(r.pairs for r in results)
+  return {
+    "pairs": pairs,
+    "unpaired_examples": sum(r.documents for r in results) - pairs,
+    "trained_tokens_chosen": trained - rejected,
+    "trained_tokens_rejected": rejected,
+  }
+
+
 def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], options: ConvertOptions) -> dict[str, Any]:
   """The manifest's stats: totals, per input file, and the options that shape the output."""
   per_file = []
@@ -241,6 +263,7 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
       **({"chat_template_sha256": _template_sha256(options)} if rendered else {}),
       # which rule decided the trained tokens: the template's generation blocks, or whole assistant turns
       **({"mask_rule": _cached_encoder(options).mask_rule} if rendered and options.train_on != "all" else {}),
+      **(_pair_stats(results) if options.examples == "preference" else {}),
     }
     if options.examples != "text"
     else {}
