@@ -435,3 +435,105 @@ def test_jaxdata_reference_runs_a_users_function_named_on_the_command_line(pair_
   assert main(["reference", str(tmp_path / "p1"), "--fn", "toyref", "--model-id", "toy"]) != 0  # named, one line
   # a pair longer than the rows given is refused: every pair gets its values
   assert main(["reference", str(tmp_path / "p1"), "--fn", "toyref:logp", "--model-id", "toy", "--seq-len", "8"]) != 0
+
+
+def test_a_target_of_probability_zero_stays_in_its_own_pair():
+  """-inf on one trained target is that side's sum, never nan in another pair (a select, not x 0)."""
+  batch = {
+    "pair_ids": np.array([[1, 1, 1, 1, 2, 2, 2, 2]]),
+    "pair_side": np.array([[0, 0, 1, 1, 0, 0, 1, 1]]),
+    "loss_mask": np.array([[1, 0, 1, 0, 1, 0, 1, 0]]),
+  }
+  logp = np.array([[-1.0, -9, -2.0, -9, -3.0, -9, -np.inf, -9]])
+  chosen, rejected, present = (np.asarray(a).tolist() for a in sequence_logprobs(batch, logp, 2))
+  assert chosen == [[-1.0, -3.0]] and rejected == [[-2.0, -np.inf]] and present == [[True, True]]
+
+
+@pytest.mark.parametrize(
+  ("call", "message"),
+  [
+    (lambda b: pair_attention_mask({"chosen_segment_ids": b}), "pair_attention_mask is the one_row layout's mask"),
+    (lambda b: sequence_logprobs({"chosen_segment_ids": b}, b, 2), "a parallel batch takes"),
+    (lambda b: sequence_logprobs({"pair_ids": b}, b[:, :1], 2), r"token_logprobs: shape \(1, 1\)"),
+    (lambda b: sequence_logprobs({"tokens": b}, b, 2), "not a batch of preference pairs"),
+  ],
+)
+def test_the_helpers_name_a_batch_of_the_wrong_layout(call, message):
+  with pytest.raises(ValueError, match=message):
+    call(np.ones((1, 4), np.int32))
+
+
+@pytest.mark.parametrize(
+  ("ids", "marks", "message"),
+  [
+    ([20, 21, 24, 25, 20, 21, 22, 23], [2, 2, 3, 3, 0, 0, 1, 1], "not set on the record's last ids only"),
+    ([20, 21, 24, 25], [0, 2, 1, 3], "not set on the record's last ids only"),
+    ([10, 11, 12, 13, 14, 10, 11], [0, 0, 0, 0, 1, 2, 3], "rejected side is shorter than the prompt"),
+    ([10, 11, 12, 10, 9, 13], [0, 0, 1, 2, 2, 3], "do not open with the same untrained prompt"),
+    ([10, 11, 12, 10, 11, 13], [0, 0, 1, 2, 3, 3], "do not open with the same untrained prompt"),
+  ],
+)
+def test_the_writer_refuses_a_record_that_is_not_a_pair(tmp_path, ids, marks, message):
+  from jaxdata import DatasetWriter  # noqa: PLC0415
+
+  writer = DatasetWriter(str(tmp_path / "bad"), "bad", np.dtype("<u4"), {"kind": "coded"}, pairs=True)
+  with pytest.raises(ValueError, match=message):
+    writer.write_documents(np.array(ids), np.array([len(ids)]), np.array(marks, np.uint8))
+
+
+@pytest.mark.parametrize(
+  ("column", "values", "message"),
+  [
+    ("prompt_length", lambda v: v + 100, "which its sides cannot hold"),  # planned negative: it once hung the stream
+    ("chosen_length", lambda v: v * 0 + 1000, "which its sides cannot hold"),
+    ("chosen_length", lambda v: v.astype(np.float32), r"holds float\d+ values; lengths are integers"),
+  ],
+)
+def test_damaged_pair_columns_are_named_when_the_dataset_opens(pair_data, tmp_path, column, values, message):
+  import shutil  # noqa: PLC0415
+
+  copy = tmp_path / "p0"
+  shutil.copytree(pair_data["root"] / "p0", copy)
+  manifest = json.loads((copy / "manifest.json").read_text())
+  path = copy / manifest["shards"][0]["columns"][column]
+  np.save(path, values(np.load(path)))
+  raw = pair_config(pair_data, "one_row", True).to_dict()
+  raw["datasets"], raw["mixture"]["weights"] = [{"name": "p0", "path": str(copy)}], {"p0": 1}
+  with pytest.raises(DatasetError, match=f"{path.name}.*: .*{message}"):
+    Pipeline(PipelineConfig.from_dict(raw))
+
+
+def test_pairs_that_fit_no_row_say_what_to_change(pair_data):
+  raw = pair_config(pair_data, "one_row", False).to_dict()
+  raw["packing"]["seq_len"] = 3
+  with pytest.raises(ConfigError, match="A pair is never cut: raise packing.seq_len"):
+    next(Pipeline(PipelineConfig.from_dict(raw), prefetch=0))
+
+
+def test_reference_logprobs_checks_its_arguments_and_the_values_it_stores(pair_data, referenced, tmp_path):
+  import shutil  # noqa: PLC0415
+
+  from jaxdata import reference_logprobs  # noqa: PLC0415
+
+  copy = str(tmp_path / "p1")
+  shutil.copytree(pair_data["root"] / "p1", copy)
+  for kwargs, message in (
+    ({"rows": 0}, "rows: an int >= 1"),
+    ({"fn": lambda b: np.zeros(b["tokens"].shape[1])}, r"returned shape \(64,\)"),
+    ({"fn": lambda b: np.full(b["tokens"].shape, np.nan)}, "returned nan or a positive value"),
+    ({"fn": lambda b: None}, r"returned shape \(\)"),
+  ):
+    arguments = {"fn": toy_logprobs, "rows": 2, **kwargs}
+    with pytest.raises(ConfigError, match=message):
+      reference_logprobs(copy, arguments["fn"], "m", seq_len=64, rows=arguments["rows"])
+  # values changed after they were written are refused: the manifest's sha256 guards them
+  damaged = str(tmp_path / "referenced")
+  shutil.copytree(referenced, damaged)
+  manifest = json.loads(open(os.path.join(damaged, "manifest.json")).read())
+  path = os.path.join(damaged, manifest["shards"][0]["columns"]["ref_chosen_logp"])
+  np.save(path, np.load(path) + 1)
+  raw = pair_config(pair_data, "one_row", False).to_dict()
+  raw["datasets"], raw["mixture"]["weights"] = [{"name": "p0", "path": damaged}], {"p0": 1}
+  raw["packing"]["pairs"]["reference"] = "toy-ref-1"
+  with pytest.raises(DatasetError, match="reference log-probability columns differ from the ones written"):
+    Pipeline(PipelineConfig.from_dict(raw))

@@ -138,6 +138,10 @@ def assemble_pairs(
     first_trained[nonempty] = np.minimum.reduceat(np.where(own & _TRAINED, position, 1 << 62), first[nonempty])
   chosen = length - rejected
   prompt = np.minimum(first_trained, np.where(chosen > 0, chosen, length))
+  # a pair record's layout (conversion and DatasetWriter write no other): chosen ids, then rejected ids
+  misplaced = ((own & _REJECTED) != 0) != (position >= np.repeat(chosen, length))
+  if misplaced.any():
+    _damaged(where, pieces, int(np.searchsorted(first, np.argmax(misplaced), side="right")) - 1, "sides out of order")
   wrong = np.flatnonzero((pieces.offset != 0) | (planning_lengths(length, chosen, prompt, pairs) != pieces.length))
   if wrong.size:
     bad = int(wrong[0])
@@ -146,6 +150,12 @@ def assemble_pairs(
       f"{int(pieces.length[bad])} columns it was planned at (its column files are stale or damaged; convert again)"
     )
   shared = _shared(chosen, rejected, prompt, pairs)
+  if shared.any():  # laid out once, the prompt must be the same ids on both sides
+    once = _ranges(start, shared)
+    differ = buffer[once] != buffer[once + np.repeat(chosen, shared)]
+    if differ.any():
+      owner = np.repeat(np.arange(length.size), shared)
+      _damaged(where, pieces, int(owner[np.argmax(differ)]), "its sides' prompts differ")
   pair_id = _segment_rank(host_row, column)
   rows, seq_len = out[pair_features(pairs.layout)[0]].shape
   # Three runs per pair: the shared prompt (one_row only), the chosen side, the rejected side.
@@ -183,6 +193,13 @@ def assemble_pairs(
       keep[:, 1 + k] = True
       _write(out, f"{side}_", _selected(runs, keep), buffer, marks, pieces, pair_id, fill_id, seq_len)
   return out
+
+
+def _damaged(where: str, pieces: Pieces, piece: int, what: str) -> None:
+  raise DatasetError(
+    f"{where}: record {int(pieces.record[piece])} of dataset {int(pieces.dataset[piece])} is not a preference pair "
+    f"as written ({what}): damaged, or not written by jaxdata"
+  )
 
 
 def _selected(runs: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:

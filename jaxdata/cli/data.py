@@ -163,7 +163,17 @@ def _render_summaries(summaries: list[dict[str, Any]], console: Console) -> None
     )
   show(console, table)
   for s in summaries:
-    if "examples" in s:  # a fine-tuning set: what its masks train
+    if "pairs" in s:  # preference pairs: per side
+      known = s["pairs"] is not None
+      console.print(
+        f"{s['name']}: {s['pairs']:,} preference pairs and {s['unpaired_examples']:,} one-sided examples, "
+        f"trained tokens {s['trained_tokens_chosen']:,} chosen / {s['trained_tokens_rejected']:,} rejected, "
+        f"{s['refused_examples']:,} refused"
+        if known
+        else f"{s['name']}: {s['examples']:,} preference records, {s['refused_examples']:,} refused",
+        markup=False,
+      )
+    elif "examples" in s:  # a fine-tuning set: what its masks train
       trained = s["trained_tokens"]
       share = f" ({trained / s['tokens']:.1%} of its tokens)" if trained is not None and s["tokens"] else ""
       console.print(

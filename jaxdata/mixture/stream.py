@@ -435,7 +435,11 @@ class DocumentStream:
           f"datasets.{self.names[i]}: every document is longer than the rows of step {step} "
           f"(the shortest has {self.shortest[i] + extra} tokens with BOS / EOS, rows hold {seq_len}), "
           "and packing.long_docs: drop leaves them all out; nothing of it could reach a batch. "
-          "Use long_docs: split or truncate, longer rows, or weight 0 for it at this step"
+          + (
+            "A pair is never cut: raise packing.seq_len, or weight 0 for it at this step"
+            if self.cfg.packing.pairs is not None
+            else "Use long_docs: split or truncate, longer rows, or weight 0 for it at this step"
+          )
         )
 
   def _emit(self, choices: list[int], seq_len: int) -> tuple[DocBatch, int]:

@@ -42,6 +42,7 @@ def sequence_logprobs(
   """
   ids = jnp.arange(1, max_pairs + 1)
   sums, present = [], []
+  _check_layout(batch, token_logprobs)
   if "pair_ids" in batch:
     # where, not a product: a padding slot's log-prob may be -inf (and -inf x 0 is nan)
     logp = jnp.where(jnp.asarray(batch["loss_mask"]) == 1, jnp.asarray(token_logprobs), 0.0)
@@ -49,13 +50,13 @@ def sequence_logprobs(
     one_hot = pair[..., None] == ids
     for s in (0, 1):
       on_side = one_hot & (side == s)[..., None]
-      sums.append(jnp.einsum("rs,rsp->rp", logp, on_side.astype(logp.dtype)))
+      sums.append(_masked_sum(logp, on_side))
       present.append(jnp.any(on_side, axis=1))
   else:
     for name in PAIR_SIDES:
       logp = jnp.where(jnp.asarray(batch[f"{name}_loss_mask"]) == 1, jnp.asarray(token_logprobs[name]), 0.0)
       one_hot = jnp.asarray(batch[f"{name}_segment_ids"])[..., None] == ids
-      sums.append(jnp.einsum("rs,rsp->rp", logp, one_hot.astype(logp.dtype)))
+      sums.append(_masked_sum(logp, one_hot))
       present.append(jnp.any(one_hot, axis=1))
   return sums[0], sums[1], present[0] & present[1]
 
@@ -64,6 +65,8 @@ def pair_references(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array
   """(chosen, rejected), each [rows, max_pairs]: the reference log-probabilities stored for pair k + 1 of
   each row (`packing.pairs.reference`), read off the tokens of its sides (0 where the row has no such pair)."""
   ids = jnp.arange(1, max_pairs + 1)
+  if not {"ref_logp", "chosen_ref_logp"} & set(batch):
+    raise ValueError("batch: holds no reference log-probabilities (set packing.pairs.reference to a model id)")
   out = []
   for s, name in enumerate(PAIR_SIDES):
     if "pair_ids" in batch:
@@ -73,9 +76,30 @@ def pair_references(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array
       values = jnp.asarray(batch[f"{name}_ref_logp"])
       on_side = jnp.asarray(batch[f"{name}_segment_ids"])[..., None] == ids
     # every token of a side carries its value: their mean is it, with no gather
-    total = jnp.einsum("rs,rsp->rp", values, on_side.astype(values.dtype))
-    out.append(total / jnp.maximum(on_side.sum(axis=1), 1))
+    out.append(_masked_sum(values, on_side) / jnp.maximum(on_side.sum(axis=1), 1))
   return out[0], out[1]
+
+
+def _masked_sum(values: jax.Array, where: jax.Array) -> jax.Array:
+  """[rows, pairs]: the sum of `values` [rows, seq_len] over each pair's slots (`where` [rows, seq_len, pairs]).
+  A select, not a product: -inf (a target of probability 0) stays in its own pair, where x 0 would be nan."""
+  return jnp.where(where, values[..., None], 0.0).sum(axis=1)
+
+
+def _check_layout(batch: Mapping[str, Any], token_logprobs: Any) -> None:
+  """A ValueError naming what is missing: a batch of pairs, and log-probs shaped as its layout asks."""
+  if "pair_ids" in batch:
+    if isinstance(token_logprobs, Mapping):
+      raise ValueError("token_logprobs: a one_row batch takes one [rows, seq_len] array (parallel takes a dict)")
+    if jnp.shape(token_logprobs) != jnp.shape(batch["pair_ids"]):
+      raise ValueError(f"token_logprobs: shape {jnp.shape(token_logprobs)}, the batch's {jnp.shape(batch['pair_ids'])}")
+  elif "chosen_segment_ids" in batch:
+    if not isinstance(token_logprobs, Mapping) or set(token_logprobs) != set(PAIR_SIDES):
+      raise ValueError(
+        'token_logprobs: a parallel batch takes {"chosen": [rows, seq_len], "rejected": [rows, seq_len]}'
+      )
+  else:
+    raise ValueError(f"batch: not a batch of preference pairs (packing.pairs); it holds {sorted(batch)}")
 
 
 def pair_attention_mask(batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -89,6 +113,8 @@ def pair_attention_mask(batch: dict[str, np.ndarray]) -> np.ndarray:
   >>> pair_attention_mask(batch)[0].astype(int).tolist()
   [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 0, 1, 1, 0], [0, 0, 0, 0, 0]]
   """
+  if "pair_ids" not in batch:
+    raise ValueError("batch: pair_attention_mask is the one_row layout's mask (parallel rows use their segment ids)")
   pair, side, segment = (np.asarray(batch[k]) for k in ("pair_ids", "pair_side", "segment_ids"))
   seq_len = pair.shape[1]
   causal = np.tril(np.ones((seq_len, seq_len), bool))

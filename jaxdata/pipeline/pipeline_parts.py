@@ -26,7 +26,7 @@ from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
-from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS
+from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS, check_reference_values
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.opening import SplitDataset
 from jaxdata.sources.sampling_windows import WindowView
@@ -128,6 +128,7 @@ def _meta(name: str, dataset: SplitDataset, cfg: PipelineConfig) -> DatasetMeta:
         f"dataset {name}: holds reference log-probabilities of {f'model {stored!r}' if stored else 'no model'}; "
         f"packing.pairs.reference asks for {pairs.reference!r} (jaxdata.reference_logprobs writes them)"
       )
+    check_reference_values(base.columns, base.manifest.stats[REFERENCE_STATS], base.path)
   lengths = planning_lengths(
     np.asarray(dataset.lengths[records], np.int64),
     base.columns["chosen_length"][in_base],

@@ -25,7 +25,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.columns import load_column
+from jaxdata.sources.columns import check_pair_columns, load_column
 from jaxdata.sources.fileutil import check_inside, file_sha256, sample_sha256
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
@@ -180,6 +180,14 @@ class TokenDataset(ShardedRecords):
         local = named if self.remote is None else self.remote.column_file(i, name)
         parts.append(load_column(local, named, shard.num_records))
       columns[name] = np.concatenate(parts)
+    if self.manifest.holds_pairs:  # what planning reads instead of the records: checked once, here
+      first = 0
+      for shard in shards:
+        cut = slice(first, first + shard.num_records)
+        lengths = np.asarray(self.lengths[np.arange(cut.start, cut.stop)])
+        named = f"{os.path.join(self.path, shard.columns['chosen_length'])} / {shard.columns['prompt_length']}"
+        check_pair_columns(lengths, columns["chosen_length"][cut], columns["prompt_length"][cut], named)
+        first = cut.stop
     return columns
 
   def read(

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
-from jaxdata.sources.columns import pair_columns, write_columns
+from jaxdata.sources.columns import pair_columns, pair_layout_problem, write_columns
 from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
 from jaxdata.sources.manifest import (
   COMPRESSIONS,
@@ -174,6 +174,9 @@ class DatasetWriter:
     ids = flat_tokens.astype(self._dtype, copy=False)
     if mask is not None:
       mask = _checked_mask(mask, flat_tokens.size, 3 if self._pairs else 1)
+      problem = pair_layout_problem(np.asarray(flat_tokens), lengths, mask) if self._pairs else None
+      if problem is not None:
+        raise ValueError(f"mask: document {problem[0]} of this call is not a preference pair: {problem[1]}")
     payload = ids.tobytes() if mask is None else records_with_masks(ids, lengths, mask)
     token_ends = np.cumsum(lengths)
     record_size = self._dtype.itemsize + int(self._masks)

@@ -18,7 +18,6 @@ pair gets its values.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +28,7 @@ from jaxdata.config.batch import pair_features
 from jaxdata.config.schema import PairPacking
 from jaxdata.errors import ConfigError
 from jaxdata.pipeline.pair_logprobs import sequence_logprobs
-from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS, column_file_name
+from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS, column_file_name, reference_digest
 from jaxdata.sources.dataset import TokenDataset
 from jaxdata.sources.manifest import Manifest
 from jaxdata.transforms.assemble import padded_buffer
@@ -85,6 +84,9 @@ def reference_logprobs(
   """
   if not isinstance(model_id, str) or not model_id:
     raise ConfigError(f"model_id: a non-empty name of the reference model, got {model_id!r}")
+  for name, value, low in (("seq_len", seq_len, 2), ("rows", rows, 1)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+      raise ConfigError(f"{name}: an int >= {low}, got {value!r}")
   with TokenDataset(path) as dataset:
     if not dataset.manifest.holds_pairs:
       raise ConfigError(f"{path}: holds documents, not preference pairs (jaxdata convert --format preference)")
@@ -119,7 +121,7 @@ def reference_logprobs(
         padded_buffer([ragged.tokens], seq_len, 0), padded_buffer([ragged.mask], seq_len, 0), doc_start, ragged.lengths
       )
       assemble_pairs(pieces, row, column, pair_records, _ONE_ROW, 0, batch, where=path)
-      chosen, rejected, _ = sequence_logprobs(batch, logprob_fn(batch), max_pairs=seq_len)
+      chosen, rejected, _ = sequence_logprobs(batch, _checked(logprob_fn(batch), rows, seq_len), max_pairs=seq_len)
       rank = np.arange(records.size) - np.searchsorted(row, row)  # the pair's id in its row, less one
       values["ref_chosen_logp"][records] = np.asarray(chosen)[row, rank]
       values["ref_rejected_logp"][records] = np.asarray(rejected)[row, rank]
@@ -128,9 +130,25 @@ def reference_logprobs(
   return _store(path, manifest, values, model_id)
 
 
+def _checked(logprobs: Any, rows: int, seq_len: int) -> np.ndarray:
+  """The function's output: [rows, seq_len] log-probabilities (-inf allowed: a target of probability 0)."""
+  try:
+    out = np.asarray(logprobs, np.float32)
+  except (TypeError, ValueError) as error:
+    raise ConfigError(
+      f"logprob_fn: returned {type(logprobs).__name__}, not [rows, seq_len] numbers ({error})"
+    ) from error
+  if out.shape != (rows, seq_len):
+    raise ConfigError(
+      f"logprob_fn: returned shape {out.shape}; a batch of {rows} rows of {seq_len} needs ({rows}, {seq_len})"
+    )
+  if np.isnan(out).any() or (out > 0).any():
+    raise ConfigError("logprob_fn: returned nan or a positive value; log-probabilities lie in [-inf, 0]")
+  return out
+
+
 def _store(path: str, manifest: Manifest, values: Mapping[str, np.ndarray], model_id: str) -> Manifest:
   """Each shard's slice of the values as its column files; the manifest lists them with the model id."""
-  digest = hashlib.sha256()
   shards, first = [], 0
   for shard in manifest.shards:
     stem = shard.path.removesuffix(".array_record")
@@ -139,10 +157,9 @@ def _store(path: str, manifest: Manifest, values: Mapping[str, np.ndarray], mode
       part = np.ascontiguousarray(array[first : first + shard.num_records], "<f4")
       columns[name] = column_file_name(stem, name)
       np.save(os.path.join(path, columns[name]), part)
-      digest.update(part.tobytes())
     shards.append(dataclasses.replace(shard, columns=columns))
     first += shard.num_records
-  stats = {**manifest.stats, REFERENCE_STATS: {"model_id": model_id, "sha256": digest.hexdigest()}}
+  stats = {**manifest.stats, REFERENCE_STATS: {"model_id": model_id, "sha256": reference_digest(values)}}
   updated = dataclasses.replace(manifest, shards=tuple(shards), stats=stats)
   updated.save(path)
   return updated

@@ -43,4 +43,13 @@ def summarize(dataset: Dataset) -> dict[str, Any]:
       if dataset.manifest.has_mask
       else {}
     ),
+    # preference pairs: pairs, one-sided (KTO) examples, each side's trained tokens
+    **(
+      {
+        key: stats.get(key)
+        for key in ("pairs", "unpaired_examples", "trained_tokens_chosen", "trained_tokens_rejected")
+      }
+      if dataset.manifest.holds_pairs
+      else {}
+    ),
   }
