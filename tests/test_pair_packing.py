@@ -12,12 +12,14 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig, pair_attention_mask, sequence_logprobs
 from jaxdata.config.schema import PackingConfig, PairPacking
 from jaxdata.transforms.assemble import DocumentTokens, RowPlacement, assemble_rows, padded_buffer
 from jaxdata.transforms.pieces import Pieces
-from pipeline_fixtures import coded_pairs, decode, write_pair_dataset
+from pipeline_fixtures import code, coded_pairs, decode, write_pair_dataset
 
 LAYOUTS = [("one_row", False), ("one_row", True), ("parallel", False), ("parallel", True)]
 SEQ_LEN = 24
@@ -537,3 +539,38 @@ def test_reference_logprobs_checks_its_arguments_and_the_values_it_stores(pair_d
   raw["packing"]["pairs"]["reference"] = "toy-ref-1"
   with pytest.raises(DatasetError, match="reference log-probability columns differ from the ones written"):
     Pipeline(PipelineConfig.from_dict(raw))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_pairs_are_whole_or_counted_in_every_layout(tmp_path_factory, data):
+  """Property: pairs of random lengths (some longer than any row) in a random layout, seq_len and mode come
+  out whole, each once in a pass, or are dropped and counted; nothing else."""
+  sizes = data.draw(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(1, 14), st.integers(1, 14)), min_size=3, max_size=25)
+  )
+  layout, shared = data.draw(st.sampled_from(LAYOUTS))
+  seq_len, mode = data.draw(st.integers(6, 30)), data.draw(st.sampled_from(["first_fit", "best_fit", "none"]))
+  pairs = []
+  for r, (p, a, b) in enumerate(sizes):
+    prompt = code(0, r, np.arange(p))
+    chosen, rejected = np.r_[prompt, code(0, r, p + np.arange(a))], np.r_[prompt, code(0, r, 256 + np.arange(b))]
+    marks = [np.r_[np.zeros(p, np.uint8), np.ones(n, np.uint8)] for n in (a, b)]
+    pairs.append((chosen, marks[0], rejected, marks[1] | 2))
+  root = tmp_path_factory.mktemp("random-pairs")
+  write_pair_dataset(str(root / "p0"), 0, pairs, shard_bytes=200)
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "p0", "path": str(root / "p0")}],
+      "mixture": {"weights": {"p0": 1}},
+      "packing": {"mode": mode, "seq_len": seq_len, "pairs": {"layout": layout, "shared_prompt": shared}},
+      "batch": {"global_batch_size": 2, "drop_remainder": False},
+    }
+  )
+  fits = {r for r, pair in enumerate(pairs) if planned_columns(pair, layout, shared) <= seq_len}
+  if not fits:
+    with pytest.raises(ConfigError, match="A pair is never cut"):
+      decoded_pass(cfg, {"records": {0: pairs}}, layout, shared)
+    return
+  seen, dropped = decoded_pass(cfg, {"records": {0: pairs}}, layout, shared)
+  assert sorted(r for _, r in seen) == sorted(fits) and dropped == len(pairs) - len(fits)
