@@ -52,6 +52,10 @@ CHOICES = {
 # Keys that apply only beside another: their example is tried with it.
 REQUIRES = {("`datasets[]`", k): {"sampling": "windows"} for k in ("window", "with_replacement", "cross_documents")}
 REQUIRES[("`packing`", "group_by_length")] = {"mode": "none"}
+# raw inputs stand instead of a path, with their tokenizer
+REQUIRES[("`datasets[]`", "inputs")] = {"path": "", "tokenizer": "byte"}
+REQUIRES[("`datasets[]`", "tokenizer")] = {"path": "", "inputs": "corpus/web.jsonl"}
+REQUIRES[("`datasets[]`", "convert")] = {"path": "", "inputs": "corpus/web.jsonl", "tokenizer": "byte"}
 
 
 def _tables() -> dict[str, dict[str, dict[str, str]]]:

@@ -29,7 +29,8 @@ ALLOWED = {
   "mixture": {"config", "sources", "order", "errors", "_native_switch"},
   "transforms": {"config", "errors", "_native_switch"},  # _native_switch: every C loop reads the one switch
   "checkpoint": {"config", "order", "errors", "_lazy"},
-  "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "errors", "_lazy"},
+  # conversion: raw inputs named in a config are converted (cached) when a pipeline opens (pipeline/raw_inputs.py)
+  "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "conversion", "errors", "_lazy"},
   "research": {"config", "errors"},
   "conversion": {"sources", "errors", "_lazy"},
   "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},

@@ -14,8 +14,10 @@ from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, SAMPLING_WINDOWS_LEGEN
 from jaxdata.cli.output import Console, Table, check_output_path, show, working
 from jaxdata.cli.parsing import Commands
 from jaxdata.config.loading import load_config
+from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.pipeline.execution import PLANNINGS, StepMaking
 from jaxdata.pipeline.planner import check_host_count
+from jaxdata.pipeline.raw_inputs import with_built_inputs
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.stores import is_remote
@@ -54,7 +56,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
 
 
 def _plan(args: argparse.Namespace, console: Console) -> int:
-  cfg = load_config(args.config)
+  cfg = _loaded(args.config)
   if args.weights_trajectory:
     cfg = with_trajectory(cfg, load_trajectory(args.weights_trajectory))
   # What can fail at once does, before the planning: the host count, the tokens, the plot's path.
@@ -192,7 +194,7 @@ def read_span_table(needs: CacheNeeds, args: argparse.Namespace) -> Table:
 
 def audit_command(args: argparse.Namespace, console: Console) -> int:
   with working(console, args.quiet or args.json, f"planning and checking {args.steps:,} steps for {args.hosts} hosts"):
-    result = audit_plan(load_config(args.config), args.hosts, args.steps)
+    result = audit_plan(_loaded(args.config), args.hosts, args.steps)
   if args.json:
     print(json.dumps(result.to_json(), indent=1))
   else:
@@ -247,11 +249,11 @@ def doctor(args: argparse.Namespace, console: Console) -> int:
   losses = load_losses(args.losses) if args.losses else None
   overlaps = None
   if args.config and args.hosts:
-    check_host_count(load_config(args.config), args.hosts)
-    overlaps = audit_plan(load_config(args.config), args.hosts, min(len(stats), 200)).piece_overlaps
+    check_host_count(_loaded(args.config), args.hosts)
+    overlaps = audit_plan(_loaded(args.config), args.hosts, min(len(stats), 200)).piece_overlaps
   checks = diagnose(stats, losses, overlaps, args.share_floor)
   if args.config:  # the order each dataset is read in: runs of stored order are named
-    checks.extend(order_checks(load_config(args.config)))
+    checks.extend(order_checks(_loaded(args.config)))
   for check in checks:
     style = {"fail": "bold red", "warn": "bold yellow"}.get(check.status)
     console.print(check.line(), style=style, markup=False)
@@ -342,7 +344,7 @@ def bench_command(args: argparse.Namespace, console: Console) -> int:
   with working(console, args.quiet, f"timing {args.steps} steps"):
     readers = args.reader_processes or 0
     making = StepMaking("process" if readers and args.planning == "here" else args.planning, readers)
-    result = bench_module.bench(load_config(args.config), args.steps, args.prefetch, making)
+    result = bench_module.bench(_loaded(args.config), args.steps, args.prefetch, making)
   console.print(
     f"{result.steps} steps of {result.rows} x {result.seq_len} in {result.seconds:.2f}s: "
     f"{result.tokens_per_second:,.0f} non-padding tokens/s, efficiency {result.efficiency:.4f}, "
@@ -441,3 +443,8 @@ def register_planning(commands: Commands) -> None:
   p.add_argument("--config", help="pipeline YAML: plan real steps for documents and timing")
   p.add_argument("--steps", type=int, default=5, help="steps to plan with --config")
   p.set_defaults(handler=mesh)
+
+
+def _loaded(path: str) -> PipelineConfig:
+  """The config at `path`, its raw inputs converted into their caches first (built once, then reused)."""
+  return with_built_inputs(load_config(path))

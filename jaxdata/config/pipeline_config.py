@@ -163,6 +163,11 @@ class PipelineConfig:
         )
 
   @property
+  def raw_inputs(self) -> bool:
+    """Whether a dataset names raw inputs, to be converted (cached) before the pipeline opens it."""
+    return any(d.inputs for d in self.datasets)
+
+  @property
   def step_features(self) -> tuple[str, ...]:
     """The arrays every step holds: `batch.features`, or with packing.pairs its layout's (`pair_features`)."""
     if self.packing.pairs is not None:
@@ -318,7 +323,12 @@ class PipelineConfig:
     datasets = []
     for i, entry in enumerate(entries):
       entry = mapping(entry, f"datasets[{i}]")
-      overrides = {"path": relative(entry["path"])} if "path" in entry else {}
+      overrides: dict[str, Any] = {"path": relative(entry["path"])} if "path" in entry else {}
+      if isinstance(entry.get("inputs"), (str, list)):
+        globs = [entry["inputs"]] if isinstance(entry["inputs"], str) else entry["inputs"]
+        overrides["inputs"] = tuple(relative(g) for g in globs)
+      if isinstance(entry.get("tokenizer"), str):
+        overrides["tokenizer"] = _relative_tokenizer(entry["tokenizer"], relative)
       datasets.append(_build(DatasetConfig, entry, f"datasets[{i}]", **overrides))
     mixture = mapping(top["mixture"], "mixture")
     overrides = {}
@@ -338,3 +348,11 @@ class PipelineConfig:
       if section in top:
         kwargs[section] = _build(kind, top[section], section)
     return cls(datasets=tuple(datasets), mixture=_build(MixtureConfig, mixture, "mixture", **overrides), **kwargs)
+
+
+def _relative_tokenizer(spec: str, relative: Callable[[Any], Any]) -> str:
+  """A tokenizer spec's file or directory taken relative to the config's directory (byte names none)."""
+  kind, sep, where = spec.partition(":")
+  if not sep or kind not in ("hf", "sp", "sentencepiece"):
+    return spec
+  return f"{kind}:{relative(where)}"

@@ -124,6 +124,10 @@ class DatasetConfig:
   cross_documents: bool = True
   holdout: int | float | None = None  # documents kept out of training for split="eval": a count or a fraction
   documents: tuple[int, int] | None = None  # only documents [start, stop) in stored order (Megatron's --split)
+  # Raw inputs instead of a path: files converted into a cache the first time (docs/convert.md)
+  inputs: tuple[str, ...] = ()  # globs of JSONL / Parquet / text (.gz, .zst), local or gs:// / s3://
+  tokenizer: str | None = None  # with inputs: hf:DIR, hf:FILE.json, sp:FILE.model or byte
+  convert: Mapping[str, Any] | None = None  # with inputs: jaxdata convert's options, by ConvertOptions names
 
   def __post_init__(self) -> None:
     where = f"datasets.{self.name}" if isinstance(self.name, str) else "datasets[].name"
@@ -131,6 +135,7 @@ class DatasetConfig:
       raise ConfigError(f"{where}: every dataset needs a non-empty name, got {short(self.name)}")
     if not isinstance(self.path, str):
       raise ConfigError(f"{where}.path: expected a string, got {short(self.path)}")
+    self._check_inputs(where)
     for field in ("shuffle_shards", "shuffle_within_shard", "reshuffle_on_repeat"):
       if getattr(self, field) is not None:
         check_bool(getattr(self, field), f"{where}.{field}")
@@ -179,6 +184,26 @@ class DatasetConfig:
       for field, default in (("window", None), ("with_replacement", True), ("cross_documents", True)):
         if getattr(self, field) != default:
           raise ConfigError(f"{where}.{field}: applies only with sampling: windows")
+
+  def _check_inputs(self, where: str) -> None:
+    inputs = (self.inputs,) if isinstance(self.inputs, str) else self.inputs
+    if not isinstance(inputs, (list, tuple)) or not all(isinstance(p, str) and p for p in inputs):
+      raise ConfigError(f"{where}.inputs: expected a glob or a list of globs, got {short(self.inputs)}")
+    object.__setattr__(self, "inputs", tuple(inputs))
+    if self.path and self.inputs:
+      raise ConfigError(
+        f"{where}: give path (a converted dataset) or inputs (raw files, converted the first time), not both"
+      )
+    if not self.inputs:
+      for field in ("tokenizer", "convert"):
+        if getattr(self, field) is not None:
+          raise ConfigError(f"{where}.{field}: applies to raw inputs (datasets.{self.name}.inputs), not to a path")
+      return
+    if not isinstance(self.tokenizer, str) or not self.tokenizer:
+      raise ConfigError(f"{where}.tokenizer: raw inputs need a tokenizer (hf:DIR, hf:FILE.json, sp:FILE.model or byte)")
+    if self.convert is not None and not isinstance(self.convert, Mapping):
+      raise ConfigError(f"{where}.convert: expected a mapping of jaxdata convert's options, got {short(self.convert)}")
+    object.__setattr__(self, "convert", dict(self.convert or {}))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,6 +37,7 @@ from jaxdata.demo import DEVICES, default_cache_dir, model, xla_flags
 from jaxdata.demo.corpus import OWNER, Log, build_demo_corpus
 from jaxdata.errors import optional_module
 from jaxdata.pipeline.pipeline import Pipeline
+from jaxdata.pipeline.raw_inputs import with_built_inputs
 from jaxdata.sources.fileutil import claim_directory, clear_claimed
 from jaxdata.sources.manifest import Manifest
 from jaxdata.sources.opening import open_dataset
@@ -48,7 +49,7 @@ __all__ = ["DemoResult", "demo_config", "resume_check", "run_demo"]
 def demo_config(cache_dir: str, config_path: str | None = None) -> PipelineConfig:
   """The bundled demo config (paths under the cache), or the user's own."""
   if config_path is not None:
-    cfg = load_config(config_path)
+    cfg = with_built_inputs(load_config(config_path))
     cfg.batch.require_features(FEATURES, "the demo (its model and checks)", config_path)
     return cfg
   raw = yaml.safe_load(importlib.resources.files("jaxdata.demo").joinpath("demo_config.yaml").read_text())

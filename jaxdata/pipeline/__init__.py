@@ -8,6 +8,7 @@ Its modules::
 
     pipeline.py          `Pipeline`: wires the modules below, hands out batches, saves and restores state
     handout.py           `Handout`: steps from the maker to `next()` as batches (the prefetch thread), and their release
+    raw_inputs.py        `with_built_inputs`: a config's raw inputs, converted into their caches before opening
     pipeline_parts.py    `open_parts`: the datasets, planner and reader a pipeline opens from its config
     spec.py              `PipelineSpec`: everything that decides the batches (what worker processes get)
     state.py             `PipelineState`: the state after a step, typed; its JSON is the checkpoint's

@@ -49,6 +49,7 @@ from jaxdata.pipeline.handout import Handout, producing
 from jaxdata.pipeline.makers import step_maker
 from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
 from jaxdata.pipeline.producing import END, Prepared
+from jaxdata.pipeline.raw_inputs import with_built_inputs
 from jaxdata.pipeline.read_spans import READ_AHEAD
 from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
 from jaxdata.pipeline.slices import SliceSpec, mesh_and_axes
@@ -144,6 +145,7 @@ class Pipeline:
     if mesh is not None:  # checked before any file is opened
       sharding = batch_sharding(mesh, data_axes)
       check_rows_divide(cfg, mesh, data_axes)
+    cfg = with_built_inputs(cfg)  # raw inputs: their caches, built here once (workers get plain paths)
     spec = PipelineSpec(cfg, split=split, epoch=epoch, read_threads=read_threads)  # what worker processes get too
     parts = open_parts(spec)
     cfg = parts.cfg

@@ -11,6 +11,7 @@ from jaxdata.config.loading import load_config
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schema import BatchConfig
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
+from jaxdata.pipeline.raw_inputs import with_built_inputs
 from jaxdata.pipeline.slices import SliceSpec
 
 __all__ = ["MeshReport", "mesh_report"]
@@ -63,7 +64,7 @@ def mesh_report(
   spec.rows_per_host(global_batch)
   if config is None:
     return MeshReport(None, None)
-  cfg = load_config(config) if isinstance(config, str) else config
+  cfg = with_built_inputs(load_config(config) if isinstance(config, str) else config)
   cfg = dataclasses.replace(
     cfg,
     packing=dataclasses.replace(cfg.packing, seq_len=seq_len, warmup=()),

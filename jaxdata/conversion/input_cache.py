@@ -1,0 +1,181 @@
+"""Raw inputs converted once into a cache, keyed by what decides the dataset: `built_dataset`.
+
+A config may name raw files instead of a converted dataset. The first run
+converts them (all cores, the local runner's work units); later runs find the
+cache by its key and open it at once::
+
+    key = sha256 of  every input file: path, size, mtime, sampled hash (fileutil.sample_sha256)
+                     the tokenizer's files, the chat template's text, every conversion option
+    ROOT/NAME-KEY16/              the dataset (manifest.json written last: complete or absent)
+    ROOT/.NAME-KEY16.building-PID the build in progress (renamed into place when sealed)
+    ROOT/NAME-KEY16.lock          one builder at a time: a second run waits, then reuses
+    ROOT/NAME.last.json           the last key's parts: a rebuild says which changed
+
+A build interrupted (Ctrl-C, a full disk, a killed host) leaves no cache
+under the final name, so nothing half-written is ever opened; the next run
+builds again. A file that changes while it is converted is named and the
+build stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jaxdata.conversion.inputs import expand_inputs
+from jaxdata.conversion.local_runner import convert
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.errors import ConfigError, InputFormatError
+from jaxdata.sources.fileutil import file_sha256, sample_sha256
+from jaxdata.sources.manifest import MANIFEST_NAME
+from jaxdata.sources.stores import is_remote
+
+__all__ = ["CacheKey", "built_dataset"]
+
+KEY_VERSION = 1  # bumped when what the key covers changes
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheKey:
+  """What decides a converted dataset, and its digest (the cache directory's suffix)."""
+
+  files: tuple[tuple[str, int, int, str], ...]  # (path, size, mtime_ns, sampled sha256) of every input
+  tokenizer: str  # sha256 of the tokenizer's files
+  template: str  # sha256 of the chat template's text ("" where none is given)
+  options: str  # the conversion options, as sorted JSON
+
+  @property
+  def digest(self) -> str:
+    text = json.dumps([KEY_VERSION, self.files, self.tokenizer, self.template, self.options])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+  def changes_from(self, before: Mapping[str, Any]) -> list[str]:
+    """What differs from a key's parts as `last.json` recorded them: one phrase each."""
+    changes = []
+    old_files = {f[0]: tuple(f) for f in before.get("files", [])}
+    new_files = {f[0]: f for f in self.files}
+    for path in sorted(set(old_files) | set(new_files)):
+      if path not in old_files:
+        changes.append(f"{path} is new")
+      elif path not in new_files:
+        changes.append(f"{path} is gone")
+      elif old_files[path] != new_files[path]:
+        changes.append(f"{path} changed (size {old_files[path][1]:,} -> {new_files[path][1]:,})")
+    for part in ("tokenizer", "template", "options"):
+      if before.get(part) != getattr(self, part):
+        changes.append(f"the {part} changed")
+    return changes
+
+
+def _tokenizer_digest(options: ConvertOptions) -> str:
+  spec = options.tokenizer
+  if spec.kind == "byte" or spec.path is None:
+    return "byte"
+  digest = hashlib.sha256(spec.kind.encode())
+  paths = [os.path.join(spec.path, n) for n in _TOKENIZER_FILES] if os.path.isdir(spec.path) else [spec.path]
+  found = [p for p in paths if os.path.isfile(p)]
+  if not found:
+    raise ConfigError(f"tokenizer: {spec.path} holds no tokenizer files ({', '.join(_TOKENIZER_FILES)})")
+  for path in found:
+    digest.update(os.path.basename(path).encode() + file_sha256(path).encode())
+  return digest.hexdigest()
+
+
+def _file_state(path: str) -> tuple[str, int, int, str]:
+  stat = os.stat(path)
+  return (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, sample_sha256(path))
+
+
+def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
+  """The key of the dataset `inputs` convert to with `options` (every input's state read now)."""
+  remote = [p for p in inputs if is_remote(p)]
+  if remote:
+    raise ConfigError(
+      f"inputs: {remote[0]}: raw inputs in a bucket are converted by `jaxdata convert` (a local cache of "
+      "remote raw files is not built in place): convert them, then name the dataset's path"
+    )
+  files = expand_inputs(inputs, options.include, options.exclude)
+  if not files:
+    raise ConfigError(f"inputs: {', '.join(inputs)} match no file")
+  template = ""
+  if options.chat_template:
+    with open(options.chat_template, "rb") as f:
+      template = hashlib.sha256(f.read()).hexdigest()
+  decided = dataclasses.asdict(options)
+  for unkeyed in ("workers", "tokenizer", "chat_template"):  # workers never change the output; the others: above
+    decided.pop(unkeyed)
+  return CacheKey(
+    files=tuple(_file_state(p) for p in files),
+    tokenizer=_tokenizer_digest(options),
+    template=template,
+    options=json.dumps(decided, sort_keys=True, default=list),
+  )
+
+
+def built_dataset(
+  name: str, inputs: list[str], options: ConvertOptions, root: str, log: Callable[[str], None] = lambda m: None
+) -> str:
+  """The directory of the dataset `inputs` convert to: the cache's, built now if it is not there."""
+  key = cache_key(inputs, options)
+  os.makedirs(root, exist_ok=True)
+  target = os.path.join(root, f"{name}-{key.digest[:16]}")
+  if os.path.isfile(os.path.join(target, MANIFEST_NAME)):
+    return target
+  with open(os.path.join(root, f"{name}-{key.digest[:16]}.lock"), "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a second run building the same cache waits here, then reuses it
+    if os.path.isfile(os.path.join(target, MANIFEST_NAME)):
+      log(f"{name}: another run built the cache {target}; reusing it")
+      return target
+    _say_why(name, key, root, log)
+    staging = os.path.join(root, f".{name}-{key.digest[:16]}.building-{os.getpid()}")
+    _remove_stale_builds(root, name, key)
+    try:
+      convert(inputs, staging, name, options)
+      if cache_key(inputs, options) != key:
+        raise InputFormatError(
+          f"{name}: inputs changed while they were converted ({', '.join(key.changes_from(_parts(cache_key(inputs, options))))})"
+          "; nothing was cached: run again once they are stable"
+        )
+      os.replace(staging, target)
+    except BaseException:  # re-raised: a build that did not finish leaves nothing under the cache's name
+      shutil.rmtree(staging, ignore_errors=True)
+      raise
+    with open(os.path.join(root, f"{name}.last.json"), "w") as f:
+      json.dump(_parts(key), f)
+    log(f"{name}: converted into the cache {target}")
+  return target
+
+
+def _parts(key: CacheKey) -> dict[str, Any]:
+  return {
+    "files": [list(f) for f in key.files],
+    "tokenizer": key.tokenizer,
+    "template": key.template,
+    "options": key.options,
+  }
+
+
+def _say_why(name: str, key: CacheKey, root: str, log: Callable[[str], None]) -> None:
+  last = os.path.join(root, f"{name}.last.json")
+  if not os.path.isfile(last):
+    log(f"{name}: converting its {len(key.files)} input files into a cache (the first time)")
+    return
+  with open(last) as f:
+    before = json.load(f)
+  changes = key.changes_from(before) or ["its cache is not there"]
+  log(f"{name}: converting again: {'; '.join(changes[:5])}{'; ...' if len(changes) > 5 else ''}")
+
+
+def _remove_stale_builds(root: str, name: str, key: CacheKey) -> None:
+  """Builds of this key left by runs that stopped (the lock is held now: none of them is running)."""
+  prefix = f".{name}-{key.digest[:16]}.building-"
+  for entry in os.listdir(root):
+    if entry.startswith(prefix):
+      shutil.rmtree(os.path.join(root, entry), ignore_errors=True)

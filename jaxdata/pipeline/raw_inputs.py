@@ -1,0 +1,73 @@
+"""`with_built_inputs`: a config whose datasets name raw inputs, made one that names their caches.
+
+Every entrance that opens datasets (`Pipeline`, `jaxdata plan` / `audit` /
+`doctor`, `jaxdata demo --config`) calls it first, in the main process: the
+caches are built there, once, and worker processes get a config of plain
+paths. A dataset converted in place is the same dataset `jaxdata convert`
+writes from the same files and options, so its batches are the same::
+
+    datasets: [{name: web, inputs: corpus/*.jsonl, tokenizer: hf:tok, convert: {examples: chat}}]
+        -> conversion.input_cache.built_dataset (keyed; built the first time, reused after)
+        -> datasets: [{name: web, path: CACHE/datasets/web-KEY16}]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.schema import DatasetConfig
+from jaxdata.conversion.input_cache import built_dataset
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.tokenizers import TokenizerSpec
+from jaxdata.errors import ConfigError
+
+__all__ = ["with_built_inputs"]
+
+logger = logging.getLogger("jaxdata")
+
+
+def cache_root(cfg: PipelineConfig) -> str:
+  """Where converted raw inputs are kept: `cache_dir`, else $JAXDATA_CACHE_DIR, else ~/.cache/jaxdata; /datasets."""
+  base = (
+    cfg.cache_dir or os.environ.get("JAXDATA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxdata")
+  )
+  return os.path.join(base, "datasets")
+
+
+def convert_options(d: DatasetConfig) -> ConvertOptions:
+  """The dataset's `convert` mapping as `ConvertOptions`; a ConfigError names a wrong key or value."""
+  where = f"datasets.{d.name}"
+  known = {f.name for f in dataclasses.fields(ConvertOptions)} - {"tokenizer"}
+  given = dict(d.convert or {})
+  unknown = sorted(set(given) - known)
+  if unknown:
+    raise ConfigError(f"{where}.convert.{unknown[0]}: not an option of jaxdata convert ({', '.join(sorted(known))})")
+  for key in ("include", "exclude"):
+    if isinstance(given.get(key), list):
+      given[key] = tuple(given[key])
+  try:
+    tokenizer = TokenizerSpec.parse(str(d.tokenizer))
+  except ValueError as error:
+    raise ConfigError(f"{where}.tokenizer: {error}") from error
+  try:
+    return ConvertOptions(tokenizer=tokenizer, **given)
+  except (ValueError, TypeError) as error:
+    raise ConfigError(f"{where}.convert: {error}") from error
+
+
+def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.info) -> PipelineConfig:
+  """`cfg` with every raw-input dataset's cache built (or found) and named as its path."""
+  if not cfg.raw_inputs:
+    return cfg
+  root = cache_root(cfg)
+  datasets = []
+  for d in cfg.datasets:
+    if d.inputs:
+      path = built_dataset(d.name, list(d.inputs), convert_options(d), root, log)
+      d = dataclasses.replace(d, path=path, inputs=(), tokenizer=None, convert=None)
+    datasets.append(d)
+  return dataclasses.replace(cfg, datasets=tuple(datasets))
