@@ -101,7 +101,10 @@ def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
       f"inputs: {remote[0]}: raw inputs in a bucket are converted by `jaxdata convert` (a local cache of "
       "remote raw files is not built in place): convert them, then name the dataset's path"
     )
-  files = expand_inputs(inputs, options.include, options.exclude)
+  try:
+    files = expand_inputs(inputs, options.include, options.exclude)
+  except FileNotFoundError as error:
+    raise ConfigError(f"inputs: {error} (the glob must match a file)") from error
   if not files:
     raise ConfigError(f"inputs: {', '.join(inputs)} match no file")
   template = ""

@@ -67,7 +67,11 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.i
   datasets = []
   for d in cfg.datasets:
     if d.inputs:
-      path = built_dataset(d.name, list(d.inputs), convert_options(d), root, log)
+      options = convert_options(d)
+      try:
+        path = built_dataset(d.name, list(d.inputs), options, root, log)
+      except ConfigError as error:  # "inputs: ..." / "tokenizer: ...": the config's key, whole
+        raise ConfigError(f"datasets.{d.name}.{error}") from error
       d = dataclasses.replace(d, path=path, inputs=(), tokenizer=None, convert=None)
     datasets.append(d)
   return dataclasses.replace(cfg, datasets=tuple(datasets))

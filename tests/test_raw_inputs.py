@@ -1,0 +1,180 @@
+"""Raw inputs named in a config: converted once into a keyed cache, reused, rebuilt when anything that
+decides the dataset changes (saying what), and the same batches as the dataset `jaxdata convert` writes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+
+import chat_families as families
+from jaxdata import ConfigError, ConvertOptions, Pipeline, PipelineConfig, convert
+from jaxdata.conversion.tokenizers import TokenizerSpec
+
+
+def write_jsonl(path, rows) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def texts(seed: int, count: int) -> list[dict]:
+  rng = np.random.default_rng(seed)
+  return [{"text": " ".join(f"w{j}" for j in rng.integers(0, 60, rng.integers(3, 50)))} for _ in range(count)]
+
+
+def config(tmp_path, datasets, **top) -> PipelineConfig:
+  raw = {
+    "seed": 3,
+    "datasets": datasets,
+    "mixture": {"weights": {d["name"]: 1 + i for i, d in enumerate(datasets)}},
+    "exhausted_policy": "repeat",
+    "packing": {"mode": "best_fit", "seq_len": 96},
+    "batch": {"global_batch_size": 4},
+    "cache_dir": str(tmp_path / "cache"),
+    **top,
+  }
+  return PipelineConfig.from_dict(raw)
+
+
+def batches(cfg: PipelineConfig, count: int = 6, **kwargs) -> list[dict]:
+  with Pipeline(cfg, prefetch=0, **kwargs) as pipe:
+    return [{k: np.asarray(v).tolist() for k, v in next(pipe).items()} for _ in range(count)]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+  write_jsonl(str(tmp_path / "corpus" / "web.jsonl"), texts(0, 200))
+  write_jsonl(str(tmp_path / "corpus" / "code-a.jsonl"), texts(1, 80))
+  write_jsonl(str(tmp_path / "corpus" / "code-b.jsonl"), texts(2, 80))
+  return tmp_path / "corpus"
+
+
+def test_raw_inputs_give_the_batches_of_the_converted_dataset_and_the_cache_is_reused(tmp_path, corpus, caplog):
+  raw = [
+    {"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": "byte"},
+    {"name": "code", "inputs": [str(corpus / "code-*.jsonl")], "tokenizer": "byte", "convert": {"compression": "none"}},
+  ]
+  caplog.set_level(logging.INFO, logger="jaxdata")
+  first = batches(config(tmp_path, raw))
+  assert "web: converting its 1 input files into a cache (the first time)" in caplog.text
+  convert([str(corpus / "web.jsonl")], str(tmp_path / "web"), "web", ConvertOptions(workers=1))
+  convert(
+    [str(corpus / "code-a.jsonl"), str(corpus / "code-b.jsonl")],
+    str(tmp_path / "code"),
+    "code",
+    ConvertOptions(workers=1, compression="none"),
+  )
+  converted = [{"name": "web", "path": str(tmp_path / "web")}, {"name": "code", "path": str(tmp_path / "code")}]
+  assert batches(config(tmp_path, converted)) == first  # the same dataset, the same batches
+  caplog.clear()
+  with Pipeline(config(tmp_path, raw), prefetch=2) as pipe:  # a second run: the cache, no conversion
+    state = None
+    for step in range(6):
+      if step == 3:
+        state = pipe.get_state()
+      assert {k: np.asarray(v).tolist() for k, v in next(pipe).items()} == first[step]
+  assert "convert" not in caplog.text
+  with Pipeline(config(tmp_path, converted), prefetch=0) as pipe:  # a state restores across the two spellings
+    pipe.set_state(state)
+    assert [{k: np.asarray(v).tolist() for k, v in next(pipe).items()} for _ in range(3)] == first[3:]
+
+
+def test_a_change_of_inputs_tokenizer_or_options_builds_a_new_cache_and_says_why(tmp_path, corpus, caplog):
+  caplog.set_level(logging.INFO, logger="jaxdata")
+  raw = [{"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": "byte"}]
+  before = batches(config(tmp_path, raw), 2)
+  write_jsonl(str(corpus / "web.jsonl"), texts(9, 150))
+  caplog.clear()
+  after = batches(config(tmp_path, raw), 2)
+  assert after != before and f"web: converting again: {corpus / 'web.jsonl'} changed (size" in caplog.text
+  caplog.clear()
+  raw[0]["convert"] = {"field": "text", "compression": "snappy"}
+  batches(config(tmp_path, raw), 1)
+  assert "web: converting again: the options changed" in caplog.text
+  built = sorted(n for n in os.listdir(tmp_path / "cache" / "datasets") if n.startswith("web-") and "." not in n)
+  assert len(built) == 3  # one cache per key; none is reused for other inputs
+
+
+def test_chat_examples_from_raw_inputs_are_the_converted_examples(tmp_path):
+  tokenizer = families.build_tokenizer(str(tmp_path / "tok"))
+  tokenizer.save_pretrained(str(tmp_path / "tok"))
+  (tmp_path / "t.jinja").write_text(families.CHATML_PLAIN)
+  rows = [
+    {"messages": [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": f"Answer {i}."}]}
+    for i in range(60)
+  ]
+  write_jsonl(str(tmp_path / "chat.jsonl"), rows)
+  options = {"examples": "chat", "chat_template": str(tmp_path / "t.jinja")}
+  raw = [
+    {"name": "chat", "inputs": str(tmp_path / "chat.jsonl"), "tokenizer": f"hf:{tmp_path / 'tok'}", "convert": options}
+  ]
+  converted_options = ConvertOptions(tokenizer=TokenizerSpec.parse(f"hf:{tmp_path / 'tok'}"), workers=1, **options)
+  convert([str(tmp_path / "chat.jsonl")], str(tmp_path / "chat"), "chat", converted_options)
+  converted = [{"name": "chat", "path": str(tmp_path / "chat")}]
+  assert batches(config(tmp_path, raw)) == batches(config(tmp_path, converted))
+
+
+def _build(path: str) -> None:
+  cfg = PipelineConfig.from_dict(json.load(open(path)))
+  with Pipeline(cfg, prefetch=0) as pipe:
+    next(pipe)
+
+
+def test_two_runs_building_one_cache_at_once_build_it_once(tmp_path, corpus):
+  raw = [{"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": "byte", "convert": {"workers": 1}}]
+  (tmp_path / "cfg.json").write_text(json.dumps(config(tmp_path, raw).to_dict()))
+  context = multiprocessing.get_context("spawn")
+  runs = [context.Process(target=_build, args=(str(tmp_path / "cfg.json"),)) for _ in range(2)]
+  for run in runs:
+    run.start()
+  for run in runs:
+    run.join(120)
+    assert run.exitcode == 0
+  entries = os.listdir(tmp_path / "cache" / "datasets")
+  assert len([n for n in entries if n.startswith("web-") and not n.endswith(".lock")]) == 1
+  assert not [n for n in entries if ".building-" in n]
+
+
+def test_a_build_that_fails_leaves_no_cache_and_bad_entries_are_named(tmp_path, corpus):
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"text": "fine"}\n{"text": \n')
+  raw = [{"name": "web", "inputs": str(bad), "tokenizer": "byte"}]
+  with pytest.raises(Exception, match="bad.jsonl:2"):
+    batches(config(tmp_path, raw), 1)
+  assert not [n for n in os.listdir(tmp_path / "cache" / "datasets") if n.startswith("web-") and "." not in n]
+  assert not [n for n in os.listdir(tmp_path / "cache" / "datasets") if ".building-" in n]
+  for entry, message in (
+    ({"inputs": str(corpus / "web.jsonl")}, "datasets.web.tokenizer: raw inputs need a tokenizer"),
+    (
+      {"inputs": str(corpus / "web.jsonl"), "path": "data/web", "tokenizer": "byte"},
+      "give path .* or inputs .*, not both",
+    ),
+    ({"path": "data/web", "tokenizer": "byte"}, "datasets.web.tokenizer: applies to raw inputs"),
+    (
+      {"inputs": str(corpus / "nothing*.jsonl"), "tokenizer": "byte"},
+      "datasets.web.inputs: .* the glob must match a file",
+    ),
+    (
+      {"inputs": str(corpus / "web.jsonl"), "tokenizer": "byte", "convert": {"feild": "x"}},
+      r"datasets.web.convert.feild: not an option",
+    ),
+    (
+      {"inputs": str(corpus / "web.jsonl"), "tokenizer": "byte", "convert": {"examples": "poems"}},
+      r"datasets.web.convert: examples",
+    ),
+    (
+      {"inputs": str(corpus / "web.jsonl"), "tokenizer": f"hf:{tmp_path / 'none'}"},
+      "datasets.web.tokenizer: .* holds no tokenizer files",
+    ),
+    (
+      {"inputs": "s3://bucket/web/*.jsonl", "tokenizer": "byte"},
+      "raw inputs in a bucket are converted by `jaxdata convert`",
+    ),
+  ):
+    with pytest.raises(ConfigError, match=message):
+      batches(config(tmp_path, [{"name": "web", **entry}]), 1)
