@@ -104,7 +104,7 @@ def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
   try:
     files = expand_inputs(inputs, options.include, options.exclude)
   except FileNotFoundError as error:
-    raise ConfigError(f"inputs: {error} (the glob must match a file)") from error
+    raise ConfigError(f"inputs: {str(error).removeprefix('input: ')}: the glob must match a file") from error
   if not files:
     raise ConfigError(f"inputs: {', '.join(inputs)} match no file")
   template = ""
