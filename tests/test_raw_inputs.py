@@ -178,3 +178,21 @@ def test_a_build_that_fails_leaves_no_cache_and_bad_entries_are_named(tmp_path, 
   ):
     with pytest.raises(ConfigError, match=message):
       batches(config(tmp_path, [{"name": "web", **entry}]), 1)
+
+
+def test_inputs_too_large_to_convert_in_place_print_the_command_that_builds_the_same_cache(tmp_path, corpus):
+  import shlex  # noqa: PLC0415
+
+  from jaxdata.cli import main  # noqa: PLC0415
+
+  raw = [
+    {"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": "byte", "convert": {"compression": "none"}},
+  ]
+  with pytest.raises(ConfigError, match="more than inputs_max_bytes") as refused:
+    batches(config(tmp_path, raw, inputs_max_bytes=1000), 1)
+  command = str(refused.value).split("then run again: ")[1]
+  words = shlex.split(command)
+  assert words[:2] == ["jaxdata", "convert"] and "--runner" in words and "--compression" in words
+  words[words.index("--runner") + 1] = "local"  # the same command on the local runner: the same cache
+  assert main(words[1:] + ["-q", "--workers", "1"]) == 0
+  assert len(batches(config(tmp_path, raw, inputs_max_bytes=1000), 2)) == 2  # found, not converted again

@@ -108,6 +108,7 @@ class PipelineConfig:
   stats_path: str | None = None  # Pipeline appends one JSON line of stats per step here
   total_steps: int | None = None  # the run's length: lets step boundaries be fractions of it
   allow_mixed_tokenizers: bool = False  # datasets with different tokenizers may be mixed
+  inputs_max_bytes: int = 64 << 30  # raw inputs (datasets[].inputs) larger than this are not converted in place
 
   def __post_init__(self) -> None:
     object.__setattr__(self, "datasets", tuple(self.datasets))
@@ -131,6 +132,7 @@ class PipelineConfig:
       check_int(self.stop_after_passes, "stop_after_passes", 1)
     check_int(self.open_shards, "open_shards", 1)
     check_int(self.cache_bytes, "cache_bytes", 1)
+    check_int(self.inputs_max_bytes, "inputs_max_bytes", 0)
     if self.total_steps is not None:
       check_int(self.total_steps, "total_steps", 1)
     self._resolve_fractions()

@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -123,14 +124,27 @@ def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
 
 
 def built_dataset(
-  name: str, inputs: list[str], options: ConvertOptions, root: str, log: Callable[[str], None] = lambda m: None
+  name: str,
+  inputs: list[str],
+  options: ConvertOptions,
+  root: str,
+  log: Callable[[str], None] = lambda m: None,
+  max_bytes: int | None = None,
 ) -> str:
-  """The directory of the dataset `inputs` convert to: the cache's, built now if it is not there."""
+  """The directory of the dataset `inputs` convert to: the cache's, built now if it is not there. Inputs
+  larger than `max_bytes` are not converted here: the ConfigError gives the command that builds the
+  same cache on an engine."""
   key = cache_key(inputs, options)
   os.makedirs(root, exist_ok=True)
   target = os.path.join(root, f"{name}-{key.digest[:16]}")
   if os.path.isfile(os.path.join(target, MANIFEST_NAME)):
     return target
+  size = sum(f[1] for f in key.files)
+  if max_bytes is not None and size > max_bytes:
+    raise ConfigError(
+      f"inputs: {size:,} bytes, more than inputs_max_bytes ({max_bytes:,}) to convert in place; build the "
+      f"same cache on an engine, then run again: {convert_command_line(name, inputs, options, target)}"
+    )
   with open(os.path.join(root, f"{name}-{key.digest[:16]}.lock"), "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)  # a second run building the same cache waits here, then reuses it
     if os.path.isfile(os.path.join(target, MANIFEST_NAME)):
@@ -154,6 +168,49 @@ def built_dataset(
       json.dump(_parts(key), f)
     log(f"{name}: converted into the cache {target}")
   return target
+
+
+_FLAGS = {  # ConvertOptions field -> jaxdata convert's flag (the fields the command line can set)
+  "field": "--field",
+  "train_on": "--train-on",
+  "chat_template": "--chat-template",
+  "max_example_tokens": "--max-tokens",
+  "text_mode": "--text-mode",
+  "shard_bytes": "--shard-size",
+  "compression": "--compression",
+  "skip_invalid": "--skip-invalid",
+}
+
+
+def convert_command_line(name: str, inputs: list[str], options: ConvertOptions, out: str, runner: str = "beam") -> str:
+  """The `jaxdata convert` command that writes the dataset `built_dataset` would, into `out`."""
+  default = ConvertOptions()
+  words = ["jaxdata", "convert", *inputs, "--out", out, "--name", name, "--tokenizer", _spec_text(options)]
+  if options.examples != "text" or options.input_format != "auto":
+    words += ["--format", options.examples if options.examples != "text" else options.input_format]
+  for field, flag in _FLAGS.items():
+    value = getattr(options, field)
+    if value != getattr(default, field):
+      words += [flag] if isinstance(value, bool) else [flag, str(value)]
+  for field, flag in (("include", "--include"), ("exclude", "--exclude")):
+    for pattern in getattr(options, field):
+      words += [flag, pattern]
+  words += ["--runner", runner]
+  unflagged = [
+    f.name
+    for f in dataclasses.fields(ConvertOptions)
+    if f.name not in {*_FLAGS, "tokenizer", "examples", "input_format", "include", "exclude", "workers"}
+    and getattr(options, f.name) != getattr(default, f.name)
+  ]
+  line = " ".join(shlex.quote(w) for w in words)
+  if unflagged:  # no flag for these: the Python call writes them
+    line += f"  (options without a flag: {', '.join(unflagged)}: call jaxdata.conversion.beam_runner.convert_with_beam)"
+  return line
+
+
+def _spec_text(options: ConvertOptions) -> str:
+  spec = options.tokenizer
+  return "byte" if spec.kind == "byte" else f"{'hf' if spec.kind == 'huggingface' else 'sp'}:{spec.path}"
 
 
 def _parts(key: CacheKey) -> dict[str, Any]:

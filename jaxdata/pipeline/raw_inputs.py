@@ -69,7 +69,7 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.i
     if d.inputs:
       options = convert_options(d)
       try:
-        path = built_dataset(d.name, list(d.inputs), options, root, log)
+        path = built_dataset(d.name, list(d.inputs), options, root, log, cfg.inputs_max_bytes)
       except ConfigError as error:  # "inputs: ..." / "tokenizer: ...": the config's key, whole
         raise ConfigError(f"datasets.{d.name}.{error}") from error
       d = dataclasses.replace(d, path=path, inputs=(), tokenizer=None, convert=None)
