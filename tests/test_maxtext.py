@@ -232,7 +232,7 @@ def test_every_key_the_adapter_reads_is_in_the_table(values, tmp_path, monkeypat
   "key, value, message",
   [
     ("dataset_type", "tfds", r"dataset_type: 'tfds'; jaxdata reads jaxdata datasets"),
-    ("dataset_type", "hf", r"dataset_type: 'hf'"),
+    ("dataset_type", "hf", r"hf_path: '' is not a local file or directory"),  # hf: files, converted in place
     ("grain_file_type", "parquet", r"grain_file_type: 'parquet'"),
     ("expansion_factor_real_data", 2, r"expansion_factor_real_data: 2 is not supported"),
     ("colocated_python_data_input", True, r"colocated_python_data_input: True is not supported"),

@@ -196,3 +196,44 @@ def test_inputs_too_large_to_convert_in_place_print_the_command_that_builds_the_
   words[words.index("--runner") + 1] = "local"  # the same command on the local runner: the same cache
   assert main(words[1:] + ["-q", "--workers", "1"]) == 0
   assert len(batches(config(tmp_path, raw, inputs_max_bytes=1000), 2)) == 2  # found, not converted again
+
+
+def test_maxtexts_dataset_type_hf_reads_local_parquet_through_the_cache(tmp_path):
+  """MaxText's hf keys (hf_path parquet, hf_train_files, train_data_columns, tokenizer_path) give the batches of
+  the same files converted with the same tokenizer and column."""
+  import pyarrow as pa  # noqa: PLC0415 -- the parquet extra, which the test extra installs
+  import pyarrow.parquet as pq  # noqa: PLC0415
+
+  from jaxdata.integrations.maxtext import maxtext_config  # noqa: PLC0415
+
+  tokenizer = families.build_tokenizer(str(tmp_path / "tok"))
+  tokenizer.save_pretrained(str(tmp_path / "tok"))
+  os.makedirs(tmp_path / "pq")
+  for i in range(2):
+    rows = [{"content": r["text"].replace("w", "word ")} for r in texts(i, 120)]
+    pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "pq" / f"part-{i}.parquet"))
+  values = {
+    "dataset_type": "hf",
+    "hf_path": "parquet",
+    "hf_train_files": str(tmp_path / "pq" / "*.parquet"),
+    "train_data_columns": ["content"],
+    "tokenizer_path": str(tmp_path / "tok"),
+    "max_target_length": 64,
+    "global_batch_size_to_load": 4,
+    "add_bos": False,
+    "add_eos": False,
+  }
+  cfg = maxtext_config(values, cache_dir=str(tmp_path / "cache"))
+  got = batches(cfg, 3)
+  options = ConvertOptions(tokenizer=TokenizerSpec.parse(f"hf:{tmp_path / 'tok'}"), field="content", workers=1)
+  convert([str(tmp_path / "pq" / "*.parquet")], str(tmp_path / "converted"), "hf", options)
+  raw = cfg.to_dict()
+  raw["datasets"] = [{"name": "hf", "path": str(tmp_path / "converted")}]
+  assert batches(PipelineConfig.from_dict(raw), 3) == got
+  for bad, message in (
+    ({"hf_path": "allenai/c4"}, "hf_path: 'allenai/c4' is not a local file or directory"),
+    ({"hf_train_files": None}, "hf_train_files: hf_path 'parquet' names a format; give the files"),
+    ({"tokenizer_path": None}, "tokenizer_path: dataset_type hf converts text"),
+  ):
+    with pytest.raises(ConfigError, match=message):
+      maxtext_config({**values, **bad})

@@ -47,7 +47,8 @@ __all__ = [
 
 # key: what jaxdata does with it (the table of docs/integrations.md).
 MAXTEXT_KEYS: dict[str, str] = {
-  "dataset_type": "grain (or unset): read; tfds, hf, synthetic, c4_mlperf: refused (convert the data first)",
+  "dataset_type": "grain (or unset): jaxdata datasets; hf: local Parquet / JSON files (hf_path, hf_train_files), "
+  "converted into a cache the first time (docs/convert.md); tfds, synthetic, c4_mlperf: refused",
   "grain_train_files": "datasets and weights ('glob', 'glob,w;glob,w', older 'glob:w;...'); exact glob match; "
   "weights are token shares (MaxText's mix counts records)",
   "grain_train_mixture_config_path": "the same from JSON {name: {path, weight}}",
@@ -102,12 +103,13 @@ MAXTEXT_KEYS: dict[str, str] = {
   "eval_dataset_name": "not read with dataset_type grain (tfds only)",
   "train_split": "not read with dataset_type grain (tfds / hf only)",
   "eval_split": "not read with dataset_type grain (tfds / hf only)",
-  "hf_path": "not read with dataset_type grain (hf only)",
+  "hf_path": "dataset_type hf: parquet / json / text (then hf_train_files), or a local directory or file of them; "
+  "a Hub id is refused (no network: download it first)",
   "hf_name": "not read with dataset_type grain (hf only)",
-  "hf_data_dir": "not read with dataset_type grain (hf only)",
-  "hf_train_files": "not read with dataset_type grain (hf only)",
+  "hf_data_dir": "dataset_type hf: the directory hf_train_files lie in (as load_dataset's data_dir)",
+  "hf_train_files": "dataset_type hf: the training files (a glob or a list), converted with tokenizer_path",
   "hf_eval_split": "not read with dataset_type grain (hf only)",
-  "hf_eval_files": "not read with dataset_type grain (hf only)",
+  "hf_eval_files": "dataset_type hf: the evaluation files, for split='eval'",
   "hf_access_token": "not read with dataset_type grain (hf only)",
 }
 
@@ -127,7 +129,8 @@ _WHY_REFUSED = {
   "enable_rampup_batch_size": "use jaxdata's batch.ramp (docs/configuration.md)",
 }
 _PACKING_TYPES = {"first_fit": "first_fit", "best_fit": "best_fit", "concat_then_split": "concat"}
-_READ_DATASET_TYPES = ("grain",)
+_READ_DATASET_TYPES = ("grain", "hf")
+_HF_BUILDERS = ("parquet", "json", "text")  # load_dataset's file builders: hf_path names the format, the files follow
 
 
 def parse_train_files(spec: str, key: str = "grain_train_files") -> list[tuple[str, float]]:
@@ -456,7 +459,12 @@ def maxtext_config(
     raise ConfigError(f"split: 'train' or 'eval', got {split!r}")
   values = maxtext_values(values)
   _refuse_unsupported(values)
-  names, _, weights, directories, manifests = _datasets(values, split, check_paths)
+  hf = values.get("dataset_type", "grain") == "hf"
+  if hf:  # raw files: one dataset, converted (cached) when the pipeline opens
+    names, weights, directories, manifests = ["hf"], [1.0], [""], []
+    check_paths = False
+  else:
+    names, _, weights, directories, manifests = _datasets(values, split, check_paths)
   packing = bool(values.get("packing", True))
   truncate = bool(values.get("use_truncation", True))
   if not packing and not truncate:
@@ -483,7 +491,7 @@ def maxtext_config(
   epochs = 1 if split == "eval" else int(values.get("num_epoch", 1))
   raw = {
     "seed": int(values.get("data_shuffle_seed", 0)),
-    "datasets": [{"name": n, "path": d} for n, d in zip(names, directories)],
+    "datasets": [_hf_dataset(values, split)] if hf else [{"name": n, "path": d} for n, d in zip(names, directories)],
     "mixture": {"weights": dict(zip(names, weights))},
     "shuffle_block_size": "global" if shuffle else None,
     "shuffle_shards": shuffle,
@@ -504,6 +512,35 @@ def maxtext_config(
   }
   raw.update(extra)
   return PipelineConfig.from_dict(raw)
+
+
+def _hf_dataset(values: Mapping[str, Any], split: str) -> dict[str, Any]:
+  """dataset_type hf: the files MaxText's load_dataset would read, as a dataset of raw inputs."""
+  path = str(values.get("hf_path") or "")
+  files = values.get("hf_eval_files" if split == "eval" else "hf_train_files")
+  files = [files] if isinstance(files, str) else list(files or [])
+  data_dir = values.get("hf_data_dir")
+  if data_dir:
+    files = [f if os.path.isabs(f) else os.path.join(str(data_dir), f) for f in files]
+  if path not in _HF_BUILDERS:
+    if not os.path.exists(os.path.expanduser(path)):
+      raise ConfigError(
+        f"hf_path: {path!r} is not a local file or directory, nor one of {', '.join(_HF_BUILDERS)}: jaxdata reads "
+        "no Hub dataset (no network); download it (datasets' save_to_disk or its files) and name them"
+      )
+    files = files or [os.path.expanduser(path)]
+  if not files:
+    raise ConfigError(f"hf_train_files: hf_path {path!r} names a format; give the files (a glob) to read with it")
+  tokenizer = values.get("tokenizer_path")
+  if not tokenizer:
+    raise ConfigError("tokenizer_path: dataset_type hf converts text: it needs the tokenizer (a directory or a file)")
+  tokenizer = str(tokenizer)
+  spec = f"sp:{tokenizer}" if tokenizer.endswith(".model") else f"hf:{tokenizer}"
+  columns = values.get("eval_data_columns" if split == "eval" else "train_data_columns") or ["text"]
+  columns = [columns] if isinstance(columns, str) else list(columns)
+  if len(columns) != 1:
+    raise ConfigError(f"train_data_columns: {columns}: one text column (the field converted)")
+  return {"name": "hf", "inputs": files, "tokenizer": spec, "convert": {"field": columns[0]}}
 
 
 def _dpo_packing(values: Mapping[str, Any], special: Mapping[str, Any]) -> dict[str, Any]:

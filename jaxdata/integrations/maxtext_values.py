@@ -78,6 +78,10 @@ KEY_TYPES: dict[str, tuple[KeyType, int | float | None]] = {
   "sft_train_on_completion_only": ("bool", None),
   "chat_template_path": ("str", None),
   "enable_rampup_batch_size": ("bool", None),
+  "hf_path": ("str", None),
+  "hf_data_dir": ("str", None),
+  "hf_train_files": ("columns", None),  # a glob or a list of them
+  "hf_eval_files": ("columns", None),
 }
 # jaxdata's own additions to MaxText's keys (the special ids, when no tokenizer says them).
 JAXDATA_KEYS: dict[str, tuple[KeyType, int | float | None]] = {
