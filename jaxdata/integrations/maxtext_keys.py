@@ -461,7 +461,8 @@ def maxtext_config(
   _refuse_unsupported(values)
   hf = values.get("dataset_type", "grain") == "hf"
   if hf:  # raw files: one dataset, converted (cached) when the pipeline opens
-    names, weights, directories, manifests = ["hf"], [1.0], [""], []
+    names, weights, directories = ["hf"], [1.0], [""]
+    manifests: list[Manifest] = []
     check_paths = False
   else:
     names, _, weights, directories, manifests = _datasets(values, split, check_paths)
