@@ -87,6 +87,7 @@ __all__ = [
   "pieces_for_hosts",
   "reference_logprobs",
   "sequence_logprobs",
+  "with_built_inputs",
   "sources",
   "testing",
 ]
@@ -160,6 +161,7 @@ __getattr__, __dir__ = lazy_exports(
     "pair_references": "jaxdata.pipeline.pair_logprobs",
     "reference_logprobs": "jaxdata.tools.reference",
     "sequence_logprobs": "jaxdata.pipeline.pair_logprobs",
+    "with_built_inputs": "jaxdata.pipeline.raw_inputs",
     "Execution": "jaxdata.pipeline.execution",
     "StepMaking": "jaxdata.pipeline.execution",
     "PipelineState": "jaxdata.pipeline.state",

@@ -145,7 +145,7 @@ def run_demo(
   if config_path is None:
     build_demo_corpus(cache_dir, log)
   cfg = demo_config(cache_dir, config_path)
-  out_dir = out_dir or run_directory(cache_dir, config_path)
+  out_dir = os.path.abspath(out_dir or run_directory(cache_dir, config_path))  # Orbax writes absolute paths only
   ckpt_dir = os.path.join(out_dir, "checkpoints")
   os.makedirs(out_dir, exist_ok=True)
   claim_directory(ckpt_dir, OWNER)  # refuses checkpoints the demo did not write

@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
+from jaxdata.errors import ConfigError
 from jaxdata.mixture.holdout import split_view
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.lengths import LengthsBase
@@ -83,6 +84,12 @@ def window_options(settings: DatasetSettings) -> WindowOptions | None:
 
 def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
   """Every dataset's training metadata, from its directory (remote ones through the config's cache)."""
+  raw = [d.name for d in cfg.datasets if d.inputs]
+  if raw:
+    raise ConfigError(
+      f"datasets.{raw[0]}: names raw inputs, converted when a Pipeline opens the config; to read its metadata "
+      "before that, build them first: cfg = jaxdata.with_built_inputs(cfg)"
+    )
   cache = default_cache_options(cfg.cache_dir, cfg.cache_bytes)
   out = {}
   for s in cfg.dataset_settings():
