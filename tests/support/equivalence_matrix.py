@@ -91,6 +91,12 @@ def write_data(root: str) -> dict[str, str]:
     write_pair_dataset(data[f"pairs{d}"], d, coded_pairs(d, count, seed=40 + d))
     # a reference model's log-probabilities beside them: float32 features in every mode
     reference_logprobs(data[f"pairs{d}"], lambda b: -(b["targets"] % 7) / 10.0, "coded-ref", seq_len=SEQ_LEN, rows=4)
+  data["raw"] = os.path.join(root, "raw")  # raw JSONL, converted into the cache by the first pipeline that opens it
+  os.makedirs(data["raw"])
+  for name, count in (("web", 120), ("code", 60)):
+    with open(os.path.join(data["raw"], f"{name}.jsonl"), "w") as f:
+      for _ in range(count):
+        f.write(json.dumps({"text": " ".join(f"w{j}" for j in rng.integers(0, 40, int(rng.integers(2, 30))))}) + "\n")
   data["cache"] = os.path.join(root, "cache")
   return data
 
@@ -336,6 +342,14 @@ FEATURES = [
   Feature(  # MaxText's layout, the prompt laid out once, pairs counted as documents
     "pairs-parallel-shared-prompt",
     lambda d: _pairs_config(d, "parallel", True, mixture={"unit": "documents"}),
+    multihost=True,
+  ),
+  Feature(  # raw JSONL named in the config: the cache built by the first pipeline (one builder), reused by the rest
+    "raw-inputs",
+    lambda d: _with_datasets(
+      _config(d, names=("d0",), exhausted_policy="repeat"),
+      d0={"path": "", "inputs": [os.path.join(d["raw"], "web.jsonl")], "tokenizer": "byte"},
+    ),
     multihost=True,
   ),
   Feature("pairs-remote-s3", lambda d: _pairs_config(d, "one_row", True, prefix="s3:"), store="s3"),
