@@ -237,3 +237,25 @@ def test_maxtexts_dataset_type_hf_reads_local_parquet_through_the_cache(tmp_path
   ):
     with pytest.raises(ConfigError, match=message):
       maxtext_config({**values, **bad})
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_ray_runner_writes_the_local_runners_dataset_byte_for_byte(tmp_path, corpus, monkeypatch):
+  """`jaxdata convert --runner ray` on a Ray started here (127.0.0.1): every file the local runner writes, the same
+  bytes (chat examples with masks, preference-free; several shards and units)."""
+  import hashlib  # noqa: PLC0415
+
+  from jaxdata.cli import main  # noqa: PLC0415
+
+  inputs = [str(corpus / "web.jsonl"), str(corpus / "code-a.jsonl"), str(corpus / "code-b.jsonl")]
+  common = ["--name", "web", "--shard-size", "4KB", "--compression", "none", "-q"]
+  assert main(["convert", *inputs, "--out", str(tmp_path / "local"), "--workers", "2", *common]) == 0
+  monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a fresh local Ray, not one a developer's shell points at
+  assert main(["convert", *inputs, "--out", str(tmp_path / "ray"), "--runner", "ray", *common]) == 0
+
+  def files(directory):
+    return {n: hashlib.sha256(open(os.path.join(directory, n), "rb").read()).hexdigest() for n in os.listdir(directory)}
+
+  local, ray = files(tmp_path / "local"), files(tmp_path / "ray")
+  assert len(local) > 4 and local == ray

@@ -14,6 +14,7 @@ from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.examples import EXAMPLE_FORMATS, ExampleFormat
 from jaxdata.conversion.local_runner import convert as convert_files
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES, ConvertOptions
+from jaxdata.conversion.ray_runner import convert_with_ray
 from jaxdata.conversion.roundtrip import check_roundtrip
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
 from jaxdata.errors import ConfigError
@@ -64,6 +65,10 @@ def convert_command(args: argparse.Namespace, console: Console) -> int:
     if args.runner == "beam":
       manifest = convert_with_beam(
         args.inputs, args.out, args.name, options, shlex.split(args.beam_options), overwrite=args.overwrite
+      )
+    elif args.runner == "ray":
+      manifest = convert_with_ray(
+        args.inputs, args.out, args.name, options, args.ray_address, on_progress, args.overwrite
       )
     else:
       manifest = convert_files(args.inputs, args.out, args.name, options, on_progress, overwrite=args.overwrite)
@@ -169,8 +174,13 @@ def register_convert(commands: Commands) -> None:
   p.add_argument(
     "--runner",
     default="local",
-    choices=("local", "beam"),
-    help="local: processes on this machine; beam: an Apache Beam pipeline (docs/convert.md)",
+    choices=("local", "beam", "ray"),
+    help="local: processes on this machine; beam: an Apache Beam pipeline; ray: Ray tasks (docs/convert.md)",
+  )
+  p.add_argument(
+    "--ray-address",
+    default=None,
+    help="ray: the cluster to join ('auto', or a head's address); default: a Ray started here for the run",
   )
   p.add_argument(
     "--beam-options",

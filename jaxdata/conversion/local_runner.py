@@ -41,6 +41,7 @@ from jaxdata.conversion.tokenize_units import (
 )
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
+from jaxdata.sources.columns import PAIR_COLUMNS, column_file_name
 from jaxdata.sources.fileutil import check_name
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import shard_file_names
@@ -114,7 +115,7 @@ def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor | None:
 
 
 def _run(
-  pool: concurrent.futures.ProcessPoolExecutor | None,
+  pool: concurrent.futures.Executor | None,
   function: Callable[..., Any],
   jobs: Sequence[Any],
   args: tuple[Any, ...],
@@ -147,7 +148,10 @@ def _run(
 def _remove_shards(out_dir: str, name: str, indices: Sequence[int], created: bool) -> None:
   """Removes the shard files this conversion writes (finished or partial), and `out_dir` if it made it."""
   for index in indices:
-    for file_name in shard_file_names(name, index):
+    shard, lengths = shard_file_names(name, index)
+    stem = shard.removesuffix(".array_record")
+    columns = [column_file_name(stem, column) for column in PAIR_COLUMNS]  # a dataset of pairs' per-record columns
+    for file_name in (shard, lengths, *columns):
       with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(out_dir, file_name))
   if created:
@@ -197,6 +201,7 @@ def convert(
   options: ConvertOptions = ConvertOptions(),
   on_progress: Progress | None = None,
   overwrite: bool = False,
+  executor: concurrent.futures.Executor | None = None,
 ) -> Manifest:
   """Tokenizes JSONL, Parquet or text files into a dataset directory (`jaxdata convert`).
 
@@ -212,6 +217,8 @@ def convert(
     on_progress: `(phase, done, total, documents)` as work is done; "scan"
       and "tokenize" count input bytes, "write" counts documents.
     overwrite: replace a dataset already in `out_dir` (only jaxdata's files).
+    executor: where the units are tokenized and the shards written (`jaxdata.conversion.ray_runner`
+      gives Ray's); None: processes on this machine. The output is the same.
 
   Returns:
     The new dataset's `Manifest` (its `stats` count skipped empty and
@@ -260,14 +267,15 @@ def convert(
   unit_total = sum(u.size for u in units)  # the tokenize bar's total: each unit reports exactly its size
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
-  pool = _executor(min(workers, len(batches)))
+  pool = executor if executor is not None else _executor(min(workers, len(batches)))
   try:
     with tempfile.TemporaryDirectory(prefix=".jaxdata-convert-", dir=parent) as scratch:
       done = [0, 0]
 
       def tokenized(i: int, result: list[UnitResult] | None) -> None:
-        if pool is not None:
-          done[:] = [pool.counters[0].value, pool.counters[1].value]  # type: ignore[attr-defined]
+        counters = getattr(pool, "counters", None)  # worker processes add their progress to shared counters
+        if counters is not None:
+          done[:] = [counters[0].value, counters[1].value]
         progress("tokenize", done[0], unit_total, done[1])
 
       def here(done_bytes: int, documents: int) -> None:  # no pool: progress straight from tokenize_unit
@@ -314,5 +322,5 @@ def convert(
         swap_in(target, out_dir)
       return manifest
   finally:
-    if pool is not None:
+    if pool is not None and executor is None:
       pool.shutdown(wait=True, cancel_futures=True)
