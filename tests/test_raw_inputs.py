@@ -259,3 +259,24 @@ def test_the_ray_runner_writes_the_local_runners_dataset_byte_for_byte(tmp_path,
 
   local, ray = files(tmp_path / "local"), files(tmp_path / "ray")
   assert len(local) > 4 and local == ray
+
+
+def test_a_file_that_changes_while_it_is_converted_is_named_and_nothing_is_cached(tmp_path, corpus, monkeypatch):
+  """Another process appending to an input during the build (here: right after the conversion reads it)."""
+  from jaxdata.conversion import input_cache  # noqa: PLC0415
+
+  real = input_cache.convert
+
+  def convert_while_the_file_grows(*args, **kwargs):
+    manifest = real(*args, **kwargs)
+    with open(corpus / "web.jsonl", "a") as f:
+      f.write(json.dumps({"text": "a late line"}) + "\n")
+    return manifest
+
+  monkeypatch.setattr(input_cache, "convert", convert_while_the_file_grows)
+  raw = [{"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": "byte"}]
+  with pytest.raises(Exception, match=r"web: inputs changed while they were converted \(.*web.jsonl changed"):
+    batches(config(tmp_path, raw), 1)
+  assert not [n for n in os.listdir(tmp_path / "cache" / "datasets") if n.startswith("web-") and "." not in n]
+  monkeypatch.setattr(input_cache, "convert", real)
+  assert len(batches(config(tmp_path, raw), 1)) == 1  # stable again: built, and the late line in it

@@ -155,10 +155,11 @@ def built_dataset(
     _remove_stale_builds(root, name, key)
     try:
       convert(inputs, staging, name, options)
-      if cache_key(inputs, options) != key:
+      after = cache_key(inputs, options)
+      if after != key:
         raise InputFormatError(
-          f"{name}: inputs changed while they were converted ({', '.join(key.changes_from(_parts(cache_key(inputs, options))))})"
-          "; nothing was cached: run again once they are stable"
+          f"{name}: inputs changed while they were converted ({', '.join(after.changes_from(_parts(key)))}); "
+          "nothing was cached: run again once they are stable"
         )
       os.replace(staging, target)
     except BaseException:  # re-raised: a build that did not finish leaves nothing under the cache's name
