@@ -447,4 +447,4 @@ def register_planning(commands: Commands) -> None:
 
 def _loaded(path: str) -> PipelineConfig:
   """The config at `path`, its raw inputs converted into their caches first (built once, then reused)."""
-  return with_built_inputs(load_config(path))
+  return with_built_inputs(load_config(path), log=print)

@@ -26,6 +26,7 @@ import json
 import os
 import shlex
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -154,7 +155,7 @@ def built_dataset(
     staging = os.path.join(root, f".{name}-{key.digest[:16]}.building-{os.getpid()}")
     _remove_stale_builds(root, name, key)
     try:
-      convert(inputs, staging, name, options)
+      convert(inputs, staging, name, options, _progress_lines(name, log))
       after = cache_key(inputs, options)
       if after != key:
         raise InputFormatError(
@@ -212,6 +213,25 @@ def convert_command_line(name: str, inputs: list[str], options: ConvertOptions, 
 def _spec_text(options: ConvertOptions) -> str:
   spec = options.tokenizer
   return "byte" if spec.kind == "byte" else f"{'hf' if spec.kind == 'huggingface' else 'sp'}:{spec.path}"
+
+
+def _progress_lines(name: str, log: Callable[[str], None], every: float = 0.1) -> Callable[[str, int, int, int], None]:
+  """A conversion's progress as a line per tenth of each phase, with the time left at the rate so far."""
+  started = time.monotonic()
+  shown: dict[str, int] = {}
+
+  def progress(phase: str, done: int, total: int, documents: int) -> None:
+    if not total:
+      return
+    step = int(done / total / every)
+    if step <= shown.get(phase, -1):
+      return
+    shown[phase] = step
+    elapsed = time.monotonic() - started
+    left = elapsed * (total - done) / done if done else float("nan")
+    log(f"{name}: {phase} {done / total:.0%} ({documents:,} documents), {elapsed:.0f} s so far, ~{left:.0f} s left")
+
+  return progress
 
 
 def _parts(key: CacheKey) -> dict[str, Any]:
