@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+from typing import Any
 
 import numpy as np
 
@@ -84,10 +85,7 @@ def demo(args: argparse.Namespace, console: Console) -> int:
   )
   console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)
   console.print(f"mixture plot: {result.plot_path}", markup=False)
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(dataclasses.asdict(result), f, indent=1)
-  return 0 if result.resume_ok else 1
+  return _summary_written(args, result)
 
 
 def ablate(args: argparse.Namespace, console: Console) -> int:
@@ -144,10 +142,7 @@ def _sft(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
     f"resume mid-epoch: {'identical batches' if result.resume_ok else 'DIFFERENT batches'}",
     markup=False,
   )
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(dataclasses.asdict(result), f, indent=1)
-  return 0 if result.resume_ok else 1
+  return _summary_written(args, result)
 
 
 def _dpo(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
@@ -172,10 +167,7 @@ def _dpo(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
     f"resume mid-epoch: {'identical batches' if result.resume_ok else 'DIFFERENT batches'}",
     markup=False,
   )
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(dataclasses.asdict(result), f, indent=1)
-  return 0 if result.resume_ok else 1
+  return _summary_written(args, result)
 
 
 def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
@@ -206,10 +198,7 @@ def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
     markup=False,
   )
   console.print(f"resume check: {'OK' if result.resume_ok else 'FAILED'} ({result.resume_detail})", markup=False)
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(dataclasses.asdict(result), f, indent=1)
-  return 0 if result.resume_ok else 1
+  return _summary_written(args, result)
 
 
 def register_demo(commands: Commands) -> None:
@@ -265,3 +254,11 @@ def register_demo(commands: Commands) -> None:
     help="held-out loss over the first N held-out trained tokens (default: all of them)",
   )
   p.set_defaults(handler=ablate)
+
+
+def _summary_written(args: argparse.Namespace, result: Any) -> int:
+  """The run's summary to --json (when given); the exit status: 0 if its resume check held."""
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dataclasses.asdict(result), f, indent=1)
+  return 0 if result.resume_ok else 1

@@ -26,11 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.conversion.local_runner import convert
-from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.demo import model
-from jaxdata.demo.sft import TOPICS, build_sft_sets, digest
+from jaxdata.demo.sft import TOPICS, build_sft_sets, converted_sets, digest
 from jaxdata.pipeline.pair_logprobs import sequence_logprobs
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
@@ -78,18 +75,7 @@ def build_dpo_sets(cache_dir: str, log: Callable[[str], None] = print) -> dict[s
   tokenizer_dir = os.path.join(cache_dir, "sft", "tokenizer")
   root = os.path.join(cache_dir, "dpo")
   os.makedirs(root, exist_ok=True)
-  paths = {}
-  for name, rows in preference_sets().items():
-    paths[name] = os.path.join(root, name)
-    if os.path.isfile(os.path.join(paths[name], "manifest.json")):
-      continue
-    source = os.path.join(root, f"{name}.jsonl")
-    with open(source, "w") as f:
-      f.writelines(json.dumps(row) + "\n" for row in rows)
-    options = ConvertOptions(tokenizer=TokenizerSpec.parse(f"hf:{tokenizer_dir}"), examples="preference", workers=1)
-    manifest = convert([source], paths[name], name, options)
-    log(f"converted {name}: {manifest.stats['examples']} pairs, {manifest.stats['trained_tokens']} trained tokens")
-  return paths
+  return converted_sets(root, preference_sets(), tokenizer_dir, "preference", log)
 
 
 def dpo_config(paths: dict[str, str]) -> PipelineConfig:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.conversion.examples import ExampleFormat
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
@@ -36,7 +37,7 @@ from jaxdata.errors import optional_module
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
 
-__all__ = ["TOPICS", "SftResult", "build_sft_sets", "digest", "run_sft_demo"]
+__all__ = ["TOPICS", "SftResult", "build_sft_sets", "converted_sets", "digest", "run_sft_demo"]
 
 TEMPLATE = (
   "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
@@ -131,6 +132,17 @@ def build_sft_sets(cache_dir: str, log: Callable[[str], None] = print) -> dict[s
     log("tokenizer: a byte-level BPE trained on the conversations ...")
     os.makedirs(root, exist_ok=True)
     _tokenizer(tokenizer_dir, [json.dumps(row) for rows in sets.values() for row in rows])
+  return converted_sets(root, sets, tokenizer_dir, "chat", log)
+
+
+def converted_sets(
+  root: str,
+  sets: dict[str, list[dict[str, Any]]],
+  tokenizer_dir: str,
+  examples: ExampleFormat,
+  log: Callable[[str], None],
+) -> dict[str, str]:
+  """Each set's rows written as JSONL under `root` and converted there (once: a converted set is kept)."""
   paths = {}
   for name, rows in sets.items():
     paths[name] = os.path.join(root, name)
@@ -139,11 +151,9 @@ def build_sft_sets(cache_dir: str, log: Callable[[str], None] = print) -> dict[s
     source = os.path.join(root, f"{name}.jsonl")
     with open(source, "w") as f:
       f.writelines(json.dumps(row) + "\n" for row in rows)
-    options = ConvertOptions(tokenizer=TokenizerSpec.parse(f"hf:{tokenizer_dir}"), examples="chat", workers=1)
+    options = ConvertOptions(tokenizer=TokenizerSpec.parse(f"hf:{tokenizer_dir}"), examples=examples, workers=1)
     manifest = convert([source], paths[name], name, options)
-    log(
-      f"converted {name}: {manifest.stats['examples']} conversations, {manifest.stats['trained_tokens']} trained tokens"
-    )
+    log(f"converted {name}: {manifest.stats['examples']} examples, {manifest.stats['trained_tokens']} trained tokens")
   return paths
 
 

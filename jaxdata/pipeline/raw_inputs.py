@@ -24,6 +24,7 @@ from jaxdata.conversion.input_cache import built_dataset
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.errors import ConfigError
+from jaxdata.sources.shard_cache import default_cache_options
 
 __all__ = ["with_built_inputs"]
 
@@ -32,10 +33,7 @@ logger = logging.getLogger("jaxdata")
 
 def cache_root(cfg: PipelineConfig) -> str:
   """Where converted raw inputs are kept: `cache_dir`, else $JAXDATA_CACHE_DIR, else ~/.cache/jaxdata; /datasets."""
-  base = (
-    cfg.cache_dir or os.environ.get("JAXDATA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxdata")
-  )
-  return os.path.join(base, "datasets")
+  return os.path.join(default_cache_options(cfg.cache_dir).cache_dir, "datasets")
 
 
 def convert_options(d: DatasetConfig) -> ConvertOptions:
