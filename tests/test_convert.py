@@ -307,7 +307,7 @@ def test_ctrl_c_while_writing_shards_says_so_and_leaves_no_partial_shard(tmp_pat
   src = tmp_path / "in.jsonl"
   src.write_text("".join(json.dumps({"text": f"document {i} " * 40}) + "\n" for i in range(3000)))
   written = []
-  real = local_runner._write_job
+  real = local_runner.write_job
 
   def interrupted_after_one(job, *args):
     if written:
@@ -315,7 +315,7 @@ def test_ctrl_c_while_writing_shards_says_so_and_leaves_no_partial_shard(tmp_pat
     written.append(real(job, *args))
     return written[-1]
 
-  monkeypatch.setattr(local_runner, "_write_job", interrupted_after_one)
+  monkeypatch.setattr(local_runner, "write_job", interrupted_after_one)
   out = tmp_path / "out"
   argv = ["convert", str(src), "--out", str(out), "--name", "x", "--workers", "1", "--shard-size", "20000", "-q"]
   assert main(argv) == 130

@@ -7,6 +7,9 @@ import json
 import logging
 import multiprocessing
 import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ import pytest
 import chat_families as families
 from jaxdata import ConfigError, ConvertOptions, Pipeline, PipelineConfig, convert
 from jaxdata.conversion.tokenizers import TokenizerSpec
+from pipeline_fixtures import worker_env
 
 
 def write_jsonl(path, rows) -> None:
@@ -265,7 +269,7 @@ def test_a_file_that_changes_while_it_is_converted_is_named_and_nothing_is_cache
   """Another process appending to an input during the build (here: right after the conversion reads it)."""
   from jaxdata.conversion import input_cache  # noqa: PLC0415
 
-  real = input_cache.convert
+  real = input_cache.build_part
 
   def convert_while_the_file_grows(*args, **kwargs):
     manifest = real(*args, **kwargs)
@@ -273,10 +277,51 @@ def test_a_file_that_changes_while_it_is_converted_is_named_and_nothing_is_cache
       f.write(json.dumps({"text": "a late line"}) + "\n")
     return manifest
 
-  monkeypatch.setattr(input_cache, "convert", convert_while_the_file_grows)
+  monkeypatch.setattr(input_cache, "build_part", convert_while_the_file_grows)
   raw = [{"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": "byte"}]
   with pytest.raises(Exception, match=r"web: inputs changed while they were converted \(.*web.jsonl changed"):
     batches(config(tmp_path, raw), 1)
   assert not [n for n in os.listdir(tmp_path / "cache" / "datasets") if n.startswith("web-") and "." not in n]
-  monkeypatch.setattr(input_cache, "convert", real)
+  monkeypatch.setattr(input_cache, "build_part", real)
   assert len(batches(config(tmp_path, raw), 1)) == 1  # stable again: built, and the late line in it
+
+
+def _build_as(path: str, index: int, count: int, wait_s: float) -> subprocess.CompletedProcess:
+  env = {**worker_env(), "JAXDATA_PROCESS_INDEX": str(index), "JAXDATA_PROCESS_COUNT": str(count)}
+  env["JAXDATA_BUILD_WAIT_S"] = str(wait_s)
+  code = (
+    "import json, logging, sys, jaxdata\n"
+    "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+    f"cfg = jaxdata.PipelineConfig.from_dict(json.load(open({path!r})))\n"
+    "with jaxdata.Pipeline(cfg, prefetch=0) as pipe:\n"
+    "  print('first batch', int(next(pipe)['tokens'].sum()))\n"
+  )
+  return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_processes_divide_one_build_and_a_stopped_one_resumes_from_its_finished_units(tmp_path, corpus):
+  """JAXDATA_PROCESS_INDEX / _COUNT (a pod's hosts sharing cache_dir): each tokenizes its share; process 0 seals the
+  cache; a process whose partner never came stops naming it, keeps its units, and resumes after."""
+  raw = [
+    {
+      "name": "web",
+      "inputs": str(corpus / "web.jsonl"),
+      "tokenizer": "byte",
+      "convert": {"workers": 1, "unit_bytes": 2048},
+    }
+  ]
+  (tmp_path / "cfg.json").write_text(json.dumps(config(tmp_path, raw).to_dict()))
+  alone = _build_as(str(tmp_path / "cfg.json"), 0, 2, 3)  # process 1 never comes
+  assert alone.returncode != 0 and "processes not done after 3 s" in alone.stderr and "processes [1]" in alone.stderr
+  with ThreadPoolExecutor(2) as pool:
+    both = list(pool.map(lambda i: _build_as(str(tmp_path / "cfg.json"), i, 2, 120), (0, 1)))
+  assert [run.returncode for run in both] == [0, 0], both[0].stderr[-2000:] + both[1].stderr[-2000:]
+  assert "resuming" in both[0].stdout  # its units from the stopped run were kept
+  assert "units tokenized" in both[1].stdout  # process 1 did its share
+  assert both[0].stdout.splitlines()[-1] == both[1].stdout.splitlines()[-1]  # the same first batch
+  converted = [{"name": "web", "path": str(tmp_path / "web")}]
+  convert([str(corpus / "web.jsonl")], str(tmp_path / "web"), "web", ConvertOptions(workers=1))
+  assert batches(config(tmp_path, raw), 3) == batches(config(tmp_path, converted), 3)
+  assert not [n for n in os.listdir(tmp_path / "cache" / "datasets") if n.endswith((".units", ".building"))]

@@ -15,6 +15,7 @@ One job, in the order the data moves through it::
     output.py           the output directory: refuse or clear
     local_runner.py     `convert`: the phases in processes on this machine
     input_cache.py      `built_dataset`: raw inputs named in a config, converted once into a keyed cache
+    shared_build.py     `build_part`: one process's share of a build several run together (resumable)
     beam_runner.py      `convert_with_beam`: the same phases as an Apache Beam pipeline
     ray_runner.py       `convert_with_ray`: the same phases as Ray tasks
     roundtrip.py        do converted documents decode to their text?

@@ -6,15 +6,17 @@ cache by its key and open it at once::
 
     key = sha256 of  every input file: path, size, mtime, sampled hash (fileutil.sample_sha256)
                      the tokenizer's files, the chat template's text, every conversion option
-    ROOT/NAME-KEY16/              the dataset (manifest.json written last: complete or absent)
-    ROOT/.NAME-KEY16.building-PID the build in progress (renamed into place when sealed)
-    ROOT/NAME-KEY16.lock          one builder at a time: a second run waits, then reuses
-    ROOT/NAME.last.json           the last key's parts: a rebuild says which changed
+    ROOT/NAME-KEY16/            the dataset (manifest.json written last: complete or absent)
+    ROOT/.NAME-KEY16.building   the shards being written (renamed into place when sealed)
+    ROOT/.NAME-KEY16.units      the finished units and shards' records (`conversion.shared_build`)
+    ROOT/.NAME-KEY16.lock-I     one builder per process index: a second run waits, then reuses
+    ROOT/NAME.last.json         the last key's parts: a rebuild says which changed
 
-A build interrupted (Ctrl-C, a full disk, a killed host) leaves no cache
-under the final name, so nothing half-written is ever opened; the next run
-builds again. A file that changes while it is converted is named and the
-build stops.
+The processes that share ROOT (a pod's hosts) divide the build; process 0
+seals it. A build interrupted (Ctrl-C, a full disk, a killed host) leaves no
+cache under the final name, so nothing half-written is ever opened, and
+keeps its finished units: the next run resumes. A file that changes while
+it is converted is named and the build stops.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxdata.conversion.inputs import expand_inputs
-from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.errors import ConfigError, InputFormatError
+from jaxdata.conversion.shared_build import build_part
+from jaxdata.errors import ConfigError, DatasetError, InputFormatError
 from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME
 from jaxdata.sources.stores import is_remote
@@ -131,10 +133,13 @@ def built_dataset(
   root: str,
   log: Callable[[str], None] = lambda m: None,
   max_bytes: int | None = None,
+  process: tuple[int, int] = (0, 1),
+  wait_s: float = 3600.0,
 ) -> str:
   """The directory of the dataset `inputs` convert to: the cache's, built now if it is not there. Inputs
   larger than `max_bytes` are not converted here: the ConfigError gives the command that builds the
-  same cache on an engine."""
+  same cache on an engine. `process`: (this process's index, the processes that build together: the hosts
+  of a pod sharing `root`), each converting its share (`conversion.shared_build`); process 0 seals it."""
   key = cache_key(inputs, options)
   os.makedirs(root, exist_ok=True)
   target = os.path.join(root, f"{name}-{key.digest[:16]}")
@@ -146,16 +151,33 @@ def built_dataset(
       f"inputs: {size:,} bytes, more than inputs_max_bytes ({max_bytes:,}) to convert in place; build the "
       f"same cache on an engine, then run again: {convert_command_line(name, inputs, options, target)}"
     )
-  with open(os.path.join(root, f"{name}-{key.digest[:16]}.lock"), "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)  # a second run building the same cache waits here, then reuses it
+  index, count = process
+  stem = os.path.join(root, f".{name}-{key.digest[:16]}")
+  with open(f"{stem}.lock-{index}", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a second run of this process index waits here, then reuses the cache
     if os.path.isfile(os.path.join(target, MANIFEST_NAME)):
       log(f"{name}: another run built the cache {target}; reusing it")
       return target
-    _say_why(name, key, root, log)
-    staging = os.path.join(root, f".{name}-{key.digest[:16]}.building-{os.getpid()}")
-    _remove_stale_builds(root, name, key)
+    if index == 0:
+      _say_why(name, key, root, log)
+      _remove_abandoned(root, name, key)
+    staging, units = f"{stem}.building", f"{stem}.units"
     try:
-      convert(inputs, staging, name, options, _progress_lines(name, log))
+      manifest = build_part(
+        inputs,
+        staging,
+        units,
+        name,
+        options,
+        index,
+        count,
+        wait_s,
+        log,
+        lambda: os.path.isfile(os.path.join(target, MANIFEST_NAME)),
+      )
+      if manifest is None:  # another process seals the cache
+        _wait_for_cache(target, wait_s, name)
+        return target
       after = cache_key(inputs, options)
       if after != key:
         raise InputFormatError(
@@ -163,13 +185,32 @@ def built_dataset(
           "nothing was cached: run again once they are stable"
         )
       os.replace(staging, target)
-    except BaseException:  # re-raised: a build that did not finish leaves nothing under the cache's name
-      shutil.rmtree(staging, ignore_errors=True)
+    except InputFormatError:  # bad or changing inputs: nothing of this build is worth keeping
+      for leftover in (staging, units):
+        shutil.rmtree(leftover, ignore_errors=True)
       raise
+    # any other stop (Ctrl-C, a full disk, a killed host) keeps the finished units: the next run resumes
+    shutil.rmtree(units, ignore_errors=True)
     with open(os.path.join(root, f"{name}.last.json"), "w") as f:
       json.dump(_parts(key), f)
     log(f"{name}: converted into the cache {target}")
   return target
+
+
+def _wait_for_cache(target: str, wait_s: float, name: str) -> None:
+  deadline = time.monotonic() + wait_s
+  while not os.path.isfile(os.path.join(target, MANIFEST_NAME)):
+    if time.monotonic() > deadline:
+      raise DatasetError(f"{name}: process 0 did not seal the cache {target} within {wait_s:.0f} s; run again")
+    time.sleep(0.2)
+
+
+def _remove_abandoned(root: str, name: str, key: CacheKey) -> None:
+  """Builds of this dataset for other keys (inputs or options since changed): never to be finished."""
+  prefix, own = f".{name}-", f".{name}-{key.digest[:16]}."
+  for entry in os.listdir(root):
+    if entry.startswith(prefix) and not entry.startswith(own) and entry.endswith((".building", ".units")):
+      shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
 
 
 _FLAGS = {  # ConvertOptions field -> jaxdata convert's flag (the fields the command line can set)
@@ -215,25 +256,6 @@ def _spec_text(options: ConvertOptions) -> str:
   return "byte" if spec.kind == "byte" else f"{'hf' if spec.kind == 'huggingface' else 'sp'}:{spec.path}"
 
 
-def _progress_lines(name: str, log: Callable[[str], None], every: float = 0.1) -> Callable[[str, int, int, int], None]:
-  """A conversion's progress as a line per tenth of each phase, with the time left at the rate so far."""
-  started = time.monotonic()
-  shown: dict[str, int] = {}
-
-  def progress(phase: str, done: int, total: int, documents: int) -> None:
-    if not total:
-      return
-    step = int(done / total / every)
-    if step <= shown.get(phase, -1):
-      return
-    shown[phase] = step
-    elapsed = time.monotonic() - started
-    left = elapsed * (total - done) / done if done else float("nan")
-    log(f"{name}: {phase} {done / total:.0%} ({documents:,} documents), {elapsed:.0f} s so far, ~{left:.0f} s left")
-
-  return progress
-
-
 def _parts(key: CacheKey) -> dict[str, Any]:
   return {
     "files": [list(f) for f in key.files],
@@ -252,11 +274,3 @@ def _say_why(name: str, key: CacheKey, root: str, log: Callable[[str], None]) ->
     before = json.load(f)
   changes = key.changes_from(before) or ["its cache is not there"]
   log(f"{name}: converting again: {'; '.join(changes[:5])}{'; ...' if len(changes) > 5 else ''}")
-
-
-def _remove_stale_builds(root: str, name: str, key: CacheKey) -> None:
-  """Builds of this key left by runs that stopped (the lock is held now: none of them is running)."""
-  prefix = f".{name}-{key.digest[:16]}.building-"
-  for entry in os.listdir(root):
-    if entry.startswith(prefix):
-      shutil.rmtree(os.path.join(root, entry), ignore_errors=True)

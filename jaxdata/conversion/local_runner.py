@@ -46,7 +46,7 @@ from jaxdata.sources.fileutil import check_name
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import shard_file_names
 
-__all__ = ["convert"]
+__all__ = ["convert", "lengths_loader", "process_pool", "run_jobs", "tokenize_batch", "unit_batches", "write_job"]
 
 _counters: tuple[Any, Any] | None = None  # shared (bytes, documents) of a worker process
 
@@ -54,7 +54,7 @@ _counters: tuple[Any, Any] | None = None  # shared (bytes, documents) of a worke
 def _share_counters(done_bytes: Any, done_documents: Any) -> None:
   """Pool initializer: where this worker adds its progress."""
   global _counters
-  _counters = (done_bytes, done_documents)
+  _counters = (done_bytes, done_documents) if done_bytes is not None else None  # None: no worker processes
 
 
 def _shared_progress(done_bytes: int, documents: int) -> None:
@@ -76,7 +76,7 @@ def _tokenize_to_scratch(
   return result
 
 
-def _tokenize_batch(
+def tokenize_batch(
   units: list[WorkUnit],
   options: ConvertOptions,
   scratch: str,
@@ -86,7 +86,7 @@ def _tokenize_batch(
   return [_tokenize_to_scratch(unit, options, scratch, on_progress) for unit in units]
 
 
-def _batches(units: list[WorkUnit], unit_bytes: int) -> list[list[WorkUnit]]:
+def unit_batches(units: list[WorkUnit], unit_bytes: int) -> list[list[WorkUnit]]:
   """Consecutive units grouped until each group holds about unit_bytes of input."""
   groups: list[list[WorkUnit]] = [[]]
   size = 0
@@ -99,7 +99,7 @@ def _batches(units: list[WorkUnit], unit_bytes: int) -> list[list[WorkUnit]]:
   return groups
 
 
-def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor | None:
+def process_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor | None:
   """The worker processes (None: work in this process), each told where to add its progress."""
   if workers <= 1:
     _share_counters(None, None)
@@ -114,7 +114,7 @@ def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor | None:
   return pool
 
 
-def _run(
+def run_jobs(
   pool: concurrent.futures.Executor | None,
   function: Callable[..., Any],
   jobs: Sequence[Any],
@@ -167,11 +167,11 @@ def _load_tokens(scratch: str, dtype: str, kind: str = "tokens") -> Callable[[in
   return load
 
 
-def _load_lengths(scratch: str) -> Callable[[int], np.ndarray]:
+def lengths_loader(scratch: str) -> Callable[[int], np.ndarray]:
   return lambda unit: np.load(os.path.join(scratch, f"{unit:07d}.lengths.npy"))
 
 
-def _write_job(
+def write_job(
   job: ShardJob,
   out_dir: str,
   name: str,
@@ -187,7 +187,7 @@ def _write_job(
     name,
     dtype,
     _load_tokens(scratch, dtype),
-    _load_lengths(scratch),
+    lengths_loader(scratch),
     compression,
     _load_tokens(scratch, "uint8", "masks") if masks else None,
     pairs,
@@ -263,11 +263,11 @@ def convert(
 
   unit_bytes = unit_size(total, workers, options)
   units = plan_units(files, formats, options.text_mode, unit_bytes, on_scan, sizes)
-  batches = _batches(units, unit_bytes)
+  batches = unit_batches(units, unit_bytes)
   unit_total = sum(u.size for u in units)  # the tokenize bar's total: each unit reports exactly its size
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
-  pool = executor if executor is not None else _executor(min(workers, len(batches)))
+  pool = executor if executor is not None else process_pool(min(workers, len(batches)))
   try:
     with tempfile.TemporaryDirectory(prefix=".jaxdata-convert-", dir=parent) as scratch:
       done = [0, 0]
@@ -284,10 +284,10 @@ def convert(
         progress("tokenize", done[0], unit_total, done[1])
 
       token_args = (options, scratch) if pool is not None else (options, scratch, here)
-      results = [r for batch in _run(pool, _tokenize_batch, batches, token_args, tokenized) for r in batch]
+      results = [r for batch in run_jobs(pool, tokenize_batch, batches, token_args, tokenized) for r in batch]
       masked = options.examples != "text"  # one mask byte per token beside its id
       jobs = plan_shard_jobs(
-        [(u.index, _load_lengths(scratch)(u.index)) for u in units], dtype.itemsize + masked, options.shard_bytes
+        [(u.index, lengths_loader(scratch)(u.index)) for u in units], dtype.itemsize + masked, options.shard_bytes
       )
       # Replacing a dataset: written beside it and swapped in once sealed, so that an interruption,
       # a full disk or a failed write leave the old one whole.
@@ -305,7 +305,7 @@ def convert(
       try:
         pairs = options.examples == "preference"  # each record a pair: its sides' lengths as columns
         job_args = (target, name, dtype.name, scratch, options.compression, masked, pairs)
-        infos = _run(pool, _write_job, jobs, job_args, shard_done)
+        infos = run_jobs(pool, write_job, jobs, job_args, shard_done)
         manifest = Manifest(
           name=name,
           dtype=dtype.name,

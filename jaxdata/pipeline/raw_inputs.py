@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 from collections.abc import Callable
 
 from jaxdata.config.pipeline_config import PipelineConfig
@@ -57,6 +58,26 @@ def convert_options(d: DatasetConfig) -> ConvertOptions:
     raise ConfigError(f"{where}.convert: {error}") from error
 
 
+def build_processes() -> tuple[int, int]:
+  """(this process's index, the processes building together): $JAXDATA_PROCESS_INDEX / _COUNT, else
+  jax.distributed's processes (when it is initialized), else (0, 1). They must share the cache directory."""
+  given = os.environ.get("JAXDATA_PROCESS_INDEX"), os.environ.get("JAXDATA_PROCESS_COUNT")
+  if any(v is not None for v in given):
+    try:
+      index, count = (int(v) for v in given)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+      raise ConfigError(
+        f"JAXDATA_PROCESS_INDEX / JAXDATA_PROCESS_COUNT: {given}: give both, as integers 0 <= index < count"
+      ) from error
+    if not 0 <= index < count:
+      raise ConfigError(f"JAXDATA_PROCESS_INDEX {index}: not in [0, JAXDATA_PROCESS_COUNT {count})")
+    return index, count
+  jax = sys.modules.get("jax")  # never imported for this: without jax, no jax.distributed either
+  if jax is not None and jax.distributed.is_initialized():
+    return jax.process_index(), jax.process_count()
+  return 0, 1
+
+
 def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.info) -> PipelineConfig:
   """`cfg` with every raw-input dataset's cache built (or found) and named as its path."""
   if not cfg.raw_inputs:
@@ -67,7 +88,10 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.i
     if d.inputs:
       options = convert_options(d)
       try:
-        path = built_dataset(d.name, list(d.inputs), options, root, log, cfg.inputs_max_bytes)
+        wait_s = float(os.environ.get("JAXDATA_BUILD_WAIT_S", "3600"))  # how long a process waits on the others
+        path = built_dataset(
+          d.name, list(d.inputs), options, root, log, cfg.inputs_max_bytes, build_processes(), wait_s
+        )
       except ConfigError as error:  # "inputs: ..." / "tokenizer: ...": the config's key, whole
         raise ConfigError(f"datasets.{d.name}.{error}") from error
       d = dataclasses.replace(d, path=path, inputs=(), tokenizer=None, convert=None)

@@ -64,7 +64,7 @@ def digests(config: str, steps: int) -> list[str]:
     ]
 
 
-def _run(config: str, work: str, steps: int) -> subprocess.Popen:
+def run_jobs(config: str, work: str, steps: int) -> subprocess.Popen:
   return subprocess.Popen(
     [
       sys.executable,
@@ -90,7 +90,7 @@ def trial(config: str, expected: list[str], kill_after: int, work: str) -> str:
   """Kills the run once `kill_after` steps are logged (kill_after == SAVE_AT:
   while it saves), restarts it, and returns "" or what went wrong."""
   log = os.path.join(work, "digests.txt")
-  proc = _run(config, work, 10_000)
+  proc = run_jobs(config, work, 10_000)
   deadline = time.time() + 240
   while time.time() < deadline and proc.poll() is None:
     if os.path.exists(log) and len(open(log).read().splitlines()) >= kill_after:
@@ -102,7 +102,7 @@ def trial(config: str, expected: list[str], kill_after: int, work: str) -> str:
     return f"worker did not run until the kill: {proc.stdout.read()[-2000:]!r}"
   before = [line.split() for line in open(log).read().splitlines()]
   open(log, "w").close()
-  resumed = _run(config, work, TOTAL)
+  resumed = run_jobs(config, work, TOTAL)
   output = resumed.communicate(timeout=300)[0]
   if resumed.returncode != 0:
     return f"restart failed: {output[-2000:]!r}"

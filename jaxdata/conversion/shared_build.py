@@ -1,0 +1,175 @@
+"""`build_part`: one process's share of a conversion several processes run together, resumable.
+
+The local runner's phases, with their results kept on a file system every
+process sees, so that the hosts of a pod divide one build and a build that
+stopped resumes from what it finished::
+
+    every process: the same units (a pure function of the inputs and the process count)
+    process i:     tokenize units u with u % count == i -> UNITS/{u}.tokens, .lengths.npy (.masks), then unit-{u}.json
+    every process: wait for every unit-*.json -> the same shard plan
+    process i:     write shards j with j % count == i into STAGING -> UNITS/shard-{j}.json
+    process 0:     wait for every shard-*.json -> manifest.json into STAGING (written last)
+
+A unit or shard counts as done once its JSON record is there (written after
+its files, renamed into place): a process that dies mid-unit leaves no
+record, and the next run of that process does the unit again. Waiting has a
+limit: a process that never finishes is named by its unfinished units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable
+
+from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
+from jaxdata.conversion.local_runner import (
+  lengths_loader,
+  process_pool,
+  run_jobs,
+  tokenize_batch,
+  unit_batches,
+  write_job,
+)
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.shard_jobs import plan_shard_jobs
+from jaxdata.conversion.tokenize_units import (
+  UnitResult,
+  conversion_stats,
+  record_features,
+  tokenizer_record,
+  unit_size,
+)
+from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
+from jaxdata.conversion.work_units import plan_units
+from jaxdata.errors import DatasetError
+from jaxdata.sources.manifest import Manifest, ShardInfo
+
+__all__ = ["build_part"]
+
+UNITS_PER_PROCESS = 8  # the unit size is planned as for this many workers per process: the same on every host
+RECORD_POLL_S = 0.2
+SEE_EACH_OTHER_S = 300.0  # how long the processes wait to see each other in the shared directory
+
+
+def _record(path: str, value: dict) -> None:
+  """A JSON record written whole or not at all (a rename)."""
+  with open(f"{path}.tmp-{os.getpid()}", "w") as f:
+    json.dump(value, f)
+  os.replace(f"{path}.tmp-{os.getpid()}", path)
+
+
+def _wait_for(
+  paths: list[str], what: str, wait_s: float, owner: Callable[[int], int], sealed: Callable[[], bool] = lambda: False
+) -> bool:
+  """Until every path exists (True), or the build is `sealed` by process 0 meanwhile (False: it may have
+  removed the records); a DatasetError naming the missing ones (and which process owns them) after `wait_s`."""
+  deadline = time.monotonic() + wait_s
+  missing = [i for i, p in enumerate(paths) if not os.path.exists(p)]
+  while missing:
+    if sealed():
+      return False
+    if time.monotonic() > deadline:
+      owners = sorted({owner(i) for i in missing})
+      raise DatasetError(
+        f"shared build: {len(missing)} {what} not done after {wait_s:.0f} s (the first: number {missing[0]}; "
+        f"those of processes {owners[:8]}): a process stopped, runs slowly, or does not see this cache directory "
+        "(the processes must share it); run again: finished work is kept"
+      )
+    time.sleep(RECORD_POLL_S)
+    missing = [i for i in missing if not os.path.exists(paths[i])]
+  return True
+
+
+def build_part(
+  inputs: list[str],
+  staging: str,
+  units_dir: str,
+  name: str,
+  options: ConvertOptions,
+  index: int = 0,
+  count: int = 1,
+  wait_s: float = 3600.0,
+  log: Callable[[str], None] = lambda message: None,
+  sealed: Callable[[], bool] = lambda: False,
+) -> Manifest | None:
+  """This process's share of converting `inputs` into `staging` (see the module docstring); process 0
+  returns the manifest it wrote, the others None once their shards are written (or once `sealed()` says
+  process 0 has finished the cache without needing more of them)."""
+  files = expand_inputs(inputs, options.include, options.exclude)
+  formats = [detect_format(f, options.input_format) for f in files]
+  sizes = file_sizes(files)
+  tokenizer = load_tokenizer(options.tokenizer)
+  dtype = dtype_for_vocab_size(tokenizer.vocab_size)
+  units = plan_units(
+    files, formats, options.text_mode, unit_size(sum(sizes), UNITS_PER_PROCESS * count, options), sizes=sizes
+  )
+  os.makedirs(units_dir, exist_ok=True)
+  os.makedirs(staging, exist_ok=True)
+  processes = [os.path.join(units_dir, f"process-{i}.json") for i in range(count)]
+  _record(processes[index], {"index": index, "count": count})
+  unit_records = [os.path.join(units_dir, f"unit-{u.index}.json") for u in units]
+  mine = [u for u in units if u.index % count == index and not os.path.exists(unit_records[u.index])]
+  if len(mine) < sum(u.index % count == index for u in units):
+    log(f"{name}: resuming: {sum(u.index % count == index for u in units) - len(mine)} units of this process done")
+  workers = options.workers or os.cpu_count() or 1
+  pool = process_pool(min(workers, len(mine))) if mine else None
+  try:
+    batches = unit_batches(mine, unit_size(sum(sizes), UNITS_PER_PROCESS * count, options)) if mine else []
+
+    finished = [0]
+
+    def unit_done(i: int, results: list[UnitResult] | None) -> None:
+      for result in results or []:
+        _record(unit_records[result.unit], dataclasses.asdict(result))
+        finished[0] += 1
+        if finished[0] * 10 // len(mine) > (finished[0] - 1) * 10 // len(mine):  # a line per tenth
+          log(f"{name}: {finished[0]} of this process's {len(mine)} units tokenized")
+
+    run_jobs(pool, tokenize_batch, batches, (options, units_dir), unit_done)
+    # every process must see the others' files (a directory on each host's own disk would wait forever)
+    if not _wait_for(processes, "processes", min(wait_s, SEE_EACH_OTHER_S), lambda i: i, sealed):
+      return None
+    if not _wait_for(unit_records, "units", wait_s, lambda u: u % count, sealed):
+      return None
+    results = []
+    for path in unit_records:
+      with open(path) as f:
+        results.append(UnitResult(**json.load(f)))
+    masked = options.examples != "text"
+    jobs = plan_shard_jobs(
+      [(u.index, lengths_loader(units_dir)(u.index)) for u in units], dtype.itemsize + masked, options.shard_bytes
+    )
+    shard_records = [os.path.join(units_dir, f"shard-{job[0]}.json") for job in jobs]
+    owned = [job for job in jobs if job[0] % count == index and not os.path.exists(shard_records[job[0]])]
+    pairs = options.examples == "preference"
+
+    def shard_done(i: int, info: ShardInfo | None) -> None:
+      if info is not None:
+        _record(shard_records[owned[i][0]], info.to_json())
+
+    run_jobs(
+      pool, write_job, owned, (staging, name, dtype.name, units_dir, options.compression, masked, pairs), shard_done
+    )
+  finally:
+    if pool is not None:
+      pool.shutdown(wait=True, cancel_futures=True)
+  if index != 0:
+    return None
+  _wait_for(shard_records, "shards", wait_s, lambda j: j % count)
+  infos = []
+  for path in shard_records:
+    with open(path) as f:
+      infos.append(ShardInfo(**json.load(f)))
+  manifest = Manifest(
+    name=name,
+    dtype=dtype.name,
+    tokenizer=tokenizer_record(tokenizer, options),
+    shards=tuple(infos),
+    stats=conversion_stats(files, results, options),
+    features=record_features(options),
+  )
+  manifest.save(staging)
+  return manifest
