@@ -175,10 +175,6 @@ def test_a_build_that_fails_leaves_no_cache_and_bad_entries_are_named(tmp_path, 
       {"inputs": str(corpus / "web.jsonl"), "tokenizer": f"hf:{tmp_path / 'none'}"},
       "datasets.web.tokenizer: .* holds no tokenizer files",
     ),
-    (
-      {"inputs": "s3://bucket/web/*.jsonl", "tokenizer": "byte"},
-      "raw inputs in a bucket are converted by `jaxdata convert`",
-    ),
   ):
     with pytest.raises(ConfigError, match=message):
       batches(config(tmp_path, [{"name": "web", **entry}]), 1)
@@ -325,3 +321,25 @@ def test_processes_divide_one_build_and_a_stopped_one_resumes_from_its_finished_
   convert([str(corpus / "web.jsonl")], str(tmp_path / "web"), "web", ConvertOptions(workers=1))
   assert batches(config(tmp_path, raw), 3) == batches(config(tmp_path, converted), 3)
   assert not [n for n in os.listdir(tmp_path / "cache" / "datasets") if n.endswith((".units", ".building"))]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_raw_inputs_in_buckets_are_converted_once_and_a_changed_object_converts_again(tmp_path, corpus, caplog):
+  """gs:// and s3:// inputs on the local emulators: the batches of the same files converted locally; the cache is
+  reused while the objects stay, and rebuilt (saying which) when one is replaced."""
+  import object_store  # noqa: PLC0415 -- the tests' local object stores
+
+  caplog.set_level(logging.INFO, logger="jaxdata")
+  convert([str(corpus / "web.jsonl")], str(tmp_path / "web"), "web", ConvertOptions(workers=1))
+  local = batches(config(tmp_path, [{"name": "web", "path": str(tmp_path / "web")}]), 3)
+  for stores in object_store.servers():
+    for scheme, server in stores.items():
+      url = server.upload(str(corpus), "raw-inputs", scheme)
+      raw = [{"name": "web", "inputs": f"{url}/web.jsonl", "tokenizer": "byte"}]
+      cfg = config(tmp_path, raw, cache_dir=str(tmp_path / f"cache-{scheme}"))
+      assert batches(cfg, 3) == local
+      caplog.clear()
+      assert batches(cfg, 3) == local and "convert" not in caplog.text  # found by its key
+      server.put(f"{url}/web.jsonl", (corpus / "web.jsonl").read_bytes() + b'{"text": "one more"}\n')
+      assert len(batches(cfg, 1)) == 1 and f"web: converting again: {url}/web.jsonl changed" in caplog.text

@@ -34,6 +34,7 @@ from typing import Any
 
 from jaxdata.conversion.inputs import expand_inputs
 from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.remote_inputs import remote_head_sha256, remote_states
 from jaxdata.conversion.shared_build import build_part
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError
 from jaxdata.sources.fileutil import file_sha256, sample_sha256
@@ -99,12 +100,6 @@ def _file_state(path: str) -> tuple[str, int, int, str]:
 
 def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
   """The key of the dataset `inputs` convert to with `options` (every input's state read now)."""
-  remote = [p for p in inputs if is_remote(p)]
-  if remote:
-    raise ConfigError(
-      f"inputs: {remote[0]}: raw inputs in a bucket are converted by `jaxdata convert` (a local cache of "
-      "remote raw files is not built in place): convert them, then name the dataset's path"
-    )
   try:
     files = expand_inputs(inputs, options.include, options.exclude)
   except FileNotFoundError as error:
@@ -118,8 +113,10 @@ def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
   decided = dataclasses.asdict(options)
   for unkeyed in ("workers", "tokenizer", "chat_template"):  # workers never change the output; the others: above
     decided.pop(unkeyed)
+  remote = [p for p in files if is_remote(p)]
+  states = dict(zip(remote, remote_states(remote))) if remote else {}
   return CacheKey(
-    files=tuple(_file_state(p) for p in files),
+    files=tuple((p, *states[p], remote_head_sha256(p)) if p in states else _file_state(p) for p in files),
     tokenizer=_tokenizer_digest(options),
     template=template,
     options=json.dumps(decided, sort_keys=True, default=list),

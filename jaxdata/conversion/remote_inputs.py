@@ -10,6 +10,7 @@ decompressed by the converter, not by Beam.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import socket
 import urllib.parse
@@ -18,26 +19,41 @@ from typing import IO, Any
 
 from jaxdata.errors import optional_module
 
-__all__ = ["list_remote", "open_remote", "remote_sizes", "set_options"]
+__all__ = ["list_remote", "open_remote", "remote_head_sha256", "remote_sizes", "remote_states", "set_options"]
 
 _GLOB = set("*?[")
 
 
 def _filesystems() -> Any:
-  return optional_module(
+  filesystems = optional_module(
     "apache_beam.io.filesystems", "beam", "gs:// and s3:// inputs (read through Apache Beam)"
   ).FileSystems
+  if not _options and os.environ.get("AWS_ENDPOINT_URL"):  # Beam's S3 client reads its endpoint from options only
+    set_options(_s3_options_from_environment(), filesystems)
+  return filesystems
+
+
+def _s3_options_from_environment() -> Any:
+  """Beam options for S3 from the variables boto3 reads (AWS_ENDPOINT_URL, the keys, the region)."""
+  options = optional_module("apache_beam.options.pipeline_options", "beam", "s3:// inputs").PipelineOptions
+  flags = {
+    "--s3_endpoint_url": "AWS_ENDPOINT_URL",
+    "--s3_access_key_id": "AWS_ACCESS_KEY_ID",
+    "--s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "--s3_region_name": "AWS_DEFAULT_REGION",
+  }
+  return options([f"{flag}={os.environ[name]}" for flag, name in flags.items() if os.environ.get(name)])
 
 
 _options: dict[str, Any] = {}  # the last options set_options gave (the S3 endpoint, for the reachability check)
 REACH_TIMEOUT_S = 5.0  # a store that takes longer to answer a TCP connection is taken as unreachable
 
 
-def set_options(options: Any) -> None:
+def set_options(options: Any, filesystems: Any = None) -> None:
   """Beam pipeline options for this process's file systems (endpoints, credentials)."""
   _options.clear()
   _options.update(options.get_all_options(retain_unknown_options=True) if hasattr(options, "get_all_options") else {})
-  _filesystems().set_options(options)
+  (filesystems or _filesystems()).set_options(options)
 
 
 def _endpoint(item: str) -> tuple[str, int]:
@@ -79,6 +95,20 @@ def list_remote(item: str) -> list[str]:
   return [
     p for p in found if not any(part.startswith(".") or part == "__pycache__" for part in p[len(prefix) :].split("/"))
   ]
+
+
+def remote_states(paths: Sequence[str]) -> list[tuple[int, int]]:
+  """(size, last modified in ns) of each object, as its store reports them."""
+  results = _filesystems().match(list(paths))
+  return [
+    (r.metadata_list[0].size_in_bytes, int(1e9 * (r.metadata_list[0].last_updated_in_seconds or 0))) for r in results
+  ]
+
+
+def remote_head_sha256(path: str, limit: int = 1 << 20) -> str:
+  """sha256 of an object's first `limit` bytes (its size and time stand for the rest, as for a local file's sample)."""
+  with open_remote(path) as f:
+    return hashlib.sha256(f.read(limit)).hexdigest()
 
 
 def remote_sizes(paths: Sequence[str]) -> list[int]:
