@@ -173,7 +173,7 @@ def test_a_build_that_fails_leaves_no_cache_and_bad_entries_are_named(tmp_path, 
     ),
     (
       {"inputs": str(corpus / "web.jsonl"), "tokenizer": f"hf:{tmp_path / 'none'}"},
-      "datasets.web.tokenizer: .* holds no tokenizer files",
+      "datasets.web.tokenizer: .*none does not exist",
     ),
   ):
     with pytest.raises(ConfigError, match=message):
@@ -343,3 +343,84 @@ def test_raw_inputs_in_buckets_are_converted_once_and_a_changed_object_converts_
       assert batches(cfg, 3) == local and "convert" not in caplog.text  # found by its key
       server.put(f"{url}/web.jsonl", (corpus / "web.jsonl").read_bytes() + b'{"text": "one more"}\n')
       assert len(batches(cfg, 1)) == 1 and f"web: converting again: {url}/web.jsonl changed" in caplog.text
+
+
+def test_review_cases_include_globs_tokenizer_neighbours_and_paths_relative_to_the_config(
+  tmp_path, corpus, caplog, monkeypatch
+):
+  """A string include is one glob; a tokenizer named by its file is keyed with tokenizer_config.json beside it (the
+  special ids); a config's template and tokenizer files are taken from its directory, whatever the cwd."""
+  (corpus / "notes.txt").write_text("not a jsonl file\n")
+  raw = [{"name": "web", "inputs": str(corpus), "tokenizer": "byte", "convert": {"include": "*web.jsonl"}}]
+  convert([str(corpus / "web.jsonl")], str(tmp_path / "web"), "web", ConvertOptions(workers=1))
+  assert batches(config(tmp_path, raw), 2) == batches(
+    config(tmp_path, [{"name": "web", "path": str(tmp_path / "web")}]), 2
+  )
+
+  tokenizer = families.build_tokenizer(str(tmp_path / "tok"))
+  tokenizer.save_pretrained(str(tmp_path / "tok"))
+  raw = [{"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": f"hf:{tmp_path / 'tok' / 'tokenizer.json'}"}]
+  batches(config(tmp_path, raw), 1)
+  settings = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
+  settings["eos_token"] = settings.get("bos_token") or "<unk>"
+  (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps(settings))
+  caplog.set_level(logging.INFO, logger="jaxdata")
+  caplog.clear()
+  batches(config(tmp_path, raw), 1)
+  assert "web: converting again: the tokenizer changed" in caplog.text
+
+  (tmp_path / "t.jinja").write_text(families.CHATML_PLAIN)
+  write_jsonl(
+    str(tmp_path / "chat.jsonl"),
+    [{"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Yes."}]}] * 20,
+  )
+  (tmp_path / "raw.yaml").write_text(
+    json.dumps(
+      {
+        "datasets": [
+          {
+            "name": "chat",
+            "inputs": "chat.jsonl",
+            "tokenizer": "tok/tokenizer.json",
+            "convert": {"examples": "chat", "chat_template": "t.jinja"},
+          }
+        ],
+        "mixture": {"weights": {"chat": 1}},
+        "exhausted_policy": "repeat",
+        "packing": {"seq_len": 64},
+        "batch": {"global_batch_size": 2},
+        "cache_dir": "cache",
+      }
+    )
+  )
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  monkeypatch.chdir(elsewhere)
+  from jaxdata import load_config  # noqa: PLC0415
+
+  cfg = load_config(str(tmp_path / "raw.yaml"))
+  assert cfg.datasets[0].tokenizer == str(tmp_path / "tok" / "tokenizer.json")
+  assert cfg.datasets[0].convert["chat_template"] == str(tmp_path / "t.jinja")
+  assert len(batches(cfg, 1)) == 1
+
+
+def test_maxtexts_hf_text_is_a_row_a_line_and_a_directory_gives_its_data_files(tmp_path):
+  from jaxdata.integrations.maxtext import maxtext_config  # noqa: PLC0415
+
+  (tmp_path / "lines.txt").write_text("".join(f"line number {i}\n" for i in range(100)))
+  values = {
+    "dataset_type": "hf",
+    "hf_path": "text",
+    "hf_train_files": str(tmp_path / "lines.txt"),
+    "tokenizer_path": "x.model",
+    "global_batch_size_to_load": 4,
+  }
+  entry = maxtext_config(values, check_paths=False).datasets[0]
+  assert entry.convert["text_mode"] == "line"
+  (tmp_path / "hub").mkdir()
+  (tmp_path / "hub" / "README.md").write_text("# card\n")
+  directory = maxtext_config({**values, "hf_path": str(tmp_path / "hub"), "hf_train_files": None}).datasets[0]
+  assert "*.parquet" in directory.convert["include"] and directory.inputs == (str(tmp_path / "hub"),)
+  (tmp_path / "hub" / "data-00000-of-00001.arrow").write_bytes(b"")
+  with pytest.raises(ConfigError, match="is a save_to_disk directory"):
+    maxtext_config({**values, "hf_path": str(tmp_path / "hub"), "hf_train_files": None})

@@ -331,6 +331,8 @@ class PipelineConfig:
         overrides["inputs"] = tuple(relative(g) for g in globs)
       if isinstance(entry.get("tokenizer"), str):
         overrides["tokenizer"] = _relative_tokenizer(entry["tokenizer"], relative)
+      if isinstance(entry.get("convert"), dict) and isinstance(entry["convert"].get("chat_template"), str):
+        overrides["convert"] = {**entry["convert"], "chat_template": relative(entry["convert"]["chat_template"])}
       datasets.append(_build(DatasetConfig, entry, f"datasets[{i}]", **overrides))
     mixture = mapping(top["mixture"], "mixture")
     overrides = {}
@@ -353,8 +355,12 @@ class PipelineConfig:
 
 
 def _relative_tokenizer(spec: str, relative: Callable[[Any], Any]) -> str:
-  """A tokenizer spec's file or directory taken relative to the config's directory (byte names none)."""
+  """A tokenizer spec's file or directory taken relative to the config's directory, in every form
+  `jaxdata convert --tokenizer` reads (hf: / huggingface: / sp: / sentencepiece:, a bare .json or .model
+  file); byte names none."""
   kind, sep, where = spec.partition(":")
-  if not sep or kind not in ("hf", "sp", "sentencepiece"):
-    return spec
-  return f"{kind}:{relative(where)}"
+  if sep and kind in ("hf", "huggingface", "sp", "sentencepiece"):
+    return f"{kind}:{relative(where)}"
+  if spec.endswith((".json", ".model")):
+    return str(relative(spec))
+  return spec

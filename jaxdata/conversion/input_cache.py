@@ -25,6 +25,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import multiprocessing
 import os
 import shlex
 import shutil
@@ -72,7 +73,9 @@ class CacheKey:
       elif path not in new_files:
         changes.append(f"{path} is gone")
       elif old_files[path] != new_files[path]:
-        changes.append(f"{path} changed (size {old_files[path][1]:,} -> {new_files[path][1]:,})")
+        old, new = old_files[path], new_files[path]
+        how = f"size {old[1]:,} -> {new[1]:,}" if old[1] != new[1] else "same size, modified or rewritten"
+        changes.append(f"{path} changed ({how})")
     for part in ("tokenizer", "template", "options"):
       if before.get(part) != getattr(self, part):
         changes.append(f"the {part} changed")
@@ -84,10 +87,13 @@ def _tokenizer_digest(options: ConvertOptions) -> str:
   if spec.kind == "byte" or spec.path is None:
     return "byte"
   digest = hashlib.sha256(spec.kind.encode())
-  paths = [os.path.join(spec.path, n) for n in _TOKENIZER_FILES] if os.path.isdir(spec.path) else [spec.path]
+  # a named file's neighbours too: transformers reads the special ids from tokenizer_config.json beside it
+  folder = spec.path if os.path.isdir(spec.path) else os.path.dirname(spec.path)
+  paths = sorted({os.path.join(folder, n) for n in _TOKENIZER_FILES} | ({spec.path} if folder != spec.path else set()))
   found = [p for p in paths if os.path.isfile(p)]
-  if not found:
-    raise ConfigError(f"tokenizer: {spec.path} holds no tokenizer files ({', '.join(_TOKENIZER_FILES)})")
+  if not found or not os.path.exists(spec.path):
+    what = f"holds no tokenizer files ({', '.join(_TOKENIZER_FILES)})" if os.path.isdir(spec.path) else "does not exist"
+    raise ConfigError(f"tokenizer: {spec.path} {what}")
   for path in found:
     digest.update(os.path.basename(path).encode() + file_sha256(path).encode())
   return digest.hexdigest()
@@ -137,6 +143,11 @@ def built_dataset(
   larger than `max_bytes` are not converted here: the ConfigError gives the command that builds the
   same cache on an engine. `process`: (this process's index, the processes that build together: the hosts
   of a pod sharing `root`), each converting its share (`conversion.shared_build`); process 0 seals it."""
+  if getattr(multiprocessing.current_process(), "_inheriting", False):
+    raise RuntimeError(
+      f"{name}: a conversion worker is importing the script that builds the cache (it would wait on that "
+      "build's lock forever): put the script's code under `if __name__ == '__main__':`"
+    )
   key = cache_key(inputs, options)
   os.makedirs(root, exist_ok=True)
   target = os.path.join(root, f"{name}-{key.digest[:16]}")
@@ -157,7 +168,6 @@ def built_dataset(
       return target
     if index == 0:
       _say_why(name, key, root, log)
-      _remove_abandoned(root, name, key)
     staging, units = f"{stem}.building", f"{stem}.units"
     try:
       manifest = build_part(
@@ -182,9 +192,10 @@ def built_dataset(
           "nothing was cached: run again once they are stable"
         )
       os.replace(staging, target)
-    except InputFormatError:  # bad or changing inputs: nothing of this build is worth keeping
-      for leftover in (staging, units):
-        shutil.rmtree(leftover, ignore_errors=True)
+    except InputFormatError:  # bad or changing inputs: nothing of this build is worth keeping (process 0 clears it,
+      if index == 0:  # after the others have read the error it left for them)
+        for leftover in (staging, units):
+          shutil.rmtree(leftover, ignore_errors=True)
       raise
     # any other stop (Ctrl-C, a full disk, a killed host) keeps the finished units: the next run resumes
     shutil.rmtree(units, ignore_errors=True)
@@ -200,14 +211,6 @@ def _wait_for_cache(target: str, wait_s: float, name: str) -> None:
     if time.monotonic() > deadline:
       raise DatasetError(f"{name}: process 0 did not seal the cache {target} within {wait_s:.0f} s; run again")
     time.sleep(0.2)
-
-
-def _remove_abandoned(root: str, name: str, key: CacheKey) -> None:
-  """Builds of this dataset for other keys (inputs or options since changed): never to be finished."""
-  prefix, own = f".{name}-", f".{name}-{key.digest[:16]}."
-  for entry in os.listdir(root):
-    if entry.startswith(prefix) and not entry.startswith(own) and entry.endswith((".building", ".units")):
-      shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
 
 
 _FLAGS = {  # ConvertOptions field -> jaxdata convert's flag (the fields the command line can set)

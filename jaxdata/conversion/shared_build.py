@@ -44,12 +44,13 @@ from jaxdata.conversion.tokenize_units import (
 )
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import plan_units
-from jaxdata.errors import DatasetError
+from jaxdata.errors import DatasetError, InputFormatError
 from jaxdata.sources.manifest import Manifest, ShardInfo
 
 __all__ = ["build_part"]
 
-UNITS_PER_PROCESS = 8  # the unit size is planned as for this many workers per process: the same on every host
+UNIT_WORKERS = 16  # units are planned as for this many workers, whatever the process count: a resumed build's units
+# (with another count, or after a host was replaced) are the same units
 RECORD_POLL_S = 0.2
 SEE_EACH_OTHER_S = 300.0  # how long the processes wait to see each other in the shared directory
 
@@ -71,6 +72,7 @@ def _wait_for(
   while missing:
     if sealed():
       return False
+    _raise_reported(os.path.dirname(paths[0]))
     if time.monotonic() > deadline:
       owners = sorted({owner(i) for i in missing})
       raise DatasetError(
@@ -81,6 +83,26 @@ def _wait_for(
     time.sleep(RECORD_POLL_S)
     missing = [i for i in missing if not os.path.exists(paths[i])]
   return True
+
+
+def _check_plan(units_dir: str, plan: list[list[int]]) -> None:
+  """The units the kept records are of: the same plan, or (written by another version) none of them is kept."""
+  path = os.path.join(units_dir, "plan.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      if json.load(f) == {"units": plan}:
+        return
+    for entry in os.listdir(units_dir):  # another plan's units: not this build's
+      os.remove(os.path.join(units_dir, entry))
+  _record(path, {"units": plan})
+
+
+def _raise_reported(units_dir: str) -> None:
+  """A bad input another process met: the same error here (the build cannot finish)."""
+  path = os.path.join(units_dir, "error.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      raise InputFormatError(json.load(f)["error"])
 
 
 def build_part(
@@ -103,11 +125,11 @@ def build_part(
   sizes = file_sizes(files)
   tokenizer = load_tokenizer(options.tokenizer)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size)
-  units = plan_units(
-    files, formats, options.text_mode, unit_size(sum(sizes), UNITS_PER_PROCESS * count, options), sizes=sizes
-  )
+  unit_bytes = unit_size(sum(sizes), UNIT_WORKERS, options)
+  units = plan_units(files, formats, options.text_mode, unit_bytes, sizes=sizes)
   os.makedirs(units_dir, exist_ok=True)
   os.makedirs(staging, exist_ok=True)
+  _check_plan(units_dir, [[u.file_index, u.start, -1 if u.end is None else u.end] for u in units])
   processes = [os.path.join(units_dir, f"process-{i}.json") for i in range(count)]
   _record(processes[index], {"index": index, "count": count})
   unit_records = [os.path.join(units_dir, f"unit-{u.index}.json") for u in units]
@@ -117,7 +139,7 @@ def build_part(
   workers = options.workers or os.cpu_count() or 1
   pool = process_pool(min(workers, len(mine))) if mine else None
   try:
-    batches = unit_batches(mine, unit_size(sum(sizes), UNITS_PER_PROCESS * count, options)) if mine else []
+    batches = unit_batches(mine, unit_bytes) if mine else []
 
     finished = [0]
 
@@ -128,7 +150,11 @@ def build_part(
         if finished[0] * 10 // len(mine) > (finished[0] - 1) * 10 // len(mine):  # a line per tenth
           log(f"{name}: {finished[0]} of this process's {len(mine)} units tokenized")
 
-    run_jobs(pool, tokenize_batch, batches, (options, units_dir), unit_done)
+    try:
+      run_jobs(pool, tokenize_batch, batches, (options, units_dir), unit_done)
+    except InputFormatError as error:  # told to the other processes, which stop with it too
+      _record(os.path.join(units_dir, "error.json"), {"error": str(error)})
+      raise
     # every process must see the others' files (a directory on each host's own disk would wait forever)
     if not _wait_for(processes, "processes", min(wait_s, SEE_EACH_OTHER_S), lambda i: i, sealed):
       return None

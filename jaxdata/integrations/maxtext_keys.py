@@ -130,7 +130,15 @@ _WHY_REFUSED = {
 }
 _PACKING_TYPES = {"first_fit": "first_fit", "best_fit": "best_fit", "concat_then_split": "concat"}
 _READ_DATASET_TYPES = ("grain", "hf")
-_HF_BUILDERS = ("parquet", "json", "text")  # load_dataset's file builders: hf_path names the format, the files follow
+_HF_BUILDERS = ("parquet", "json", "text")
+_HF_DATA_FILES = (
+  "*.parquet",
+  "*.jsonl",
+  "*.json",
+  "*.jsonl.gz",
+  "*.jsonl.zst",
+  "*.json.gz",
+)  # load_dataset's file builders: hf_path names the format, the files follow
 
 
 def parse_train_files(spec: str, key: str = "grain_train_files") -> list[tuple[str, float]]:
@@ -523,13 +531,23 @@ def _hf_dataset(values: Mapping[str, Any], split: str) -> dict[str, Any]:
   data_dir = values.get("hf_data_dir")
   if data_dir:
     files = [f if os.path.isabs(f) else os.path.join(str(data_dir), f) for f in files]
+  convert: dict[str, Any] = {}
   if path not in _HF_BUILDERS:
-    if not os.path.exists(os.path.expanduser(path)):
+    local = os.path.expanduser(path)
+    if not os.path.exists(local):
       raise ConfigError(
         f"hf_path: {path!r} is not a local file or directory, nor one of {', '.join(_HF_BUILDERS)}: jaxdata reads "
-        "no Hub dataset (no network); download it (datasets' save_to_disk or its files) and name them"
+        "no Hub dataset (no network); download its data files (Parquet / JSON) and name them"
       )
-    files = files or [os.path.expanduser(path)]
+    if os.path.isdir(local):
+      if any(n.endswith(".arrow") for n in os.listdir(local)):
+        raise ConfigError(
+          f"hf_path: {path} is a save_to_disk directory (Arrow files): export it with to_parquet or to_json first"
+        )
+      convert["include"] = list(_HF_DATA_FILES)  # as load_dataset on a directory: its data files, not a README
+    files = files or [local]
+  elif path == "text":  # load_dataset("text"): a row per line
+    convert["text_mode"] = "line"
   if not files:
     raise ConfigError(f"hf_train_files: hf_path {path!r} names a format; give the files (a glob) to read with it")
   tokenizer = values.get("tokenizer_path")
@@ -541,7 +559,7 @@ def _hf_dataset(values: Mapping[str, Any], split: str) -> dict[str, Any]:
   columns = [columns] if isinstance(columns, str) else list(columns)
   if len(columns) != 1:
     raise ConfigError(f"train_data_columns: {columns}: one text column (the field converted)")
-  return {"name": "hf", "inputs": files, "tokenizer": spec, "convert": {"field": columns[0]}}
+  return {"name": "hf", "inputs": files, "tokenizer": spec, "convert": {"field": columns[0], **convert}}
 
 
 def _dpo_packing(values: Mapping[str, Any], special: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,8 +45,10 @@ def convert_options(d: DatasetConfig) -> ConvertOptions:
   unknown = sorted(set(given) - known)
   if unknown:
     raise ConfigError(f"{where}.convert.{unknown[0]}: not an option of jaxdata convert ({', '.join(sorted(known))})")
-  for key in ("include", "exclude"):
-    if isinstance(given.get(key), list):
+  for key in ("include", "exclude"):  # globs: one (a string) or several (a list)
+    if isinstance(given.get(key), str):
+      given[key] = (given[key],)
+    elif isinstance(given.get(key), list):
       given[key] = tuple(given[key])
   try:
     tokenizer = TokenizerSpec.parse(str(d.tokenizer))
