@@ -241,7 +241,7 @@ def test_maxtexts_dataset_type_hf_reads_local_parquet_through_the_cache(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_the_ray_runner_writes_the_local_runners_dataset_byte_for_byte(tmp_path, corpus, monkeypatch):
+def test_the_ray_runner_writes_the_local_runners_dataset_byte_for_byte(tmp_path, corpus, monkeypatch, capfd):
   """`jaxdata convert --runner ray` on a Ray started here (127.0.0.1): every file the local runner writes, the same
   bytes (chat examples with masks, preference-free; several shards and units)."""
   import hashlib  # noqa: PLC0415
@@ -259,6 +259,10 @@ def test_the_ray_runner_writes_the_local_runners_dataset_byte_for_byte(tmp_path,
 
   local, ray = files(tmp_path / "local"), files(tmp_path / "ray")
   assert len(local) > 4 and local == ray
+  (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"text": \n')
+  assert main(["convert", str(tmp_path / "bad.jsonl"), "--out", str(tmp_path / "bad"), "--runner", "ray", *common]) == 1
+  said = capfd.readouterr().err
+  assert "bad.jsonl:2" in said and "Traceback" not in said  # the task's error, one line, as the local runner says it
 
 
 def test_a_file_that_changes_while_it_is_converted_is_named_and_nothing_is_cached(tmp_path, corpus, monkeypatch):

@@ -35,7 +35,7 @@ from typing import Any
 
 from jaxdata.conversion.inputs import expand_inputs
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.remote_inputs import remote_head_sha256, remote_states
+from jaxdata.conversion.remote_inputs import environment_options, remote_head_sha256, remote_states
 from jaxdata.conversion.shared_build import build_part
 from jaxdata.errors import ConfigError, DatasetError, InputFormatError
 from jaxdata.sources.fileutil import file_sha256, sample_sha256
@@ -106,6 +106,8 @@ def _file_state(path: str) -> tuple[str, int, int, str]:
 
 def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
   """The key of the dataset `inputs` convert to with `options` (every input's state read now)."""
+  if any(is_remote(p) for p in inputs):
+    environment_options()  # buckets as the environment reaches them (not as a Beam run in this process set them)
   try:
     files = expand_inputs(inputs, options.include, options.exclude)
   except FileNotFoundError as error:

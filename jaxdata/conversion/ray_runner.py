@@ -61,6 +61,11 @@ def convert_with_ray(
     ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
   try:
     return convert(inputs, out_dir, name, options, on_progress, overwrite, executor=RayExecutor(ray))
+  except ray.exceptions.RayTaskError as error:  # the task's own error (a bad record by file:line), not Ray's wrapping
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, Exception):
+      raise cause from None
+    raise
   finally:
     if started:
       ray.shutdown()

@@ -19,7 +19,15 @@ from typing import IO, Any
 
 from jaxdata.errors import optional_module
 
-__all__ = ["list_remote", "open_remote", "remote_head_sha256", "remote_sizes", "remote_states", "set_options"]
+__all__ = [
+  "environment_options",
+  "list_remote",
+  "open_remote",
+  "remote_head_sha256",
+  "remote_sizes",
+  "remote_states",
+  "set_options",
+]
 
 _GLOB = set("*?[")
 
@@ -28,9 +36,18 @@ def _filesystems() -> Any:
   filesystems = optional_module(
     "apache_beam.io.filesystems", "beam", "gs:// and s3:// inputs (read through Apache Beam)"
   ).FileSystems
-  if not _options and os.environ.get("AWS_ENDPOINT_URL"):  # Beam's S3 client reads its endpoint from options only
-    set_options(_s3_options_from_environment(), filesystems)
+  # Beam's S3 client reads its endpoint from options only: the environment's, unless set_options named one
+  endpoint = os.environ.get("AWS_ENDPOINT_URL")
+  if endpoint and not _given_s3_endpoint and _options.get("s3_endpoint_url") != endpoint:
+    set_options(_s3_options_from_environment(), filesystems, given=False)
   return filesystems
+
+
+def environment_options() -> None:
+  """Back to the file systems' settings from the environment (a Beam run's own options were for it alone)."""
+  _given_s3_endpoint.clear()
+  _options.clear()
+  _filesystems()  # applies the environment's endpoint, if it names one
 
 
 def _s3_options_from_environment() -> Any:
@@ -46,13 +63,17 @@ def _s3_options_from_environment() -> Any:
 
 
 _options: dict[str, Any] = {}  # the last options set_options gave (the S3 endpoint, for the reachability check)
+_given_s3_endpoint: list[bool] = []  # non-empty: set_options was given an S3 endpoint (the environment's is not used)
 REACH_TIMEOUT_S = 5.0  # a store that takes longer to answer a TCP connection is taken as unreachable
 
 
-def set_options(options: Any, filesystems: Any = None) -> None:
+def set_options(options: Any, filesystems: Any = None, given: bool = True) -> None:
   """Beam pipeline options for this process's file systems (endpoints, credentials)."""
   _options.clear()
   _options.update(options.get_all_options(retain_unknown_options=True) if hasattr(options, "get_all_options") else {})
+  _given_s3_endpoint.clear()
+  if given and _options.get("s3_endpoint_url"):
+    _given_s3_endpoint.append(True)
   (filesystems or _filesystems()).set_options(options)
 
 
