@@ -349,3 +349,23 @@ def test_a_worker_that_cannot_open_the_data_is_an_error_then_is_retried(cfg):
     assert pipe.execution().steps_from_processes == before + 5  # the new worker made them
   with Pipeline(cfg, prefetch=0) as uninterrupted:
     assert got == run(uninterrupted, len(got))  # nothing skipped or repeated
+
+
+def test_worker_processes_start_under_a_global_socket_timeout(tmp_path):
+  """socket.setdefaulttimeout (Beam's GCP auth sets 60 s once gs:// is read through it) makes new sockets
+  non-blocking underneath; the worker's pipe must stay blocking, or the worker dies at its first read."""
+  import socket  # noqa: PLC0415
+
+  cfg = coded_config(tmp_path, [[5, 9, 3, 12] * 10, [7, 2, 8] * 10])
+  with Pipeline(cfg, prefetch=0, making="here") as pipe:
+    expected = [digest(next(pipe)) for _ in range(6)]
+  before = socket.getdefaulttimeout()
+  socket.setdefaulttimeout(60)
+  try:
+    with Pipeline(cfg, prefetch=2, making=StepMaking("process", reader_processes=1)) as pipe:
+      start_processes(pipe)
+      wait_for_processes(pipe)
+      assert [digest(next(pipe)) for _ in range(6)] == expected
+      assert pipe.execution().steps_from_processes > 0
+  finally:
+    socket.setdefaulttimeout(before)

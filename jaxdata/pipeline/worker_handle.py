@@ -77,6 +77,10 @@ class WorkerHandle:
       ours, theirs = socket.socketpair()
     except OSError as e:  # no descriptor left
       raise WorkerStartError(f"{self.name} could not be started: {e}") from e
+    # Blocking, whatever socket.setdefaulttimeout says (Beam's GCP auth sets 60 s): a socket with a timeout is
+    # non-blocking underneath, and the worker reads its descriptor raw (EAGAIN: it died at its first read).
+    ours.setblocking(True)
+    theirs.setblocking(True)
     inherited = [theirs.fileno()] + ([memory.fd] if memory is not None else [])
     try:
       with theirs:
