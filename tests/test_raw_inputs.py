@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import chat_families as families
-from jaxdata import ConfigError, ConvertOptions, Pipeline, PipelineConfig, convert
+from jaxdata import ConfigError, ConvertOptions, DatasetError, Pipeline, PipelineConfig, convert, with_built_inputs
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from pipeline_fixtures import worker_env
 
@@ -349,6 +349,55 @@ def test_raw_inputs_in_buckets_are_converted_once_and_a_changed_object_converts_
       assert len(batches(cfg, 1)) == 1 and f"web: converting again: {url}/web.jsonl changed" in caplog.text
 
 
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_cache_in_a_bucket_is_built_once_published_manifest_last_and_opened_by_hosts_without_it(
+  tmp_path, corpus, caplog, monkeypatch
+):
+  """inputs_cache: gs:// / s3:// (hosts that share no disk): process 0 converts on its own disk and uploads, the
+  manifest last; another host (its own empty cache_dir) opens the bucket's copy without converting; a copy whose
+  manifest never arrived is published again from the local cache; a host waiting for process 0 names the URL."""
+  import object_store  # noqa: PLC0415 -- the tests' local object stores
+
+  caplog.set_level(logging.INFO, logger="jaxdata")
+  convert([str(corpus / "web.jsonl")], str(tmp_path / "web"), "web", ConvertOptions(workers=1))
+  local = batches(config(tmp_path, [{"name": "web", "path": str(tmp_path / "web")}]), 3)
+  raw = [{"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": "byte", "convert": {"workers": 1}}]
+  for stores in object_store.servers():
+    for scheme, server in stores.items():
+      bucket = server.upload(str(corpus), "caches", "made") + "/runs"  # the bucket exists
+      monkeypatch.setenv("JAXDATA_PROCESS_COUNT", "2")
+      monkeypatch.setenv("JAXDATA_PROCESS_INDEX", "1")
+      monkeypatch.setenv("JAXDATA_BUILD_WAIT_S", "1")
+      waiting = config(tmp_path, raw, cache_dir=str(tmp_path / f"host1-{scheme}"), inputs_cache=bucket)
+      with pytest.raises(DatasetError, match=f"process 0 did not publish the cache {bucket}/web-"):
+        with_built_inputs(waiting)
+      monkeypatch.setenv("JAXDATA_PROCESS_INDEX", "0")
+      host0 = config(tmp_path, raw, cache_dir=str(tmp_path / f"host0-{scheme}"), inputs_cache=bucket)
+      caplog.clear()
+      path = with_built_inputs(host0).datasets[0].path
+      assert path.startswith(f"{bucket}/web-") and "converting its 1 input files" in caplog.text
+      assert batches(host0, 3) == local
+      monkeypatch.setenv("JAXDATA_PROCESS_INDEX", "1")
+      caplog.clear()
+      assert batches(waiting, 3) == local and "convert" not in caplog.text  # the bucket's copy, read remotely
+      assert not os.path.exists(tmp_path / f"host1-{scheme}" / "datasets")  # nothing built on that host
+      server.put(f"{path}/manifest.json", b"")  # an upload cut short: objects there, no valid seal ...
+      _remove(server, f"{path}/manifest.json")  # ... and no manifest at all
+      monkeypatch.setenv("JAXDATA_PROCESS_INDEX", "0")
+      caplog.clear()
+      assert batches(host0, 3) == local
+      assert "publishing the cache" in caplog.text and "converting" not in caplog.text  # from the local cache
+
+
+def _remove(server, url: str) -> None:
+  bucket, _, key = url.split("://", 1)[1].partition("/")
+  if server.scheme == "s3":
+    server.client().delete_object(Bucket=bucket, Key=key)
+  else:
+    server.client().bucket(bucket).blob(key).delete()
+
+
 def test_review_cases_include_globs_tokenizer_neighbours_and_paths_relative_to_the_config(
   tmp_path, corpus, caplog, monkeypatch
 ):
@@ -428,3 +477,15 @@ def test_maxtexts_hf_text_is_a_row_a_line_and_a_directory_gives_its_data_files(t
   (tmp_path / "hub" / "data-00000-of-00001.arrow").write_bytes(b"")
   with pytest.raises(ConfigError, match="is a save_to_disk directory"):
     maxtext_config({**values, "hf_path": str(tmp_path / "hub"), "hf_train_files": None})
+
+
+def test_cache_dir_must_be_local_and_inputs_cache_names_a_bucket_or_a_directory(tmp_path, corpus):
+  """cache_dir is where remote shards are copied (local); a bucket for raw inputs' caches is inputs_cache's."""
+  raw = [{"name": "web", "inputs": str(corpus / "web.jsonl"), "tokenizer": "byte"}]
+  with pytest.raises(ConfigError, match="cache_dir: gs://b/c is a bucket.*inputs_cache"):
+    config(tmp_path, raw, cache_dir="gs://b/c")
+  with pytest.raises(ConfigError, match="inputs_cache: expected a directory path"):
+    config(tmp_path, raw, inputs_cache="")
+  shared = tmp_path / "shared-disk"
+  path = with_built_inputs(config(tmp_path, raw, inputs_cache=str(shared))).datasets[0].path
+  assert os.path.dirname(path) == str(shared) and os.path.isfile(os.path.join(path, "manifest.json"))

@@ -109,6 +109,7 @@ class PipelineConfig:
   total_steps: int | None = None  # the run's length: lets step boundaries be fractions of it
   allow_mixed_tokenizers: bool = False  # datasets with different tokenizers may be mixed
   inputs_max_bytes: int = 64 << 30  # raw inputs (datasets[].inputs) larger than this are not converted in place
+  inputs_cache: str | None = None  # where raw inputs' caches are kept: a directory or gs:// / s3:// (None: cache_dir)
 
   def __post_init__(self) -> None:
     object.__setattr__(self, "datasets", tuple(self.datasets))
@@ -136,8 +137,15 @@ class PipelineConfig:
     if self.total_steps is not None:
       check_int(self.total_steps, "total_steps", 1)
     self._resolve_fractions()
-    if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir):
-      raise ConfigError(f"cache_dir: expected a directory path, got {short(self.cache_dir)}")
+    for key in ("cache_dir", "inputs_cache"):
+      value = getattr(self, key)
+      if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"{key}: expected a directory path, got {short(value)}")
+    if self.cache_dir is not None and self.cache_dir.startswith(REMOTE_SCHEMES):
+      raise ConfigError(
+        f"cache_dir: {self.cache_dir} is a bucket; cache_dir is a local directory (remote shards are copied there): "
+        "keep raw inputs' caches in a bucket with inputs_cache"
+      )
     if self.tokens_per_step > MAX_TOKENS_PER_STEP:
       raise ConfigError(
         f"batch.global_batch_size: {self.batch.global_batch_size} rows x packing.seq_len "
@@ -345,7 +353,7 @@ class PipelineConfig:
           raise ConfigError(f"mixture.schedule[{i}]: missing 'weights'")
       overrides["schedule"] = tuple(_build(Phase, p, f"mixture.schedule[{i}]") for i, p in enumerate(phases))
     kwargs = {k: v for k, v in top.items() if k not in ("datasets", "mixture", "packing", "batch")}
-    for key in ("stats_path", "cache_dir"):
+    for key in ("stats_path", "cache_dir", "inputs_cache"):
       if key in kwargs:
         kwargs[key] = relative(kwargs[key])
     for section, kind in (("packing", PackingConfig), ("batch", BatchConfig)):

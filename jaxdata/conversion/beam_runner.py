@@ -41,8 +41,7 @@ from jaxdata.conversion.remote_inputs import set_options
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
-  conversion_stats,
-  record_features,
+  converted_manifest,
   tokenize_unit,
   tokenizer_record,
   unit_size,
@@ -157,14 +156,7 @@ def _write_manifest(
 ) -> None:
   results = sorted(results, key=lambda r: r.unit)
   shards = tuple(sorted(infos, key=lambda info: info.path))  # names carry the index, zero-padded
-  manifest = Manifest(
-    name=name,
-    dtype=dtype,
-    tokenizer=tokenizer,
-    shards=shards,
-    stats=conversion_stats(files, results, options),
-    features=record_features(options),
-  )
+  manifest = converted_manifest(name, dtype, tokenizer, shards, files, results, options)
   if is_remote(out_dir):
     local = tempfile.mkdtemp(prefix="jaxdata-manifest-")
     with open(manifest.save(local), "rb") as f:

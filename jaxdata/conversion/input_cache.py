@@ -42,7 +42,7 @@ from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["CacheKey", "built_dataset"]
+__all__ = ["CacheKey", "built_dataset", "cache_key", "convert_command_line"]
 
 KEY_VERSION = 1  # bumped when what the key covers changes
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")

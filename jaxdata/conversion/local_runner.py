@@ -33,8 +33,7 @@ from jaxdata.conversion.output import check_output, staging_directory, swap_in
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
-  conversion_stats,
-  record_features,
+  converted_manifest,
   tokenize_unit,
   tokenizer_record,
   unit_size,
@@ -306,13 +305,8 @@ def convert(
         pairs = options.examples == "preference"  # each record a pair: its sides' lengths as columns
         job_args = (target, name, dtype.name, scratch, options.compression, masked, pairs)
         infos = run_jobs(pool, write_job, jobs, job_args, shard_done)
-        manifest = Manifest(
-          name=name,
-          dtype=dtype.name,
-          tokenizer=tokenizer_record(tokenizer, options),
-          shards=tuple(infos),
-          stats=conversion_stats(files, results, options),
-          features=record_features(options),
+        manifest = converted_manifest(
+          name, dtype.name, tokenizer_record(tokenizer, options), infos, files, results, options
         )
         manifest.save(target)
       except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)

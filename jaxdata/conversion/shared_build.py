@@ -37,8 +37,7 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.shard_jobs import plan_shard_jobs
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
-  conversion_stats,
-  record_features,
+  converted_manifest,
   tokenizer_record,
   unit_size,
 )
@@ -189,13 +188,6 @@ def build_part(
   for path in shard_records:
     with open(path) as f:
       infos.append(ShardInfo(**json.load(f)))
-  manifest = Manifest(
-    name=name,
-    dtype=dtype.name,
-    tokenizer=tokenizer_record(tokenizer, options),
-    shards=tuple(infos),
-    stats=conversion_stats(files, results, options),
-    features=record_features(options),
-  )
+  manifest = converted_manifest(name, dtype.name, tokenizer_record(tokenizer, options), infos, files, results, options)
   manifest.save(staging)
   return manifest

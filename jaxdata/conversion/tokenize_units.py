@@ -20,9 +20,9 @@ from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.columns import pair_columns
 from jaxdata.sources.fileutil import file_sha256
-from jaxdata.sources.manifest import TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS
+from jaxdata.sources.manifest import TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS, Manifest, ShardInfo
 
-__all__ = ["UnitResult", "conversion_stats", "tokenize_unit", "tokenizer_record", "unit_size"]
+__all__ = ["UnitResult", "converted_manifest", "tokenize_unit", "tokenizer_record", "unit_size"]
 
 MIN_UNIT_BYTES = 1 << 20
 MAX_UNIT_BYTES = 64 << 20
@@ -293,3 +293,23 @@ def tokenizer_record(tokenizer: Tokenizer, options: ConvertOptions) -> dict[str,
     if end_of_turn is not None:
       record["end_of_turn_id"] = end_of_turn
   return record
+
+
+def converted_manifest(
+  name: str,
+  dtype: str,
+  tokenizer: dict[str, Any],
+  shards: Sequence[ShardInfo],
+  files: Sequence[str],
+  results: Sequence[UnitResult],
+  options: ConvertOptions,
+) -> Manifest:
+  """The manifest of a conversion every runner writes alike: its shards (in order), stats and features."""
+  return Manifest(
+    name=name,
+    dtype=dtype,
+    tokenizer=tokenizer,
+    shards=tuple(shards),
+    stats=conversion_stats(files, results, options),
+    features=record_features(options),
+  )

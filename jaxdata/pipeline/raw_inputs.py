@@ -8,7 +8,8 @@ writes from the same files and options, so its batches are the same::
 
     datasets: [{name: web, inputs: corpus/*.jsonl, tokenizer: hf:tok, convert: {examples: chat}}]
         -> conversion.input_cache.built_dataset (keyed; built the first time, reused after)
-        -> datasets: [{name: web, path: CACHE/datasets/web-KEY16}]
+        -> datasets: [{name: web, path: CACHE/datasets/web-KEY16}]   (or inputs_cache/web-KEY16: a bucket's
+                                                                       copy, conversion.bucket_cache)
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from collections.abc import Callable
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.schema import DatasetConfig
+from jaxdata.conversion.bucket_cache import published_dataset
 from jaxdata.conversion.input_cache import built_dataset
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.errors import ConfigError
 from jaxdata.sources.shard_cache import default_cache_options
+from jaxdata.sources.stores import is_remote
 
 __all__ = ["with_built_inputs"]
 
@@ -33,7 +36,8 @@ logger = logging.getLogger("jaxdata")
 
 
 def cache_root(cfg: PipelineConfig) -> str:
-  """Where converted raw inputs are kept: `cache_dir`, else $JAXDATA_CACHE_DIR, else ~/.cache/jaxdata; /datasets."""
+  """Where converted raw inputs are built: `cache_dir`, else $JAXDATA_CACHE_DIR, else ~/.cache/jaxdata; /datasets.
+  Also where they are kept, unless `inputs_cache` names another place."""
   return os.path.join(default_cache_options(cfg.cache_dir).cache_dir, "datasets")
 
 
@@ -84,16 +88,22 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.i
   """`cfg` with every raw-input dataset's cache built (or found) and named as its path."""
   if not cfg.raw_inputs:
     return cfg
-  root = cache_root(cfg)
+  local_root = cache_root(cfg)
+  bucket = cfg.inputs_cache if cfg.inputs_cache is not None and is_remote(cfg.inputs_cache) else None
+  root = cfg.inputs_cache if cfg.inputs_cache is not None and bucket is None else local_root
+  wait_s = float(os.environ.get("JAXDATA_BUILD_WAIT_S", "3600"))  # how long a process waits on the others
   datasets = []
   for d in cfg.datasets:
     if d.inputs:
       options = convert_options(d)
+      processes = build_processes()
       try:
-        wait_s = float(os.environ.get("JAXDATA_BUILD_WAIT_S", "3600"))  # how long a process waits on the others
-        path = built_dataset(
-          d.name, list(d.inputs), options, root, log, cfg.inputs_max_bytes, build_processes(), wait_s
-        )
+        if bucket is not None:  # hosts without a shared disk: process 0 builds here and publishes
+          path = published_dataset(
+            d.name, list(d.inputs), options, bucket, local_root, log, cfg.inputs_max_bytes, processes, wait_s
+          )
+        else:
+          path = built_dataset(d.name, list(d.inputs), options, root, log, cfg.inputs_max_bytes, processes, wait_s)
       except ConfigError as error:  # "inputs: ..." / "tokenizer: ...": the config's key, whole
         raise ConfigError(f"datasets.{d.name}.{error}") from error
       d = dataclasses.replace(d, path=path, inputs=(), tokenizer=None, convert=None)

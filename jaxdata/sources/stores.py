@@ -41,6 +41,12 @@ class ObjectStore(Protocol):
   def download(self, key: str, destination: str) -> None:
     """Writes the object to a local file."""
 
+  def upload(self, source: str, key: str) -> None:
+    """Writes a local file as the object (replacing one there)."""
+
+  def exists(self, key: str) -> bool:
+    """Whether the object is there."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RemotePath:
@@ -90,6 +96,7 @@ class _S3Store:
     )
     self.client = boto3.client("s3", config=settings)
     self.bucket = bucket
+    self.client_error: type[BaseException] = exceptions.ClientError  # a 404 is one: `exists` tells them apart
     # boto3's own (Boto3Error: RetriesExceededError on bodies cut short every time, S3TransferFailedError) too.
     self.errors: tuple[type[BaseException], ...] = (
       exceptions.BotoCoreError,
@@ -103,6 +110,18 @@ class _S3Store:
 
   def download(self, key: str, destination: str) -> None:
     self.client.download_file(self.bucket, key, destination)
+
+  def upload(self, source: str, key: str) -> None:
+    self.client.upload_file(source, self.bucket, key)
+
+  def exists(self, key: str) -> bool:
+    try:
+      self.client.head_object(Bucket=self.bucket, Key=key)
+    except self.client_error as error:  # a 404 is an answer, anything else a failed transfer
+      if getattr(error, "response", {}).get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        return False
+      raise
+    return True
 
 
 class _GcsStore:
@@ -138,6 +157,12 @@ class _GcsStore:
 
   def download(self, key: str, destination: str) -> None:
     self.bucket.blob(key).download_to_filename(destination, timeout=(5, 30), retry=None)
+
+  def upload(self, source: str, key: str) -> None:
+    self.bucket.blob(key).upload_from_filename(source, timeout=(5, 120), retry=None)
+
+  def exists(self, key: str) -> bool:
+    return bool(self.bucket.blob(key).exists(timeout=(5, 30), retry=None))
 
 
 def open_store(path: RemotePath) -> ObjectStore:

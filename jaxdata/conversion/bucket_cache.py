@@ -1,0 +1,97 @@
+"""`published_dataset`: raw inputs' cache in a bucket, for hosts that share no file system.
+
+A pod's hosts each have their own disk; a cache that every host must open
+the same is kept in `gs://` / `s3://` (`inputs_cache` in the config)::
+
+    process 0:   built_dataset(..., LOCAL)          the local cache: keyed, resumable, sealed (input_cache)
+                 upload every file of it            BUCKET/NAME-KEY16/...   (threads, retried)
+                 upload manifest.json, last         the seal: a dataset without it is not opened
+    process i>0: wait for BUCKET/NAME-KEY16/manifest.json, then read the dataset remotely
+
+The bucket's copy is named by the same key as the local one, so a bucket is
+never reused for other inputs. An upload that stops leaves no manifest
+there: the next run uploads again from its local cache (no conversion). Two
+runs that publish one cache at once write the same bytes (the conversion is
+deterministic), so either may finish it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from jaxdata.conversion.input_cache import built_dataset, cache_key, convert_command_line
+from jaxdata.conversion.options import ConvertOptions
+from jaxdata.errors import ConfigError, DatasetError, InputFormatError
+from jaxdata.sources.manifest import MANIFEST_NAME
+from jaxdata.sources.parallelism import MAX_FETCH_THREADS
+from jaxdata.sources.stores import ObjectStore, RemotePath, open_store, with_retries
+
+__all__ = ["published_dataset"]
+
+POLL_S = 1.0  # how often a waiting host asks the bucket for the manifest
+
+
+def published_dataset(
+  name: str,
+  inputs: list[str],
+  options: ConvertOptions,
+  bucket_root: str,
+  local_root: str,
+  log: Callable[[str], None] = lambda m: None,
+  max_bytes: int | None = None,
+  process: tuple[int, int] = (0, 1),
+  wait_s: float = 3600.0,
+) -> str:
+  """The `gs://` / `s3://` URL of the dataset `inputs` convert to, under `bucket_root`: there already, or
+  built by process 0 into `local_root` (`built_dataset`) and uploaded; the other processes wait for it."""
+  key = cache_key(inputs, options)
+  folder = f"{name}-{key.digest[:16]}"
+  target = RemotePath.parse(f"{bucket_root.rstrip('/')}/{folder}")
+  store = open_store(target)
+  if _sealed(store, target):
+    return target.url
+  size = sum(f[1] for f in key.files)
+  if max_bytes is not None and size > max_bytes:
+    raise ConfigError(
+      f"inputs: {size:,} bytes, more than inputs_max_bytes ({max_bytes:,}) to convert in place; build the "
+      f"same cache on an engine, then run again: {convert_command_line(name, inputs, options, target.url)}"
+    )
+  index, _ = process
+  if index != 0:
+    log(f"{name}: waiting for process 0 to publish the cache {target.url}")
+    deadline = time.monotonic() + wait_s
+    while not _sealed(store, target):
+      if time.monotonic() > deadline:
+        raise DatasetError(
+          f"{name}: process 0 did not publish the cache {target.url} within {wait_s:.0f} s; run again "
+          "(what it finished is kept)"
+        )
+      time.sleep(POLL_S)
+    return target.url
+  local = built_dataset(name, inputs, options, local_root, log, max_bytes, (0, 1), wait_s)
+  if os.path.basename(local) != folder:  # the inputs changed between the two keys: the local copy is of others
+    raise InputFormatError(f"{name}: inputs changed while the cache was being built; run again once they are stable")
+  _upload(local, target, store, log, name)
+  return target.url
+
+
+def _sealed(store: ObjectStore, target: RemotePath) -> bool:
+  return bool(with_retries(target.url_of(MANIFEST_NAME), lambda: store.exists(target.key(MANIFEST_NAME)), store.errors))
+
+
+def _upload(local: str, target: RemotePath, store: ObjectStore, log: Callable[[str], None], name: str) -> None:
+  """Every file of `local` into `target`, the manifest last (the seal)."""
+  files = sorted(f for f in os.listdir(local) if f != MANIFEST_NAME)
+  log(f"{name}: publishing the cache to {target.url} ({len(files) + 1} files)")
+
+  def put(file_name: str) -> None:
+    source = os.path.join(local, file_name)
+    with_retries(target.url_of(file_name), lambda: store.upload(source, target.key(file_name)), store.errors)
+
+  with ThreadPoolExecutor(min(MAX_FETCH_THREADS, max(1, len(files)))) as pool:
+    list(pool.map(put, files))
+  put(MANIFEST_NAME)
+  log(f"{name}: published the cache {target.url}")
