@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import orbax.checkpoint as ocp
 from etils import epath
@@ -36,6 +36,12 @@ class Checkpointable(Protocol):
   def get_state(self) -> dict[str, Any]: ...
 
   def set_state(self, state: Mapping[str, Any]) -> None: ...
+
+
+class Reconfigurable(Protocol):
+  """A checkpointable that can continue a state saved under another config (`jaxdata.Pipeline`)."""
+
+  def set_state(self, state: Mapping[str, Any], reconfigure: bool = False) -> None: ...
 
 
 @runtime_checkable
@@ -76,7 +82,11 @@ class PipelineCheckpointHandler(ocp.JsonCheckpointHandler):
         "(the state itself is the JSON file named here)"
       )
     try:
-      restore.pipeline.set_state(state)
+      if restore.reconfigure:
+        reconfigurable = cast(Reconfigurable, restore.pipeline)
+        reconfigurable.set_state(state, reconfigure=True)
+      else:
+        restore.pipeline.set_state(state)
     except CheckpointError as e:
       raise CheckpointError(f"{path}: {e}") from e
     return state
@@ -104,3 +114,5 @@ class Restore(ocp.args.CheckpointArgs):
   `CheckpointError` saying what to pass; the default exists because Orbax builds these args itself)."""
 
   pipeline: Checkpointable | None = None
+  # True: a state saved under another config of the run continues under the pipeline's (Pipeline.set_state)
+  reconfigure: bool = False

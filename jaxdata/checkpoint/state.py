@@ -26,7 +26,15 @@ from jaxdata.config.batch import BatchConfig
 from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import CheckpointError, ConfigError
 
-__all__ = ["STATE_VERSION", "epoch_start", "pipeline_state", "read_pipeline_state", "seal", "state_digest"]
+__all__ = [
+  "STATE_VERSION",
+  "epoch_start",
+  "pipeline_state",
+  "read_pipeline_state",
+  "read_saved_state",
+  "seal",
+  "state_digest",
+]
 
 STATE_VERSION = 2
 _KEYS = ("step", "fingerprint", "stream", "packer", "tokens_per_source", "digest")
@@ -75,11 +83,9 @@ def pipeline_state(
   }
 
 
-def read_pipeline_state(state: Any, fingerprint: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
-  """Checks a saved state against this pipeline and returns it in the
-  current format. Raises `CheckpointError` naming what is wrong: malformed,
-  newer than this jaxdata, or saved with a config or data that orders
-  batches differently (the message lists each change)."""
+def read_saved_state(state: Any) -> dict[str, Any]:
+  """A saved state's shape checked (format, version, digest, step), not yet compared with any pipeline.
+  Raises `CheckpointError` naming what is wrong."""
   if isinstance(state, Mapping) and "offset" in state and "packer" not in state and "stream" in state:
     raise CheckpointError(
       "pipeline state: this is the state of a document iterator (jaxdata.integrations.MixtureDataset's: a "
@@ -106,6 +112,16 @@ def read_pipeline_state(state: Any, fingerprint: Mapping[str, Any], names: Seque
   step = state["step"]
   if not is_int(step) or step < 0:
     raise CheckpointError(f"pipeline state: step must be an int >= 0, got {step!r}")
+  return dict(state)
+
+
+def read_pipeline_state(state: Any, fingerprint: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+  """Checks a saved state against this pipeline and returns it in the
+  current format. Raises `CheckpointError` naming what is wrong: malformed,
+  newer than this jaxdata, or saved with a config or data that orders
+  batches differently (the message lists each change)."""
+  state = read_saved_state(state)
+  step = state["step"]
   changes = describe_changes(state["fingerprint"], fingerprint)
   if any(c.startswith("global_batch_size:") for c in changes) and _batch_sizes_agree(
     state["fingerprint"].get("global_batch_size"), fingerprint.get("global_batch_size"), step
@@ -113,7 +129,9 @@ def read_pipeline_state(state: Any, fingerprint: Mapping[str, Any], names: Seque
     changes = [c for c in changes if not c.startswith("global_batch_size:")]  # a change from this step on
   if changes:
     raise CheckpointError(
-      "pipeline state: the config or data changed in what determines the order: " + "; ".join(changes)
+      "pipeline state: the config or data changed in what determines the order: "
+      + "; ".join(changes)
+      + "; restore with reconfigure=True to continue with the new config from this state's step"
     )
   cumulative = state["tokens_per_source"]
   if not isinstance(cumulative, Mapping) or set(cumulative) != set(names):

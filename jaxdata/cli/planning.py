@@ -15,6 +15,7 @@ from jaxdata.cli.output import Console, Table, check_output_path, show, working
 from jaxdata.cli.parsing import Commands
 from jaxdata.config.loading import load_config
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.errors import InputFormatError
 from jaxdata.pipeline.execution import PLANNINGS, StepMaking
 from jaxdata.pipeline.planner import check_host_count
 from jaxdata.pipeline.raw_inputs import with_built_inputs
@@ -27,7 +28,7 @@ from jaxdata.tools.doctor import diagnose, load_losses, order_checks, write_html
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
 from jaxdata.tools.numbers import human_bytes, human_count
-from jaxdata.tools.report import load_stats, plan_plot, write_report
+from jaxdata.tools.report import change_lines, load_stats, plan_plot, write_report
 from jaxdata.tools.trajectory import load_trajectory, with_trajectory
 
 __all__ = ["mesh", "plan", "register_planning", "report"]
@@ -64,6 +65,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
     check_host_count(cfg, args.hosts)
   tokens = parse_tokens(args.tokens)
   check_output_path(args.png, "--png")
+  changes = _state_changes(args.state) if args.state else []
   schedule = cfg.schedule()
   tokens_per_step = cfg.tokens_per_step
   with working(console, args.quiet or args.json, f"planning {args.tokens} tokens"):
@@ -86,6 +88,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
           "order": {s.name: s.order_name for s in cfg.dataset_settings()},
           "read_spans": dataclasses.asdict(needs) if needs is not None else None,
           "stream_end": dataclasses.asdict(end) if end is not None else None,
+          "config_changes": changes,
         },
         indent=1,
       )
@@ -132,6 +135,8 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
         *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if sampled else []),
       )
   show(console, out)
+  for line in changes:
+    console.print(f"config changed at a restore: {line}", markup=False)
   orders = "; ".join(f"{s.name} {s.order_name}" for s in cfg.dataset_settings())
   console.print(f"order within a pass: {orders}", markup=False)
   print_legend(console, PLAN_LEGEND + (SAMPLING_WINDOWS_LEGEND if sampled else ()))
@@ -269,6 +274,8 @@ def doctor(args: argparse.Namespace, console: Console) -> int:
 def report(args: argparse.Namespace, console: Console) -> int:
   series = write_report(args.stats, args.out or os.path.splitext(args.stats)[0] + "_report")
   ranked = sorted(series["largest_deviation"].items(), key=lambda kv: -abs(kv[1]["deviation"]))
+  for change in series["config_changes"]:
+    console.print(f"config changed at a restore: {change}", markup=False)
   console.print(
     f"{len(series['steps'])} steps; largest deviations of the cumulative share of {series['unit']} from target:"
   )
@@ -355,6 +362,19 @@ def bench_command(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
+def _state_changes(path: str) -> list[str]:
+  """The config changes a saved state holds, one line each (a state file of Orbax's or get_state's JSON)."""
+  try:
+    with open(path) as f:
+      state = json.load(f)
+  except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise InputFormatError(f"--state {path}: not a readable JSON pipeline state ({e})") from e
+  stream = state.get("stream") if isinstance(state, dict) else None
+  if not isinstance(stream, dict):
+    raise InputFormatError(f"--state {path}: not a pipeline state (no stream)")
+  return change_lines(stream.get("changes"))
+
+
 def register_planning(commands: Commands) -> None:
   """The `jaxdata plan`, `jaxdata audit`, `jaxdata doctor`, `jaxdata report`, `jaxdata bench`, `jaxdata mesh` commands and their flags."""
   p = commands.add("plan", "exposure per dataset and phase before a run")
@@ -377,6 +397,7 @@ def register_planning(commands: Commands) -> None:
     help="read spans per host to replay (0: skip the table)",
   )
   p.add_argument("--read-ahead-tokens", type=int, default=1 << 22, help="the pipeline's read_ahead_tokens")
+  p.add_argument("--state", help="a saved pipeline state (JSON): list the run's config changes at restores")
   p.set_defaults(handler=plan)
 
   p = commands.add("audit", "plan S steps for H hosts and check them")

@@ -128,6 +128,8 @@ class DatasetConfig:
   inputs: tuple[str, ...] = ()  # globs of JSONL / Parquet / text (.gz, .zst), local or gs:// / s3://
   tokenizer: str | None = None  # with inputs: hf:DIR, hf:FILE.json, sp:FILE.model or byte
   convert: Mapping[str, Any] | None = None  # with inputs: jaxdata convert's options, by ConvertOptions names
+  # At a restore with reconfigure=True: a dataset whose content changed under this name starts at pass 0
+  replaced: bool = False
 
   def __post_init__(self) -> None:
     where = f"datasets.{self.name}" if isinstance(self.name, str) else "datasets[].name"
@@ -139,6 +141,7 @@ class DatasetConfig:
     for field in ("shuffle_shards", "shuffle_within_shard", "reshuffle_on_repeat"):
       if getattr(self, field) is not None:
         check_bool(getattr(self, field), f"{where}.{field}")
+    check_bool(self.replaced, f"{where}.replaced")
     if self.shuffle_block_size is not INHERIT:
       check_block_size(self.shuffle_block_size, f"{where}.shuffle_block_size")
     if self.exhausted_policy is not None:

@@ -31,7 +31,7 @@ from jaxdata.sources.stores import ObjectStore, RemotePath, open_store, with_ret
 
 __all__ = ["published_dataset"]
 
-POLL_S = 1.0  # how often a waiting host asks the bucket for the manifest
+PUBLISH_POLL_S = 1.0  # how often a waiting host asks the bucket for the manifest
 
 
 def published_dataset(
@@ -69,7 +69,7 @@ def published_dataset(
           f"{name}: process 0 did not publish the cache {target.url} within {wait_s:.0f} s; run again "
           "(what it finished is kept)"
         )
-      time.sleep(POLL_S)
+      time.sleep(PUBLISH_POLL_S)
     return target.url
   local = built_dataset(name, inputs, options, local_root, log, max_bytes, (0, 1), wait_s)
   if os.path.basename(local) != folder:  # the inputs changed between the two keys: the local copy is of others

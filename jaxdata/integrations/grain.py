@@ -65,9 +65,10 @@ class GlobalStreamDataset(grain.IterDataset):
 class PipelineDatasetIterator(grain.DatasetIterator):
   """A Grain `DatasetIterator` over a `Pipeline`'s global batches."""
 
-  def __init__(self, pipeline: Pipeline) -> None:
+  def __init__(self, pipeline: Pipeline, reconfigure_on_restore: bool = False) -> None:
     super().__init__()
     self.pipeline = pipeline
+    self.reconfigure_on_restore = reconfigure_on_restore
 
   def __next__(self) -> dict[str, Any]:
     return next(self.pipeline)
@@ -76,7 +77,9 @@ class PipelineDatasetIterator(grain.DatasetIterator):
     return self.pipeline.get_state()
 
   def set_state(self, state: dict[str, Any]) -> None:
-    self.pipeline.set_state(state)
+    """Grain's checkpoint handler calls this; with `reconfigure_on_restore`, a state saved under another
+    config of the run continues under this one (`Pipeline.set_state(..., reconfigure=True)`)."""
+    self.pipeline.set_state(state, reconfigure=self.reconfigure_on_restore)
 
   def close(self) -> None:
     self.pipeline.close()
@@ -85,13 +88,14 @@ class PipelineDatasetIterator(grain.DatasetIterator):
 class PipelineDataset(GlobalStreamDataset):
   """A Grain `IterDataset` whose iterators are fresh `Pipeline`s."""
 
-  def __init__(self, cfg: PipelineConfig, **pipeline_kwargs: Any) -> None:
+  def __init__(self, cfg: PipelineConfig, reconfigure_on_restore: bool = False, **pipeline_kwargs: Any) -> None:
     super().__init__()
     self.cfg = cfg
+    self.reconfigure_on_restore = reconfigure_on_restore  # restores continue states of another config of the run
     self.pipeline_kwargs = pipeline_kwargs
 
   def __iter__(self) -> PipelineDatasetIterator:
-    return PipelineDatasetIterator(Pipeline(self.cfg, **self.pipeline_kwargs))
+    return PipelineDatasetIterator(Pipeline(self.cfg, **self.pipeline_kwargs), self.reconfigure_on_restore)
 
   def __str__(self) -> str:
     return f"PipelineDataset(datasets={list(self.cfg.names)})"

@@ -6,6 +6,7 @@ Depends on `config`, `sources` and `order`.
     interleave.py   which dataset supplies each next document: the `Interleave` strategies, exact or random
     pick_loops.py   the loops that pick, one document at a time
     updates.py      `MixtureUpdates`: weights the training loop sets while the stream runs
+    changes.py      `ConfigChange`: a change of config at a restore, one entry of the stream's history
     holdout.py      held-out documents: chosen by a keyed order, never trained on
 """
 

@@ -32,6 +32,7 @@ from jaxdata.config.resolve import DatasetSettings
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import check_state_header, is_int
 from jaxdata.errors import ConfigError
+from jaxdata.mixture.changes import ConfigChange, changes_from_json
 from jaxdata.mixture.interleave import StreamPosition, make_interleave
 from jaxdata.mixture.metadata import DatasetMeta, load_metadata, window_options
 from jaxdata.mixture.pick_loops import PassMarks, PickLoop
@@ -142,6 +143,8 @@ class DocumentStream:
     metas = [metadata[n] for n in self.names]
     self.schedule: Schedule = cfg.schedule()
     self.updates = MixtureUpdates(tuple(self.names))  # weights the loop set (update), each from a step on
+    self.changes: tuple[ConfigChange, ...] = ()  # configs this run changed from at restores (history, in the state)
+    self._changes_json: list[dict[str, Any]] = []  # encoded once: every planned step's snapshot holds them
     self.next_step = 0  # the first step no document has been taken for yet
     self.tokens_unit = cfg.mixture.unit == "tokens"
     self.tokens_per_step = cfg.tokens_per_step
@@ -229,6 +232,10 @@ class DocumentStream:
     weights = self.updates.starting_at(step)
     return None if weights is None else {n: float(w) for n, w in zip(self.names, weights)}
 
+  def change_starting_at(self, step: int) -> ConfigChange | None:
+    """The config change whose first step is `step` (for the stats), else None."""
+    return next((c for c in self.changes if c.step == step), None)
+
   def update(self, weights: Mapping[str, Any], at_step: int | None = None) -> int:
     """New weights from `at_step` on (default: the next step no document was taken for); returns the
     step. Steps already taken from are refused; on an error nothing changes."""
@@ -277,6 +284,7 @@ class DocumentStream:
       "segment": self.interleave.get_state(),
       "next_step": self.next_step,
       "updates": updates.to_json() if encode_updates else updates,
+      **({"changes": self._changes_json} if self.changes else {}),  # (a state without changes: as before)
     }
 
   def set_state(self, state: Mapping[str, Any]) -> None:
@@ -320,6 +328,7 @@ class DocumentStream:
     next_step = state.get("next_step", 0)
     if not is_int(next_step) or not 0 <= next_step < MAX_COUNTER:
       raise ValueError(f"stream state: next_step must be an int in [0, 2**62), got {next_step!r}")
+    changes = changes_from_json(state.get("changes"))
     if epoch != self.epoch:
       self._set_epoch(epoch)
     self.interleave.set_state(state.get("segment"))
@@ -327,7 +336,8 @@ class DocumentStream:
       cursor.set(*values)
     self.emitted, self.tokens = counters
     self.ended = bool(state.get("ended"))
-    self.updates, self.next_step = updates, next_step
+    self.updates, self.next_step, self.changes = updates, next_step, changes
+    self._changes_json = [c.to_json() for c in changes]
 
   # -------------------------------------------------------------- iteration
 

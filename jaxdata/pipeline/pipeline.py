@@ -12,8 +12,8 @@ Every process runs the same plan and reads only its own rows::
     mesh (on >= 4 cores) the planning runs in a process of its own and this
     process reads, assembles and makes the arrays from its read spans; with
     reader processes they read and assemble too (pooled_steps.py) and the
-    global arrays are made in the caller's thread. Mixture updates: steering.py.
-    get_state() is the state after the last batch handed out, never the prefetcher's.
+    global arrays are made in the caller's thread. Mixture updates: steering.py. get_state()
+    is the state after the last batch, never the prefetcher's; a change of config: reconfigure.py.
 
 Failure semantics (docs/state.md): an exception while producing step s, or
 while writing its statistics, leaves the pipeline at step s (everything
@@ -43,6 +43,7 @@ import numpy as np
 
 from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.config.validate import check_bool
 from jaxdata.errors import CheckpointError, PipelineClosedError
 from jaxdata.pipeline.execution import Execution, StepMaking, asked_making
 from jaxdata.pipeline.handout import Handout, producing
@@ -51,6 +52,7 @@ from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_sn
 from jaxdata.pipeline.producing import END, Prepared
 from jaxdata.pipeline.raw_inputs import with_built_inputs
 from jaxdata.pipeline.read_spans import READ_AHEAD
+from jaxdata.pipeline.reconfigure import reconfigured_state
 from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
 from jaxdata.pipeline.slices import SliceSpec, mesh_and_axes
 from jaxdata.pipeline.spec import PipelineSpec
@@ -260,13 +262,16 @@ class Pipeline:
     return seal(json.loads(json.dumps(self._state.to_json())))
 
   @_one_call_at_a_time
-  def set_state(self, state: Mapping[str, Any] | PipelineState) -> None:
+  def set_state(self, state: Mapping[str, Any] | PipelineState, reconfigure: bool = False) -> None:
     """Continues from `state` (the next batches equal the original run's, on any mesh or host count).
     `CheckpointError` (listing what changed) if anything that determines the order changed or the state
-    is malformed; the pipeline is then left as it was. Weights, schedules and pass policies may change."""
+    is malformed; the pipeline is then left as it was. Weights, schedules and pass policies may change;
+    with `reconfigure=True`, datasets and rows too, from the state's step on (docs/state.md)."""
     self._check_open("set_state()")
+    check_bool(reconfigure, "reconfigure")
     if isinstance(state, PipelineState):  # the typed form of a state (its JSON is checked the same way)
       state = seal(json.loads(json.dumps(state.to_json())))
+    state = reconfigured_state(state, self.fingerprint, self.cfg) if reconfigure else state
     checked = PipelineState.from_json(read_pipeline_state(state, self.fingerprint, self.cfg.names), self.cfg.names)
     self._handout.stop_prefetch()
     self._handout.interrupted = False

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from jaxdata.errors import ConfigError
+from jaxdata.mixture.changes import ConfigChange
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.transforms.packing import StepPlan
 
@@ -30,6 +31,8 @@ class MixtureTargets(Protocol):
   def weights_at(self, step: int) -> tuple[float, ...]: ...
 
   def update_starting_at(self, step: int) -> dict[str, float] | None: ...
+
+  def change_starting_at(self, step: int) -> ConfigChange | None: ...
 
 
 class StatsRecorder:
@@ -81,6 +84,7 @@ class StatsRecorder:
       share_cumulative=dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
       target_share=dict(zip(self.names, self.targets.weights_at(plan.step))),
       mixture_update=self.targets.update_starting_at(plan.step),  # the updates' history
+      config_change=change.to_json() if (change := self.targets.change_starting_at(plan.step)) else None,
       unit=self.unit,
       documents_per_source=dict(zip(self.names, documents.tolist())),
       shards=shards,

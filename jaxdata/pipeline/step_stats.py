@@ -3,7 +3,8 @@
 The pipeline makes one when it plans a step and writes it, as JSON, to the
 stats file when the step is handed out; `jaxdata doctor` and `jaxdata
 report` read the file back with `from_json`. The JSON is the record's
-fields by name (a `mixture_update` only at a step an update takes effect,
+fields by name (a `mixture_update` only at a step an update takes effect, a
+`config_change` only at the first step of a config a restore changed to,
 `trained_tokens_per_source` only for datasets with trained-token masks).
 A file written before a field existed still reads: the field takes its
 default.
@@ -57,6 +58,7 @@ class StepStats:
   passes: dict[str, int] = dataclasses.field(default_factory=dict)
   time_s: dict[str, float] = dataclasses.field(default_factory=dict)
   trained_tokens_per_source: dict[str, int] | None = None  # datasets with trained-token masks only
+  config_change: dict[str, Any] | None = None  # at the first step of a config a restore changed to (ConfigChange)
 
   def to_json(self) -> dict[str, Any]:
     """A copy as plain JSON-able data (its dicts and the lists inside `shards` copied: a loop that
@@ -83,7 +85,7 @@ class StepStats:
 
 
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(StepStats))
-_OPTIONAL = ("mixture_update", "trained_tokens_per_source")  # left out of the record where None
+_OPTIONAL = ("mixture_update", "trained_tokens_per_source", "config_change")  # left out of the record where None
 
 
 def trained_totals(records: Sequence[StepStats], names: Sequence[str]) -> dict[str, int]:

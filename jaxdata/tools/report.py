@@ -19,12 +19,14 @@ from typing import Any
 import numpy as np
 
 from jaxdata.errors import InputFormatError, optional_module
+from jaxdata.mixture.changes import changes_from_json
 from jaxdata.pipeline.step_stats import StepStats, trained_totals
 from jaxdata.tools.numbers import human_count
 
 __all__ = [
   "ablation_figure",
   "ablation_plot",
+  "change_lines",
   "jsonl_records",
   "load_stats",
   "plan_plot",
@@ -70,7 +72,7 @@ def load_stats(path: str) -> list[StepStats]:
 def unit_counts(records: Sequence[StepStats]) -> tuple[list[str], np.ndarray, str]:
   """(dataset names, per step and dataset the mixture's units, the unit): tokens in the batch,
   or documents begun when the mixture counts documents (its targets are document shares)."""
-  names = list(records[0].tokens_per_source)
+  names = list(dict.fromkeys(n for r in records for n in r.tokens_per_source))  # (a change of course adds some)
   unit = records[0].unit
   field = "documents_per_source" if unit == "documents" else "tokens_per_source"
   return names, np.array([[getattr(r, field).get(n, 0) for n in names] for r in records], dtype=float), unit
@@ -92,7 +94,7 @@ def report_series(records: list[StepStats]) -> dict[str, Any]:
   """Per-dataset series in the mixture's unit: batch share, cumulative share, cumulative target;
   deviations, and the datasets whose final gap is larger than a correct run shows."""
   names, tokens, unit = unit_counts(records)
-  targets = np.array([[r.target_share[n] for n in names] for r in records], dtype=float)
+  targets = np.array([[r.target_share.get(n, 0.0) for n in names] for r in records], dtype=float)
   step_tokens = tokens.sum(axis=1)
   cumulative = np.cumsum(tokens, axis=0)
   cumulative_share = cumulative / np.maximum(cumulative.sum(axis=1, keepdims=True), 1)
@@ -124,6 +126,7 @@ def report_series(records: list[StepStats]) -> dict[str, Any]:
     "target_share": {n: targets[:, i].tolist() for i, n in enumerate(names)},
     "pass_boundaries": boundaries,
     "phase_changes": phase_changes,
+    "config_changes": change_lines([r.config_change for r in records if r.config_change is not None]),
     "padding_fraction": [r.padding_fraction for r in records],
     "largest_deviation": {
       n: {"step": records[worst[i]].step, "deviation": float(deviation[worst[i], i])} for i, n in enumerate(names)
@@ -134,6 +137,15 @@ def report_series(records: list[StepStats]) -> dict[str, Any]:
     # fine-tuning data (a dataset with trained-token masks): the tokens that trained, per source, in all
     "trained_tokens": trained_totals(records, names),
   }
+
+
+def change_lines(changes: Any) -> list[str]:
+  """One line per config change of a run (a state's `stream.changes`, or the stats' `config_change` records):
+  "step 40000: added math; packing: seq_len=2048 -> seq_len=4096". A malformed list is an InputFormatError."""
+  try:
+    return [c.summary() for c in changes_from_json(changes)]
+  except ValueError as e:
+    raise InputFormatError(f"config changes: {e}") from e
 
 
 def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:

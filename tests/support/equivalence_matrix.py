@@ -197,6 +197,11 @@ class Feature:
   multihost: bool = False  # in the representative subset run on 2 jax.distributed processes
   # The loop's mixture updates: before taking batch c, update_mixture(weights, at_step) for each (weights, at_step).
   updates: Mapping[int, tuple[tuple[Mapping[str, float], int | None], ...]] = dataclasses.field(default_factory=dict)
+  # A change of course: after CHANGE_STEP batches the state is restored into this config with reconfigure=True
+  changed_to: Callable[[Data], Any] | None = None
+
+
+CHANGE_STEP = 2  # before SPLIT: the cell's round trip and restore are of states that hold the change
 
 
 FEATURES = [
@@ -353,6 +358,14 @@ FEATURES = [
     multihost=True,
   ),
   Feature("pairs-remote-s3", lambda d: _pairs_config(d, "one_row", True, prefix="s3:"), store="s3"),
+  Feature(  # a restore that adds d2, removes d1 and changes rows (seq_len 16 -> 12, best fit): d0 goes on
+    "change-at-restore",
+    lambda d: _config(d, names=("d0", "d1"), exhausted_policy="repeat"),
+    changed_to=lambda d: _config(
+      d, names=("d0", "d2"), exhausted_policy="repeat", packing={"mode": "best_fit", "seq_len": 12}
+    ),
+    multihost=True,
+  ),
   Feature(
     "realistic-combination",
     lambda d: _with_datasets(
@@ -424,11 +437,15 @@ def digest(batch: Mapping[str, Any]) -> list[str]:
   return out
 
 
-def open_iterator(feature: Feature, data: Data, mode: Mode, mesh: Any = None) -> Any:
-  """The feature's iterator in `mode` (get_state / set_state / close); `.pipeline` is its Pipeline where wrapped."""
+def open_iterator(feature: Feature, data: Data, mode: Mode, mesh: Any = None, changed: bool = False) -> Any:
+  """The feature's iterator in `mode` (get_state / set_state / close); `.pipeline` is its Pipeline where wrapped.
+  `changed`: on the config the feature changes to."""
   from jaxdata import Pipeline  # noqa: PLC0415
 
   arguments = {**feature.arguments, **mode.arguments}
+  if changed:
+    assert feature.changed_to is not None
+    return Pipeline(feature.changed_to(data), mesh=mesh, **arguments)
   if feature.entrance == "maxtext":
     from jaxdata.integrations.maxtext import MaxTextPipeline  # noqa: PLC0415 -- optional: jax at import
 
@@ -476,27 +493,50 @@ def take(
   return out
 
 
+def changed_course(
+  feature: Feature, data: Data, mode: Mode, mesh: Any, summary: Callable[[Any], list[str]]
+) -> tuple[Any, list[list[str]]]:
+  """A feature with a change: CHANGE_STEP batches of its config, its state restored into the changed config
+  (reconfigure=True); that iterator, and the batches so far."""
+  iterator = open_iterator(feature, data, mode, mesh)
+  try:
+    if mode.uses_workers:
+      wait_for_workers(iterator)
+    first = take(iterator, CHANGE_STEP, summary, feature)
+    state = json.loads(json.dumps(iterator.get_state()))
+  finally:
+    iterator.close()
+  iterator = open_iterator(feature, data, mode, mesh, changed=True)
+  if mode.uses_workers:
+    wait_for_workers(iterator)
+  pipeline_of(iterator).set_state(state, reconfigure=True)
+  return iterator, first
+
+
 def run_cell(
   feature: Feature, data: Data, mode: Mode, mesh: Any = None, summary: Callable[[Any], list[str]] = digest
 ) -> dict[str, Any]:
   """The cell's three sequences, and how many steps worker processes made (None: no workers)."""
   with_workers = mode.uses_workers
-  iterator = open_iterator(feature, data, mode, mesh)
+  if feature.changed_to is not None:
+    iterator, first = changed_course(feature, data, mode, mesh, summary)
+  else:
+    iterator, first = open_iterator(feature, data, mode, mesh), []
   try:
     if with_workers:
       wait_for_workers(iterator)
-    first = take(iterator, SPLIT, summary, feature)
+    first += take(iterator, SPLIT - len(first), summary, feature, len(first))
     state = iterator.get_state()
     iterator.set_state(json.loads(json.dumps(state)))  # a round trip through JSON, as a checkpoint makes it
     rest = take(iterator, STEPS - SPLIT, summary, feature, SPLIT)
     from_workers = steps_from_workers(iterator)
   finally:
     iterator.close()
-  fresh = open_iterator(feature, data, mode, mesh)
+  fresh = open_iterator(feature, data, mode, mesh, changed=feature.changed_to is not None)
   try:
     if with_workers:
       wait_for_workers(fresh)
-    fresh.set_state(json.loads(json.dumps(state)))
+    fresh.set_state(json.loads(json.dumps(state)))  # after the change: the changed config, restored as usual
     restored = take(fresh, STEPS - SPLIT, summary, feature, SPLIT)
   finally:
     fresh.close()
@@ -504,9 +544,12 @@ def run_cell(
 
 
 def reference(feature: Feature, data: Data) -> list[list[str]]:
-  iterator = open_iterator(feature, data, REFERENCE)
+  if feature.changed_to is not None:
+    iterator, first = changed_course(feature, data, REFERENCE, None, digest)
+  else:
+    iterator, first = open_iterator(feature, data, REFERENCE), []
   try:
-    return take(iterator, STEPS, digest, feature)
+    return first + take(iterator, STEPS - len(first), digest, feature, len(first))
   finally:
     iterator.close()
 

@@ -1,0 +1,196 @@
+"""`reconfigured_state`: a state saved under one config, made the state of another at the same step.
+
+`Pipeline(new_cfg).set_state(old_state, reconfigure=True)` calls it. The
+steps before the state's step S were the old config's; from S on the new
+config decides, as if its run had reached S with the same cursors::
+
+    old state (step S)                       new state (step S)
+    datasets  web  (pass 2, position 812)    web   (pass 2, position 812)   kept: same name, content, order
+              code (pass 0, position 99)     math  (pass 0, position 0)     added
+                                                                            code: removed (stops)
+    interleave deficits of web, code         a fresh segment from S: deficits 0, new weights
+    carry     pieces of web and code         web's pieces (split at the new row length); code's dropped, counted
+    updates   the loop's pending updates     none (the new config's weights and schedule govern)
+    changes   [...]                          [..., ConfigChange(S, ...)]
+
+A dataset is kept when its name, content fingerprint and order settings
+(seed, shuffles) are the old ones: its pass, position and permutation go
+on, so across S it is read exactly once per pass. A dataset whose content
+or order changed is refused unless the new config marks it `replaced:
+true` (then it starts at pass 0). What decides rows (seq_len, batch size,
+packing mode) may change: the carried pieces of kept datasets go into the
+new rows, a piece longer than the new row split at its length, so no
+carried token is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from jaxdata.checkpoint.fingerprint import describe_changes
+from jaxdata.checkpoint.state import read_saved_state, seal
+from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.errors import CheckpointError
+from jaxdata.mixture.changes import ConfigChange, changes_from_json
+from jaxdata.mixture.interleave import Segment
+from jaxdata.transforms.pieces import Pieces
+
+__all__ = ["reconfigured_state"]
+
+MAX_CARRY_PIECES = 1 << 22  # a carry is at most a step's pieces: far fewer
+ROW_FIELDS = ("packing", "global_batch_size")  # the fingerprint's fields that decide rows, not the order
+
+
+def fingerprint_digest(fingerprint: Mapping[str, Any]) -> str:
+  return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _row_change(field: str, old: Any, new: Any) -> str:
+  """What of a row field changed, its differing words only: "packing: seq_len=2048 -> seq_len=4096".
+
+  >>> _row_change("packing", "mode=best_fit seq_len=64 pad=0", "mode=best_fit seq_len=32 pad=0")
+  'packing: seq_len=64 -> seq_len=32'
+  """
+  if isinstance(old, str) and isinstance(new, str) and len(old.split()) == len(new.split()):
+    pairs = [(a, b) for a, b in zip(old.split(), new.split()) if a != b]
+    return f"{field}: {' '.join(a for a, _ in pairs)} -> {' '.join(b for _, b in pairs)}"
+  return f"{field}: {old} -> {new}"
+
+
+def _classify(old: Mapping[str, Any], new: Mapping[str, Any], cfg: PipelineConfig) -> dict[str, list[str]]:
+  """Which datasets are kept, added, removed and replaced; a CheckpointError for a change it cannot continue."""
+  if old.get("seed") != new.get("seed"):
+    raise CheckpointError(
+      f"pipeline state: seed {old.get('seed')} -> {new.get('seed')}: every dataset's order would change, so no "
+      "dataset could continue where it was (a state of another run?); restore with the run's seed"
+    )
+  old_names, new_names = list(old.get("datasets", [])), list(cfg.names)
+  kept, replaced, refused = [], [], []
+  for d in cfg.datasets:
+    if d.name not in old_names:
+      continue
+    what = [
+      f"its {label} changed ({old[field].get(d.name)} -> {new[field].get(d.name)})"
+      for field, label in (("content", "content"), ("shuffle", "order settings"))
+      if old.get(field, {}).get(d.name) != new[field].get(d.name)
+    ]
+    if not what:
+      kept.append(d.name)
+    elif d.replaced:
+      replaced.append(d.name)
+    else:
+      refused.append(f"datasets.{d.name}: {' and '.join(what)}")
+  if refused:
+    raise CheckpointError(
+      f"pipeline state: {'; '.join(refused)}; mark such a dataset `replaced: true` to start it over at pass 0 "
+      "(a dataset that continues must be the same data in the same order)"
+    )
+  if not kept:
+    raise CheckpointError(
+      f"pipeline state: none of the state's datasets {old_names} continues in the new config ({new_names}, "
+      f"{len(replaced)} replaced): nothing of that run goes on, so it is another run; start this config from step 0"
+    )
+  return {
+    "kept": kept,
+    "added": [n for n in new_names if n not in old_names],
+    "removed": [n for n in old_names if n not in new_names],
+    "replaced": replaced,
+  }
+
+
+def _carry(text: str, old_names: list[str], kept: list[str], new_names: list[str], seq_len: int) -> tuple[str, int]:
+  """The carry's pieces of kept datasets, renumbered and split at `seq_len`; (encoded, tokens dropped)."""
+  pieces = Pieces.from_json(text, lambda d, r: np.zeros_like(d), MAX_CARRY_PIECES)
+  renumber = np.full(len(old_names), -1, np.int64)
+  for name in kept:
+    renumber[old_names.index(name)] = new_names.index(name)
+  target = renumber[pieces.dataset] if len(pieces) else np.zeros(0, np.int64)
+  dropped = int(pieces.length[target < 0].sum())
+  keep = np.flatnonzero(target >= 0)
+  pieces = Pieces(
+    target[keep],
+    *(getattr(pieces, f)[keep] for f in ("pass_index", "record", "offset", "length")),
+    pieces.doc_length[keep],
+  )
+  counts = -(-pieces.length // seq_len)  # pieces each becomes (1 unless longer than the new rows)
+  if len(pieces) and counts.max() > 1:
+    index = np.repeat(np.arange(len(pieces)), counts)
+    part = np.arange(index.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    split = pieces.take(index)
+    offset = split.offset + part * seq_len
+    length = np.minimum(seq_len, split.offset + split.length - offset)
+    pieces = Pieces(split.dataset, split.pass_index, split.record, offset, length, split.doc_length)
+  return pieces.to_json(), dropped
+
+
+def reconfigured_state(state: Any, fingerprint: Mapping[str, Any], cfg: PipelineConfig) -> dict[str, Any]:
+  """`state` (saved under any config of this run) as the state of `cfg` at the same step; unchanged when
+  nothing that determines the order changed. A CheckpointError names a change that cannot go on."""
+  saved = read_saved_state(state)
+  old = saved["fingerprint"]
+  changes = describe_changes(old, fingerprint)
+  if not changes:
+    return saved
+  groups = _classify(old, fingerprint, cfg)
+  old_names, new_names = list(old["datasets"]), list(cfg.names)
+  stream = dict(saved["stream"])
+  try:
+    history = changes_from_json(stream.get("changes"))
+    old_datasets = stream["datasets"]
+    unit_changed = stream.get("unit") != cfg.mixture.unit
+    datasets = {
+      n: {**old_datasets[n], **({"taken": 0} if unit_changed else {})}
+      if n in groups["kept"]
+      else {"pass": 0, "position": 0, "taken": 0}
+      for n in new_names
+    }
+    taken = [int(datasets[n]["taken"]) for n in new_names]
+    units = int(stream["tokens"] if cfg.mixture.unit == "tokens" else stream["emitted"])
+    next_step = int(stream.get("next_step", saved["step"]))
+  except (KeyError, TypeError, ValueError) as e:
+    raise CheckpointError(f"pipeline state: malformed stream ({str(e)[:200]})") from e
+  # The exact interleave starts a segment at S with zero deficits: its bound holds counted from S. (The
+  # stream's first `begin` replaces these placeholder weights by the config's, carrying the zeros.)
+  segment = Segment(next_step, units, 1, [1] + [0] * (len(new_names) - 1), [0] * len(new_names), taken)
+  seq_len = cfg.packing.seq_len_at(int(saved["step"]))
+  try:
+    carry, dropped = _carry(saved["packer"]["carry"], old_names, groups["kept"], new_names, seq_len)
+  except (KeyError, ValueError) as e:
+    raise CheckpointError(f"pipeline state: {e}") from e
+  change = ConfigChange(
+    step=int(saved["step"]),
+    before=fingerprint_digest(old),
+    added=tuple(groups["added"]),
+    removed=tuple(groups["removed"]),
+    replaced=tuple(groups["replaced"]),
+    rows=tuple(
+      _row_change(field, old.get(field), fingerprint.get(field))
+      for field in ROW_FIELDS
+      if old.get(field) != fingerprint.get(field)
+    ),
+    dropped_tokens=dropped,
+  )
+  tokens = saved["tokens_per_source"]
+  stream.update(
+    unit=cfg.mixture.unit,
+    interleave=cfg.mixture.interleave,
+    datasets=datasets,
+    segment=segment.to_json() if cfg.mixture.interleave == "exact" else None,
+    updates=[],
+    ended=False,
+    changes=[c.to_json() for c in (*history, change)],
+  )
+  return seal(
+    {
+      **{k: v for k, v in saved.items() if k != "digest"},
+      "fingerprint": dict(fingerprint),
+      "stream": stream,
+      "packer": {"done": False, "carry": carry},
+      "tokens_per_source": {n: int(tokens.get(n, 0)) if n in groups["kept"] else 0 for n in new_names},
+    }
+  )
