@@ -572,3 +572,134 @@ def test_use_sft_gives_maxtexts_sft_targets_from_masked_examples(tmp_path):
   (tmp_path / "t.jinja").write_text("{{ messages }}")
   with pytest.raises(ConfigError, match=r"chat_template_path: .*t.jinja is not the template dataset 'chat'"):
     maxtext_config({**values, "chat_template_path": str(tmp_path / "t.jinja")})
+
+
+def test_the_key_list_follows_maxtexts_base_yml_at_its_recorded_commit():
+  """Every data key of MaxText's base.yml (at the commit the snapshot names, as MAXTEXT_SOURCE does) has a row
+  in MAXTEXT_KEYS, and no row names a key MaxText does not have: a new MaxText key is honoured, refused or
+  marked not read, never taken for a typo."""
+  from jaxdata.integrations.maxtext_keys import MAXTEXT_SOURCE  # noqa: PLC0415
+
+  snapshot = json.loads(open(os.path.join(os.path.dirname(__file__), "support", "maxtext_base_keys.json")).read())
+  assert snapshot["commit"] == MAXTEXT_SOURCE["commit"] and snapshot["repository"] == MAXTEXT_SOURCE["repository"]
+  maxtext = set(snapshot["base_yml_keys"]) | set(snapshot["derived_keys"])
+  assert not maxtext - set(MAXTEXT_KEYS), sorted(maxtext - set(MAXTEXT_KEYS))
+  assert not set(MAXTEXT_KEYS) - maxtext, sorted(set(MAXTEXT_KEYS) - maxtext)
+
+
+def test_keys_maxtext_has_now_are_read_or_refused_by_name(values):
+  """The keys an outside check found refused as typos: honoured (no effect) or refused with the reason."""
+  cfg = maxtext_config(
+    {
+      **values,
+      "global_batch_size_to_load_start": 4,
+      "grain_shuffle_buffer_size": 100,
+      "grain_index_storage_option": None,
+      "training_objective": "causal_lm",
+      "use_chat_template": False,
+      "chat_template": "",
+      "train_image_column": "image",
+    }
+  )
+  assert cfg == maxtext_config(values)
+  with pytest.raises(ConfigError, match="training_objective: 'block_diffusion' is not supported: jaxdata makes next"):
+    maxtext_config({**values, "training_objective": "block_diffusion"})
+  with pytest.raises(ConfigError, match="grain_shuffle_buffer_size: .*expected"):
+    maxtext_config({**values, "grain_shuffle_buffer_size": -3})
+
+
+def _olmo_files(tmp_path, lengths: list[int], length: int) -> tuple[str, list[np.ndarray]]:
+  """Flat uint32 token files (ids: file x 10**5 + position) and an index JSON in MaxText's format 1 (the fields
+  its build_olmo_npy_index.py writes: instances are the length-token windows of each file, trailing dropped)."""
+  arrays, entries, offset = [], [], 0
+  for i, n in enumerate(lengths):
+    tokens = (i * 10**5 + np.arange(n)).astype(np.uint32)
+    path = tmp_path / "olmo" / f"part-{i}.npy"
+    path.parent.mkdir(exist_ok=True)
+    tokens.tofile(path)
+    arrays.append(tokens)
+    entries.append(
+      {
+        "path": f"/remote-mount/{path.name}",
+        "label": "mix",
+        "n_tokens": n,
+        "n_instances": n // length,
+        "instance_offset": offset,
+      }
+    )
+    offset += n // length
+  index = {
+    "format_version": "1",
+    "sequence_length": length,
+    "dtype": "uint32",
+    "tokenizer": "t",
+    "total_instances": offset,
+    "total_tokens": sum(lengths),
+    "fingerprint": "sha256:abc",
+    "files": entries,
+  }
+  (tmp_path / "index.json").write_text(json.dumps(index))
+  return str(tmp_path / "index.json"), arrays
+
+
+def test_olmo_grain_reads_every_instance_of_the_index_once_per_epoch(tmp_path):
+  """dataset_type olmo_grain: each row is one of OLMo's instances (the window [k L, (k+1) L) of a file: its L - 1
+  inputs and their targets, MaxText masking the L-th target as well); one epoch holds every instance once."""
+  length, lengths = 16, [100, 64, 37]
+  index, arrays = _olmo_files(tmp_path, lengths, length)
+  olmo = {
+    "dataset_type": "olmo_grain",
+    "olmo_index_path": index,
+    "olmo_path_remap_from": "/remote-mount/",
+    "olmo_path_remap_to": str(tmp_path / "olmo") + "/",
+    "olmo_apply_ngram_filter": False,
+    "max_target_length": length,
+    "global_batch_size_to_load": 2,
+    "num_epoch": 1,
+    "data_shuffle_seed": 4,
+  }
+  cfg = maxtext_config(olmo, cache_dir=str(tmp_path / "cache"))  # the index of the files: built once, there
+  expected = sorted(tuple(a[k * length : (k + 1) * length].tolist()) for a in arrays for k in range(len(a) // length))
+  seen = []
+  with Pipeline(cfg, prefetch=0) as pipe:
+    for batch in pipe:
+      for tokens, targets, segments in zip(batch["tokens"], batch["targets"], batch["segment_ids"]):
+        kept = segments > 0
+        assert kept.sum() == length - 1 and (tokens[1 : length - 1] == targets[: length - 2]).all()
+        seen.append(tuple(tokens[kept].tolist()) + (int(targets[length - 2]),))
+  assert sorted(seen) == expected  # every instance once, no other window
+  with pytest.raises(ConfigError, match="olmo_apply_ngram_filter: true .*set olmo_apply_ngram_filter: false"):
+    maxtext_config({**olmo, "olmo_apply_ngram_filter": True})
+  with pytest.raises(ConfigError, match="sequence_length 16 is not max_target_length 32"):
+    maxtext_config({**olmo, "max_target_length": 32})
+  with pytest.raises(ConfigError, match=r"/remote-mount/part-0.npy \(listed by .*index.json\) does not exist"):
+    maxtext_config({**olmo, "olmo_path_remap_from": ""})
+
+
+def test_tokenizer_path_may_be_an_hf_tokenizer_directory(tmp_path):
+  """tokenizer_path: a directory saved by save_pretrained is checked by its tokenizer.json (what the manifest
+  records); another tokenizer's directory is refused, naming both."""
+  import chat_families  # noqa: PLC0415 -- tests/support: builds an HF tokenizer with transformers
+  from jaxdata import ConvertOptions, convert  # noqa: PLC0415
+  from jaxdata.conversion.tokenizers import TokenizerSpec  # noqa: PLC0415
+
+  chat_families.build_tokenizer(str(tmp_path / "tok"))
+  (tmp_path / "web.jsonl").write_text(
+    "".join(json.dumps({"text": f"the weather in Paris {i}"}) + "\n" for i in range(40))
+  )
+  spec = TokenizerSpec.parse(f"hf:{tmp_path / 'tok'}")
+  convert([str(tmp_path / "web.jsonl")], str(tmp_path / "web"), "web", ConvertOptions(tokenizer=spec, workers=1))
+  values = {
+    "grain_train_files": f"{tmp_path}/web/*.array_record",
+    "max_target_length": 32,
+    "global_batch_size_to_load": 2,
+    "tokenizer_path": str(tmp_path / "tok"),
+    "add_bos": False,
+    "add_eos": False,
+  }
+  assert maxtext_config(values).datasets[0].path == f"{tmp_path}/web"
+  other = chat_families.build_tokenizer(str(tmp_path / "other"))
+  other.add_tokens(["an-extra-token"])
+  other.save_pretrained(str(tmp_path / "other"))
+  with pytest.raises(ConfigError, match=r"tokenizer_path: .*other/tokenizer.json .*is not the tokenizer dataset 'web'"):
+    maxtext_config({**values, "tokenizer_path": str(tmp_path / "other")})

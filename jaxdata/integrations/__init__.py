@@ -5,6 +5,7 @@ Its modules::
     maxtext.py         a pipeline from MaxText's data config keys, MaxText's batch features
     maxtext_keys.py    MaxText's data keys -> a `PipelineConfig` (honoured or refused)
     maxtext_values.py  MaxText's data keys' types, checked where they enter
+    maxtext_olmo.py    MaxText's dataset_type olmo_grain: OLMo's flat token files read in place as windows
     megatron.py        Megatron's --data-path blend and --split as a jaxdata mixture
     levanter.py        Levanter's chat dataset format -> conversion options (the same masks)
     grain.py           `PipelineDataset`: a pipeline as a Grain `IterDataset` / `DatasetIterator`

@@ -29,6 +29,7 @@ import jax
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import short, weight
 from jaxdata.errors import ConfigError, optional_module
+from jaxdata.integrations.maxtext_olmo import olmo_dataset
 from jaxdata.integrations.maxtext_values import KEY_TYPES, checked_values
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
@@ -37,6 +38,7 @@ from jaxdata.sources.token_files import read_object
 
 __all__ = [
   "MAXTEXT_KEYS",
+  "MAXTEXT_SOURCE",
   "maxtext_config",
   "maxtext_pad_id",
   "maxtext_sft",
@@ -48,7 +50,8 @@ __all__ = [
 # key: what jaxdata does with it (the table of docs/integrations.md).
 MAXTEXT_KEYS: dict[str, str] = {
   "dataset_type": "grain (or unset): jaxdata datasets; hf: local Parquet / JSON files (hf_path, hf_train_files), "
-  "converted into a cache the first time (docs/convert.md); tfds, synthetic, c4_mlperf: refused",
+  "converted into a cache the first time (docs/convert.md); olmo_grain: OLMo's flat token files (olmo_index_path), "
+  "read in place as fixed windows; tfds, synthetic, c4_mlperf: refused",
   "grain_train_files": "datasets and weights ('glob', 'glob,w;glob,w', older 'glob:w;...'); exact glob match; "
   "weights are token shares (MaxText's mix counts records)",
   "grain_train_mixture_config_path": "the same from JSON {name: {path, weight}}",
@@ -63,7 +66,8 @@ MAXTEXT_KEYS: dict[str, str] = {
   "add_eos": "packing.add_eos when MaxText tokenizes (tokenize_*_data), with the tokenizer's EOS id (refused if unknown)",
   "tokenize_train_data": "true: the datasets hold tokenizer_path's ids (checked) and get BOS / EOS; false: ids, no BOS / EOS",
   "tokenize_eval_data": "as tokenize_train_data, for split='eval'",
-  "tokenizer_path": "checked against each dataset's tokenizer (sha256); SentencePiece: BOS / EOS / pad ids",
+  "tokenizer_path": "checked against each dataset's tokenizer (sha256; an HF tokenizer directory: its tokenizer.json); "
+  "SentencePiece: BOS / EOS / pad ids",
   "tokenizer_type": "read with tokenizer_path (sentencepiece, huggingface); tiktoken: not checked",
   "train_data_columns": "one column: read (it was the feature `jaxdata convert --field` read); several: refused",
   "eval_data_columns": "as train_data_columns",
@@ -111,7 +115,34 @@ MAXTEXT_KEYS: dict[str, str] = {
   "hf_eval_split": "not read with dataset_type grain (hf only)",
   "hf_eval_files": "dataset_type hf: the evaluation files, for split='eval'",
   "hf_access_token": "not read with dataset_type grain (hf only)",
+  "olmo_index_path": "dataset_type olmo_grain: the index JSON (format 1) of the flat token files; its sequence_length "
+  "must be max_target_length; the files are indexed in place once (the inputs cache) and read as windows",
+  "olmo_path_remap_from": "dataset_type olmo_grain: an index path prefix replaced by olmo_path_remap_to",
+  "olmo_path_remap_to": "dataset_type olmo_grain: what olmo_path_remap_from becomes (a mounted bucket's path)",
+  "olmo_apply_ngram_filter": "false: read; true (MaxText's default): refused (OLMo-core's repeated n-gram mask is "
+  "not run by jaxdata)",
+  "training_objective": "causal_lm: read (next-token targets); block_diffusion: refused",
+  "grain_shuffle_buffer_size": "no effect: a buffer shuffle is for sequential formats; jaxdata's shuffles are "
+  "exact permutations",
+  "grain_index_storage_option": "no effect: jaxdata reads each shard's record offsets itself",
+  "global_batch_size_to_load_start": "not read: batch ramp-up (enable_rampup_batch_size) is refused; use batch.ramp",
+  "per_device_batch_size_start": "not read (batch ramp-up)",
+  "per_device_batch_size_increment": "not read (batch ramp-up)",
+  "global_rampup_samples": "not read (batch ramp-up)",
+  "use_chat_template": "not read: templates are applied when the examples are converted (jaxdata convert "
+  "--format chat); chat_template_path is checked against them",
+  "chat_template": "not read (as use_chat_template): name the template file with chat_template_path to check it",
+  "train_image_column": "not read: image columns (multimodal input) are MaxText's own",
+  "eval_image_column": "not read (as train_image_column)",
+  "default_prompt": "not read (multimodal input)",
+  "max_corpus_chars": "not read: MaxText's tokenizer training input",
+  "block_diffusion_mask_id": "not read (training_objective block_diffusion is refused)",
+  "block_diffusion_min_noise": "not read (block_diffusion)",
+  "block_diffusion_logit_alignment": "not read (block_diffusion)",
+  "block_diffusion_canvas_policy": "not read (block_diffusion)",
 }
+# The MaxText version MAXTEXT_KEYS follows: its base.yml's data keys (tests/support/maxtext_base_keys.json).
+MAXTEXT_SOURCE = {"repository": "AI-Hypercomputer/maxtext", "commit": "e591f30cbbf217ed67ef71263ec0538239f9c3b8"}
 
 # Keys jaxdata refuses unless they hold MaxText's neutral value.
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
@@ -120,6 +151,7 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
   "generate_padding_batch_train": (False, None),
   "generate_padding_batch_eval": (False, None),
   "enable_rampup_batch_size": (False, None),
+  "training_objective": ("causal_lm", None),
 }
 _WHY_REFUSED = {
   "expansion_factor_real_data": "jaxdata loads exactly the global batch",
@@ -127,9 +159,10 @@ _WHY_REFUSED = {
   "generate_padding_batch_train": "the mixture repeats and never runs out",
   "generate_padding_batch_eval": "jaxdata does not add padding batches",
   "enable_rampup_batch_size": "use jaxdata's batch.ramp (docs/configuration.md)",
+  "training_objective": "jaxdata makes next-token targets (causal_lm); block diffusion's masked canvases are MaxText's",
 }
 _PACKING_TYPES = {"first_fit": "first_fit", "best_fit": "best_fit", "concat_then_split": "concat"}
-_READ_DATASET_TYPES = ("grain", "hf")
+_READ_DATASET_TYPES = ("grain", "hf", "olmo_grain")
 _HF_BUILDERS = ("parquet", "json", "text")
 _HF_DATA_FILES = (
   "*.parquet",
@@ -396,6 +429,10 @@ def _check_tokenizer(values: Mapping[str, Any], manifests: list[Manifest], names
   path = values.get("tokenizer_path")
   if not _tokenize(values, split) or not path or is_remote(path):
     return
+  if os.path.isdir(path):  # an HF tokenizer directory: the manifest records its tokenizer.json's hash
+    if not os.path.isfile(os.path.join(path, "tokenizer.json")):
+      raise ConfigError(f"tokenizer_path: {path} is a directory without tokenizer.json (an HF tokenizer's files)")
+    path = os.path.join(path, "tokenizer.json")
   if not os.path.isfile(path):
     raise ConfigError(
       f"tokenizer_path: {path} does not exist; MaxText tokenizes with it (tokenize_{split}_data: true) and jaxdata "
@@ -468,8 +505,9 @@ def maxtext_config(
   values = maxtext_values(values)
   _refuse_unsupported(values)
   hf = values.get("dataset_type", "grain") == "hf"
-  if hf:  # raw files: one dataset, converted (cached) when the pipeline opens
-    names, weights, directories = ["hf"], [1.0], [""]
+  olmo = values.get("dataset_type") == "olmo_grain"
+  if hf or olmo:  # raw files converted (cached) when the pipeline opens, or OLMo's token files indexed in place
+    names, weights, directories = ["olmo" if olmo else "hf"], [1.0], [""]
     manifests: list[Manifest] = []
     check_paths = False
   else:
@@ -482,8 +520,8 @@ def maxtext_config(
       "jaxdata's unpacked rows hold one document each (truncated): pack, or keep use_truncation: true"
     )
   dpo = bool(values.get("use_dpo", False))
-  # SFT and DPO: MaxText's tokenizer adds no BOS / EOS (the chat template does)
-  tokenize = _tokenize(values, split) and not values.get("use_sft") and not dpo
+  # SFT and DPO: MaxText's tokenizer adds no BOS / EOS (the chat template does); OLMo's windows are ids as stored
+  tokenize = _tokenize(values, split) and not values.get("use_sft") and not dpo and not olmo
   adds = {flag: tokenize and bool(values.get(flag, True)) for flag in ("add_bos", "add_eos")}  # the tokenizer adds them
   special = {}
   if check_paths:
@@ -500,14 +538,18 @@ def maxtext_config(
   epochs = 1 if split == "eval" else int(values.get("num_epoch", 1))
   raw = {
     "seed": int(values.get("data_shuffle_seed", 0)),
-    "datasets": [_hf_dataset(values, split)] if hf else [{"name": n, "path": d} for n, d in zip(names, directories)],
+    "datasets": [_hf_dataset(values, split)]
+    if hf
+    else [olmo_dataset(values, extra.get("cache_dir"))]
+    if olmo
+    else [{"name": n, "path": d} for n, d in zip(names, directories)],
     "mixture": {"weights": dict(zip(names, weights))},
     "shuffle_block_size": "global" if shuffle else None,
     "shuffle_shards": shuffle,
     "exhausted_policy": "repeat",
     "stop_after_passes": epochs,
     "packing": {
-      "mode": _PACKING_TYPES[packing_type] if packing else "none",
+      "mode": _PACKING_TYPES[packing_type] if packing and not olmo else "none",  # (an OLMo window fills its row)
       "seq_len": int(values.get("max_target_length", 2048)),
       "long_docs": "truncate" if truncate else "split",
       "add_bos": adds["add_bos"],

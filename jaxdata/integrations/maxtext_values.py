@@ -82,6 +82,13 @@ KEY_TYPES: dict[str, tuple[KeyType, int | float | None]] = {
   "hf_data_dir": ("str", None),
   "hf_train_files": ("columns", None),  # a glob or a list of them
   "hf_eval_files": ("columns", None),
+  "olmo_index_path": ("str", None),
+  "olmo_path_remap_from": ("str", None),
+  "olmo_path_remap_to": ("str", None),
+  "olmo_apply_ngram_filter": ("bool", None),
+  "training_objective": ("str", None),
+  "grain_shuffle_buffer_size": ("int", 0),
+  "grain_index_storage_option": ("str", None),
 }
 # jaxdata's own additions to MaxText's keys (the special ids, when no tokenizer says them).
 JAXDATA_KEYS: dict[str, tuple[KeyType, int | float | None]] = {
