@@ -1,7 +1,11 @@
 """A jitted model step fed by jaxdata against the same step fed by batches already on the device.
 
     python -m benchmarks.device_feed                    # the accelerator size: ~230M params, bf16, 32 x 2048
+    python -m benchmarks.device_feed --size step-3ms    # a few-millisecond step fed every packed-attention feature
     python -m benchmarks.device_feed --size tiny        # what the test suite runs on CPU (tests/test_device_feed.py)
+
+A size whose step does not fit the device's memory (the compiled step's own figure, from XLA, against
+the device's limit, or this host's memory on CPU) is refused in one line before anything is allocated.
 
 The model is a small language model in bf16 (token embedding tied to the output, `layers` residual
 MLP blocks): big enough at the accelerator size that its step is what a real run waits on. Both
@@ -47,12 +51,21 @@ class Size:
   seq_len: int
   steps: int  # measured steps per feed
   corpus_scale: float  # of benchmarks/make_corpus's ~100M tokens
+  features: tuple[str, ...] = ("tokens", "targets", "loss_mask")  # what the model reads (and the pipeline makes)
 
 
+PACKED = ("tokens", "targets", "loss_mask", "segment_ids", "positions")  # what a packed-attention model reads
 SIZES = {
   # ~131M embedding + 12 x 8.4M MLP = ~232M parameters: a step of 65,536 tokens is ~9e16 FLOPs.
   "accelerator": Size(vocab=128_256, width=1024, layers=12, rows=32, seq_len=2048, steps=40, corpus_scale=0.2),
-  "tiny": Size(vocab=512, width=32, layers=2, rows=8, seq_len=64, steps=6, corpus_scale=0.002),
+  # Steps of a few milliseconds on an accelerator: the pipeline's own rate is what they measure.
+  "step-8ms": Size(
+    vocab=32_768, width=512, layers=4, rows=32, seq_len=2048, steps=60, corpus_scale=0.2, features=PACKED
+  ),
+  "step-3ms": Size(
+    vocab=8_192, width=256, layers=2, rows=32, seq_len=2048, steps=80, corpus_scale=0.2, features=PACKED
+  ),
+  "tiny": Size(vocab=512, width=32, layers=2, rows=8, seq_len=64, steps=6, corpus_scale=0.002, features=PACKED),
 }
 
 
@@ -63,6 +76,8 @@ def parameters(size: Size, seed: int = 0) -> dict[str, Any]:
   keys = jax.random.split(jax.random.key(seed), 1 + 2 * size.layers)
   scale = size.width**-0.5
   params: dict[str, Any] = {"embed": jax.random.normal(keys[0], (size.vocab, size.width), jnp.bfloat16) * scale}
+  if "positions" in size.features:  # a learned position embedding: the model reads each token's position
+    params["position"] = jax.random.normal(keys[0], (size.seq_len, size.width), jnp.bfloat16) * scale
   for i in range(size.layers):
     params[f"up{i}"] = jax.random.normal(keys[1 + 2 * i], (size.width, 4 * size.width), jnp.bfloat16) * scale
     params[f"down{i}"] = jax.random.normal(keys[2 + 2 * i], (4 * size.width, size.width), jnp.bfloat16) * scale * 0.5
@@ -82,6 +97,8 @@ def make_train_step(size: Size) -> Any:
     tokens = jnp.remainder(batch["tokens"], size.vocab)
     targets = jnp.remainder(batch["targets"], size.vocab)
     x = params["embed"][tokens]
+    if "positions" in batch:
+      x = x + params["position"][batch["positions"]]
     for i in range(size.layers):
       h = jax.nn.gelu(x @ params[f"up{i}"])
       x = x + h @ params[f"down{i}"]
@@ -89,6 +106,8 @@ def make_train_step(size: Size) -> Any:
     log_probs = jax.nn.log_softmax(logits)
     token_loss = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
     mask = batch["loss_mask"].astype(jnp.float32)
+    if "segment_ids" in batch:  # padding is segment 0 (a packed-attention model masks across segments too)
+      mask = mask * (batch["segment_ids"] > 0)
     return (token_loss * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
   def step(params: dict[str, Any], batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -98,7 +117,43 @@ def make_train_step(size: Size) -> Any:
   return jax.jit(step, donate_argnums=0)
 
 
-FED = ("tokens", "targets", "loss_mask")  # what the model reads (batch.features: nothing else is made)
+FED = ("tokens", "targets", "loss_mask")  # the accelerator size's features (batch.features: nothing else is made)
+
+
+def memory_needed(size: Size) -> int:
+  """Bytes the jitted step needs on one device, from XLA's analysis of the step compiled for this backend
+  (nothing is allocated): arguments, outputs and temporaries, less what the donated parameters alias."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  params = jax.eval_shape(lambda: parameters(size))
+  batch = {f: jax.ShapeDtypeStruct((size.rows, size.seq_len), jnp.int32) for f in size.features}
+  stats = make_train_step(size).lower(params, batch).compile().memory_analysis()
+  used = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
+  return int(used - stats.alias_size_in_bytes)
+
+
+def device_memory() -> tuple[int, str]:
+  """(bytes one device may use, what it is): the accelerator's limit, or this host's memory on CPU."""
+  import jax  # noqa: PLC0415
+
+  device = jax.devices()[0]
+  limit = (device.memory_stats() or {}).get("bytes_limit")
+  if limit:
+    return int(limit), f"{device.device_kind} memory"
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), f"this host's memory ({device.platform})"
+
+
+def refusal(size_name: str) -> str | None:
+  """The one line refusing a size that does not fit the device, else None."""
+  needed, (limit, what) = memory_needed(SIZES[size_name]), device_memory()
+  if needed <= limit:
+    return None
+  smaller = ", ".join(n for n in SIZES if n != size_name)
+  return (
+    f"--size {size_name}: its step needs {needed / 2**30:.1f} GiB, more than the {limit / 2**30:.1f} GiB of "
+    f"{what}; run it on an accelerator, or give a smaller size ({smaller})"
+  )
 
 
 def pipeline_config(corpus: str, size: Size) -> Any:
@@ -111,7 +166,7 @@ def pipeline_config(corpus: str, size: Size) -> Any:
       "shuffle_block_size": "global",
       "exhausted_policy": "repeat",
       "packing": {"mode": "first_fit", "seq_len": size.seq_len},
-      "batch": {"global_batch_size": size.rows, "features": list(FED)},
+      "batch": {"global_batch_size": size.rows, "features": list(size.features)},
     }
   )
 
@@ -181,7 +236,7 @@ def measure(corpus: str, size: Size) -> dict[str, Any]:
     "device_kind": devices[0].device_kind,
     "parameters": n_params,
     "batch": [size.rows, size.seq_len],
-    "features_fed": list(FED),
+    "features_fed": list(size.features),
     "batch_bytes": batch_bytes,
     "step_s_on_device": on_device,
     "step_s_jaxdata": fed,
@@ -234,6 +289,10 @@ def main() -> None:
   parser.add_argument("--steps", type=int, help="measured steps per feed (default: the size's)")
   args = parser.parse_args()
   size = SIZES[args.size]
+  refused = refusal(args.size)
+  if refused:
+    print(refused, file=sys.stderr)
+    sys.exit(2)
   if args.steps:
     size = dataclasses.replace(size, steps=args.steps)
   corpus = corpus_dir(args.corpus, VOCABS["uint32"])

@@ -635,6 +635,7 @@ def main() -> None:
   parser.add_argument("--repetitions", type=int, default=3)
   parser.add_argument("--run", help="one configuration, in this process (used by the driver)")
   parser.add_argument("--baseline", help="another checkout: every jaxdata kind runs from it too, side by side")
+  parser.add_argument("--json", help="also write every kind's medians here (per width)")
   args = parser.parse_args()
   if args.run:
     print(json.dumps(run_kind(args.run, args.corpus)))
@@ -653,6 +654,9 @@ def main() -> None:
   if args.baseline:
     kinds = [k for kind in kinds for k in ([kind, kind + BASELINE] if kind in JAXDATA_KINDS else [kind])]
   results = _measure_all(corpora, kinds, args.repetitions, args.baseline)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"repetitions": args.repetitions, "cores": os.cpu_count(), "results": results}, f, default=str)
   print(
     f"medians of {args.repetitions} interleaved runs; {STEPS} steps measured after {WARMUP}; "
     f"restore after {RESTORE_AT} steps"

@@ -7,7 +7,7 @@ import math
 import jax
 import pytest
 
-from benchmarks.device_feed import FED, SIZES, count_parameters, measure, parameters
+from benchmarks.device_feed import PACKED, SIZES, count_parameters, measure, parameters, refusal
 from benchmarks.make_corpus import VOCABS, make_corpus
 
 
@@ -20,15 +20,49 @@ def test_the_device_feed_benchmark_feeds_the_model_the_same_batches_both_ways(tm
   assert (
     result["parameters"]
     == count_parameters(parameters(size))
-    == size.vocab * size.width + size.layers * 8 * size.width**2
+    == size.vocab * size.width + size.seq_len * size.width + size.layers * 8 * size.width**2
   )
   # The same batches, in the same order, reached the jitted step both ways: identical losses.
   assert result["losses_equal"] is True
   assert len(result["losses"]) == 3 + size.steps and all(math.isfinite(loss) for loss in result["losses"])
   assert result["restored_equal"] is True
-  assert result["features_fed"] == list(FED)
-  assert result["batch_bytes"] == len(FED) * size.rows * size.seq_len * 4  # only the features the model reads
+  assert result["features_fed"] == list(PACKED)  # every feature a packed-attention model reads
+  assert result["batch_bytes"] == len(PACKED) * size.rows * size.seq_len * 4  # only the features the model reads
   assert sum(result["shares"].values()) == pytest.approx(1.0, abs=1e-3)
   for key in ("step_s_on_device", "step_s_jaxdata", "h2d_bytes_per_s_jaxdata", "h2d_bytes_per_s_device_put"):
     assert result[key] > 0, key
   assert result["first_batch_s"] > 0 and result["restore_first_batch_s"] > 0
+
+
+def test_a_size_that_does_not_fit_the_device_is_refused_in_one_line():
+  """The accelerator size on this CPU host (XLA's own figure for the compiled step, ~135 GiB, against the
+  host's memory): one line naming both and the smaller sizes; the tiny size fits."""
+  line = refusal("accelerator")
+  assert line is not None and "\n" not in line
+  assert line.startswith("--size accelerator: its step needs ") and "GiB of this host's memory (cpu)" in line
+  assert "step-3ms" in line and refusal("tiny") is None
+
+
+@pytest.mark.slow
+def test_the_accelerator_check_script_runs_end_to_end_at_its_smallest_size(tmp_path):
+  """benchmarks/accelerator_check.sh on this CPU host: the tiny size fed both ways (the same losses), the
+  accelerator size refused in its one line, one table printed and the JSON written."""
+  import json  # noqa: PLC0415
+  import os  # noqa: PLC0415
+  import subprocess  # noqa: PLC0415
+
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+  script = os.path.join(root, "benchmarks", "accelerator_check.sh")
+  run = subprocess.run(
+    ["bash", script, "--sizes", "tiny accelerator", "--kinds", "none", "--out", str(tmp_path)],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=600,
+  )
+  assert run.returncode == 0, run.stderr[-2000:]
+  result = json.loads((tmp_path / "accelerator_check.json").read_text())
+  assert result["device_feed"]["tiny"]["losses_equal"] is True
+  assert result["device_feed"]["accelerator"]["refused"].startswith("--size accelerator: its step needs")
+  assert "tiny" in run.stdout and "refused: --size accelerator" in run.stdout
