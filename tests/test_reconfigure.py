@@ -269,3 +269,63 @@ def test_orbax_and_the_grain_adapter_restore_with_reconfigure(root, tmp_path):
   iterator.set_state(state)
   assert tokens([{k: np.asarray(v) for k, v in next(iterator).items()} for _ in range(4)]) == tokens(expected[3:])
   iterator.close()
+
+
+def test_review_cases_special_tokens_pairs_hand_made_states_and_renames(root, tmp_path, caplog):
+  """From the outside review: a BOS / EOS change is refused by name whatever the carry (carried pieces count the
+  old ones); a carried preference pair is never split (one longer than the new rows is dropped and counted);
+  a hand-made (re-sealed) state of the wrong shape is a CheckpointError; a rename warns that it reads again."""
+  from jaxdata.checkpoint.state import seal  # noqa: PLC0415
+  from pipeline_fixtures import coded_pairs, write_pair_dataset  # noqa: PLC0415
+
+  base = config(root, {"d0": 1, "d1": 1})
+  with Pipeline(base, prefetch=0) as pipe:
+    run(pipe, 3)
+    state = pipe.get_state()
+  bos = config(root, {"d0": 1, "d1": 1}, packing={"mode": "best_fit", "seq_len": 16, "add_bos": True, "bos_id": 1})
+  with Pipeline(bos, prefetch=0) as pipe:
+    with pytest.raises(CheckpointError, match=r"packing bos \['-'\] -> \['1'\]: add_bos / add_eos .* cannot change"):
+      pipe.set_state(state, reconfigure=True)
+  for edit in (
+    lambda s: s["fingerprint"].pop("content"),
+    lambda s: s["fingerprint"].__setitem__("datasets", "d0"),
+    lambda s: s.__setitem__("tokens_per_source", [1, 2]),
+    lambda s: s["stream"]["datasets"].__setitem__("d0", [0, 0, 0]),
+  ):
+    bad = json.loads(json.dumps(state))
+    bad.pop("digest")
+    edit(bad)
+    with Pipeline(config(root, {"d0": 1, "d2": 1}), prefetch=0) as pipe:
+      with pytest.raises(CheckpointError, match="pipeline state: "):
+        pipe.set_state(seal(bad), reconfigure=True)
+  for d, name in ((0, "p0"), (1, "p1")):
+    write_pair_dataset(str(tmp_path / name), d, coded_pairs(d, 60, seed=d + 3))
+
+  def pairs(seq_len: int) -> PipelineConfig:
+    return PipelineConfig.from_dict(
+      {
+        "seed": 11,
+        "datasets": [{"name": n, "path": str(tmp_path / n)} for n in ("p0", "p1")],
+        "mixture": {"unit": "documents", "weights": {"p0": 1, "p1": 1}},
+        "exhausted_policy": "repeat",
+        "packing": {"mode": "first_fit", "seq_len": seq_len, "pairs": {"layout": "one_row"}},
+        "batch": {"global_batch_size": 3},
+      }
+    )
+
+  with Pipeline(pairs(40), prefetch=0) as pipe:
+    run(pipe, 1)
+    carried = _carry_tokens(pipe.get_state())
+    paired = pipe.get_state()
+  assert carried > 6  # a pair longer than the new rows waits in the carry
+  with Pipeline(pairs(6), prefetch=0) as pipe:
+    pipe.set_state(paired, reconfigure=True)
+    after = pipe.get_state()
+    assert _carry_tokens(after) == 0 and after["stream"]["changes"][0]["dropped_tokens"] == carried
+    assert len(run(pipe, 3)) == 3  # whole pairs only
+  renamed = config(root, {"d0": 1, "d1": 1}).to_dict()
+  renamed["datasets"][1]["name"] = "d1b"
+  renamed["mixture"]["weights"] = {"d0": 1, "d1b": 1}
+  with Pipeline(PipelineConfig.from_dict(renamed), prefetch=0) as pipe:
+    pipe.set_state(state, reconfigure=True)
+  assert "datasets.d1b: the same content as the removed dataset d1: it starts at pass 0" in caplog.text

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = ["reconfigured_state"]
 
 MAX_CARRY_PIECES = 1 << 22  # a carry is at most a step's pieces: far fewer
 ROW_FIELDS = ("packing", "global_batch_size")  # the fingerprint's fields that decide rows, not the order
+LOGGER = logging.getLogger("jaxdata")
 
 
 def fingerprint_digest(fingerprint: Mapping[str, Any]) -> str:
@@ -62,6 +64,35 @@ def _row_change(field: str, old: Any, new: Any) -> str:
   return f"{field}: {old} -> {new}"
 
 
+def _check_shape(saved: Mapping[str, Any]) -> None:
+  """What a change of course reads of a (sealed, yet perhaps hand-made) state has the shape it needs."""
+  fingerprint, stream = saved["fingerprint"], saved["stream"]
+  names = fingerprint.get("datasets")
+  if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+    raise CheckpointError(f"pipeline state: fingerprint.datasets must list dataset names, got {names!r:.200}")
+  for field in ("content", "shuffle"):
+    if not isinstance(fingerprint.get(field), Mapping):
+      raise CheckpointError(f"pipeline state: fingerprint.{field} must map each dataset to its {field}")
+  datasets, tokens = stream.get("datasets"), saved["tokens_per_source"]
+  for what, value in (("stream.datasets", datasets), ("tokens_per_source", tokens)):
+    if not isinstance(value, Mapping) or set(value) != set(names):
+      raise CheckpointError(f"pipeline state: {what} must name the fingerprint's datasets {names}")
+  if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in tokens.values()):
+    raise CheckpointError(f"pipeline state: tokens_per_source must hold ints >= 0, got {dict(tokens)!r:.200}")
+
+
+def _refuse_special_token_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+  """Carried pieces count the BOS / EOS the old packing added: a change of them cannot carry over."""
+  words = [dict(w.split("=", 1) for w in str(f.get("packing", "")).split() if "=" in w) for f in (old, new)]
+  changed = [k for k in ("bos", "eos") if words[0].get(k) != words[1].get(k)]
+  if changed:
+    raise CheckpointError(
+      f"pipeline state: packing {' and '.join(changed)} {[words[0].get(k) for k in changed]} -> "
+      f"{[words[1].get(k) for k in changed]}: add_bos / add_eos and their ids cannot change at a restore (the "
+      "carried pieces count the old ones); keep them, or start the new config from step 0"
+    )
+
+
 def _classify(old: Mapping[str, Any], new: Mapping[str, Any], cfg: PipelineConfig) -> dict[str, list[str]]:
   """Which datasets are kept, added, removed and replaced; a CheckpointError for a change it cannot continue."""
   if old.get("seed") != new.get("seed"):
@@ -75,7 +106,7 @@ def _classify(old: Mapping[str, Any], new: Mapping[str, Any], cfg: PipelineConfi
     if d.name not in old_names:
       continue
     what = [
-      f"its {label} changed ({old[field].get(d.name)} -> {new[field].get(d.name)})"
+      f"its {label} changed ({old[field].get(d.name)} -> {new[field].get(d.name)})"  # (_check_shape: mappings)
       for field, label in (("content", "content"), ("shuffle", "order settings"))
       if old.get(field, {}).get(d.name) != new[field].get(d.name)
     ]
@@ -95,21 +126,33 @@ def _classify(old: Mapping[str, Any], new: Mapping[str, Any], cfg: PipelineConfi
       f"pipeline state: none of the state's datasets {old_names} continues in the new config ({new_names}, "
       f"{len(replaced)} replaced): nothing of that run goes on, so it is another run; start this config from step 0"
     )
-  return {
-    "kept": kept,
-    "added": [n for n in new_names if n not in old_names],
-    "removed": [n for n in old_names if n not in new_names],
-    "replaced": replaced,
-  }
+  added, removed = [n for n in new_names if n not in old_names], [n for n in old_names if n not in new_names]
+  for name in added:  # a rename reads the data again from pass 0: say so
+    same = [r for r in removed if old["content"].get(r) == new["content"].get(name)]
+    if same:
+      LOGGER.warning(
+        "datasets.%s: the same content as the removed dataset %s: it starts at pass 0 (a renamed dataset is read "
+        "again from its start; keep the old name to continue where it was)",
+        name,
+        same[0],
+      )
+  return {"kept": kept, "added": added, "removed": removed, "replaced": replaced}
 
 
-def _carry(text: str, old_names: list[str], kept: list[str], new_names: list[str], seq_len: int) -> tuple[str, int]:
-  """The carry's pieces of kept datasets, renumbered and split at `seq_len`; (encoded, tokens dropped)."""
+def _carry(
+  text: str, old_names: list[str], kept: list[str], new_names: list[str], seq_len: int, pairs: bool
+) -> tuple[str, int]:
+  """The carry's pieces of kept datasets, renumbered and split at `seq_len` (a preference pair is never split:
+  one longer than the new rows is dropped, as packing drops it); (encoded, tokens dropped)."""
   pieces = Pieces.from_json(text, lambda d, r: np.zeros_like(d), MAX_CARRY_PIECES)
+  if len(pieces) and pieces.dataset.max() >= len(old_names):
+    raise CheckpointError(f"pipeline state: a carried piece names dataset {int(pieces.dataset.max())} of {old_names}")
   renumber = np.full(len(old_names), -1, np.int64)
   for name in kept:
     renumber[old_names.index(name)] = new_names.index(name)
   target = renumber[pieces.dataset] if len(pieces) else np.zeros(0, np.int64)
+  if pairs:
+    target[pieces.length > seq_len] = -1
   dropped = int(pieces.length[target < 0].sum())
   keep = np.flatnonzero(target >= 0)
   pieces = Pieces(
@@ -136,6 +179,8 @@ def reconfigured_state(state: Any, fingerprint: Mapping[str, Any], cfg: Pipeline
   changes = describe_changes(old, fingerprint)
   if not changes:
     return saved
+  _check_shape(saved)
+  _refuse_special_token_changes(old, fingerprint)
   groups = _classify(old, fingerprint, cfg)
   old_names, new_names = list(old["datasets"]), list(cfg.names)
   stream = dict(saved["stream"])
@@ -159,8 +204,11 @@ def reconfigured_state(state: Any, fingerprint: Mapping[str, Any], cfg: Pipeline
   segment = Segment(next_step, units, 1, [1] + [0] * (len(new_names) - 1), [0] * len(new_names), taken)
   seq_len = cfg.packing.seq_len_at(int(saved["step"]))
   try:
-    carry, dropped = _carry(saved["packer"]["carry"], old_names, groups["kept"], new_names, seq_len)
-  except (KeyError, ValueError) as e:
+    pairs = cfg.packing.pairs is not None
+    carry, dropped = _carry(saved["packer"]["carry"], old_names, groups["kept"], new_names, seq_len, pairs)
+  except CheckpointError:
+    raise
+  except (KeyError, TypeError, ValueError) as e:  # Pieces' own errors name the carry
     raise CheckpointError(f"pipeline state: {e}") from e
   change = ConfigChange(
     step=int(saved["step"]),
