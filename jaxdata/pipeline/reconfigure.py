@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,13 +38,13 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError
 from jaxdata.mixture.changes import ConfigChange, changes_from_json
 from jaxdata.mixture.interleave import Segment
+from jaxdata.pipeline.wait_warning import LOGGER
 from jaxdata.transforms.pieces import Pieces
 
 __all__ = ["reconfigured_state"]
 
 MAX_CARRY_PIECES = 1 << 22  # a carry is at most a step's pieces: far fewer
 ROW_FIELDS = ("packing", "global_batch_size")  # the fingerprint's fields that decide rows, not the order
-LOGGER = logging.getLogger("jaxdata")
 
 
 def fingerprint_digest(fingerprint: Mapping[str, Any]) -> str:
