@@ -58,6 +58,15 @@ SPECS = (
   CorpusSpec("books", 8_400, 65_536, 25_000_000),
   CorpusSpec("curated", 400, 65_536, 10_000_000),
 )
+# A second corpus with another length distribution (the same names and token budgets): many short documents
+# (lognormal, median 200 tokens: mean 200 e^(sigma^2 / 2) = 330 at sigma 1) and one long-document set.
+SHORT_SPECS = (
+  CorpusSpec("web", 330, 65_536, 40_000_000),
+  CorpusSpec("code", 330, 65_536, 25_000_000),
+  CorpusSpec("books", 30_000, 262_144, 25_000_000, sigma=0.5),
+  CorpusSpec("curated", 330, 65_536, 10_000_000),
+)
+CORPORA = {"project": SPECS, "short": SHORT_SPECS}
 
 
 def lognormal_lengths(spec: CorpusSpec, tokens: int, rng: np.random.Generator) -> np.ndarray:
@@ -76,16 +85,19 @@ def make_corpus(
   shard_bytes: int = 8 << 20,
   vocab_size: int = VOCAB_SIZE,
   compression: str = "zstd",
+  specs: tuple[CorpusSpec, ...] = SPECS,
 ) -> dict[str, str]:
   """Writes (or reuses) the corpus; returns {dataset name: directory}. The
   same seed gives the same document lengths at either width and compression:
   the corpora differ only in their ids and how they are stored."""
   dtype = id_dtype(vocab_size)
-  stats = {"generator": "benchmarks/make_corpus.py", "seed": seed, "scale": scale}
+  stats: dict[str, object] = {"generator": "benchmarks/make_corpus.py", "seed": seed, "scale": scale}
+  if specs != SPECS:  # the second corpus (its stats name it: never reused as the first)
+    stats["lengths"] = [dataclasses.astuple(s) for s in specs]
   if compression != "zstd":  # the older corpora's stats, unchanged: they are reused as they are
     stats["compression"] = compression
   dirs = {}
-  for i, spec in enumerate(SPECS):
+  for i, spec in enumerate(specs):
     directory = os.path.join(out_dir, spec.name)
     dirs[spec.name] = directory
     if os.path.exists(os.path.join(directory, "manifest.json")):

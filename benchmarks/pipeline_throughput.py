@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.make_corpus import VOCABS, corpus_dir, make_corpus
+from benchmarks.make_corpus import CORPORA, VOCABS, corpus_dir, make_corpus
 from jaxdata.sources.manifest import COMPRESSIONS
 
 TOKEN_SHARES = {"web": 0.62, "code": 0.18, "books": 0.12, "curated": 0.08}
@@ -509,12 +509,13 @@ def _print_ceiling_budget(results: dict[str, dict[str, Any]], ceiling: float) ->
     print(f"  {kind:24s} {used:5.2f} ms ({own:4.2f} here + {others:4.2f})  {verdict}{alone}")
 
 
-def _corpora(base: str, widths: list[str], compression: str) -> dict[str, str]:
-  """{width: corpus directory}, written (or reused) by make_corpus."""
+def _corpora(base: str, widths: list[str], compression: str, lengths: str = "project") -> dict[str, str]:
+  """{width: corpus directory}, written (or reused) by make_corpus; `lengths`: which corpus (make_corpus.CORPORA)."""
   corpora = {}
+  suffix = "" if lengths == "project" else f"-{lengths}"
   for width in widths:
-    directory = corpus_dir(base, VOCABS[width], compression)
-    make_corpus(directory, vocab_size=VOCABS[width], compression=compression)
+    directory = corpus_dir(base + suffix, VOCABS[width], compression)
+    make_corpus(directory, vocab_size=VOCABS[width], compression=compression, specs=CORPORA[lengths])
     corpora[width] = directory
   return corpora
 
@@ -636,6 +637,12 @@ def main() -> None:
   parser.add_argument("--run", help="one configuration, in this process (used by the driver)")
   parser.add_argument("--baseline", help="another checkout: every jaxdata kind runs from it too, side by side")
   parser.add_argument("--json", help="also write every kind's medians here (per width)")
+  parser.add_argument(
+    "--lengths",
+    default="project",
+    choices=["project", "short", "both"],
+    help="the corpus: the project's lengths, a second one (many short documents and a long-document set), or both",
+  )
   args = parser.parse_args()
   if args.run:
     print(json.dumps(run_kind(args.run, args.corpus)))
@@ -645,7 +652,12 @@ def main() -> None:
   unknown = sorted(set(kinds) - set(every_kind))
   if unknown:
     parser.error(f"--kinds: unknown {unknown}; choose from {every_kind}")
-  corpora = _corpora(args.corpus, args.widths.split(","), args.compression)
+  lengths = ["project", "short"] if args.lengths == "both" else [args.lengths]
+  corpora = {
+    (width if name == "project" else f"{width}-{name}"): path
+    for name in lengths
+    for width, path in _corpora(args.corpus, args.widths.split(","), args.compression, name).items()
+  }
   for directory in jaxdata_source_dirs():  # what a pip install leaves: the first batch compiles nothing
     compileall.compile_dir(directory, quiet=1)
   if args.baseline:  # the other checkout's too, so that both first batches count imports, not compiling
