@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.sft_throughput import grain_record_streams
+
 SETS = {"ultra": (0.7, 150, 300, 6000), "short": (0.3, 40, 90, 6000)}  # weight, prompt mean, answer mean, pairs
 SEQ_LEN, ROWS, VOCAB = 2048, 16, 128_256
 
@@ -135,28 +137,13 @@ def _padded_pair(pair: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def grain_dataset(paths: dict[str, str], packed: bool) -> Any:
   import grain  # noqa: PLC0415
-  from absl import flags  # noqa: PLC0415
 
-  import jaxdata  # noqa: PLC0415
-
-  flags.FLAGS.mark_as_parsed()  # Grain reads absl flags; we are outside absl.app.run
-  datasets = []
-  for i, path in enumerate(paths.values()):
-    with jaxdata.TokenDataset(path) as local:
-      shards = [local.shard_path(s) for s in range(local.num_shards)]
-    dataset = (
-      grain.MapDataset.source(grain.sources.ArrayRecordDataSource(shards))
-      .shuffle(seed=i)
-      .repeat()
-      .map(lambda raw, i=i: _sides(raw, i))
-      .to_iter_dataset(grain.ReadOptions(num_threads=0))
-    )
-    fits = (
-      (lambda e: e["ids"].size <= SEQ_LEN)
-      if packed
-      else (lambda e: max(int(((e["marks"] & 2) != 0).sum()), int(((e["marks"] & 2) == 0).sum())) <= SEQ_LEN)
-    )
-    datasets.append(dataset.filter(fits))
+  fits = (
+    (lambda e: e["ids"].size <= SEQ_LEN)
+    if packed
+    else (lambda e: max(int(((e["marks"] & 2) != 0).sum()), int(((e["marks"] & 2) == 0).sum())) <= SEQ_LEN)
+  )
+  datasets = [stream.filter(fits) for stream in grain_record_streams(paths, _sides)]
   weights = [s[0] for s in SETS.values()]
   mixed = grain.IterDataset.mix(datasets, [w / sum(weights) for w in weights])
   if packed:

@@ -26,6 +26,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -128,26 +129,36 @@ def _split(raw: bytes, source: int) -> dict[str, np.ndarray]:
   }
 
 
-def grain_dataset(paths: dict[str, str], workers: int) -> Any:
+def grain_record_streams(paths: dict[str, str], decode: Callable[[bytes, int], dict[str, np.ndarray]]) -> list[Any]:
+  """Per dataset, in order: Grain's `MapDataset.source(ArrayRecordDataSource).shuffle(seed=i).repeat()` over
+  its shards, each record `decode(raw, i)`, as an `IterDataset` (the Grain side the benchmarks share)."""
   import grain  # noqa: PLC0415
   from absl import flags  # noqa: PLC0415
 
   import jaxdata  # noqa: PLC0415
 
   flags.FLAGS.mark_as_parsed()  # Grain reads absl flags; we are outside absl.app.run
-  datasets = []
+  streams = []
   for i, path in enumerate(paths.values()):
     with jaxdata.TokenDataset(path) as local:
       shards = [local.shard_path(s) for s in range(local.num_shards)]
-    dataset = (
+    streams.append(
       grain.MapDataset.source(grain.sources.ArrayRecordDataSource(shards))
       .shuffle(seed=i)
       .repeat()
-      .map(lambda raw, i=i: _split(raw, i))
+      .map(lambda raw, i=i: decode(raw, i))
       .to_iter_dataset(grain.ReadOptions(num_threads=0))
-      .filter(lambda e: e["tokens"].size <= SEQ_LEN)  # as long_docs: drop
     )
-    datasets.append(dataset)
+  return streams
+
+
+def grain_dataset(paths: dict[str, str], workers: int) -> Any:
+  import grain  # noqa: PLC0415
+
+  datasets = [
+    stream.filter(lambda e: e["tokens"].size <= SEQ_LEN)  # as long_docs: drop
+    for stream in grain_record_streams(paths, _split)
+  ]
   weights = [w for w, _, _ in SETS.values()]
   mixed = grain.IterDataset.mix(datasets, [w / sum(weights) for w in weights])
   packed = grain.experimental.FirstFitPackIterDataset(
