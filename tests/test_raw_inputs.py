@@ -373,6 +373,9 @@ def test_a_cache_in_a_bucket_is_built_once_published_manifest_last_and_opened_by
       with pytest.raises(DatasetError, match=f"process 0 did not publish the cache {bucket}/web-"):
         with_built_inputs(waiting)
       monkeypatch.setenv("JAXDATA_PROCESS_INDEX", "0")
+      too_large = config(tmp_path, raw, inputs_cache=bucket, inputs_max_bytes=10)
+      with pytest.raises(ConfigError, match=f"more than inputs_max_bytes .* --out {bucket}/web-[0-9a-f]{{16}} "):
+        with_built_inputs(too_large)  # the engine's command writes the bucket's copy itself
       host0 = config(tmp_path, raw, cache_dir=str(tmp_path / f"host0-{scheme}"), inputs_cache=bucket)
       caplog.clear()
       path = with_built_inputs(host0).datasets[0].path

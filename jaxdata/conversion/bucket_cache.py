@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from jaxdata.conversion.input_cache import built_dataset, cache_key, convert_command_line
+from jaxdata.conversion.input_cache import built_dataset, cache_key, convert_command_line, refuse_too_large
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.errors import ConfigError, DatasetError, InputFormatError
+from jaxdata.errors import DatasetError
 from jaxdata.sources.manifest import MANIFEST_NAME
 from jaxdata.sources.parallelism import MAX_FETCH_THREADS
 from jaxdata.sources.stores import ObjectStore, RemotePath, open_store, with_retries
@@ -53,12 +53,7 @@ def published_dataset(
   store = open_store(target)
   if _sealed(store, target):
     return target.url
-  size = sum(f[1] for f in key.files)
-  if max_bytes is not None and size > max_bytes:
-    raise ConfigError(
-      f"inputs: {size:,} bytes, more than inputs_max_bytes ({max_bytes:,}) to convert in place; build the "
-      f"same cache on an engine, then run again: {convert_command_line(name, inputs, options, target.url)}"
-    )
+  refuse_too_large(key, max_bytes, convert_command_line(name, inputs, options, target.url))
   index, _ = process
   if index != 0:
     log(f"{name}: waiting for process 0 to publish the cache {target.url}")
@@ -71,9 +66,7 @@ def published_dataset(
         )
       time.sleep(PUBLISH_POLL_S)
     return target.url
-  local = built_dataset(name, inputs, options, local_root, log, max_bytes, (0, 1), wait_s)
-  if os.path.basename(local) != folder:  # the inputs changed between the two keys: the local copy is of others
-    raise InputFormatError(f"{name}: inputs changed while the cache was being built; run again once they are stable")
+  local = built_dataset(name, inputs, options, local_root, log, max_bytes, (0, 1), wait_s, key)  # named by `key`
   _upload(local, target, store, log, name)
   return target.url
 

@@ -42,7 +42,7 @@ from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from jaxdata.sources.manifest import MANIFEST_NAME
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["CacheKey", "built_dataset", "cache_key", "convert_command_line"]
+__all__ = ["CacheKey", "built_dataset", "cache_key", "convert_command_line", "refuse_too_large"]
 
 KEY_VERSION = 1  # bumped when what the key covers changes
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
@@ -140,8 +140,10 @@ def built_dataset(
   max_bytes: int | None = None,
   process: tuple[int, int] = (0, 1),
   wait_s: float = 3600.0,
+  key: CacheKey | None = None,
 ) -> str:
-  """The directory of the dataset `inputs` convert to: the cache's, built now if it is not there. Inputs
+  """The directory of the dataset `inputs` convert to: the cache's, built now if it is not there (`key`: the
+  inputs' key when the caller has just read it, `cache_key(inputs, options)` otherwise). Inputs
   larger than `max_bytes` are not converted here: the ConfigError gives the command that builds the
   same cache on an engine. `process`: (this process's index, the processes that build together: the hosts
   of a pod sharing `root`), each converting its share (`conversion.shared_build`); process 0 seals it."""
@@ -150,17 +152,12 @@ def built_dataset(
       f"{name}: a conversion worker is importing the script that builds the cache (it would wait on that "
       "build's lock forever): put the script's code under `if __name__ == '__main__':`"
     )
-  key = cache_key(inputs, options)
+  key = key or cache_key(inputs, options)
   os.makedirs(root, exist_ok=True)
   target = os.path.join(root, f"{name}-{key.digest[:16]}")
   if os.path.isfile(os.path.join(target, MANIFEST_NAME)):
     return target
-  size = sum(f[1] for f in key.files)
-  if max_bytes is not None and size > max_bytes:
-    raise ConfigError(
-      f"inputs: {size:,} bytes, more than inputs_max_bytes ({max_bytes:,}) to convert in place; build the "
-      f"same cache on an engine, then run again: {convert_command_line(name, inputs, options, target)}"
-    )
+  refuse_too_large(key, max_bytes, convert_command_line(name, inputs, options, target))
   index, count = process
   stem = os.path.join(root, f".{name}-{key.digest[:16]}")
   with open(f"{stem}.lock-{index}", "w") as lock:
@@ -205,6 +202,16 @@ def built_dataset(
       json.dump(_parts(key), f)
     log(f"{name}: converted into the cache {target}")
   return target
+
+
+def refuse_too_large(key: CacheKey, max_bytes: int | None, command: str) -> None:
+  """A ConfigError giving `command` (the engine's build of the same cache) for inputs over `max_bytes`."""
+  size = sum(f[1] for f in key.files)
+  if max_bytes is not None and size > max_bytes:
+    raise ConfigError(
+      f"inputs: {size:,} bytes, more than inputs_max_bytes ({max_bytes:,}) to convert in place; build the "
+      f"same cache on an engine, then run again: {command}"
+    )
 
 
 def _wait_for_cache(target: str, wait_s: float, name: str) -> None:
