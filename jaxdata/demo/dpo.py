@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +26,8 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.demo import model
-from jaxdata.demo.sft import TOPICS, build_sft_sets, converted_sets, digest
+from jaxdata.demo.sft import TOPICS, build_sft_sets, converted_sets, trained_checking_resume
 from jaxdata.pipeline.pair_logprobs import sequence_logprobs
-from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
 
 __all__ = ["DpoResult", "run_dpo_demo"]
@@ -127,32 +125,27 @@ def run_dpo_demo(cache_dir: str, steps: int = 40, log: Callable[[str], None] = p
   params = model.init_params(jax.random.key(0), vocab, SEQ_LEN)
   reference = params  # the frozen start: DPO's reference model
   state = {"step": jnp.zeros((), jnp.int32), **{k: jax.tree.map(jnp.zeros_like, params) for k in ("mu", "nu")}}
-  losses, margins, accuracy, middle, saved, after = [], [], [], steps // 2, None, []
+  losses, margins, accuracy = [], [], []
   pairs = np.zeros(len(cfg.names), np.int64)
   log(f"training the demo model {steps} steps with a DPO loss on packed pairs (beta {BETA}) ...")
-  with Pipeline(cfg, prefetch=2) as pipe:
-    for step in range(steps):
-      if step == middle:
-        saved = pipe.get_state()
-      batch = next(pipe)
-      if step >= middle:
-        after.append(digest(batch))
-      first = (np.asarray(batch["pair_side"]) == 0) & (np.asarray(batch["positions"]) == 0)
-      pairs += np.bincount(np.asarray(batch["source_ids"])[first], minlength=len(cfg.names))
-      params, state, loss, margin, hit = _train_step(
-        params, reference, state, {k: jnp.asarray(v) for k, v in batch.items()}
-      )
-      losses.append(float(loss))
-      margins.append(float(margin))
-      accuracy.append(float(hit))
-  with Pipeline(cfg, prefetch=0) as fresh:
-    fresh.set_state(json.loads(json.dumps(saved)))
-    resumed = [digest(next(fresh)) for _ in range(steps - middle)]
+
+  def train(batch: dict[str, Any]) -> None:
+    nonlocal params, state
+    first = (np.asarray(batch["pair_side"]) == 0) & (np.asarray(batch["positions"]) == 0)
+    pairs[:] += np.bincount(np.asarray(batch["source_ids"])[first], minlength=len(cfg.names))
+    params, state, loss, margin, hit = _train_step(
+      params, reference, state, {k: jnp.asarray(v) for k, v in batch.items()}
+    )
+    losses.append(float(loss))
+    margins.append(float(margin))
+    accuracy.append(float(hit))
+
+  resume_ok, _ = trained_checking_resume(cfg, steps, train)
   return DpoResult(
     steps=steps,
     losses=losses,
     margins=margins,
     accuracy=accuracy,
     pairs=dict(zip(cfg.names, pairs.tolist())),
-    resume_ok=resumed == after,
+    resume_ok=resume_ok,
   )

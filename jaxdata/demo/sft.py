@@ -178,23 +178,17 @@ def run_sft_demo(cache_dir: str, steps: int = 40, log: Callable[[str], None] = p
   vocab = max(int(Manifest.load(p).tokenizer.get("vocab_size") or 1024) for p in paths.values())
   params = model.init_params(jax.random.key(0), vocab, cfg.packing.seq_len)
   state = {"step": jnp.zeros((), jnp.int32), **{k: jax.tree.map(jnp.zeros_like, params) for k in ("mu", "nu")}}
-  losses, documents, middle, saved, after = [], np.zeros(len(cfg.names)), steps // 2, None, []
+  losses, documents = [], np.zeros(len(cfg.names))
   log(f"training the demo model {steps} steps on the mixture (masks: the assistant's tokens) ...")
-  with Pipeline(cfg, prefetch=2) as pipe:
-    for step in range(steps):
-      if step == middle:
-        saved = pipe.get_state()
-      batch = next(pipe)
-      if step >= middle:
-        after.append(digest(batch))
-      starts = (np.asarray(batch["positions"]) == 0) & (np.asarray(batch["segment_ids"]) > 0)
-      documents += np.bincount(np.asarray(batch["source_ids"])[starts], minlength=len(cfg.names))
-      params, state, loss = model.train_step(params, state, {k: jnp.asarray(v) for k, v in batch.items()})
-      losses.append(float(loss))
-    epochs = pipe.stats().get("passes", {})
-  with Pipeline(cfg, prefetch=0) as fresh:
-    fresh.set_state(json.loads(json.dumps(saved)))
-    resumed = [digest(next(fresh)) for _ in range(steps - middle)]
+
+  def train(batch: dict[str, Any]) -> None:
+    nonlocal params, state, documents
+    starts = (np.asarray(batch["positions"]) == 0) & (np.asarray(batch["segment_ids"]) > 0)
+    documents += np.bincount(np.asarray(batch["source_ids"])[starts], minlength=len(cfg.names))
+    params, state, loss = model.train_step(params, state, {k: jnp.asarray(v) for k, v in batch.items()})
+    losses.append(float(loss))
+
+  resume_ok, epochs = trained_checking_resume(cfg, steps, train)
   shares = {}
   for name, path in paths.items():
     manifest = Manifest.load(path)
@@ -205,9 +199,30 @@ def run_sft_demo(cache_dir: str, steps: int = 40, log: Callable[[str], None] = p
     trained_share=shares,
     realised_documents=dict(zip(cfg.names, (documents / max(documents.sum(), 1)).tolist())),
     epochs={n: int(epochs.get(n, 0)) for n in cfg.names},
-    resume_ok=resumed == after,
+    resume_ok=resume_ok,
     held_out_loss=evaluate(params, cfg),
   )
+
+
+def trained_checking_resume(
+  cfg: PipelineConfig, steps: int, train: Callable[[dict[str, Any]], None]
+) -> tuple[bool, dict[str, int]]:
+  """`train(batch)` on `steps` batches of `cfg`, the state saved halfway; (a fresh pipeline restored from that
+  state gives the same second half, the passes each dataset completed)."""
+  middle, saved, after = steps // 2, None, []
+  with Pipeline(cfg, prefetch=2) as pipe:
+    for step in range(steps):
+      if step == middle:
+        saved = pipe.get_state()
+      batch = next(pipe)
+      if step >= middle:
+        after.append(digest(batch))
+      train(batch)
+    passes = dict(pipe.stats().get("passes", {}))
+  with Pipeline(cfg, prefetch=0) as fresh:
+    fresh.set_state(json.loads(json.dumps(saved)))
+    resumed = [digest(next(fresh)) for _ in range(steps - middle)]
+  return resumed == after, passes
 
 
 def digest(batch: dict[str, Any]) -> str:
