@@ -185,6 +185,18 @@ def _maxtext_values(data: Data) -> dict[str, Any]:
   }
 
 
+def _maxtext_dpo_values(data: Data) -> dict[str, Any]:
+  return {
+    "grain_train_files": f"{data['pairs0']}/*.array_record,0.6;{data['pairs1']}/*.array_record,0.4",
+    "use_dpo": True,
+    "data_shuffle_seed": 5,
+    "max_target_length": SEQ_LEN,
+    "global_batch_size_to_load": ROWS,
+    "grain_worker_count": 0,
+    "num_epoch": 1000,
+  }
+
+
 @dataclasses.dataclass(frozen=True)
 class Feature:
   """One row of the matrix: a config (and pipeline arguments), and what iterates it."""
@@ -358,6 +370,15 @@ FEATURES = [
     multihost=True,
   ),
   Feature("pairs-remote-s3", lambda d: _pairs_config(d, "one_row", True, prefix="s3:"), store="s3"),
+  Feature(  # raw JSONL whose cache is kept in a bucket (hosts without a shared disk): built once, then read remotely
+    "raw-inputs-bucket-cache-s3",
+    lambda d: _with_datasets(
+      _config(d, names=("d0",), exhausted_policy="repeat", inputs_cache=d["s3:d0"].rsplit("/", 1)[0] + "/caches"),
+      d0={"path": "", "inputs": [os.path.join(d["raw"], "web.jsonl")], "tokenizer": "byte"},
+    ),
+    store="s3",
+  ),
+  Feature("maxtext-dpo", lambda d: _maxtext_dpo_values(d), entrance="maxtext"),  # use_dpo: a pair a row
   Feature(  # a restore that adds d2, removes d1 and changes rows (seq_len 16 -> 12, best fit): d0 goes on
     "change-at-restore",
     lambda d: _config(d, names=("d0", "d1"), exhausted_policy="repeat"),
