@@ -674,6 +674,18 @@ def test_olmo_grain_reads_every_instance_of_the_index_once_per_epoch(tmp_path):
     maxtext_config({**olmo, "max_target_length": 32})
   with pytest.raises(ConfigError, match=r"/remote-mount/part-0.npy \(listed by .*index.json\) does not exist"):
     maxtext_config({**olmo, "olmo_path_remap_from": ""})
+  with pytest.raises(
+    ConfigError, match="olmo_index_path: gs://b/part-0.npy: jaxdata reads OLMo's token files from a file"
+  ):
+    maxtext_config({**olmo, "olmo_path_remap_to": "gs://b/"})
+  index_json = json.loads(open(index).read())
+  (tmp_path / "v2.json").write_text(json.dumps({**index_json, "format_version": "2"}))
+  with pytest.raises(ConfigError, match=r"v2.json: index format version '2', jaxdata reads '1'"):
+    maxtext_config({**olmo, "olmo_index_path": str(tmp_path / "v2.json")}, cache_dir=str(tmp_path / "cache2"))
+  index_json["files"][1]["n_tokens"] = 65  # the file changed since the index was built
+  (tmp_path / "stale.json").write_text(json.dumps(index_json))
+  with pytest.raises(ConfigError, match=r"part-1.npy holds 64 tokens, the index says 65: the file changed"):
+    maxtext_config({**olmo, "olmo_index_path": str(tmp_path / "stale.json")}, cache_dir=str(tmp_path / "cache3"))
 
 
 def test_tokenizer_path_may_be_an_hf_tokenizer_directory(tmp_path):

@@ -240,6 +240,24 @@ def test_the_stats_the_report_and_plan_show_the_change_points(root, tmp_path):
     env=wide,
   )
   assert line in plan.stdout, plan.stdout + plan.stderr
+  (tmp_path / "bad.json").write_text("[1, 2]")
+  bad = subprocess.run(
+    [
+      *cli,
+      "plan",
+      str(tmp_path / "after.json"),
+      "--tokens",
+      "2000",
+      "--read-spans",
+      "0",
+      "--state",
+      str(tmp_path / "bad.json"),
+    ],
+    capture_output=True,
+    text=True,
+    env=wide,
+  )
+  assert bad.returncode != 0 and "bad.json: not a pipeline state (no stream)" in bad.stdout + bad.stderr
 
 
 def test_orbax_and_the_grain_adapter_restore_with_reconfigure(root, tmp_path):
