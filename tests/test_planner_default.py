@@ -15,7 +15,7 @@ import pytest
 
 from jaxdata import Pipeline, PipelineConfig, WorkerStartError
 from jaxdata.pipeline.execution import StepMaking
-from jaxdata.pipeline.makers import PLANNER_PROCESS_MIN_CORES, planner_process_helps
+from jaxdata.pipeline.makers import PLANNER_PROCESS_MIN_CORES, cores_to_spare, planner_process_helps
 from jaxdata.pipeline.worker_handle import _child_environment
 from jaxdata.pipeline.worker_pool import STARTS_BEFORE_GIVING_UP
 from jaxdata.testing import wait_for_processes, worker_processes
@@ -61,6 +61,28 @@ def test_with_a_mesh_the_planner_is_a_process_by_default_on_four_cores(cfg, mesh
     assert pipe.execution().processes == ("jaxdata planner",) and len(worker_processes(pipe)) == 1
     assert [digest(next(pipe)) for _ in range(18)] == want[2:]
     assert pipe.execution().steps_from_processes > 0  # planned by the process
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("cores,reads_ahead", [({0, 1, 2, 3}, True), ({0, 1}, False)])
+def test_under_a_planner_process_spans_are_read_ahead_where_cores_are_to_spare(cfg, mesh, monkeypatch, cores, reads_ahead):
+  # With a read serial in the prefetch thread, a step waits for its span's read; on 4 cores or more
+  # it runs on the read thread, a span ahead, as with planning in process. The batches are the same.
+  want = reference(cfg, mesh, 30)
+  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: cores)
+  assert cores_to_spare() == reads_ahead
+  with Pipeline(cfg, mesh=mesh, prefetch=2, making="process", read_ahead_tokens=64) as pipe:
+    got = [digest(next(pipe)) for _ in range(2)]
+    wait_for_processes(pipe)
+    got += [digest(next(pipe)) for _ in range(28)]
+    execution = pipe.execution()
+    assert execution.steps_from_processes > 0 and execution.read_thread == reads_ahead
+    state = pipe.get_state()
+  assert got == want
+  with Pipeline(cfg, mesh=mesh, prefetch=2, making="process", read_ahead_tokens=64) as pipe:
+    pipe.set_state(state)  # a restart drops the spans read ahead: the same remaining steps
+    assert [digest(next(pipe)) for _ in range(5)] == reference(cfg, mesh, 35)[30:]
 
 
 def four_cores(monkeypatch: pytest.MonkeyPatch) -> None:

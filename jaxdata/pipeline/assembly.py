@@ -12,11 +12,15 @@ parameter, because the GIL makes the two paths differ::
                         (while the spans before it are read)
     neither:            a span is read when its first step is asked for
 
-Planning in this process reads every span from disk ahead; under a planner
-process only spans that wait on a store's byte ranges are (there a read
-thread did not add speed and cost a Python-bound training loop more of the
-GIL). Nothing here depends on how far ahead it reads: a step's batch is a
-pure function of its plan.
+Planning in this process reads every span from disk ahead. Under a planner
+process, spans from disk are read ahead on hosts with cores to spare (>= 4:
+where "auto" starts the planner process), and there only: with the read
+serial in the prefetch thread, a step waits for its span's read, and many
+short documents make that read long (the mesh defaults lost 17-25% to
+NumPy output on such a corpus); on 2 cores the read thread added no speed
+and cost a Python-bound training loop more of the GIL. Spans that wait on
+a store's byte ranges are always read ahead. Nothing here depends on how
+far ahead it reads: a step's batch is a pure function of its plan.
 """
 
 from __future__ import annotations
@@ -209,10 +213,9 @@ class LocalAssembly:
     recorder: the per-step timers.
     rows: where rows are written.
     read_thread: a thread this process may read on, a span ahead (None: read when needed).
-    planned_here: the spans are planned in this process too. Then every span from disk is read ahead
-      on `read_thread`; planned by a planner process, only spans that wait on a store's byte ranges
-      are (reads from disk stay on the prefetch thread: there a read thread cost a Python-bound
-      training loop more of the GIL and did not add speed). Remote shards fetch ahead instead.
+    reads_disk_ahead: every span from disk is read ahead on `read_thread` (planned in this process, or
+      by a planner process on a host with cores to spare); else only spans that wait on a store's byte
+      ranges are. Remote shards fetch ahead instead.
   """
 
   makes_steps_ahead = False
@@ -224,10 +227,10 @@ class LocalAssembly:
     recorder: StatsRecorder,
     rows: OutputRows,
     read_thread: ReadThread | None,
-    planned_here: bool,
+    reads_disk_ahead: bool,
   ) -> None:
     self.packing, self.recorder, self.rows = packing, recorder, rows
-    reads_ahead = not reader.remote and (planned_here or reader.reads_ranges_from_store)
+    reads_ahead = not reader.remote and (reads_disk_ahead or reader.reads_ranges_from_store)
     self.reads = SpanReads(reader, packing.fill_id, read_thread if reads_ahead else None)
 
   def spans_wanted(self) -> int:

@@ -1,7 +1,8 @@
 """`step_maker`: the `StepMaker` a pipeline's `StepMaking` choice asks for.
 
     StepMaking("here")                    Steps(LocalPlanning, LocalAssembly)
-    StepMaking("process")                 PooledSteps: Steps(ProcessPlanning, LocalAssembly)
+    StepMaking("process")                 PooledSteps: Steps(ProcessPlanning, LocalAssembly), reading
+                                          spans ahead on a thread where cores are to spare
     StepMaking("process", reader_processes=n)  PooledSteps: Steps(ProcessPlanning, ReaderProcesses)
     StepMaking("auto")                    "process" with a mesh on >= PLANNER_PROCESS_MIN_CORES usable
                                           cores (falling back to "here"), else "here"
@@ -42,7 +43,7 @@ else:  # the process modules: imported when processes are asked for
   reader_processes = lazy_module("jaxdata.pipeline.reader_processes")
   worker_pool = lazy_module("jaxdata.pipeline.worker_pool")
 
-__all__ = ["PLANNER_PROCESS_MIN_CORES", "planner_process_helps", "step_maker"]
+__all__ = ["PLANNER_PROCESS_MIN_CORES", "cores_to_spare", "planner_process_helps", "step_maker"]
 
 # Usable cores from which `StepMaking("auto")` plans in a process of its own (with a mesh). On 2
 # cores it does not pay (benchmarks/pipeline_throughput, uint32: 29.2M tokens/s with it against 33.4M
@@ -55,7 +56,14 @@ def planner_process_helps(mesh: Any, reader_processes: int = 0) -> bool:
   """Where "auto" plans in a process of its own: with a mesh on at least PLANNER_PROCESS_MIN_CORES
   usable cores. With NumPy output (tests, notebooks, evaluation on the host) no process is started
   unasked."""
-  return mesh is not None and not reader_processes and _usable_cores() >= PLANNER_PROCESS_MIN_CORES
+  return mesh is not None and not reader_processes and cores_to_spare()
+
+
+def cores_to_spare() -> bool:
+  """Whether this host has PLANNER_PROCESS_MIN_CORES usable cores: a planner process and a read
+  thread beside the prefetch thread then each get a core (under a planner process this process
+  reads spans ahead on a thread only then)."""
+  return _usable_cores() >= PLANNER_PROCESS_MIN_CORES
 
 
 def _usable_cores() -> int:
@@ -84,7 +92,7 @@ def step_maker(
   thread = ReadThread(functools.partial(read_span, reader, pad_id=cfg.packing.fill_id)) if prefetch else None
   here = Steps(
     LocalPlanning(parts.planner, recorder, rows_here, snapshot, read_ahead_tokens),
-    LocalAssembly(cfg.packing, reader, recorder, rows, thread, planned_here=True),
+    LocalAssembly(cfg.packing, reader, recorder, rows, thread, reads_disk_ahead=True),
   )
   if not making.planner_process_asked and not (making.planning == "auto" and planner_process_helps(mesh)):
     return here
@@ -96,7 +104,7 @@ def step_maker(
   assembly: Assembly = (
     reader_processes.ReaderProcesses(pool, recorder, rows)
     if readers
-    else LocalAssembly(cfg.packing, reader, recorder, rows, thread, planned_here=False)
+    else LocalAssembly(cfg.packing, reader, recorder, rows, thread, reads_disk_ahead=cores_to_spare())
   )
   there = Steps(planning_process.ProcessPlanning(pool, recorder), assembly)
   return pooled_steps.PooledSteps(pool, here, there, snapshot())
