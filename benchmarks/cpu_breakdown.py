@@ -43,7 +43,7 @@ STAGES = ("plan", "stats", "state", "read", "assemble", "output")
 WARMUP, STEPS = 100, 320  # 320 steps: five spans of 64 steps, so every step pays its share of a span's read
 
 
-def _timed(spent: collections.Counter[str], stage: str, function: Callable[..., Any]) -> Callable[..., Any]:
+def _timed(spent: dict[str, float], stage: str, function: Callable[..., Any]) -> Callable[..., Any]:
   def timed(*args: Any, **kwargs: Any) -> Any:
     started = time.process_time()
     try:
@@ -66,7 +66,7 @@ def breakdown(corpus: str, mesh_devices: int) -> dict[str, Any]:
   from jaxdata.pipeline.planner import StepPlanner  # noqa: PLC0415
   from jaxdata.pipeline.stats import StatsRecorder  # noqa: PLC0415
 
-  spent: collections.Counter[str] = collections.Counter()
+  spent: dict[str, float] = collections.defaultdict(float)
   # Each stage's function, wrapped where the pipeline looks it up (the names its modules imported).
   StepPlanner.plan = _timed(spent, "plan", StepPlanner.plan)  # type: ignore[method-assign]
   StatsRecorder.planned = _timed(spent, "stats", StatsRecorder.planned)  # type: ignore[method-assign]
@@ -145,7 +145,9 @@ def main() -> None:
       + " ".join(f"{r[s]:8.2f}" for s in (*STAGES, "rest", "total"))
       + f"  {r['ceiling_cpu']:7.2f}  {r['read'] / r['total']:10.2f}"
     )
-  print(f"\nwith all {cores} cores busy, the most of the ceiling each corpus can reach (its CPU against the ceiling's):")
+  print(
+    f"\nwith all {cores} cores busy, the most of the ceiling each corpus can reach (its CPU against the ceiling's):"
+  )
   for name, measured in runs.items():
     r = _median(measured)
     reach = (cores / r["total"]) / (r["ceiling_cores"] / r["ceiling_cpu"])

@@ -66,7 +66,9 @@ def test_with_a_mesh_the_planner_is_a_process_by_default_on_four_cores(cfg, mesh
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("cores,reads_ahead", [({0, 1, 2, 3}, True), ({0, 1}, False)])
-def test_under_a_planner_process_spans_are_read_ahead_where_cores_are_to_spare(cfg, mesh, monkeypatch, cores, reads_ahead):
+def test_under_a_planner_process_spans_are_read_ahead_where_cores_are_to_spare(
+  cfg, mesh, monkeypatch, cores, reads_ahead
+):
   # With a read serial in the prefetch thread, a step waits for its span's read; on 4 cores or more
   # it runs on the read thread, a span ahead, as with planning in process. The batches are the same.
   want = reference(cfg, mesh, 30)
