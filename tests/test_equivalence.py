@@ -66,6 +66,9 @@ def check_cell(feature: matrix.Feature, mode: matrix.Mode, cell: dict[str, Any],
   assert cell["first"] == expected[: matrix.SPLIT], f"{feature.name} in {mode.name}: first steps differ"
   assert cell["rest"] == expected[matrix.SPLIT :], f"{feature.name} in {mode.name}: after set_state(get_state())"
   assert cell["restored"] == expected[matrix.SPLIT :], f"{feature.name} in {mode.name}: restored on a fresh pipeline"
+  if mode.usable_cores is not None and mode.usable_cores >= 4 and feature.store is None:
+    # as on a host with cores to spare: local spans are read on the read thread, a span ahead
+    assert cell["read_thread"], f"{feature.name} in {mode.name}: no read thread"
   if mode.uses_workers:  # the mode really ran: its processes made every step handed out (and some ahead)
     made_here = matrix.CHANGE_STEP if feature.changed_to is not None else 0  # by the pipeline before the change
     assert cell["from_workers"] >= len(expected) - made_here, (feature.name, mode.name, cell["from_workers"])

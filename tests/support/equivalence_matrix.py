@@ -23,6 +23,7 @@ Data is small and the runs short so that the whole matrix fits the CI budget.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -422,6 +423,7 @@ class Mode:
   arguments: Mapping[str, Any]
   mesh: bool = False
   runs: str = "here"  # "here", "native-off" (a fresh interpreter, JAXDATA_NATIVE=0), "two-hosts"
+  usable_cores: int | None = None  # as on a host with this many (os.sched_getaffinity): the defaults follow it
 
   @property
   def uses_workers(self) -> bool:
@@ -437,7 +439,8 @@ MODES = [
   Mode("workers2", {"prefetch": 1, "making": READERS_2}),
   Mode("mesh8", {"prefetch": 2, "making": "here"}, mesh=True),
   Mode("mesh8-default", {}, mesh=True),  # the defaults with a mesh (on < 4 cores: planned in process)
-  Mode("mesh8-planner-process", {"prefetch": 2, "making": "process"}, mesh=True),  # the default on >= 4 cores
+  # The default on >= 4 cores, as there: spans from the planner process are read ahead on the read thread.
+  Mode("mesh8-planner-process", {"prefetch": 2, "making": "process"}, mesh=True, usable_cores=4),
   Mode("mesh8-workers2", {"prefetch": 2, "making": READERS_2}, mesh=True),
   Mode("native-off", {"prefetch": 2, "making": "here"}, runs="native-off"),
   Mode("two-hosts", {"prefetch": 2, "making": "process"}, mesh=True, runs="two-hosts"),  # each: 4 devices, a planner
@@ -537,7 +540,29 @@ def changed_course(
 def run_cell(
   feature: Feature, data: Data, mode: Mode, mesh: Any = None, summary: Callable[[Any], list[str]] = digest
 ) -> dict[str, Any]:
-  """The cell's three sequences, and how many steps worker processes made (None: no workers)."""
+  """The cell's three sequences, how many steps worker processes made (None: no workers), and whether spans
+  were read on the read thread."""
+  with usable_cores(mode.usable_cores):
+    return _run_cell(feature, data, mode, mesh, summary)
+
+
+@contextlib.contextmanager
+def usable_cores(count: int | None) -> Iterator[None]:
+  """With `count`: as on a host of that many usable cores, where the pipeline's defaults look."""
+  if count is None:
+    yield
+    return
+  real = os.sched_getaffinity
+  os.sched_getaffinity = lambda _pid: set(range(count))
+  try:
+    yield
+  finally:
+    os.sched_getaffinity = real
+
+
+def _run_cell(
+  feature: Feature, data: Data, mode: Mode, mesh: Any, summary: Callable[[Any], list[str]]
+) -> dict[str, Any]:
   with_workers = mode.uses_workers
   if feature.changed_to is not None:
     iterator, first = changed_course(feature, data, mode, mesh, summary)
@@ -551,6 +576,7 @@ def run_cell(
     iterator.set_state(json.loads(json.dumps(state)))  # a round trip through JSON, as a checkpoint makes it
     rest = take(iterator, STEPS - SPLIT, summary, feature, SPLIT)
     from_workers = steps_from_workers(iterator)
+    read_thread = pipeline_of(iterator).execution().read_thread
   finally:
     iterator.close()
   fresh = open_iterator(feature, data, mode, mesh, changed=feature.changed_to is not None)
@@ -561,7 +587,7 @@ def run_cell(
     restored = take(fresh, STEPS - SPLIT, summary, feature, SPLIT)
   finally:
     fresh.close()
-  return {"first": first, "rest": rest, "restored": restored, "from_workers": from_workers}
+  return {"first": first, "rest": rest, "restored": restored, "from_workers": from_workers, "read_thread": read_thread}
 
 
 def reference(feature: Feature, data: Data) -> list[list[str]]:
