@@ -2,7 +2,7 @@
 # The accelerator check in one command (docs/performance.md, "On an accelerator"):
 #
 #   bash benchmarks/accelerator_check.sh [--wheels DIR] [--out DIR] [--sizes "accelerator step-8ms step-3ms"]
-#                                        [--kinds KINDS | --kinds none] [--steps N]
+#                                        [--kinds KINDS | --kinds none] [--lengths both|project|short] [--steps N]
 #
 # 1. Installs, from the wheels in --wheels (no network), whatever is missing: grain, array-record,
 #    google-crc32c, portpicker and jaxdata's own wheel (its C loops built for that Python).
@@ -10,13 +10,14 @@
 #    milliseconds feeding every feature a packed-attention model reads. A size that does not fit the device's
 #    memory is refused in one line (and the check goes on).
 # 3. Runs benchmarks/pipeline_throughput.py on the host's CPU cores: the mesh defaults (a planner process on
-#    >= 4 cores) against Grain mp_prefetch, uint32, realised shares printed.
+#    >= 4 cores, its spans read ahead) against NumPy output and Grain mp_prefetch, uint32, on the project's
+#    corpus and on the second one of many short documents (--lengths), realised shares printed.
 # 4. Prints one table (benchmarks/accelerator_summary.py) and writes OUT/accelerator_check.json.
 # Sized to finish in under 5 minutes on a 16-core host with one accelerator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheels="" out="${OUT:-/tmp/jaxdata-accelerator-check}" sizes="accelerator step-8ms step-3ms" steps=""
-kinds="jaxdata,jaxdata-mesh8,jaxdata-mesh8-planner,grain-mp,ceiling"
+kinds="jaxdata,jaxdata-mesh8,jaxdata-mesh8-planner,grain-mp,ceiling" lengths="both"
 while [ $# -gt 0 ]; do
   case "$1" in
     --wheels) wheels="$2"; shift 2 ;;
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
     --sizes) sizes="$2"; shift 2 ;;
     --kinds) kinds="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
+    --lengths) lengths="$2"; shift 2 ;;
     *) echo "accelerator_check.sh: unknown argument $1 (see the header of this script)" >&2; exit 2 ;;
   esac
 done
@@ -55,7 +57,7 @@ done
 rm -f "$out/pipeline_throughput.json"
 if [ "$kinds" != "none" ]; then
   echo "pipeline_throughput --kinds $kinds" >&2
-  python3 -m benchmarks.pipeline_throughput --widths uint32 --kinds "$kinds" --repetitions 1 \
+  python3 -m benchmarks.pipeline_throughput --widths uint32 --lengths "$lengths" --kinds "$kinds" --repetitions 1 \
     --json "$out/pipeline_throughput.json" >"$out/pipeline_throughput.log"
 fi
 python3 -m benchmarks.accelerator_summary "$out"

@@ -5,7 +5,8 @@
 Per device_feed size: the step on device-resident batches, the step fed by jaxdata, what jaxdata adds (goal
 <= 1% where the step takes >= 20 ms), host-to-device rates, first batch, and whether the losses of both feeds
 were identical (the same batches reached the model); a refused size prints its one line. Then the host's
-pipeline rates (tokens/s per kind, jaxdata's against Grain mp_prefetch) with each side's realised shares.
+pipeline rates (tokens/s per kind, jaxdata's against Grain mp_prefetch) with each side's realised shares, and
+per corpus the mesh defaults against NumPy output (goal >= 0.95x on both corpora).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 GOAL_ADDED = 0.01  # jaxdata adds at most 1% to a step of >= 20 ms
 GOAL_STEP_S = 0.020
+GOAL_MESH_OVER_NUMPY = 0.95  # the mesh defaults against NumPy output, on every corpus
 
 
 def summary(out_dir: str) -> dict[str, Any]:
@@ -59,6 +61,10 @@ def table(result: dict[str, Any]) -> str:
         lines.append(
           f"  {width} {kind:<28} {rate / 1e6 if rate else float('nan'):7.1f}M tokens/s{ratio}  shares {shares}"
         )
+      if "jaxdata" in kinds and "jaxdata-mesh8" in kinds:
+        mesh = kinds["jaxdata-mesh8"]["tokens_per_s"] / kinds["jaxdata"]["tokens_per_s"]
+        verdict = "ok" if mesh >= GOAL_MESH_OVER_NUMPY else "UNDER GOAL"
+        lines.append(f"  {width} mesh defaults / NumPy output: {mesh:.2f}x ({verdict}: >= {GOAL_MESH_OVER_NUMPY}x)")
   return "\n".join(lines)
 
 

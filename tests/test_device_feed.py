@@ -66,3 +66,24 @@ def test_the_accelerator_check_script_runs_end_to_end_at_its_smallest_size(tmp_p
   assert result["device_feed"]["tiny"]["losses_equal"] is True
   assert result["device_feed"]["accelerator"]["refused"].startswith("--size accelerator: its step needs")
   assert "tiny" in run.stdout and "refused: --size accelerator" in run.stdout
+
+
+def test_the_accelerator_summary_sets_the_mesh_against_numpy_output_on_each_corpus(tmp_path):
+  """The check's table gives, per corpus, the mesh defaults over NumPy output against the 0.95x goal
+  (from pipeline_throughput's JSON as `--lengths both` writes it: one key per corpus)."""
+  import json  # noqa: PLC0415
+
+  from benchmarks.accelerator_summary import summary, table  # noqa: PLC0415
+
+  def row(rate: float) -> dict:
+    return {"tokens_per_s": rate, "shares": [0.62, 0.18, 0.12, 0.08]}
+
+  results = {
+    "uint32": {"jaxdata": row(50e6), "jaxdata-mesh8": row(51e6), "grain-mp": row(10e6)},
+    "uint32-short": {"jaxdata": row(50e6), "jaxdata-mesh8": row(40e6), "grain-mp": row(10e6)},
+  }
+  (tmp_path / "pipeline_throughput.json").write_text(json.dumps({"repetitions": 1, "cores": 16, "results": results}))
+  text = table(summary(str(tmp_path)))
+  assert "uint32 mesh defaults / NumPy output: 1.02x (ok: >= 0.95x)" in text
+  assert "uint32-short mesh defaults / NumPy output: 0.80x (UNDER GOAL: >= 0.95x)" in text
+  assert "uint32-short jaxdata-mesh8" in text and "4.00x Grain" in text
