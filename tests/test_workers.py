@@ -97,8 +97,9 @@ def test_a_planner_process_gives_the_in_process_batches_and_states(cfg, referenc
     assert run(pipe, STEPS) == reference
 
 
-def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
-  """docs/performance.md: one span being read here, one planned; no more until a credit comes back.
+def test_a_planner_without_readers_plans_three_spans_then_one_per_credit(cfg):
+  """docs/performance.md: one span being handed out here, one read ahead, one waiting; no more until a
+  credit comes back.
   The planner's own loop, driven step by step: the order of events, no waiting on a clock."""
   parts = open_parts(PipelineSpec(cfg))
   ours, theirs = multiprocessing.Pipe()
@@ -117,7 +118,7 @@ def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
         planned += 1
       return planned
 
-    assert plan_until_waiting() == 2  # its two credits, then it waits
+    assert plan_until_waiting() == 3  # its three credits, then it waits
     for _ in range(3):
       role.handle(Credit(0), b"")
       assert plan_until_waiting() == 1  # each credit: exactly one more span
@@ -125,7 +126,7 @@ def test_a_planner_without_readers_plans_two_spans_then_one_per_credit(cfg):
     while ours.poll():
       received.append(message_from_json(json.loads(ours.recv_bytes()), cfg.names))
       ours.recv_bytes()  # its payload
-    assert [type(m) for m in received] == [SpanPlanned] * 5
+    assert [type(m) for m in received] == [SpanPlanned] * 6
     steps = [header["step"] for m in received for header in m.steps]
     assert steps == list(range(len(steps)))  # consecutive spans of consecutive steps
   finally:

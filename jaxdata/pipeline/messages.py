@@ -103,9 +103,11 @@ class WorkerSpec:
   @property
   def spans_ahead(self) -> int:
     """Spans the planner may send before the first is handed out: one
-    being handed out and one read ahead in all, and one more per extra
-    reader (spans go to the readers in turn)."""
-    return max(2, self.readers + 1)
+    being handed out, one being read ahead and one waiting, so that the
+    next read begins as soon as one ends (sent only when credit came back,
+    it began a planning late); with readers, one more per extra reader
+    (spans go to the readers in turn)."""
+    return max(3, self.readers + 1)
 
 
 def shape_key(num_rows: int, seq_len: int) -> str:

@@ -207,7 +207,7 @@ class Pipeline:
   def __next__(self) -> dict[str, Any]:
     self._check_open("next()")
     if self._handout.interrupted:
-      self._rewind()
+      self._restart_at(self._state)
     if self._exhausted:
       raise StopIteration
     started = time.perf_counter()
@@ -224,7 +224,7 @@ class Pipeline:
       self._handout.interrupted = True
       raise
     except BaseException:  # re-raised: first go back to just after the last batch handed out
-      self._rewind()
+      self._restart_at(self._state)
       raise
     if item is END:
       self._exhausted = True
@@ -233,10 +233,13 @@ class Pipeline:
     self._state = self._steering.handed_out(item.state)
     return item.batch
 
-  def _rewind(self) -> None:
+  def _restart_at(self, state: PipelineState) -> None:
+    """Stops the prefetch thread and plans on from `state`; until that is done, the next call does it
+    again (a Ctrl-C or an error inside leaves nothing half restarted)."""
     self._handout.stop_prefetch()
+    self._handout.interrupted = True
+    self._continue_from(state)
     self._handout.interrupted = False
-    self._continue_from(self._state)
 
   def close(self) -> None:
     """Stops the threads and processes and closes the files; `get_state()` still answers,
@@ -273,12 +276,10 @@ class Pipeline:
       state = seal(json.loads(json.dumps(state.to_json())))
     state = reconfigured_state(state, self.fingerprint, self.cfg) if reconfigure else state
     checked = PipelineState.from_json(read_pipeline_state(state, self.fingerprint, self.cfg.names), self.cfg.names)
-    self._handout.stop_prefetch()
-    self._handout.interrupted = False
     try:
-      self._continue_from(checked)
+      self._restart_at(checked)
     except ValueError as e:
-      self._continue_from(self._state)  # back to just after the last batch handed out
+      self._restart_at(self._state)  # back to just after the last batch handed out
       raise CheckpointError(f"pipeline state: {e}") from e
 
   @_one_call_at_a_time
@@ -313,9 +314,7 @@ class Pipeline:
     steered = self._steering.update(self._state, weights, at_step)
     self._state = steered.state
     if not steered.adopted:  # a step from its step on is planned already: planned again, from the last handed out
-      self._handout.stop_prefetch()
-      self._handout.interrupted = False
-      self._continue_from(self._state)
+      self._restart_at(self._state)
     return steered.at_step
 
   @_one_call_at_a_time

@@ -11,7 +11,9 @@ starts it, takes its spans and steers it::
                                                              the planner may have planned (its horizon)
 
 A span's pieces stay in the bytes they came in (`PlannedSpan.wire`), so a
-reader process gets them as they are.
+reader process gets them as they are. A planner that died is raised where
+its next span is awaited, never by a steering message (`PlanBefore`,
+`UpdateMixture`): one sent after a batch was taken would lose that batch.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from jaxdata.pipeline.messages import Credit, PlanBefore, SpanPlanned, Start, Up
 from jaxdata.pipeline.read_spans import PlannedSpan, decode_span
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
-from jaxdata.pipeline.worker_handle import raised
+from jaxdata.pipeline.worker_handle import WorkerGone, raised
 from jaxdata.pipeline.worker_pool import Lifecycle, WorkerPool
 
 __all__ = ["ProcessPlanning"]
@@ -65,7 +67,10 @@ class ProcessPlanning:
       return
     self.horizon = horizon
     if self.pool.stage is Lifecycle.RUNNING:
-      self.pool.planning_process.send(PlanBefore(self.pool.generation, horizon))
+      try:
+        self.pool.planning_process.send(PlanBefore(self.pool.generation, horizon))
+      except WorkerGone:  # raised where its next span is received; its restart sends the horizon (`Start`)
+        return
       if horizon is None or self.planned_below is None:
         self.planned_below = None
       else:
@@ -77,5 +82,8 @@ class ProcessPlanning:
     if adopted:
       entry = updates.to_json_at(at_step)
       assert entry is not None  # the update just added at `at_step`
-      self.pool.planning_process.send(UpdateMixture(self.pool.generation, entry))
+      try:
+        self.pool.planning_process.send(UpdateMixture(self.pool.generation, entry))
+      except WorkerGone:  # not adopted: the pipeline plans again from its state, which holds the update
+        return False
     return adopted

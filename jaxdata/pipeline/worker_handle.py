@@ -32,7 +32,7 @@ from jaxdata.pipeline.messages import (
 from jaxdata.pipeline.shared_buffer import SharedBuffer
 from jaxdata.pipeline.spec import PipelineSpec
 
-__all__ = ["WorkerHandle", "close_all", "raised"]
+__all__ = ["WorkerGone", "WorkerHandle", "close_all", "raised"]
 
 POLL_S = 0.1  # how often a wait checks that the worker is alive (and lets Ctrl-C in)
 
@@ -51,6 +51,10 @@ _ERRORS: dict[str, type[Exception]] = {
     MemoryError,
   )
 }
+
+
+class WorkerGone(RuntimeError):
+  """A worker process exited or closed its pipe (the message names it, its pid and its exit code)."""
 
 
 def raised(message: WorkerError) -> Exception:
@@ -143,12 +147,12 @@ class WorkerHandle:
     except OSError:  # BrokenPipeError, ConnectionResetError: the process was killed
       raise self.gone() from None
 
-  def gone(self) -> RuntimeError:
+  def gone(self) -> WorkerGone:
     try:
       code = self.process.wait(timeout=1)
     except subprocess.TimeoutExpired:
-      return RuntimeError(f"{self.name} (pid {self.process.pid}) closed its pipe")
-    return RuntimeError(f"{self.name} (pid {self.process.pid}) exited with code {code}")
+      return WorkerGone(f"{self.name} (pid {self.process.pid}) closed its pipe")
+    return WorkerGone(f"{self.name} (pid {self.process.pid}) exited with code {code}")
 
   def respawned(self) -> WorkerHandle:
     """A new process in place of a dead one, on the same shared memory."""

@@ -439,8 +439,14 @@ MODES = [
   Mode("workers2", {"prefetch": 1, "making": READERS_2}),
   Mode("mesh8", {"prefetch": 2, "making": "here"}, mesh=True),
   Mode("mesh8-default", {}, mesh=True),  # the defaults with a mesh (on < 4 cores: planned in process)
-  # The default on >= 4 cores, as there: spans from the planner process are read ahead on the read thread.
-  Mode("mesh8-planner-process", {"prefetch": 2, "making": "process"}, mesh=True, usable_cores=4),
+  # The default on >= 4 cores, as there: spans from the planner process are read ahead on the read thread;
+  # spans of at most 2 steps (256 tokens), so that a cell's steps come in several, each read ahead.
+  Mode(
+    "mesh8-planner-process",
+    {"prefetch": 2, "making": "process", "read_ahead_tokens": 2 * ROWS * SEQ_LEN},
+    mesh=True,
+    usable_cores=4,
+  ),
   Mode("mesh8-workers2", {"prefetch": 2, "making": READERS_2}, mesh=True),
   Mode("native-off", {"prefetch": 2, "making": "here"}, runs="native-off"),
   Mode("two-hosts", {"prefetch": 2, "making": "process"}, mesh=True, runs="two-hosts"),  # each: 4 devices, a planner
