@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from jaxdata import Pipeline, PipelineConfig, PipelineDataset, TokenDataset
+from jaxdata.testing import wait_for_processes
 from pipeline_fixtures import coded_config, digest
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -56,22 +57,46 @@ class FailingReads:
     monkeypatch.setattr(TokenDataset, "read", read)
 
 
-@pytest.mark.parametrize("prefetch", [0, 2])
-def test_a_transient_read_error_is_retried_and_changes_nothing(cfg, reference, monkeypatch, prefetch):
+# (prefetch, making): in process without and with the read thread; a planner process as on 4 usable
+# cores, where its spans are read ahead on the read thread too.
+READING = [(0, "here"), (2, "here"), (2, "process")]
+
+
+def reading(monkeypatch: pytest.MonkeyPatch, making: str) -> None:
+  if making == "process":
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+
+
+def ready(pipe: Pipeline, making: str) -> None:
+  """With a planner process: the steps from here on are its (the first ones are made here)."""
+  if making == "process":
+    wait_for_processes(pipe)
+    assert pipe.execution().processes == ("jaxdata planner",)
+
+
+@pytest.mark.parametrize("prefetch,making", READING)
+def test_a_transient_read_error_is_retried_and_changes_nothing(cfg, reference, monkeypatch, prefetch, making):
   faults = FailingReads(monkeypatch)
-  with Pipeline(cfg, prefetch=prefetch, read_ahead_tokens=300) as pipe:
+  reading(monkeypatch, making)
+  with Pipeline(cfg, prefetch=prefetch, making=making, read_ahead_tokens=300) as pipe:
     got = [digest(next(pipe)) for _ in range(3)]
+    ready(pipe, making)
     faults.count = 2  # below READ_ATTEMPTS: absorbed by the retries
     got += [digest(next(pipe)) for _ in range(7)]
+    assert pipe.execution().read_thread == (prefetch > 0)
   assert faults.count == 0 and got == reference
 
 
-@pytest.mark.parametrize("prefetch", [0, 2])
-def test_a_persistent_error_at_step_s_is_raised_and_the_next_call_retries_step_s(cfg, reference, monkeypatch, prefetch):
+@pytest.mark.parametrize("prefetch,making", READING)
+def test_a_persistent_error_at_step_s_is_raised_and_the_next_call_retries_step_s(
+  cfg, reference, monkeypatch, prefetch, making
+):
   # 0.1: prefetch=0 skipped step s; prefetch=2 ended the stream (StopIteration).
   faults = FailingReads(monkeypatch)
-  with Pipeline(cfg, prefetch=prefetch, read_ahead_tokens=300) as pipe:
+  reading(monkeypatch, making)
+  with Pipeline(cfg, prefetch=prefetch, making=making, read_ahead_tokens=300) as pipe:
     got = [digest(next(pipe)) for _ in range(4)]
+    ready(pipe, making)
     faults.count = 10**9
     with pytest.raises(OSError, match="injected"):
       while len(got) < 10:  # steps already read still come out, then the read of step s fails
