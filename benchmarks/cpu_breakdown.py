@@ -2,6 +2,7 @@
 
     python -m benchmarks.cpu_breakdown --lengths both
     python -m benchmarks.cpu_breakdown --lengths short --mesh 0     # NumPy output
+    python -m benchmarks.cpu_breakdown --lengths short --scale 0.3 --shard-kib 512   # 16x the shards
 
 The benchmark workload (benchmarks/pipeline_throughput: 4 datasets, token
 shares .62 / .18 / .12 / .08, global shuffle, first_fit 32 x 2048, uint32)
@@ -36,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.make_corpus import VOCABS
+from benchmarks.make_corpus import CORPORA, VOCABS, corpus_dir, make_corpus
 from benchmarks.pipeline_throughput import ROWS, SEQ_LEN, TOKEN_SHARES, _corpora, jaxdata_config, run_ceiling
 
 STAGES = ("plan", "stats", "state", "read", "assemble", "output")
@@ -98,6 +99,16 @@ def breakdown(corpus: str, mesh_devices: int) -> dict[str, Any]:
   return out
 
 
+def _shards(corpus: str) -> int:
+  import jaxdata  # noqa: PLC0415
+
+  count = 0
+  for name in TOKEN_SHARES:
+    with jaxdata.TokenDataset(os.path.join(corpus, name)) as dataset:
+      count += dataset.num_shards
+  return count
+
+
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
   return {
     key: [statistics.median(r[key][i] for r in runs) for i in range(len(value))]
@@ -113,6 +124,12 @@ def main() -> None:
   parser.add_argument("--lengths", default="both", choices=["project", "short", "both"])
   parser.add_argument("--mesh", type=int, default=8, help="CPU devices of the mesh (0: NumPy output)")
   parser.add_argument("--repetitions", type=int, default=3)
+  parser.add_argument(
+    "--shard-kib",
+    type=int,
+    help="write the corpora with shards of this many KiB (default: the benchmark corpora's 8 MiB) beside them",
+  )
+  parser.add_argument("--scale", type=float, default=1.0, help="with --shard-kib: the corpora's size (of ~100M tokens)")
   parser.add_argument("--run", help="one corpus, in this process (used by the driver)")
   args = parser.parse_args()
   if args.run:
@@ -126,7 +143,16 @@ def main() -> None:
   import subprocess  # noqa: PLC0415
 
   lengths = ["project", "short"] if args.lengths == "both" else [args.lengths]
-  corpora = {name: _corpora(args.corpus, ["uint32"], "zstd", name)["uint32"] for name in lengths}
+  if args.shard_kib:  # the same lengths in more (or fewer) shards: what the shard count costs each stage
+    corpora = {}
+    for name in lengths:
+      directory = corpus_dir(f"{args.corpus}-{name}-scale{args.scale:g}-shards{args.shard_kib}k", VOCABS["uint32"])
+      make_corpus(
+        directory, args.scale, vocab_size=VOCABS["uint32"], shard_bytes=args.shard_kib << 10, specs=CORPORA[name]
+      )
+      corpora[name] = directory
+  else:
+    corpora = {name: _corpora(args.corpus, ["uint32"], "zstd", name)["uint32"] for name in lengths}
   assert VOCABS["uint32"] > 65_535  # uint32 ids: the width current vocabularies need
   runs: dict[str, list[dict[str, Any]]] = {name: [] for name in corpora}
   for _ in range(args.repetitions):  # interleaved: drifts of the machine hit both corpora alike
@@ -137,6 +163,8 @@ def main() -> None:
   cores = len(os.sched_getaffinity(0))
   output = f"{args.mesh}-device mesh" if args.mesh else "NumPy output"
   print(f"CPU-ms per 65,536 non-padding tokens, uint32, {output}, one thread; medians of {args.repetitions}")
+  for name, corpus in corpora.items():
+    print(f"  {name}: {corpus}, {_shards(corpus)} shards")
   print(f"{'corpus':8s} " + " ".join(f"{s:>8s}" for s in (*STAGES, "rest", "total")) + "  ceiling  read/total")
   for name, measured in runs.items():
     r = _median(measured)
