@@ -28,6 +28,7 @@ def test_a_batch_handed_out_is_freed_on_the_producer_thread_after_the_next_one()
   Batch.freed_on.clear()
   counter = iter(range(10**6))
   prefetcher = Prefetcher(lambda: Batch(next(counter)), depth=2, last=lambda item: False)
+  prefetcher.start()
   try:
     first = prefetcher.get()
     prefetcher.hold(first)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import jax
 import numpy as np
@@ -149,3 +150,83 @@ def test_a_planner_killed_while_the_loop_steers_loses_no_step(tmp_path, mesh, mo
         planner.wait()
   assert got == want
   assert all("jaxdata planner" in e and "exited with code -9" in e for e in errors) and len(errors) <= 2
+
+
+def earliest_update_step(pipe: Pipeline) -> int:
+  """The first step an update may start at: the next step, or the first whose documents are not drawn yet."""
+  state = pipe.get_state()
+  return max(state["step"], int(state["stream"].get("next_step", 0)))
+
+
+@pytest.mark.parametrize("where", ["waiting for the prefetch thread", "telling the planning"])
+def test_an_update_cut_off_by_ctrl_c_is_whole_or_not_made(tmp_path, mesh, monkeypatch, where):
+  # An update at the earliest step plans the steps made ahead again: the prefetch thread is stopped first
+  # (a Ctrl-C there once left the stopped thread in place: batches planned without the update, then a
+  # false "prefetch thread ended" error). Cut off before the planning has it, the update is not made.
+  cfg = config(tmp_path)
+  weights = {"d0": 1.0, "d1": 3.0}
+  with Pipeline(cfg, mesh=mesh, prefetch=2, making="here", read_ahead_tokens=512) as pipe:
+    got = [digest(next(pipe)) for _ in range(6)]
+    at_step = earliest_update_step(pipe)
+    if where == "telling the planning":
+      monkeypatch.setattr("jaxdata.pipeline.steps.Steps.adopt_updates", interrupting)
+    else:
+      real_stop = Prefetcher.stop
+      monkeypatch.setattr(Prefetcher, "stop", lambda self, wait=True: interrupting() if wait else real_stop(self, wait))
+    with pytest.raises(KeyboardInterrupt):
+      pipe.update_mixture(weights, at_step)
+    monkeypatch.undo()
+    made = bool(pipe.get_state()["stream"].get("updates"))
+    got += [digest(next(pipe)) for _ in range(12)]
+    state = pipe.get_state()
+  assert made == (where == "waiting for the prefetch thread")  # there the planning had it already
+  with Pipeline(cfg, mesh=mesh, prefetch=0, making="here") as pipe:
+    want = [digest(next(pipe)) for _ in range(6)]
+    if made:
+      pipe.update_mixture(weights, at_step)
+    want += [digest(next(pipe)) for _ in range(12)]
+    assert pipe.get_state() == state
+  assert got == want
+
+
+def interrupting(*_args: object, **_kwargs: object) -> None:
+  raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_after_next_took_its_step_hands_that_step_out_on_the_next_call(tmp_path, mesh, monkeypatch):
+  # next() takes the step, then tells the planning how far it may plan (with updates on, it may wait
+  # for a planner process's start): a Ctrl-C there once lost the step taken.
+  cfg = config(tmp_path)
+  want = reference(cfg, mesh, 16)
+  with Pipeline(cfg, mesh=mesh, prefetch=2, making="here", read_ahead_tokens=512) as pipe:
+    got = [digest(next(pipe)) for _ in range(5)]
+    monkeypatch.setattr("jaxdata.pipeline.steering.MixtureSteering.handed_out", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+      next(pipe)
+    monkeypatch.undo()
+    assert pipe.get_state()["step"] == 5  # the step taken was not handed out
+    got += [digest(next(pipe)) for _ in range(11)]
+  assert got == want
+
+
+def test_a_ctrl_c_as_the_prefetch_thread_starts_leaves_no_thread_behind(tmp_path, mesh, monkeypatch):
+  # A thread started before the pipeline held it could not be stopped: a second one then made steps
+  # from the same planning, and the batches went wrong.
+  cfg = config(tmp_path)
+  want = reference(cfg, mesh, 12)
+  real_start = Prefetcher.start
+
+  def started_then_interrupted(self: Prefetcher) -> None:
+    real_start(self)
+    monkeypatch.setattr(Prefetcher, "start", real_start)  # once
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(Prefetcher, "start", started_then_interrupted)
+  before = {thread.ident for thread in threading.enumerate()}  # (other tests' threads may still end)
+  with Pipeline(cfg, mesh=mesh, prefetch=2, making="here", read_ahead_tokens=512) as pipe:
+    with pytest.raises(KeyboardInterrupt):
+      next(pipe)
+    got = [digest(next(pipe)) for _ in range(12)]
+    ours = [t for t in threading.enumerate() if t.name == "jaxdata-prefetch" and t.ident not in before]
+    assert len(ours) == 1  # the interrupted one was stopped
+  assert got == want

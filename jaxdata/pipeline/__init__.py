@@ -37,7 +37,7 @@ Its modules::
     sharding.py          which rows this process holds; the global `jax.Array`s
     slices.py            TPU slice configs and their meshes
     stats.py             `StatsRecorder`: per-step statistics
-    wait_warning.py      the one-line warning when `next()` waits long for a step
+    wait_warning.py      the one-line warnings of `next()`: a long wait for a step, a stream without a whole step
     step_stats.py        `StepStats`: one step's statistics as a typed record (the stats file's lines)
     vocabulary.py        token ids checked against the datasets' vocabulary
     pair_logprobs.py     `sequence_logprobs`: per-pair sums of a batch of preference pairs (for a DPO-style loss)

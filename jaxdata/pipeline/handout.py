@@ -164,6 +164,7 @@ class Handout:
       if self._switch_interval_s is not None and self._switch_lease is None:
         self._switch_lease = lower_switch_interval(self._switch_interval_s)
       self.prefetcher = Prefetcher(produce, depth, lambda item: item is END)
+      self.prefetcher.start()  # held first: a Ctrl-C in between leaves no thread that nothing can stop
     item = self.prefetcher.get()
     if isinstance(item, BaseException):
       raise item
@@ -171,15 +172,16 @@ class Handout:
     return item
 
   def stop_prefetch(self, wait: bool = True) -> None:
+    """Tells the thread to stop and, with `wait`, waits for it and every one stopped before (the planner
+    is shared: no old thread may still run). A Ctrl-C while waiting leaves them to the next call."""
     if self.prefetcher is not None:
-      self.prefetcher.stop(wait)
-      if not wait:
-        self.stopped.append(self.prefetcher)
+      self.stopped.append(self.prefetcher)
+      self.prefetcher.stop(wait=False)
       self.prefetcher = None
     if wait:
-      for prefetcher in self.stopped:  # the planner is shared: no old thread may still run
-        prefetcher.thread.join()
-      self.stopped.clear()
+      while self.stopped:
+        self.stopped[0].stop(wait=True)
+        self.stopped.pop(0)
     self._give_back_switch_interval()
 
   def _give_back_switch_interval(self) -> None:

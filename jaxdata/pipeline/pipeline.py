@@ -34,7 +34,6 @@ import functools
 import json
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -60,7 +59,13 @@ from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steering import MixtureSteering
 from jaxdata.pipeline.switch_interval import check_switch_interval_s
-from jaxdata.pipeline.wait_warning import LOGGER, WAIT_WARNING_S, check_wait_warning_s, warn_if_waited
+from jaxdata.pipeline.wait_warning import (
+  LOGGER,
+  WAIT_WARNING_S,
+  check_wait_warning_s,
+  warn_if_no_step,
+  warn_if_waited,
+)
 
 if TYPE_CHECKING:  # jax is imported when a mesh is used (NumPy output starts without it)
   from jax.sharding import Mesh
@@ -218,6 +223,7 @@ class Pipeline:
         waited = time.perf_counter() - started
         self._recorder.time(item.stats, "wait", waited)
         warn_if_waited(self.wait_warning_s, self._state.step, waited, ready, self._handout.ahead())
+        after = self._steering.handed_out(item.state)  # tells the planning (it may wait): a Ctrl-C retries
         self._recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
     except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
       self._handout.stop_prefetch(wait=False)
@@ -228,16 +234,16 @@ class Pipeline:
       raise
     if item is END:
       self._exhausted = True
-      _warn_if_no_step(self._state.step, self.cfg.tokens_per_step)
+      warn_if_no_step(self._state.step, self.cfg.tokens_per_step)
       raise StopIteration
-    self._state = self._steering.handed_out(item.state)
+    self._state = after
     return item.batch
 
   def _restart_at(self, state: PipelineState) -> None:
     """Stops the prefetch thread and plans on from `state`; until that is done, the next call does it
     again (a Ctrl-C or an error inside leaves nothing half restarted)."""
-    self._handout.stop_prefetch()
     self._handout.interrupted = True
+    self._handout.stop_prefetch()
     self._continue_from(state)
     self._handout.interrupted = False
 
@@ -311,7 +317,11 @@ class Pipeline:
         raise ValueError(
           f"at_step: {at_step} is already planned; the earliest step an update can start at is {earliest}"
         )
-    steered = self._steering.update(self._state, weights, at_step)
+    try:
+      steered = self._steering.update(self._state, weights, at_step)
+    except BaseException:  # re-raised: cut off before the planning had it, the update is not made
+      self._handout.interrupted = True  # the next call plans again from the last state
+      raise
     self._state = steered.state
     if not steered.adopted:  # a step from its step on is planned already: planned again, from the last handed out
       self._restart_at(self._state)
@@ -364,17 +374,6 @@ class Pipeline:
     self._exhausted = False
     self._steering.restarted(self._state.step)  # before the restart: a planner process starts with it
     self._handout.maker.restart(self._state)
-
-
-def _warn_if_no_step(step: int, tokens_per_step: int) -> None:
-  if step == 0:
-    warnings.warn(
-      f"jaxdata: the stream ended before one whole step ({tokens_per_step:,} tokens): no batch "
-      "(batch.drop_remainder drops the partial one); the datasets are smaller than a step under "
-      "their pass policies",
-      RuntimeWarning,
-      stacklevel=3,
-    )
 
 
 def _check_arguments(prefetch: int, making: StepMaking, read_ahead_tokens: int) -> None:

@@ -38,6 +38,9 @@ class Prefetcher:
     self._held: Any = None  # handed out last; the caller may still use it
     self._retired: list[Any] = []  # handed out before: dropped by the producer thread
     self.thread = threading.Thread(target=self._run, name="jaxdata-prefetch", daemon=True)
+
+  def start(self) -> None:
+    """Starts the thread (apart from the constructor: whoever holds the Prefetcher can always stop it)."""
     self.thread.start()
 
   def get(self) -> Any:
@@ -59,7 +62,7 @@ class Prefetcher:
     """Stops the thread (and waits for it, unless `wait` is false: then it
     ends after its current item); items not yet taken are dropped."""
     self.stopping.set()
-    if wait:
+    if wait and self.thread.ident is not None:  # (never started: nothing to wait for)
       self.thread.join()
 
   def _run(self) -> None:

@@ -1,4 +1,5 @@
-"""A one-line warning when the training loop waits long for a step.
+"""A one-line warning when the training loop waits long for a step (and one when a stream ends
+before its first whole step).
 
 A loop that waits seconds for its batch is input-bound; the line says which
 step, how long, and how many steps were ready ahead when `next()` was called
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import logging
 import numbers
+import warnings
 
 from jaxdata.config.validate import short
 
-__all__ = ["WAIT_WARNING_S", "check_wait_warning_s", "warn_if_waited"]
+__all__ = ["WAIT_WARNING_S", "check_wait_warning_s", "warn_if_no_step", "warn_if_waited"]
 
 WAIT_WARNING_S = 10.0  # Pipeline(wait_warning_s=...): longer waits for one step are logged
 LOGGER = logging.getLogger("jaxdata")
@@ -47,3 +49,15 @@ def warn_if_waited(threshold_s: float | None, step: int, waited_s: float, ready:
     return False
   LOGGER.warning("jaxdata: %s", wait_message(step, waited_s, ready, depth))
   return True
+
+
+def warn_if_no_step(step: int, tokens_per_step: int) -> None:
+  """At the stream's end: a `RuntimeWarning` if it ended before one whole step (no batch at all)."""
+  if step == 0:
+    warnings.warn(
+      f"jaxdata: the stream ended before one whole step ({tokens_per_step:,} tokens): no batch "
+      "(batch.drop_remainder drops the partial one); the datasets are smaller than a step under "
+      "their pass policies",
+      RuntimeWarning,
+      stacklevel=3,
+    )
