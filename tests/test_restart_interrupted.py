@@ -17,9 +17,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdata import Pipeline, PipelineConfig
+from jaxdata import Pipeline, PipelineConfig, StepMaking
 from jaxdata.pipeline.assembly import SpanReads
 from jaxdata.pipeline.prefetch import Prefetcher
+from jaxdata.pipeline.worker_handle import WorkerHandle
 from jaxdata.testing import wait_for_processes, worker_processes
 from pipeline_fixtures import coded_config, digest
 
@@ -229,4 +230,35 @@ def test_a_ctrl_c_as_the_prefetch_thread_starts_leaves_no_thread_behind(tmp_path
     got = [digest(next(pipe)) for _ in range(12)]
     ours = [t for t in threading.enumerate() if t.name == "jaxdata-prefetch" and t.ident not in before]
     assert len(ours) == 1  # the interrupted one was stopped
+  assert got == want
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("readers", [0, 1])
+def test_a_ctrl_c_between_a_message_and_its_payload_replaces_the_worker(tmp_path, mesh, monkeypatch, readers):
+  # Where next() reads the pipe itself (no prefetch thread, or reader processes), a Ctrl-C between a span's
+  # header and its pieces left the pipe out of step: a garbage length, then a wait forever or a false error.
+  cfg = config(tmp_path)
+  want = reference(cfg, mesh, 20)
+  making = StepMaking("process", reader_processes=readers)
+  with Pipeline(cfg, mesh=mesh, prefetch=0, making=making, read_ahead_tokens=512) as pipe:
+    got = [digest(next(pipe)) for _ in range(2)]
+    wait_for_processes(pipe)
+    got += [digest(next(pipe)) for _ in range(3)]
+    planner = worker_processes(pipe)[0]
+    real_payload = WorkerHandle.payload
+
+    def interrupted_payload(self: WorkerHandle) -> bytes:
+      monkeypatch.setattr(WorkerHandle, "payload", real_payload)  # once
+      raise KeyboardInterrupt
+
+    monkeypatch.setattr(WorkerHandle, "payload", interrupted_payload)
+    with pytest.raises(KeyboardInterrupt):
+      while len(got) < 20:  # until next() reads a span's header
+        got.append(digest(next(pipe)))
+    assert planner.wait(timeout=10) != 0  # out of step: killed
+    got += [digest(next(pipe)) for _ in range(20 - len(got))]
+    wait_for_processes(pipe)
+    assert worker_processes(pipe)[0].pid != planner.pid  # replaced
   assert got == want

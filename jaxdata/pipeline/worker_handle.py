@@ -123,7 +123,11 @@ class WorkerHandle:
       message = self.receive() if wait else self.receive_ready()
       if message is None:
         return None
-      payload = self.payload() if isinstance(message, SpanPlanned) else b""
+      try:
+        payload = self.payload() if isinstance(message, SpanPlanned) else b""
+      except KeyboardInterrupt:
+        self.abandon()
+        raise
       if getattr(message, "generation", None) == generation:
         return message, payload
 
@@ -139,6 +143,9 @@ class WorkerHandle:
       return message_from_json(json.loads(self.conn.recv_bytes()), self.names)
     except (EOFError, OSError):  # OSError: reset by a process that was killed
       raise self.gone() from None
+    except KeyboardInterrupt:
+      self.abandon()
+      raise
 
   def send(self, message: Message, payload: bytes | None = None) -> None:
     try:
@@ -146,6 +153,14 @@ class WorkerHandle:
         send(self.conn, message, payload)
     except OSError:  # BrokenPipeError, ConnectionResetError: the process was killed
       raise self.gone() from None
+    except KeyboardInterrupt:
+      self.abandon()
+      raise
+
+  def abandon(self) -> None:
+    """A Ctrl-C inside a message (between its header and its payload, or within either) leaves the pipe
+    out of step: the process is killed, and replaced like any dead worker when the steps start again."""
+    self.process.kill()
 
   def gone(self) -> WorkerGone:
     try:
