@@ -17,7 +17,7 @@ import pytest
 
 from jaxdata import Pipeline, PipelineConfig, PipelineDataset, TokenDataset
 from jaxdata.testing import wait_for_processes
-from pipeline_fixtures import coded_config, digest
+from pipeline_fixtures import as_on_cores, coded_config, digest
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -64,7 +64,7 @@ READING = [(0, "here"), (2, "here"), (2, "process")]
 
 def reading(monkeypatch: pytest.MonkeyPatch, making: str) -> None:
   if making == "process":
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    as_on_cores(monkeypatch, 4)
 
 
 def ready(pipe: Pipeline, making: str) -> None:

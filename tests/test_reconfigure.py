@@ -223,40 +223,15 @@ def test_the_stats_the_report_and_plan_show_the_change_points(root, tmp_path):
   line = "config changed at a restore: step 3: added d2; removed d1; packing: seq_len=16 -> seq_len=20"
   assert line in report.stdout, report.stdout + report.stderr
   (tmp_path / "after.json").write_text(json.dumps(after.to_dict()))
-  plan = subprocess.run(
-    [
-      *cli,
-      "plan",
-      str(tmp_path / "after.json"),
-      "--tokens",
-      "2000",
-      "--read-spans",
-      "0",
-      "--state",
-      str(tmp_path / "state.json"),
-    ],
-    capture_output=True,
-    text=True,
-    env=wide,
-  )
+
+  def plan_with_state(state: str) -> subprocess.CompletedProcess:
+    command = [*cli, "plan", str(tmp_path / "after.json"), "--tokens", "2000", "--read-spans", "0", "--state", state]
+    return subprocess.run(command, capture_output=True, text=True, env=wide)
+
+  plan = plan_with_state(str(tmp_path / "state.json"))
   assert line in plan.stdout, plan.stdout + plan.stderr
   (tmp_path / "bad.json").write_text("[1, 2]")
-  bad = subprocess.run(
-    [
-      *cli,
-      "plan",
-      str(tmp_path / "after.json"),
-      "--tokens",
-      "2000",
-      "--read-spans",
-      "0",
-      "--state",
-      str(tmp_path / "bad.json"),
-    ],
-    capture_output=True,
-    text=True,
-    env=wide,
-  )
+  bad = plan_with_state(str(tmp_path / "bad.json"))
   assert bad.returncode != 0 and "bad.json: not a pipeline state (no stream)" in bad.stdout + bad.stderr
 
 

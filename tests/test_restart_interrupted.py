@@ -22,9 +22,7 @@ from jaxdata.pipeline.assembly import SpanReads
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.worker_handle import WorkerHandle
 from jaxdata.testing import wait_for_processes, worker_processes
-from pipeline_fixtures import coded_config, digest
-
-FOUR_CORES = {0, 1, 2, 3}
+from pipeline_fixtures import as_on_cores, coded_config, digest
 
 
 def config(tmp_path, **overrides) -> PipelineConfig:
@@ -47,6 +45,19 @@ def mesh() -> jax.sharding.Mesh:
 def reference(cfg: PipelineConfig, mesh: jax.sharding.Mesh, steps: int) -> list:
   with Pipeline(cfg, mesh=mesh, prefetch=0, making="here") as pipe:
     return [digest(next(pipe)) for _ in range(steps)]
+
+
+def interrupt_once(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, after_the_call: bool = False) -> None:
+  """Ctrl-C in the next call of `owner.name` (before it runs, or once it has run), then the real one."""
+  real = getattr(owner, name)
+
+  def interrupted(*args: object, **kwargs: object) -> None:
+    monkeypatch.setattr(owner, name, real)
+    if after_the_call:
+      real(*args, **kwargs)
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(owner, name, interrupted)
 
 
 def interrupt_restart(monkeypatch: pytest.MonkeyPatch, at_call: int) -> dict[str, int]:
@@ -77,7 +88,7 @@ def test_a_ctrl_c_inside_set_state_leaves_the_restart_to_the_next_call(tmp_path,
   # in turn; a restart cut off before the planner's `Start` once left next() waiting forever.
   cfg = config(tmp_path)
   want = reference(cfg, mesh, 24)
-  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: FOUR_CORES)
+  as_on_cores(monkeypatch, 4)
   with Pipeline(cfg, mesh=mesh, prefetch=2, making=making, read_ahead_tokens=1024) as pipe:
     if making == "process":
       wait_for_processes(pipe)
@@ -98,17 +109,11 @@ def test_a_ctrl_c_inside_set_state_leaves_the_restart_to_the_next_call(tmp_path,
 def test_a_second_ctrl_c_while_next_restarts_leaves_it_to_the_call_after(tmp_path, mesh, monkeypatch):
   cfg = config(tmp_path)
   want = reference(cfg, mesh, 20)
-  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: FOUR_CORES)
+  as_on_cores(monkeypatch, 4)
   with Pipeline(cfg, mesh=mesh, prefetch=2, making="process", read_ahead_tokens=1024) as pipe:
     wait_for_processes(pipe)
     got = [digest(next(pipe)) for _ in range(5)]
-    real_get = Prefetcher.get
-
-    def interrupted_get(self: Prefetcher) -> object:
-      monkeypatch.setattr(Prefetcher, "get", real_get)  # once
-      raise KeyboardInterrupt
-
-    monkeypatch.setattr(Prefetcher, "get", interrupted_get)
+    interrupt_once(monkeypatch, Prefetcher, "get")
     with pytest.raises(KeyboardInterrupt):
       next(pipe)  # the first Ctrl-C, while next() waits for a step: the next call restarts first
     calls = interrupt_restart(monkeypatch, 3)
@@ -122,7 +127,7 @@ def test_a_second_ctrl_c_while_next_restarts_leaves_it_to_the_call_after(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("cores", [FOUR_CORES, {0, 1}], ids=["read-thread", "two-cores"])
+@pytest.mark.parametrize("cores", [4, 2], ids=["read-thread", "two-cores"])
 def test_a_planner_killed_while_the_loop_steers_loses_no_step(tmp_path, mesh, monkeypatch, cores):
   # With mixture updates the pipeline tells the planner how far it may plan after every step handed out;
   # told to a dead planner, that message once raised after the batch was taken: two steps were lost and
@@ -130,7 +135,7 @@ def test_a_planner_killed_while_the_loop_steers_loses_no_step(tmp_path, mesh, mo
   cfg = config(tmp_path, exhausted_policy="stop")
   with Pipeline(cfg, mesh=mesh, prefetch=0, making="here") as pipe:
     want = [digest(batch) for batch in pipe]
-  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: cores)
+  as_on_cores(monkeypatch, cores)
   got, errors = [], []
   with Pipeline(cfg, mesh=mesh, prefetch=2, making="process", read_ahead_tokens=64) as pipe:
     while True:
@@ -215,14 +220,7 @@ def test_a_ctrl_c_as_the_prefetch_thread_starts_leaves_no_thread_behind(tmp_path
   # from the same planning, and the batches went wrong.
   cfg = config(tmp_path)
   want = reference(cfg, mesh, 12)
-  real_start = Prefetcher.start
-
-  def started_then_interrupted(self: Prefetcher) -> None:
-    real_start(self)
-    monkeypatch.setattr(Prefetcher, "start", real_start)  # once
-    raise KeyboardInterrupt
-
-  monkeypatch.setattr(Prefetcher, "start", started_then_interrupted)
+  interrupt_once(monkeypatch, Prefetcher, "start", after_the_call=True)
   before = {thread.ident for thread in threading.enumerate()}  # (other tests' threads may still end)
   with Pipeline(cfg, mesh=mesh, prefetch=2, making="here", read_ahead_tokens=512) as pipe:
     with pytest.raises(KeyboardInterrupt):
@@ -247,13 +245,7 @@ def test_a_ctrl_c_between_a_message_and_its_payload_replaces_the_worker(tmp_path
     wait_for_processes(pipe)
     got += [digest(next(pipe)) for _ in range(3)]
     planner = worker_processes(pipe)[0]
-    real_payload = WorkerHandle.payload
-
-    def interrupted_payload(self: WorkerHandle) -> bytes:
-      monkeypatch.setattr(WorkerHandle, "payload", real_payload)  # once
-      raise KeyboardInterrupt
-
-    monkeypatch.setattr(WorkerHandle, "payload", interrupted_payload)
+    interrupt_once(monkeypatch, WorkerHandle, "payload")
     with pytest.raises(KeyboardInterrupt):
       while len(got) < 20:  # until next() reads a span's header
         got.append(digest(next(pipe)))

@@ -83,6 +83,11 @@ def coded_config(
   return PipelineConfig.from_dict(raw)
 
 
+def as_on_cores(monkeypatch: Any, count: int) -> None:
+  """As on a host of `count` usable cores (`os.sched_getaffinity`), where the pipeline's defaults look."""
+  monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(count)))
+
+
 def free_port() -> int:
   """A localhost port nobody listens on, for a jax.distributed coordinator."""
   with socket.socket() as s:
