@@ -182,37 +182,57 @@ def assistant_turns(
   where: str,
   token_offsets: Sequence[tuple[int, int]] = (),
 ) -> list[tuple[int, int]]:
-  """The character ranges of the trained assistant messages' whole turns in `render(messages, False)`.
-  `token_offsets` (each token's [start, end) in the rendering, in order): a turn's end that falls inside
-  a token of template text after the turn (`<|user|>` sharing `<|` with `<|endoftext|>`) moves back to
-  that token's start."""
+  """The character ranges of the trained messages' whole turns in `render(messages, False)`.
+  `token_offsets` (each token's [start, end) in the rendering, in order): a turn without an end-of-turn
+  marker whose end falls inside a token of template text after it moves back to that token's start."""
   token_starts = [int(start) for start, _ in token_offsets]
   token_ends = [int(end) for _, end in token_offsets]
   text = render(messages, False)
   spans = content_spans(messages, render, text, where)
-  ranges, previous_end = [], 0
+  marker = end_of_turn_text(render)
+  ranges: list[tuple[int, int]] = []
+  floor = 0  # nothing of message i renders before this point
   for i in range(len(messages)):
     span = spans.get(i)
-    if i not in trained:
-      previous_end = span[1] if span else previous_end
+    if i not in trained and messages[i].get("role") != "assistant":
+      # a content a template moves later (a system prompt into the last user turn) sets no floor
+      in_order = span is not None and span[1] <= min((spans[k][0] for k in spans if k > i), default=len(text))
+      floor = max(floor, span[1]) if span and in_order else floor
       continue
-    start = _turn_start(messages, i, render, text, previous_end, span)
-    if start is None:  # no content, generation prompt or sentinel places it: the template leaves it out
+    placed = _turn_start(messages, i, render, text, floor, _ceiling(spans, i, len(text)), span)
+    if i not in trained:  # its header is passed, so that the next turn's header is searched after it
+      floor = max(floor, span[1] if span else placed[0] if placed else floor)
+      continue
+    if placed is None:
       raise InputFormatError(
-        f"{where}: messages[{i}] (assistant, weight 1) is absent from the template's rendering (nothing of it "
-        "is placed there: no content, no generation prompt, no tool call); give it weight 0, or a template that renders it"
+        f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1) is absent from the template's rendering "
+        "(nothing of it is placed there: no content, no generation prompt, no tool call); give it weight 0, or a "
+        "template that renders it"
       )
-    end = _turn_end(messages, i, render, text, start, span, where)
-    end = _at_token_start(text, end, span[1] if span else start, token_starts, token_ends)
+    start = placed[0]
+    anchor = max(start, span[1]) if span else start
+    limit = _next_message_start(messages, i, render, text, spans, anchor, marker)
+    end, marked = _turn_end(text, anchor, limit, marker)
+    if not marked:
+      end = _at_token_start(text, end, anchor, token_starts, token_ends)
     if end <= start:
+      wrote = text[max(0, start - 40) : limit + 40]
       raise InputFormatError(
-        f"{where}: messages[{i}] (assistant, weight 1) renders nothing the model could learn: the template "
-        "writes no content, tool call or end-of-turn marker for it (absent from its rendering); give it "
-        "content or weight 0, or mark what trains with {% generation %} blocks"
+        f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1) renders nothing the model could learn: "
+        f"the template writes no content, tool call or end-of-turn marker for it; around its place it wrote "
+        f"{wrote!r}; give it content or weight 0, or mark what trains with {{% generation %}} blocks"
       )
     ranges.append((start, end))
-    previous_end = end
+    floor = end
   return ranges
+
+
+def _ceiling(spans: dict[int, tuple[int, int]], i: int, length: int) -> int:
+  """Where message i's header must end by: its content's start, else the next placed content's start."""
+  for j in sorted(spans):
+    if j >= i:
+      return spans[j][0]
+  return length
 
 
 def _at_token_start(text: str, end: int, floor: int, token_starts: list[int], token_ends: list[int]) -> int:
@@ -228,27 +248,104 @@ def _at_token_start(text: str, end: int, floor: int, token_starts: list[int], to
 
 
 def _turn_start(
-  messages: list[dict[str, Any]], i: int, render: Render, text: str, floor: int, span: tuple[int, int] | None
-) -> int | None:
-  """Where the model starts generating message i: the end of the generation prompt after messages[:i]
-  (kept between the previous message's end and the content's start). A template without a generation
-  prompt does not say where the header ends: then the content's start, or for a message without text
-  where a sentinel given as its content lands (the header never trains). None: nothing places the
-  message in the rendering (a template that leaves it out)."""
-  ceiling = span[0] if span else len(text)
+  messages: list[dict[str, Any]],
+  i: int,
+  render: Render,
+  text: str,
+  floor: int,
+  ceiling: int,
+  span: tuple[int, int] | None,
+) -> tuple[int, int] | None:
+  """(where the model starts generating message i, the length of the header before it). That is where the
+  generation prompt after messages[:i] ends: the whole prompt where the rendering starts with it, else its
+  own text (the header, which a template may write after layout the prompt lacks, or after earlier turns
+  it rewrites) found between the previous message and `ceiling`. A template without a generation prompt:
+  the content's start, or where a sentinel given as its content lands. None: nothing places it."""
   try:
     prompt = render(messages[:i], True)
     before = render(messages[:i], False)
   except InputFormatError:  # a template may refuse a conversation that ends before an assistant turn
     prompt = before = ""
   if prompt != before:
-    start = _common_prefix(text, prompt)
-    if floor <= start <= ceiling:
-      return start
+    agreed = _common_prefix(text, prompt)
+    header = prompt[_common_prefix(prompt, before) :]
+    if agreed == len(prompt) and floor <= agreed <= ceiling:
+      return agreed, len(header)
+    for own in dict.fromkeys((header, header.lstrip())):
+      at = text.find(own, floor, ceiling) if own else -1
+      if at >= 0:
+        return at + len(own), len(own)
+    if floor <= agreed <= ceiling:
+      return agreed, 0
   if span:
-    return ceiling
+    return span[0], 0
   at = _sentinel_position(messages, i, render, text)
-  return at if at is not None and at >= floor else None
+  return (at, 0) if at is not None and at >= floor else None
+
+
+def _header_before_content(messages: list[dict[str, Any]], j: int, render: Render, marker: str) -> str:
+  """The template text written just before message j's content (its header, layout included) when message
+  j ends the conversation: from where that rendering parts from the one without message j, or from the
+  last end-of-turn marker, whichever is later (a template may write the turn before a last message some
+  other way); "" when a template refuses that conversation or writes no content for it."""
+  sentinel = _sentinel_prefix(messages) + "c\ue001"
+  try:
+    before = render(messages[:j], False)
+    with_it = render([*messages[:j], {**messages[j], "content": sentinel}], False)
+  except InputFormatError:
+    return ""
+  at = with_it.find(sentinel)
+  if at < 0:
+    return ""
+  begins = _common_prefix(before, with_it)
+  ended = with_it.rfind(marker, 0, at) if marker else -1
+  return with_it[max(begins, ended + len(marker) if ended >= 0 else 0) : at]
+
+
+def _next_message_start(
+  messages: list[dict[str, Any]],
+  i: int,
+  render: Render,
+  text: str,
+  spans: dict[int, tuple[int, int]],
+  anchor: int,
+  marker: str,
+) -> int:
+  """Where the message after message i begins in `text` (its header's start), or the rendering's end: what
+  lies between `anchor` and it is message i's tool calls, end-of-turn marker and layout. A header measured
+  where the previous turn renders otherwise (a template that writes a last turn differently) starts after
+  the last end-of-turn marker in it."""
+  for j in range(i + 1, len(messages)):
+    span = spans.get(j)
+    if span is None and messages[j].get("role") == "assistant":  # no placed text: where its header begins
+      placed = _turn_start(messages, j, render, text, anchor, _ceiling(spans, j, len(text)), None)
+      if placed is not None and placed[0] - placed[1] >= anchor:
+        return placed[0] - placed[1]
+      continue
+    # its content's start; a message without text: where a sentinel given as its content lands
+    content = span[0] if span is not None else _sentinel_position(messages, j, render, text)
+    if content is None or content < anchor:
+      continue
+    header = _header_before_content(messages, j, render, marker)
+    for own in (header, header.lstrip()):
+      if own and content - len(own) >= anchor and text.startswith(own, content - len(own)):
+        return content - len(own)
+    return content
+  return len(text)
+
+
+def _turn_end(text: str, anchor: int, limit: int, marker: str) -> tuple[int, bool]:
+  """(the end of the turn whose own text ends by `anchor` and whose message's rendering ends by `limit`,
+  whether an end-of-turn marker closes it): past the last `marker` in between (a content may hold the
+  marker, but `anchor` is past the content); else up to `limit`, less layout whitespace."""
+  if marker:
+    at = text.rfind(marker, anchor, limit)
+    if at >= 0:
+      return at + len(marker), True
+  end = limit
+  while end > anchor and text[end - 1].isspace():
+    end -= 1
+  return end, False
 
 
 def _probes(messages: list[dict[str, Any]], i: int) -> list[list[dict[str, Any]]]:
@@ -260,64 +357,24 @@ def _probes(messages: list[dict[str, Any]], i: int) -> list[list[dict[str, Any]]
   return [[*messages[:i], m, *messages[i + 1 :]] for m in (given, alone)]
 
 
-def _sentinel_position(
-  messages: list[dict[str, Any]], i: int, render: Render, reference: str, keep_tool_calls: bool = False
-) -> int | None:
+def _sentinel_position(messages: list[dict[str, Any]], i: int, render: Render, reference: str) -> int | None:
   """Where message i's generated part begins in `reference` (a rendering of `messages`): where a sentinel
-  given as its content lands, the rendering agreeing with `reference` before it; None if it renders nowhere."""
-  for probe in _probes(messages, i)[: 1 if keep_tool_calls else 2]:
+  given as its content lands, the rendering agreeing with `reference` before it. Where the two part before
+  the sentinel, the part from there is message i's own (tool calls written where the sentinel's layout, or
+  a template's text for a content, would be): it begins where they part. None: it renders nowhere."""
+  parted: int | None = None
+  for probe in _probes(messages, i):
     try:
       probed = render(probe, False)
     except InputFormatError:
       continue
     at = probed.find(probe[i]["content"])
-    if 0 <= at <= _common_prefix(reference, probed):
+    agreed = _common_prefix(reference, probed)
+    if 0 <= at <= agreed:
       return at
-  return None
-
-
-def _turn_end(
-  messages: list[dict[str, Any]],
-  i: int,
-  render: Render,
-  text: str,
-  start: int,
-  span: tuple[int, int] | None,
-  where: str,
-) -> int:
-  """The end of message i's turn: what the template writes after its content (tool calls, the end-of-turn
-  marker) both when the conversation ends there and when a user message follows (the part the two share:
-  not the next header, not an end-of-conversation suffix), as far as the whole rendering agrees, less
-  trailing layout whitespace. A message without text is measured with a sentinel as its content where the
-  template renders one beside its tool calls, else from where its generated part begins in each rendering."""
-  follower = {"role": "user", "content": _sentinel_prefix(messages) + "f\ue001"}
-  anchor, conversation, tail = span[1] if span is not None else start, messages, None
-  if span is None and _sentinel_position(messages, i, render, text, keep_tool_calls=True) is not None:
-    conversation = _probes(messages, i)[0]  # measured from the sentinel, which the whole rendering places
-    anchor = _sentinel_position(messages, i, render, text, keep_tool_calls=True) or anchor
-    span = (anchor, anchor)
-  ending = render(conversation[: i + 1], False)
-  try:
-    followed = render([*conversation[: i + 1], follower], False)
-  except InputFormatError:  # a template that refuses a user message here: the conversation's end decides
-    followed = ending
-  if span is not None:
-    own = content_spans(conversation[: i + 1], render, ending, where).get(i)
-    other = content_spans([*conversation[: i + 1], follower], render, followed, where).get(i)
-    if own is not None and other is not None:
-      tail = ending[own[1] : own[1] + _common_prefix(ending[own[1] :], followed[other[1] :])]
-  else:
-    at_ending = _sentinel_position(conversation[: i + 1], i, render, ending)
-    at_followed = _sentinel_position([*conversation[: i + 1], follower], i, render, followed)
-    if at_ending is not None and at_followed is not None:
-      tail = ending[at_ending : at_ending + _common_prefix(ending[at_ending:], followed[at_followed:])]
-  if tail is not None:
-    end = anchor + _common_prefix(text[anchor:], tail)
-  else:  # nothing to measure from: the renderings' common prefixes from the start
-    end = min(_common_prefix(text, ending), _common_prefix(ending, followed))
-  while end > anchor and text[end - 1].isspace():
-    end -= 1
-  return max(end, anchor)
+    if at >= 0 and parted is None and agreed < len(reference):  # the real rendering writes something else there
+      parted = agreed
+  return parted
 
 
 def end_of_turn_text(render: Render) -> str:
@@ -336,5 +393,6 @@ def end_of_turn_text(render: Render) -> str:
   if at_ending < 0 or at_followed < 0:
     return ""
   tail = ending[at_ending + len(answer["content"]) :]
-  common = tail[: _common_prefix(tail, followed[at_followed + len(answer["content"]) :])]
-  return common.strip()
+  common = tail[: _common_prefix(tail, followed[at_followed + len(answer["content"]) :])].strip()
+  # up to layout whitespace: what follows it may share a head with an end-of-conversation suffix ("<|")
+  return common.split()[0] if common else ""
