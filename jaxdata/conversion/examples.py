@@ -67,17 +67,22 @@ Example = tuple[np.ndarray, np.ndarray]  # (int64 ids, uint8 mask)
 
 
 def character_range_mask(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
-  """1 for every token whose characters [start, end) overlap a character range [a, b), else 0.
+  """1 for every token whose characters [start, end) overlap a character range [a, b), else 0; a token of
+  no characters (offsets trimmed of a space, `trim_offsets=True`) when it lies strictly inside one. This is
+  transformers' own rule for its assistant mask.
 
   >>> character_range_mask(np.array([[0, 3], [3, 5], [5, 9]]), [(4, 6)]).tolist()
   [0, 1, 1]
+  >>> character_range_mask(np.array([[0, 3], [4, 4], [4, 9]]), [(4, 9)]).tolist()  # the trimmed space: not
+  [0, 0, 1]
   """
   mask = np.zeros(len(offsets), np.uint8)
   if not len(offsets):
     return mask
-  start, end = offsets[:, 0], np.maximum(offsets[:, 1], offsets[:, 0] + 1)  # a 0-width token: its position
+  start, end = offsets[:, 0], offsets[:, 1]
+  empty = end <= start
   for a, b in ranges:
-    mask |= ((start < b) & (end > a)).astype(np.uint8)
+    mask |= np.where(empty, (start > a) & (start < b), (start < b) & (end > a)).astype(np.uint8)
   return mask
 
 

@@ -199,7 +199,7 @@ def assistant_turns(
       in_order = span is not None and span[1] <= min((spans[k][0] for k in spans if k > i), default=len(text))
       floor = max(floor, span[1]) if span and in_order else floor
       continue
-    placed = _turn_start(messages, i, render, text, floor, _ceiling(spans, i, len(text)), span)
+    placed = _turn_start(messages, i, render, text, floor, _ceiling(spans, i, len(text)), span, token_starts)
     if i not in trained:  # its header is passed, so that the next turn's header is searched after it
       floor = max(floor, span[1] if span else placed[0] if placed else floor)
       continue
@@ -255,6 +255,7 @@ def _turn_start(
   floor: int,
   ceiling: int,
   span: tuple[int, int] | None,
+  token_starts: Sequence[int] = (),
 ) -> tuple[int, int] | None:
   """(where the model starts generating message i, the length of the header before it). That is where the
   generation prompt after messages[:i] ends: the whole prompt where the rendering starts with it, else its
@@ -279,8 +280,35 @@ def _turn_start(
       return agreed, 0
   if span:
     return span[0], 0
-  at = _sentinel_position(messages, i, render, text)
-  return (at, 0) if at is not None and at >= floor else None
+  probed = _sentinel_position(messages, i, render, text)
+  if probed is None:  # no probe renders (a template that checks the roles' order): where the rendering without
+    # message i parts from the whole one (from the start of the token there), or the one of messages[:i] ends
+    for other in _renderings_without(messages, i, render, before):
+      if other == text:  # the template writes nothing for message i
+        return None
+      at = _token_start(_common_prefix(text, other), token_starts)
+      while at < ceiling and text[at].isspace():
+        at += 1
+      if floor <= at <= ceiling:
+        return at, 0
+    return None
+  return (probed, 0) if floor <= probed <= ceiling else None
+
+
+def _renderings_without(messages: list[dict[str, Any]], i: int, render: Render, before: str) -> list[str]:
+  """The conversation rendered without message i, and `before` (messages[:i]), those a template takes."""
+  out = [before] if before else []
+  try:
+    out.insert(0, render([*messages[:i], *messages[i + 1 :]], False))
+  except InputFormatError:
+    pass
+  return out
+
+
+def _token_start(at: int, token_starts: Sequence[int]) -> int:
+  """The start of the token `at` falls in (`at` itself without tokens)."""
+  k = bisect.bisect_right(token_starts, at) - 1
+  return int(token_starts[k]) if k >= 0 else at
 
 
 def _header_before_content(messages: list[dict[str, Any]], j: int, render: Render, marker: str) -> str:
