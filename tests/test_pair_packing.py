@@ -574,3 +574,17 @@ def test_random_pairs_are_whole_or_counted_in_every_layout(tmp_path_factory, dat
     return
   seen, dropped = decoded_pass(cfg, {"records": {0: pairs}}, layout, shared)
   assert sorted(r for _, r in seen) == sorted(fits) and dropped == len(pairs) - len(fits)
+
+
+@pytest.mark.parametrize(("layout", "shared"), LAYOUTS)
+def test_padding_fraction_counts_every_slot_of_the_batch(pair_data, layout, shared):
+  """With `parallel`, a step's padding counts both rows of each row (a pair is planned by its longer side,
+  so the other side's row holds padding the plan does not see); `report` and `doctor` read this figure."""
+  cfg = pair_config(pair_data, layout, shared)
+  names = ("chosen", "rejected") if layout == "parallel" else ("",)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    for _ in range(6):
+      batch = {k: np.asarray(v) for k, v in next(pipe).items()}
+      segments = [batch[f"{n}_segment_ids" if n else "segment_ids"] for n in names]
+      empty = sum(int((s == 0).sum()) for s in segments) / sum(s.size for s in segments)
+      assert pipe.stats()["padding_fraction"] == pytest.approx(empty, abs=1e-12)

@@ -107,10 +107,13 @@ class ExampleEncoder:
     self, messages: list[Any], weights: list[int], where: str, kwargs: Mapping[str, Any] | None = None
   ) -> Example:
     """A conversation whose messages train only where `weights` says 1 (and their own `weight` allows):
-    one side of a preference pair, whose prompt messages never train. `kwargs`: the template's arguments."""
+    one side of a preference pair, whose prompt messages never train. `kwargs`: the template's arguments
+    (`tools` among them: the tool definitions the template renders)."""
     own = _checked_messages(messages, where)
     trained = [a & b for a, b in zip(weights, own)]
-    return self._within_limit(*self._chat(messages, trained, None, where, dict(kwargs or {})), where)
+    arguments = dict(kwargs or {})
+    tools = arguments.pop("tools", None)
+    return self._within_limit(*self._chat(messages, trained, tools, where, arguments), where)
 
   def record_context(self, record: Mapping[str, Any], where: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(system messages to put first, template arguments) a record gives through `system_prompt_field`

@@ -82,6 +82,11 @@ class ConvertOptions:
       raise ValueError(f"examples: {self.examples!r} is not one of {EXAMPLE_FORMATS}")
     if self.train_on not in TRAIN_ON:
       raise ValueError(f"train_on: {self.train_on!r} is not one of {TRAIN_ON}")
+    if self.examples == "preference" and self.train_on == "all":
+      raise ValueError(
+        "train_on: 'all' would train a preference pair's prompt; a pair trains its answers only "
+        "('assistant': every answer message, or 'last')"
+      )
     if self.chat_template and self.chat_template_text:
       raise ValueError("chat_template: give a template file or chat_template_text, not both")
     if self.examples != "text" and self.tokenizer.kind != "huggingface":

@@ -7,6 +7,10 @@ The record shapes users of TRL, MaxText and Levanter hold::
     {"prompt": [messages], "chosen": [messages], "rejected": [...]}   conversational, the prompt given
     {"chosen": [messages], "rejected": [messages]}                the prompt implicit: the messages
                                                                   both sides begin with
+    {"chosen": "...", "rejected": "..."}                          the prompt implicit in whole texts
+                                                                  (Anthropic HH): their common prefix,
+                                                                  split as TRL's extract_prompt does
+    + "tools": [tool definitions]                                 passed to the template, as for chat
     + "margin": a number, or "score_chosen" and "score_rejected"  (margin = their difference)
     {"prompt": ..., "completion": ..., "label": true | false}     KTO: one side, desirable or not
 
@@ -71,10 +75,20 @@ class PreferenceEncoder:
   encoder: ExampleEncoder
   fields: tuple[str, str] = ("chosen", "rejected")  # the record fields of the two sides (Levanter's chosen_field, ...)
 
+  def __post_init__(self) -> None:
+    if self.encoder.train_on == "all":
+      raise ValueError("train_on: 'all' would train a pair's prompt; a pair trains its answers ('assistant' or 'last')")
+
   def encode(self, record: Mapping[str, Any], where: str) -> PreferenceExample:
     if not isinstance(record, Mapping):
       raise InputFormatError(f"{where}: expected an object, got {type(record).__name__}")
     if "label" in record:
+      both = [name for name in self.fields if name in record]
+      if both:
+        raise InputFormatError(
+          f"{where}: holds 'label' (a KTO example of one completion) and {' and '.join(map(repr, both))} (a "
+          "pair): which one the record is, is not clear; keep label + completion, or the pair's fields"
+        )
       return self._unpaired(record, where)
     for name in self.fields:
       if name not in record:
@@ -82,6 +96,16 @@ class PreferenceEncoder:
     if self.fields != ("chosen", "rejected"):
       record = {**record, "chosen": record[self.fields[0]], "rejected": record[self.fields[1]]}
     prompt, chosen, rejected = _sides(record, where)
+    if self.encoder.train_on == "last":
+      for name, answer in (("chosen", chosen), ("rejected", rejected)):
+        if (
+          isinstance(answer, list) and sum(isinstance(m, Mapping) and m.get("role") == "assistant" for m in answer) > 1
+        ):
+          raise InputFormatError(
+            f"{where}: {name}'s answer holds several assistant messages, and train_on 'last' trains only the "
+            "last: the others would count as prompt, which the two sides must share; train_on 'assistant' "
+            "trains the whole answer"
+          )
     context = self._context(record, where)
     sides = [
       self._side(prompt, answer, where, name, context) for name, answer in (("chosen", chosen), ("rejected", rejected))
@@ -111,8 +135,15 @@ class PreferenceEncoder:
     return PreferenceExample(side if label else None, None if label else side, prompt_tokens)
 
   def _context(self, record: Mapping[str, Any], where: str) -> Context:
-    """The record's system prompt and template arguments (Levanter's fields), where the sides render as chat."""
-    return self.encoder.record_context(record, where) if self.encoder.kind == "chat" else ([], {})
+    """The record's system prompt and template arguments (Levanter's fields, and its `tools`, as the chat
+    format passes them), where the sides render as chat."""
+    if self.encoder.kind != "chat":
+      return [], {}
+    system, kwargs = self.encoder.record_context(record, where)
+    tools = record.get("tools")
+    if tools is not None and not isinstance(tools, list):
+      raise InputFormatError(f"{where}: field 'tools' must be a list of tool definitions, got {type(tools).__name__}")
+    return system, ({**kwargs, "tools": tools} if tools else kwargs)
 
   def _side(self, prompt: Any, answer: Any, where: str, name: str, context: Context) -> Example:
     """One side, whole: the prompt messages untrained, the answer's trained by the fine-tuning rule."""
@@ -145,8 +176,13 @@ def _sides(record: Mapping[str, Any], where: str) -> tuple[Any, Any, Any]:
   chosen, rejected = record["chosen"], record["rejected"]
   if "prompt" in record:
     return record["prompt"], chosen, rejected
+  if isinstance(chosen, str) and isinstance(rejected, str):
+    return _shared_text(chosen, rejected, where)
   if not isinstance(chosen, list) or not isinstance(rejected, list):
-    raise InputFormatError(f"{where}: field 'prompt' is missing (chosen and rejected given as text need one)")
+    raise InputFormatError(
+      f"{where}: field 'prompt' is missing, and chosen and rejected are not both texts or both lists of "
+      f"messages ({type(chosen).__name__} and {type(rejected).__name__})"
+    )
   shared = 0
   while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
     shared += 1
@@ -157,6 +193,26 @@ def _sides(record: Mapping[str, Any], where: str) -> tuple[Any, Any, Any]:
     )
   if shared == min(len(chosen), len(rejected)):
     raise InputFormatError(f"{where}: one side is all prompt: the shared messages leave it no answer")
+  return chosen[:shared], chosen[shared:], rejected[shared:]
+
+
+def _shared_text(chosen: str, rejected: str, where: str) -> tuple[str, str, str]:
+  """(prompt, chosen answer, rejected answer) of two whole texts with an implicit prompt (Anthropic HH's
+  shape): the prompt is their common prefix, less a space it ends with (the answers keep it), as TRL's
+  `extract_prompt` splits them.
+
+  >>> _shared_text("Q: hi A: yes", "Q: hi A: no", "x")
+  ('Q: hi A:', ' yes', ' no')
+  """
+  shared = 0
+  while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+    shared += 1
+  if shared and chosen[shared - 1] == " ":
+    shared -= 1
+  if shared == 0:
+    raise InputFormatError(f"{where}: field 'prompt' is missing, and chosen and rejected share no text to take as one")
+  if shared in (len(chosen), len(rejected)):
+    raise InputFormatError(f"{where}: one side is all prompt: the shared text leaves it no answer")
   return chosen[:shared], chosen[shared:], rejected[shared:]
 
 

@@ -163,6 +163,7 @@ class Pipeline:
       parts.planner.stream,
       stats_path if stats_path is not None else cfg.stats_path,
       parts.record_starts,
+      parts.pair_slots,
     )
     self._planner = parts.planner
     # The maker and its thread hold no reference to the pipeline, so an

@@ -43,6 +43,9 @@ class Parts:
   fingerprint: dict[str, Any]
   cfg: PipelineConfig  # the config the planner runs (the eval split's for split="eval")
   record_starts: list[np.ndarray]  # per dataset: its shards' first records
+  # parallel pairs: per dataset, per record, the slots a pair fills in its two rows (the step's padding counts
+  # both rows); None for other layouts, where a piece's length is what it fills
+  pair_slots: list[np.ndarray] | None = None
 
 
 # A list that `open_parts` hands its reader, so that every read made in this process is logged there:
@@ -88,7 +91,25 @@ def open_parts(spec: PipelineSpec) -> Parts:
     fingerprint,
     cfg,
     [np.asarray(ds.record_starts) for ds in datasets],
+    _pair_slots(cfg, datasets),
   )
+
+
+def _pair_slots(cfg: PipelineConfig, datasets: list[SplitDataset]) -> list[np.ndarray] | None:
+  """With `parallel` pairs: per dataset, per record, the tokens its two rows hold (the chosen side, and the
+  rejected side less the shared prompt); a pair is planned by its longer side only."""
+  pairs = cfg.packing.pairs
+  if pairs is None or pairs.layout != "parallel":
+    return None
+  out = []
+  for dataset in datasets:
+    records = np.arange(dataset.num_records)
+    base, in_base = record_columns(dataset, records)
+    chosen, prompt = base.columns["chosen_length"][in_base], base.columns["prompt_length"][in_base]
+    record = np.asarray(dataset.lengths[records], np.int64)
+    one_row = planning_lengths(record, chosen, prompt, dataclasses.replace(pairs, layout="one_row"))
+    out.append(np.asarray(one_row, np.int64))  # both sides, less the prompt laid out once
+  return out
 
 
 def _check_pairs(name: str, dataset: SplitDataset, packs_pairs: bool) -> None:

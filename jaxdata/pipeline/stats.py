@@ -45,6 +45,7 @@ class StatsRecorder:
     targets: MixtureTargets,
     path: str | None,
     record_starts: Sequence[np.ndarray] = (),
+    pair_slots: Sequence[np.ndarray] | None = None,
   ) -> None:
     if path is not None:
       _check_stats_file(path)
@@ -56,6 +57,7 @@ class StatsRecorder:
     self.cumulative = [0] * len(self.names)  # tokens per source, up to the last planned step
     self.timers = dict.fromkeys(TIMERS, 0.0)
     self.last: StepStats | None = None  # the last step handed out (its JSON made only when asked for)
+    self.pair_slots = list(pair_slots) if pair_slots is not None else None  # parallel pairs: two rows a row
 
   def tokens_per_source(self) -> dict[str, int]:
     return dict(zip(self.names, self.cumulative))
@@ -89,7 +91,7 @@ class StatsRecorder:
       documents_per_source=dict(zip(self.names, documents.tolist())),
       shards=shards,
       shard_count=shard_count,
-      padding_fraction=plan.padding_fraction,
+      padding_fraction=self._padding(plan),
       # The longest row's tokens: a loop may slice the batch to it (bucketed); what padding that leaves.
       longest_row=longest,
       padding_fraction_to_longest=1.0 - plan.tokens / (plan.rows * longest) if longest else 0.0,
@@ -99,6 +101,16 @@ class StatsRecorder:
       final=plan.final,
       passes=dict(passes),
     )
+
+  def _padding(self, plan: StepPlan) -> float:
+    """The fraction of the step's slots that hold no token: with `parallel` pairs, of both rows of each row
+    (a pair is planned by its longer side; the other side's row is padded after its shorter side)."""
+    if self.pair_slots is None:
+      return plan.padding_fraction
+    filled = 0
+    for d, slots in enumerate(self.pair_slots):
+      filled += int(slots[plan.pieces.record[plan.pieces.dataset == d]].sum())
+    return 1.0 - filled / (2 * plan.rows * plan.seq_len)
 
   def _shards(self, plan: StepPlan) -> tuple[dict[str, list[int]], dict[str, int]]:
     """Per dataset, the first MAX_LISTED_SHARDS shards this step's pieces lie in and how many

@@ -151,7 +151,9 @@ class _Planning(_Role):
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts) -> None:
     super().__init__(conn, cfg.names)
     self.spec, self.planner = spec, parts.planner
-    self.recorder = StatsRecorder(cfg.names, cfg.mixture.unit, parts.planner.stream, None, parts.record_starts)
+    self.recorder = StatsRecorder(
+      cfg.names, cfg.mixture.unit, parts.planner.stream, None, parts.record_starts, parts.pair_slots
+    )
     snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self.recorder)
     self.planning = LocalPlanning(parts.planner, self.recorder, spec.rows_for, snapshot, spec.read_ahead_tokens)
     self.credits = 0  # spans it may still send
