@@ -222,4 +222,8 @@ def test_preference_guide_runs(tmp_path):
       for i in range(100)
     ],
   )
+  _rows(
+    os.path.join(root, "kto.jsonl"),
+    [{"prompt": texts[i], "completion": texts[450 + i], "label": bool(i % 3)} for i in range(120)],
+  )
   assert run_markdown(os.path.join(REPO, "docs", "preference.md"), root) >= 3

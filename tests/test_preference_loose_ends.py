@@ -5,6 +5,7 @@ each example a batch holds (KTO examples, one side)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import transformers
 
@@ -91,3 +92,98 @@ def test_trl_implicit_string_pairs_split_at_the_shared_prefix(tokenizer):
     pairs.encode({"chosen": "yes", "rejected": "no"}, WHERE)
   with pytest.raises(InputFormatError, match="all prompt"):
     pairs.encode({"chosen": "same text", "rejected": "same text more"}, WHERE)
+
+
+@pytest.mark.parametrize("layout", ["one_row", "parallel"])
+def test_a_batch_says_which_side_of_each_kto_example_it_holds(tokenizer, tmp_path, layout):
+  """KTO examples (one side each) beside pairs: `pair_sides` gives the side each holds, which the label
+  decided; `sequence_logprobs`' `present` (both sides) is the pairs only."""
+  import json  # noqa: PLC0415
+
+  from jaxdata import Pipeline, PipelineConfig, pair_sides, sequence_logprobs  # noqa: PLC0415
+  from jaxdata.conversion.local_runner import convert  # noqa: PLC0415
+
+  rows = [
+    {"prompt": f"question {i}", "completion": f" answer {i} " * (1 + i % 3), "label": i % 2 == 0} for i in range(12)
+  ]
+  rows += [{"prompt": f"pair {i}", "chosen": " yes", "rejected": " no no"} for i in range(6)]
+  (tmp_path / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  tokenizer.save_pretrained(str(tmp_path / "tok"))
+  options = ConvertOptions(tokenizer=TokenizerSpec.parse(f"hf:{tmp_path / 'tok'}"), examples="preference", workers=1)
+  convert([str(tmp_path / "mixed.jsonl")], str(tmp_path / "data"), "mixed", options)
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "mixed", "path": str(tmp_path / "data")}],
+      "mixture": {"weights": {"mixed": 1}},
+      "packing": {"mode": "best_fit", "seq_len": 64, "pairs": {"layout": layout}},
+      "batch": {"global_batch_size": 2, "drop_remainder": False},
+    }
+  )
+  seen = {"desirable": 0, "undesirable": 0, "pairs": 0}
+  with Pipeline(cfg, prefetch=0) as pipe:
+    for batch in pipe:
+      batch = {k: np.asarray(v) for k, v in batch.items()}
+      chosen, rejected = (np.asarray(a) for a in pair_sides(batch, 16))
+      logp = (
+        {"chosen": np.zeros(batch["chosen_tokens"].shape), "rejected": np.zeros(batch["rejected_tokens"].shape)}
+        if layout == "parallel"
+        else np.zeros(batch["tokens"].shape)
+      )
+      present = np.asarray(sequence_logprobs(batch, logp, 16)[2])
+      assert (present == (chosen & rejected)).all()
+      seen["desirable"] += int((chosen & ~rejected).sum())
+      seen["undesirable"] += int((rejected & ~chosen).sum())
+      seen["pairs"] += int(present.sum())
+  assert seen == {"desirable": 6, "undesirable": 6, "pairs": 6}
+
+
+@pytest.mark.parametrize("kind", ["byte", "sentencepiece"])
+def test_plain_text_pairs_convert_with_byte_and_sentencepiece_tokenizers(tmp_path, kind):
+  """MaxText's default tokenizer is a SentencePiece model: string pairs need no template, so any tokenizer
+  converts them. Each side is its texts joined and tokenized once; the answer's tokens train, the prompt's
+  not, and the two sides share the prompt's tokens."""
+  import json  # noqa: PLC0415
+
+  import sentencepiece as spm  # noqa: PLC0415
+
+  from jaxdata import open_dataset  # noqa: PLC0415
+  from jaxdata.conversion.local_runner import convert  # noqa: PLC0415
+  from jaxdata.conversion.tokenizers import load_tokenizer  # noqa: PLC0415
+
+  rows = [
+    {"prompt": f"Question {i}: is it sunny in Paris?", "chosen": f" Yes, é {i}.", "rejected": " No."} for i in range(20)
+  ]
+  (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  spec = TokenizerSpec("byte")
+  if kind == "sentencepiece":
+    texts = [r["prompt"] + r["chosen"] + r["rejected"] for r in rows] * 5
+    spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(texts),
+      model_prefix=str(tmp_path / "sp"),
+      vocab_size=60,
+      hard_vocab_limit=False,
+      minloglevel=2,
+    )
+    spec = TokenizerSpec("sentencepiece", str(tmp_path / "sp.model"))
+  convert(
+    [str(tmp_path / "pairs.jsonl")],
+    str(tmp_path / "data"),
+    "pairs",
+    ConvertOptions(tokenizer=spec, examples="preference", workers=1),
+  )
+  tokenizer = load_tokenizer(spec)
+  with open_dataset(str(tmp_path / "data")) as dataset:
+    assert len(dataset) == 20
+    for i, row in enumerate(rows):
+      record = dataset[i]
+      chosen = (np.asarray(record["chosen"]), np.asarray(record["chosen_mask"]))
+      rejected = (np.asarray(record["rejected"]), np.asarray(record["rejected_mask"]))
+      for side, answer in ((chosen, row["chosen"]), (rejected, row["rejected"])):
+        ids, offsets = tokenizer.encode_with_offsets(row["prompt"] + answer)
+        assert side[0].tolist() == ids.tolist()
+        expected = [int(end > len(row["prompt"])) for _, end in offsets.tolist()]  # a token overlapping the answer
+        assert side[1].tolist() == expected and 0 < sum(expected) < len(expected)
+      p = int(np.flatnonzero(chosen[1])[0])
+      assert chosen[0][:p].tolist() == rejected[0][:p].tolist()
+  with pytest.raises(ValueError, match="with a chat template are rendered and tokenized by a Hugging Face"):
+    ConvertOptions(tokenizer=spec, examples="preference", chat_template_text="{{ messages }}")

@@ -40,6 +40,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
 from jaxdata.conversion.turns import Render, assistant_turns, end_of_turn_text
 from jaxdata.errors import InputFormatError, optional_module
 
@@ -347,6 +348,22 @@ def _trained_messages(messages: list[dict[str, Any]], weights: list[int], train_
   return {i for i in chosen if weights[i] == 1}
 
 
+@dataclasses.dataclass(frozen=True)
+class TextOffsetsTokenizer:
+  """A byte-level or SentencePiece tokenizer (`encode_with_offsets`) called as the examples' path calls a
+  transformers one: ids and character offsets, no special tokens added, no chat template."""
+
+  tokenizer: Any
+  chat_template: None = None
+
+  def __call__(self, text: str, add_special_tokens: bool = False, return_offsets_mapping: bool = True) -> dict:
+    ids, offsets = self.tokenizer.encode_with_offsets(text)
+    return {"input_ids": ids.tolist(), "offset_mapping": offsets.tolist()}
+
+  def __len__(self) -> int:
+    return int(self.tokenizer.vocab_size)
+
+
 def _fast_tokenizer(path: str) -> Any:
   """transformers' fast tokenizer of `path`: a tokenizer directory, or a tokenizer.json (its directory)."""
   os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its import says "PyTorch was not found": not needed here
@@ -402,9 +419,21 @@ def example_encoder(
   system_prompt_field: str = "",
   template_kwargs_field: str = "",
   max_tokens: int = 0,
+  tokenizer_kind: str = "huggingface",
 ) -> ExampleEncoder:
   """The encoder of `jaxdata convert --format chat | prompt-completion | preference` (preference: each side
-  renders as chat where there is a template, else as the prompt and answer texts joined)."""
+  renders as chat where there is a template, else as the prompt and answer texts joined). A byte-level or
+  SentencePiece tokenizer (`tokenizer_kind`) takes the formats that need no template."""
+  if tokenizer_kind != "huggingface":
+    if kind == "chat" or template_file or template_text:
+      raise InputFormatError(
+        f"--tokenizer: a chat template renders with a Hugging Face tokenizer (hf:DIR); a {tokenizer_kind} "
+        "tokenizer takes prompt-completion examples and preference pairs of plain text"
+      )
+    spec = TokenizerSpec(tokenizer_kind, tokenizer_path or None)
+    return ExampleEncoder(
+      "prompt-completion", TextOffsetsTokenizer(load_tokenizer(spec)), field, train_on, max_tokens=max_tokens
+    )
   template = template_text or None
   if template_file:
     try:

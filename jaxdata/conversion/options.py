@@ -89,10 +89,12 @@ class ConvertOptions:
       )
     if self.chat_template and self.chat_template_text:
       raise ValueError("chat_template: give a template file or chat_template_text, not both")
-    if self.examples != "text" and self.tokenizer.kind != "huggingface":
+    templated = self.examples == "chat" or bool(self.chat_template or self.chat_template_text)
+    if self.examples != "text" and templated and self.tokenizer.kind != "huggingface":
       raise ValueError(
-        f"tokenizer: {self.examples} examples are rendered and tokenized by a Hugging Face tokenizer "
-        "(--tokenizer hf:DIR, a directory with tokenizer.json and tokenizer_config.json)"
+        f"tokenizer: {self.examples} examples with a chat template are rendered and tokenized by a Hugging Face "
+        "tokenizer (--tokenizer hf:DIR, a directory with tokenizer.json and tokenizer_config.json); byte and "
+        "SentencePiece tokenizers take prompt-completion examples and plain-text preference pairs"
       )
     if self.compression not in COMPRESSIONS:
       raise ValueError(f"compression: {self.compression!r} is not one of {sorted(COMPRESSIONS)}")

@@ -155,6 +155,7 @@ def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
       options.system_prompt_field,
       options.template_kwargs_field,
       options.max_example_tokens,
+      options.tokenizer.kind,
     )
   return _encoders[key]
 

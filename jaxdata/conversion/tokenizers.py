@@ -147,6 +147,16 @@ class ByteTokenizer:
     flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64)
     return flat + self.BYTE_OFFSET, _lengths_of(encoded)
 
+  def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, each id's [start, end) in characters of `text`): a byte's is its character's.
+
+    >>> ids, offsets = ByteTokenizer().encode_with_offsets("aé")
+    >>> offsets.tolist()
+    [[0, 1], [1, 2], [1, 2]]
+    """
+    flat, _ = self.encode_batch([text])
+    return flat, _byte_offsets_to_characters(text, np.arange(flat.size), np.arange(1, flat.size + 1))
+
   def decode(self, ids: np.ndarray) -> str:
     ids = np.asarray(ids)
     byte_ids = ids[ids >= self.BYTE_OFFSET] - self.BYTE_OFFSET
@@ -275,8 +285,28 @@ class SentencePieceTokenizer:
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64)
     return flat, _lengths_of(ids)
 
+  def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, each id's [start, end) in characters of `text`), from the pieces' byte spans."""
+    pieces = self._processor.encode(text, return_type="proto").pieces
+    ids = np.fromiter((p.id for p in pieces), dtype=np.int64, count=len(pieces))
+    begin = np.fromiter((p.begin for p in pieces), dtype=np.int64, count=len(pieces))
+    end = np.fromiter((p.end for p in pieces), dtype=np.int64, count=len(pieces))
+    return ids, _byte_offsets_to_characters(text, begin, end)
+
   def decode(self, ids: np.ndarray) -> str:
     return self._processor.decode(np.asarray(ids).tolist())
+
+
+def _byte_offsets_to_characters(text: str, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+  """[n, 2] character offsets of byte spans [begin, end) of `text`'s UTF-8 (a span inside a character:
+  that character)."""
+  widths = np.fromiter((len(c.encode("utf-8")) for c in text), dtype=np.int64, count=len(text))
+  starts = np.cumsum(widths) - widths  # each character's first byte
+  first = np.searchsorted(starts, begin, side="right") - 1
+  last = np.searchsorted(starts, np.maximum(end, begin + 1) - 1, side="right") - 1
+  out = np.stack([np.maximum(first, 0), last + 1], axis=1) if len(text) else np.zeros((begin.size, 2), np.int64)
+  out[end <= begin] = np.stack([np.maximum(first, 0), np.maximum(first, 0)], axis=1)[end <= begin]  # no bytes
+  return out.astype(np.int64)
 
 
 ROUNDTRIP_PROBE = "Line one\n\n  indented\tline two  \nCAFÉ ﬁ ½ — 𝔘"

@@ -27,7 +27,7 @@ import numpy as np
 from jaxdata.config.batch import PAIR_SIDES
 from jaxdata.transforms.pairs import PROMPT_SIDE
 
-__all__ = ["pair_attention_mask", "pair_references", "sequence_logprobs"]
+__all__ = ["pair_attention_mask", "pair_references", "pair_sides", "sequence_logprobs"]
 
 
 def sequence_logprobs(
@@ -59,6 +59,28 @@ def sequence_logprobs(
       sums.append(_masked_sum(logp, one_hot))
       present.append(jnp.any(one_hot, axis=1))
   return sums[0], sums[1], present[0] & present[1]
+
+
+def pair_sides(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array, jax.Array]:
+  """(chosen, rejected), each bool [rows, max_pairs]: whether the row holds example k + 1's chosen side,
+  and its rejected side. A pair has both; a KTO example one: the chosen side where it is labelled
+  desirable, the rejected side where not (`sequence_logprobs`' `present` is both, for DPO-style losses).
+
+  >>> batch = {"pair_ids": np.array([[1, 1, 2, 2, 0]]), "pair_side": np.array([[0, 1, 1, 1, -1]])}
+  >>> chosen, rejected = pair_sides(batch, max_pairs=2)
+  >>> chosen.tolist(), rejected.tolist()
+  ([[True, False]], [[True, True]])
+  """
+  ids = jnp.arange(1, max_pairs + 1)
+  if "pair_ids" in batch:
+    pair, side = jnp.asarray(batch["pair_ids"]), jnp.asarray(batch["pair_side"])
+    # a shared prompt (pair_side 2) belongs to both sides of a pair, never to a KTO example alone
+    held = [jnp.any((pair[..., None] == ids) & (side == s)[..., None], axis=1) for s in (0, 1)]
+  elif "chosen_segment_ids" in batch:
+    held = [jnp.any(jnp.asarray(batch[f"{name}_segment_ids"])[..., None] == ids, axis=1) for name in PAIR_SIDES]
+  else:
+    raise ValueError(f"batch: not a batch of preference pairs (packing.pairs); it holds {sorted(batch)}")
+  return held[0], held[1]
 
 
 def pair_references(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array, jax.Array]:

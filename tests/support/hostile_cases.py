@@ -1072,7 +1072,7 @@ ENTRANCE_CASES = [
     "chat examples with the byte tokenizer",
     lambda r: ConvertOptions(examples="chat"),
     ValueError,
-    "tokenizer: chat examples are rendered and tokenized by a Hugging Face tokenizer",
+    "tokenizer: chat examples with a chat template are rendered and tokenized by a Hugging Face tokenizer",
   ),
   Case(
     "a misspelled Levanter chat key",
