@@ -33,6 +33,7 @@ def test_each_block_variant_renders_as_published(family):
   assert real.published(real.FAMILIES[family]) != variant
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", list(real.FAMILIES))
 def test_masks_equal_the_generation_block_oracle_on_published_templates(tokenizers, family):
   # 12 conversations a family and tokenizer here, plain and with partial training (216 each way in all);
