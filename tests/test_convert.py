@@ -28,6 +28,7 @@ from jaxdata import (
 from jaxdata.cli import main
 from jaxdata.conversion import local_runner
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size
+from pipeline_fixtures import sentencepiece_model
 
 
 def read_all(directory: str) -> list[list[int]]:
@@ -131,13 +132,7 @@ def test_large_vocabulary_selects_uint32(tmp_path):
 
 
 def test_sentencepiece_tokenizer_round_trip(tmp_path, texts):
-  spm.SentencePieceTrainer.train(
-    sentence_iterator=iter(texts),
-    model_prefix=str(tmp_path / "sp"),
-    vocab_size=60,
-    hard_vocab_limit=False,
-    minloglevel=2,
-  )
+  sentencepiece_model(texts, str(tmp_path), 60)
   spec = TokenizerSpec.parse(str(tmp_path / "sp.model"))
   assert spec.kind == "sentencepiece"
   src = write_jsonl(str(tmp_path / "in.jsonl"), texts)

@@ -17,7 +17,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import sentencepiece as spm
 import zstandard
 
 from jaxdata import InputFormatError, TokenDataset, open_dataset
@@ -29,6 +28,7 @@ from jaxdata.conversion.shard_jobs import plan_shards
 from jaxdata.conversion.tokenizers import ByteTokenizer
 from jaxdata.conversion.work_units import plan_units
 from jaxdata.sources.writer import DatasetWriter
+from pipeline_fixtures import sentencepiece_model
 from record_fixtures import example, write_tfrecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -242,13 +242,7 @@ def test_global_flags_go_before_or_after_the_command(corpus, tmp_path, capsys):
 
 def test_a_normalising_tokenizer_is_warned_and_the_roundtrip_check_counts_mismatches(tmp_path, capsys):
   texts = [f"line one {i}\n\n   spaced  out\ttab {i}" for i in range(40)]
-  spm.SentencePieceTrainer.train(
-    sentence_iterator=iter(texts),
-    model_prefix=str(tmp_path / "sp"),
-    vocab_size=40,
-    hard_vocab_limit=False,
-    minloglevel=2,
-  )
+  sentencepiece_model(texts, str(tmp_path), 40)
   (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
   code = main(
     [
@@ -291,13 +285,7 @@ def test_plan_shards_matches_the_writer_on_random_lengths():
 
 def test_a_tokenizer_file_of_the_wrong_kind_says_which_prefix_it_needs(tmp_path, capsys):
   texts = [f"some text {i}" for i in range(30)]
-  spm.SentencePieceTrainer.train(
-    sentence_iterator=iter(texts),
-    model_prefix=str(tmp_path / "sp"),
-    vocab_size=30,
-    hard_vocab_limit=False,
-    minloglevel=2,
-  )
+  sentencepiece_model(texts, str(tmp_path), 30)
   (tmp_path / "tok.json").write_text('{"not": "a tokenizer"}')
   (tmp_path / "in.jsonl").write_text('{"text": "x"}\n')
   for spec, hint in (

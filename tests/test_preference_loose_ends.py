@@ -16,6 +16,7 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.preference import PreferenceEncoder
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.errors import InputFormatError
+from pipeline_fixtures import sentencepiece_model
 
 WHERE = "pairs.jsonl:3"
 
@@ -144,8 +145,6 @@ def test_plain_text_pairs_convert_with_byte_and_sentencepiece_tokenizers(tmp_pat
   not, and the two sides share the prompt's tokens."""
   import json  # noqa: PLC0415
 
-  import sentencepiece as spm  # noqa: PLC0415
-
   from jaxdata import open_dataset  # noqa: PLC0415
   from jaxdata.conversion.local_runner import convert  # noqa: PLC0415
   from jaxdata.conversion.tokenizers import load_tokenizer  # noqa: PLC0415
@@ -157,14 +156,8 @@ def test_plain_text_pairs_convert_with_byte_and_sentencepiece_tokenizers(tmp_pat
   spec = TokenizerSpec("byte")
   if kind == "sentencepiece":
     texts = [r["prompt"] + r["chosen"] + r["rejected"] for r in rows] * 5
-    spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(texts),
-      model_prefix=str(tmp_path / "sp"),
-      vocab_size=60,
-      hard_vocab_limit=False,
-      minloglevel=2,
-    )
-    spec = TokenizerSpec("sentencepiece", str(tmp_path / "sp.model"))
+    model = sentencepiece_model(texts, str(tmp_path), 60)
+    spec = TokenizerSpec("sentencepiece", model)
   convert(
     [str(tmp_path / "pairs.jsonl")],
     str(tmp_path / "data"),

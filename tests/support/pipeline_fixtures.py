@@ -174,3 +174,17 @@ def write_pair_dataset(directory: str, d: int, pairs: list, shard_bytes: int = 3
   marks = np.concatenate([np.r_[cm, rm] for _, cm, _, rm in pairs])
   writer.write_documents(ids, np.array([c.size + r.size for c, _, r, _ in pairs]), marks)
   writer.finish()
+
+
+def sentencepiece_model(texts: list[str], directory: str, vocab_size: int) -> str:
+  """A small SentencePiece model trained on `texts` (vocab_size a bound, not exact): its .model path."""
+  import sentencepiece as spm  # noqa: PLC0415 -- the sentencepiece extra, for the tests that train one
+
+  spm.SentencePieceTrainer.train(
+    sentence_iterator=iter(texts),
+    model_prefix=os.path.join(directory, "sp"),
+    vocab_size=vocab_size,
+    hard_vocab_limit=False,
+    minloglevel=2,
+  )
+  return os.path.join(directory, "sp.model")
