@@ -180,3 +180,22 @@ def test_plain_text_pairs_convert_with_byte_and_sentencepiece_tokenizers(tmp_pat
       assert chosen[0][:p].tolist() == rejected[0][:p].tolist()
   with pytest.raises(ValueError, match="with a chat template are rendered and tokenized by a Hugging Face"):
     ConvertOptions(tokenizer=spec, examples="preference", chat_template_text="{{ messages }}")
+
+
+def test_sentencepiece_pieces_of_no_span_train_with_the_text_they_stand_for(tmp_path):
+  """A character NFKC expands (`½` -> `1⁄2`) or that falls back to bytes gives pieces without a span but
+  the last: they take the span of the next piece, so an answer starting with one trains whole and a
+  pair's prompt stays the same tokens on both sides."""
+  from jaxdata.conversion.examples import TextOffsetsTokenizer  # noqa: PLC0415
+  from jaxdata.conversion.tokenizers import SentencePieceTokenizer  # noqa: PLC0415
+
+  texts = ["Question: café ½ ﬁle 🙂 emoji yes no cup"] * 40 + ["hello world the answer"] * 40
+  model = sentencepiece_model(texts, str(tmp_path), 80)
+  tokenizer = SentencePieceTokenizer(model)
+  ids, offsets = tokenizer.encode_with_offsets("½x")
+  assert (offsets[:, 1] > offsets[:, 0]).all()  # every piece has characters
+  pairs = PreferenceEncoder(ExampleEncoder("prompt-completion", TextOffsetsTokenizer(tokenizer), "text"))
+  example = pairs.encode({"prompt": "Q:", "chosen": "½ cup", "rejected": " no"}, WHERE)
+  assert example.chosen is not None
+  answer = example.chosen[1][example.prompt_tokens :]
+  assert answer.all() and not example.chosen[1][: example.prompt_tokens].any()

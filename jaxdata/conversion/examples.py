@@ -207,6 +207,11 @@ class ExampleEncoder:
 
     return render
 
+  def _default_renderer(self, tools: Any, kwargs: Mapping[str, Any]) -> Render | None:
+    """The template without the record's arguments (None when it has none): whole turns look for its
+    generation prompt's header too (a `enable_thinking=False` prompt ends inside the turn's reasoning)."""
+    return self._renderer(tools, "the template without the record's arguments", {}) if kwargs else None
+
   def _chat(
     self,
     messages: list[dict[str, Any]],
@@ -234,7 +239,7 @@ class ExampleEncoder:
       return ids, np.ones(ids.size, np.uint8)
     if self.mask_rule == "generation blocks":
       return ids, self._generation_mask(messages, tools, ids, offsets, trained, where, kwargs)
-    turns = assistant_turns(messages, trained, render, where, offsets.tolist())
+    turns = assistant_turns(messages, trained, render, where, offsets.tolist(), self._default_renderer(tools, kwargs))
     return ids, character_range_mask(offsets, turns)
 
   def _generation_mask(
@@ -268,7 +273,14 @@ class ExampleEncoder:
     # Which message a marked token belongs to: the trained messages' whole turns, located in the rendering.
     text_mask = character_range_mask(
       offsets,
-      assistant_turns(messages, trained & assistants, self._renderer(tools, where, kwargs), where, offsets.tolist()),
+      assistant_turns(
+        messages,
+        trained & assistants,
+        self._renderer(tools, where, kwargs),
+        where,
+        offsets.tolist(),
+        self._default_renderer(tools, kwargs),
+      ),
     )
     return mask & text_mask
 

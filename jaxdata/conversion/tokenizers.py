@@ -286,11 +286,17 @@ class SentencePieceTokenizer:
     return flat, _lengths_of(ids)
 
   def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, each id's [start, end) in characters of `text`), from the pieces' byte spans."""
+    """(ids, each id's [start, end) in characters of `text`), from the pieces' byte spans. Pieces of no
+    span (a character that normalisation expands, `½` -> `1⁄2`, or byte fallback: all but the last
+    piece; the dummy prefix `▁`) take the span of the next piece that has one: they stand for its text."""
     pieces = self._processor.encode(text, return_type="proto").pieces
     ids = np.fromiter((p.id for p in pieces), dtype=np.int64, count=len(pieces))
     begin = np.fromiter((p.begin for p in pieces), dtype=np.int64, count=len(pieces))
     end = np.fromiter((p.end for p in pieces), dtype=np.int64, count=len(pieces))
+    spanned = np.flatnonzero(end > begin)
+    if spanned.size:  # each empty piece: the next spanned piece's span (after the last one: the last's)
+      take = spanned[np.minimum(np.searchsorted(spanned, np.arange(ids.size)), spanned.size - 1)]
+      begin, end = begin[take], end[take]
     return ids, _byte_offsets_to_characters(text, begin, end)
 
   def decode(self, ids: np.ndarray) -> str:

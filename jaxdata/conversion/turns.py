@@ -181,10 +181,14 @@ def assistant_turns(
   render: Render,
   where: str,
   token_offsets: Sequence[tuple[int, int]] = (),
+  default_render: Render | None = None,
 ) -> list[tuple[int, int]]:
   """The character ranges of the trained messages' whole turns in `render(messages, False)`.
   `token_offsets` (each token's [start, end) in the rendering, in order): a turn without an end-of-turn
-  marker whose end falls inside a token of template text after it moves back to that token's start."""
+  marker whose end falls inside a token of template text after it moves back to that token's start.
+  `default_render`: the template without the record's arguments, whose generation prompt's header is
+  looked for too."""
+  renders = (render,) if default_render is None else (render, default_render)
   token_starts = [int(start) for start, _ in token_offsets]
   token_ends = [int(end) for _, end in token_offsets]
   text = render(messages, False)
@@ -199,19 +203,19 @@ def assistant_turns(
       in_order = span is not None and span[1] <= min((spans[k][0] for k in spans if k > i), default=len(text))
       floor = max(floor, span[1]) if span and in_order else floor
       continue
-    placed = _turn_start(messages, i, render, text, floor, _ceiling(spans, i, len(text)), span, token_starts)
+    placed = _turn_start(messages, i, renders, text, floor, _ceiling(spans, i, len(text)), span, token_starts)
     if i not in trained:  # its header is passed, so that the next turn's header is searched after it
       floor = max(floor, span[1] if span else placed[0] if placed else floor)
       continue
     if placed is None:
       raise InputFormatError(
         f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1) is absent from the template's rendering "
-        "(nothing of it is placed there: no content, no generation prompt, no tool call); give it weight 0, or a "
-        "template that renders it"
+        "(nothing of it is placed there: no content, no generation prompt, no tool call; the conversation may "
+        "render the same without it); give it weight 0, or a template that renders it"
       )
     start = placed[0]
     anchor = max(start, span[1]) if span else start
-    limit = _next_message_start(messages, i, render, text, spans, anchor, marker)
+    limit = _next_message_start(messages, i, renders, text, spans, anchor, marker)
     end, marked = _turn_end(text, anchor, limit, marker)
     if not marked:
       end = _at_token_start(text, end, anchor, token_starts, token_ends)
@@ -250,7 +254,7 @@ def _at_token_start(text: str, end: int, floor: int, token_starts: list[int], to
 def _turn_start(
   messages: list[dict[str, Any]],
   i: int,
-  render: Render,
+  renders: Sequence[Render],
   text: str,
   floor: int,
   ceiling: int,
@@ -260,32 +264,49 @@ def _turn_start(
   """(where the model starts generating message i, the length of the header before it). That is where the
   generation prompt after messages[:i] ends: the whole prompt where the rendering starts with it, else its
   own text (the header, which a template may write after layout the prompt lacks, or after earlier turns
-  it rewrites) found between the previous message and `ceiling`. A template without a generation prompt:
-  the content's start, or where a sentinel given as its content lands. None: nothing places it."""
-  try:
-    prompt = render(messages[:i], True)
-    before = render(messages[:i], False)
-  except InputFormatError:  # a template may refuse a conversation that ends before an assistant turn
-    prompt = before = ""
-  if prompt != before:
-    agreed = _common_prefix(text, prompt)
-    header = prompt[_common_prefix(prompt, before) :]
-    if agreed == len(prompt) and floor <= agreed <= ceiling:
-      return agreed, len(header)
+  it rewrites) found between the previous message and `ceiling`; `renders[1:]` (the template under its
+  default arguments) give more headers to look for (a prompt that `enable_thinking=False` ends with an
+  empty reasoning block the turn does not hold). A template without a generation prompt: the content's
+  start, or where a sentinel given as its content lands. None: nothing places it, or the conversation
+  renders the same without it."""
+  render = renders[0]
+  if span is None and _renders_without(messages, i, render) == text:
+    return None
+  headers: list[tuple[str, str]] = []  # (generation prompt, its own text), per rendering
+  before = ""
+  for each in renders:
+    try:
+      prompt, without = each(messages[:i], True), each(messages[:i], False)
+    except InputFormatError:  # a template may refuse a conversation that ends before an assistant turn
+      continue
+    before = before or without
+    if prompt == without:
+      continue
+    header = prompt[_common_prefix(prompt, without) :]
+    # the whole prompt agreeing is the strongest sign; it may end inside a content placed only roughly (one a
+    # template renders otherwise, where the template's text depends on a content: SmolLM3's /no_think)
+    if (
+      each is render
+      and _common_prefix(text, prompt) == len(prompt)
+      and floor <= len(prompt) <= (max(ceiling, span[1]) if span else ceiling)
+    ):
+      return len(prompt), len(header)
+    headers.append((prompt, header))
+  for _, header in headers:
     for own in dict.fromkeys((header, header.lstrip())):
       at = text.find(own, floor, ceiling) if own else -1
       if at >= 0:
         return at + len(own), len(own)
-    if floor <= agreed <= ceiling:
-      return agreed, 0
+  if headers and render is renders[0]:
+    partial = _partial_header(text, *headers[0], floor, ceiling, token_starts)
+    if partial is not None:
+      return partial
   if span:
     return span[0], 0
   probed = _sentinel_position(messages, i, render, text)
   if probed is None:  # no probe renders (a template that checks the roles' order): where the rendering without
     # message i parts from the whole one (from the start of the token there), or the one of messages[:i] ends
     for other in _renderings_without(messages, i, render, before):
-      if other == text:  # the template writes nothing for message i
-        return None
       at = _token_start(_common_prefix(text, other), token_starts)
       while at < ceiling and text[at].isspace():
         at += 1
@@ -295,14 +316,37 @@ def _turn_start(
   return (probed, 0) if floor <= probed <= ceiling else None
 
 
+def _partial_header(
+  text: str, prompt: str, header: str, floor: int, ceiling: int, token_starts: Sequence[int]
+) -> tuple[int, int] | None:
+  """Where the rendering agrees with the generation prompt through part of its header only (a prompt
+  that opens reasoning the turn writes otherwise: `<think>` against `<tool_call>`): the turn starts where
+  they part when that is a line's end, else after the last whole line agreed on, else at the token where
+  they part."""
+  begins, agreed = len(prompt) - len(header), _common_prefix(text, prompt)
+  if not floor <= begins < agreed <= ceiling:
+    return None
+  matched = text[begins:agreed]
+  line = matched.rfind("\n")
+  if line == len(matched) - 1:
+    start = agreed
+  else:
+    start = begins + line + 1 if line >= 0 else max(begins, _token_start(agreed, token_starts))
+  return start, start - begins
+
+
+def _renders_without(messages: list[dict[str, Any]], i: int, render: Render) -> str | None:
+  """The conversation rendered without message i; None where the template refuses that."""
+  try:
+    return render([*messages[:i], *messages[i + 1 :]], False)
+  except InputFormatError:
+    return None
+
+
 def _renderings_without(messages: list[dict[str, Any]], i: int, render: Render, before: str) -> list[str]:
   """The conversation rendered without message i, and `before` (messages[:i]), those a template takes."""
-  out = [before] if before else []
-  try:
-    out.insert(0, render([*messages[:i], *messages[i + 1 :]], False))
-  except InputFormatError:
-    pass
-  return out
+  without = _renders_without(messages, i, render)
+  return [r for r in (without, before) if r]
 
 
 def _token_start(at: int, token_starts: Sequence[int]) -> int:
@@ -333,7 +377,7 @@ def _header_before_content(messages: list[dict[str, Any]], j: int, render: Rende
 def _next_message_start(
   messages: list[dict[str, Any]],
   i: int,
-  render: Render,
+  renders: Sequence[Render],
   text: str,
   spans: dict[int, tuple[int, int]],
   anchor: int,
@@ -346,15 +390,15 @@ def _next_message_start(
   for j in range(i + 1, len(messages)):
     span = spans.get(j)
     if span is None and messages[j].get("role") == "assistant":  # no placed text: where its header begins
-      placed = _turn_start(messages, j, render, text, anchor, _ceiling(spans, j, len(text)), None)
+      placed = _turn_start(messages, j, renders, text, anchor, _ceiling(spans, j, len(text)), None)
       if placed is not None and placed[0] - placed[1] >= anchor:
         return placed[0] - placed[1]
       continue
     # its content's start; a message without text: where a sentinel given as its content lands
-    content = span[0] if span is not None else _sentinel_position(messages, j, render, text)
+    content = span[0] if span is not None else _sentinel_position(messages, j, renders[0], text)
     if content is None or content < anchor:
       continue
-    header = _header_before_content(messages, j, render, marker)
+    header = _header_before_content(messages, j, renders[0], marker)
     for own in (header, header.lstrip()):
       if own and content - len(own) >= anchor and text.startswith(own, content - len(own)):
         return content - len(own)
