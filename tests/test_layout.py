@@ -307,7 +307,7 @@ def _attributes_set(cls: ast.ClassDef) -> set[str]:
 
 
 def test_pipeline_modules_stay_small_and_its_classes_keep_one_job():
-  """Issue 55's goals, held: no module of pipeline/ over 400 lines, no class (but a record) holding more
+  """The layout's goals, held: no module of pipeline/ over 400 lines, no class (but a record) holding more
   than 12 attributes. A record is a dataclass: its fields are a message's or a stats line's."""
   too_long, too_wide = [], []
   for path in sorted(pathlib.Path(REPO, "jaxdata", "pipeline").glob("*.py")):

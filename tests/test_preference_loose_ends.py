@@ -199,3 +199,45 @@ def test_sentencepiece_pieces_of_no_span_train_with_the_text_they_stand_for(tmp_
   assert example.chosen is not None
   answer = example.chosen[1][example.prompt_tokens :]
   assert answer.all() and not example.chosen[1][: example.prompt_tokens].any()
+
+
+@pytest.mark.parametrize(
+  ("extra", "message"),
+  [
+    ({"margin": -0.5}, r"margin -0.5: a margin is how much more the chosen side is preferred"),
+    ({"score_chosen": 1, "score_rejected": 3}, r"score_chosen 1 below score_rejected 3"),
+  ],
+)
+def test_a_margin_that_prefers_the_rejected_side_is_refused(tokenizer, extra, message):
+  pairs = PreferenceEncoder(ExampleEncoder("prompt-completion", tokenizer, "text"))
+  record = {"prompt": "q", "chosen": " yes", "rejected": " no"}
+  with pytest.raises(InputFormatError, match=f"pairs.jsonl:3: {message}"):
+    pairs.encode({**record, **extra}, WHERE)
+  assert pairs.encode({**record, "margin": 0}, WHERE).margin == 0.0
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_max_pairs_must_be_a_positive_count(bad):
+  from jaxdata import pair_references, pair_sides, sequence_logprobs  # noqa: PLC0415
+
+  batch = {"pair_ids": np.array([[1, 1]]), "pair_side": np.array([[0, 1]]), "loss_mask": np.array([[1, 1]])}
+  for call in (
+    lambda: sequence_logprobs(batch, np.zeros((1, 2)), bad),
+    lambda: pair_sides(batch, bad),
+    lambda: pair_references({**batch, "ref_logp": np.zeros((1, 2))}, bad),
+  ):
+    with pytest.raises(ValueError, match=f"max_pairs: {bad!r}; give the most pairs a row can hold"):
+      call()
+
+
+def test_field_is_refused_for_pairs_on_the_command_line(tmp_path, capsys):
+  from jaxdata.cli import main  # noqa: PLC0415
+
+  (tmp_path / "p.jsonl").write_text('{"prompt": "q", "chosen": " yes", "rejected": " no"}\n')
+  argv = ["convert", str(tmp_path / "p.jsonl"), "--format", "preference", "--out", str(tmp_path / "o"), "-q"]
+  argv += ["--name", "p"]
+  assert main([*argv, "--field", "pair"]) != 0
+  assert "--field pair: preference records are read from their prompt, chosen and rejected" in " ".join(
+    capsys.readouterr().err.split()
+  )
+  assert main(argv) == 0  # the byte tokenizer converts plain-text pairs

@@ -29,6 +29,11 @@ reference = lazy_module("jaxdata.tools.reference")  # it runs jax: imported when
 def convert_command(args: argparse.Namespace, console: Console) -> int:
   # chat / prompt-completion: fine-tuning examples, from JSONL or Parquet; any other format: documents
   examples: ExampleFormat = next((f for f in EXAMPLE_FORMATS if f == args.format), "text")
+  if examples == "preference" and args.field != "text":
+    raise ConfigError(
+      f"--field {args.field}: preference records are read from their prompt, chosen and rejected fields (or "
+      "prompt, completion and label for KTO); --field names nothing for them"
+    )
   options = ConvertOptions(
     tokenizer=TokenizerSpec.parse(args.tokenizer),
     input_format="auto" if examples != "text" else args.format,
@@ -108,7 +113,9 @@ def register_convert(commands: Commands) -> None:
   p.add_argument("inputs", nargs="+", help="files, directories or globs")
   p.add_argument("--out", required=True, help="dataset directory to write")
   p.add_argument("--name", required=True, help="dataset name")
-  p.add_argument("--tokenizer", default="byte", help="byte | hf:FILE.json | sp:FILE.model")
+  p.add_argument(
+    "--tokenizer", default="byte", help="byte | hf:DIR (a tokenizer directory) | hf:FILE.json | sp:FILE.model"
+  )
   p.add_argument(
     "--format",
     default="auto",

@@ -241,9 +241,18 @@ def _margin(record: Mapping[str, Any], where: str) -> float | None:
   for name, value in values.items():
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
       raise InputFormatError(f"{where}: {name} must be a finite number, got {value!r}")
-  if "margin" in values:
-    return float(values["margin"])
-  return float(values["score_chosen"]) - float(values["score_rejected"])
+  margin = float(values["margin"]) if "margin" in values else values["score_chosen"] - values["score_rejected"]
+  if margin < 0:
+    given = (
+      f"margin {values['margin']!r}"
+      if "margin" in values
+      else f"score_chosen {values['score_chosen']!r} below score_rejected {values['score_rejected']!r}"
+    )
+    raise InputFormatError(
+      f"{where}: {given}: a margin is how much more the chosen side is preferred (>= 0); the record prefers "
+      "the rejected side (swap chosen and rejected, or fix the scores)"
+    )
+  return float(margin)
 
 
 def pair_record(example: PreferenceExample) -> tuple[np.ndarray, np.ndarray]:

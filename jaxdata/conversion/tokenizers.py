@@ -102,7 +102,10 @@ class TokenizerSpec:
       return cls("huggingface", text)
     if text.endswith(".model"):
       return cls("sentencepiece", text)
-    raise ValueError(f"tokenizer: cannot tell the kind of {text!r}; use 'byte', 'hf:PATH.json' or 'sp:PATH.model'")
+    raise ValueError(
+      f"tokenizer: cannot tell the kind of {text!r}; use 'byte', 'hf:DIR' (a tokenizer directory), 'hf:PATH.json' "
+      "or 'sp:PATH.model'"
+    )
 
 
 def dtype_for_vocab_size(vocab_size: int) -> np.dtype:

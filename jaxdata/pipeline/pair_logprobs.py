@@ -40,7 +40,7 @@ def sequence_logprobs(
   `parallel`, {"chosen": [rows, seq_len], "rejected": [rows, seq_len]}. Works inside `jax.jit`
   (`max_pairs` static: `packing.max_segments_per_row`, or seq_len // 2 as a bound).
   """
-  ids = jnp.arange(1, max_pairs + 1)
+  ids = _pair_ids(max_pairs)
   sums, present = [], []
   _check_layout(batch, token_logprobs)
   if "pair_ids" in batch:
@@ -71,7 +71,7 @@ def pair_sides(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array, jax
   >>> chosen.tolist(), rejected.tolist()
   ([[True, False]], [[True, True]])
   """
-  ids = jnp.arange(1, max_pairs + 1)
+  ids = _pair_ids(max_pairs)
   if "pair_ids" in batch:
     pair, side = jnp.asarray(batch["pair_ids"]), jnp.asarray(batch["pair_side"])
     # a shared prompt (pair_side 2) belongs to both sides of a pair, never to a KTO example alone
@@ -86,7 +86,7 @@ def pair_sides(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array, jax
 def pair_references(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array, jax.Array]:
   """(chosen, rejected), each [rows, max_pairs]: the reference log-probabilities stored for pair k + 1 of
   each row (`packing.pairs.reference`), read off the tokens of its sides (0 where the row has no such pair)."""
-  ids = jnp.arange(1, max_pairs + 1)
+  ids = _pair_ids(max_pairs)
   if not {"ref_logp", "chosen_ref_logp"} & set(batch):
     raise ValueError("batch: holds no reference log-probabilities (set packing.pairs.reference to a model id)")
   out = []
@@ -100,6 +100,16 @@ def pair_references(batch: Mapping[str, Any], max_pairs: int) -> tuple[jax.Array
     # every token of a side carries its value: their mean is it, with no gather
     out.append(_masked_sum(values, on_side) / jnp.maximum(on_side.sum(axis=1), 1))
   return out[0], out[1]
+
+
+def _pair_ids(max_pairs: Any) -> jax.Array:
+  """1 .. max_pairs, for one-hot contractions; a ValueError for a count that is not a positive int."""
+  if isinstance(max_pairs, bool) or not isinstance(max_pairs, (int, np.integer)) or max_pairs < 1:
+    raise ValueError(
+      f"max_pairs: {max_pairs!r}; give the most pairs a row can hold, an int >= 1 "
+      "(packing.max_segments_per_row, or seq_len // 2)"
+    )
+  return jnp.arange(1, int(max_pairs) + 1)
 
 
 def _masked_sum(values: jax.Array, where: jax.Array) -> jax.Array:
