@@ -20,6 +20,10 @@ wheels="" out="${OUT:-/tmp/jaxdata-accelerator-check}" sizes="accelerator step-8
 kinds="jaxdata,jaxdata-mesh8,jaxdata-mesh8-planner,grain-mp,ceiling" lengths="both"
 while [ $# -gt 0 ]; do
   case "$1" in
+    --wheels|--out|--sizes|--kinds|--steps|--lengths)
+      if [ $# -lt 2 ] || [ -z "$2" ] || [ "${2#--}" != "$2" ]; then
+        echo "accelerator_check.sh: $1 needs a value (see the header of this script)" >&2; exit 2
+      fi ;;&
     --wheels) wheels="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --sizes) sizes="$2"; shift 2 ;;

@@ -39,6 +39,7 @@ import numpy as np
 
 from benchmarks.make_corpus import CORPORA, VOCABS, corpus_dir, make_corpus
 from benchmarks.pipeline_throughput import ROWS, SEQ_LEN, TOKEN_SHARES, _corpora, jaxdata_config, run_ceiling
+from jaxdata.cli.parsing import count, positive_count, positive_number
 
 STAGES = ("plan", "stats", "state", "read", "assemble", "output")
 WARMUP, STEPS = 100, 320  # 320 steps: five spans of 64 steps, so every step pays its share of a span's read
@@ -122,14 +123,16 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--corpus", default="/tmp/jaxdata-bench", help="as for benchmarks.pipeline_throughput")
   parser.add_argument("--lengths", default="both", choices=["project", "short", "both"])
-  parser.add_argument("--mesh", type=int, default=8, help="CPU devices of the mesh (0: NumPy output)")
-  parser.add_argument("--repetitions", type=int, default=3)
+  parser.add_argument("--mesh", type=count, default=8, help="CPU devices of the mesh (0: NumPy output)")
+  parser.add_argument("--repetitions", type=positive_count, default=3)
   parser.add_argument(
     "--shard-kib",
-    type=int,
+    type=positive_count,
     help="write the corpora with shards of this many KiB (default: the benchmark corpora's 8 MiB) beside them",
   )
-  parser.add_argument("--scale", type=float, default=1.0, help="with --shard-kib: the corpora's size (of ~100M tokens)")
+  parser.add_argument(
+    "--scale", type=positive_number, default=1.0, help="with --shard-kib: the corpora's size (of ~100M tokens)"
+  )
   parser.add_argument("--run", help="one corpus, in this process (used by the driver)")
   args = parser.parse_args()
   if args.run:

@@ -36,6 +36,7 @@ import numpy as np
 
 from benchmarks.make_corpus import VOCABS, corpus_dir, make_corpus
 from benchmarks.pipeline_throughput import TOKEN_SHARES
+from jaxdata.cli.parsing import positive_count
 
 WARMUP = 3
 
@@ -286,7 +287,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--size", choices=sorted(SIZES), default="accelerator")
   parser.add_argument("--corpus", default="/tmp/jaxdata-device-feed", help="written here if absent (uint32 ids)")
-  parser.add_argument("--steps", type=int, help="measured steps per feed (default: the size's)")
+  parser.add_argument("--steps", type=positive_count, help="measured steps per feed (default: the size's)")
   args = parser.parse_args()
   size = SIZES[args.size]
   refused = refusal(args.size)

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-__all__ = ["Commands", "Parser", "parse_size"]
+__all__ = ["Commands", "Parser", "count", "fraction", "parse_size", "positive_count", "positive_number"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -43,6 +43,60 @@ def parse_size(text: str) -> int:
   prefix = unit[:1] if unit[:1] in "kmgt" else ""
   scale = 1024 ** "_kmgt".index(prefix) if "i" in unit else _UNITS[prefix]
   return int(number * scale)
+
+
+def count(text: str) -> int:
+  """An argparse type: an int >= 0 (a one-line error naming the value otherwise).
+
+  >>> count("0"), positive_count("3")
+  (0, 3)
+  """
+  return _int_at_least(text, 0)
+
+
+def positive_count(text: str) -> int:
+  """An argparse type: an int >= 1."""
+  return _int_at_least(text, 1)
+
+
+def _int_at_least(text: str, low: int) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+  if value < low:
+    raise argparse.ArgumentTypeError(f"{value} is below {low}")
+  return value
+
+
+def positive_number(text: str) -> float:
+  """An argparse type: a finite number > 0."""
+  value = _finite(text)
+  if value <= 0:
+    raise argparse.ArgumentTypeError(f"{text} is not above 0")
+  return value
+
+
+def fraction(text: str) -> float:
+  """An argparse type: a number in [0, 1] (a share).
+
+  >>> fraction("0.25")
+  0.25
+  """
+  value = _finite(text)
+  if not 0 <= value <= 1:
+    raise argparse.ArgumentTypeError(f"{text} is not a share between 0 and 1")
+  return value
+
+
+def _finite(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+  if value != value or value in (float("inf"), float("-inf")):
+    raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+  return value
 
 
 class Parser(argparse.ArgumentParser):

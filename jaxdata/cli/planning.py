@@ -12,7 +12,7 @@ from typing import Any
 from jaxdata._lazy import lazy_module
 from jaxdata.cli.legends import MESH_LEGEND, PLAN_LEGEND, SAMPLING_WINDOWS_LEGEND, print_legend
 from jaxdata.cli.output import Console, Table, check_output_path, show, working
-from jaxdata.cli.parsing import Commands
+from jaxdata.cli.parsing import Commands, fraction
 from jaxdata.config.loading import load_config
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import InputFormatError
@@ -417,7 +417,7 @@ def register_planning(commands: Commands) -> None:
   p.add_argument("--html", help="also write the checks as an HTML report here")
   p.add_argument(
     "--share-floor",
-    type=float,
+    type=fraction,
     default=0.01,
     help="with mixture updates: warn when a source's share stays below this after the first update",
   )

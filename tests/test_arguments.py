@@ -1,0 +1,52 @@
+"""A value a tool or benchmark cannot use gets one line naming the flag and the value (argparse's exit 2),
+never a traceback later on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import cpu_breakdown, device_feed
+from jaxdata.cli import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize(
+  ("module", "argv", "message"),
+  [
+    (cpu_breakdown, ["--repetitions", "0"], "argument --repetitions: 0 is below 1"),
+    (cpu_breakdown, ["--scale", "-1"], "argument --scale: -1 is not above 0"),
+    (cpu_breakdown, ["--shard-kib", "-4"], "argument --shard-kib: -4 is below 1"),
+    (cpu_breakdown, ["--mesh", "-2"], "argument --mesh: -2 is below 0"),
+    (cpu_breakdown, ["--repetitions", "two"], "argument --repetitions: 'two' is not a whole number"),
+    (device_feed, ["--steps", "0"], "argument --steps: 0 is below 1"),
+    (device_feed, ["--steps", "-3"], "argument --steps: -3 is below 1"),
+  ],
+)
+def test_benchmark_arguments_are_checked(module, argv, message, monkeypatch, capsys):
+  monkeypatch.setattr(sys, "argv", [module.__name__, *argv])
+  with pytest.raises(SystemExit) as exit_:
+    module.main()
+  assert exit_.value.code == 2
+  assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "nan"])
+def test_doctor_share_floor_is_a_share(value, capsys):
+  with pytest.raises(SystemExit) as exit_:
+    main(["doctor", "stats.jsonl", "--share-floor", value])
+  assert exit_.value.code == 2
+  assert "argument --share-floor:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--steps"], ["--steps", "--out", "x"], ["--wheels"]])
+def test_accelerator_check_flags_need_values(argv):
+  done = subprocess.run(
+    ["bash", os.path.join(REPO, "benchmarks", "accelerator_check.sh"), *argv], capture_output=True, text=True
+  )
+  assert done.returncode == 2
+  assert done.stderr.strip() == f"accelerator_check.sh: {argv[0]} needs a value (see the header of this script)"
