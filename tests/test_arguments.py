@@ -50,3 +50,22 @@ def test_accelerator_check_flags_need_values(argv):
   )
   assert done.returncode == 2
   assert done.stderr.strip() == f"accelerator_check.sh: {argv[0]} needs a value (see the header of this script)"
+
+
+def test_a_path_that_is_no_dataset_says_what_would_make_it_one(tmp_path):
+  """Raw text points to `inputs:` / `jaxdata convert`; token files another tool wrote to `jaxdata index`."""
+  from jaxdata import DatasetError, open_dataset  # noqa: PLC0415
+
+  (tmp_path / "chat.jsonl").write_text('{"text": "hi"}\n')
+  with pytest.raises(DatasetError, match=r"chat.jsonl is raw text: name it under the dataset's `inputs:`"):
+    open_dataset(str(tmp_path / "chat.jsonl"))
+  (tmp_path / "shards").mkdir()
+  (tmp_path / "shards" / "part-0.array_record").write_bytes(b"")
+  with pytest.raises(
+    DatasetError, match=r"index them in place with `jaxdata index .*shards --format arrayrecord --dtype"
+  ):
+    open_dataset(str(tmp_path / "shards"))
+  (tmp_path / "megatron").mkdir()
+  (tmp_path / "megatron" / "c4_text_document.idx").write_bytes(b"")
+  with pytest.raises(DatasetError, match=r"--format megatron` \(no tokens copied\)"):
+    open_dataset(str(tmp_path / "megatron"))

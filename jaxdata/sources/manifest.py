@@ -74,6 +74,31 @@ TOKEN_DTYPES = ("uint16", "uint32")
 TOKEN_ITEMSIZE = {"uint16": 2, "uint32": 4}
 
 
+_RAW_SUFFIXES = (".jsonl", ".json", ".parquet", ".txt", ".gz", ".zst")  # text a dataset is converted from
+_OTHER_TOOLS = {".array_record": "arrayrecord", ".bin": "megatron", ".idx": "megatron", ".npy": "flat"}
+
+
+def _not_a_dataset_hint(directory: str) -> str:
+  """What to do with a path that holds no manifest: raw text is converted (or named as `inputs:`), token
+  files another tool wrote are indexed in place."""
+  if os.path.isfile(directory) and directory.endswith(_RAW_SUFFIXES):
+    return (
+      f"; {os.path.basename(directory)} is raw text: name it under the dataset's `inputs:` with a `tokenizer:` "
+      "(converted once, cached), or convert it with `jaxdata convert`"
+    )
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  found = sorted({fmt for name in names for suffix, fmt in _OTHER_TOOLS.items() if name.endswith(suffix)})
+  if found:
+    dtype = " --dtype uint16|uint32" if found[0] != "megatron" else ""  # Megatron's .idx records its dtype
+    return (
+      f"; it holds token files another tool wrote: index them in place with `jaxdata index {directory} "
+      f"--format {found[0]}{dtype}` (no tokens copied)"
+    )
+  if any(name.endswith(_RAW_SUFFIXES) for name in names):
+    return "; it holds raw text files: name them under the dataset's `inputs:` with a `tokenizer:`, or `jaxdata convert` them"
+  return ""
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
   """One ArrayRecord shard and its lengths index, as listed in the manifest."""
@@ -226,7 +251,7 @@ class Manifest:
     """Reads and checks ``DIRECTORY/manifest.json``; errors name the field."""
     path = os.path.join(directory, MANIFEST_NAME)
     if not os.path.isfile(path):
-      raise DatasetError(f"{path}: no manifest (is {directory} a jaxdata dataset?)")
+      raise DatasetError(f"{path}: no manifest (is {directory} a jaxdata dataset?){_not_a_dataset_hint(directory)}")
     with open(path, "rb") as f:
       blob = f.read(MAX_MANIFEST_BYTES + 1)
     return cls.parse(blob, path)
