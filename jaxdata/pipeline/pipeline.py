@@ -63,6 +63,7 @@ from jaxdata.pipeline.wait_warning import (
   LOGGER,
   WAIT_WARNING_S,
   check_wait_warning_s,
+  warn_ended,
   warn_if_no_step,
   warn_if_waited,
 )
@@ -197,6 +198,7 @@ class Pipeline:
     self._state: PipelineState = snapshot()
     self._start = self._state.to_json()  # step 0, for set_epoch
     self._exhausted = False
+    self._ended = ""  # why next() raises StopIteration, once the data ended
     self._steering = MixtureSteering(
       maker,
       f"update_mixture on {self.cfg.names}",
@@ -215,7 +217,7 @@ class Pipeline:
     if self._handout.interrupted:
       self._restart_at(self._state)
     if self._exhausted:
-      raise StopIteration
+      raise StopIteration(self._ended)
     started = time.perf_counter()
     ready = self._handout.ready()
     try:
@@ -236,7 +238,8 @@ class Pipeline:
     if item is END:
       self._exhausted = True
       warn_if_no_step(self._state.step, self.cfg.tokens_per_step)
-      raise StopIteration
+      self._ended = warn_ended(self._state.step, self._planner.stream.passes_completed())
+      raise StopIteration(self._ended)
     self._state = after
     return item.batch
 

@@ -61,3 +61,22 @@ def warn_if_no_step(step: int, tokens_per_step: int) -> None:
       RuntimeWarning,
       stacklevel=3,
     )
+
+
+def ended_message(step: int, passes: dict[str, int]) -> str:
+  """Why `next()` raises StopIteration: the data ran out under the pass policies, after `step` steps."""
+  done = ", ".join(f"{name} {count}" for name, count in passes.items())
+  return (
+    f"the data ended after {step:,} steps: a dataset ran out under its pass policy (passes completed: {done}); "
+    "exhausted_policy: repeat, or more passes, keeps a run going"
+  )
+
+
+def warn_ended(step: int, passes: dict[str, int]) -> str:
+  """Says once, on the "jaxdata" logger and as a `RuntimeWarning`, that the stream ended after whole steps
+  (a loop asking for more would otherwise stop without a word); returns the message."""
+  message = ended_message(step, passes)
+  if step > 0:
+    LOGGER.warning("jaxdata: %s", message)
+    warnings.warn(f"jaxdata: {message}", RuntimeWarning, stacklevel=3)
+  return message
