@@ -113,3 +113,37 @@ def test_adding_a_token_nobody_names_is_refused(tmp_path):
     Pipeline(pipeline_config(path, add_eos=True), prefetch=0)
   with Pipeline(pipeline_config(path, add_eos=True, eos_id=3), prefetch=0) as pipe:
     assert int(np.asarray(next(pipe)["tokens"]).max()) <= 9
+
+
+def test_two_tokenizers_are_named_before_the_special_ids_they_differ_in(tmp_path, llama_like):
+  """A byte dataset beside a Hugging Face one: the cause named is the tokenizers, not their EOS ids."""
+  (tmp_path / "a").mkdir()
+  hf = converted(tmp_path / "a", llama_like, [{"text": "hi!"}] * 4)
+  (tmp_path / "b").mkdir()
+  (tmp_path / "b" / "in.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
+  convert([str(tmp_path / "b" / "in.jsonl")], str(tmp_path / "b" / "out"), "bytes", ConvertOptions(workers=1))
+  cfg = PipelineConfig.from_dict(
+    {
+      "datasets": [{"name": "hf", "path": hf}, {"name": "bytes", "path": str(tmp_path / "b" / "out")}],
+      "mixture": {"weights": {"hf": 1, "bytes": 1}},
+      "packing": {"seq_len": 16, "add_eos": True},
+      "batch": {"global_batch_size": 2},
+    }
+  )
+  with pytest.raises(ConfigError, match=r"^datasets.bytes: tokenizer .* differs from datasets.hf's"):
+    Pipeline(cfg)
+
+
+def test_an_eos_id_that_is_another_token_is_refused_even_when_not_added(tmp_path, llama_like):
+  path = converted(tmp_path, llama_like, [{"text": "hi!"}] * 4)
+  eos = ids_of(llama_like)["eos"]
+  raw = {
+    "datasets": [{"name": "set", "path": path}],
+    "mixture": {"weights": {"set": 1}},
+    "packing": {"seq_len": 16, "add_eos": False, "eos_id": eos + 1},
+    "batch": {"global_batch_size": 2},
+  }
+  with pytest.raises(
+    ConfigError, match=rf"packing.eos_id: {eos + 1}, but the tokenizer of dataset set records EOS id {eos}"
+  ):
+    Pipeline(PipelineConfig.from_dict(raw))

@@ -26,7 +26,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError, DatasetError
 from jaxdata.sources.opening import SplitDataset
 
-__all__ = ["TokenBound", "resolve_special_ids", "token_bound", "with_special_ids"]
+__all__ = ["TokenBound", "check_one_tokenizer", "resolve_special_ids", "token_bound", "with_special_ids"]
 
 SPECIAL_IDS = ("bos_id", "eos_id", "pad_id", "unk_id", "end_of_turn_id")  # what conversion records
 
@@ -43,8 +43,24 @@ def _identity(tokenizer: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def with_special_ids(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> PipelineConfig:
-  """`resolve_special_ids` with the opened datasets' manifests."""
+  """`resolve_special_ids` with the opened datasets' manifests, once they are known to share a tokenizer
+  (different tokenizers are the cause to name, not the special ids that differ with them)."""
+  check_one_tokenizer(cfg, datasets)
   return resolve_special_ids(cfg, [ds.manifest.tokenizer for ds in datasets])
+
+
+def check_one_tokenizer(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> None:
+  """A ConfigError naming two datasets whose tokenizers differ, unless `allow_mixed_tokenizers`."""
+  if cfg.allow_mixed_tokenizers:
+    return
+  identities = [_identity(ds.manifest.tokenizer) for ds in datasets]
+  for d, identity in zip(cfg.datasets[1:], identities[1:]):
+    if identity != identities[0]:
+      raise ConfigError(
+        f"datasets.{d.name}: tokenizer {identity} differs from datasets.{cfg.datasets[0].name}'s "
+        f"{identities[0]}; token ids would mean different things{_unknown_hint(cfg, datasets)} (set "
+        "allow_mixed_tokenizers: true to mix them on purpose)"
+      )
 
 
 def resolve_special_ids(cfg: PipelineConfig, tokenizers: Sequence[Mapping[str, Any]]) -> PipelineConfig:
@@ -68,7 +84,8 @@ def resolve_special_ids(cfg: PipelineConfig, tokenizers: Sequence[Mapping[str, A
     if len(values) > 1 and added and given is None:
       shown = ", ".join(f"{n} {v}" for n, v in recorded.items())
       raise ConfigError(f"packing.{key}: the datasets record different {token} ids ({shown}); give packing.{key}")
-    if given is not None and values and given != values[0] and key != "pad_id" and added and len(values) == 1:
+    # an id the config gives for a token of the tokenizer (bos, eos) must be that token, added or not
+    if given is not None and values and given != values[0] and key != "pad_id" and len(values) == 1:
       name = next(iter(recorded))
       raise ConfigError(
         f"packing.{key}: {given}, but the tokenizer of dataset {name} records {token} id {values[0]}: id {given} "
@@ -125,15 +142,7 @@ def _unknown_hint(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> str:
 
 def token_bound(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> TokenBound:
   """Checks the datasets' tokenizers and the config's special ids; the bound every read is held to."""
-  identities = [_identity(ds.manifest.tokenizer) for ds in datasets]
-  if not cfg.allow_mixed_tokenizers:
-    for d, identity in zip(cfg.datasets[1:], identities[1:]):
-      if identity != identities[0]:
-        raise ConfigError(
-          f"datasets.{d.name}: tokenizer {identity} differs from datasets.{cfg.datasets[0].name}'s "
-          f"{identities[0]}; token ids would mean different things{_unknown_hint(cfg, datasets)} (set "
-          "allow_mixed_tokenizers: true to mix them on purpose)"
-        )
+  check_one_tokenizer(cfg, datasets)
   given = [ds.manifest.tokenizer.get("vocab_size") for ds in datasets]
   sizes = [v for v in given if isinstance(v, int) and not isinstance(v, bool) and v > 0]
   if len(sizes) == len(given):
