@@ -715,3 +715,29 @@ def test_tokenizer_path_may_be_an_hf_tokenizer_directory(tmp_path):
   other.save_pretrained(str(tmp_path / "other"))
   with pytest.raises(ConfigError, match=r"tokenizer_path: .*other/tokenizer.json .*is not the tokenizer dataset 'web'"):
     maxtext_config({**values, "tokenizer_path": str(tmp_path / "other")})
+
+
+def test_maxtext_pipeline_runs_olmo_grain_values_as_maxtext_config_does(tmp_path, monkeypatch):
+  """`MaxTextPipeline` with `dataset_type: olmo_grain` (no grain_train_files): the batches of
+  `maxtext_config` + `Pipeline`, MaxText's features made with the tokenizer's pad (none: 0)."""
+  monkeypatch.setenv("JAXDATA_CACHE_DIR", str(tmp_path / "cache"))
+  length = 16
+  index, _ = _olmo_files(tmp_path, [100, 64, 37], length)
+  olmo = {
+    "dataset_type": "olmo_grain",
+    "olmo_index_path": index,
+    "olmo_path_remap_from": "/remote-mount/",
+    "olmo_path_remap_to": str(tmp_path / "olmo") + "/",
+    "olmo_apply_ngram_filter": False,
+    "max_target_length": length,
+    "global_batch_size_to_load": 2,
+    "num_epoch": 1,
+  }
+  with Pipeline(maxtext_config(olmo), prefetch=0) as pipe:
+    expected = [maxtext_batch(b, 0) for b in pipe]
+  with MaxTextPipeline(olmo, prefetch=0) as pipe:
+    got = list(pipe)
+    assert pipe.pad_id == 0
+  assert len(got) == len(expected) > 0
+  for a, b in zip(got, expected):
+    assert all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in MAXTEXT_FEATURES)

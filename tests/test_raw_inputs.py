@@ -492,3 +492,35 @@ def test_cache_dir_must_be_local_and_inputs_cache_names_a_bucket_or_a_directory(
   shared = tmp_path / "shared-disk"
   path = with_built_inputs(config(tmp_path, raw, inputs_cache=str(shared))).datasets[0].path
   assert os.path.dirname(path) == str(shared) and os.path.isfile(os.path.join(path, "manifest.json"))
+
+
+def test_maxtext_pipeline_runs_dataset_type_hf_and_names_a_missing_bos(tmp_path, monkeypatch):
+  """`MaxTextPipeline` with `dataset_type: hf` gives maxtext_config + Pipeline's batches; add_bos (MaxText's
+  default) with a Hugging Face tokenizer that has no BOS says so, naming tokenizer_path."""
+  from jaxdata.integrations.maxtext import MAXTEXT_FEATURES, MaxTextPipeline, maxtext_batch, maxtext_config  # noqa: PLC0415
+
+  monkeypatch.setenv("JAXDATA_CACHE_DIR", str(tmp_path / "cache"))
+  tokenizer = families.build_tokenizer(str(tmp_path / "tok"))
+  tokenizer.save_pretrained(str(tmp_path / "tok"))
+  (tmp_path / "raw").mkdir()
+  (tmp_path / "raw" / "a.jsonl").write_text("".join(json.dumps({"text": r["text"]}) + "\n" for r in texts(0, 80)))
+  values = {
+    "dataset_type": "hf",
+    "hf_path": str(tmp_path / "raw"),
+    "tokenizer_path": str(tmp_path / "tok"),
+    "max_target_length": 32,
+    "global_batch_size_to_load": 2,
+    "add_bos": False,
+    "add_eos": False,
+  }
+  with Pipeline(maxtext_config(values), prefetch=0) as pipe:
+    expected = [maxtext_batch(next(pipe), 0) for _ in range(3)]
+  with MaxTextPipeline(values, prefetch=0) as pipe:
+    got = [next(pipe) for _ in range(3)]
+  for a, b in zip(got, expected):
+    assert all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in MAXTEXT_FEATURES)
+  with pytest.raises(
+    ConfigError,
+    match=r"add_bos: true, but no packing.bos_id is given and the datasets. tokenizer \(huggingface, tokenizer.json, recorded in their manifests\) has no BOS token",
+  ):
+    MaxTextPipeline({**values, "add_bos": True})

@@ -158,11 +158,13 @@ class MaxTextPipeline:
     if values.get(f"grain_num_threads{suffix}") is not None:
       pipeline_kwargs.setdefault("read_threads", int(values[f"grain_num_threads{suffix}"]))
     self.config = maxtext_config(values, split=split)
-    self.pad_id = maxtext_pad_id(values, split)  # what ShiftData ignores (rows are zero-padded when packed)
     use_sft, completion_only = maxtext_sft(values)
     self.completion_only = use_sft and completion_only
     self.dpo = bool(values.get("use_dpo", False))
     self.pipeline = Pipeline(self.config, mesh, data_axes, **pipeline_kwargs)
+    # what ShiftData ignores (rows are zero-padded when packed); raw or OLMo files are datasets once opened
+    built = values.get("dataset_type") in ("hf", "olmo_grain")
+    self.pad_id = maxtext_pad_id(values, split, self.pipeline.cfg if built else None)
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self

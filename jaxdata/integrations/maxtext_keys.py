@@ -28,6 +28,7 @@ import jax
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import short, weight
+from jaxdata.conversion.tokenizers import HuggingFaceTokenizer
 from jaxdata.errors import ConfigError, optional_module
 from jaxdata.integrations.maxtext_olmo import olmo_dataset
 from jaxdata.integrations.maxtext_values import KEY_TYPES, checked_values
@@ -388,7 +389,17 @@ def _check_sft(values: Mapping[str, Any], manifests: list[Manifest], names: list
 
 
 def _sentencepiece_ids(values: Mapping[str, Any]) -> dict[str, int]:
+  """The special ids of tokenizer_path: a SentencePiece model's, or a Hugging Face tokenizer's (its
+  tokenizer_config.json names them)."""
   path = values.get("tokenizer_path")
+  if path and not is_remote(str(path)) and (os.path.isdir(path) or str(path).endswith(".json")):
+    named = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else str(path)
+    if not os.path.isfile(named):
+      return {}
+    try:
+      return HuggingFaceTokenizer(named).special_ids()
+    except ValueError:  # not a tokenizer: the check that it is the datasets' names it (tokenize_*_data)
+      return {}
   if not (path and os.path.isfile(path) and str(path).endswith(".model")):
     return {}
   sentencepiece = optional_module("sentencepiece", "sentencepiece", "reading BOS / EOS ids from tokenizer_path")
@@ -415,10 +426,19 @@ def _tokenizer_ids(
       out[key] = found
   for flag, key in (("add_bos", "bos_id"), ("add_eos", "eos_id")):
     if adds[flag] and key not in out:
+      recorded = next((m.tokenizer for m in manifests if m.tokenizer.get("kind") not in (None, "unknown")), None)
+      path = values.get("tokenizer_path")
+      cause = (
+        f"dataset {names[0]!r}'s tokenizer ({recorded.get('kind')}, recorded in its manifest) has no "
+        f"{key[:3].upper()} token; give {key}, or {flag}: false"
+        if recorded is not None
+        else f"the tokenizer at tokenizer_path {path} names no {key[:3].upper()} token; give {key}, or {flag}: false"
+        if from_path or (path and os.path.isdir(str(path)))
+        else f"dataset {names[0]!r} was indexed without a tokenizer; give tokenizer_path (a SentencePiece "
+        f"model or a Hugging Face tokenizer directory), {key}, or {flag}: false"
+      )
       raise ConfigError(
-        f"{flag}: true (MaxText's default) adds the tokenizer's {key[:3].upper()}, and no id is known: dataset "
-        f"{names[0]!r} was indexed without a tokenizer; give tokenizer_path (a SentencePiece model), {key}, "
-        f"or {flag}: false"
+        f"{flag}: true (MaxText's default) adds the tokenizer's {key[:3].upper()}, and no id is known: {cause}"
       )
   return out
 
@@ -450,10 +470,16 @@ def _check_tokenizer(values: Mapping[str, Any], manifests: list[Manifest], names
     )
 
 
-def maxtext_pad_id(values: Mapping[str, Any], split: str = "train") -> int:
-  """The id MaxText's `ShiftData` ignores: the tokenizer's pad (else its unknown id), as MaxText picks it."""
+def maxtext_pad_id(values: Mapping[str, Any], split: str = "train", opened: PipelineConfig | None = None) -> int:
+  """The id MaxText's `ShiftData` ignores: the tokenizer's pad (else its unknown id), as MaxText picks it.
+  `opened`: the config of a pipeline already open (with `dataset_type: hf` or `olmo_grain` its datasets
+  exist only then: a cache built from raw files, OLMo's files indexed), whose datasets' manifests say."""
   values = maxtext_values(values)
-  names, _, _, _, manifests = _datasets(values, split, check_paths=True)
+  if opened is not None:
+    names = [d.name for d in opened.datasets]
+    manifests = [_dataset_manifest(d.path, d.path, "dataset") for d in opened.datasets]
+  else:
+    names, _, _, _, manifests = _datasets(values, split, check_paths=True)
   return _tokenizer_ids(values, manifests, names, {"add_bos": False, "add_eos": False}).get("pad_id", 0)
 
 

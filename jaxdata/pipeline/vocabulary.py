@@ -94,11 +94,15 @@ def resolve_special_ids(cfg: PipelineConfig, tokenizers: Sequence[Mapping[str, A
     if given is None and len(values) == 1:
       given = values[0]
     if given is None and added and key != "pad_id":
-      raise ConfigError(
-        f"packing.add_{key[:3]}: true, but no packing.{key} is given and no dataset's manifest records the "
-        f"tokenizer's {token} (converted before jaxdata recorded it, or indexed without --tokenizer): give "
-        f"packing.{key}"
+      known = next((t for t in tokenizers if t.get("kind") not in (None, "unknown", "byte")), None)
+      cause = (
+        f"the datasets' tokenizer ({known.get('kind')}, {known.get('file', '')}, recorded in their manifests) has "
+        f"no {token} token: give packing.{key}, or packing.add_{key[:3]}: false"
+        if known is not None and tokenizers and all("sha256" in t for t in tokenizers)
+        else f"no dataset's manifest records the tokenizer's {token} (converted before jaxdata recorded it, or "
+        f"indexed without --tokenizer): give packing.{key}"
       )
+      raise ConfigError(f"packing.add_{key[:3]}: true, but no packing.{key} is given and {cause}")
     resolved[key] = given
   if all(getattr(packing, k) == v for k, v in resolved.items()):
     return cfg
