@@ -18,6 +18,7 @@ by its workers, byte-identical either way.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import multiprocessing
 import os
@@ -40,6 +41,7 @@ from jaxdata.conversion.tokenize_units import (
 )
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
+from jaxdata.errors import WorkerStartError
 from jaxdata.sources.columns import PAIR_COLUMNS, column_file_name
 from jaxdata.sources.fileutil import check_name
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
@@ -137,6 +139,13 @@ def run_jobs(
         on_done(futures[future], future.result())  # the first error, as soon as it happens
       on_done(-1, None)
     return [future.result() for future in sorted(futures, key=lambda future: futures[future])]
+  except concurrent.futures.process.BrokenProcessPool as e:  # the processes are gone: nothing to wait for
+    raise WorkerStartError(
+      "a conversion worker process died before finishing its work (BrokenProcessPool). Worker processes start "
+      "by importing the script that runs: a script that converts (a Pipeline whose datasets name `inputs:`, or "
+      "jaxdata.conversion's convert) must keep its top-level code under `if __name__ == \"__main__\":`; else "
+      "the process ran out of memory or was killed (fewer workers: `convert: {workers: N}`)"
+    ) from e
   except BaseException:
     for future in futures:  # drop the jobs not yet started,
       future.cancel()
