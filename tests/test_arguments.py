@@ -69,3 +69,19 @@ def test_a_path_that_is_no_dataset_says_what_would_make_it_one(tmp_path):
   (tmp_path / "megatron" / "c4_text_document.idx").write_bytes(b"")
   with pytest.raises(DatasetError, match=r"--format megatron` \(no tokens copied\)"):
     open_dataset(str(tmp_path / "megatron"))
+
+
+def test_raw_input_settings_that_cannot_be_used_are_named(monkeypatch):
+  from jaxdata import ConfigError, PipelineConfig  # noqa: PLC0415
+  from jaxdata.conversion.options import ConvertOptions  # noqa: PLC0415
+  from jaxdata.pipeline.raw_inputs import with_built_inputs  # noqa: PLC0415
+
+  raw = {"mixture": {"weights": {"a": 1}}, "packing": {"seq_len": 8}, "batch": {"global_batch_size": 1}}
+  with pytest.raises(ConfigError, match=r"datasets.a.inputs: names no files \(empty or missing\), so tokenizer"):
+    PipelineConfig.from_dict({**raw, "datasets": [{"name": "a", "inputs": [], "tokenizer": "byte"}]})
+  with pytest.raises(ValueError, match=r"shard_bytes: '1MB' is not a whole number of bytes"):
+    ConvertOptions(shard_bytes="1MB")  # type: ignore[arg-type]
+  cfg = PipelineConfig.from_dict({**raw, "datasets": [{"name": "a", "inputs": ["x/*.jsonl"], "tokenizer": "byte"}]})
+  monkeypatch.setenv("JAXDATA_BUILD_WAIT_S", "ten")
+  with pytest.raises(ConfigError, match=r"\$JAXDATA_BUILD_WAIT_S: 'ten' is not a number of seconds"):
+    with_built_inputs(cfg)

@@ -199,6 +199,11 @@ class DatasetConfig:
       )
     if not self.inputs:
       for field in ("tokenizer", "convert"):
+        if getattr(self, field) is not None and not self.path:
+          raise ConfigError(
+            f"{where}.inputs: names no files (empty or missing), so {field} has nothing to convert; give globs "
+            "of the raw files"
+          )
         if getattr(self, field) is not None:
           raise ConfigError(f"{where}.{field}: applies to raw inputs (datasets.{self.name}.inputs), not to a path")
       return

@@ -143,7 +143,7 @@ def run_jobs(
     raise WorkerStartError(
       "a conversion worker process died before finishing its work (BrokenProcessPool). Worker processes start "
       "by importing the script that runs: a script that converts (a Pipeline whose datasets name `inputs:`, or "
-      "jaxdata.conversion's convert) must keep its top-level code under `if __name__ == \"__main__\":`; else "
+      'jaxdata.conversion\'s convert) must keep its top-level code under `if __name__ == "__main__":`; else '
       "the process ran out of memory or was killed (fewer workers: `convert: {workers: N}`)"
     ) from e
   except BaseException:

@@ -104,6 +104,13 @@ class ConvertOptions:
       raise ValueError(f"text_mode: {self.text_mode!r} is not one of {TEXT_MODES}")
     if not self.field:
       raise ValueError("field: must be a non-empty name")
+    for name in ("shard_bytes", "workers", "batch_documents", "unit_bytes"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+          f"{name}: {value!r} is not a whole number"
+          + (" of bytes (the CLI's --shard-size takes 256MB)" if "bytes" in name else "")
+        )
     if self.shard_bytes <= 0:
       raise ValueError(f"shard_bytes: must be positive, got {self.shard_bytes}")
     if self.workers < 0:

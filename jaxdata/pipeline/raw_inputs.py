@@ -91,7 +91,7 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.i
   local_root = cache_root(cfg)
   bucket = cfg.inputs_cache if cfg.inputs_cache is not None and is_remote(cfg.inputs_cache) else None
   root = cfg.inputs_cache if cfg.inputs_cache is not None and bucket is None else local_root
-  wait_s = float(os.environ.get("JAXDATA_BUILD_WAIT_S", "3600"))  # how long a process waits on the others
+  wait_s = _build_wait_s()  # how long a process waits on the others
   datasets = []
   for d in cfg.datasets:
     if d.inputs:
@@ -109,3 +109,15 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.i
       d = dataclasses.replace(d, path=path, inputs=(), tokenizer=None, convert=None)
     datasets.append(d)
   return dataclasses.replace(cfg, datasets=tuple(datasets))
+
+
+def _build_wait_s() -> float:
+  """$JAXDATA_BUILD_WAIT_S (default 3600): seconds a process waits on the others' share of a build."""
+  given = os.environ.get("JAXDATA_BUILD_WAIT_S", "3600")
+  try:
+    value = float(given)
+  except ValueError:
+    value = -1.0
+  if not value > 0 or value == float("inf"):
+    raise ConfigError(f"$JAXDATA_BUILD_WAIT_S: {given!r} is not a number of seconds above 0 (default 3600)")
+  return value
