@@ -559,3 +559,23 @@ def test_a_rewritten_blocks_file_is_named_not_the_token_file(tmp_path, documents
   np.save(tmp_path / blocks, sums + 1)  # a checksum file rewritten (same shape, other sums)
   with pytest.raises(DatasetError, match=rf"{blocks}: the block checksums differ from those manifest.json records"):
     open_dataset(str(tmp_path), ReadOptions(flat_reader="tensorstore"))
+
+
+def test_token_files_of_one_name_in_several_directories_index_together(tmp_path):
+  """OLMo's layout: part-0.npy in each of several directories. Each file keeps its own metadata (named by
+  its path below their common directory) and every document is read from its own file."""
+  arrays = {"a": np.array([5, 6, 0, 7, 0], "<u2"), "b": np.array([8, 0, 9, 9, 9, 0], "<u2")}
+  paths = []
+  for name, ids in arrays.items():
+    (tmp_path / name).mkdir()
+    np.save(tmp_path / name / "part-0.npy", ids)
+    paths.append(str(tmp_path / name / "part-0.npy"))
+  manifest = build_flat_index(
+    "flat", paths, out_dir=str(tmp_path / "meta"), dtype="uint16", boundaries=DocumentBoundaries.eos(0)
+  )
+  assert [s.lengths_path for s in manifest.shards] == ["a__part-0.lengths.npy", "b__part-0.lengths.npy"]
+  with open_dataset(str(tmp_path / "meta")) as dataset:
+    documents = [d.tolist() for d in dataset.read_global(np.arange(4)).to_list()]
+  assert documents == [[5, 6, 0], [7, 0], [8, 0], [9, 9, 9, 0]]
+  with pytest.raises(ValueError, match="inputs: a token file is given twice"):
+    build_flat_index("flat", [paths[0], paths[0]], out_dir=str(tmp_path / "m2"), dtype="uint16")

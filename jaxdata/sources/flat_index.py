@@ -143,6 +143,23 @@ def _check_ids_look_like(path: str, dtype: np.dtype, claim: str) -> None:
     )
 
 
+def _metadata_stems(paths: list[str]) -> list[str]:
+  """Each token file's stem for its metadata files: its name less .bin / .npy; where two files share a name
+  (OLMo's layout: part-0.npy in several directories), its path below their common directory, "/" as "__".
+
+  >>> _metadata_stems(["/d/a/part-0.npy", "/d/b/part-0.npy", "/d/b/part-1.npy"])
+  ['a__part-0', 'b__part-0', 'b__part-1']
+  """
+  cut = [p[:-4] if p.endswith((".bin", ".npy")) else p for p in paths]
+  stems = [os.path.basename(c) for c in cut]
+  if len(set(stems)) < len(stems):
+    root = os.path.commonpath([os.path.dirname(p) for p in paths])
+    stems = [os.path.relpath(c, root).replace(os.sep, "__") for c in cut]
+  if len(set(stems)) < len(stems):
+    raise ValueError("inputs: a token file is given twice")
+  return stems
+
+
 def build_flat_index(
   fmt: str,
   inputs: Sequence[str],
@@ -210,9 +227,7 @@ def build_flat_index(
   if fmt == "megatron" and boundaries != WHOLE_FILES:
     raise ValueError(f"boundaries: a Megatron .idx gives its own document boundaries, not {boundaries.rule!r}")
   paths = [_token_path(fmt, p) for p in inputs]
-  stems = [os.path.basename(p)[:-4] if p.endswith((".bin", ".npy")) else os.path.basename(p) for p in paths]
-  if len(set(stems)) < len(stems):
-    raise ValueError("inputs: two token files share a name; index each directory on its own")
+  stems = _metadata_stems(paths)
   out_dir = dataset_directory(paths, out_dir, "inputs")
   files_dir = os.path.commonpath(sorted({os.path.dirname(p) for p in paths}))
   inside = all(os.path.commonpath([out_dir, p]) == out_dir for p in paths)
