@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from jaxdata import ConfigError, DatasetWriter, Pipeline, from_iterable
+from jaxdata import ConfigError, DatasetError, DatasetWriter, Pipeline, from_iterable
 from jaxdata.integrations import maxtext_keys
 from jaxdata.integrations.maxtext import MAXTEXT_FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_batch, maxtext_config
 from jaxdata.integrations.maxtext_values import KEY_TYPES
@@ -741,3 +741,33 @@ def test_maxtext_pipeline_runs_olmo_grain_values_as_maxtext_config_does(tmp_path
   assert len(got) == len(expected) > 0
   for a, b in zip(got, expected):
     assert all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in MAXTEXT_FEATURES)
+
+
+def test_olmo_index_fields_and_ignored_files_are_named(tmp_path):
+  """An index whose dtype is missing or whose sequence_length is no number, grain_train_files beside an
+  OLMo index, and an index rewritten with another dtype (same fingerprint): each named, none reused."""
+  index, _ = _olmo_files(tmp_path, [64, 48], 16)
+  olmo = {
+    "dataset_type": "olmo_grain",
+    "olmo_index_path": index,
+    "olmo_path_remap_from": "/remote-mount/",
+    "olmo_path_remap_to": str(tmp_path / "olmo") + "/",
+    "olmo_apply_ngram_filter": False,
+    "max_target_length": 16,
+    "global_batch_size_to_load": 2,
+  }
+  base = json.loads(open(index).read())
+  for name, change, message in (
+    ("nodtype", {"dtype": None}, r"dtype None: the index must name its files' token dtype"),
+    ("text", {"sequence_length": "16"}, r"sequence_length '16' is not a whole number of tokens"),
+  ):
+    (tmp_path / f"{name}.json").write_text(json.dumps({**base, **change}))
+    with pytest.raises(ConfigError, match=message):
+      maxtext_config({**olmo, "olmo_index_path": str(tmp_path / f"{name}.json")}, cache_dir=str(tmp_path / "c"))
+  with pytest.raises(ConfigError, match=r"grain_train_files: dataset_type olmo_grain reads the files olmo_index_path"):
+    maxtext_config({**olmo, "grain_train_files": "data/*.array_record"}, cache_dir=str(tmp_path / "c"))
+  first = maxtext_config(olmo, cache_dir=str(tmp_path / "c")).datasets[0].path
+  (tmp_path / "u16.json").write_text(json.dumps({**base, "dtype": "uint16"}))  # same fingerprint field
+  assert first  # the uint32 index, cached; its uint16 rewrite is indexed anew (and its ids' dtype checked)
+  with pytest.raises(DatasetError, match=r"part-0.npy: looks like uint32 ids read as uint16"):
+    maxtext_config({**olmo, "olmo_index_path": str(tmp_path / "u16.json")}, cache_dir=str(tmp_path / "c"))

@@ -30,6 +30,7 @@ from typing import Any
 
 from jaxdata.errors import ConfigError
 from jaxdata.sources.flat_index import build_flat_index
+from jaxdata.sources.index_target import TOKEN_DTYPES
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
 from jaxdata.sources.shard_cache import default_cache_options
 from jaxdata.sources.stores import is_remote
@@ -67,8 +68,20 @@ def olmo_dataset(values: Mapping[str, Any], cache_dir: str | None = None) -> dic
       "olmo_apply_ngram_filter: true (MaxText's default) masks instances with repeated n-grams, OLMo-core's "
       "filter, which jaxdata does not run: set olmo_apply_ngram_filter: false"
     )
+  if values.get("grain_train_files"):
+    raise ConfigError(
+      "grain_train_files: dataset_type olmo_grain reads the files olmo_index_path lists, so these would be "
+      "ignored; remove grain_train_files, or read them with dataset_type: grain"
+    )
   index = _index(str(path))
   length = index.get("sequence_length")
+  if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+    raise ConfigError(f"olmo_index_path: {path}: sequence_length {length!r} is not a whole number of tokens >= 2")
+  if index.get("dtype") not in TOKEN_DTYPES:
+    raise ConfigError(
+      f"olmo_index_path: {path}: dtype {index.get('dtype')!r}: the index must name its files' token dtype "
+      "({' or '.join(TOKEN_DTYPES)}, as MaxText's OLMo index builder writes)"
+    )
   if length != values.get("max_target_length", 2048):
     raise ConfigError(
       f"olmo_index_path: the index's sequence_length {length} is not max_target_length "
@@ -84,7 +97,8 @@ def olmo_dataset(values: Mapping[str, Any], cache_dir: str | None = None) -> dic
       )
     if not os.path.isfile(file):
       raise ConfigError(f"olmo_index_path: {file} (listed by {path}) does not exist")
-  key = hashlib.sha256(json.dumps([index.get("fingerprint"), files]).encode()).hexdigest()[:16]
+  # the key covers what the index says of the files (a rewritten index with another dtype is another index)
+  key = hashlib.sha256(json.dumps([index.get("fingerprint"), index.get("dtype"), files]).encode()).hexdigest()[:16]
   root = os.path.join(default_cache_options(cache_dir).cache_dir, "datasets")
   target = os.path.join(root, f"olmo-{key}")
   if not os.path.isfile(os.path.join(target, MANIFEST_NAME)):
