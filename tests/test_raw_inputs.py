@@ -524,3 +524,65 @@ def test_maxtext_pipeline_runs_dataset_type_hf_and_names_a_missing_bos(tmp_path,
     match=r"add_bos: true, but no packing.bos_id is given and the datasets. tokenizer \(huggingface, tokenizer.json, recorded in their manifests\) has no BOS token",
   ):
     MaxTextPipeline({**values, "add_bos": True})
+
+
+def test_maxtexts_sft_and_dpo_configs_run_from_raw_files(tmp_path, monkeypatch):
+  """MaxText's sft.yml (`use_sft`, `train_data_columns: ['messages']`) and dpo.yml (`use_dpo`,
+  `train_data_columns: ['chosen', 'rejected']`, Anthropic HH's whole texts) with dataset_type hf on local
+  files, base.yml's `hf_train_files: ''` beside them: SFT gives the batches of the files converted as chat,
+  DPO one pair a row, each side whole."""
+  from jaxdata.integrations.maxtext import MaxTextPipeline, maxtext_config  # noqa: PLC0415
+
+  monkeypatch.setenv("JAXDATA_CACHE_DIR", str(tmp_path / "cache"))
+  tokenizer = families.build_tokenizer(str(tmp_path / "tok"))
+  tokenizer.save_pretrained(str(tmp_path / "tok"))
+  (tmp_path / "chat.jinja").write_text(families.without_blocks(families.CHATML))
+  (tmp_path / "sft").mkdir()
+  conversations = [
+    {"messages": [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]}
+    for i in range(40)
+  ]
+  (tmp_path / "sft" / "train.jsonl").write_text("".join(json.dumps(c) + "\n" for c in conversations))
+  sft = {
+    "dataset_type": "hf",
+    "hf_path": str(tmp_path / "sft"),
+    "hf_train_files": "",
+    "train_data_columns": ["messages"],
+    "use_sft": True,
+    "sft_train_on_completion_only": True,
+    "chat_template_path": str(tmp_path / "chat.jinja"),
+    "tokenizer_path": str(tmp_path / "tok"),
+    "max_target_length": 64,
+    "global_batch_size_to_load": 2,
+    "add_bos": False,
+    "add_eos": False,
+  }
+  got = batches(maxtext_config(sft), 3)
+  options = ConvertOptions(
+    tokenizer=TokenizerSpec.parse(f"hf:{tmp_path / 'tok'}"),
+    examples="chat",
+    field="messages",
+    chat_template=str(tmp_path / "chat.jinja"),
+    workers=1,
+  )
+  convert([str(tmp_path / "sft" / "train.jsonl")], str(tmp_path / "converted"), "hf", options)
+  raw = maxtext_config(sft).to_dict()
+  raw["datasets"] = [{"name": "hf", "path": str(tmp_path / "converted")}]
+  assert batches(PipelineConfig.from_dict(raw), 3) == got
+  (tmp_path / "dpo").mkdir()
+  pairs = [
+    {
+      "chosen": f"\n\nHuman: is {i} even?\n\nAssistant: yes",
+      "rejected": f"\n\nHuman: is {i} even?\n\nAssistant: no idea",
+    }
+    for i in range(0, 40, 2)
+  ]
+  (tmp_path / "dpo" / "train.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+  dpo = {**sft, "hf_path": str(tmp_path / "dpo"), "train_data_columns": ["chosen", "rejected"], "use_dpo": True}
+  del dpo["use_sft"], dpo["sft_train_on_completion_only"], dpo["chat_template_path"]
+  with MaxTextPipeline(dpo, prefetch=0) as pipe:
+    batch = next(pipe)
+  for side in ("chosen", "rejected"):
+    assert (np.asarray(batch[f"{side}_segmentation"]).max(axis=1) == 1).all()  # one pair a row
+  chosen = tokenizer.decode([t for t in np.asarray(batch["chosen"])[0].tolist() if t])
+  assert "Human: is" in chosen and chosen.endswith("Assistant: yes")

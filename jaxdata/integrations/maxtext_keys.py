@@ -595,7 +595,7 @@ def _hf_dataset(values: Mapping[str, Any], split: str) -> dict[str, Any]:
   """dataset_type hf: the files MaxText's load_dataset would read, as a dataset of raw inputs."""
   path = str(values.get("hf_path") or "")
   files = values.get("hf_eval_files" if split == "eval" else "hf_train_files")
-  files = [files] if isinstance(files, str) else list(files or [])
+  files = [f for f in ([files] if isinstance(files, str) else list(files or [])) if f]  # base.yml's '' is none
   data_dir = values.get("hf_data_dir")
   if data_dir:
     files = [f if os.path.isabs(f) else os.path.join(str(data_dir), f) for f in files]
@@ -623,11 +623,23 @@ def _hf_dataset(values: Mapping[str, Any], split: str) -> dict[str, Any]:
     raise ConfigError("tokenizer_path: dataset_type hf converts text: it needs the tokenizer (a directory or a file)")
   tokenizer = str(tokenizer)
   spec = f"sp:{tokenizer}" if tokenizer.endswith(".model") else f"hf:{tokenizer}"
-  columns = values.get("eval_data_columns" if split == "eval" else "train_data_columns") or ["text"]
+  key = "eval_data_columns" if split == "eval" else "train_data_columns"
+  columns = values.get(key) or ["text"]
   columns = [columns] if isinstance(columns, str) else list(columns)
-  if len(columns) != 1:
-    raise ConfigError(f"train_data_columns: {columns}: one text column (the field converted)")
-  return {"name": "hf", "inputs": files, "tokenizer": spec, "convert": {"field": columns[0], **convert}}
+  if values.get("use_dpo"):  # dpo.yml: ['chosen', 'rejected'], each side's text or messages
+    if len(columns) != 2:
+      raise ConfigError(f"{key}: {columns}: use_dpo reads two columns, the chosen and the rejected side")
+    convert.update(examples="preference", pair_fields=columns)
+  elif len(columns) != 1:
+    raise ConfigError(f"{key}: {columns}: one text column (the field converted)")
+  elif values.get("use_sft"):  # sft.yml: ['messages'], conversations rendered with the tokenizer's template
+    train_on = "assistant" if values.get("sft_train_on_completion_only") else "all"
+    convert.update(examples="chat", field=columns[0], train_on=train_on)
+    if values.get("chat_template_path"):
+      convert["chat_template"] = str(values["chat_template_path"])
+  else:
+    convert["field"] = columns[0]
+  return {"name": "hf", "inputs": files, "tokenizer": spec, "convert": convert}
 
 
 def _dpo_packing(values: Mapping[str, Any], special: Mapping[str, Any]) -> dict[str, Any]:
