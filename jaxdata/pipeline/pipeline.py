@@ -197,8 +197,7 @@ class Pipeline:
     self._finalizer = weakref.finalize(self, self._handout.release)
     self._state: PipelineState = snapshot()
     self._start = self._state.to_json()  # step 0, for set_epoch
-    self._exhausted = False
-    self._ended = ""  # why next() raises StopIteration, once the data ended
+    self._exhausted = ""  # once the data ended: why next() raises StopIteration
     self._steering = MixtureSteering(
       maker,
       f"update_mixture on {self.cfg.names}",
@@ -217,7 +216,7 @@ class Pipeline:
     if self._handout.interrupted:
       self._restart_at(self._state)
     if self._exhausted:
-      raise StopIteration(self._ended)
+      raise StopIteration(self._exhausted)
     started = time.perf_counter()
     ready = self._handout.ready()
     try:
@@ -236,10 +235,9 @@ class Pipeline:
       self._restart_at(self._state)
       raise
     if item is END:
-      self._exhausted = True
       warn_if_no_step(self._state.step, self.cfg.tokens_per_step)
-      self._ended = warn_ended(self._state.step, self._planner.stream.passes_completed())
-      raise StopIteration(self._ended)
+      self._exhausted = warn_ended(self._state.step, self._planner.stream.passes_completed())
+      raise StopIteration(self._exhausted)
     self._state = after
     return item.batch
 
@@ -375,7 +373,7 @@ class Pipeline:
     self._planner.set_state(state.planner_state())
     self._recorder.restore(state.tokens_per_source)
     self._state = state_snapshot(self._planner, self.fingerprint, self._recorder)
-    self._exhausted = False
+    self._exhausted = ""
     self._steering.restarted(self._state.step)  # before the restart: a planner process starts with it
     self._handout.maker.restart(self._state)
 

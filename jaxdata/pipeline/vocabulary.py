@@ -26,7 +26,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError, DatasetError
 from jaxdata.sources.opening import SplitDataset
 
-__all__ = ["TokenBound", "check_one_tokenizer", "resolve_special_ids", "token_bound", "with_special_ids"]
+__all__ = ["TokenBound", "resolve_special_ids", "token_bound", "with_special_ids"]
 
 SPECIAL_IDS = ("bos_id", "eos_id", "pad_id", "unk_id", "end_of_turn_id")  # what conversion records
 
@@ -45,11 +45,11 @@ def _identity(tokenizer: Mapping[str, Any]) -> dict[str, Any]:
 def with_special_ids(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> PipelineConfig:
   """`resolve_special_ids` with the opened datasets' manifests, once they are known to share a tokenizer
   (different tokenizers are the cause to name, not the special ids that differ with them)."""
-  check_one_tokenizer(cfg, datasets)
+  _check_one_tokenizer(cfg, datasets)
   return resolve_special_ids(cfg, [ds.manifest.tokenizer for ds in datasets])
 
 
-def check_one_tokenizer(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> None:
+def _check_one_tokenizer(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> None:
   """A ConfigError naming two datasets whose tokenizers differ, unless `allow_mixed_tokenizers`."""
   if cfg.allow_mixed_tokenizers:
     return
@@ -146,7 +146,7 @@ def _unknown_hint(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> str:
 
 def token_bound(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) -> TokenBound:
   """Checks the datasets' tokenizers and the config's special ids; the bound every read is held to."""
-  check_one_tokenizer(cfg, datasets)
+  _check_one_tokenizer(cfg, datasets)
   given = [ds.manifest.tokenizer.get("vocab_size") for ds in datasets]
   sizes = [v for v in given if isinstance(v, int) and not isinstance(v, bool) and v > 0]
   if len(sizes) == len(given):
