@@ -642,12 +642,9 @@ def _olmo_files(tmp_path, lengths: list[int], length: int) -> tuple[str, list[np
   return str(tmp_path / "index.json"), arrays
 
 
-def test_olmo_grain_reads_every_instance_of_the_index_once_per_epoch(tmp_path):
-  """dataset_type olmo_grain: each row is one of OLMo's instances (the window [k L, (k+1) L) of a file: its L - 1
-  inputs and their targets, MaxText masking the L-th target as well); one epoch holds every instance once."""
-  length, lengths = 16, [100, 64, 37]
-  index, arrays = _olmo_files(tmp_path, lengths, length)
-  olmo = {
+def _olmo_values(tmp_path, index: str, length: int, **more) -> dict:
+  """MaxText's olmo_grain values for `_olmo_files`' index (its paths remapped to where the files are)."""
+  return {
     "dataset_type": "olmo_grain",
     "olmo_index_path": index,
     "olmo_path_remap_from": "/remote-mount/",
@@ -655,9 +652,16 @@ def test_olmo_grain_reads_every_instance_of_the_index_once_per_epoch(tmp_path):
     "olmo_apply_ngram_filter": False,
     "max_target_length": length,
     "global_batch_size_to_load": 2,
-    "num_epoch": 1,
-    "data_shuffle_seed": 4,
+    **more,
   }
+
+
+def test_olmo_grain_reads_every_instance_of_the_index_once_per_epoch(tmp_path):
+  """dataset_type olmo_grain: each row is one of OLMo's instances (the window [k L, (k+1) L) of a file: its L - 1
+  inputs and their targets, MaxText masking the L-th target as well); one epoch holds every instance once."""
+  length, lengths = 16, [100, 64, 37]
+  index, arrays = _olmo_files(tmp_path, lengths, length)
+  olmo = _olmo_values(tmp_path, index, length, num_epoch=1, data_shuffle_seed=4)
   cfg = maxtext_config(olmo, cache_dir=str(tmp_path / "cache"))  # the index of the files: built once, there
   expected = sorted(tuple(a[k * length : (k + 1) * length].tolist()) for a in arrays for k in range(len(a) // length))
   seen = []
@@ -723,16 +727,7 @@ def test_maxtext_pipeline_runs_olmo_grain_values_as_maxtext_config_does(tmp_path
   monkeypatch.setenv("JAXDATA_CACHE_DIR", str(tmp_path / "cache"))
   length = 16
   index, _ = _olmo_files(tmp_path, [100, 64, 37], length)
-  olmo = {
-    "dataset_type": "olmo_grain",
-    "olmo_index_path": index,
-    "olmo_path_remap_from": "/remote-mount/",
-    "olmo_path_remap_to": str(tmp_path / "olmo") + "/",
-    "olmo_apply_ngram_filter": False,
-    "max_target_length": length,
-    "global_batch_size_to_load": 2,
-    "num_epoch": 1,
-  }
+  olmo = _olmo_values(tmp_path, index, length, num_epoch=1)
   with Pipeline(maxtext_config(olmo), prefetch=0) as pipe:
     expected = [maxtext_batch(b, 0) for b in pipe]
   with MaxTextPipeline(olmo, prefetch=0) as pipe:
@@ -747,15 +742,7 @@ def test_olmo_index_fields_and_ignored_files_are_named(tmp_path):
   """An index whose dtype is missing or whose sequence_length is no number, grain_train_files beside an
   OLMo index, and an index rewritten with another dtype (same fingerprint): each named, none reused."""
   index, _ = _olmo_files(tmp_path, [64, 48], 16)
-  olmo = {
-    "dataset_type": "olmo_grain",
-    "olmo_index_path": index,
-    "olmo_path_remap_from": "/remote-mount/",
-    "olmo_path_remap_to": str(tmp_path / "olmo") + "/",
-    "olmo_apply_ngram_filter": False,
-    "max_target_length": 16,
-    "global_batch_size_to_load": 2,
-  }
+  olmo = _olmo_values(tmp_path, index, 16)
   base = json.loads(open(index).read())
   for name, change, message in (
     ("nodtype", {"dtype": None}, r"dtype None: the index must name its files' token dtype"),
