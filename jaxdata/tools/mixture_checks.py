@@ -45,7 +45,7 @@ class ResidualRatio:
   def explain(self) -> str:
     return (
       f"per-step residual ratio R (sum of squared histogram residuals / their expectation under "
-      f"independent random picks): about 1 +- {self.band:.2f} for the random interleave over "
+      f"independent random picks): about 1 ± {self.band:.2f} for the random interleave over "
       f"{self.steps} steps; far below 1 for the exact interleave"
     )
 

@@ -169,7 +169,11 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   ax = fig.subplots()
   for i, n in enumerate(series["datasets"]):
     ax.plot(
-      steps, series["smoothed_share"][n], color=f"C{i}", lw=2, label=f"{n} (mean of {series['smoothing_steps']} steps)"
+      steps,
+      series["smoothed_share"][n],
+      color=f"C{i}",
+      lw=2,
+      label=f"{n} (mean of {series['smoothing_steps']} step{'s' if series['smoothing_steps'] != 1 else ''})",
     )
     ax.plot(steps, series["target_share"][n], color=f"C{i}", ls="--", lw=1, label=f"{n} target")
     for boundary in series["pass_boundaries"][n]:
@@ -282,7 +286,7 @@ def ablation_figure(rows: Any, names: Sequence[str]) -> Any:
       np.arange(len(names)) + i * width,
       [row.domain_loss[n] for n in names],
       width,
-      yerr=spread if any(spread) else None,  # +-2 standard errors of the mean over tokens
+      yerr=spread if any(spread) else None,  # ±2 standard errors of the mean over tokens
       capsize=3,
       label=f"{row.name} (target loss {row.target_loss:.3f})",
       hatch=HATCHES[i % len(HATCHES)],
@@ -301,7 +305,7 @@ def ablation_figure(rows: Any, names: Sequence[str]) -> Any:
     xlabel="held-out domain",
     ylabel="held-out loss per token",
     title="mixture ablation: the same tokens, the same initialisation\n"
-    "(error bars: +-2 standard errors; the axis starts near the lowest loss, not at 0)",
+    "(error bars: ±2 standard errors; the axis starts near the lowest loss, not at 0)",
   )
   ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(len(rows), 3))
   fig.tight_layout()
