@@ -122,6 +122,7 @@ def test_plan_command_json_png_and_warnings(pipeline_yaml, tmp_path, capsys):
   out = " ".join(capsys.readouterr().out.split())
   assert "phase 0 (steps 0-3): sampling shares sum to 1.000000" in out
   assert f"warning: the stream ends after about {end['steps']} steps" in out
+  assert "of the 20k tokens asked (the stream ends first)" in out  # the title: what was planned, of what asked
   assert "warning: d0:" in out  # about 2 passes of d0 before the end, above 1.5
   # Every column is explained in words under the table (unique seen only for window draws).
   assert "what the columns mean:" in out

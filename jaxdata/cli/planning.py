@@ -28,7 +28,7 @@ from jaxdata.tools.doctor import diagnose, load_losses, order_checks, write_html
 from jaxdata.tools.exposure import parse_tokens, plan_run, weights_by_step
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
 from jaxdata.tools.numbers import human_bytes, human_count
-from jaxdata.tools.report import change_lines, load_stats, plan_plot, write_report
+from jaxdata.tools.report import change_lines, load_stats, plan_plot, planned_of, write_report
 from jaxdata.tools.trajectory import load_trajectory, with_trajectory
 
 __all__ = ["mesh", "plan", "register_planning", "report"]
@@ -71,7 +71,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
   with working(console, args.quiet or args.json, f"planning {args.tokens} tokens"):
     table, end, warnings = plan_run(cfg, tokens, args.max_passes)
     if args.png:
-      plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png)
+      plan_plot(table, weights_by_step(schedule, table.steps), list(cfg.names), args.png, tokens)
   with working(
     console,
     args.quiet or args.json or args.read_spans <= 0,
@@ -95,7 +95,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
     )
     return 0
   out = Table(
-    title=f"exposure over {human_count(table.total_tokens)} tokens = {table.steps:,} steps of "
+    title=f"exposure over {planned_of(table.total_tokens, tokens)} = {table.steps:,} steps of "
     f"{human_count(tokens_per_step)}"
   )
   sampled = any(d.unique_seen is not None for d in table.datasets.values())

@@ -30,6 +30,7 @@ __all__ = [
   "jsonl_records",
   "load_stats",
   "plan_plot",
+  "planned_of",
   "share_allowance",
   "unit_counts",
   "write_report",
@@ -214,9 +215,21 @@ MAX_PHASE_LINES = 12  # more phase changes than this (a weights trajectory): the
 MAX_PHASE_TICKS = 10  # more phases than this: every k-th bar group labelled
 
 
-def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: str) -> Any:
+def planned_of(planned: int, asked: int) -> str:
+  """The tokens planned, and those asked for when the stream ended first.
+
+  >>> planned_of(883_000, 20 * 10**9), planned_of(10**6, 10**6)
+  ('883k of the 20B tokens asked (the stream ends first)', '1M tokens')
+  """
+  if 0 < planned < asked:
+    return f"{human_count(planned)} of the {human_count(asked)} tokens asked (the stream ends first)"
+  return f"{human_count(planned)} tokens"
+
+
+def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: str, asked: int = 0) -> Any:
   """Weights over steps and cumulative passes per dataset, and passes per phase (for `jaxdata plan`);
-  returns the figure (saved at `path`)."""
+  returns the figure (saved at `path`). `asked`: the tokens asked for, said beside those planned when the
+  stream ends first."""
   fig = _figure(figsize=(9, 8))
   top, middle, bottom = fig.subplots(3, 1, gridspec_kw={"height_ratios": [2, 2, 1.6]})
   steps = np.arange(weights_by_step.shape[0])
@@ -232,7 +245,7 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
         ax.axvline(start, color="grey", lw=1, alpha=0.6)
   plural = "s" if len(changes) > 1 else ""
   said = f" (grey lines: {len(changes)} phase change{plural})" if 0 < len(changes) <= MAX_PHASE_LINES else ""
-  top.set(xlabel="step", ylabel="sampling share", title=f"jaxdata plan: {human_count(table.total_tokens)} tokens{said}")
+  top.set(xlabel="step", ylabel="sampling share", title=f"jaxdata plan: {planned_of(table.total_tokens, asked)}{said}")
   middle.set(xlabel="step", ylabel="cumulative passes")
   top.legend(fontsize=7)
   middle.legend(fontsize=7)
