@@ -270,7 +270,8 @@ def _turn_start(
   start, or where a sentinel given as its content lands. None: nothing places it, or the conversation
   renders the same without it."""
   render = renders[0]
-  if span is None and _renders_without(messages, i, render) == text:
+  without_it = _renders_without(messages, i, render) if span is None else None
+  if without_it == text:
     return None
   headers: list[tuple[str, str]] = []  # (generation prompt, its own text), per rendering
   before = ""
@@ -306,7 +307,7 @@ def _turn_start(
   probed = _sentinel_position(messages, i, render, text)
   if probed is None:  # no probe renders (a template that checks the roles' order): where the rendering without
     # message i parts from the whole one (from the start of the token there), or the one of messages[:i] ends
-    for other in _renderings_without(messages, i, render, before):
+    for other in (r for r in (without_it, before) if r):
       at = _token_start(_common_prefix(text, other), token_starts)
       while at < ceiling and text[at].isspace():
         at += 1
@@ -341,12 +342,6 @@ def _renders_without(messages: list[dict[str, Any]], i: int, render: Render) -> 
     return render([*messages[:i], *messages[i + 1 :]], False)
   except InputFormatError:
     return None
-
-
-def _renderings_without(messages: list[dict[str, Any]], i: int, render: Render, before: str) -> list[str]:
-  """The conversation rendered without message i, and `before` (messages[:i]), those a template takes."""
-  without = _renders_without(messages, i, render)
-  return [r for r in (without, before) if r]
 
 
 def _token_start(at: int, token_starts: Sequence[int]) -> int:
