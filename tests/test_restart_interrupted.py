@@ -254,3 +254,59 @@ def test_a_ctrl_c_between_a_message_and_its_payload_replaces_the_worker(tmp_path
     wait_for_processes(pipe)
     assert worker_processes(pipe)[0].pid != planner.pid  # replaced
   assert got == want
+
+
+class _LockCutOffOnRelease:
+  """The pipeline's call lock, with one Ctrl-C as it is let go: where a real one lands when it arrives
+  after the step was handed out and before `next()` returned."""
+
+  def __init__(self, lock: object) -> None:
+    self.lock, self.cut = lock, False
+
+  def __enter__(self) -> None:
+    self.lock.__enter__()
+
+  def __exit__(self, *exc: object) -> None:
+    self.lock.__exit__(*exc)
+    if not self.cut and exc[0] is None:
+      self.cut = True
+      raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_as_next_lets_go_of_its_lock_hands_that_step_out_on_the_next_call(tmp_path, mesh):
+  cfg = config(tmp_path)
+  want = reference(cfg, mesh, 10)
+  with Pipeline(cfg, mesh=mesh, prefetch=2, making="here", read_ahead_tokens=512) as pipe:
+    got = [digest(next(pipe)) for _ in range(4)]
+    before = pipe.get_state()
+    pipe._calls = _LockCutOffOnRelease(pipe._calls)  # the one way in to that instant
+    with pytest.raises(KeyboardInterrupt):
+      next(pipe)
+    assert pipe.get_state() == before  # step 5 was not handed out: a checkpoint now resumes at it
+    got += [digest(next(pipe)) for _ in range(6)]
+    assert pipe.get_state()["step"] == 10
+  assert got == want
+
+
+def test_a_prefetch_thread_cut_off_as_it_started_never_makes_a_step(tmp_path, mesh, monkeypatch):
+  # A Ctrl-C inside Thread.start() can leave a thread that runs but is not yet alive to join: the restart
+  # did not wait for it, and it made steps from the same planning as its successor (batches of no step).
+  cfg = config(tmp_path)
+  want = reference(cfg, mesh, 12)
+  late = threading.Event()
+  real_start = threading.Thread.start
+
+  def cut_off(prefetcher: Prefetcher) -> None:
+    monkeypatch.setattr(Prefetcher, "start", lambda self: real_start(self.thread))
+    threading.Timer(0.3, lambda: (real_start(prefetcher.thread), late.set())).start()  # it runs, later
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(Prefetcher, "start", cut_off)
+  with Pipeline(cfg, mesh=mesh, prefetch=2, making="here", read_ahead_tokens=512) as pipe:
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+      next(pipe)
+    got.append(digest(next(pipe)))  # the restart does not wait for the thread that is not yet running
+    assert late.wait(10)
+    got += [digest(next(pipe)) for _ in range(11)]
+  assert got == want

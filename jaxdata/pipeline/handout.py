@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -23,10 +24,11 @@ from jaxdata.config.batch import FEATURES, FLOAT_FEATURES
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.producing import END, End, Prepared, StepMaker
 from jaxdata.pipeline.reader import DocumentReader
+from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.switch_interval import SwitchIntervalLease, lower_switch_interval
 
-__all__ = ["Handout", "producing"]
+__all__ = ["HandedOut", "Handout", "producing"]
 
 RELEASE_WAIT_S = 10.0  # how long close() (or exit) waits for a read in progress
 
@@ -111,6 +113,15 @@ def _global_batch(
   return Prepared(batch, item.state, item.stats)
 
 
+@dataclasses.dataclass(frozen=True)
+class HandedOut:
+  """A step `next()` hands out, with the pipeline states before and after it."""
+
+  batch: dict[str, Any]
+  before: PipelineState
+  after: PipelineState
+
+
 class Handout:
   """Hands a pipeline's steps out: from its `StepMaker` (`maker`), through the prefetch thread when
   steps are made on demand and `prefetch` > 0; and what it must release, the thread and the open
@@ -138,7 +149,10 @@ class Handout:
     self._switch_lease: SwitchIntervalLease | None = None  # held while a prefetch thread runs
     self.prefetcher: Prefetcher | None = None
     self.stopped: list[Prefetcher] = []  # told to stop, not yet joined (after Ctrl-C)
-    self.interrupted = False
+    self.making = threading.Lock()  # held while a step is made, and while the maker restarts
+    self.interrupted = False  # a restart is owed: a call was cut off (Ctrl-C) before it handed its step out
+    self.returning: HandedOut | None = None  # the step the call under way hands out
+    self.kept: HandedOut | None = None  # a step cut off on its way out: the next call hands it out
 
   @property
   def depth(self) -> int:
@@ -163,7 +177,7 @@ class Handout:
     if self.prefetcher is None:
       if self._switch_interval_s is not None and self._switch_lease is None:
         self._switch_lease = lower_switch_interval(self._switch_interval_s)
-      self.prefetcher = Prefetcher(produce, depth, lambda item: item is END)
+      self.prefetcher = Prefetcher(produce, depth, lambda item: item is END, self.making)
       self.prefetcher.start()  # held first: a Ctrl-C in between leaves no thread that nothing can stop
     item = self.prefetcher.get()
     if isinstance(item, BaseException):

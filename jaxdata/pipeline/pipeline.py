@@ -45,9 +45,9 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import check_bool
 from jaxdata.errors import CheckpointError, PipelineClosedError
 from jaxdata.pipeline.execution import Execution, StepMaking, asked_making
-from jaxdata.pipeline.handout import Handout, producing
+from jaxdata.pipeline.handout import HandedOut, Handout, producing
 from jaxdata.pipeline.makers import step_maker
-from jaxdata.pipeline.pipeline_parts import RECORDED_READS, open_parts, state_snapshot
+from jaxdata.pipeline.pipeline_parts import check_pipeline_arguments, log_stored_orders, open_parts, state_snapshot
 from jaxdata.pipeline.producing import END, Prepared
 from jaxdata.pipeline.raw_inputs import with_built_inputs
 from jaxdata.pipeline.read_spans import READ_AHEAD
@@ -60,7 +60,6 @@ from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steering import MixtureSteering
 from jaxdata.pipeline.switch_interval import check_switch_interval_s
 from jaxdata.pipeline.wait_warning import (
-  LOGGER,
   WAIT_WARNING_S,
   check_wait_warning_s,
   warn_ended,
@@ -144,7 +143,7 @@ class Pipeline:
   ) -> None:
     self._calls = threading.RLock()  # next(), get_state(), ... from several threads: one at a time
     making = asked_making(making, workers, planner_process)
-    _check_arguments(prefetch, making, read_ahead_tokens)
+    check_pipeline_arguments(prefetch, making, read_ahead_tokens)
     check_wait_warning_s(wait_warning_s)
     check_switch_interval_s(switch_interval_s)
     self.wait_warning_s = wait_warning_s
@@ -205,48 +204,71 @@ class Pipeline:
       self._planner.draw_reach,
       self._handout.depth,
     )
-    _log_stored_orders(cfg)
+    log_stored_orders(cfg)
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self
 
-  @_one_call_at_a_time
   def __next__(self) -> dict[str, Any]:
+    # A Ctrl-C can land after the step was handed out, as the call lock is let go: that step is kept
+    # and the state goes back before it, so the next call hands it out (only stores in between: no
+    # call, so no other Ctrl-C can land there).
+    handout = self._handout
+    try:
+      with self._calls:
+        batch = self._next_batch()
+    except KeyboardInterrupt:
+      if handout.returning is not None:
+        handout.kept, self._state, handout.returning = handout.returning, handout.returning.before, None
+      raise
+    handout.returning = None
+    return batch
+
+  def _next_batch(self) -> dict[str, Any]:
     self._check_open("next()")
-    if self._handout.interrupted:
+    handout = self._handout
+    if handout.kept is not None:  # cut off on its way out by a Ctrl-C: this call hands it out
+      step, handout.kept = handout.kept, None
+      handout.returning, self._state = step, step.after
+      return step.batch
+    if handout.interrupted:
       self._restart_at(self._state)
     if self._exhausted:
       raise StopIteration(self._exhausted)
     started = time.perf_counter()
-    ready = self._handout.ready()
+    ready = handout.ready()
+    handout.interrupted = True  # until this call hands its step out: cut off anywhere, the next call restarts
     try:
-      item = self._handout.take()
+      item = handout.take()
       if isinstance(item, Prepared):
         waited = time.perf_counter() - started
         self._recorder.time(item.stats, "wait", waited)
-        warn_if_waited(self.wait_warning_s, self._state.step, waited, ready, self._handout.ahead())
+        warn_if_waited(self.wait_warning_s, self._state.step, waited, ready, handout.ahead())
         after = self._steering.handed_out(item.state)  # tells the planning (it may wait): a Ctrl-C retries
         self._recorder.handed_out(item.stats)  # before the state advances: a failure retries the step
-    except KeyboardInterrupt:  # at once, even during a stalled read: rewind on the next call
-      self._handout.stop_prefetch(wait=False)
-      self._handout.interrupted = True
+        step = HandedOut(item.batch, self._state, after)
+    except KeyboardInterrupt:  # at once, even during a stalled read: the next call restarts
+      handout.stop_prefetch(wait=False)
       raise
     except BaseException:  # re-raised: first go back to just after the last batch handed out
       self._restart_at(self._state)
       raise
     if item is END:
+      handout.interrupted = False
       warn_if_no_step(self._state.step, self.cfg.tokens_per_step)
       self._exhausted = warn_ended(self._state.step, self._planner.stream.passes_completed())
       raise StopIteration(self._exhausted)
-    self._state = after
-    return item.batch
+    handout.returning, self._state, handout.interrupted = step, after, False
+    return step.batch
 
   def _restart_at(self, state: PipelineState) -> None:
     """Stops the prefetch thread and plans on from `state`; until that is done, the next call does it
     again (a Ctrl-C or an error inside leaves nothing half restarted)."""
     self._handout.interrupted = True
+    self._handout.kept = None
     self._handout.stop_prefetch()
-    self._continue_from(state)
+    with self._handout.making:  # a thread told to stop but not joined (cut off as it started) waits
+      self._continue_from(state)
     self._handout.interrupted = False
 
   def close(self) -> None:
@@ -376,25 +398,3 @@ class Pipeline:
     self._exhausted = ""
     self._steering.restarted(self._state.step)  # before the restart: a planner process starts with it
     self._handout.maker.restart(self._state)
-
-
-def _check_arguments(prefetch: int, making: StepMaking, read_ahead_tokens: int) -> None:
-  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-    raise ValueError(f"prefetch: must be an int >= 0, got {prefetch!r}")
-  if making.reader_processes and RECORDED_READS.get() is not None:
-    raise ValueError("making: reads cannot be recorded (`recorded_reads`) when reader processes make them")
-  if isinstance(read_ahead_tokens, bool) or not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:
-    raise ValueError(f"read_ahead_tokens: must be an int >= 1, got {read_ahead_tokens!r}")
-
-
-def _log_stored_orders(cfg: PipelineConfig) -> None:
-  """One line on the "jaxdata" logger per dataset read in runs of stored order (asked for by name:
-  the default mixes every dataset on every pass)."""
-  for settings in cfg.dataset_settings():
-    if settings.keeps_stored_order:
-      LOGGER.info(
-        "jaxdata: dataset %s is read in %s, the same runs every pass (shuffle_block_size: null); "
-        "the default (global) mixes it",
-        settings.name,
-        settings.order_name,
-      )

@@ -20,12 +20,14 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError
 from jaxdata.mixture.holdout import eval_config
 from jaxdata.mixture.metadata import DatasetMeta, open_split
+from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader, ReadLog, record_columns
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
+from jaxdata.pipeline.wait_warning import LOGGER
 from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS, check_reference_values
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.opening import SplitDataset
@@ -33,7 +35,7 @@ from jaxdata.sources.sampling_windows import WindowView
 from jaxdata.sources.shard_cache import default_cache_options
 from jaxdata.transforms.pairs import planning_lengths
 
-__all__ = ["Parts", "open_parts", "state_snapshot"]
+__all__ = ["Parts", "check_pipeline_arguments", "log_stored_orders", "open_parts", "state_snapshot"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,3 +181,26 @@ def _sampling(dataset: SplitDataset, settings: Any) -> str:
 def state_snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> PipelineState:
   """The state right now, cheaply (nothing encoded): snapshots are taken for every planned step."""
   return PipelineState.of_planner(planner, fingerprint, recorder.tokens_per_source())
+
+
+def check_pipeline_arguments(prefetch: int, making: StepMaking, read_ahead_tokens: int) -> None:
+  """`Pipeline`'s `prefetch`, `making` and `read_ahead_tokens`, checked before any file is opened."""
+  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+    raise ValueError(f"prefetch: must be an int >= 0, got {prefetch!r}")
+  if making.reader_processes and RECORDED_READS.get() is not None:
+    raise ValueError("making: reads cannot be recorded (`recorded_reads`) when reader processes make them")
+  if isinstance(read_ahead_tokens, bool) or not isinstance(read_ahead_tokens, int) or read_ahead_tokens < 1:
+    raise ValueError(f"read_ahead_tokens: must be an int >= 1, got {read_ahead_tokens!r}")
+
+
+def log_stored_orders(cfg: PipelineConfig) -> None:
+  """One line on the "jaxdata" logger per dataset read in runs of stored order (asked for by name:
+  the default mixes every dataset on every pass)."""
+  for settings in cfg.dataset_settings():
+    if settings.keeps_stored_order:
+      LOGGER.info(
+        "jaxdata: dataset %s is read in %s, the same runs every pass (shuffle_block_size: null); "
+        "the default (global) mixes it",
+        settings.name,
+        settings.order_name,
+      )

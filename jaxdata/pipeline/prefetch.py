@@ -26,12 +26,18 @@ __all__ = ["Prefetcher"]
 
 class Prefetcher:
   """Calls `produce` on a thread until it returns an item for which `last(item)`
-  is true or raises; `get()` returns the items (or the exception) in order."""
+  is true or raises; `get()` returns the items (or the exception) in order. `making`: a lock
+  the thread holds while it produces (whoever restarts the producer holds it too)."""
 
-  def __init__(self, produce: Callable[[], Any], depth: int, last: Callable[[Any], bool]) -> None:
+  def __init__(
+    self, produce: Callable[[], Any], depth: int, last: Callable[[Any], bool], making: threading.Lock | None = None
+  ) -> None:
     if depth < 1:
       raise ValueError(f"prefetch: depth must be >= 1, got {depth}")
     self.produce = produce
+    # Held around each produce() with the stop checked inside: a thread told to stop never produces
+    # again, even one a Ctrl-C inside `start()` left unjoinable (started, not yet known to be).
+    self.making = making if making is not None else threading.Lock()
     self.last = last
     self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
     self.stopping = threading.Event()
@@ -62,15 +68,18 @@ class Prefetcher:
     """Stops the thread (and waits for it, unless `wait` is false: then it
     ends after its current item); items not yet taken are dropped."""
     self.stopping.set()
-    if wait and self.thread.ident is not None:  # (never started: nothing to wait for)
+    if wait and self.thread.is_alive():  # (not started, or not yet running: it will not produce)
       self.thread.join()
 
   def _run(self) -> None:
-    while not self.stopping.is_set():
-      try:
-        item: Any = self.produce()
-      except Exception as error:  # noqa: BLE001 -- handed to the consumer, which re-raises it
-        item = error
+    while True:
+      with self.making:
+        if self.stopping.is_set():
+          return
+        try:
+          item: Any = self.produce()
+        except Exception as error:  # noqa: BLE001 -- handed to the consumer, which re-raises it
+          item = error
       self._retired.clear()  # after a whole item: the caller has long dropped its own references
       while not self.stopping.is_set():
         try:

@@ -92,6 +92,9 @@ class WorkerHandle:
           [sys.executable, "-m", "jaxdata.pipeline.worker_process", str(theirs.fileno())],
           pass_fds=inherited,
           env=_child_environment(),
+          # A session (and process group) of its own: a terminal's Ctrl-C reaches the training process,
+          # which stops or restarts its workers; reaching them too, it killed them mid-message.
+          start_new_session=True,
         )
     except OSError as e:  # no process left, an interpreter that cannot be run
       ours.close()
