@@ -259,3 +259,27 @@ def test_a_state_of_the_older_format_is_refused_and_changes_nothing(cfg, referen
     assert other.get_state() == before
     rest = [digest(next(other)) for _ in range(3)]
   assert rest == reference[1:4]
+
+
+@pytest.mark.parametrize(
+  "where,value,message",
+  [
+    ("updates", [{"step": 2}], r"pipeline state: stream state: malformed mixture update \{'step': 2\}"),
+    ("updates", "none", "pipeline state: stream state: updates must be a list"),
+    ("ended", "no", "pipeline state: stream.ended must be true or false, got 'no'"),
+    ("done", 1, "pipeline state: packer.done must be true or false, got '1'"),
+  ],
+)
+def test_a_malformed_update_or_flag_is_a_checkpoint_error_and_changes_nothing(cfg, reference, where, value, message):
+  # They raised a bare ValueError, or were taken as Python truth ("no" ended the stream).
+  with Pipeline(cfg, prefetch=0) as pipe:
+    next(pipe)
+    state = pipe.get_state()
+    if where == "done":
+      broken = {**state, "packer": {**state["packer"], "done": value}}
+    else:
+      broken = {**state, "stream": {**state["stream"], where: value}}
+    with pytest.raises(CheckpointError, match=message):
+      pipe.set_state(seal(broken))  # written by hand, with its digest
+    assert pipe.get_state() == state
+    assert [digest(next(pipe)) for _ in range(2)] == reference[1:3]

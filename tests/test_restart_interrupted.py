@@ -21,6 +21,7 @@ from jaxdata import Pipeline, PipelineConfig, StepMaking
 from jaxdata.pipeline.assembly import SpanReads
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.worker_handle import WorkerHandle
+from jaxdata.pipeline.worker_pool import WorkerPool
 from jaxdata.testing import wait_for_processes, worker_processes
 from pipeline_fixtures import as_on_cores, coded_config, digest
 
@@ -310,3 +311,35 @@ def test_a_prefetch_thread_cut_off_as_it_started_never_makes_a_step(tmp_path, me
     assert late.wait(10)
     got += [digest(next(pipe)) for _ in range(11)]
   assert got == want
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("readers", [0, 1])
+def test_a_worker_that_dies_inside_a_restart_is_replaced_without_an_error(tmp_path, mesh, monkeypatch, readers):
+  # It died after the pool looked for dead workers and before the restart reached it: set_state raised
+  # WorkerGone, although the state had taken effect.
+  cfg = config(tmp_path)
+  want = reference(cfg, mesh, 16)
+  making = StepMaking("process", reader_processes=readers)
+  with Pipeline(cfg, mesh=mesh, prefetch=2, making=making, read_ahead_tokens=512) as pipe:
+    wait_for_processes(pipe)
+    got = [digest(next(pipe)) for _ in range(6)]
+    state = pipe.get_state()
+    got += [digest(next(pipe)) for _ in range(2)]
+    victim = worker_processes(pipe)[-1]
+    victim.kill()
+    victim.wait()
+    real = WorkerPool.replace_dead
+
+    def looked_too_early(pool: WorkerPool) -> bool:  # the pool's look for dead workers, before the death
+      monkeypatch.setattr(WorkerPool, "replace_dead", real)
+      return False
+
+    monkeypatch.setattr(WorkerPool, "replace_dead", looked_too_early)
+    pipe.set_state(state)
+    assert WorkerPool.replace_dead is real  # the restart did look first
+    got += [digest(next(pipe)) for _ in range(10)]
+    wait_for_processes(pipe)
+    assert victim.pid not in [p.pid for p in worker_processes(pipe)]  # replaced
+  assert got == want[:8] + want[6:16]

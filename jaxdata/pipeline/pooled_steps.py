@@ -26,6 +26,7 @@ from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.producing import END, End, Prepared
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.steps import Steps
+from jaxdata.pipeline.worker_handle import WorkerGone
 from jaxdata.pipeline.worker_pool import Lifecycle, WorkerPool
 
 __all__ = ["PooledSteps"]
@@ -74,7 +75,12 @@ class PooledSteps:
       self.here.restart(state)  # what it planned and read ahead is dropped
       if self.updates is not None:  # adopted after `state` was made: the planner plans with them too
         state = state.with_updates(self.updates)
-      self.there.restart(state)
+      try:
+        self.there.restart(state)
+      except WorkerGone:  # died since `replace_dead` looked: started again like it, no error (the state is set)
+        if not self.pool.replace_dead():
+          raise
+        return
       self.pool.move(Lifecycle.RUNNING)
 
   def restart(self, state: PipelineState) -> None:

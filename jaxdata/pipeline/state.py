@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxdata.checkpoint.state import STATE_VERSION
+from jaxdata.errors import CheckpointError
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.transforms.pieces import Pieces
@@ -109,15 +110,23 @@ class PipelineState:
 
   @classmethod
   def from_json(cls, raw: Mapping[str, Any], names: Sequence[str]) -> PipelineState:
-    """A state in the current format (`read_pipeline_state` checked it; the pipe's are this process's own)."""
+    """A state in the current format (`read_pipeline_state` checked it; the pipe's are this process's own).
+    `CheckpointError` naming the field where a mixture update or a flag is malformed."""
     stream = {k: v for k, v in raw["stream"].items() if k != "updates"}
     packer = raw["packer"]
+    for field, value in (("stream.ended", stream.get("ended", False)), ("packer.done", packer.get("done", False))):
+      if not isinstance(value, bool):
+        raise CheckpointError(f"pipeline state: {field} must be true or false, got {str(value)[:100]!r}")
+    try:
+      updates = MixtureUpdates.from_json(raw["stream"].get("updates", []), names)
+    except ValueError as e:
+      raise CheckpointError(f"pipeline state: {e}") from e
     return cls(
       raw["step"],
       raw["fingerprint"],
       stream,
-      MixtureUpdates.from_json(raw["stream"].get("updates", []), names),
-      bool(packer.get("done")),
+      updates,
+      packer.get("done", False),
       Carry.of_text(packer["carry"]),
       dict(raw["tokens_per_source"]),
     )
