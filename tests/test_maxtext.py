@@ -758,3 +758,21 @@ def test_olmo_index_fields_and_ignored_files_are_named(tmp_path):
   assert first  # the uint32 index, cached; its uint16 rewrite is indexed anew (and its ids' dtype checked)
   with pytest.raises(DatasetError, match=r"part-0.npy: looks like uint32 ids read as uint16"):
     maxtext_config({**olmo, "olmo_index_path": str(tmp_path / "u16.json")}, cache_dir=str(tmp_path / "c"))
+
+
+def test_a_dataset_written_with_a_tokenizer_object_is_that_of_its_tokenizer_path(values, tmp_path):
+  # The object records the hash of its content, not of a file: the tokenizer_path check refused it.
+  import transformers  # noqa: PLC0415 -- the chat extra
+  from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: PLC0415 -- the tokenizers extra
+
+  tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["<unk>", "<s>", "</s>", "a", "b"])}, "<unk>"))
+  tok.pre_tokenizer = pre_tokenizers.Whitespace()
+  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+  fast.save_pretrained(str(tmp_path / "tok"))
+  from_iterable(["a b a b"] * 8, str(tmp_path / "words"), tokenizer=fast)
+  config = {**values, "grain_train_files": f"{tmp_path}/words/*.array_record", "tokenizer_path": str(tmp_path / "tok")}
+  assert maxtext_config(config).packing.eos_id == 2
+  fast.add_tokens(["c"])
+  fast.save_pretrained(str(tmp_path / "other"))
+  with pytest.raises(ConfigError, match=r"tokenizer_path: .*other/tokenizer.json .* is not the tokenizer dataset"):
+    maxtext_config({**config, "tokenizer_path": str(tmp_path / "other")})

@@ -147,3 +147,33 @@ def test_an_eos_id_that_is_another_token_is_refused_even_when_not_added(tmp_path
     ConfigError, match=rf"packing.eos_id: {eos + 1}, but the tokenizer of dataset set records EOS id {eos}"
   ):
     Pipeline(PipelineConfig.from_dict(raw))
+
+
+def test_a_tokenizer_object_and_its_directory_are_one_tokenizer(tmp_path, llama_like):
+  """Identity follows the tokenizer's content, not how it was passed: a set written with the object
+  `AutoTokenizer` returned mixes with one converted from `hf:DIR` (both ways round), and a different
+  tokenizer given as an object is still refused."""
+  from_dir = converted(tmp_path, llama_like, [{"text": "hi!"}] * 4)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(llama_like)
+  tokenizer(["padded"], padding="max_length", max_length=8)  # a caller's padding is not the tokenizer
+  from_iterable(["hello there"] * 4, str(tmp_path / "object"), tokenizer=tokenizer)
+  assert open_dataset(str(tmp_path / "object")).manifest.tokenizer["file"] == "(a tokenizer object)"
+
+  def mixed(first: str, second: str) -> PipelineConfig:
+    return PipelineConfig.from_dict(
+      {
+        "datasets": [{"name": "a", "path": first}, {"name": "b", "path": second}],
+        "mixture": {"weights": {"a": 1, "b": 1}},
+        "packing": {"seq_len": 16, "add_eos": True},
+        "batch": {"global_batch_size": 2},
+      }
+    )
+
+  for first, second in ((from_dir, str(tmp_path / "object")), (str(tmp_path / "object"), from_dir)):
+    with Pipeline(mixed(first, second), prefetch=0) as pipe:
+      assert next(pipe)["tokens"].shape == (2, 16)
+  other = transformers.AutoTokenizer.from_pretrained(llama_like)
+  other.add_tokens(["<|another|>"])
+  from_iterable(["hello"] * 4, str(tmp_path / "other"), tokenizer=other)
+  with pytest.raises(ConfigError, match=r"^datasets.b: tokenizer .* differs from datasets.a's"):
+    Pipeline(mixed(from_dir, str(tmp_path / "other")))

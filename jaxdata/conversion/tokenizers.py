@@ -43,6 +43,7 @@ __all__ = [
   "Tokenizer",
   "TransformersTokenizer",
   "TokenizerSpec",
+  "content_sha256",
   "dtype_for_vocab_size",
   "load_tokenizer",
   "roundtrip_warning",
@@ -119,6 +120,15 @@ def dtype_for_vocab_size(vocab_size: int) -> np.dtype:
   raise ValueError(f"vocab_size: {vocab_size} does not fit in uint32")
 
 
+def content_sha256(tokenizer: Any) -> str:
+  """What a Hugging Face tokenizer is, however it was given (`hf:DIR`, a tokenizer.json, an object):
+  sha256 of its canonical JSON without the padding and truncation a caller may have switched on.
+  A file's own bytes differ from it (its layout, its key order)."""
+  content = json.loads(tokenizer.to_str())
+  content["padding"] = content["truncation"] = None
+  return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _lengths_of(pieces: list[Any]) -> np.ndarray:
   return np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
 
@@ -182,11 +192,17 @@ class HuggingFaceTokenizer:
       raise ValueError(f"tokenizer: {path} is not a Hugging Face tokenizer.json{hint}: {str(e)[:200]}") from e
     self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
 
+  @property
+  def backend(self) -> Any:
+    """The `tokenizers.Tokenizer` read from the file."""
+    return self._tokenizer
+
   def identity(self) -> dict[str, Any]:
     return {
       "kind": "huggingface",
       "file": os.path.basename(self._path),
       "sha256": file_sha256(self._path),
+      "content_sha256": content_sha256(self._tokenizer),
       "vocab_size": self.vocab_size,
       **self.special_ids(),
     }
@@ -242,6 +258,7 @@ class TransformersTokenizer:
       "kind": "huggingface",
       "file": "(a tokenizer object)",
       "sha256": hashlib.sha256(self._backend.to_str().encode()).hexdigest(),
+      "content_sha256": content_sha256(self._backend),
       "vocab_size": self.vocab_size,
       **{k: int(v) for k, v in ids.items() if isinstance(v, int) and not isinstance(v, bool)},
     }

@@ -28,7 +28,7 @@ import jax
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import short, weight
-from jaxdata.conversion.tokenizers import HuggingFaceTokenizer
+from jaxdata.conversion.tokenizers import HuggingFaceTokenizer, content_sha256
 from jaxdata.errors import ConfigError, optional_module
 from jaxdata.integrations.maxtext_olmo import olmo_dataset
 from jaxdata.integrations.maxtext_values import KEY_TYPES, checked_values
@@ -459,9 +459,12 @@ def _check_tokenizer(values: Mapping[str, Any], manifests: list[Manifest], names
       f"checks the datasets were converted with it: give the tokenizer file, or tokenize_{split}_data: false"
     )
   digest = file_sha256(path)
+  content = functools.cache(lambda: content_sha256(HuggingFaceTokenizer(path).backend))
   for name, manifest in zip(names, manifests):
     kind, recorded = manifest.tokenizer.get("kind"), manifest.tokenizer.get("sha256")
     if kind in (None, "unknown") or recorded == digest:
+      continue
+    if kind == "huggingface" and path.endswith(".json") and manifest.tokenizer.get("content_sha256") == content():
       continue
     was = f"{manifest.tokenizer.get('file', kind)}, sha256 {recorded[:12]}..." if recorded else f"the {kind} tokenizer"
     raise ConfigError(

@@ -33,12 +33,20 @@ SPECIAL_IDS = ("bos_id", "eos_id", "pad_id", "unk_id", "end_of_turn_id")  # what
 INT32_LIMIT = 1 << 31  # batches are int32: ids must stay below this
 
 
-def _identity(tokenizer: Mapping[str, Any]) -> dict[str, Any]:
-  """What makes two tokenizers the same: everything but the file's name and the special ids recorded
-  beside it (a set converted before they were recorded has the same vocabulary; `with_special_ids`
-  checks the ids that are used)."""
+def same_tokenizer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+  """Whether two recorded tokenizers are one: everything but the file's name and the special ids
+  recorded beside it (a set converted before they were recorded has the same vocabulary;
+  `with_special_ids` checks the ids that are used). Where both record `content_sha256` (the
+  tokenizer's content, however it was given) it decides in place of the file's `sha256`."""
+  left_out = {"file", "sha256"} if "content_sha256" in a and "content_sha256" in b else {"file", "content_sha256"}
+  return _identity(a, left_out) == _identity(b, left_out)
+
+
+def _identity(tokenizer: Mapping[str, Any], left_out: set[str]) -> dict[str, Any]:
   return {
-    k: v for k, v in tokenizer.items() if k != "file" and (k not in SPECIAL_IDS or tokenizer.get("kind") == "byte")
+    k: v
+    for k, v in tokenizer.items()
+    if k not in left_out and (k not in SPECIAL_IDS or tokenizer.get("kind") == "byte")
   }
 
 
@@ -53,12 +61,13 @@ def _check_one_tokenizer(cfg: PipelineConfig, datasets: Sequence[SplitDataset]) 
   """A ConfigError naming two datasets whose tokenizers differ, unless `allow_mixed_tokenizers`."""
   if cfg.allow_mixed_tokenizers:
     return
-  identities = [_identity(ds.manifest.tokenizer) for ds in datasets]
-  for d, identity in zip(cfg.datasets[1:], identities[1:]):
-    if identity != identities[0]:
+  first = datasets[0].manifest.tokenizer
+  for d, ds in zip(cfg.datasets[1:], datasets[1:]):
+    if not same_tokenizer(ds.manifest.tokenizer, first):
+      shown = {"file", "content_sha256"}
       raise ConfigError(
-        f"datasets.{d.name}: tokenizer {identity} differs from datasets.{cfg.datasets[0].name}'s "
-        f"{identities[0]}; token ids would mean different things{_unknown_hint(cfg, datasets)} (set "
+        f"datasets.{d.name}: tokenizer {_identity(ds.manifest.tokenizer, shown)} differs from "
+        f"datasets.{cfg.datasets[0].name}'s {_identity(first, shown)}; token ids would mean different things{_unknown_hint(cfg, datasets)} (set "
         "allow_mixed_tokenizers: true to mix them on purpose)"
       )
 
