@@ -247,6 +247,10 @@ class DocumentStream:
     self.updates = self.updates.added(step, weights)
     return step
 
+  def taken(self) -> list[int]:
+    """Per dataset, the mixture's units drawn so far (tokens counted, or documents): what the weights steer."""
+    return [c.taken for c in self.cursors]
+
   def passes_completed(self) -> dict[str, int]:
     return {c.settings.name: c.completed_passes for c in self.cursors}
 

@@ -119,7 +119,7 @@ def plan_span(
     plan = planner.plan()
     if plan is None:
       break
-    span.stats.append(recorder.planned(plan, planner.stream.passes_completed()))
+    span.stats.append(recorder.planned(plan, planner.stream.passes_completed(), planner.stream.taken()))
     rows = rows_here(plan.rows, plan.seq_len)
     index = plan.in_rows(rows)
     span.steps.append(

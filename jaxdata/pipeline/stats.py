@@ -65,8 +65,10 @@ class StatsRecorder:
   def restore(self, tokens_per_source: Mapping[str, int]) -> None:
     self.cumulative = [int(tokens_per_source[n]) for n in self.names]
 
-  def planned(self, plan: StepPlan, passes: Mapping[str, int]) -> StepStats:
-    """The stats of a step just planned (advances the cumulative counts)."""
+  def planned(self, plan: StepPlan, passes: Mapping[str, int], taken: Sequence[int] = ()) -> StepStats:
+    """The stats of a step just planned (advances the cumulative counts). `taken`: per dataset, the
+    mixture's units drawn through this step (the stream's); under `unit: documents` the shares are
+    of documents, as the targets are: begun this step, and drawn since step 0."""
     per_source = np.bincount(plan.pieces.dataset, weights=plan.pieces.length, minlength=len(self.names))
     per_source = per_source.astype(np.int64)
     self.cumulative = [c + int(t) for c, t in zip(self.cumulative, per_source)]
@@ -76,14 +78,18 @@ class StatsRecorder:
     longest = int(fill.max(initial=0))
     starts = plan.pieces.offset == 0  # documents begun this step
     documents = np.bincount(plan.pieces.dataset[starts], minlength=len(self.names))
+    batch, cumulative = per_source / total, [c / cumulative_total for c in self.cumulative]
+    if self.unit == "documents":
+      batch = documents / max(1, int(documents.sum()))
+      cumulative = [t / max(1, sum(taken)) for t in taken] if len(taken) else cumulative
     shards, shard_count = self._shards(plan)
     return StepStats(
       step=plan.step,
       rows=plan.rows,
       seq_len=plan.seq_len,
       tokens_per_source=dict(zip(self.names, per_source.tolist())),
-      share_batch=dict(zip(self.names, (per_source / total).tolist())),
-      share_cumulative=dict(zip(self.names, [c / cumulative_total for c in self.cumulative])),
+      share_batch=dict(zip(self.names, batch.tolist())),
+      share_cumulative=dict(zip(self.names, cumulative)),
       target_share=dict(zip(self.names, self.targets.weights_at(plan.step))),
       mixture_update=self.targets.update_starting_at(plan.step),  # the updates' history
       config_change=change.to_json() if (change := self.targets.change_starting_at(plan.step)) else None,
