@@ -11,6 +11,8 @@ import transformers
 
 import chat_families as families
 import real_templates as real
+from jaxdata import DatasetWriter
+from jaxdata.cli import main
 from jaxdata.conversion.examples import ExampleEncoder
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.preference import PreferenceEncoder
@@ -241,3 +243,24 @@ def test_field_is_refused_for_pairs_on_the_command_line(tmp_path, capsys):
     capsys.readouterr().err.split()
   )
   assert main(argv) == 0  # the byte tokenizer converts plain-text pairs
+
+
+@pytest.mark.parametrize("record", [{"prompt": "q", "chosen": "a", "rejected": None}, {"prompt": "q", "chosen": "a"}])
+def test_a_pair_record_with_one_side_is_refused_naming_the_side(tokenizer, record):
+  # A null side was read as a conversation and refused for wanting a chat template.
+  pairs = PreferenceEncoder(ExampleEncoder("chat", tokenizer, "messages", template=families.CHATML))
+  state = "is null" if "rejected" in record else "is missing"
+  with pytest.raises(InputFormatError, match=rf"pairs.jsonl:3: field 'rejected' {state} .* a KTO example"):
+    pairs.encode(record, WHERE)
+
+
+def test_inspect_counts_the_one_sided_records_of_a_set_written_by_hand(tmp_path, capsys):
+  # DatasetWriter(pairs=True) takes a record with one side: a KTO example. inspect says how many there are
+  # (it said "2 preference records": a DPO set with a side left out looked whole).
+  writer = DatasetWriter(str(tmp_path / "p"), "p", np.dtype("<u2"), {"kind": "byte"}, masks=True, pairs=True)
+  writer.write_documents(
+    np.array([5, 6, 7, 5, 8, 9, 5, 6]), np.array([5, 3]), np.array([0, 1, 1, 2, 3, 0, 1, 1], np.uint8)
+  )
+  writer.finish()
+  assert main(["inspect", str(tmp_path / "p")]) == 0
+  assert "p: 1 preference pairs and 1 one-sided (KTO) examples, 0 refused" in capsys.readouterr().out

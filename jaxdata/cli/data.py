@@ -163,14 +163,15 @@ def _render_summaries(summaries: list[dict[str, Any]], console: Console) -> None
     )
   show(console, table)
   for s in summaries:
-    if "pairs" in s:  # preference pairs: per side
-      known = s["pairs"] is not None
+    if "pairs" in s:  # preference pairs: per side (a set written by hand records no trained tokens)
+      trained = (
+        f", trained tokens {s['trained_tokens_chosen']:,} chosen / {s['trained_tokens_rejected']:,} rejected"
+        if s["trained_tokens_chosen"] is not None
+        else ""
+      )
       console.print(
-        f"{s['name']}: {s['pairs']:,} preference pairs and {s['unpaired_examples']:,} one-sided examples, "
-        f"trained tokens {s['trained_tokens_chosen']:,} chosen / {s['trained_tokens_rejected']:,} rejected, "
-        f"{s['refused_examples']:,} refused"
-        if known
-        else f"{s['name']}: {s['examples']:,} preference records, {s['refused_examples']:,} refused",
+        f"{s['name']}: {s['pairs']:,} preference pairs and {s['unpaired_examples']:,} one-sided (KTO) "
+        f"examples{trained}, {s['refused_examples']:,} refused",
         markup=False,
       )
     elif "examples" in s:  # a fine-tuning set: what its masks train

@@ -91,8 +91,12 @@ class PreferenceEncoder:
         )
       return self._unpaired(record, where)
     for name in self.fields:
-      if name not in record:
-        raise InputFormatError(f"{where}: field {name!r} is missing (a preference pair holds chosen and rejected)")
+      if record.get(name) is None:  # missing, or null: a pair with one side (one side is a KTO example's)
+        state = "is missing" if name not in record else "is null"
+        raise InputFormatError(
+          f"{where}: field {name!r} {state} (a preference pair holds chosen and rejected; an example of one "
+          "completion is a KTO example: prompt, completion and label)"
+        )
     if self.fields != ("chosen", "rejected"):
       record = {**record, "chosen": record[self.fields[0]], "rejected": record[self.fields[1]]}
     prompt, chosen, rejected = _sides(record, where)

@@ -46,10 +46,18 @@ def summarize(dataset: Dataset) -> dict[str, Any]:
     # preference pairs: pairs, one-sided (KTO) examples, each side's trained tokens
     **(
       {
-        key: stats.get(key)
-        for key in ("pairs", "unpaired_examples", "trained_tokens_chosen", "trained_tokens_rejected")
+        **{key: stats.get(key) for key in ("trained_tokens_chosen", "trained_tokens_rejected")},
+        **_sides(dataset),
       }
       if dataset.manifest.holds_pairs
       else {}
     ),
   }
+
+
+def _sides(dataset: Dataset) -> dict[str, int]:
+  """Records with both sides (pairs) and with one (KTO examples), from the columns: a set written by
+  hand (`DatasetWriter(pairs=True)`) records no counts, and a record with one side is a KTO example."""
+  chosen = np.asarray(dataset.columns["chosen_length"], np.int64)
+  both = int(((chosen > 0) & (chosen < dataset.lengths)).sum())
+  return {"pairs": both, "unpaired_examples": int(chosen.size) - both}
