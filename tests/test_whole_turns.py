@@ -239,3 +239,54 @@ def test_generation_blocks_as_transformers_accepts_them_with_a_message_left_out(
   cut = next(k for k, a in enumerate(starts) if a >= text.index("q2"))
   assert mask.tolist() == [0] * cut + every[cut:]
   assert (sum(every[cut:]) > 0) == (name != "empty")  # an empty block marks nothing, and trains nothing
+
+
+TURN = "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+PROMPT = "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+UNUSUAL = {  # what each trained beside the right turn before it was refused
+  "reversed": (
+    "{% for m in messages|reverse %}" + TURN + "{% endfor %}" + PROMPT,
+    r"messages\[\d\] \(assistant, weight 1\): its turn would hold messages\[\d\]'s content .* out of order",
+  ),  # every other message
+  "system written last": (
+    "{% for m in messages %}{% if m.role != 'system' %}" + TURN + "{% endif %}{% endfor %}"
+    "{% for m in messages %}{% if m.role == 'system' %}" + TURN + "{% endif %}{% endfor %}" + PROMPT,
+    r"messages\[4\] \(assistant, weight 1\): its turn would hold messages\[0\]'s content \(system, an earlier",
+  ),  # the system turn after the last answer
+  "last answer first": (
+    "{% if messages[-1].role == 'assistant' %}<last>{{ messages[-1].content }}</last>\n{% endif %}"
+    "{% for m in messages %}" + TURN + "{% endfor %}" + PROMPT,
+    r"messages\[4\] \(assistant, weight 1\): the template writes its content more than once",
+  ),  # the whole conversation
+  "a clock": (
+    "{% for m in messages %}<|im_start|>{{ m.role }} {{ strftime_now('%S.%f') }}\n{{ m.content }}<|im_end|>\n"
+    "{% endfor %}" + PROMPT,
+    r"the template renders the same conversation differently on each call .* character \d+: a clock",
+  ),
+}
+CONVERSATION = [
+  {"role": "system", "content": "be nice"},
+  {"role": "user", "content": "hello there"},
+  {"role": "assistant", "content": "the weather is sunny"},
+  {"role": "user", "content": "and Paris"},
+  {"role": "assistant", "content": "Paris is sunny"},
+]
+
+
+@pytest.mark.parametrize("name", list(UNUSUAL))
+def test_a_template_whose_turns_cannot_be_located_exactly_is_refused_naming_why(tokenizer, name):
+  template, message = UNUSUAL[name]
+  encoder = ExampleEncoder("chat", tokenizer, "messages", template=template)
+  with pytest.raises(InputFormatError, match="^odd.jsonl:1: " + message):
+    encoder.encode({"messages": CONVERSATION}, "odd.jsonl:1")
+
+
+def test_an_end_of_conversation_token_the_template_appends_does_not_train(tokenizer):
+  template = (
+    "{% for m in messages %}"
+    + TURN
+    + "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% else %}<|endoftext|>{% endif %}"
+  )
+  ids, mask = ExampleEncoder("chat", tokenizer, "messages", template=template).encode({"messages": CONVERSATION}, "x:1")
+  trained = tokenizer.decode([i for i, m in zip(ids.tolist(), mask.tolist()) if m])
+  assert trained == "the weather is sunny<|im_end|>Paris is sunny<|im_end|>"

@@ -239,7 +239,9 @@ class ExampleEncoder:
       return ids, np.ones(ids.size, np.uint8)
     if self.mask_rule == "generation blocks":
       return ids, self._generation_mask(messages, tools, ids, offsets, trained, where, kwargs)
-    turns = assistant_turns(messages, trained, render, where, offsets.tolist(), self._default_renderer(tools, kwargs))
+    turns = assistant_turns(
+      messages, trained, render, where, offsets.tolist(), self._default_renderer(tools, kwargs), rendered=text
+    )
     return ids, character_range_mask(offsets, turns)
 
   def _generation_mask(

@@ -105,13 +105,16 @@ def _renderings(text: str) -> list[str]:
   return seen
 
 
-def content_spans(messages: list[dict[str, Any]], render: Render, text: str, where: str) -> dict[int, tuple[int, int]]:
+def content_spans(
+  messages: list[dict[str, Any]], render: Render, text: str, where: str
+) -> tuple[dict[int, tuple[int, int]], set[int]]:
   """Per message with text, its content's [start, end) in `text` (the real rendering), found by
   aligning the sentinel rendering with it; a message whose content the template does not render as
-  given (or at all) is left out."""
+  given (or at all) is left out. And the messages whose content the template writes more than once."""
   prefix = _sentinel_prefix(messages)
   marked, contents = _with_sentinels(messages, prefix)
   sentinel_text = render(marked, False)
+  twice = {c.message for s, c in contents.items() if sentinel_text.count(s) > 1}
   placed = sorted((sentinel_text.find(s), s) for s in contents if sentinel_text.find(s) >= 0)
   pieces, at = [], 0  # template text before each sentinel, in rendered order
   for start, sentinel in placed:
@@ -131,7 +134,7 @@ def content_spans(messages: list[dict[str, Any]], render: Render, text: str, whe
     old = spans.get(content.message)
     spans[content.message] = (min(start, old[0]), max(end, old[1])) if old else (start, end)
     pos = end
-  return spans
+  return spans, twice
 
 
 def _place(text: str, pos: int, before: str, content: str, following: str) -> tuple[int, int] | None:
@@ -182,17 +185,34 @@ def assistant_turns(
   where: str,
   token_offsets: Sequence[tuple[int, int]] = (),
   default_render: Render | None = None,
+  rendered: str | None = None,
 ) -> list[tuple[int, int]]:
   """The character ranges of the trained messages' whole turns in `render(messages, False)`.
   `token_offsets` (each token's [start, end) in the rendering, in order): a turn without an end-of-turn
   marker whose end falls inside a token of template text after it moves back to that token's start.
   `default_render`: the template without the record's arguments, whose generation prompt's header is
-  looked for too."""
+  looked for too. `rendered`: the caller's own rendering of `messages` (what it tokenized), which must
+  be this one. What cannot be located exactly is refused, naming the template's behaviour: a rendering
+  that differs from call to call, a trained content written twice, a turn that would hold another
+  message's content (messages rendered out of order)."""
   renders = (render,) if default_render is None else (render, default_render)
   token_starts = [int(start) for start, _ in token_offsets]
   token_ends = [int(end) for _, end in token_offsets]
   text = render(messages, False)
-  spans = content_spans(messages, render, text, where)
+  if rendered is not None and rendered != text:
+    at = _common_prefix(rendered, text)
+    raise InputFormatError(
+      f"{where}: the template renders the same conversation differently on each call ({rendered[at : at + 30]!r} "
+      f"then {text[at : at + 30]!r} at character {at}: a clock, a random draw); its turns cannot be located in "
+      "what is tokenized: give a template that renders a conversation one way"
+    )
+  spans, twice = content_spans(messages, render, text, where)
+  for i in sorted(twice & trained):
+    raise InputFormatError(
+      f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1): the template writes its content more than "
+      "once, so which place is the turn is not clear; give it weight 0, or mark what trains with "
+      "{% generation %} blocks"
+    )
   marker = end_of_turn_text(render)
   ranges: list[tuple[int, int]] = []
   floor = 0  # nothing of message i renders before this point
@@ -226,9 +246,25 @@ def assistant_turns(
         f"the template writes no content, tool call or end-of-turn marker for it; around its place it wrote "
         f"{wrote!r}; give it content or weight 0, or mark what trains with {{% generation %}} blocks"
       )
+    _check_holds_no_other(messages, i, (start, end), spans, where)
     ranges.append((start, end))
     floor = end
   return ranges
+
+
+def _check_holds_no_other(
+  messages: list[dict[str, Any]], i: int, turn: tuple[int, int], spans: dict[int, tuple[int, int]], where: str
+) -> None:
+  """An `InputFormatError` where message i's turn as located holds another message's content: a template
+  that renders messages out of order (reversed, a system prompt written after the last turn)."""
+  for j, (a, b) in sorted(spans.items()):
+    if j != i and b > a and max(a, turn[0]) < min(b, turn[1]):
+      order = "an earlier" if j < i else "a later"
+      raise InputFormatError(
+        f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1): its turn would hold messages[{j}]'s "
+        f"content ({messages[j].get('role')}, {order} message): the template renders messages out of order, "
+        "and the turn cannot be told from it; give it weight 0, or mark what trains with {% generation %} blocks"
+      )
 
 
 def _ceiling(spans: dict[int, tuple[int, int]], i: int, length: int) -> int:
