@@ -385,6 +385,16 @@ def test_a_beam_failure_is_one_named_line_and_beams_own_lines_go_to_a_kept_log(t
   match = re.match(r"jaxdata convert: error: .*in.jsonl:51: malformed JSON .*\(Beam's log: (\S+)\)$", lines[0])
   assert match, lines[0]
   assert "Traceback" in open(match.group(1), encoding="utf-8").read()  # what Beam said is kept
+  assert not (tmp_path / "bad").exists()  # no empty --out left behind
+  in_process = command[:-1]  # Beam's default runner raises in this process: the same one line, the log named
+  failed = subprocess.run([*in_process, "--out", str(tmp_path / "bad")], capture_output=True, text=True, env=env)
+  lines = [line for line in failed.stderr.splitlines() if line.strip()]
+  assert failed.returncode == 1 and len(lines) == 1, failed.stderr[-3000:]
+  assert re.match(r"jaxdata convert: error: .*in.jsonl:51: malformed JSON \(.*\) \(Beam's log: \S+\)$", lines[0])
+  assert not (tmp_path / "bad").exists()
+  for log in [n for n in os.listdir(tmp_path) if n.startswith("jaxdata-beam-")]:
+    if log != os.path.basename(match.group(1)):
+      os.remove(tmp_path / log)  # (the check below counts the first run's)
   (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(50)))
   done = subprocess.run([*command, "--out", str(tmp_path / "good")], capture_output=True, text=True, env=env)
   assert done.returncode == 0 and not done.stderr.strip(), done.stderr[-3000:]

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
+import time
 from typing import Any
 
 from jaxdata._lazy import lazy_module, user_function
@@ -53,15 +55,15 @@ def convert_command(args: argparse.Namespace, console: Console) -> int:
   warning = roundtrip_warning(load_tokenizer(options.tokenizer))
   if warning:
     console.print(f"warning: {flag_words(warning)}", style="bold yellow", markup=False)
+  if args.quiet:  # Ray's start-up notices (token authentication) go through its logger, unconfigured here
+    logging.getLogger("ray").setLevel(logging.ERROR)
   progress = progress_bar(console, args.quiet)
   tasks: dict[str, Any] = {}
+  started: dict[str, float] = {}
 
   def on_progress(phase: str, done: int, total: int, documents: int) -> None:
-    # scan and tokenize count input bytes (compressed bytes for .gz / .zst); write counts documents.
-    if phase == "write":
-      amount = f"{done:,} / {total:,} documents"
-    else:
-      amount = f"{human_bytes(done)} / {human_bytes(total)}" + (f", {documents:,} documents" if documents else "")
+    started.setdefault(phase, time.monotonic())
+    amount = progress_amount(phase, done, total, documents, time.monotonic() - started[phase])
     if phase not in tasks:
       tasks[phase] = progress.add_task(phase, total=total, amount=amount)
     progress.update(tasks[phase], completed=done, amount=amount)
@@ -79,8 +81,8 @@ def convert_command(args: argparse.Namespace, console: Console) -> int:
       manifest = convert_files(args.inputs, args.out, args.name, options, on_progress, overwrite=args.overwrite)
   stats = manifest.stats
   console.print(
-    f"wrote {args.out}: {manifest.num_records} documents, {manifest.num_tokens} "
-    f"tokens, {len(manifest.shards)} shards, dtype {manifest.dtype}"
+    f"wrote {args.out}: {manifest.num_records:,} documents, {manifest.num_tokens:,} "
+    f"tokens, {len(manifest.shards):,} shards, dtype {manifest.dtype}"
   )
   if stats.get("mask_rule"):
     how = {
@@ -92,7 +94,7 @@ def convert_command(args: argparse.Namespace, console: Console) -> int:
   if stats["skipped_empty"]:
     console.print(f"skipped {stats['skipped_empty']:,} empty documents")
   if stats["skipped_invalid"]:
-    console.print(f"skipped {stats['skipped_invalid']} invalid records, first ones:")
+    console.print(f"skipped {stats['skipped_invalid']:,} invalid records, first ones:")
     for message in stats["invalid_examples"]:
       console.print(f"  {message}", markup=False)
   if args.check_roundtrip:
@@ -105,6 +107,26 @@ def convert_command(args: argparse.Namespace, console: Console) -> int:
     if report.mismatches:
       return 2
   return 0
+
+
+def progress_amount(phase: str, done: int, total: int, documents: int, elapsed_s: float) -> str:
+  """A phase's progress at a fixed width (a bar beside it keeps its size): scan and tokenize in input
+  bytes (compressed bytes for .gz / .zst) with the documents so far, write in documents; the rate and
+  the time left from it.
+
+  >>> progress_amount("tokenize", 3 << 20, 12 << 20, 41_000, 2.0)
+  '     3 MB /     12 MB,      41,000 documents,    1.5 MB/s, 0:06 left'
+  >>> progress_amount("write", 1_500, 6_000, 1_500, 3.0)
+  '     1,500 /      6,000 documents,       500 /s, 0:09 left'
+  """
+  rate = done / elapsed_s if elapsed_s > 0 else 0.0
+  left = (total - done) / rate if rate > 0 else 0.0
+  eta = f"{int(left) // 60}:{int(left) % 60:02d} left" if done < total and rate > 0 else "done" if done >= total else ""
+  if phase == "write":
+    return f"{done:>10,} / {total:>10,} documents, {rate:>9,.0f} /s, {eta}"
+  return (
+    f"{human_bytes(done):>9} / {human_bytes(total):>9}, {documents:>11,} documents, {human_bytes(rate):>9}/s, {eta}"
+  )
 
 
 def register_convert(commands: Commands) -> None:

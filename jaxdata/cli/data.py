@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from typing import Any
 
 import yaml
@@ -12,12 +13,14 @@ import yaml
 from jaxdata.cli.output import Console, Table, check_output_path, show
 from jaxdata.cli.parsing import Commands
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.conversion.cache_listing import cached_datasets, prune_caches
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
 from jaxdata.integrations.megatron import megatron_raw
 from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, group_by_directory
 from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.shard_cache import default_cache_options
 from jaxdata.tools.summary import summarize
 
 __all__ = ["index", "inspect", "register_data"]
@@ -201,6 +204,40 @@ def inspect(args: argparse.Namespace, console: Console) -> int:
   return 0
 
 
+def cache(args: argparse.Namespace, console: Console) -> int:
+  root = os.path.join(default_cache_options(args.cache_dir).cache_dir, "datasets") if args.root is None else args.root
+  if args.action == "list":
+    entries = cached_datasets(root)
+    table = Table(title=f"raw inputs' caches in {root}")
+    for column in ("dataset", "key", "size", "written", "state"):
+      table.add_column(column, justify="right" if column == "size" else "left")
+    for c in entries:
+      written = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.modified))
+      table.add_row(c.name, c.key, _bytes(c.size), written, c.state)
+    show(console, table)
+    stale = [c for c in entries if c.stale]
+    console.print(
+      f"{len(entries)} entries, {_bytes(sum(c.size for c in entries))}; {len(stale)} stale "
+      f"({_bytes(sum(c.size for c in stale))}): jaxdata cache prune removes them",
+      markup=False,
+    )
+    return 0
+  removed = prune_caches(root, everything=args.all, dry_run=args.dry_run)
+  verb = "would remove" if args.dry_run else "removed"
+  for c in removed:
+    console.print(f"{verb} {c.path} ({c.state}, {_bytes(c.size)})", markup=False)
+  console.print(f"{verb} {len(removed)} entries, {_bytes(sum(c.size for c in removed))}", markup=False)
+  return 0
+
+
+def _bytes(size: int) -> str:
+  """1,234,567 -> '1.2 MB' (decimal units, as `du --si`)."""
+  for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    if size >= scale:
+      return f"{size / scale:,.1f} {unit}"
+  return f"{size} B"
+
+
 def register_data(commands: Commands) -> None:
   """The `jaxdata index`, `jaxdata from-megatron`, `jaxdata inspect` commands and their flags."""
   p = commands.add("index", "metadata for token files other tools wrote (no tokens copied)")
@@ -262,6 +299,14 @@ def register_data(commands: Commands) -> None:
   )
   p.add_argument("--out", required=True, help="the YAML config to write")
   p.set_defaults(handler=from_megatron)
+
+  p = commands.add("cache", "list the caches of converted raw inputs with their sizes, or prune the stale ones")
+  p.add_argument("action", choices=("list", "prune"), help="list: every cache and its state; prune: remove the stale")
+  p.add_argument("--cache-dir", help="the config's cache_dir (default: $JAXDATA_CACHE_DIR, else ~/.cache/jaxdata)")
+  p.add_argument("--root", help="the directory of caches itself (a local inputs_cache), in place of --cache-dir")
+  p.add_argument("--dry-run", action="store_true", help="prune: print what would be removed, remove nothing")
+  p.add_argument("--all", action="store_true", help="prune: the current caches too (the next run builds them again)")
+  p.set_defaults(handler=cache)
 
   p = commands.add("inspect", "table of shards, documents, tokens, lengths")
   p.add_argument("datasets", nargs="+", help="dataset directories")

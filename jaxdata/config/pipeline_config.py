@@ -110,6 +110,7 @@ class PipelineConfig:
   allow_mixed_tokenizers: bool = False  # datasets with different tokenizers may be mixed
   inputs_max_bytes: int = 64 << 30  # raw inputs (datasets[].inputs) larger than this are not converted in place
   inputs_cache: str | None = None  # where raw inputs' caches are kept: a directory or gs:// / s3:// (None: cache_dir)
+  inputs_hash: str = "sampled"  # what of each raw input its cache's key reads: 16 blocks, or every byte ("full")
 
   def __post_init__(self) -> None:
     object.__setattr__(self, "datasets", tuple(self.datasets))
@@ -134,6 +135,7 @@ class PipelineConfig:
     check_int(self.open_shards, "open_shards", 1)
     check_int(self.cache_bytes, "cache_bytes", 1)
     check_int(self.inputs_max_bytes, "inputs_max_bytes", 0)
+    check_choice(self.inputs_hash, ("sampled", "full"), "inputs_hash")
     if self.total_steps is not None:
       check_int(self.total_steps, "total_steps", 1)
     self._resolve_fractions()

@@ -48,7 +48,7 @@ from jaxdata.conversion.tokenize_units import (
 )
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
 from jaxdata.conversion.work_units import WorkUnit, plan_units
-from jaxdata.errors import ConfigError, DatasetError, InputFormatError, optional_module
+from jaxdata.errors import ConfigError, DatasetError, Error, InputFormatError, optional_module
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
 
@@ -273,14 +273,16 @@ def _named_errors(log: str | None) -> Iterator[None]:
   """A worker's failure as the error it raised (one line, its own type), not Beam's wrapping of it:
   in process Beam appends "[while running 'Step']"; from worker processes it is a RuntimeError
   holding the worker's traceback text. The message names Beam's log file when there is one."""
+  suffix = f" (Beam's log: {log})" if log else ""
   try:
     yield
+  except Error as e:  # raised in this process (the DirectRunner's in-process path): its own type
+    raise type(e)(_FINAL_ERROR.sub(r"\2", f"{type(e).__name__}: {e}").strip() + suffix) from None
   except (RuntimeError, ValueError, OSError) as e:
     found = [(kind, message) for kind, message in _FINAL_ERROR.findall(str(e)) if kind in _RAISED_AGAIN]
     if not found:
       raise
     kind, message = found[-1]
-    suffix = f" (Beam's log: {log})" if log else ""
     raise _RAISED_AGAIN[kind](message + suffix) from None
 
 
@@ -331,8 +333,10 @@ def convert_with_beam(
     check_output(out_dir, inputs, overwrite)
     if overwrite and os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
       target = staging_directory(out_dir)
+    created = not os.path.exists(target)
     os.makedirs(target, exist_ok=True)
   else:
+    created = False
     prepare_output(out_dir, overwrite)  # (a bucket has no atomic swap: a remote dataset is replaced in place)
   sizes = file_sizes(files)
   units = plan_units(files, formats, options.text_mode, unit_size(sum(sizes), BEAM_UNIT_WORKERS, options), sizes=sizes)
@@ -372,8 +376,8 @@ def convert_with_beam(
         files,
         options,
       )
-  except BaseException:  # a failed replacement leaves the old dataset as it was (re-raised)
-    if target != out_dir:
+  except BaseException:  # re-raised: a failed replacement leaves the old dataset as it was, a new --out is removed
+    if target != out_dir or created:
       shutil.rmtree(target, ignore_errors=True)
     raise
   finally:

@@ -44,10 +44,11 @@ def published_dataset(
   max_bytes: int | None = None,
   process: tuple[int, int] = (0, 1),
   wait_s: float = 3600.0,
+  full_hash: bool = False,
 ) -> str:
   """The `gs://` / `s3://` URL of the dataset `inputs` convert to, under `bucket_root`: there already, or
   built by process 0 into `local_root` (`built_dataset`) and uploaded; the other processes wait for it."""
-  key = cache_key(inputs, options)
+  key = cache_key(inputs, options, full_hash)
   folder = f"{name}-{key.digest[:16]}"
   target = RemotePath.parse(f"{bucket_root.rstrip('/')}/{folder}")
   store = open_store(target)
@@ -66,7 +67,9 @@ def published_dataset(
         )
       time.sleep(PUBLISH_POLL_S)
     return target.url
-  local = built_dataset(name, inputs, options, local_root, log, max_bytes, (0, 1), wait_s, key)  # named by `key`
+  local = built_dataset(
+    name, inputs, options, local_root, log, max_bytes, (0, 1), wait_s, key, full_hash
+  )  # named by `key`
   _upload(local, target, store, log, name)
   return target.url
 

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jaxdata.conversion.inputs import expand_inputs
+from jaxdata.conversion.inputs import CACHE_TAG, expand_inputs
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.remote_inputs import environment_options, remote_head_sha256, remote_states
 from jaxdata.conversion.shared_build import build_part
@@ -44,7 +44,11 @@ from jaxdata.sources.stores import is_remote
 
 __all__ = ["CacheKey", "built_dataset", "cache_key", "convert_command_line", "refuse_too_large"]
 
-KEY_VERSION = 1  # bumped when what the key covers changes
+KEY_VERSION = 2  # bumped when what the key covers changes (2: the chat template apart from the tokenizer)
+CACHE_TAG_TEXT = (
+  "Signature: 8a477f597d28d172789f06886806bc55\n"
+  "# This directory holds jaxdata's caches of converted raw inputs (jaxdata cache list / prune).\n"
+)
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
 
@@ -82,10 +86,17 @@ class CacheKey:
     return changes
 
 
-def _tokenizer_digest(options: ConvertOptions) -> str:
+def _tokenizer_digests(options: ConvertOptions) -> tuple[str, str]:
+  """(sha256 of the tokenizer's files less its chat template, sha256 of the chat template the conversion
+  renders: its own file, else the tokenizer's; "" where none is rendered). A template edited for one
+  dataset then rebuilds only the datasets that render it, not every one sharing the tokenizer."""
+  own = ""
+  if options.chat_template:
+    with open(options.chat_template, "rb") as f:
+      own = hashlib.sha256(f.read()).hexdigest()
   spec = options.tokenizer
   if spec.kind == "byte" or spec.path is None:
-    return "byte"
+    return "byte", own
   digest = hashlib.sha256(spec.kind.encode())
   # a named file's neighbours too: transformers reads the special ids from tokenizer_config.json beside it
   folder = spec.path if os.path.isdir(spec.path) else os.path.dirname(spec.path)
@@ -94,18 +105,46 @@ def _tokenizer_digest(options: ConvertOptions) -> str:
   if not found or not os.path.exists(spec.path):
     what = f"holds no tokenizer files ({', '.join(_TOKENIZER_FILES)})" if os.path.isdir(spec.path) else "does not exist"
     raise ConfigError(f"tokenizer: {spec.path} {what}")
+  templates = []  # the tokenizer's own chat template: its file, and the one its config holds
   for path in found:
-    digest.update(os.path.basename(path).encode() + file_sha256(path).encode())
-  return digest.hexdigest()
+    name = os.path.basename(path)
+    if name == "chat_template.jinja":
+      templates.append(file_sha256(path))
+      continue
+    content = file_sha256(path)
+    if name == "tokenizer_config.json":
+      config = _json_file(path)
+      if isinstance(config, dict) and "chat_template" in config:
+        templates.append(hashlib.sha256(json.dumps(config.pop("chat_template"), sort_keys=True).encode()).hexdigest())
+        content = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    digest.update(name.encode() + content.encode())
+  renders = options.examples != "text" and not options.chat_template_text
+  template = own or (hashlib.sha256("".join(templates).encode()).hexdigest() if renders and templates else "")
+  return digest.hexdigest(), template
 
 
-def _file_state(path: str) -> tuple[str, int, int, str]:
+def _json_file(path: str) -> Any:
+  """A JSON file's content; None where it is not JSON (its bytes are keyed then)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def _file_state(path: str, full_hash: bool) -> tuple[str, int, int, str]:
   stat = os.stat(path)
-  return (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, sample_sha256(path))
+  return (
+    os.path.abspath(path),
+    stat.st_size,
+    stat.st_mtime_ns,
+    file_sha256(path) if full_hash else sample_sha256(path),
+  )
 
 
-def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
-  """The key of the dataset `inputs` convert to with `options` (every input's state read now)."""
+def cache_key(inputs: list[str], options: ConvertOptions, full_hash: bool = False) -> CacheKey:
+  """The key of the dataset `inputs` convert to with `options` (every input's state read now: its path,
+  size, modification time and a hash of 16 sampled blocks, or with `full_hash` of every byte)."""
   if any(is_remote(p) for p in inputs):
     environment_options()  # buckets as the environment reaches them (not as a Beam run in this process set them)
   try:
@@ -114,18 +153,15 @@ def cache_key(inputs: list[str], options: ConvertOptions) -> CacheKey:
     raise ConfigError(f"inputs: {str(error).removeprefix('input: ')}: the glob must match a file") from error
   if not files:
     raise ConfigError(f"inputs: {', '.join(inputs)} match no file")
-  template = ""
-  if options.chat_template:
-    with open(options.chat_template, "rb") as f:
-      template = hashlib.sha256(f.read()).hexdigest()
+  tokenizer, template = _tokenizer_digests(options)
   decided = dataclasses.asdict(options)
   for unkeyed in ("workers", "tokenizer", "chat_template"):  # workers never change the output; the others: above
     decided.pop(unkeyed)
   remote = [p for p in files if is_remote(p)]
   states = dict(zip(remote, remote_states(remote))) if remote else {}
   return CacheKey(
-    files=tuple((p, *states[p], remote_head_sha256(p)) if p in states else _file_state(p) for p in files),
-    tokenizer=_tokenizer_digest(options),
+    files=tuple((p, *states[p], remote_head_sha256(p)) if p in states else _file_state(p, full_hash) for p in files),
+    tokenizer=tokenizer,
     template=template,
     options=json.dumps(decided, sort_keys=True, default=list),
   )
@@ -141,19 +177,22 @@ def built_dataset(
   process: tuple[int, int] = (0, 1),
   wait_s: float = 3600.0,
   key: CacheKey | None = None,
+  full_hash: bool = False,
 ) -> str:
   """The directory of the dataset `inputs` convert to: the cache's, built now if it is not there (`key`: the
   inputs' key when the caller has just read it, `cache_key(inputs, options)` otherwise). Inputs
   larger than `max_bytes` are not converted here: the ConfigError gives the command that builds the
   same cache on an engine. `process`: (this process's index, the processes that build together: the hosts
-  of a pod sharing `root`), each converting its share (`conversion.shared_build`); process 0 seals it."""
+  of a pod sharing `root`), each converting its share (`conversion.shared_build`); process 0 seals it.
+  `full_hash`: the key hashes every byte of the inputs (`cache_key`). `root` is tagged as a cache
+  (CACHEDIR.TAG): an input directory that holds it never reads the cache as inputs."""
   if getattr(multiprocessing.current_process(), "_inheriting", False):
     raise RuntimeError(
       f"{name}: a conversion worker is importing the script that builds the cache (it would wait on that "
       "build's lock forever): put the script's code under `if __name__ == '__main__':`"
     )
-  key = key or cache_key(inputs, options)
-  os.makedirs(root, exist_ok=True)
+  key = key or cache_key(inputs, options, full_hash)
+  tag_cache_directory(root)
   target = os.path.join(root, f"{name}-{key.digest[:16]}")
   if os.path.isfile(os.path.join(target, MANIFEST_NAME)):
     return target
@@ -184,12 +223,15 @@ def built_dataset(
       if manifest is None:  # another process seals the cache
         _wait_for_cache(target, wait_s, name)
         return target
-      after = cache_key(inputs, options)
+      after = cache_key(inputs, options, full_hash)
       if after != key:
         raise InputFormatError(
           f"{name}: inputs changed while they were converted ({', '.join(after.changes_from(_parts(key)))}); "
           "nothing was cached: run again once they are stable"
         )
+      if os.path.isdir(target):  # a cache someone half removed (its manifest gone): replaced whole
+        log(f"{name}: {target} has no manifest.json (half removed); building it again")
+        shutil.rmtree(target)
       os.replace(staging, target)
     except InputFormatError:  # bad or changing inputs: nothing of this build is worth keeping (process 0 clears it,
       if index == 0:  # after the others have read the error it left for them)
@@ -202,6 +244,16 @@ def built_dataset(
       json.dump(_parts(key), f)
     log(f"{name}: converted into the cache {target}")
   return target
+
+
+def tag_cache_directory(root: str) -> None:
+  """`root`, made and tagged as a cache (CACHEDIR.TAG, the Cache Directory Tagging convention): backup tools
+  and `expand_inputs` skip it."""
+  os.makedirs(root, exist_ok=True)
+  tag = os.path.join(root, CACHE_TAG)
+  if not os.path.isfile(tag):
+    with open(tag, "w") as f:
+      f.write(CACHE_TAG_TEXT)
 
 
 def refuse_too_large(key: CacheKey, max_bytes: int | None, command: str) -> None:
@@ -271,6 +323,7 @@ def _parts(key: CacheKey) -> dict[str, Any]:
     "tokenizer": key.tokenizer,
     "template": key.template,
     "options": key.options,
+    "digest": key.digest,  # the cache it names (jaxdata cache list: the current one of its name)
   }
 
 

@@ -25,6 +25,7 @@ from jaxdata.errors import Error, InputFormatError, installed_module, optional_m
 from jaxdata.sources.stores import is_remote
 
 __all__ = [
+  "CACHE_TAG",
   "INPUT_FORMATS",
   "TEXT_MODES",
   "InvalidLog",
@@ -76,10 +77,31 @@ def _hidden(name: str) -> bool:
   return name.startswith(".") or name == "__pycache__"
 
 
+CACHE_TAG = "CACHEDIR.TAG"  # a cache directory's tag (jaxdata's raw-input caches have one): never inputs
+
+
+def _in_a_cache(path: str, top: str) -> bool:
+  """Whether a directory between `top` (excluded) and `path` is tagged as a cache."""
+  top = os.path.abspath(top)
+  folder = os.path.dirname(os.path.abspath(path))
+  while folder.startswith(top + os.sep) and folder != top:
+    if os.path.isfile(os.path.join(folder, CACHE_TAG)):
+      return True
+    folder = os.path.dirname(folder)
+  return False
+
+
+def _glob_top(pattern: str) -> str:
+  """The directory a glob's literal part names (where its wildcards begin)."""
+  literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+  return os.path.dirname(literal) or "."
+
+
 def expand_inputs(inputs: Sequence[str], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[str]:
   """Files, directories (recursively) and globs -> sorted unique file list.
 
-  Walking a directory skips hidden files and directories and `__pycache__`.
+  Walking a directory skips hidden files and directories, `__pycache__`, and a cache directory inside
+  (one with a CACHEDIR.TAG: jaxdata's raw-input caches); a glob skips the files in such a directory too.
   `include` / `exclude` are globs matched against each file's path and its
   name (``*.jsonl``, ``**/test/*``): a file is kept if it matches an include
   (when any is given) and no exclude.
@@ -89,13 +111,14 @@ def expand_inputs(inputs: Sequence[str], include: Sequence[str] = (), exclude: S
     if is_remote(item):  # gs://, s3://: through Beam's file systems
       found.extend(list_remote(item))
     elif os.path.isdir(item):
-      for root, dirs, names in os.walk(item):
-        dirs[:] = [d for d in dirs if not _hidden(d)]
+      for root, dirs, names in os.walk(item):  # a cache inside (a tagged directory) is not walked
+        dirs[:] = [d for d in dirs if not _hidden(d) and not os.path.isfile(os.path.join(root, d, CACHE_TAG))]
         found.extend(os.path.join(root, n) for n in names if not _hidden(n))
     elif os.path.isfile(item):
       found.append(item)
     else:
       globbed = [m for m in glob.glob(item, recursive=True) if os.path.isfile(m)]
+      globbed = [m for m in globbed if not _in_a_cache(m, _glob_top(item))]
       if not globbed:
         raise FileNotFoundError(f"input: {item} does not exist")
       found.extend(globbed)

@@ -15,6 +15,7 @@ address) or, with None, starts one on this machine.
 from __future__ import annotations
 
 import concurrent.futures
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +41,26 @@ class RayExecutor(concurrent.futures.Executor):
     return self._remote[fn].remote(*args, **kwargs).future()
 
 
+RAY_CONNECT_S = 5.0  # how long --ray-address's head is waited for before it is called unreachable
+
+
+def check_reachable(address: str, timeout_s: float = RAY_CONNECT_S) -> None:
+  """A ConfigError at once where nothing answers at `address` (HOST:PORT or ray://HOST:PORT): Ray itself
+  waits for a head that is not there for minutes. "auto" (Ray finds the local cluster) is left to Ray."""
+  if address == "auto" or address == "local":
+    return
+  host, _, port = address.removeprefix("ray://").rpartition(":")
+  if not host or not port.isdigit():
+    raise ConfigError(f"--ray-address {address!r}: give HOST:PORT (ray start --head's), ray://HOST:PORT, or auto")
+  try:
+    socket.create_connection((host, int(port)), timeout=timeout_s).close()
+  except OSError as error:
+    raise ConfigError(
+      f"--ray-address {address}: nothing answers there ({error.strerror or error}); start the cluster "
+      f"(ray start --head --port {port}), or leave --ray-address out to run one here"
+    ) from error
+
+
 def convert_with_ray(
   inputs: Sequence[str],
   out_dir: str,
@@ -58,6 +79,8 @@ def convert_with_ray(
   ray = optional_module("ray", "ray", "jaxdata convert --runner ray")
   started = not ray.is_initialized()
   if started:
+    if address is not None:
+      check_reachable(address)
     ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
   try:
     return convert(inputs, out_dir, name, options, on_progress, overwrite, executor=RayExecutor(ray))

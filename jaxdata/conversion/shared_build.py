@@ -104,6 +104,17 @@ def _raise_reported(units_dir: str) -> None:
       raise InputFormatError(json.load(f)["error"])
 
 
+def unit_progress(done: int, total: int, elapsed_s: float) -> str:
+  """How far a build is, with its elapsed time and (from the rate so far) the time left.
+
+  >>> unit_progress(3, 12, 6.0)
+  '3 of 12 units (25%) in 6 s, about 18 s left'
+  """
+  left = elapsed_s * (total - done) / done if done else 0.0
+  tail = f", about {left:,.0f} s left" if done < total else ""
+  return f"{done:,} of {total:,} units ({done / total:.0%}) in {elapsed_s:,.0f} s{tail}"
+
+
 def build_part(
   inputs: list[str],
   staging: str,
@@ -140,14 +151,14 @@ def build_part(
   try:
     batches = unit_batches(mine, unit_bytes) if mine else []
 
-    finished = [0]
+    finished, started = [0], time.monotonic()
 
     def unit_done(i: int, results: list[UnitResult] | None) -> None:
       for result in results or []:
         _record(unit_records[result.unit], dataclasses.asdict(result))
         finished[0] += 1
         if finished[0] * 10 // len(mine) > (finished[0] - 1) * 10 // len(mine):  # a line per tenth
-          log(f"{name}: {finished[0]} of this process's {len(mine)} units tokenized")
+          log(f"{name}: {unit_progress(finished[0], len(mine), time.monotonic() - started)} tokenized")
 
     try:
       run_jobs(pool, tokenize_batch, batches, (options, units_dir), unit_done)

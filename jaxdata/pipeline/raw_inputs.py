@@ -84,7 +84,16 @@ def build_processes() -> tuple[int, int]:
   return 0, 1
 
 
-def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.info) -> PipelineConfig:
+def say(message: str) -> None:
+  """A cache build's progress: on the "jaxdata" logger where logging is set up, else on stderr (a script
+  that sets up no logging still sees a build of minutes, as `jaxdata convert` shows it)."""
+  if logger.hasHandlers():
+    logger.info(message)
+  else:
+    print(f"jaxdata: {message}", file=sys.stderr, flush=True)
+
+
+def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = say) -> PipelineConfig:
   """`cfg` with every raw-input dataset's cache built (or found) and named as its path."""
   if not cfg.raw_inputs:
     return cfg
@@ -92,6 +101,7 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.i
   bucket = cfg.inputs_cache if cfg.inputs_cache is not None and is_remote(cfg.inputs_cache) else None
   root = cfg.inputs_cache if cfg.inputs_cache is not None and bucket is None else local_root
   wait_s = _build_wait_s()  # how long a process waits on the others
+  full = cfg.inputs_hash == "full"
   datasets = []
   for d in cfg.datasets:
     if d.inputs:
@@ -100,10 +110,12 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = logger.i
       try:
         if bucket is not None:  # hosts without a shared disk: process 0 builds here and publishes
           path = published_dataset(
-            d.name, list(d.inputs), options, bucket, local_root, log, cfg.inputs_max_bytes, processes, wait_s
+            d.name, list(d.inputs), options, bucket, local_root, log, cfg.inputs_max_bytes, processes, wait_s, full
           )
         else:
-          path = built_dataset(d.name, list(d.inputs), options, root, log, cfg.inputs_max_bytes, processes, wait_s)
+          path = built_dataset(
+            d.name, list(d.inputs), options, root, log, cfg.inputs_max_bytes, processes, wait_s, full_hash=full
+          )
       except ConfigError as error:  # "inputs: ..." / "tokenizer: ...": the config's key, whole
         raise ConfigError(f"datasets.{d.name}.{error}") from error
       d = dataclasses.replace(d, path=path, inputs=(), tokenizer=None, convert=None)

@@ -58,6 +58,7 @@ def summarize(dataset: Dataset) -> dict[str, Any]:
 def _sides(dataset: Dataset) -> dict[str, int]:
   """Records with both sides (pairs) and with one (KTO examples), from the columns: a set written by
   hand (`DatasetWriter(pairs=True)`) records no counts, and a record with one side is a KTO example."""
-  chosen = np.asarray(dataset.columns["chosen_length"], np.int64)
+  columns = getattr(dataset, "columns", {})  # (a pair set is a TokenDataset: it has them)
+  chosen = np.asarray(columns["chosen_length"], np.int64)
   both = int(((chosen > 0) & (chosen < dataset.lengths)).sum())
   return {"pairs": both, "unpaired_examples": int(chosen.size) - both}
