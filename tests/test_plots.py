@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import types
 
 import matplotlib
@@ -85,7 +86,6 @@ def test_the_docs_show_each_plot_and_every_image_they_name_exists():
 
 
 def test_the_report_of_an_online_run_draws_no_line_per_update_and_labels_its_axes(tmp_path, monkeypatch):
-  import json  # noqa: PLC0415
 
   from jaxdata.tools import report  # noqa: PLC0415
 
@@ -113,3 +113,38 @@ def test_the_report_of_an_online_run_draws_no_line_per_update_and_labels_its_axe
   assert sources.get_ylim() == (0.0, 1.0) and sources.get_legend() is not None
   assert shares.get_ylabel() == "cumulative share of tokens" and len(shares.get_legend().get_texts()) == 4
   assert padding.get_xlabel() == "step" and padding.get_legend() is not None
+
+
+def test_a_config_change_is_marked_on_every_report_plot_as_one_and_legends_sit_beside_the_data(tmp_path, monkeypatch):
+  # A restore onto new weights was drawn as a phase change on one plot and on no shares plot; legends
+  # covered the curves; tick labels were 7 points.
+  from jaxdata.tools import report  # noqa: PLC0415
+
+  figures = []
+  real = report._figure
+  monkeypatch.setattr(report, "_figure", lambda **kw: figures.append(real(**kw)) or figures[-1])
+  lines = []
+  for step in range(30):
+    w = 0.5 if step < 10 else 0.7 if step < 20 else 0.3  # a phase at 10, a config change at 20
+    line = {
+      "step": step,
+      "tokens_per_source": {"web": 600, "code": 400},
+      "documents_per_source": {"web": 6, "code": 4},
+      "target_share": {"web": w, "code": 1 - w},
+      "share_batch": {"web": 0.6, "code": 0.4},
+      "padding_fraction": 0.01,
+    }
+    if step == 20:
+      line["config_change"] = {"step": 20, "before": "0123456789abcdef", "rows": ["packing: seq_len=64 -> seq_len=96"]}
+    lines.append(line)
+  (tmp_path / "stats.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+  series = report.write_report(str(tmp_path / "stats.jsonl"), str(tmp_path / "report"))
+  assert series["phase_changes"] == [10] and series["config_change_steps"] == [20]
+  for fig in figures:
+    ax = fig.axes[0]
+    marked = [line for line in ax.get_lines() if line.get_label() == "config changed at a restore"]
+    assert [list(line.get_xdata()) for line in marked] == [[20, 20]]
+    renderer = fig._get_renderer()
+    legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.x0 >= axes.x1  # beside the axes, never over the curves
+    assert all(label.get_fontsize() >= report.TEXT_SIZE for label in ax.get_xticklabels())

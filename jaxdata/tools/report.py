@@ -42,6 +42,21 @@ def _figure(**kwargs: Any) -> Any:
   return optional_module("matplotlib.figure", "plots", "plotting").Figure(**kwargs)
 
 
+TEXT_SIZE = 9  # tick labels and legends: readable in a report at 100 dpi
+
+
+def _legend_beside(ax: Any, **kwargs: Any) -> None:
+  """The legend right of the axes, off the data; tick labels at TEXT_SIZE."""
+  ax.tick_params(labelsize=TEXT_SIZE)
+  ax.legend(fontsize=TEXT_SIZE, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kwargs)
+
+
+def _mark_config_changes(ax: Any, steps: Sequence[int]) -> None:
+  """A red dashed line where a restore changed the config (`set_state(reconfigure=True)`)."""
+  for k, step in enumerate(steps):
+    ax.axvline(step, color="red", ls="--", lw=1.2, alpha=0.8, label="config changed at a restore" if k == 0 else None)
+
+
 def jsonl_records(path: str, what: str) -> Iterator[tuple[int, Any]]:
   """(line number, parsed object) of every non-blank line; a line that is not JSON names file and line."""
   with open(path) as f:
@@ -110,8 +125,11 @@ def report_series(records: list[StepStats]) -> dict[str, Any]:
   boundaries = {
     n: [records[k].step for k in range(1, len(records)) if passes[k].get(n, 0) > passes[k - 1].get(n, 0)] for n in names
   }
-  phase_changes = [
-    records[k].step for k in range(1, len(records)) if records[k].target_share != records[k - 1].target_share
+  config_steps = [r.step for r in records if r.config_change is not None]  # restores onto another config
+  phase_changes = [  # the schedule's own phases (a config change that moves the weights is marked as one)
+    records[k].step
+    for k in range(1, len(records))
+    if records[k].target_share != records[k - 1].target_share and records[k].step not in config_steps
   ]
   worst = np.abs(deviation).argmax(axis=0)
   allowed = share_allowance(records, step_tokens, cumulative_target[-1])
@@ -127,6 +145,7 @@ def report_series(records: list[StepStats]) -> dict[str, Any]:
     "target_share": {n: targets[:, i].tolist() for i, n in enumerate(names)},
     "pass_boundaries": boundaries,
     "phase_changes": phase_changes,
+    "config_change_steps": config_steps,
     "config_changes": change_lines([r.config_change for r in records if r.config_change is not None]),
     "padding_fraction": [r.padding_fraction for r in records],
     "largest_deviation": {
@@ -161,12 +180,13 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   for i, n in enumerate(series["datasets"]):
     ax.plot(steps, series["cumulative_share"][n], color=f"C{i}", lw=2, label=f"{n} realised")
     ax.plot(steps, series["cumulative_target"][n], color=f"C{i}", ls="--", label=f"{n} target")
+  _mark_config_changes(ax, series["config_change_steps"])
   ax.set(xlabel="step", ylabel=f"cumulative share of {series['unit']}", title="realised vs target mixture")
-  ax.legend(fontsize=7, ncol=2)
+  _legend_beside(ax)
   fig.tight_layout()
-  fig.savefig(paths["shares"], dpi=100)
+  fig.savefig(paths["shares"], dpi=100, bbox_inches="tight")
 
-  fig = _figure(figsize=(8, 4.5))
+  fig = _figure(figsize=(9, 4.5))
   ax = fig.subplots()
   for i, n in enumerate(series["datasets"]):
     ax.plot(
@@ -183,26 +203,28 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   if len(changes) <= MAX_PHASE_LINES:  # an online run changes weights every step: a wall of lines, left out
     for change in changes:
       ax.axvline(change, color="black", lw=1.2, alpha=0.6)
+  _mark_config_changes(ax, series["config_change_steps"])
   marked = "black: a phase change" if len(changes) <= MAX_PHASE_LINES else f"{len(changes)} weight changes, not drawn"
   ax.set(
     xlabel=f"step (dotted: a pass of that source ends; {marked})",
-    ylabel="share of the batch's tokens",
+    ylabel=f"share of the batch's {series['unit']}",
     title="sources per batch, smoothed, against the target",
     ylim=(0, 1),
   )
-  ax.legend(fontsize=7, ncol=2, loc="upper right")
+  _legend_beside(ax)
   fig.tight_layout()
-  fig.savefig(paths["sources"], dpi=100)
+  fig.savefig(paths["sources"], dpi=100, bbox_inches="tight")
 
   fig = _figure(figsize=(8, 3))
   ax = fig.subplots()
   padding = np.asarray(series["padding_fraction"])
   ax.plot(steps, padding, lw=0.8, label="per batch")
   ax.axhline(float(padding.mean()), color="C3", ls="--", label=f"mean {padding.mean():.4f}")
+  _mark_config_changes(ax, series["config_change_steps"])
   ax.set(xlabel="step", ylabel="padding fraction", title="padding per batch")
-  ax.legend(fontsize=7)
+  _legend_beside(ax)
   fig.tight_layout()
-  fig.savefig(paths["padding"], dpi=100)
+  fig.savefig(paths["padding"], dpi=100, bbox_inches="tight")
 
   series["plots"] = paths
   with open(os.path.join(out_dir, "report.json"), "w") as f:
@@ -230,7 +252,7 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
   """Weights over steps and cumulative passes per dataset, and passes per phase (for `jaxdata plan`);
   returns the figure (saved at `path`). `asked`: the tokens asked for, said beside those planned when the
   stream ends first."""
-  fig = _figure(figsize=(9, 8))
+  fig = _figure(figsize=(10, 8))
   top, middle, bottom = fig.subplots(3, 1, gridspec_kw={"height_ratios": [2, 2, 1.6]})
   steps = np.arange(weights_by_step.shape[0])
   per_step = np.full(steps.size, float(table.tokens_per_step))
@@ -247,8 +269,8 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
   said = f" (grey lines: {len(changes)} phase change{plural})" if 0 < len(changes) <= MAX_PHASE_LINES else ""
   top.set(xlabel="step", ylabel="sampling share", title=f"jaxdata plan: {planned_of(table.total_tokens, asked)}{said}")
   middle.set(xlabel="step", ylabel="cumulative passes")
-  top.legend(fontsize=7)
-  middle.legend(fontsize=7)
+  _legend_beside(top)
+  _legend_beside(middle)
   # Exposure per phase: the passes each dataset makes inside each phase.
   width = 0.8 / max(len(names), 1)
   for i, name in enumerate(names):
@@ -267,20 +289,20 @@ def plan_plot(table: Any, weights_by_step: np.ndarray, names: list[str], path: s
   bottom.set_xticks(
     [k + width * (len(names) - 1) / 2 for k in shown],
     [f"phase {k}: steps {table.phases[k][0]}-{table.phases[k][1]}" for k in shown],
-    fontsize=7,
+    fontsize=TEXT_SIZE,
     rotation=20 if len(shown) > 4 else 0,
     ha="right" if len(shown) > 4 else "center",
   )
   bottom.set(xlabel="phase", ylabel="passes in the phase")
-  bottom.legend(fontsize=7)
+  _legend_beside(bottom)
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  fig.savefig(path, dpi=100, bbox_inches="tight")
   return fig
 
 
 def ablation_plot(rows: Any, names: Sequence[str], path: str) -> str:
   """Saves `ablation_figure` at `path`; returns the path."""
-  ablation_figure(rows, names).savefig(path, dpi=100)
+  ablation_figure(rows, names).savefig(path, dpi=100, bbox_inches="tight")
   return path
 
 
@@ -320,6 +342,7 @@ def ablation_figure(rows: Any, names: Sequence[str]) -> Any:
     title="mixture ablation: the same tokens, the same initialisation\n"
     "(error bars: ±2 standard errors; the axis starts near the lowest loss, not at 0)",
   )
-  ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(len(rows), 3))
+  ax.tick_params(labelsize=TEXT_SIZE)
+  ax.legend(fontsize=TEXT_SIZE, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(len(rows), 3))
   fig.tight_layout()
   return fig
