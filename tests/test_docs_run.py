@@ -155,7 +155,7 @@ def test_convert_guide_python_runs(tmp_path):
     "tokenized = datasets.Dataset.from_dict({'input_ids': [[5, 6, 7], [8, 9]]})\n"
   )
   run_markdown(os.path.join(REPO, "docs", "convert.md"), root, preamble)
-  for name in ("notes", "wiki", "ids", "web-beam", "web-beam-2"):
+  for name in ("notes", "notes-hf", "wiki", "ids", "web-beam", "web-beam-2"):
     assert (tmp_path / "data" / name / "manifest.json").is_file(), name
 
 
