@@ -281,7 +281,9 @@ def register_data(commands: Commands) -> None:
     help="do not refuse ids whose statistics look like another dtype (uint32 read as uint16, ...)",
   )
   p.add_argument("--name", help="dataset name (default: the directory name)")
-  p.add_argument("--tokenizer", help="tokenizer identity to record (optional)")
+  p.add_argument(
+    "--tokenizer", help="the tokenizer that wrote the ids, recorded: byte | hf:DIR | hf:FILE.json | sp:FILE.model"
+  )
   p.set_defaults(handler=index)
 
   p = commands.add("from-megatron", "a jaxdata config from Megatron's --data-path blend and --split")
@@ -295,7 +297,8 @@ def register_data(commands: Commands) -> None:
   p.add_argument("--global-batch-size", type=int, default=256, help="batch.global_batch_size (rows)")
   p.add_argument("--seed", type=int, default=1234, help="seed (Megatron's default 1234)")
   p.add_argument(
-    "--tokenizer", help="the tokenizer that wrote the ids, recorded in each index: byte | hf:FILE.json | sp:FILE.model"
+    "--tokenizer",
+    help="the tokenizer that wrote the ids, recorded in each index: byte | hf:DIR | hf:FILE.json | sp:FILE.model",
   )
   p.add_argument("--out", required=True, help="the YAML config to write")
   p.set_defaults(handler=from_megatron)
