@@ -85,6 +85,18 @@ def test_the_docs_show_each_plot_and_every_image_they_name_exists():
   assert {"plan.png", "report-shares.png", "report-sources.png", "ablation.png"} <= shown
 
 
+def _stats_line(step: int, web_target: float) -> dict:
+  """A stats line of two sources, web's target share as given."""
+  return {
+    "step": step,
+    "tokens_per_source": {"web": 600, "code": 400},
+    "documents_per_source": {"web": 6, "code": 4},
+    "target_share": {"web": web_target, "code": 1 - web_target},
+    "share_batch": {"web": 0.6, "code": 0.4},
+    "padding_fraction": 0.01,
+  }
+
+
 def test_the_report_of_an_online_run_draws_no_line_per_update_and_labels_its_axes(tmp_path, monkeypatch):
 
   from jaxdata.tools import report  # noqa: PLC0415
@@ -95,16 +107,7 @@ def test_the_report_of_an_online_run_draws_no_line_per_update_and_labels_its_axe
   lines = []
   for step in range(40):  # new weights every step, as an online controller gives them
     w = 0.3 + 0.01 * (step % 7)
-    lines.append(
-      {
-        "step": step,
-        "tokens_per_source": {"web": 600, "code": 400},
-        "documents_per_source": {"web": 6, "code": 4},
-        "target_share": {"web": w, "code": 1 - w},
-        "share_batch": {"web": 0.6, "code": 0.4},
-        "padding_fraction": 0.01,
-      }
-    )
+    lines.append(_stats_line(step, w))
   (tmp_path / "stats.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
   report.write_report(str(tmp_path / "stats.jsonl"), str(tmp_path / "report"))
   shares, sources, padding = (fig.axes[0] for fig in figures)
@@ -126,14 +129,7 @@ def test_a_config_change_is_marked_on_every_report_plot_as_one_and_legends_sit_b
   lines = []
   for step in range(30):
     w = 0.5 if step < 10 else 0.7 if step < 20 else 0.3  # a phase at 10, a config change at 20
-    line = {
-      "step": step,
-      "tokens_per_source": {"web": 600, "code": 400},
-      "documents_per_source": {"web": 6, "code": 4},
-      "target_share": {"web": w, "code": 1 - w},
-      "share_batch": {"web": 0.6, "code": 0.4},
-      "padding_fraction": 0.01,
-    }
+    line = _stats_line(step, w)
     if step == 20:
       line["config_change"] = {"step": 20, "before": "0123456789abcdef", "rows": ["packing: seq_len=64 -> seq_len=96"]}
     lines.append(line)
