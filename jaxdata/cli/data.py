@@ -303,7 +303,7 @@ def register_data(commands: Commands) -> None:
   p.add_argument("--out", required=True, help="the YAML config to write")
   p.set_defaults(handler=from_megatron)
 
-  p = commands.add("cache", "list the caches of converted raw inputs with their sizes, or prune the stale ones")
+  p = commands.add("cache", "list raw inputs' caches with their sizes, or prune the stale")
   p.add_argument("action", choices=("list", "prune"), help="list: every cache and its state; prune: remove the stale")
   p.add_argument("--cache-dir", help="the config's cache_dir (default: $JAXDATA_CACHE_DIR, else ~/.cache/jaxdata)")
   p.add_argument("--root", help="the directory of caches itself (a local inputs_cache), in place of --cache-dir")

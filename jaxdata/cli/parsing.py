@@ -159,6 +159,7 @@ EXAMPLES = {
   "reference": "jaxdata reference data/pairs --fn my_model:logprobs --model-id sft-v3",
   "index": "jaxdata index shards/ --dtype uint32",
   "inspect": "jaxdata inspect data/web data/code",
+  "cache": "jaxdata cache prune --cache-dir /mnt/ssd/jaxdata-cache --dry-run",
   "plan": "jaxdata plan pipeline.yaml --tokens 10B --png plan.png",
   "audit": "jaxdata audit pipeline.yaml --hosts 16 --steps 200",
   "doctor": "jaxdata doctor run/stats.jsonl --config pipeline.yaml",

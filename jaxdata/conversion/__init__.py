@@ -17,6 +17,7 @@ One job, in the order the data moves through it::
     input_cache.py      `built_dataset`: raw inputs named in a config, converted once into a keyed cache
     shared_build.py     `build_part`: one process's share of a build several run together (resumable)
     bucket_cache.py     `published_dataset`: that cache kept in gs:// / s3:// for hosts without a shared disk
+    cache_listing.py    `cached_datasets` / `prune_caches`: those caches listed with their sizes, the stale removed
     beam_runner.py      `convert_with_beam`: the same phases as an Apache Beam pipeline
     ray_runner.py       `convert_with_ray`: the same phases as Ray tasks
     roundtrip.py        do converted documents decode to their text?

@@ -44,7 +44,7 @@ class RayExecutor(concurrent.futures.Executor):
 RAY_CONNECT_S = 5.0  # how long --ray-address's head is waited for before it is called unreachable
 
 
-def check_reachable(address: str, timeout_s: float = RAY_CONNECT_S) -> None:
+def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_S) -> None:
   """A ConfigError at once where nothing answers at `address` (HOST:PORT or ray://HOST:PORT): Ray itself
   waits for a head that is not there for minutes. "auto" (Ray finds the local cluster) is left to Ray."""
   if address == "auto" or address == "local":
@@ -80,7 +80,7 @@ def convert_with_ray(
   started = not ray.is_initialized()
   if started:
     if address is not None:
-      check_reachable(address)
+      check_ray_address(address)
     ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
   try:
     return convert(inputs, out_dir, name, options, on_progress, overwrite, executor=RayExecutor(ray))
