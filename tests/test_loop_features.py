@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from jaxdata import ConfigError, Pipeline, PipelineConfig
-from jaxdata.config.batch import FEATURES
+from jaxdata.config.layout import FEATURES
 from jaxdata.demo.run import demo_config
 from jaxdata.pipeline.execution import StepMaking
 from jaxdata.tools.bench import bench

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from jaxdata.config.batch import FEATURES, PAIR_SIDES, pair_features
+from jaxdata.config.layout import FEATURES, PAIR_SIDES, pair_features
 from jaxdata.config.schema import PairPacking
 from jaxdata.errors import DatasetError
 from jaxdata.transforms.pieces import Pieces
@@ -246,8 +246,8 @@ def _write(
     pair_side[:] = -1
     pair_ids[slot] = np.repeat(pair_id[runs["pair"]], length)
     pair_side[slot] = np.repeat(runs["side"], length)
-  if f"{prefix}ref_logp" in out:  # float32, in the int32 array's bytes (the batch views it as float32)
-    reference = out[f"{prefix}ref_logp"].reshape(-1).view(np.float32)
+  if f"{prefix}ref_logp" in out:  # float32 (`StepLayout`)
+    reference = out[f"{prefix}ref_logp"].reshape(-1)
     reference[:] = 0.0
     if "ref" in runs:
       reference[slot] = np.repeat(runs["ref"], length)

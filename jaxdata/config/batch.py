@@ -11,32 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jaxdata.config.layout import FEATURES, FeatureSpec
 from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.validate import build, check_bool, check_int, short
 from jaxdata.errors import ConfigError
 
-__all__ = ["FEATURES", "FLOAT_FEATURES", "PAIR_SIDES", "BatchConfig", "BatchPhase", "BatchRamp", "pair_features"]
-
-# What a step holds, in this order: int32 [rows, seq_len] each (docs/packing.md).
-FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
-PAIR_SIDES = ("chosen", "rejected")
-
-
-def pair_features(layout: str, reference: bool = False) -> tuple[str, ...]:
-  """What a step of preference pairs holds (docs/preference.md): with `one_row`, `FEATURES` and
-  each token's pair and side; with `parallel`, `FEATURES` of the chosen rows, then of the rejected.
-  With `reference`, each side's tokens also carry its reference log-probability (float32).
-
-  >>> pair_features("one_row")[-2:], pair_features("parallel", reference=True)[-1]
-  (('pair_ids', 'pair_side'), 'rejected_ref_logp')
-  """
-  if layout == "one_row":
-    return (*FEATURES, "pair_ids", "pair_side", *(("ref_logp",) if reference else ()))
-  sides = tuple(f"{side}_{name}" for side in PAIR_SIDES for name in FEATURES)
-  return sides + (tuple(f"{side}_ref_logp" for side in PAIR_SIDES) if reference else ())
-
-
-FLOAT_FEATURES = ("ref_logp", "chosen_ref_logp", "rejected_ref_logp")  # float32; carried as int32 bits
+__all__ = ["BatchConfig", "BatchPhase", "BatchRamp"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,10 +69,19 @@ class BatchConfig:
   schedule: tuple[BatchPhase, ...] = ()
   ramp: BatchRamp | None = None
   features: tuple[str, ...] = FEATURES
+  extra_features: tuple[FeatureSpec, ...] = ()  # arrays of their own dtype and extent, made by a function each
 
   def __post_init__(self) -> None:
     check_int(self.global_batch_size, "batch.global_batch_size", 1)
     object.__setattr__(self, "features", _checked_features(self.features))
+    if not isinstance(self.extra_features, (list, tuple)):
+      raise ConfigError(f"batch.extra_features: expected a list of features, got {short(self.extra_features)}")
+    extras = tuple(f if isinstance(f, FeatureSpec) else FeatureSpec.from_json(f) for f in self.extra_features)
+    names = [f.name for f in extras]
+    clash = sorted({n for n in names if names.count(n) > 1 or n in FEATURES})
+    if clash:
+      raise ConfigError(f"batch.extra_features: {clash[0]!r} names another feature of the step")
+    object.__setattr__(self, "extra_features", extras)
     check_bool(self.drop_remainder, "batch.drop_remainder")
     if not isinstance(self.schedule, (list, tuple)):
       raise ConfigError(f"batch.schedule: expected a list of phases, got {short(self.schedule)}")

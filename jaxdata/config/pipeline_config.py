@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jaxdata.config.batch import FEATURES, pair_features
+from jaxdata.config.layout import FEATURES, StepLayout, pair_features
 from jaxdata.config.resolve import DatasetDefaults, DatasetSettings, resolve_dataset
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.schema import (
@@ -159,7 +159,7 @@ class PipelineConfig:
       raise ConfigError(f"datasets.{windows[0]}: sampling: windows cuts documents; packing.pairs packs pairs whole")
     if self.packing.pairs is not None and self.batch.features != FEATURES:
       raise ConfigError(
-        f"batch.features: with packing.pairs a step holds {', '.join(self.step_features)}; leave batch.features out"
+        f"batch.features: with packing.pairs a step holds {', '.join(self.layout.kept)}; leave batch.features out"
       )
     if windows and (self.packing.add_bos or self.packing.add_eos):
       raise ConfigError(
@@ -180,18 +180,17 @@ class PipelineConfig:
     return any(d.inputs for d in self.datasets)
 
   @property
-  def step_features(self) -> tuple[str, ...]:
-    """The arrays every step holds: `batch.features`, or with packing.pairs its layout's (`pair_features`)."""
-    if self.packing.pairs is not None:
-      return pair_features(self.packing.pairs.layout, self.packing.pairs.reference is not None)
-    return self.batch.features
-
-  @property
-  def all_step_features(self) -> tuple[str, ...]:
-    """Every array a step is made with (`FEATURES`, or the pairs layout's); `step_features` are kept."""
-    if self.packing.pairs is not None:
-      return pair_features(self.packing.pairs.layout, self.packing.pairs.reference is not None)
-    return FEATURES
+  def layout(self) -> StepLayout:
+    """What every step holds (`StepLayout`): `FEATURES` (those `batch.features` keeps handed out), or with
+    packing.pairs its layout's (`pair_features`, reference log-probabilities as float32); then
+    `batch.extra_features`."""
+    pairs = self.packing.pairs
+    if pairs is not None:
+      names = pair_features(pairs.layout, pairs.reference is not None)
+      base = StepLayout.of_features(names, floats=[n for n in names if n.endswith("ref_logp")])
+    else:
+      base = StepLayout.of_features(FEATURES, kept=self.batch.features)
+    return StepLayout((*base.features, *self.batch.extra_features))
 
   def _resolve_fractions(self) -> None:
     """Step boundaries given as fractions of total_steps (floats in (0, 1]) become steps."""

@@ -30,7 +30,7 @@ import orbax.checkpoint as ocp
 import yaml
 
 from jaxdata.checkpoint.orbax import Restore, Save
-from jaxdata.config.batch import FEATURES
+from jaxdata.config.layout import FEATURES
 from jaxdata.config.loading import load_config
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.demo import DEVICES, default_cache_dir, model, xla_flags

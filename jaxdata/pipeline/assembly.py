@@ -29,15 +29,14 @@ import collections
 import concurrent.futures
 import dataclasses
 import time
-from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
-from jaxdata.config.batch import FEATURES
+from jaxdata.config.layout import StepLayout
 from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.producing import ComingStep
-from jaxdata.pipeline.read_spans import HostStep, PlannedSpan, ReadStep, aligned_arrays, assemble, read_span
+from jaxdata.pipeline.read_spans import HostStep, PlannedSpan, ReadStep, assemble, read_span
 from jaxdata.pipeline.read_thread import ReadThread
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
@@ -92,25 +91,25 @@ class Assembly(Protocol):
 
 
 class OutputRows:
-  """Where a step's rows are written: fresh memory (64-byte aligned with `aligned`, which global
-  arrays on CPU devices then use in place), the features the batch leaves out (`batch.features`) in
-  scratch arrays that are reused and never handed out."""
+  """Where a step's rows are written (its `StepLayout`): fresh memory (64-byte aligned with `aligned`,
+  which global arrays on CPU devices then use in place), the features the batch leaves out
+  (`batch.features`) in scratch arrays that are reused and never handed out."""
 
-  def __init__(self, features: Sequence[str], aligned: bool, every: Sequence[str] = FEATURES) -> None:
-    self.features, self.aligned, self.every = tuple(features), aligned, tuple(every)
+  def __init__(self, layout: StepLayout, aligned: bool) -> None:
+    self.layout, self.aligned = layout, aligned
+    self._kept = StepLayout(tuple(f for f in layout.features if f.kept))
+    self._dropped = StepLayout(tuple(f for f in layout.features if not f.kept))
     self._scratch: dict[str, np.ndarray] | None = None
     self._scratch_shape = (0, 0)
 
   def __call__(self, num_rows: int, seq_len: int) -> dict[str, np.ndarray] | None:
-    """Arrays of every feature (`every`: a step's features; None: NumPy's own allocations will do)."""
-    if len(self.features) == len(self.every):
-      return aligned_arrays(num_rows, seq_len, self.every) if self.aligned else None
+    """Arrays of every feature (None: NumPy's own allocations will do)."""
+    if not self._dropped.features:
+      return self.layout.arrays(num_rows, seq_len, aligned=True) if self.aligned else None
     shape = (num_rows, seq_len)
     if self._scratch is None or self._scratch_shape != shape:
-      self._scratch, self._scratch_shape = {name: np.empty(shape, np.int32) for name in self.every}, shape
-    kept = self.features
-    fresh = aligned_arrays(*shape, kept) if self.aligned else {n: np.empty(shape, np.int32) for n in kept}
-    return {**self._scratch, **fresh}
+      self._scratch, self._scratch_shape = self._dropped.arrays(*shape), shape
+    return {**self._scratch, **self._kept.arrays(*shape, aligned=self.aligned)}
 
 
 @dataclasses.dataclass
@@ -255,7 +254,7 @@ class LocalAssembly:
   def take(self, coming: ComingStep) -> dict[str, np.ndarray]:
     item, read_s = self.reads.next_step()
     started = time.perf_counter()
-    arrays = assemble(item, self.packing, self.rows(item.host.num_rows, item.host.seq_len))
+    arrays = assemble(item, self.packing, self.rows.layout, self.rows(item.host.num_rows, item.host.seq_len))
     self.recorder.time(coming.stats, "read", read_s)
     self.recorder.time(coming.stats, "assemble", time.perf_counter() - started)
     return arrays

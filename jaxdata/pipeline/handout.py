@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from jaxdata.config.batch import FEATURES, FLOAT_FEATURES
+from jaxdata.config.layout import FEATURES, StepLayout
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.producing import END, End, Prepared, StepMaker
 from jaxdata.pipeline.reader import DocumentReader
@@ -40,20 +40,16 @@ def producing(
   recorder: StatsRecorder,
   masked: bool = False,
   names: Sequence[str] = (),
-  features: Sequence[str] = FEATURES,
-  every: Sequence[str] = FEATURES,
+  layout: StepLayout = StepLayout.of_features(FEATURES),
 ) -> Callable[[], Prepared | Literal[End.END]]:
-  """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays, of
-  `features`; where a dataset carries trained-token masks, each step's stats count this host's
-  trained tokens per source."""
+  """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays, of the
+  features `layout` keeps; where a dataset carries trained-token masks, each step's stats count this
+  host's trained tokens per source."""
   produce = producer.produce
   if masked:
     produce = functools.partial(_counting_trained, produce, names)
-  if len(features) < len(every):  # after the counting: it reads loss_mask and source_ids
-    produce = functools.partial(_only, produce, features)
-  floats = tuple(name for name in features if name in FLOAT_FEATURES)
-  if floats:
-    produce = functools.partial(_as_floats, produce, floats)
+  if len(layout.kept) < len(layout.names):  # after the counting: it reads loss_mask and source_ids
+    produce = functools.partial(_only, produce, layout.kept)
   if output is None:
     return produce
   return functools.partial(_global_batch, produce, output, rows_here, recorder)
@@ -82,14 +78,6 @@ def _only(produce: Callable[[], Prepared | Literal[End.END]], features: Sequence
   item = produce()
   if isinstance(item, Prepared):
     item.batch = {name: item.batch[name] for name in features}
-  return item
-
-
-def _as_floats(produce: Callable[[], Prepared | Literal[End.END]], names: Sequence[str]) -> Prepared | Literal[End.END]:
-  """The float32 features (carried in int32 arrays' bytes from where steps are made) as float32 views."""
-  item = produce()
-  if isinstance(item, Prepared):
-    item.batch = {**item.batch, **{name: np.asarray(item.batch[name]).view(np.float32) for name in names}}
   return item
 
 

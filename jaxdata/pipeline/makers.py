@@ -87,7 +87,7 @@ def step_maker(
 ) -> StepMaker:
   """The steps `making` asks for (see the module docstring)."""
   cfg, reader = parts.cfg, parts.reader
-  rows = OutputRows(cfg.step_features, aligned, cfg.all_step_features)
+  rows = OutputRows(cfg.layout, aligned)
   # One read thread, started on first use (each assembly says whether it reads ahead on it).
   thread = ReadThread(functools.partial(read_span, reader, pad_id=cfg.packing.fill_id)) if prefetch else None
   here = Steps(

@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 
-from jaxdata.config.batch import FEATURES
+from jaxdata.config.layout import StepLayout
 from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.step_stats import StepStats
 
@@ -81,10 +81,14 @@ class WorkerSpec:
   readers: int
   memory_fd: int  # the reader's slot ring, an inherited descriptor (-1 for the planner)
   slots: int
-  slot_tokens: int  # the most tokens of this host's rows in any step
+  slot_bytes: int  # the most bytes of this host's rows of any step (`StepLayout.step_bytes`)
   rows_by_shape: dict[str, list[int]]  # the global rows this host holds, per step shape "ROWSxSEQ_LEN"
   read_ahead_tokens: int
-  features: tuple[str, ...] = FEATURES  # what a step holds (`PipelineConfig.step_features`), each in a slot
+  layout: list[dict[str, Any]]  # what a step holds (`StepLayout.to_json`), every feature in a slot
+
+  @property
+  def step_layout(self) -> StepLayout:
+    return StepLayout.from_json(self.layout)
 
   def rows_for(self, num_rows: int, seq_len: int) -> np.ndarray:
     """The global rows this host holds in a step of this shape."""
@@ -97,8 +101,8 @@ class WorkerSpec:
 
   @property
   def ring_bytes(self) -> int:
-    """The size of a reader's slot ring: `slots` steps of every feature, int32."""
-    return max(1, self.slots * len(self.features) * self.slot_tokens * 4)
+    """The size of a reader's slot ring: `slots` steps of every feature."""
+    return max(1, self.slots * self.slot_bytes)
 
   @property
   def spans_ahead(self) -> int:
@@ -116,14 +120,10 @@ def shape_key(num_rows: int, seq_len: int) -> str:
 
 
 def slot_views(
-  buffer: memoryview, slot: int, slot_tokens: int, rows: int, seq_len: int, features: Sequence[str] = FEATURES
+  buffer: memoryview, slot: int, slot_bytes: int, rows: int, seq_len: int, layout: StepLayout
 ) -> dict[str, np.ndarray]:
-  """The int32 [rows, seq_len] arrays of every feature in `slot` of a ring."""
-  views = {}
-  for f, name in enumerate(features):
-    offset = (slot * len(features) + f) * slot_tokens * 4
-    views[name] = np.ndarray((rows, seq_len), np.int32, buffer=buffer, offset=offset)
-  return views
+  """The arrays of every feature of `layout` in `slot` of a ring (slots are `slot_bytes` apart)."""
+  return layout.views(buffer, slot * slot_bytes, rows, seq_len)
 
 
 def send(conn: Connection, message: Message | Setup, payload: bytes | None = None) -> None:

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdata.config.batch import PAIR_SIDES
+from jaxdata.config.layout import PAIR_SIDES
 from jaxdata.transforms.pairs import PROMPT_SIDE
 
 __all__ = ["pair_attention_mask", "pair_references", "pair_sides", "sequence_logprobs"]

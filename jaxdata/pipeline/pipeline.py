@@ -187,9 +187,7 @@ class Pipeline:
     except BaseException:  # re-raised: nothing may stay open
       parts.reader.close()
       raise
-    produce = producing(
-      maker, output, rows_here, self._recorder, parts.reader.masked, cfg.names, cfg.step_features, cfg.all_step_features
-    )
+    produce = producing(maker, output, rows_here, self._recorder, parts.reader.masked, cfg.names, cfg.layout)
     self._handout = Handout(maker, produce, parts.reader, prefetch, switch_interval_s)
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.

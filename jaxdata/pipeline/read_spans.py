@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from jaxdata.config.batch import pair_features
+from jaxdata.config.layout import StepLayout
 from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
@@ -31,7 +31,6 @@ from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.transforms.assemble import (
-  FEATURES,
   DocumentTokens,
   RowPlacement,
   assemble_rows,
@@ -48,7 +47,6 @@ __all__ = [
   "READ_AHEAD",
   "ReadStep",
   "RowsHere",
-  "aligned_arrays",
   "assemble",
   "decode_span",
   "encode_span",
@@ -58,7 +56,6 @@ __all__ = [
 
 MAX_SPAN_STEPS = 64
 READ_AHEAD = 1 << 22  # the default read span: tokens of this host's rows, in process or in each reader
-ALIGNMENT = 64  # bytes: XLA's CPU client uses host memory aligned to this in place
 
 RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
 
@@ -194,32 +191,34 @@ def read_span(reader: DocumentReader, steps: list[HostStep], pad_id: int) -> lis
   return out
 
 
-def aligned_arrays(num_rows: int, seq_len: int, features: Sequence[str] = FEATURES) -> dict[str, np.ndarray]:
-  """Fresh int32 [num_rows, seq_len] arrays of `features`, each starting on
-  a 64-byte boundary (one allocation): on CPU devices jax uses such host
-  memory in place instead of copying it."""
-  size = num_rows * seq_len * 4
-  block = np.empty(len(features) * size + ALIGNMENT, np.uint8)
-  first = -block.ctypes.data % ALIGNMENT
-  return {
-    name: block[first + f * size : first + (f + 1) * size].view(np.int32).reshape(num_rows, seq_len)
-    for f, name in enumerate(features)
-  }
-
-
-def assemble(item: ReadStep, packing: PackingConfig, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-  """The step's int32 [local rows, seq_len] arrays (written into `out` if given)."""
+def assemble(
+  item: ReadStep, packing: PackingConfig, layout: StepLayout, out: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+  """The step's arrays of `layout` for its local rows (written into `out` if given): the packing's
+  features, then each extra feature made by its own function from them."""
   s = item.host
   if packing.pairs is not None:
     if item.trained is None or item.doc_length is None:
       raise ValueError("assemble: preference pairs need their records' marks and lengths")
     if out is None:
-      features = pair_features(packing.pairs.layout, packing.pairs.reference is not None)
-      out = {name: np.empty((s.num_rows, s.seq_len), np.int32) for name in features}
+      out = layout.arrays(s.num_rows, s.seq_len)
     records = PairRecords(item.buffer, item.trained, item.doc_start, item.doc_length, item.values)
-    return assemble_pairs(s.pieces, s.host_row, s.column, records, packing.pairs, packing.fill_id, out)
-  placement = RowPlacement(s.pieces, s.host_row, s.column, s.num_rows, s.seq_len)
-  batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)
-  if item.boundaries[0].size:
-    follow_boundaries(batch, s.pieces, s.host_row, s.column, *item.boundaries, packing.fill_id)
+    batch = assemble_pairs(s.pieces, s.host_row, s.column, records, packing.pairs, packing.fill_id, out)
+  else:
+    placement = RowPlacement(s.pieces, s.host_row, s.column, s.num_rows, s.seq_len)
+    batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)
+    if item.boundaries[0].size:
+      follow_boundaries(batch, s.pieces, s.host_row, s.column, *item.boundaries, packing.fill_id)
+  for extra in layout.extras:
+    made = np.asarray(extra.maker()(batch, s.pieces, s.host_row, s.column), extra.numpy_dtype)
+    if made.shape != extra.shape(s.num_rows, s.seq_len):
+      raise ValueError(
+        f"batch.extra_features.{extra.name}: {extra.assemble} made {made.shape}, not "
+        f"{extra.shape(s.num_rows, s.seq_len)} ([rows, *extent])"
+      )
+    if out is not None and extra.name in out:
+      np.copyto(out[extra.name], made)
+      batch[extra.name] = out[extra.name]
+    else:
+      batch[extra.name] = made
   return batch

@@ -85,10 +85,10 @@ class ReaderProcesses:
     views = slot_views(
       handle.memory.buf,
       message.slot,
-      self.reader_spec.slot_tokens,
+      self.reader_spec.slot_bytes,
       coming.num_rows,
       coming.seq_len,
-      self.reader_spec.features,
+      self.rows.layout,
     )
     # A copy, then the slot is free: on CPU a jax.Array may alias the NumPy memory it was made from.
     started = time.perf_counter()

@@ -87,25 +87,35 @@ def host_rows(sharding: jax.sharding.Sharding, shape: tuple[int, int]) -> np.nda
 def global_arrays(
   arrays: Mapping[str, np.ndarray], sharding: jax.sharding.Sharding, shape: tuple[int, int], rows_here: np.ndarray
 ) -> dict[str, jax.Array]:
-  """Global arrays of `shape` from this process's rows (`arrays[name][i]` is row `rows_here[i]`)."""
-  devices, blocks = _device_blocks(sharding, shape, np.asarray(rows_here, np.int64).tobytes())
+  """Global arrays from this process's rows (`arrays[name][i]` is row `rows_here[i]`): [rows, seq_len] of
+  `shape` under `sharding`, and a feature of another per-row extent ([rows, *extent]) by rows alike."""
+  here = np.asarray(rows_here, np.int64).tobytes()
   put = _batched_put()
-  if put is None:
-    return {
-      name: jax.make_array_from_callback(shape, sharding, functools.partial(_piece, local, rows_here, shape))
-      for name, local in arrays.items()
-    }
-  out = {}
+  out: dict[str, jax.Array] = {}
   for name, local in arrays.items():
+    full = (shape[0], *local.shape[1:])
+    placed = sharding if full == tuple(shape) else _by_rows(sharding, len(full))
+    if put is None:
+      piece = functools.partial(_piece, local, rows_here, full)
+      out[name] = jax.make_array_from_callback(full, placed, piece)
+      continue
+    devices, blocks = _device_blocks(placed, full, here)
     pieces = [local[first:stop] if columns == _ALL else local[first:stop, columns] for first, stop, columns in blocks]
-    aval = _jax_core.update_aval_with_sharding(_jax_core.ShapedArray(shape, local.dtype), sharding)
-    out[name] = put(aval, sharding, pieces, devices)
+    aval = _jax_core.update_aval_with_sharding(_jax_core.ShapedArray(full, local.dtype), placed)
+    out[name] = put(aval, placed, pieces, devices)
   return out
 
 
 @functools.lru_cache(maxsize=16)
+def _by_rows(sharding: jax.sharding.Sharding, ndim: int) -> jax.sharding.Sharding:
+  """The batch's sharding for an array of `ndim` axes: its rows as the batch's, every other axis replicated."""
+  rows = sharding.spec[0]  # type: ignore[attr-defined]  # a NamedSharding (batch_sharding)
+  return jax_sharding.NamedSharding(sharding.mesh, jax_sharding.PartitionSpec(rows, *([None] * (ndim - 1))))  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=16)
 def _device_blocks(
-  sharding: jax.sharding.Sharding, shape: tuple[int, int], rows_here: bytes
+  sharding: jax.sharding.Sharding, shape: tuple[int, ...], rows_here: bytes
 ) -> tuple[list[Any], list[tuple[int, int, slice]]]:
   """This process's devices and, for each, which local rows and columns it
   holds: (first, stop, columns); checked to be the sharding's shard shape.
@@ -118,7 +128,7 @@ def _device_blocks(
     start, stop, _ = index[0].indices(shape[0])
     columns = index[1] if index[1] == _ALL else slice(*index[1].indices(shape[1]))
     width = len(range(*columns.indices(shape[1])))
-    if (stop - start, width) != expected or start not in local_index:
+    if (stop - start, width, *shape[2:]) != expected or start not in local_index:
       raise ValueError(
         f"sharding: device {device} holds rows {start}:{stop} of {shape}, not a {expected} block of this process's rows"
       )
@@ -127,7 +137,7 @@ def _device_blocks(
   return devices, blocks
 
 
-def _piece(local: np.ndarray, rows_here: np.ndarray, shape: tuple[int, int], index: tuple[slice, ...]) -> np.ndarray:
+def _piece(local: np.ndarray, rows_here: np.ndarray, shape: tuple[int, ...], index: tuple[slice, ...]) -> np.ndarray:
   """`make_array_from_callback`'s callback: the local rows of one device's block."""
   start, stop, _ = index[0].indices(shape[0])
   first = int(np.searchsorted(rows_here, start))

@@ -83,11 +83,10 @@ class WorkerPool:
     """A planner and `readers` reader processes for this host's rows (`rows_here`), each reader with a
     ring of `slots` steps; `cfg` is the config the parts run (`Parts.cfg`: the eval split's for split="eval")."""
     rows_by_shape = {shape_key(r, seq_len): rows_here(r, seq_len).tolist() for r, seq_len in cfg.row_shapes()}
-    slot_tokens = max(len(rows_here(r, seq_len)) * seq_len for r, seq_len in cfg.row_shapes())
+    layout = cfg.layout
+    slot_bytes = max(layout.step_bytes(len(rows_here(r, seq_len)), seq_len) for r, seq_len in cfg.row_shapes())
     slots = max(slots, 2)  # one being copied out, one being made
-    planner = WorkerSpec(
-      PLANNER, 0, readers, -1, slots, slot_tokens, rows_by_shape, read_ahead_tokens, cfg.all_step_features
-    )
+    planner = WorkerSpec(PLANNER, 0, readers, -1, slots, slot_bytes, rows_by_shape, read_ahead_tokens, layout.to_json())
     workers = [planner] + [dataclasses.replace(planner, role=READER, index=i) for i in range(readers)]
     return cls(spec, workers, fingerprint, cfg.names, fall_back)
 

@@ -72,7 +72,7 @@ def worker_main(argv: list[str]) -> None:
     setup = Setup.from_json(json.loads(conn.recv_bytes()))
   except EOFError:  # the main process went away before it sent anything
     return
-  serve(conn, setup.pipeline, WorkerSpec(**{**setup.worker, "features": tuple(setup.worker["features"])}))
+  serve(conn, setup.pipeline, WorkerSpec(**setup.worker))
 
 
 def serve(conn: Connection, pipeline: Mapping[str, Any], spec: WorkerSpec) -> None:
@@ -207,6 +207,7 @@ class _Reading(_Role):
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts, buffer: memoryview) -> None:
     super().__init__(conn, cfg.names)
     self.cfg, self.spec, self.buffer = cfg, spec, buffer
+    self.layout = spec.step_layout  # what a slot holds
     self.reads = SpanReads(parts.reader, cfg.packing.fill_id, None)
     self.free: set[int] = set()
     self.failed = False  # a read or an assembly failed: idle until the main process starts it again
@@ -233,10 +234,8 @@ class _Reading(_Role):
       item, read_s = self.reads.next_step()
       slot = min(self.free)
       started = time.perf_counter()
-      views = slot_views(
-        self.buffer, slot, self.spec.slot_tokens, item.host.num_rows, item.host.seq_len, self.spec.features
-      )
-      assemble(item, self.cfg.packing, out=views)
+      views = slot_views(self.buffer, slot, self.spec.slot_bytes, item.host.num_rows, item.host.seq_len, self.layout)
+      assemble(item, self.cfg.packing, self.layout, out=views)
     except Exception as error:  # noqa: BLE001 -- handed to the main process, which raises it at its step
       send(self.conn, WorkerError.of(error, self.generation))
       self.failed = True  # the main process restarts everything from the failed step

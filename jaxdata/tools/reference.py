@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.config.batch import pair_features
+from jaxdata.config.layout import pair_features
 from jaxdata.config.schema import PairPacking
 from jaxdata.errors import ConfigError
 from jaxdata.pipeline.pair_logprobs import sequence_logprobs

@@ -117,6 +117,13 @@ def _every_step_updates(explicit: Mapping[int, int]) -> dict[int, tuple[tuple[di
   return updates
 
 
+def _extension() -> Any:
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the function's module, for every process
+  import layout_extension  # noqa: PLC0415 -- tests/support on the path
+
+  return layout_extension
+
+
 def _config(data: Data, names: tuple[str, ...] = ("d0", "d1", "d2"), prefix: str = "", **overrides: Any) -> Any:
   from jaxdata import PipelineConfig  # noqa: PLC0415 -- imported after the mode's environment is set
 
@@ -346,6 +353,11 @@ FEATURES = [
   Feature(  # a loop that reads no source_ids or positions: neither is built nor transferred
     "loop-features",
     lambda d: _config(d, batch={"features": ["tokens", "targets", "segment_ids", "loss_mask"]}),
+    multihost=True,
+  ),
+  Feature(  # a feature of its own dtype and extent (uint8 [rows, 5]): one layout entry, one function
+    "extra-feature",
+    lambda d: _config(d, batch={"extra_features": [_extension().ROW_SUMMARY]}),
     multihost=True,
   ),
   # every step waits longer than the threshold: a log line each step, and the batches as without it
