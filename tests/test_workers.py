@@ -103,7 +103,8 @@ def test_a_planner_without_readers_plans_three_spans_then_one_per_credit(cfg):
   The planner's own loop, driven step by step: the order of events, no waiting on a clock."""
   parts = open_parts(PipelineSpec(cfg))
   ours, theirs = multiprocessing.Pipe()
-  spec = WorkerSpec(PLANNER, 0, 0, -1, 2, 1, {f"{r}x{s}": list(range(r)) for r, s in cfg.row_shapes()}, 600)
+  rows = {f"{r}x{s}": list(range(r)) for r, s in cfg.row_shapes()}
+  spec = WorkerSpec(PLANNER, 0, 0, -1, 2, 1, rows, 600, cfg.layout.to_json())
   role = _Planning(theirs, cfg, spec, parts)
   try:
     role.generation = 0
@@ -151,7 +152,7 @@ def test_a_span_sent_to_a_reader_arrives_whole_and_assembles_the_same(cfg):
   parts = open_parts(PipelineSpec(cfg))
   try:
     for sent, got in zip(read_span(parts.reader, span.steps, 0), read_span(parts.reader, decoded, 0)):
-      want, have = assemble(sent, cfg.packing), assemble(got, cfg.packing)
+      want, have = assemble(sent, cfg.packing, cfg.layout), assemble(got, cfg.packing, cfg.layout)
       assert all(np.array_equal(want[name], have[name]) for name in want)
   finally:
     parts.reader.close()
