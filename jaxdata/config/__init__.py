@@ -3,6 +3,7 @@ data; every later stage may import it.
 
     schema.py           the sections of a config: frozen dataclasses that validate themselves
     batch.py            `BatchConfig`: the global batch and its schedule
+    layout.py           `StepLayout`: what a step holds (each array's dtype and per-row shape)
     ramp.py             a value that rises linearly with the step (batch ramp, sequence warmup)
     pipeline_config.py  `PipelineConfig`: the whole pipeline in one frozen, validated object
     loading.py          `load_config`: YAML (a safe loader) into a `PipelineConfig`
