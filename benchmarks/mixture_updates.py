@@ -2,7 +2,7 @@
 against none, in every execution mode, at the default lag.
 
     python -m benchmarks.mixture_updates [--corpus /tmp/jaxdata-bench] [--scale 0.1] [--steps 300]
-        [--widths uint32,uint16] [--modes in-process,planner-process,workers2,mesh8] [--repeats 3]
+        [--widths uint32,uint16] [--modes in-process,planner-process,readers2,mesh8] [--repeats 3]
 
 The benchmark corpus (`benchmarks/make_corpus.py`, 4 datasets, zstd records)
 and the pipeline benchmark's workload (first_fit, 32 rows x 2048 tokens,
@@ -43,13 +43,13 @@ import numpy as np
 
 from benchmarks.make_corpus import VOCABS, corpus_dir, make_corpus
 from benchmarks.pipeline_throughput import jaxdata_config
-from jaxdata import Pipeline, PipelineConfig
+from jaxdata import Pipeline, PipelineConfig, StepMaking
 
 CADENCES: tuple[int | None, ...] = (None, 100, 10, 1)
 MODES: dict[str, dict[str, Any]] = {
   "in-process": {"prefetch": 2},
-  "planner-process": {"prefetch": 2, "planner_process": True},
-  "workers2": {"prefetch": 2, "workers": 2},
+  "planner-process": {"prefetch": 2, "making": StepMaking("process")},
+  "readers2": {"prefetch": 2, "making": StepMaking("process", reader_processes=2)},
   "mesh8": {},  # the defaults with a mesh: prefetch 2, a planner process on >= 2 cores
 }
 

@@ -87,14 +87,14 @@ JAXDATA_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # name: (mesh devices,
   "jaxdata-mesh8-auto-blocks": (8, {"shuffle_block_size": "auto"}),  # blocks of 8 shards' records
   "jaxdata-mesh8-interval-1ms": (8, {"switch_interval_s": 0.001}),  # the GIL switch interval lowered to 1 ms
   "jaxdata-mesh8-no-C": (8, {}),  # the defaults with JAXDATA_NATIVE=0: the Python / NumPy loops (see NO_C)
-  "jaxdata-workers1": (0, {"making": ("process", 1)}),  # one reader process
-  "jaxdata-mesh8-workers1": (8, {"making": ("process", 1)}),
-  "jaxdata-mesh8-workers2": (8, {"making": ("process", 2)}),
+  "jaxdata-readers1": (0, {"making": ("process", 1)}),  # one reader process
+  "jaxdata-mesh8-readers1": (8, {"making": ("process", 1)}),
+  "jaxdata-mesh8-readers2": (8, {"making": ("process", 2)}),
 }
 TRAINING_KINDS: dict[str, tuple[int, dict[str, Any]]] = {  # the training-thread check: (mesh devices, arguments)
   "training-thread-in-process": (0, {"making": ("here", 0)}),
   "training-thread-planner": (0, {"making": ("process", 0)}),
-  "training-thread-workers1": (0, {"making": ("process", 1)}),
+  "training-thread-readers1": (0, {"making": ("process", 1)}),
   "training-thread-mesh8": (8, {}),  # the defaults with a mesh (on < 4 cores: planned in process)
   "training-thread-mesh8-planner": (8, {"making": ("process", 0)}),
   "training-thread-mesh8-interval-1ms": (8, {"switch_interval_s": 0.001}),  # the GIL switch interval at 1 ms
@@ -587,8 +587,8 @@ def _print_width(results: dict[str, dict[str, Any]], corpus: str) -> None:
       f"restore + first {r['restore_s']:.3f} s (goal <= 0.1 s); RSS - {grains[0]} {r['peak_rss_mb'] - grain_rss:+.0f} MB "
       f"(goal <= +100 MB)"
     )
-  if all(f"jaxdata-mesh8-workers{n}" in results for n in (1, 2)):
-    one, two = (results[f"jaxdata-mesh8-workers{n}"]["tokens_per_s"] for n in (1, 2))
+  if all(f"jaxdata-mesh8-readers{n}" in results for n in (1, 2)):
+    one, two = (results[f"jaxdata-mesh8-readers{n}"]["tokens_per_s"] for n in (1, 2))
     print(f"worker scaling (mesh output): 1 -> 2 workers: {one / 1e6:.2f} M -> {two / 1e6:.2f} M ({two / one:.2f}x)")
 
 

@@ -89,8 +89,8 @@ def test_the_matrix_is_every_feature_the_issue_names_in_every_mode():
   assert {m.name for m in matrix.MODES} >= {
     "prefetch2",
     "planner-process",
-    "workers1",
-    "workers2",
+    "readers1",
+    "readers2",
     "mesh8",
     "native-off",
     "two-hosts",

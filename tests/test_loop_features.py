@@ -41,7 +41,7 @@ def _mesh() -> jax.sharding.Mesh:
     {"mesh": "8", "making": "process"},
     {"making": StepMaking("process", reader_processes=1)},
   ],
-  ids=["prefetch0", "prefetch2", "mesh8", "mesh8-planner-process", "workers1"],
+  ids=["prefetch0", "prefetch2", "mesh8", "mesh8-planner-process", "readers1"],
 )
 def test_a_loop_gets_only_its_features_and_each_equals_the_full_batchs(tmp_path, arguments):
   full_cfg = coded_config(

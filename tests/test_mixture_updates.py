@@ -370,7 +370,7 @@ def every_step_updates(count: int) -> dict[int, dict]:
     {"prefetch": 2, "making": "process"},
     {"prefetch": 1, "making": StepMaking("process", reader_processes=2)},
   ],
-  ids=["in-process", "planner-process", "workers2"],
+  ids=["in-process", "planner-process", "readers2"],
 )
 def test_updates_before_every_step_at_the_default_lag_keep_everything_made_ahead(cfg, mode):
   """With the default lag, no update touches a step already planned, in any mode: every update is

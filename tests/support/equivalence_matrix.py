@@ -447,8 +447,8 @@ REFERENCE = Mode("reference", {"prefetch": 0, "making": "here"})
 MODES = [
   Mode("prefetch2", {"prefetch": 2, "making": "here"}),
   Mode("planner-process", {"prefetch": 2, "making": "process"}),
-  Mode("workers1", {"prefetch": 2, "making": READERS_1}),
-  Mode("workers2", {"prefetch": 1, "making": READERS_2}),
+  Mode("readers1", {"prefetch": 2, "making": READERS_1}),
+  Mode("readers2", {"prefetch": 1, "making": READERS_2}),
   Mode("mesh8", {"prefetch": 2, "making": "here"}, mesh=True),
   Mode("mesh8-default", {}, mesh=True),  # the defaults with a mesh (on < 4 cores: planned in process)
   # The default on >= 4 cores, as there: spans from the planner process are read ahead on the read thread;
@@ -459,7 +459,7 @@ MODES = [
     mesh=True,
     usable_cores=4,
   ),
-  Mode("mesh8-workers2", {"prefetch": 2, "making": READERS_2}, mesh=True),
+  Mode("mesh8-readers2", {"prefetch": 2, "making": READERS_2}, mesh=True),
   Mode("native-off", {"prefetch": 2, "making": "here"}, runs="native-off"),
   Mode("two-hosts", {"prefetch": 2, "making": "process"}, mesh=True, runs="two-hosts"),  # each: 4 devices, a planner
 ]
