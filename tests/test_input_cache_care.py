@@ -17,7 +17,7 @@ import chat_families as families
 from jaxdata import PipelineConfig, with_built_inputs
 from jaxdata.cli import main
 from jaxdata.conversion.cache_listing import cached_datasets, prune_caches
-from jaxdata.conversion.inputs import CACHE_TAG
+from jaxdata.conversion.input_files import CACHE_TAG
 from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS
 from pipeline_fixtures import worker_env
 from test_raw_inputs import batches, config, texts, write_jsonl

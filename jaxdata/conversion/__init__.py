@@ -3,11 +3,13 @@
 One job, in the order the data moves through it::
 
     options.py          ConvertOptions, input formats, text modes (light: the CLI's parser reads it)
+    input_files.py      which files are the inputs (walks, globs; caches skipped) and their formats
     inputs.py           files -> documents with their locations; remote_inputs.py for gs:// and s3://
     work_units.py       inputs cut into units that tokenize independently
     tokenizers.py       byte-level, Hugging Face, SentencePiece
     examples.py         fine-tuning examples (chat, prompt / completion) -> ids and trained-token masks
     turns.py            where each assistant turn lies in a rendering without generation blocks
+    sentinels.py        where each message's content lies in a rendering (a sentinel rendering aligned)
     preference.py       preference pairs (chosen / rejected, KTO labels) -> both sides, one prompt; a pair as one record
     example_records.py  documents out of tf.train.Example records (ArrayRecord, TFRecord)
     tokenize_units.py   one unit -> tokens + lengths; unit sizes; the manifest's stats

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
+from jaxdata.conversion.input_files import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.output import check_output, prepare_output, staging_directory, swap_in
 from jaxdata.conversion.remote_inputs import set_options

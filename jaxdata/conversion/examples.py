@@ -40,8 +40,9 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from jaxdata.conversion.sentinels import Render
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
-from jaxdata.conversion.turns import Render, assistant_turns, end_of_turn_text
+from jaxdata.conversion.turns import assistant_turns, end_of_turn_text
 from jaxdata.errors import InputFormatError, optional_module
 
 __all__ = [

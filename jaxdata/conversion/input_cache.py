@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jaxdata.conversion.inputs import CACHE_TAG, expand_inputs
+from jaxdata.conversion.input_files import CACHE_TAG, expand_inputs
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.remote_inputs import environment_options, remote_head_sha256, remote_states
 from jaxdata.conversion.shared_build import build_part

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
+from jaxdata.conversion.input_files import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions, Progress
 from jaxdata.conversion.output import check_output, staging_directory, swap_in
 from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard

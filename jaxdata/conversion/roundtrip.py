@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxdata.conversion.inputs import InvalidLog, detect_format, expand_inputs
+from jaxdata.conversion.input_files import detect_format, expand_inputs
+from jaxdata.conversion.inputs import InvalidLog
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import load_tokenizer
 from jaxdata.conversion.work_units import iter_unit_documents, plan_units

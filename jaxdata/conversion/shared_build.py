@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable
 
-from jaxdata.conversion.inputs import detect_format, expand_inputs, file_sizes
+from jaxdata.conversion.input_files import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.local_runner import (
   lengths_loader,
   process_pool,

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from jaxdata.conversion.example_records import RECORD_FORMATS, iter_example_documents
-from jaxdata.conversion.inputs import InvalidLog, arrow, file_sizes, is_compressed, iter_documents, open_binary
+from jaxdata.conversion.input_files import file_sizes, is_compressed
+from jaxdata.conversion.inputs import InvalidLog, arrow, iter_documents, open_binary
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.stores import is_remote
 
