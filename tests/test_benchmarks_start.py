@@ -23,6 +23,7 @@ def test_the_readme_lists_the_benchmarks():
   assert len(LISTED) >= 12 and "benchmarks.flat_throughput" in LISTED and "benchmarks.peers.run" in LISTED
 
 
+@pytest.mark.slow  # several seconds: the everyday tier stays short
 @pytest.mark.parametrize("module", LISTED)
 def test_a_listed_benchmark_starts(module):
   done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -11,6 +11,7 @@ from benchmarks.device_feed import PACKED, SIZES, count_parameters, measure, par
 from benchmarks.make_corpus import VOCABS, make_corpus
 
 
+@pytest.mark.slow  # several seconds: the everyday tier stays short
 def test_the_device_feed_benchmark_feeds_the_model_the_same_batches_both_ways(tmp_path):
   size = SIZES["tiny"]
   corpus = str(tmp_path / "corpus")
@@ -34,6 +35,7 @@ def test_the_device_feed_benchmark_feeds_the_model_the_same_batches_both_ways(tm
   assert result["first_batch_s"] > 0 and result["restore_first_batch_s"] > 0
 
 
+@pytest.mark.slow  # several seconds: the everyday tier stays short
 def test_a_size_that_does_not_fit_the_device_is_refused_in_one_line():
   """The accelerator size on this CPU host (XLA's own figure for the compiled step, ~135 GiB, against the
   host's memory): one line naming both and the smaller sizes; the tiny size fits."""

@@ -22,7 +22,7 @@ IN_PROCESSES = [pytest.mark.slow, pytest.mark.multiprocess]
 @pytest.mark.parametrize(
   "making,prefetch,seed",
   [
-    ("here", 2, 0),
+    pytest.param("here", 2, 0, marks=pytest.mark.slow),
     pytest.param("here", 0, 1, marks=pytest.mark.slow),
     pytest.param("process", 2, 2, marks=IN_PROCESSES),
     pytest.param("readers", 2, 3, marks=IN_PROCESSES),

@@ -253,6 +253,7 @@ def _declared_names(path: str) -> tuple[list[str], set[str]]:
   return [], types
 
 
+@pytest.mark.slow  # several seconds: the everyday tier stays short
 def test_a_module_exports_only_what_another_file_uses_or_a_type():
   """An internal module's `__all__` is its interface to the rest of the package: a
   function or constant no other file uses is not in it (types stay: values of them are handed out)."""

@@ -330,6 +330,7 @@ def test_a_trajectory_from_stats_follows_schedules_and_resumed_runs(tmp_path):
   assert [(s, w["d1"]) for s, w in load_trajectory(str(tmp_path / "stats.jsonl"))] == [(0, 0.0), (4, 0.5), (7, 0.75)]
 
 
+@pytest.mark.slow  # several seconds: the everyday tier stays short
 def test_an_update_call_does_no_per_update_work_however_many_are_pending(cfg, monkeypatch):
   """10,000 updates at future steps: each call encodes or parses no update but its own (the calls were
   quadratic: every call re-read every pending update). Counted, not timed."""

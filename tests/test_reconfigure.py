@@ -189,6 +189,7 @@ def test_hostile_changes_are_refused_and_leave_the_pipeline_as_it_was(root, tmp_
       pipe.set_state(state, reconfigure="yes")
 
 
+@pytest.mark.slow  # several seconds: the everyday tier stays short
 def test_changes_stack_and_a_hundred_of_them_keep_the_state_small(root):
   """100 changes (a dataset in and out, weights, rows): every one in the history, in order; the state's size
   measured (docs/state.md quotes it)."""
@@ -209,6 +210,7 @@ def test_changes_stack_and_a_hundred_of_them_keep_the_state_small(root):
   assert growth < 200 and sizes[-1] < 24_000
 
 
+@pytest.mark.slow  # several seconds: the everyday tier stays short
 def test_the_stats_the_report_and_plan_show_the_change_points(root, tmp_path):
   before = config(root, {"d0": 1, "d1": 1}, stats_path=str(tmp_path / "stats.jsonl"))
   after = config(root, {"d0": 1, "d2": 1}, seq_len=20, stats_path=str(tmp_path / "stats.jsonl"))
