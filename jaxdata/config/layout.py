@@ -175,25 +175,16 @@ class StepLayout:
   def spec(self, name: str) -> FeatureSpec:
     return next(f for f in self.features if f.name == name)
 
-  def _offsets(self, rows: int, seq_len: int) -> list[int]:
-    """Each feature's byte offset in a step's block, every one ALIGNMENT-aligned."""
-    offsets, at = [], 0
-    for f in self.features:
-      offsets.append(at)
-      at += -(-f.nbytes(rows, seq_len) // ALIGNMENT) * ALIGNMENT
-    return [*offsets, at]
-
   def step_bytes(self, rows: int, seq_len: int) -> int:
     """The bytes of a step's arrays laid out one after another, each aligned."""
-    return self._offsets(rows, seq_len)[-1]
+    return _placed(self, rows, seq_len)[1]
 
   def views(self, buffer: Any, offset: int, rows: int, seq_len: int) -> dict[str, np.ndarray]:
     """The step's arrays as views of `buffer` from `offset` (which must be ALIGNMENT-aligned for aligned arrays)."""
-    offsets = self._offsets(rows, seq_len)
-    out = {}
-    for f, start in zip(self.features, offsets):
-      out[f.name] = np.ndarray(f.shape(rows, seq_len), f.numpy_dtype, buffer=buffer, offset=offset + start)
-    return out
+    return {
+      name: np.ndarray(shape, dtype, buffer=buffer, offset=offset + start)
+      for name, shape, dtype, start in _placed(self, rows, seq_len)[0]
+    }
 
   def arrays(self, rows: int, seq_len: int, aligned: bool = False) -> dict[str, np.ndarray]:
     """Fresh arrays of every feature; with `aligned`, one allocation, each on an ALIGNMENT boundary (on
@@ -210,3 +201,16 @@ class StepLayout:
   @classmethod
   def from_json(cls, raw: Sequence[Mapping[str, Any]]) -> StepLayout:
     return cls(tuple(FeatureSpec(**{**f, "extent": tuple(f["extent"])}) for f in raw))
+
+
+@functools.lru_cache(maxsize=64)
+def _placed(
+  layout: StepLayout, rows: int, seq_len: int
+) -> tuple[tuple[tuple[str, tuple[int, ...], np.dtype, int], ...], int]:
+  """((name, shape, dtype, byte offset) per feature, the step's bytes), each offset ALIGNMENT-aligned: worked
+  out once per step shape (a step asks for them on every step)."""
+  placed, at = [], 0
+  for f in layout.features:
+    placed.append((f.name, f.shape(rows, seq_len), f.numpy_dtype, at))
+    at += -(-f.nbytes(rows, seq_len) // ALIGNMENT) * ALIGNMENT
+  return tuple(placed), at

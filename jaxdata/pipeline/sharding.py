@@ -92,14 +92,18 @@ def global_arrays(
   here = np.asarray(rows_here, np.int64).tobytes()
   put = _batched_put()
   out: dict[str, jax.Array] = {}
+  placements: dict[tuple[int, ...], Any] = {}  # per array shape, looked up once a step
   for name, local in arrays.items():
     full = (shape[0], *local.shape[1:])
-    placed = sharding if full == tuple(shape) else _by_rows(sharding, len(full))
-    if put is None:
+    if full not in placements:
+      placed = sharding if full == tuple(shape) else _by_rows(sharding, len(full))
+      placements[full] = placed, (_device_blocks(placed, full, here) if put is not None else None)
+    placed, found = placements[full]
+    if put is None or found is None:
       piece = functools.partial(_piece, local, rows_here, full)
       out[name] = jax.make_array_from_callback(full, placed, piece)
       continue
-    devices, blocks = _device_blocks(placed, full, here)
+    devices, blocks = found
     pieces = [local[first:stop] if columns == _ALL else local[first:stop, columns] for first, stop, columns in blocks]
     aval = _jax_core.update_aval_with_sharding(_jax_core.ShapedArray(full, local.dtype), placed)
     out[name] = put(aval, placed, pieces, devices)
