@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -14,10 +15,11 @@ import textwrap
 import pytest
 
 import chat_families as families
-from jaxdata import PipelineConfig, with_built_inputs
+from jaxdata import ConfigError, PipelineConfig, with_built_inputs
 from jaxdata.cli import main
 from jaxdata.conversion.cache_listing import cached_datasets, prune_caches
 from jaxdata.conversion.input_files import CACHE_TAG
+from jaxdata.conversion.ray_runner import check_ray_address
 from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS
 from pipeline_fixtures import worker_env
 from test_raw_inputs import batches, config, texts, write_jsonl
@@ -162,3 +164,9 @@ def test_a_ray_address_where_nothing_answers_is_an_error_not_a_wait(tmp_path, co
   assert f"--ray-address 127.0.0.1:{port}: nothing answers there" in done.stderr
   assert f"ray start --head --port {port}" in done.stderr
   assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("address", ["head-node", "ray://:6379", "10.0.0.1:port"])
+def test_a_ray_address_that_is_not_host_and_port_is_named(address):
+  with pytest.raises(ConfigError, match=rf"--ray-address '{re.escape(address)}': give HOST:PORT"):
+    check_ray_address(address)
