@@ -166,7 +166,7 @@ __getattr__, __dir__ = lazy_exports(
     "with_built_inputs": "jaxdata.pipeline.raw_inputs",
     "Execution": "jaxdata.pipeline.execution",
     "StepMaking": "jaxdata.pipeline.execution",
-    "PipelineState": "jaxdata.pipeline.state",
+    "PipelineState": "jaxdata.checkpoint.state",
     "PipelineDataset": "jaxdata.integrations.grain",
     "MixtureDataset": "jaxdata.integrations.grain_mixture",
     "StepPlanner": "jaxdata.pipeline.planner",

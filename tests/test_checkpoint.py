@@ -266,8 +266,8 @@ def test_a_state_of_the_older_format_is_refused_and_changes_nothing(cfg, referen
   [
     ("updates", [{"step": 2}], r"pipeline state: stream state: malformed mixture update \{'step': 2\}"),
     ("updates", "none", "pipeline state: stream state: updates must be a list"),
-    ("ended", "no", "pipeline state: stream.ended must be true or false, got 'no'"),
-    ("done", 1, "pipeline state: packer.done must be true or false, got '1'"),
+    ("ended", "no", "pipeline state: stream state: ended must be true or false, got 'no'"),
+    ("done", 1, "pipeline state: packer state: done must be true or false, got '1'"),
   ],
 )
 def test_a_malformed_update_or_flag_is_a_checkpoint_error_and_changes_nothing(cfg, reference, where, value, message):

@@ -28,7 +28,7 @@ ALLOWED = {
   "order": {"config", "errors"},
   "mixture": {"config", "sources", "order", "errors", "_native_switch"},
   "transforms": {"config", "errors", "_native_switch"},  # _native_switch: every C loop reads the one switch
-  "checkpoint": {"config", "order", "errors", "_lazy"},
+  "checkpoint": {"config", "order", "mixture", "transforms", "errors", "_lazy"},  # it composes their states
   # conversion: raw inputs named in a config are converted (cached) when a pipeline opens (pipeline/raw_inputs.py)
   "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "conversion", "errors", "_lazy"},
   "research": {"config", "errors"},
@@ -328,7 +328,6 @@ LIBRARY_MAX_LINES = 400  # every module of the library: one concept
 # Modules still over the cap, each at most its size now: they may shrink (and leave the list), never grow.
 OVER_THE_CAP = {
   "jaxdata/integrations/maxtext_keys.py": 685,
-  "transforms/packing.py": 526,
   "jaxdata/mixture/stream.py": 484,
   "jaxdata/conversion/examples.py": 484,
   "jaxdata/config/schema.py": 473,

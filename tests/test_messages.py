@@ -23,18 +23,16 @@ from jaxdata.pipeline.messages import (
   WorkerError,
   message_from_json,
 )
-from jaxdata.pipeline.state import PipelineState
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.pipeline.worker_handle import raised
 from jaxdata.tools import bench as bench_module
 
-NAMES = ["d0", "d1"]
 # A state and a step's stats as the pipe carries them (a saved state; the stats file's fields).
 STATE = PipelineState.from_json(
   json.loads(
     json.loads((pathlib.Path(__file__).parent / "support" / "states_before_typed.json").read_text())["states"][3]
-  ),
-  NAMES,
+  )
 )
 STATS = StepStats(
   step=3,
@@ -65,7 +63,7 @@ WIRE = [
   (Free(4, 3), {"kind": "free", "generation": 4, "slot": 3}),
   (StepMade(4, 9, 0, {"read": 0.5}), {"kind": "step", "generation": 4, "step": 9, "slot": 0, "time_s": {"read": 0.5}}),
   (Stop(), {"kind": "stop"}),
-  (Ready({"shuffle": {}}), {"kind": "ready", "fingerprint": {"shuffle": {}}}),
+  (Ready(STATE.fingerprint), {"kind": "ready", "fingerprint": STATE.fingerprint.to_json()}),
   (
     WorkerError(-1, "DatasetError", "x: gone", "Traceback ..."),
     {"kind": "error", "generation": -1, "type": "DatasetError", "message": "x: gone", "trace": "Traceback ..."},
@@ -76,7 +74,7 @@ WIRE = [
 @pytest.mark.parametrize("message, wire", WIRE, ids=[type(m).__name__ for m, _ in WIRE])
 def test_each_message_is_its_old_json_and_reads_back_as_itself(message, wire):
   assert message.to_json() == wire
-  assert message_from_json(json.loads(json.dumps(wire)), NAMES) == message
+  assert message_from_json(json.loads(json.dumps(wire))) == message
 
 
 def test_an_unknown_kind_or_a_message_jaxdata_never_sends_is_refused():

@@ -19,8 +19,8 @@ from jaxdata.pipeline.planner import StepPlanner, host_row_blocks
 from jaxdata.pipeline.sharding import batch_sharding, global_arrays, host_rows
 from jaxdata.testing import prefetched_steps, recorded_reads, wait_for_processes
 from jaxdata.transforms import kernels
+from jaxdata.transforms.balance import balanced_rows
 from jaxdata.transforms.fit import first_fit
-from jaxdata.transforms.packing import balanced_rows
 from jaxdata.transforms.pieces import Pieces
 from pipeline_fixtures import FEATURES, FIRST_CODE, code, coded_config, decode, digest
 

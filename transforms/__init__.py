@@ -1,8 +1,9 @@
 """Stage 4 of the data flow: packing documents into rows, planned from lengths.
 
 `pieces` (`Pieces`: parts of documents as parallel arrays), `fit` (row
-placement for first / best fit), `packing` (`Packer`, the `PackingStrategy`
-of each mode, `StepPlan`), `assemble` (a step's NumPy rows from its plan
+placement for first / best fit), `strategies` (the `PackingStrategy` of
+each mode), `packing` (`Packer`, `StepPlan`), `packer_state` (`PackerState`:
+its done flag and carry, typed), `assemble` (a step's NumPy rows from its plan
 and the documents' tokens), `kernels` (the per-step loops, in C from
 ``_native.c`` where it was built, else NumPy: the same outputs) and
 `pairs` (preference pairs laid out whole, `packing.pairs`) and

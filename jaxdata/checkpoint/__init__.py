@@ -1,6 +1,6 @@
 """Stage 5: the iterator state, its fingerprint, and Orbax checkpointing.
 
-`state` (the versioned pipeline state and its one validator),
+`state` (`PipelineState`: the versioned state, typed all the way down, decoded and checked once),
 `fingerprint` (what determines the order, compared on restore) and `orbax`
 (`Save` / `Restore` args and the handler, for one `CheckpointManager.save`
 next to the model)::
@@ -12,20 +12,20 @@ Orbax is imported only when `Save`, `Restore` or the handler is first used.
 """
 
 from jaxdata._lazy import lazy_exports
-from jaxdata.checkpoint.fingerprint import describe_changes, order_fingerprint
-from jaxdata.checkpoint.state import STATE_VERSION, pipeline_state, read_pipeline_state, seal, state_digest
+from jaxdata.checkpoint.fingerprint import OrderFingerprint, describe_changes, order_fingerprint
+from jaxdata.checkpoint.state import STATE_VERSION, PipelineState, seal, state_digest
 
 __all__ = [
   "Checkpointable",
+  "OrderFingerprint",
   "PipelineCheckpointHandler",
+  "PipelineState",
   "Restore",
   "STATE_FILE",
   "STATE_VERSION",
   "Save",
   "describe_changes",
   "order_fingerprint",
-  "pipeline_state",
-  "read_pipeline_state",
   "seal",
   "state_digest",
 ]

@@ -21,7 +21,7 @@ fingerprint, so a state of other data or another order is refused::
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -54,7 +54,7 @@ class MixtureDatasetIterator(grain.DatasetIterator):
     self.stream = self.parts.planner.stream
     self.dataset_ids = dataset_ids
     self.chunk_docs = chunk_docs
-    self._chunk_start = self.stream.get_state()
+    self._chunk_start = self.stream.state()
     self._offset = 0
     self._chunk: list[dict[str, np.ndarray]] = []
     self._chunk_step = 0  # the step the chunk's documents start in
@@ -69,7 +69,7 @@ class MixtureDatasetIterator(grain.DatasetIterator):
     return element
 
   def _read_chunk(self) -> None:
-    self._chunk_start, self._offset = self.stream.get_state(), 0
+    self._chunk_start, self._offset = self.stream.state(), 0
     step_tokens = self.stream.tokens_per_step
     step = self.stream.tokens // step_tokens
     # The chunk ends with the document that crosses the step's boundary: every document
@@ -110,18 +110,15 @@ class MixtureDatasetIterator(grain.DatasetIterator):
     """JSON-able, sealed with a digest of its content (an edited copy is refused, as a Pipeline's)."""
     # The chunk's start, with the updates made since: re-drawing the chunk with them gives the same
     # documents (an update takes effect after every step the chunk was drawn for).
-    updates = self.stream.updates.pruned(int(self._chunk_start.get("next_step", 0)) - 1).to_json()
+    start = self._chunk_start
+    stream = dataclasses.replace(start, updates=self.stream.updates.pruned(start.next_step - 1))
     return seal(
-      json.loads(
-        json.dumps(
-          {
-            "version": MIXTURE_STATE_VERSION,
-            "stream": {**self._chunk_start, "updates": updates},
-            "offset": self._offset,
-            "fingerprint": self.parts.fingerprint,
-          }
-        )
-      )
+      {
+        "version": MIXTURE_STATE_VERSION,
+        "stream": stream.to_json(),
+        "offset": self._offset,
+        "fingerprint": self.parts.fingerprint.to_json(),
+      }
     )
 
   def set_state(self, state: Mapping[str, Any]) -> None:
@@ -135,7 +132,7 @@ class MixtureDatasetIterator(grain.DatasetIterator):
     offset, saved = state.get("offset"), state.get("fingerprint")
     if not is_int(offset) or offset < 0 or not isinstance(saved, Mapping):
       raise CheckpointError(f"mixture state: offset must be an int >= 0 and fingerprint a mapping, got {offset!r}")
-    changes = describe_changes(saved, self.parts.fingerprint)
+    changes = describe_changes(saved, self.parts.fingerprint.to_json())
     if changes:
       raise CheckpointError(
         "mixture state: the config or data changed in what determines the order: " + "; ".join(changes)
@@ -144,7 +141,7 @@ class MixtureDatasetIterator(grain.DatasetIterator):
       self.stream.set_state(state["stream"])
     except (KeyError, ValueError) as e:
       raise CheckpointError(f"mixture state: {e}") from e
-    self._chunk_start, self._chunk, self._offset = self.stream.get_state(), [], 0
+    self._chunk_start, self._chunk, self._offset = self.stream.state(), [], 0
     if offset:
       self._read_chunk()
       if offset > len(self._chunk):

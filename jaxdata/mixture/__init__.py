@@ -2,6 +2,7 @@
 Depends on `config`, `sources` and `order`.
 
     stream.py       `DocumentStream`, `DocBatch`, `DocRef`: the mixture as one deterministic stream
+    stream_state.py `StreamState`: where the stream stands (cursors, interleave, updates), typed and frozen
     metadata.py     `DatasetMeta`: what the mixture needs of a dataset, loaded for a config
     interleave.py   which dataset supplies each next document: the `Interleave` strategies, exact or random
     pick_loops.py   the loops that pick, one document at a time

@@ -71,7 +71,7 @@ def scale_weights(weights: Sequence[Fraction]) -> tuple[list[int], int]:
   return [int(w * scale) for w in weights], scale
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Segment:
   """A run of steps with the same weights, for the exact interleave.
 
@@ -154,12 +154,12 @@ class Interleave(abc.ABC):
     """Picks documents until a limit, the end of a dataset, or the last pass."""
 
   @abc.abstractmethod
-  def get_state(self) -> Any:
-    """JSON-able state (None when the strategy is a pure function of position)."""
+  def get_state(self) -> Segment | None:
+    """The state (None when the strategy is a pure function of position)."""
 
   @abc.abstractmethod
-  def set_state(self, raw: Any) -> None:
-    """Restores `get_state()`; raises ValueError on a malformed state."""
+  def set_state(self, segment: Segment | None) -> None:
+    """Restores `get_state()`; raises ValueError when it is not this strategy's."""
 
 
 class ExactInterleave(Interleave):
@@ -184,11 +184,13 @@ class ExactInterleave(Interleave):
       segment.weights, segment.scale, segment.deficits_at(position.units, position.taken), loop, self.tokens_unit
     )
 
-  def get_state(self) -> dict[str, Any]:
-    return self.segment.to_json()
+  def get_state(self) -> Segment:
+    return self.segment
 
-  def set_state(self, raw: Any) -> None:
-    self.segment = Segment.from_json(raw, self.num_datasets)
+  def set_state(self, segment: Segment | None) -> None:
+    if segment is None or len(segment.weights) != self.num_datasets:
+      raise ValueError(f"stream state: the exact interleave needs a segment for {self.num_datasets} datasets")
+    self.segment = segment
     self.exact = tuple(Fraction(w, self.segment.scale) for w in self.segment.weights)
 
 
@@ -217,7 +219,7 @@ class RandomInterleave(Interleave):
   def get_state(self) -> None:
     return None
 
-  def set_state(self, raw: Any) -> None:
+  def set_state(self, segment: Segment | None) -> None:
     """Nothing to restore: the draw of document n depends on n alone."""
 
 

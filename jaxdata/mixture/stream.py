@@ -30,12 +30,13 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
 from jaxdata.config.schedule import Schedule
-from jaxdata.config.validate import check_state_header, is_int
+from jaxdata.config.validate import is_int
 from jaxdata.errors import ConfigError
-from jaxdata.mixture.changes import ConfigChange, changes_from_json
+from jaxdata.mixture.changes import ConfigChange
 from jaxdata.mixture.interleave import StreamPosition, make_interleave
 from jaxdata.mixture.metadata import DatasetMeta, load_metadata, window_options
 from jaxdata.mixture.pick_loops import PassMarks, PickLoop
+from jaxdata.mixture.stream_state import CursorState, StreamState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.order.cursor import DatasetCursor
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
@@ -50,9 +51,6 @@ __all__ = [
   "window_options",
 ]
 
-MAX_COUNTER = 2**62  # passes, positions and counters of a restored state stay below (int64 arithmetic)
-
-STREAM_STATE_VERSION = 2  # 2: exact rational interleave segments (with "scale")
 # One pick loop takes at most this many documents / tokens: look-ahead buffers
 # of either size can then never run dry inside it.
 CALL_DOCS = 1 << 16
@@ -144,7 +142,6 @@ class DocumentStream:
     self.schedule: Schedule = cfg.schedule()
     self.updates = MixtureUpdates(tuple(self.names))  # weights the loop set (update), each from a step on
     self.changes: tuple[ConfigChange, ...] = ()  # configs this run changed from at restores (history, in the state)
-    self._changes_json: list[dict[str, Any]] = []  # encoded once: every planned step's snapshot holds them
     self.next_step = 0  # the first step no document has been taken for yet
     self.tokens_unit = cfg.mixture.unit == "tokens"
     self.tokens_per_step = cfg.tokens_per_step
@@ -270,78 +267,61 @@ class DocumentStream:
 
   # ----------------------------------------------------------------- state
 
-  def get_state(self, encode_updates: bool = True) -> dict[str, Any]:
-    """JSON-able state; its size does not grow with dataset size or run length.
-    `encode_updates=False` leaves "updates" a (frozen) `MixtureUpdates`: cheap, for per-step snapshots."""
-    updates = self.updates.pruned(self.next_step - 1)
-    return {
-      "version": STREAM_STATE_VERSION,
-      "epoch": self.epoch,
-      "unit": self.cfg.mixture.unit,
-      "interleave": self.cfg.mixture.interleave,
-      "emitted": self.emitted,
-      "tokens": self.tokens,
-      "ended": self.ended,
-      "datasets": {
-        c.settings.name: {"pass": c.pass_index, "position": c.position, "taken": c.taken} for c in self.cursors
-      },
-      "segment": self.interleave.get_state(),
-      "next_step": self.next_step,
-      "updates": updates.to_json() if encode_updates else updates,
-      **({"changes": self._changes_json} if self.changes else {}),  # (a state without changes: as before)
-    }
+  def state(self) -> StreamState:
+    """The state now, typed (cheap: taken for every planned step); its size does not grow with the
+    data or the run's length."""
+    return StreamState(
+      epoch=self.epoch,
+      unit=self.cfg.mixture.unit,
+      interleave=self.cfg.mixture.interleave,
+      emitted=self.emitted,
+      tokens=self.tokens,
+      ended=self.ended,
+      datasets=tuple((c.settings.name, CursorState(c.pass_index, c.position, c.taken)) for c in self.cursors),
+      segment=self.interleave.get_state(),
+      next_step=self.next_step,
+      updates=self.updates.pruned(self.next_step - 1),
+      changes=self.changes,
+    )
+
+  def restore(self, state: StreamState) -> None:
+    """Continues from `state` (`StreamState.from_json` checked its shape); the next documents equal
+    the original run's. Only the mixture weights / schedule may differ from the run that saved it:
+    cursors carry over, and the config's weights apply from now on. A `ValueError` names what does
+    not fit this config; nothing changes then."""
+    for key in ("unit", "interleave"):
+      if getattr(state, key) != getattr(self.cfg.mixture, key):
+        raise ValueError(
+          f"stream state: mixture.{key} was {getattr(state, key)!r}, the config says {getattr(self.cfg.mixture, key)!r}"
+        )
+    if sorted(state.names) != sorted(self.names) or state.updates.names != tuple(self.names):
+      raise ValueError(f"stream state: datasets {sorted(state.names)} do not match the config's {list(self.names)}")
+    cursors = dict(state.datasets)
+    for cursor in self.cursors:
+      position = cursors[cursor.settings.name].position
+      if position > cursor.num_records:
+        raise ValueError(
+          f"stream state: datasets.{cursor.settings.name}: position {position} beyond the {cursor.num_records} records"
+        )
+    exact = self.cfg.mixture.interleave == "exact"
+    if exact and (state.segment is None or len(state.segment.weights) != len(self.names)):
+      raise ValueError(f"stream state: the exact interleave needs a segment for {len(self.names)} datasets")
+    if state.epoch != self.epoch:
+      self._set_epoch(state.epoch)
+    self.interleave.set_state(state.segment)
+    for cursor in self.cursors:
+      saved = cursors[cursor.settings.name]
+      cursor.set(saved.pass_index, saved.position, saved.taken)
+    self.emitted, self.tokens, self.ended = state.emitted, state.tokens, state.ended
+    self.updates, self.next_step, self.changes = state.updates, state.next_step, state.changes
+
+  def get_state(self) -> dict[str, Any]:
+    """The state as JSON (`StreamState.to_json`)."""
+    return self.state().to_json()
 
   def set_state(self, state: Mapping[str, Any]) -> None:
-    """Restores a `get_state()`; the next documents equal the original run's.
-
-    Only the mixture weights / schedule may differ from the run that saved
-    it: cursors carry over, and the config's weights apply from now on.
-    """
-    check_state_header(state, "stream state", STREAM_STATE_VERSION, ("datasets", "emitted", "tokens"))
-    for key in ("unit", "interleave"):
-      if state.get(key) != getattr(self.cfg.mixture, key):
-        raise ValueError(
-          f"stream state: mixture.{key} was {state.get(key)!r}, the config says {getattr(self.cfg.mixture, key)!r}"
-        )
-    datasets = state.get("datasets")
-    if not isinstance(datasets, Mapping) or set(datasets) != set(self.names):
-      got = sorted(datasets) if isinstance(datasets, Mapping) else datasets
-      raise ValueError(f"stream state: datasets {got} do not match the config's {list(self.names)}")
-    given = [state.get(k) for k in ("emitted", "tokens")]
-    counters = _counters(given, f"stream state: emitted and tokens must be ints in [0, 2**62), got {given}")
-    epoch = state.get("epoch", 0)  # states written before epochs existed are epoch 0
-    if not is_int(epoch) or not 0 <= epoch < MAX_COUNTER:
-      raise ValueError(f"stream state: epoch must be an int in [0, 2**62), got {epoch!r}")
-    entries = []
-    for cursor in self.cursors:
-      entry = datasets[cursor.settings.name]
-      where = f"stream state: datasets.{cursor.settings.name}"
-      values = _counters(
-        [entry.get(k) if isinstance(entry, Mapping) else None for k in ("pass", "position", "taken")],
-        f"{where}: expected ints pass, position, taken in [0, 2**62); got {str(entry)[:200]}",
-      )
-      if values[1] > cursor.num_records:
-        raise ValueError(f"{where}: position {values[1]} beyond the {cursor.num_records} records")
-      entries.append(values)
-    updates = state.get("updates", [])  # states before updates: none
-    if isinstance(updates, MixtureUpdates):  # a snapshot's own (made by `update` or `get_state`)
-      if updates.names != tuple(self.names):
-        raise ValueError(f"stream state: updates for datasets {list(updates.names)}, not {list(self.names)}")
-    else:
-      updates = MixtureUpdates.from_json(updates, self.names)
-    next_step = state.get("next_step", 0)
-    if not is_int(next_step) or not 0 <= next_step < MAX_COUNTER:
-      raise ValueError(f"stream state: next_step must be an int in [0, 2**62), got {next_step!r}")
-    changes = changes_from_json(state.get("changes"))
-    if epoch != self.epoch:
-      self._set_epoch(epoch)
-    self.interleave.set_state(state.get("segment"))
-    for cursor, values in zip(self.cursors, entries):
-      cursor.set(*values)
-    self.emitted, self.tokens = counters
-    self.ended = bool(state.get("ended"))
-    self.updates, self.next_step, self.changes = updates, next_step, changes
-    self._changes_json = [c.to_json() for c in changes]
+    """Restores a `get_state()` (`restore`); a `ValueError` names what does not match."""
+    self.restore(StreamState.from_json(state, self.names))
 
   # -------------------------------------------------------------- iteration
 
@@ -475,10 +455,3 @@ class DocumentStream:
     self.emitted += count
     self.tokens += counted_total
     return DocBatch(self.names, picked, out_pass, out_record, out_length), counted_total
-
-
-def _counters(values: list[Any], message: str) -> list[int]:
-  """The state's counters, each an int in [0, MAX_COUNTER); else a ValueError with `message`."""
-  if any(not is_int(v) or not 0 <= v < MAX_COUNTER for v in values):
-    raise ValueError(message)
-  return [int(v) for v in values]

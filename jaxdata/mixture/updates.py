@@ -26,12 +26,20 @@ import bisect
 import dataclasses
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypedDict
 
 from jaxdata.config.schedule import exact_weights
 from jaxdata.config.validate import is_int
 
-__all__ = ["MixtureUpdates"]
+__all__ = ["MixtureUpdates", "UpdateEntry"]
+
+
+class UpdateEntry(TypedDict):
+  """One update as the state's JSON holds it: its step, and each dataset's weight as [numerator, denominator]."""
+
+  step: int
+  weights: dict[str, list[int]]
+
 
 # Update weights are held to multiples of 1 / UPDATE_RESOLUTION: the exact interleave's common scale
 # (the lcm of every weight's denominator) then stays bounded however many updates a run makes.
@@ -71,7 +79,7 @@ class MixtureUpdates:
   names: tuple[str, ...]
   steps: tuple[int, ...] = ()
   weights: tuple[tuple[Fraction, ...], ...] = ()
-  encoded: tuple[dict[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
+  encoded: tuple[UpdateEntry, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
   def __post_init__(self) -> None:
     if len(self.encoded) != len(self.steps):
@@ -122,13 +130,13 @@ class MixtureUpdates:
       return self
     return MixtureUpdates(self.names, self.steps[first:], self.weights[first:], self.encoded[first:])
 
-  def to_json_at(self, step: int) -> dict[str, Any] | None:
+  def to_json_at(self, step: int) -> UpdateEntry | None:
     """The JSON of the update at `step`, None if there is none."""
     at = bisect.bisect_left(self.steps, step)
-    return dict(self.encoded[at]) if at < len(self.steps) and self.steps[at] == step else None
+    return UpdateEntry(**self.encoded[at]) if at < len(self.steps) and self.steps[at] == step else None
 
-  def to_json(self) -> list[dict[str, Any]]:
-    return [dict(entry, weights=dict(entry["weights"])) for entry in self.encoded]
+  def to_json(self) -> list[UpdateEntry]:
+    return [UpdateEntry(step=entry["step"], weights=dict(entry["weights"])) for entry in self.encoded]
 
   @classmethod
   def from_json(cls, raw: Any, names: Sequence[str]) -> MixtureUpdates:
@@ -150,6 +158,5 @@ class MixtureUpdates:
     return cls(tuple(names), tuple(steps), tuple(weights))
 
 
-def _entry(names: Sequence[str], step: int, weights: Sequence[Fraction]) -> dict[str, Any]:
-  """One update as the state's JSON holds it."""
-  return {"step": step, "weights": {n: [w.numerator, w.denominator] for n, w in zip(names, weights)}}
+def _entry(names: Sequence[str], step: int, weights: Sequence[Fraction]) -> UpdateEntry:
+  return UpdateEntry(step=step, weights={n: [w.numerator, w.denominator] for n, w in zip(names, weights)})

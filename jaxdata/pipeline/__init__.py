@@ -11,8 +11,7 @@ Its modules::
     raw_inputs.py        `with_built_inputs`: a config's raw inputs, converted into their caches before opening
     pipeline_parts.py    `open_parts`: the datasets, planner and reader a pipeline opens from its config
     spec.py              `PipelineSpec`: everything that decides the batches (what worker processes get)
-    state.py             `PipelineState`: the state after a step, typed; its JSON is the checkpoint's
-    reconfigure.py       `reconfigured_state`: a state of one config made another's at its step (a change of course)
+    reconfigure.py       `reconfigured`: a state of one config made another's at its step (a change of course)
     planner.py           `StepPlanner`: the plan of every step, from metadata (used by everything that plans)
     read_spans.py        consecutive steps planned together, read together, then assembled one by one
     reader.py            `DocumentReader`: a span's documents, one batched read per dataset

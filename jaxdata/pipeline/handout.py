@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.config.layout import FEATURES, StepLayout
 from jaxdata.pipeline.prefetch import Prefetcher
 from jaxdata.pipeline.producing import END, End, Prepared, StepMaker
 from jaxdata.pipeline.reader import DocumentReader
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.switch_interval import SwitchIntervalLease, lower_switch_interval
 

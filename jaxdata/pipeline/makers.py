@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jaxdata._lazy import lazy_module
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.pipeline.assembly import Assembly, LocalAssembly, OutputRows
 from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.pipeline_parts import Parts
@@ -28,7 +29,6 @@ from jaxdata.pipeline.producing import StepMaker
 from jaxdata.pipeline.read_spans import RowsHere, read_span
 from jaxdata.pipeline.read_thread import ReadThread
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import Steps
 

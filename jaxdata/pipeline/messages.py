@@ -34,14 +34,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 
+from jaxdata.checkpoint.fingerprint import OrderFingerprint
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.config.layout import StepLayout
-from jaxdata.pipeline.state import PipelineState
+from jaxdata.mixture.updates import UpdateEntry
 from jaxdata.pipeline.step_stats import StepStats
 
 __all__ = [
@@ -141,9 +143,8 @@ class _Message:
     return {"kind": self.KIND, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
 
   @classmethod
-  def from_fields(cls, fields: dict[str, Any], names: Sequence[str]) -> Any:
-    """The message of its JSON fields (`names`: the datasets, for the states some carry)."""
-    del names
+  def from_fields(cls, fields: dict[str, Any]) -> Any:
+    """The message of its JSON fields."""
     return cls(**fields)
 
 
@@ -167,11 +168,9 @@ class Start(_Message):
     return out
 
   @classmethod
-  def from_fields(cls, fields: dict[str, Any], names: Sequence[str]) -> Start:
+  def from_fields(cls, fields: dict[str, Any]) -> Start:
     state = fields.get("state")
-    return cls(
-      fields["generation"], None if state is None else PipelineState.from_json(state, names), fields.get("horizon")
-    )
+    return cls(fields["generation"], None if state is None else PipelineState.from_json(state), fields.get("horizon"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +197,7 @@ class UpdateMixture(_Message):
 
   KIND: ClassVar[str] = "update_mixture"
   generation: int
-  update: dict[str, Any]
+  update: UpdateEntry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,11 +218,11 @@ class SpanPlanned(_Message):
     return out
 
   @classmethod
-  def from_fields(cls, fields: dict[str, Any], names: Sequence[str]) -> SpanPlanned:
+  def from_fields(cls, fields: dict[str, Any]) -> SpanPlanned:
     return cls(
       fields["generation"],
       fields["steps"],
-      [PipelineState.from_json(state, names) for state in fields["states"]],
+      [PipelineState.from_json(state) for state in fields["states"]],
       [StepStats.from_json(stats) for stats in fields["stats"]],
       fields["ended"],
     )
@@ -270,7 +269,14 @@ class Ready(_Message):
   """The worker opened its datasets; `fingerprint` is the order they give (checked by the main process)."""
 
   KIND: ClassVar[str] = "ready"
-  fingerprint: dict[str, Any]
+  fingerprint: OrderFingerprint
+
+  def to_json(self) -> dict[str, Any]:
+    return {"kind": self.KIND, "fingerprint": self.fingerprint.to_json()}
+
+  @classmethod
+  def from_fields(cls, fields: dict[str, Any]) -> Ready:
+    return cls(OrderFingerprint.from_json(fields["fingerprint"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,9 +333,8 @@ _KINDS: tuple[type[_Message], ...] = (
 _BY_KIND = {kind: tuple(c for c in _KINDS if c.KIND == kind) for kind in {c.KIND for c in _KINDS}}
 
 
-def message_from_json(raw: Mapping[str, Any], names: Sequence[str] = ()) -> Message:
-  """The message a JSON object is (a span is a `SpanPlanned` when it holds states, else a `SpanToRead`);
-  `names`, the datasets, read the states a message carries."""
+def message_from_json(raw: Mapping[str, Any]) -> Message:
+  """The message a JSON object is (a span is a `SpanPlanned` when it holds states, else a `SpanToRead`)."""
   kind = raw.get("kind")
   if kind not in _BY_KIND:
     raise ValueError(f"worker message: unknown kind {kind!r}")
@@ -338,6 +343,6 @@ def message_from_json(raw: Mapping[str, Any], names: Sequence[str] = ()) -> Mess
     known = {f.name for f in dataclasses.fields(cls)}
     required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
     if required <= set(fields) <= known:
-      message: Message = cls.from_fields(fields, names)
+      message: Message = cls.from_fields(fields)
       return message
   raise ValueError(f"worker message: a {kind!r} message with fields {sorted(fields)} is not one jaxdata sends")

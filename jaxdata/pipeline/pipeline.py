@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import threading
 import time
 import weakref
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
-from jaxdata.checkpoint.state import epoch_start, read_pipeline_state, seal
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import check_bool
 from jaxdata.errors import CheckpointError, PipelineClosedError
@@ -51,11 +50,10 @@ from jaxdata.pipeline.pipeline_parts import check_pipeline_arguments, log_stored
 from jaxdata.pipeline.producing import END, Prepared
 from jaxdata.pipeline.raw_inputs import with_built_inputs
 from jaxdata.pipeline.read_spans import READ_AHEAD
-from jaxdata.pipeline.reconfigure import reconfigured_state
+from jaxdata.pipeline.reconfigure import reconfigured
 from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
 from jaxdata.pipeline.slices import SliceSpec, mesh_and_axes
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steering import MixtureSteering
 from jaxdata.pipeline.switch_interval import check_switch_interval_s
@@ -193,7 +191,7 @@ class Pipeline:
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.
     self._finalizer = weakref.finalize(self, self._handout.release)
     self._state: PipelineState = snapshot()
-    self._start = self._state.to_json()  # step 0, for set_epoch
+    self._start = self._state  # step 0, for set_epoch
     self._exhausted = ""  # once the data ended: why next() raises StopIteration
     self._steering = MixtureSteering(
       maker,
@@ -290,7 +288,7 @@ class Pipeline:
   @_one_call_at_a_time
   def get_state(self) -> dict[str, Any]:
     """State after the last batch handed out (JSON-able, the same on every host)."""
-    return seal(json.loads(json.dumps(self._state.to_json())))
+    return self._state.sealed()
 
   @_one_call_at_a_time
   def set_state(self, state: Mapping[str, Any] | PipelineState, reconfigure: bool = False) -> None:
@@ -300,10 +298,10 @@ class Pipeline:
     with `reconfigure=True`, datasets and rows too, from the state's step on (docs/state.md)."""
     self._check_open("set_state()")
     check_bool(reconfigure, "reconfigure")
-    if isinstance(state, PipelineState):  # the typed form of a state (its JSON is checked the same way)
-      state = seal(json.loads(json.dumps(state.to_json())))
-    state = reconfigured_state(state, self.fingerprint, self.cfg) if reconfigure else state
-    checked = PipelineState.from_json(read_pipeline_state(state, self.fingerprint, self.cfg.names), self.cfg.names)
+    checked = state if isinstance(state, PipelineState) else PipelineState.read(state)  # decoded once
+    if reconfigure:
+      checked = reconfigured(checked, self._start.fingerprint, self.cfg)
+    checked.check_continues(self._start.fingerprint)
     try:
       self._restart_at(checked)
     except ValueError as e:
@@ -359,12 +357,12 @@ class Pipeline:
   @_one_call_at_a_time
   def set_epoch(self, epoch: int) -> None:
     """Starts over at step 0 of `epoch`, like `DistributedSampler.set_epoch` (before each epoch)."""
-    self.set_state(epoch_start(self._start, epoch))
+    self.set_state(self._start.at_epoch(epoch))
 
   @property
   def fingerprint(self) -> dict[str, Any]:
     """What determines this pipeline's order (the fingerprint every state it saves holds)."""
-    return cast(dict[str, Any], self._start["fingerprint"])
+    return self._start.fingerprint.to_json()
 
   @property
   def prefetch(self) -> int:
@@ -390,9 +388,9 @@ class Pipeline:
     )
 
   def _continue_from(self, state: PipelineState) -> None:
-    self._planner.set_state(state.planner_state())
+    self._planner.restore(state.step, state.stream, state.packer)
     self._recorder.restore(state.tokens_per_source)
-    self._state = state_snapshot(self._planner, self.fingerprint, self._recorder)
+    self._state = state_snapshot(self._planner, self._start.fingerprint, self._recorder)
     self._exhausted = ""
     self._steering.restarted(self._state.step)  # before the restart: a planner process starts with it
     self._handout.maker.restart(self._state)

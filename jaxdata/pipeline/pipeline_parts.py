@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from jaxdata.checkpoint.fingerprint import order_fingerprint
+from jaxdata.checkpoint.fingerprint import OrderFingerprint, order_fingerprint
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError
 from jaxdata.mixture.holdout import eval_config
@@ -24,7 +24,6 @@ from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import DocumentReader, ReadLog, record_columns
 from jaxdata.pipeline.spec import PipelineSpec
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
 from jaxdata.pipeline.wait_warning import LOGGER
@@ -42,7 +41,7 @@ __all__ = ["Parts", "check_pipeline_arguments", "log_stored_orders", "open_parts
 class Parts:
   planner: StepPlanner
   reader: DocumentReader
-  fingerprint: dict[str, Any]
+  fingerprint: OrderFingerprint
   cfg: PipelineConfig  # the config the planner runs (the eval split's for split="eval")
   record_starts: list[np.ndarray]  # per dataset: its shards' first records
   # parallel pairs: per dataset, per record, the slots a pair fills in its two rows (the step's padding counts
@@ -178,9 +177,10 @@ def _sampling(dataset: SplitDataset, settings: Any) -> str:
   return " ".join(parts)
 
 
-def state_snapshot(planner: StepPlanner, fingerprint: Mapping[str, Any], recorder: StatsRecorder) -> PipelineState:
+def state_snapshot(planner: StepPlanner, fingerprint: OrderFingerprint, recorder: StatsRecorder) -> PipelineState:
   """The state right now, cheaply (nothing encoded): snapshots are taken for every planned step."""
-  return PipelineState.of_planner(planner, fingerprint, recorder.tokens_per_source())
+  stream, packer = planner.stream.state(), planner.packer.state()
+  return PipelineState(planner.step, fingerprint, stream, packer, recorder.tokens_per_source())
 
 
 def check_pipeline_arguments(prefetch: int, making: StepMaking, read_ahead_tokens: int) -> None:

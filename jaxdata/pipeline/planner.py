@@ -26,7 +26,9 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import is_int
 from jaxdata.mixture.stream import DatasetMeta, DocumentStream
+from jaxdata.mixture.stream_state import StreamState
 from jaxdata.mixture.updates import MixtureUpdates
+from jaxdata.transforms.packer_state import PackerState
 from jaxdata.transforms.packing import Packer, StepPlan
 from jaxdata.transforms.pieces import Pieces
 
@@ -135,27 +137,29 @@ class StepPlanner:
         return plan
     raise ValueError(f"step: the stream ends before step {step}")
 
-  def get_state(self, encode_carry: bool = True) -> dict[str, Any]:
-    """{"step", "stream", "packer"}; `encode_carry=False` is cheap: the carry stays `Pieces` and the
-    mixture updates a `MixtureUpdates` (see `Packer.get_state`, `DocumentStream.get_state`)."""
-    return {
-      "step": self.step,
-      "stream": self.stream.get_state(encode_updates=encode_carry),
-      "packer": self.packer.get_state(encode_carry),
-    }
+  def get_state(self) -> dict[str, Any]:
+    """{"step", "stream", "packer"} as JSON (a `PipelineState` holds the same, typed)."""
+    return {"step": self.step, "stream": self.stream.get_state(), "packer": self.packer.get_state()}
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     """Restores `get_state()`; on a ValueError the planner is left as it was."""
     step = state.get("step")
     if not is_int(step) or step < 0:
       raise ValueError(f"step must be an int >= 0, got {step!r}")
-    previous = self.get_state(encode_carry=False)
+    self.restore(
+      step, StreamState.from_json(state.get("stream"), self.stream.names), PackerState.from_json(state.get("packer"))
+    )
+
+  def restore(self, step: int, stream: StreamState, packer: PackerState) -> None:
+    """Continues at `step` from the stream's and packer's states; on a ValueError the planner is left as
+    it was."""
+    previous = self.stream.state(), self.packer.state()
     try:
-      self.stream.set_state(state["stream"])
-      self.packer.set_state(state["packer"])
+      self.stream.restore(stream)
+      self.packer.restore(packer)
     except ValueError:
-      self.stream.set_state(previous["stream"])
-      self.packer.set_state(previous["packer"])
+      self.stream.restore(previous[0])
+      self.packer.restore(previous[1])
       raise
     self.step = step
     self.reserved, self.mailbox = self.stream.next_step, None

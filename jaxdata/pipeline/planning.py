@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.read_spans import MAX_SPAN_STEPS, HostStep, PlannedSpan, RowsHere, plan_span
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 
 __all__ = ["LocalPlanning", "Planning"]

@@ -18,10 +18,10 @@ its next span is awaited, never by a steering message (`PlanBefore`,
 
 from __future__ import annotations
 
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.messages import Credit, PlanBefore, SpanPlanned, Start, UpdateMixture, WorkerError
 from jaxdata.pipeline.read_spans import PlannedSpan, decode_span
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.worker_handle import WorkerGone, raised
 from jaxdata.pipeline.worker_pool import Lifecycle, WorkerPool

@@ -21,10 +21,10 @@ import threading
 import time
 from typing import Literal
 
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.producing import END, End, Prepared
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.steps import Steps
 from jaxdata.pipeline.worker_handle import WorkerGone
 from jaxdata.pipeline.worker_pool import Lifecycle, WorkerPool

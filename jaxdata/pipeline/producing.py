@@ -23,9 +23,9 @@ import dataclasses
 import enum
 from typing import Any, Final, Literal, Protocol
 
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.execution import Execution
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.step_stats import StepStats
 
 __all__ = ["END", "ComingStep", "End", "Prepared", "StepMaker"]

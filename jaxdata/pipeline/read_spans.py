@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.config.layout import StepLayout
 from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
-from jaxdata.pipeline.state import PipelineState
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.transforms.assemble import (

@@ -1,4 +1,4 @@
-"""`reconfigured_state`: a state saved under one config, made the state of another at the same step.
+"""`reconfigured`: a state saved under one config, made the state of another at the same step.
 
 `Pipeline(new_cfg).set_state(old_state, reconfigure=True)` calls it. The
 steps before the state's step S were the old config's; from S on the new
@@ -25,6 +25,7 @@ carried token is lost.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -32,16 +33,19 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.checkpoint.fingerprint import describe_changes
-from jaxdata.checkpoint.state import read_saved_state, seal
+from jaxdata.checkpoint.fingerprint import OrderFingerprint
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import CheckpointError
-from jaxdata.mixture.changes import ConfigChange, changes_from_json
+from jaxdata.mixture.changes import ConfigChange
 from jaxdata.mixture.interleave import Segment
+from jaxdata.mixture.stream_state import CursorState
+from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.wait_warning import LOGGER
+from jaxdata.transforms.packer_state import Carry, PackerState
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["reconfigured_state"]
+__all__ = ["reconfigured"]
 
 MAX_CARRY_PIECES = 1 << 22  # a carry is at most a step's pieces: far fewer
 ROW_FIELDS = ("packing", "global_batch_size")  # the fingerprint's fields that decide rows, not the order
@@ -63,26 +67,9 @@ def _row_change(field: str, old: Any, new: Any) -> str:
   return f"{field}: {old} -> {new}"
 
 
-def _check_shape(saved: Mapping[str, Any]) -> None:
-  """What a change of course reads of a (sealed, yet perhaps hand-made) state has the shape it needs."""
-  fingerprint, stream = saved["fingerprint"], saved["stream"]
-  names = fingerprint.get("datasets")
-  if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-    raise CheckpointError(f"pipeline state: fingerprint.datasets must list dataset names, got {names!r:.200}")
-  for field in ("content", "shuffle"):
-    if not isinstance(fingerprint.get(field), Mapping):
-      raise CheckpointError(f"pipeline state: fingerprint.{field} must map each dataset to its {field}")
-  datasets, tokens = stream.get("datasets"), saved["tokens_per_source"]
-  for what, value in (("stream.datasets", datasets), ("tokens_per_source", tokens)):
-    if not isinstance(value, Mapping) or set(value) != set(names):
-      raise CheckpointError(f"pipeline state: {what} must name the fingerprint's datasets {names}")
-  if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in tokens.values()):
-    raise CheckpointError(f"pipeline state: tokens_per_source must hold ints >= 0, got {dict(tokens)!r:.200}")
-
-
-def _refuse_special_token_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+def _refuse_special_token_changes(old: OrderFingerprint, new: OrderFingerprint) -> None:
   """Carried pieces count the BOS / EOS the old packing added: a change of them cannot carry over."""
-  words = [dict(w.split("=", 1) for w in str(f.get("packing", "")).split() if "=" in w) for f in (old, new)]
+  words = [dict(w.split("=", 1) for w in f.packing.split() if "=" in w) for f in (old, new)]
   changed = [k for k in ("bos", "eos") if words[0].get(k) != words[1].get(k)]
   if changed:
     raise CheckpointError(
@@ -92,22 +79,22 @@ def _refuse_special_token_changes(old: Mapping[str, Any], new: Mapping[str, Any]
     )
 
 
-def _classify(old: Mapping[str, Any], new: Mapping[str, Any], cfg: PipelineConfig) -> dict[str, list[str]]:
+def _classify(old: OrderFingerprint, new: OrderFingerprint, cfg: PipelineConfig) -> dict[str, list[str]]:
   """Which datasets are kept, added, removed and replaced; a CheckpointError for a change it cannot continue."""
-  if old.get("seed") != new.get("seed"):
+  if old.seed != new.seed:
     raise CheckpointError(
-      f"pipeline state: seed {old.get('seed')} -> {new.get('seed')}: every dataset's order would change, so no "
+      f"pipeline state: seed {old.seed} -> {new.seed}: every dataset's order would change, so no "
       "dataset could continue where it was (a state of another run?); restore with the run's seed"
     )
-  old_names, new_names = list(old.get("datasets", [])), list(cfg.names)
+  old_names, new_names = list(old.datasets), list(cfg.names)
   kept, replaced, refused = [], [], []
   for d in cfg.datasets:
     if d.name not in old_names:
       continue
     what = [
-      f"its {label} changed ({old[field].get(d.name)} -> {new[field].get(d.name)})"  # (_check_shape: mappings)
-      for field, label in (("content", "content"), ("shuffle", "order settings"))
-      if old.get(field, {}).get(d.name) != new[field].get(d.name)
+      f"its {label} changed ({before.get(d.name)} -> {after.get(d.name)})"
+      for before, after, label in ((old.content, new.content, "content"), (old.shuffle, new.shuffle, "order settings"))
+      if before.get(d.name) != after.get(d.name)
     ]
     if not what:
       kept.append(d.name)
@@ -127,7 +114,7 @@ def _classify(old: Mapping[str, Any], new: Mapping[str, Any], cfg: PipelineConfi
     )
   added, removed = [n for n in new_names if n not in old_names], [n for n in old_names if n not in new_names]
   for name in added:  # a rename reads the data again from pass 0: say so
-    same = [r for r in removed if old["content"].get(r) == new["content"].get(name)]
+    same = [r for r in removed if old.content.get(r) == new.content.get(name)]
     if same:
       LOGGER.warning(
         "datasets.%s: the same content as the removed dataset %s: it starts at pass 0 (a renamed dataset is read "
@@ -170,74 +157,66 @@ def _carry(
   return pieces.to_json(), dropped
 
 
-def reconfigured_state(state: Any, fingerprint: Mapping[str, Any], cfg: PipelineConfig) -> dict[str, Any]:
-  """`state` (saved under any config of this run) as the state of `cfg` at the same step; unchanged when
+def reconfigured(saved: PipelineState, fingerprint: OrderFingerprint, cfg: PipelineConfig) -> PipelineState:
+  """`saved` (a state of any config of this run) as the state of `cfg` at the same step; itself when
   nothing that determines the order changed. A CheckpointError names a change that cannot go on."""
-  saved = read_saved_state(state)
-  old = saved["fingerprint"]
-  changes = describe_changes(old, fingerprint)
-  if not changes:
+  old = saved.fingerprint
+  if not fingerprint.changes_from(old):
     return saved
-  _check_shape(saved)
   _refuse_special_token_changes(old, fingerprint)
   groups = _classify(old, fingerprint, cfg)
-  old_names, new_names = list(old["datasets"]), list(cfg.names)
-  stream = dict(saved["stream"])
-  try:
-    history = changes_from_json(stream.get("changes"))
-    old_datasets = stream["datasets"]
-    unit_changed = stream.get("unit") != cfg.mixture.unit
-    datasets = {
-      n: {**old_datasets[n], **({"taken": 0} if unit_changed else {})}
-      if n in groups["kept"]
-      else {"pass": 0, "position": 0, "taken": 0}
-      for n in new_names
-    }
-    taken = [int(datasets[n]["taken"]) for n in new_names]
-    units = int(stream["tokens"] if cfg.mixture.unit == "tokens" else stream["emitted"])
-    next_step = int(stream.get("next_step", saved["step"]))
-  except (KeyError, TypeError, ValueError) as e:
-    raise CheckpointError(f"pipeline state: malformed stream ({str(e)[:200]})") from e
+  old_names, new_names = list(old.datasets), list(cfg.names)
+  stream = saved.stream
+  cursors = dict(stream.datasets)
+  unit_changed = stream.unit != cfg.mixture.unit
+  datasets = tuple(
+    (n, dataclasses.replace(cursors[n], taken=0) if unit_changed else cursors[n])
+    if n in groups["kept"]
+    else (n, CursorState(0, 0, 0))
+    for n in new_names
+  )
   # The exact interleave starts a segment at S with zero deficits: its bound holds counted from S. (The
   # stream's first `begin` replaces these placeholder weights by the config's, carrying the zeros.)
-  segment = Segment(next_step, units, 1, [1] + [0] * (len(new_names) - 1), [0] * len(new_names), taken)
-  seq_len = cfg.packing.seq_len_at(int(saved["step"]))
+  units = stream.tokens if cfg.mixture.unit == "tokens" else stream.emitted
+  taken = [cursor.taken for _, cursor in datasets]
+  zeros = [0] * len(new_names)
+  segment = Segment(max(stream.next_step, saved.step), units, 1, [1] + zeros[1:], zeros, taken)
+  seq_len = cfg.packing.seq_len_at(saved.step)
   try:
     pairs = cfg.packing.pairs is not None
-    carry, dropped = _carry(saved["packer"]["carry"], old_names, groups["kept"], new_names, seq_len, pairs)
+    carry, dropped = _carry(saved.carry.text, old_names, groups["kept"], new_names, seq_len, pairs)
   except CheckpointError:
     raise
   except (KeyError, TypeError, ValueError) as e:  # Pieces' own errors name the carry
     raise CheckpointError(f"pipeline state: {e}") from e
   change = ConfigChange(
-    step=int(saved["step"]),
-    before=fingerprint_digest(old),
+    step=saved.step,
+    before=fingerprint_digest(old.to_json()),
     added=tuple(groups["added"]),
     removed=tuple(groups["removed"]),
     replaced=tuple(groups["replaced"]),
     rows=tuple(
-      _row_change(field, old.get(field), fingerprint.get(field))
+      _row_change(field, getattr(old, field), getattr(fingerprint, field))
       for field in ROW_FIELDS
-      if old.get(field) != fingerprint.get(field)
+      if getattr(old, field) != getattr(fingerprint, field)
     ),
     dropped_tokens=dropped,
   )
-  tokens = saved["tokens_per_source"]
-  stream.update(
+  new_stream = dataclasses.replace(
+    stream,
     unit=cfg.mixture.unit,
     interleave=cfg.mixture.interleave,
     datasets=datasets,
-    segment=segment.to_json() if cfg.mixture.interleave == "exact" else None,
-    updates=[],
+    segment=segment if cfg.mixture.interleave == "exact" else None,
+    updates=MixtureUpdates(tuple(new_names)),
     ended=False,
-    changes=[c.to_json() for c in (*history, change)],
+    changes=(*stream.changes, change),
   )
-  return seal(
-    {
-      **{k: v for k, v in saved.items() if k != "digest"},
-      "fingerprint": dict(fingerprint),
-      "stream": stream,
-      "packer": {"done": False, "carry": carry},
-      "tokens_per_source": {n: int(tokens.get(n, 0)) if n in groups["kept"] else 0 for n in new_names},
-    }
+  tokens = saved.tokens_per_source
+  return PipelineState(
+    saved.step,
+    fingerprint,
+    new_stream,
+    PackerState(False, Carry.of_text(carry)),
+    {n: int(tokens.get(n, 0)) if n in groups["kept"] else 0 for n in new_names},
   )

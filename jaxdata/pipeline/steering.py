@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxdata._lazy import lazy_module
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.producing import StepMaker
-from jaxdata.pipeline.state import PipelineState
 
 if TYPE_CHECKING:  # the type checker sees jax; at run time it is imported on first use
   import jax

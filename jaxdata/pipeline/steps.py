@@ -21,13 +21,13 @@ from __future__ import annotations
 import collections
 from typing import Literal
 
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.assembly import Assembly
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planning import Planning
 from jaxdata.pipeline.producing import END, ComingStep, End, Prepared
 from jaxdata.pipeline.read_spans import PlannedSpan
-from jaxdata.pipeline.state import PipelineState
 
 __all__ = ["Steps"]
 

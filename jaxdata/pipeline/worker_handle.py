@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
 from jaxdata.errors import CheckpointError, ConfigError, DatasetError, InputFormatError, WorkerStartError
@@ -69,10 +68,8 @@ def raised(message: WorkerError) -> Exception:
 class WorkerHandle:
   """One worker process, its pipe and (a reader's) shared memory ring."""
 
-  def __init__(
-    self, pipeline: PipelineSpec, spec: WorkerSpec, memory: SharedBuffer | None, names: Sequence[str]
-  ) -> None:
-    self.pipeline, self.memory, self.names = pipeline, memory, tuple(names)
+  def __init__(self, pipeline: PipelineSpec, spec: WorkerSpec, memory: SharedBuffer | None) -> None:
+    self.pipeline, self.memory = pipeline, memory
     if memory is not None:  # the ring's descriptor, as the process inherits it
       spec = dataclasses.replace(spec, memory_fd=memory.fd)
     self.spec = spec
@@ -143,7 +140,7 @@ class WorkerHandle:
 
   def _read(self) -> Message:
     try:
-      return message_from_json(json.loads(self.conn.recv_bytes()), self.names)
+      return message_from_json(json.loads(self.conn.recv_bytes()))
     except (EOFError, OSError):  # OSError: reset by a process that was killed
       raise self.gone() from None
     except KeyboardInterrupt:
@@ -175,7 +172,7 @@ class WorkerHandle:
   def respawned(self) -> WorkerHandle:
     """A new process in place of a dead one, on the same shared memory."""
     self.conn.close()
-    return WorkerHandle(self.pipeline, self.spec, self.memory, self.names)
+    return WorkerHandle(self.pipeline, self.spec, self.memory)
 
   def stop(self) -> None:
     """Asks the process to exit (`close` waits for it)."""

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import warnings
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
+from jaxdata.checkpoint.fingerprint import OrderFingerprint
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import DatasetError, WorkerStartError
 from jaxdata.pipeline.messages import PLANNER, READER, Ready, WorkerError, WorkerSpec, shape_key
@@ -63,7 +63,6 @@ class WorkerPool:
     spec: the pipeline's spec (every worker opens its parts from it).
     workers: each worker's own spec, the planner first.
     fingerprint: the pipeline's order; a worker that opens files giving another is an error.
-    names: the datasets (the states the planner sends name them).
     fall_back: a worker that cannot start (`WorkerStartError`) leaves every step to this process,
       with a warning, instead of failing them.
   """
@@ -77,7 +76,7 @@ class WorkerPool:
     rows_here: RowsHere,
     slots: int,
     read_ahead_tokens: int,
-    fingerprint: Mapping[str, Any],
+    fingerprint: OrderFingerprint,
     fall_back: bool,
   ) -> WorkerPool:
     """A planner and `readers` reader processes for this host's rows (`rows_here`), each reader with a
@@ -88,18 +87,17 @@ class WorkerPool:
     slots = max(slots, 2)  # one being copied out, one being made
     planner = WorkerSpec(PLANNER, 0, readers, -1, slots, slot_bytes, rows_by_shape, read_ahead_tokens, layout.to_json())
     workers = [planner] + [dataclasses.replace(planner, role=READER, index=i) for i in range(readers)]
-    return cls(spec, workers, fingerprint, cfg.names, fall_back)
+    return cls(spec, workers, fingerprint, fall_back)
 
   def __init__(
     self,
     spec: PipelineSpec,
     workers: Sequence[WorkerSpec],
-    fingerprint: Mapping[str, Any],
-    names: Sequence[str],
+    fingerprint: OrderFingerprint,
     fall_back: bool,
   ) -> None:
-    self.spec, self.workers, self.names, self.fall_back = spec, list(workers), tuple(names), fall_back
-    self.fingerprint = json.loads(json.dumps(fingerprint))  # as a worker sends it back
+    self.spec, self.workers, self.fall_back = spec, list(workers), fall_back
+    self.fingerprint = fingerprint
     self.handles: list[WorkerHandle] = []  # the planner, then the readers; started after the first step
     # At exit too: the workers stop and the shared memory is released.
     self._finalizer = weakref.finalize(self, close_all, self.handles)
@@ -134,7 +132,7 @@ class WorkerPool:
       for worker in self.workers:
         memory = SharedBuffer.create(worker.ring_bytes) if worker.role == READER else None
         try:
-          self.handles.append(WorkerHandle(self.spec, worker, memory, self.names))
+          self.handles.append(WorkerHandle(self.spec, worker, memory))
         except BaseException:  # re-raised: the ring no handle holds is released here
           if memory is not None:
             memory.close()

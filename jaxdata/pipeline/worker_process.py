@@ -24,7 +24,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -108,14 +108,14 @@ class _Role(abc.ABC):
   waiting), else do one unit of work. Messages of an older generation (from
   before the last start) are dropped."""
 
-  def __init__(self, conn: Connection, names: Sequence[str]) -> None:
-    self.conn, self.names = conn, names
+  def __init__(self, conn: Connection) -> None:
+    self.conn = conn
     self.generation = -1  # nothing to do until the first "start"
 
   def run(self) -> None:
     while True:
       while self.waiting() or self.conn.poll():
-        message = message_from_json(json.loads(self.conn.recv_bytes()), self.names)
+        message = message_from_json(json.loads(self.conn.recv_bytes()))
         spans = isinstance(message, (SpanToRead, SpanPlanned))
         payload = self.conn.recv_bytes() if spans else b""  # always: a span's pieces follow its header
         if isinstance(message, Stop):
@@ -149,7 +149,7 @@ class _Planning(_Role):
   credits; the stream's end or an error idles it."""
 
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts) -> None:
-    super().__init__(conn, cfg.names)
+    super().__init__(conn)
     self.spec, self.planner = spec, parts.planner
     self.recorder = StatsRecorder(
       cfg.names, cfg.mixture.unit, parts.planner.stream, None, parts.record_starts, parts.pair_slots
@@ -166,7 +166,7 @@ class _Planning(_Role):
     state = message.state
     if state is None:
       raise ValueError("worker message: the planner's start holds no state")
-    self.planner.set_state(state.planner_state())  # checked by the main process already
+    self.planner.restore(state.step, state.stream, state.packer)  # checked by the main process already
     self.recorder.restore(state.tokens_per_source)
     self.planning.restart(state)
     self.planning.plan_before(message.horizon)
@@ -205,7 +205,7 @@ class _Reading(_Role):
   steps, in order, into free slots; with every slot full, it reads the next span meanwhile."""
 
   def __init__(self, conn: Connection, cfg: PipelineConfig, spec: WorkerSpec, parts: Parts, buffer: memoryview) -> None:
-    super().__init__(conn, cfg.names)
+    super().__init__(conn)
     self.cfg, self.spec, self.buffer = cfg, spec, buffer
     self.layout = spec.step_layout  # what a slot holds
     self.reads = SpanReads(parts.reader, cfg.packing.fill_id, None)
