@@ -51,7 +51,7 @@ def test_example_config_loads(tmp_path):
   assert web.block_size == "auto" and web.shuffle_shards and not web.shuffle_within_shard
   assert (web.policy, web.target_passes) == ("passes", 1)
   assert (code.policy, code.max_passes, code.block_size) == ("repeat", 3, "global")  # the default mixes
-  assert cfg.schedule().weights_at(0) == (0.75, 0.25)
+  assert cfg.schedule.weights_at(0) == (0.75, 0.25)
 
 
 def test_schedule_from_yaml(tmp_path):
@@ -69,7 +69,7 @@ def test_schedule_from_yaml(tmp_path):
   """,
     )
   )
-  s = cfg.schedule()
+  s = cfg.schedule
   assert s.weights_at(99) == (1.0, 0.0)
   assert s.weights_at(110) == (0.5, 0.5) and s.weights_at(105)[1] == pytest.approx(6 / 11 * 0.5)
   assert s.weights_at(109)[1] == pytest.approx(10 / 11 * 0.5)

@@ -61,8 +61,8 @@ def test_epoch_e_is_pass_e_of_the_keyed_order(cfg):
   raw = single(cfg).to_dict()
   raw.update(exhausted_policy="repeat")
   repeat = PipelineConfig.from_dict(raw)
-  later = [r.record for _, r in zip(range(120), DocumentStream(repeat))]
-  assert [r.record for _, r in zip(range(60), DocumentStream(repeat, epoch=1))] == later[60:]
+  later = [r.record for _, r in zip(range(120), DocumentStream.open(repeat))]
+  assert [r.record for _, r in zip(range(60), DocumentStream.open(repeat, epoch=1))] == later[60:]
 
 
 def test_set_epoch_restarts_at_step_zero_of_that_epoch_and_the_state_carries_it(cfg):

@@ -116,7 +116,7 @@ def _config(tmp_path, counts: tuple[int, int] = (50, 70), **overrides) -> Pipeli
 
 def test_the_mixture_dataset_yields_the_streams_documents_in_order(tmp_path):
   cfg = _config(tmp_path, mixture={"weights": {"d0": 3, "d1": 1}}, stop_after_passes=1, exhausted_policy="repeat")
-  refs = list(DocumentStream(cfg))
+  refs = list(DocumentStream.open(cfg))
   docs = list(MixtureDataset(cfg, dataset_ids=True))
   assert len(docs) == len(refs) > 100
   with open_dataset(str(tmp_path / "d0")) as d0, open_dataset(str(tmp_path / "d1")) as d1:
@@ -137,7 +137,7 @@ def test_the_mixture_dataset_follows_a_schedule_whatever_its_chunking(tmp_path):
     },
     exhausted_policy="repeat",
   )
-  stream = DocumentStream(cfg)
+  stream = DocumentStream.open(cfg)
   expected = [next(stream).dataset for _ in range(200)]
   for chunk_docs in (1, 7, 1024):
     iterator = MixtureDatasetIterator(PipelineSpec(cfg), dataset_ids=True, chunk_docs=chunk_docs)

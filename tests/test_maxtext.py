@@ -56,7 +56,7 @@ def values(tmp_path) -> dict:
 def test_the_keys_map_onto_the_pipeline(values, tmp_path):
   cfg = maxtext_config(values)
   assert [(d.name, d.path) for d in cfg.datasets] == [("web", f"{tmp_path}/web"), ("code", f"{tmp_path}/code")]
-  assert [float(w) for w in cfg.schedule().exact_weights_at(0)] == [0.7, 0.3]
+  assert [float(w) for w in cfg.schedule.exact_weights_at(0)] == [0.7, 0.3]
   assert (cfg.seed, cfg.packing.seq_len, cfg.batch.global_batch_size, cfg.packing.mode) == (3, 32, 8, "first_fit")
   assert (cfg.packing.add_eos, cfg.packing.eos_id, cfg.shuffle_block_size) == (
     True,

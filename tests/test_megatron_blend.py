@@ -76,12 +76,12 @@ def test_the_blend_is_a_mixture_with_megatrons_weights_and_split(prefixes, tmp_p
   web, code = list(prefixes)
   cfg = megatron_config(f"0.3 {web} 0.7 {code}", split="969,30,1", index_dir=str(tmp_path / "ix"), seq_len=16)
   assert cfg.names == ("web_text_document", "code_text_document")
-  assert [float(w) for w in cfg.schedule().exact_weights_at(0)] == [0.3, 0.7]
+  assert [float(w) for w in cfg.schedule.exact_weights_at(0)] == [0.3, 0.7]
   # Megatron numbers 401 and 251 documents (the empty ones included): round(0.969 x 401) = 389 of which one
   # (document 100) is empty, so records [0, 388); round(0.969 x 251) = 243 -> records [0, 242)
   assert [d.documents for d in cfg.datasets] == [(0, 388), (0, 242)]
   # the realised token shares of the exact interleave: within one document of the weights
-  stream = DocumentStream(cfg)
+  stream = DocumentStream.open(cfg)
   refs = [next(stream) for _ in range(3000)]
   tokens = {name: sum(r.length for r in refs if r.dataset == name) for name in cfg.names}
   total = sum(tokens.values())
@@ -97,7 +97,7 @@ def test_the_blend_is_a_mixture_with_megatrons_weights_and_split(prefixes, tmp_p
       seq_len=16,
       stop_after_passes=1,
     )  # (train repeats by default: one pass here)
-    seen[which] = {(r.dataset, r.record) for r in DocumentStream(split_cfg)}
+    seen[which] = {(r.dataset, r.record) for r in DocumentStream.open(split_cfg)}
     for d in split_cfg.datasets:
       assert {r for n, r in seen[which] if n == d.name} == set(range(d.documents[1] - d.documents[0]))
   assert megatron_config(f"0.3 {web} 0.7 {code}", which="valid", index_dir=str(tmp_path / "ix")).datasets[
@@ -112,7 +112,7 @@ def test_an_unweighted_blend_weighs_by_tokens_and_a_split_with_no_documents_is_n
   web, code = list(prefixes)
   cfg = megatron_config(f"{web} {code}", split="1,0,0", index_dir=str(tmp_path / "ix"))
   sizes = [sum(len(d) for d in docs) for docs in prefixes.values()]
-  assert [float(w) for w in cfg.schedule().exact_weights_at(0)] == pytest.approx([s / sum(sizes) for s in sizes])
+  assert [float(w) for w in cfg.schedule.exact_weights_at(0)] == pytest.approx([s / sum(sizes) for s in sizes])
   with pytest.raises(ConfigError, match=r"split: '1,0,0' gives valid no document of .*web_text_document"):
     megatron_config(f"{web} {code}", split="1,0,0", which="valid", index_dir=str(tmp_path / "ix"))
   with pytest.raises(ConfigError, match=r"data_path: .*missing.bin does not exist"):
@@ -209,13 +209,13 @@ def test_the_written_config_shuffles_keeps_every_eval_token_and_holds_only_what_
   # every token of the valid split reaches a batch (the last one padded): the stream's tokens, all placed
   with Pipeline(cfg, prefetch=0) as pipe:
     placed = sum(int((b["segment_ids"] > 0).sum()) for b in pipe)
-  streamed = list(DocumentStream(cfg))
+  streamed = list(DocumentStream.open(cfg))
   assert placed == sum(r.length for r in streamed)
   for d in cfg.datasets:
     assert {r.record for r in streamed if r.dataset == d.name} == set(range(d.documents[1] - d.documents[0]))
   # train shuffles: the first pass is not the stored order
   train = megatron_config(f"1 {web}", split="1", index_dir=str(tmp_path / "ix"), tokenizer={"kind": "byte"})
-  order = [r.record for _, r in zip(range(50), DocumentStream(train))]
+  order = [r.record for _, r in zip(range(50), DocumentStream.open(train))]
   assert order != list(range(50)) and len(set(order)) == 50
   # the tokenizer is recorded: the index mixes with byte-converted data
   manifest = json.load(open(tmp_path / "ix" / "web_text_document" / "manifest.json"))

@@ -118,7 +118,7 @@ def test_invalid_weights_are_refused_and_nothing_changes(cfg, weights, message):
 def test_after_a_change_every_prefix_stays_within_one_document_of_the_moving_target(cfg):
   """The exact interleave's bound holds across changes: the target integrates the weights in force
   (the deficits carry over, no jump), and every prefix stays within one document's tokens of it."""
-  stream = DocumentStream(cfg)
+  stream = DocumentStream.open(cfg)
   rng = np.random.default_rng(1)
   changes = {step: dict(zip(NAMES, (rng.integers(0, 6, 3) + [0, 1, 0]).tolist())) for step in (3, 7, 8, 20, 31)}
   largest = max(int(c.lengths.max()) for c in stream.cursors)
@@ -137,7 +137,7 @@ def test_after_a_change_every_prefix_stays_within_one_document_of_the_moving_tar
 
 
 def test_a_stream_update_for_a_step_already_drawn_is_refused_and_the_state_keeps_only_what_is_needed(cfg):
-  stream = DocumentStream(cfg)
+  stream = DocumentStream.open(cfg)
   stream.take(step=4, max_docs=10)
   with pytest.raises(ValueError, match=r"at_step: 4 already has documents taken; the next step is 5"):
     stream.update({"d0": 1, "d1": 1, "d2": 1}, at_step=4)
@@ -148,7 +148,7 @@ def test_a_stream_update_for_a_step_already_drawn_is_refused_and_the_state_keeps
   assert [u["step"] for u in state["updates"]] == [5, 9]  # in force, and still to come
   stream.take(step=10, max_docs=3)
   assert [u["step"] for u in stream.get_state()["updates"]] == [9]  # 5 can no longer be seen
-  restored = DocumentStream(cfg)
+  restored = DocumentStream.open(cfg)
   restored.set_state(json.loads(json.dumps(state)))
   assert restored.exact_weights_at(9) == stream.exact_weights_at(9)
   assert math.isclose(float(restored.exact_weights_at(6)[0]), 0.5)
@@ -275,7 +275,7 @@ def test_pass_policies_and_schedules_keep_working_when_weights_move(tmp_path):
 def test_the_state_stays_small_however_many_updates_a_run_makes(cfg):
   """Update weights are held to 1e-9: the interleave's exact scale stays bounded (float weights every step
   made it grow by hundreds of digits until the state could no longer be written)."""
-  stream = DocumentStream(cfg)
+  stream = DocumentStream.open(cfg)
   rng = np.random.default_rng(7)
   sizes = []
   for step in range(3000):

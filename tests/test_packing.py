@@ -82,7 +82,7 @@ def _packed_once(tmp_path, lengths: list[list[int]], **packing):
   )
   with Pipeline(cfg, prefetch=0) as pipe:
     batches = all_batches(pipe)
-  return cfg, batches, DocumentStream(cfg).take(0, max_docs=10_000)
+  return cfg, batches, DocumentStream.open(cfg).take(0, max_docs=10_000)
 
 
 doc_lengths = st.lists(st.integers(1, 40), min_size=1, max_size=25)
@@ -441,7 +441,7 @@ def test_bad_pipeline_arguments_and_packer_states_are_named(mixed_cfg):
     Pipeline(mixed_cfg, read_ahead_tokens=0)
   with pytest.raises(ValueError, match="data_axes: 'rows' is not an axis of the mesh"):
     Pipeline(mixed_cfg, mesh=mesh, data_axes=("rows",))
-  stream = DocumentStream(mixed_cfg)
+  stream = DocumentStream.open(mixed_cfg)
   with pytest.raises(ValueError, match="take: give max_docs or max_tokens"):
     stream.take(0)
   with pytest.raises(ValueError, match="take: max_tokens must be an int >= 1, got 0"):

@@ -58,7 +58,7 @@ def test_exact_interleave_stays_within_one_document_at_every_prefix(data, count,
   cfg = make_cfg(names, dict(zip(names, raw)), unit="tokens" if tokens_unit else "documents", exhausted_policy="repeat")
   batch = DocumentStream(cfg, metas).take(0, max_docs=1500)
   # The algorithm follows the configured weights exactly (as fractions).
-  weights = np.array(cfg.schedule().weights_at(0))
+  weights = np.array(cfg.schedule.weights_at(0))
   worst = deviations(batch, weights, tokens_unit).max()
   if tokens_unit:
     assert worst <= max(int(m.lengths.max()) for m in metas.values())
@@ -132,7 +132,7 @@ def test_schedule_switches_weights_exactly_at_the_boundary_step():
 
 def test_schedule_ramp_is_linear_and_lands_on_the_next_phase():
   schedule = [{"until_step": 10, "weights": {"a": 1, "b": 0}}, {"weights": {"a": 0, "b": 1}, "ramp_steps": 3}]
-  s = make_cfg(["a", "b"], schedule=schedule).schedule()
+  s = make_cfg(["a", "b"], schedule=schedule).schedule
   assert [s.weights_at(step)[1] for step in (9, 10, 11, 12, 13, 50)] == [0, 0.25, 0.5, 0.75, 1, 1]
 
 
@@ -382,7 +382,7 @@ def test_stream_over_real_dataset_directories(tmp_path):
       "mixture": {"weights": {"web": 0.75, "code": 0.25}},
     }
   )
-  refs = list(DocumentStream(cfg))
+  refs = list(DocumentStream.open(cfg))
   web = sorted(r.record for r in refs if r.dataset == "web" and r.pass_index == 0)
   assert web == list(range(50))  # the stream ends once both did a full pass
   assert {r.dataset for r in refs} == {"web", "code"}

@@ -130,7 +130,7 @@ def from_megatron(args: argparse.Namespace, console: Console) -> int:
     dataset["path"] = os.path.relpath(dataset["path"], here)
   with open(args.out, "w", encoding="utf-8") as f:
     yaml.safe_dump(raw, f, sort_keys=False)
-  shares = ", ".join(f"{n} {float(w):.4g}" for n, w in zip(cfg.names, cfg.schedule().exact_weights_at(0)))
+  shares = ", ".join(f"{n} {float(w):.4g}" for n, w in zip(cfg.names, cfg.schedule.exact_weights_at(0)))
   ranges = ", ".join(f"{d.name} [{d.documents[0]}, {d.documents[1]})" for d in cfg.datasets if d.documents)
   console.print(f"wrote {args.out}: {args.which} split, token shares {shares}; documents {ranges}", markup=False)
   return 0

@@ -66,7 +66,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
   tokens = parse_tokens(args.tokens)
   check_output_path(args.png, "--png")
   changes = _state_changes(args.state) if args.state else []
-  schedule = cfg.schedule()
+  schedule = cfg.schedule
   tokens_per_step = cfg.tokens_per_step
   with working(console, args.quiet or args.json, f"planning {args.tokens} tokens"):
     table, end, warnings = plan_run(cfg, tokens, args.max_passes)

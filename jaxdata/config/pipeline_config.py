@@ -17,6 +17,7 @@ key, its type, default and allowed values are in docs/configuration.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -166,7 +167,7 @@ class PipelineConfig:
         f"datasets.{windows[0]}: sampling: windows takes token windows as they lie in the file (their EOS "
         "separators included); packing.add_bos / add_eos cannot apply to them: turn them off"
       )
-    schedule = self.schedule()
+    schedule = self.schedule
     for setting, positive in zip(self.dataset_settings(), schedule.ever_positive()):
       if setting.policy == "passes" and not positive:
         raise ConfigError(
@@ -275,7 +276,9 @@ class PipelineConfig:
     )
     return tuple(sorted({(self.rows_at(s), self.packing.seq_len_at(s)) for s in range(until + 1)}))
 
+  @functools.cached_property
   def schedule(self) -> Schedule:
+    """The mixture's schedule (every step's config weights), built once: validating the config builds it."""
     phases = [(p.weights, p.until_step, p.ramp_steps) for p in self.mixture.phases()]
     return Schedule.from_phases(self.names, phases)
 

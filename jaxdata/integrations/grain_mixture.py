@@ -35,7 +35,7 @@ from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import is_int
 from jaxdata.errors import CheckpointError, ConfigError
 from jaxdata.integrations.grain import GlobalStreamDataset
-from jaxdata.mixture.stream import DocBatch
+from jaxdata.mixture.documents import DocBatch
 from jaxdata.pipeline.pipeline_parts import open_parts
 from jaxdata.pipeline.spec import PipelineSpec
 

@@ -7,7 +7,7 @@ window datasets): planning never reads a token.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from jaxdata.sources.opening import SplitDataset, open_dataset
 from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 from jaxdata.sources.shard_cache import CacheOptions, default_cache_options
 
-__all__ = ["DatasetMeta", "load_metadata", "open_split", "window_options"]
+__all__ = ["DatasetMeta", "checked_metadata", "load_metadata", "open_split", "window_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +96,31 @@ def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
     with open_split(s, ReadOptions(), cache, cfg.seed, "train") as dataset:
       out[s.name] = DatasetMeta.from_dataset(dataset)
   return out
+
+
+def checked_metadata(cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta]) -> tuple[list[DatasetMeta], list[int]]:
+  """Each dataset's metadata in the config's order, and its shortest document; a `ConfigError` names a
+  dataset without metadata, without records, or with a document of no token (a token-limited pull
+  could never end). One pass over the lengths: only when the shortest is 0 are they scanned again, to
+  name the first."""
+  missing = [n for n in cfg.names if n not in metadata]
+  if missing:
+    raise ConfigError(f"datasets.{missing[0]}: no metadata given for this dataset")
+  metas, shortest = [metadata[n] for n in cfg.names], []
+  for name, meta in zip(cfg.names, metas):
+    num_records = int(meta.shard_counts.sum())
+    if num_records == 0:
+      raise ConfigError(f"datasets.{name}: the dataset has no records")
+    if meta.lengths.size != num_records:
+      raise ConfigError(f"datasets.{name}: {meta.lengths.size} lengths for {num_records} records")
+    shortest.append(int(meta.lengths.min()))  # (a view's min may be a bound: 0 is checked on the lengths)
+    empty = np.flatnonzero(np.asarray(meta.lengths) == 0) if shortest[-1] == 0 else np.zeros(0, np.int64)
+    if len(empty):
+      raise ConfigError(
+        f"datasets.{name}: {len(empty)} documents of length 0 (the first is record {int(empty[0])}); every "
+        "document needs at least one token"
+      )
+  return metas, shortest
 
 
 def open_split(

@@ -21,7 +21,7 @@ counts and lengths), and the state is a few integers per dataset::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -29,23 +29,22 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
-from jaxdata.config.schedule import Schedule
 from jaxdata.config.validate import is_int
-from jaxdata.errors import ConfigError
 from jaxdata.mixture.changes import ConfigChange
+from jaxdata.mixture.documents import DocBatch, DocRef
+from jaxdata.mixture.endless import check_can_end, check_some_kept
 from jaxdata.mixture.interleave import StreamPosition, make_interleave
-from jaxdata.mixture.metadata import DatasetMeta, load_metadata, window_options
+from jaxdata.mixture.metadata import DatasetMeta, checked_metadata, load_metadata, window_options
 from jaxdata.mixture.pick_loops import PassMarks, PickLoop
 from jaxdata.mixture.stream_state import CursorState, StreamState
 from jaxdata.mixture.updates import MixtureUpdates
+from jaxdata.mixture.weights import MixtureWeights
 from jaxdata.order.cursor import DatasetCursor
 from jaxdata.order.dataset_order import DatasetOrder, ShuffleOptions
 from jaxdata.order.sampled import SampledOrder
 
 __all__ = [
   "DatasetMeta",
-  "DocBatch",
-  "DocRef",
   "DocumentStream",
   "load_metadata",
   "window_options",
@@ -58,42 +57,6 @@ CALL_TOKENS = 1 << 26
 _UNLIMITED = 1 << 62
 
 
-@dataclasses.dataclass(frozen=True)
-class DocRef:
-  """One document of the stream: which dataset, pass, record, and its length."""
-
-  dataset: str
-  pass_index: int
-  record: int
-  length: int
-
-
-@dataclasses.dataclass(frozen=True)
-class DocBatch:
-  """Consecutive documents of the stream as arrays (`dataset` indexes `names`)."""
-
-  names: tuple[str, ...]
-  dataset: np.ndarray
-  pass_index: np.ndarray
-  record: np.ndarray
-  length: np.ndarray
-
-  def __len__(self) -> int:
-    return int(self.dataset.size)
-
-  def refs(self) -> list[DocRef]:
-    columns = (self.dataset, self.pass_index, self.record, self.length)
-    return [DocRef(self.names[d], p, r, n) for d, p, r, n in zip(*(c.tolist() for c in columns))]
-
-  @classmethod
-  def concatenate(cls, names: tuple[str, ...], batches: Sequence[DocBatch]) -> DocBatch:
-    if not batches:
-      empty = np.zeros(0, np.int64)
-      return cls(names, empty.astype(np.int32), empty, empty, empty)
-    fields = ("dataset", "pass_index", "record", "length")
-    return cls(names, *(np.concatenate([getattr(b, f) for b in batches]) for f in fields))
-
-
 class DocumentStream:
   """The mixture as one stream of documents, from metadata alone (no token is read).
 
@@ -104,8 +67,9 @@ class DocumentStream:
 
   Args:
     cfg: the pipeline config (its datasets, mixture, schedule, pass policies).
-    metadata: per dataset name, its `DatasetMeta`; None reads the datasets'
-      manifests and lengths indices.
+    metadata: per dataset name, its `DatasetMeta` (`load_metadata(cfg)` reads
+      the datasets' manifests and lengths indices; `DocumentStream.open(cfg)`
+      does both).
     epoch: start every dataset at pass `epoch` of its keyed order.
 
   Raises:
@@ -122,51 +86,32 @@ class DocumentStream:
   >>> _ = from_iterable([[1, 2, 3], [4, 5], [6]], out=os.path.join(root, "a"))
   >>> cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": os.path.join(root, "a"),
   ...                                               "shuffle_shards": False}], "mixture": {"weights": {"a": 1}}})
-  >>> stream = DocumentStream(cfg)
+  >>> stream = DocumentStream.open(cfg)
   >>> sorted(stream.take(step=0, max_docs=3).length.tolist())
   [1, 2, 3]
   """
 
-  def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:
+  @classmethod
+  def open(cls, cfg: PipelineConfig, epoch: int = 0) -> DocumentStream:
+    """The stream of `cfg`'s datasets, their metadata read from their manifests and lengths indices."""
+    return cls(cfg, load_metadata(cfg), epoch)
+
+  def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta], epoch: int = 0) -> None:
     if not is_int(epoch) or epoch < 0:
       raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
     self.cfg = cfg
     self.epoch = epoch
-    self.names = cfg.names
-    if metadata is None:
-      metadata = load_metadata(cfg)
-    missing = [n for n in self.names if n not in metadata]
-    if missing:
-      raise ConfigError(f"datasets.{missing[0]}: no metadata given for this dataset")
-    metas = [metadata[n] for n in self.names]
-    self.schedule: Schedule = cfg.schedule()
-    self.updates = MixtureUpdates(tuple(self.names))  # weights the loop set (update), each from a step on
-    self.changes: tuple[ConfigChange, ...] = ()  # configs this run changed from at restores (history, in the state)
+    self.weights = MixtureWeights.of_config(cfg)  # the config's schedule, the loop's updates, the run's changes
     self.next_step = 0  # the first step no document has been taken for yet
-    self.tokens_unit = cfg.mixture.unit == "tokens"
-    self.tokens_per_step = cfg.tokens_per_step
-    for name, meta in zip(self.names, metas):
-      if int(meta.shard_counts.sum()) == 0:
-        raise ConfigError(f"datasets.{name}: the dataset has no records")
+    metas, self.shortest = checked_metadata(cfg, metadata)  # shortest: per dataset (long_docs: drop's check)
     largest_shard = max(int(m.shard_counts.max()) for m in metas)
     # What the mixture counts of a document: the tokens packing keeps of it (None: all of them).
     packing = cfg.packing
     kept = None if packing.keeps_every_token and not packing.special_tokens else packing.kept_tokens
     self.cursors: list[DatasetCursor] = []
-    self.shortest: list[int] = []  # per dataset, its shortest document (long_docs: drop's check)
     self._order_inputs: list[tuple[DatasetSettings, DatasetMeta, ShuffleOptions]] = []
     for settings, meta in zip(cfg.dataset_settings(), metas):
       num_records = int(meta.shard_counts.sum())
-      if meta.lengths.size != num_records:
-        raise ConfigError(f"datasets.{settings.name}: {meta.lengths.size} lengths for {num_records} records")
-      # (Only when the smallest length is 0 are all lengths scanned, to name the first.)
-      shortest = int(meta.lengths.min())  # one pass over the lengths: the empty check and drop's check
-      empty = np.flatnonzero(np.asarray(meta.lengths) == 0) if shortest == 0 else np.zeros(0, np.int64)
-      if len(empty):  # an empty document would add no tokens: a token-limited pull could never end
-        raise ConfigError(
-          f"datasets.{settings.name}: {len(empty)} documents of length 0 (the first is record "
-          f"{int(empty[0])}); every document needs at least one token"
-        )
       options = ShuffleOptions(
         shuffle_shards=settings.shuffle_shards,
         shuffle_within_shard=settings.shuffle_within_shard,
@@ -176,13 +121,38 @@ class DocumentStream:
       )
       order = self._order(settings, meta, options, epoch)
       self.cursors.append(DatasetCursor(settings, order, meta.lengths, kept, cfg.packing.seq_len))
-      self.shortest.append(shortest)
       self._order_inputs.append((settings, meta, options))
     self.emitted = 0  # documents
     self.tokens = 0
     self.ended = False
     self.ended_by: str | None = None  # the dataset that ended the stream (not part of the state)
     self.interleave = self._interleave(epoch)
+
+  @property
+  def names(self) -> tuple[str, ...]:
+    return self.cfg.names
+
+  @property
+  def tokens_unit(self) -> bool:
+    return self.cfg.mixture.unit == "tokens"
+
+  @property
+  def tokens_per_step(self) -> int:
+    return self.cfg.tokens_per_step
+
+  @property
+  def updates(self) -> MixtureUpdates:
+    """The weights the loop set (`update`), each from a step on."""
+    return self.weights.updates
+
+  @updates.setter
+  def updates(self, updates: MixtureUpdates) -> None:
+    self.weights = dataclasses.replace(self.weights, updates=updates)
+
+  @property
+  def changes(self) -> tuple[ConfigChange, ...]:
+    """The configs this run changed from at restores (history, in the state)."""
+    return self.weights.changes
 
   def _order(
     self, settings: DatasetSettings, meta: DatasetMeta, options: ShuffleOptions, epoch: int
@@ -214,24 +184,21 @@ class DocumentStream:
     return self.tokens if self.tokens_unit else self.emitted
 
   def exact_weights_at(self, step: int) -> tuple[Fraction, ...]:
-    """The weights in force at `step`: the last mixture update at or before it, else the config's."""
-    return self.updates.in_force(step) or self.schedule.exact_weights_at(step)
+    """The weights in force at `step` (`MixtureWeights.exact_at`)."""
+    return self.weights.exact_at(step)
 
   def weights_at(self, step: int) -> tuple[float, ...]:
-    return tuple(float(w) for w in self.exact_weights_at(step))
+    return self.weights.at(step)
 
   def drawn_through(self, step: int) -> None:
     """Documents for the steps up to `step` are drawn (a packer pulling several steps at once)."""
     self.next_step = max(self.next_step, step + 1)
 
   def update_starting_at(self, step: int) -> dict[str, float] | None:
-    """The weights of a mixture update that takes effect at `step` (for the stats), else None."""
-    weights = self.updates.starting_at(step)
-    return None if weights is None else {n: float(w) for n, w in zip(self.names, weights)}
+    return self.weights.update_starting_at(step)
 
   def change_starting_at(self, step: int) -> ConfigChange | None:
-    """The config change whose first step is `step` (for the stats), else None."""
-    return next((c for c in self.changes if c.step == step), None)
+    return self.weights.change_starting_at(step)
 
   def update(self, weights: Mapping[str, Any], at_step: int | None = None) -> int:
     """New weights from `at_step` on (default: the next step no document was taken for); returns the
@@ -241,7 +208,7 @@ class DocumentStream:
       raise ValueError(f"at_step: must be an int >= 0, got {step!r}")
     if step < self.next_step:
       raise ValueError(f"at_step: {step} already has documents taken; the next step is {self.next_step}")
-    self.updates = self.updates.added(step, weights)
+    self.weights = self.weights.with_update(step, weights)
     return step
 
   def taken(self) -> list[int]:
@@ -313,7 +280,8 @@ class DocumentStream:
       saved = cursors[cursor.settings.name]
       cursor.set(saved.pass_index, saved.position, saved.taken)
     self.emitted, self.tokens, self.ended = state.emitted, state.tokens, state.ended
-    self.updates, self.next_step, self.changes = state.updates, state.next_step, state.changes
+    self.weights = dataclasses.replace(self.weights, updates=state.updates, changes=state.changes)
+    self.next_step = state.next_step
 
   def get_state(self) -> dict[str, Any]:
     """The state as JSON (`StreamState.to_json`)."""
@@ -353,9 +321,10 @@ class DocumentStream:
       return DocBatch.concatenate(self.names, [])
     weights = self.exact_weights_at(step)
     self.next_step = max(self.next_step, step + 1)
-    self._check_can_end(step, weights)
+    watch, _ = self._pass_watch()
+    check_can_end(step, weights, self.weights.constant_from, self.cursors, watch)
     seq_len = self.cfg.packing.seq_len_at(step)
-    self._check_some_kept(step, weights, seq_len)
+    check_some_kept(step, weights, seq_len, self.cfg.packing, self.shortest, self.names)
     self.interleave.begin(step, weights, self._position())
     eligible = [i for i, w in enumerate(weights) if w > 0]
     doc_limit = max_docs if max_docs is not None else _UNLIMITED
@@ -399,42 +368,6 @@ class DocumentStream:
     if not any(c.settings.policy == "passes" for c in self.cursors):
       return watch, -1
     return watch, sum(1 for n in watch if n)
-
-  def _check_can_end(self, step: int, weights: Sequence[Fraction]) -> None:
-    """Refuses to run forever: in the final phase, an unfinished stop_after_passes
-    dataset with weight 0 (and nothing else that can end the stream) is an error."""
-    constant_from = max(self.schedule.constant_from, self.updates.last_step)
-    if step < constant_from:
-      return
-    watch, _ = self._pass_watch()
-    starved = [i for i, need in enumerate(watch) if need and weights[i] == 0]
-    can_stop = any(c.settings.max_passes is not None and weights[i] > 0 for i, c in enumerate(self.cursors))
-    if starved and not can_stop:
-      cursor = self.cursors[starved[0]]
-      raise ConfigError(
-        f"datasets.{cursor.settings.name}: weight 0 from step {constant_from} on, "
-        f"but only {cursor.completed_passes} of its {cursor.settings.target_passes} passes are "
-        "done; the stream could never end"
-      )
-
-  def _check_some_kept(self, step: int, weights: Sequence[Fraction], seq_len: int) -> None:
-    """Refuses a step no document of a drawn dataset can reach: under `long_docs: drop`,
-    a dataset whose every document is longer than the step's rows would be pulled forever."""
-    if self.cfg.packing.long_docs != "drop":
-      return
-    extra = self.cfg.packing.special_tokens
-    for i, weight in enumerate(weights):
-      if weight > 0 and self.shortest[i] + extra > seq_len:
-        raise ConfigError(
-          f"datasets.{self.names[i]}: every document is longer than the rows of step {step} "
-          f"(the shortest has {self.shortest[i] + extra} tokens with BOS / EOS, rows hold {seq_len}), "
-          "and packing.long_docs: drop leaves them all out; nothing of it could reach a batch. "
-          + (
-            "A pair is never cut: raise packing.seq_len, or weight 0 for it at this step"
-            if self.cfg.packing.pairs is not None
-            else "Use long_docs: split or truncate, longer rows, or weight 0 for it at this step"
-          )
-        )
 
   def _emit(self, choices: list[int], seq_len: int) -> tuple[DocBatch, int]:
     picked = np.asarray(choices, dtype=np.int32)

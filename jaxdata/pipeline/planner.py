@@ -25,7 +25,7 @@ import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.validate import is_int
-from jaxdata.mixture.stream import DatasetMeta, DocumentStream
+from jaxdata.mixture.stream import DatasetMeta, DocumentStream, load_metadata
 from jaxdata.mixture.stream_state import StreamState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.transforms.packer_state import PackerState
@@ -64,7 +64,7 @@ class StepPlanner:
 
   def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:
     self.cfg = cfg
-    self.stream = DocumentStream(cfg, metadata, epoch)
+    self.stream = DocumentStream(cfg, load_metadata(cfg) if metadata is None else metadata, epoch)
     self.packer = Packer(cfg, self.stream)
     self.step = 0  # the next step to plan
     # Mixture updates from another thread, without waiting for a step being planned: `adopt_updates`

@@ -176,7 +176,7 @@ def audit(
   step_weights: list[np.ndarray] = []
   in_batches, batch_targets, weight_changes = np.zeros(len(cfg.names)), np.zeros(len(cfg.names)), 0
   for plan in planner.plans(steps):
-    weights = np.asarray(stream.schedule.weights_at(plan.step))
+    weights = np.asarray(stream.weights.schedule.weights_at(plan.step))
     targets += weights * (stream.units - units)
     in_batches += np.bincount(plan.pieces.dataset, weights=plan.pieces.length, minlength=len(cfg.names))
     batch_targets += weights * plan.tokens

@@ -302,7 +302,7 @@ def plan_run(cfg: PipelineConfig, tokens: int, max_passes: float) -> tuple[Expos
   )
   table = schedule_exposure(
     supply,
-    cfg.schedule(),
+    cfg.schedule,
     total,
     cfg.tokens_per_step,
     max_passes,
