@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from jaxdata import DatasetWriter, TokenDataset
+from jaxdata.sources import DatasetWriter, TokenDataset
 
 WIDTHS = {"uint16": 50_257, "uint32": 128_256}
 COMPRESSIONS = ("zstd", "snappy", "none")

@@ -105,7 +105,7 @@ def _shards(corpus: str) -> int:
 
   count = 0
   for name in TOKEN_SHARES:
-    with jaxdata.TokenDataset(os.path.join(corpus, name)) as dataset:
+    with jaxdata.sources.TokenDataset(os.path.join(corpus, name)) as dataset:
       count += dataset.num_shards
   return count
 

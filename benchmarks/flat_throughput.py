@@ -59,7 +59,7 @@ def write_copies(corpus: dict[str, str], out: str) -> tuple[dict[str, str], dict
       continue
     os.makedirs(flat[name], exist_ok=True)
     os.makedirs(megatron[name], exist_ok=True)
-    with jaxdata.TokenDataset(path) as source:
+    with jaxdata.sources.TokenDataset(path) as source:
       files, prefixes = [], []
       for shard in range(source.num_shards):
         records = np.arange(source.record_starts[shard], source.record_starts[shard + 1])
@@ -84,7 +84,7 @@ def median_rate(measure: Callable[[], tuple[int, float]]) -> float:
 
 
 def window_reads(path: str, reader: str, calls: int) -> tuple[Callable[[], tuple[int, float]], Callable]:
-  view = open_dataset(path, jaxdata.ReadOptions(flat_reader=reader), windows=WindowOptions(T))
+  view = open_dataset(path, jaxdata.sources.ReadOptions(flat_reader=reader), windows=WindowOptions(T))
   rng = np.random.default_rng(0)
   batches = [view.locate(rng.integers(0, view.num_records, DRAWS)) for _ in range(calls)]
 

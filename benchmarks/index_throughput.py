@@ -23,7 +23,9 @@ import numpy as np
 from absl import flags
 
 from benchmarks.make_corpus import make_corpus
-from jaxdata import DatasetMeta, DatasetOrder, DocumentStream, PipelineConfig, ShuffleOptions
+from jaxdata import PipelineConfig
+from jaxdata.mixture import DatasetMeta, DocumentStream
+from jaxdata.order import DatasetOrder, ShuffleOptions
 
 
 def best_of(repeats: int, fn) -> float:

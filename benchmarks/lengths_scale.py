@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
-from jaxdata import PipelineConfig, StepPlanner
+from jaxdata import PipelineConfig
 from jaxdata.mixture.stream import DatasetMeta
+from jaxdata.pipeline import StepPlanner
 from jaxdata.sources.lengths import DocumentLengths
 
 STEPS = 300

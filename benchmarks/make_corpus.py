@@ -1,7 +1,7 @@
 """The benchmark workload: 4 datasets with lognormal document lengths, ~100M tokens.
 
 Later benchmarks (mixture, packing, pipeline, checkpoint) reuse this corpus.
-Documents are random token ids written through `jaxdata.DatasetWriter`, the
+Documents are random token ids written through `jaxdata.sources.DatasetWriter`, the
 same writer path `jaxdata convert` uses.
 
     python benchmarks/make_corpus.py --out /tmp/jaxdata-bench [--scale 0.1] [--vocab 128256]
@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from jaxdata import DatasetWriter, TokenDataset
+from jaxdata.sources import DatasetWriter, TokenDataset
 from jaxdata.sources.manifest import COMPRESSIONS, Manifest
 
 VOCAB_SIZE = 50_257  # GPT-2's: uint16 ids

@@ -275,7 +275,7 @@ def grain_dataset(corpus: str, workers: int) -> Any:
   split_cls = type("SplitDocument", (grain.experimental.FlatMapTransform,), dict(_SplitDocument.__dict__))
   datasets, weights = [], []
   for i, name in enumerate(TOKEN_SHARES):
-    local = jaxdata.TokenDataset(os.path.join(corpus, name))
+    local = jaxdata.sources.TokenDataset(os.path.join(corpus, name))
     paths = [local.shard_path(s) for s in range(local.num_shards)]
     pieces = np.maximum(1, -(-np.asarray(local.lengths, dtype=np.int64) // SEQ_LEN))
     mean_piece = local.lengths.sum() / pieces.sum()
@@ -326,7 +326,7 @@ def run_ceiling(corpus: str) -> dict[str, Any]:
   (token share / mean length), one call per dataset; no planning or packing."""
   import jaxdata  # noqa: PLC0415
 
-  datasets = [jaxdata.TokenDataset(os.path.join(corpus, n)) for n in TOKEN_SHARES]
+  datasets = [jaxdata.sources.TokenDataset(os.path.join(corpus, n)) for n in TOKEN_SHARES]
   rates = np.array([TOKEN_SHARES[d.name] / d.lengths.mean() for d in datasets])
   per_round = np.maximum(1, np.round(4096 * rates / rates.sum()).astype(int))
   rng = np.random.default_rng(0)

@@ -3,7 +3,7 @@
     python -m benchmarks.preference_throughput [--out /tmp/jaxdata-pairs] [--scale 1.0] [--steps 60] [--repetitions 2]
 
 Two sets of pre-tokenized pairs (uint32 ids, vocabulary 128,256), written once by
-`jaxdata.DatasetWriter(pairs=True)`; lognormal lengths as in public preference sets:
+`jaxdata.sources.DatasetWriter(pairs=True)`; lognormal lengths as in public preference sets:
 
     ultra   prompts ~150 tokens, answers ~300 (an UltraFeedback-like set)   pair weight .7
     short   prompts ~40, answers ~90                                          pair weight .3
@@ -70,7 +70,7 @@ def make_sets(out: str, scale: float) -> dict[str, str]:
     rejected_prompt = prompt_ids + np.repeat(prompt + chosen, prompt)
     ids[rejected_prompt] = ids[prompt_ids]  # both sides share the prompt's ids
     identity = {"kind": "synthetic", "vocab_size": VOCAB}
-    writer = jaxdata.DatasetWriter(path, name, np.dtype("<u4"), identity, pairs=True)
+    writer = jaxdata.sources.DatasetWriter(path, name, np.dtype("<u4"), identity, pairs=True)
     writer.write_documents(ids, lengths, marks)
     writer.finish()
   return paths

@@ -20,7 +20,7 @@ import numpy as np
 from absl import flags
 
 from benchmarks.make_corpus import make_corpus
-from jaxdata import ReadOptions, TokenDataset
+from jaxdata.sources import ReadOptions, TokenDataset
 
 ReadBatch = Callable[[str, np.ndarray], int]  # (dataset, global indices) -> tokens read
 

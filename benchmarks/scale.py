@@ -79,8 +79,9 @@ def _virtual_meta(documents: int, block: np.ndarray, offset: int) -> Any:
 
 def measure(documents: int, datasets: int, hosts: int, steps: int) -> dict[str, Any]:
   """One configuration, in this process."""
-  from jaxdata import PipelineConfig, StepPlanner  # noqa: PLC0415
+  from jaxdata import PipelineConfig  # noqa: PLC0415
   from jaxdata.order.permutation import forget_permutations  # noqa: PLC0415
+  from jaxdata.pipeline import StepPlanner  # noqa: PLC0415
   from jaxdata.pipeline.planner import host_row_blocks  # noqa: PLC0415
 
   rng = np.random.default_rng(0)

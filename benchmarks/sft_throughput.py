@@ -5,7 +5,7 @@
 
 Three sets of pre-tokenized examples with trained-token masks (uint32 ids, vocabulary 128,256; lognormal
 lengths): `chat` (mean ~700 tokens), `tool_calls` (~1,500), `safety` (~300), written once by
-`jaxdata.DatasetWriter(masks=True)`. The workload: document weights .6 / .3 / .1 (each set upsampled or
+`jaxdata.sources.DatasetWriter(masks=True)`. The workload: document weights .6 / .3 / .1 (each set upsampled or
 not by its weight, reshuffled every pass), rows of 2,048 tokens, 32 rows a step, at most 16 examples a
 row, examples longer than a row dropped, the mask carried into the batch.
 
@@ -56,7 +56,7 @@ def make_sets(out: str, scale: float, compression: str = "zstd") -> dict[str, st
     offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     mask = (offset >= np.repeat(cut, lengths)).astype(np.uint8)
     identity = {"kind": "synthetic", "vocab_size": VOCAB}
-    writer = jaxdata.DatasetWriter(path, name, np.dtype("<u4"), identity, compression=compression, masks=True)
+    writer = jaxdata.sources.DatasetWriter(path, name, np.dtype("<u4"), identity, compression=compression, masks=True)
     writer.write_documents(ids, lengths, mask)
     writer.finish()
   return paths
@@ -140,7 +140,7 @@ def grain_record_streams(paths: dict[str, str], decode: Callable[[bytes, int], d
   flags.FLAGS.mark_as_parsed()  # Grain reads absl flags; we are outside absl.app.run
   streams = []
   for i, path in enumerate(paths.values()):
-    with jaxdata.TokenDataset(path) as local:
+    with jaxdata.sources.TokenDataset(path) as local:
       shards = [local.shard_path(s) for s in range(local.num_shards)]
     streams.append(
       grain.MapDataset.source(grain.sources.ArrayRecordDataSource(shards))

@@ -1,6 +1,10 @@
 """jaxdata: a JAX/TPU-native input pipeline for language-model training.
 
-The public API is the explicit list in ``__all__``. Names load lazily, so
+The user API is the explicit list in ``__all__``: the pipeline and its
+config, the state, the errors, conversion, and the helpers a loss over
+packed pairs needs. Everything else is reached through the stage that owns
+it (``jaxdata.sources.TokenDataset``, ``jaxdata.mixture.DocumentStream``,
+``jaxdata.config.BatchConfig``, ...). Names load lazily, so
 ``import jaxdata`` pulls in no jax, grain, orbax, pyarrow or matplotlib
 until something needs them. The package follows the data flow, each stage
 importing only the ones before it::
@@ -22,164 +26,115 @@ docs/ in the repository describes the configuration, the state, the order
 and its guarantees, and a training loop with save and restore.
 """
 
+import warnings
+from typing import Any
+
 from jaxdata._lazy import lazy_exports
 
 __version__ = "0.3.0"
 
 __all__ = [
-  "BatchConfig",
-  "ByteTokenizer",
   "CheckpointError",
   "ConfigError",
   "ConvertOptions",
-  "DatasetConfig",
   "DatasetError",
-  "DatasetMeta",
-  "DatasetOrder",
-  "DatasetWriter",
-  "DocumentBoundaries",
-  "DocBatch",
-  "DocRef",
-  "DocumentLengths",
-  "DocumentStream",
   "Error",
   "Execution",
-  "HuggingFaceTokenizer",
-  "FlatTokenDataset",
   "InputFormatError",
-  "Manifest",
-  "MixtureDataset",
-  "MixtureConfig",
-  "PackingConfig",
-  "Phase",
-  "PairPacking",
   "Pipeline",
-  "PipelineConfig",
   "PipelineClosedError",
-  "PipelineDataset",
+  "PipelineConfig",
   "PipelineState",
-  "RaggedTokens",
-  "ReadOptions",
-  "Schedule",
-  "SentencePieceTokenizer",
-  "ShardInfo",
-  "ShuffleOptions",
   "StepMaking",
-  "StepPlanner",
-  "TokenDataset",
-  "TokenizerSpec",
-  "WarmupPhase",
-  "WindowOptions",
   "WorkerStartError",
-  "build_flat_index",
-  "build_index",
   "checkpoint",
   "convert",
-  "exposure",
   "from_hf_dataset",
   "from_iterable",
   "load_config",
-  "load_tokenizer",
-  "mixing",
   "open_dataset",
   "pair_attention_mask",
-  "pair_references",
-  "pair_sides",
-  "pieces_for_hosts",
   "reference_logprobs",
   "sequence_logprobs",
-  "with_built_inputs",
-  "sources",
   "testing",
+  "with_built_inputs",
 ]
 
-_CONFIG = "jaxdata.config"
 _ERRORS = "jaxdata.errors"
-_SOURCES = "jaxdata.sources"
-_TOKENIZERS = "jaxdata.conversion.tokenizers"
+_SUBPACKAGES = ("config", "sources", "order", "mixture", "transforms", "pipeline", "conversion", "integrations")
+_SUBPACKAGES += ("tools", "research", "demo", "cli")
 
-__getattr__, __dir__ = lazy_exports(
+_public_getattr, _public_dir = lazy_exports(
   __name__,
   {
     **dict.fromkeys(
-      (
-        "BatchConfig",
-        "DatasetConfig",
-        "MixtureConfig",
-        "PackingConfig",
-        "Phase",
-        "PipelineConfig",
-        "Schedule",
-        "WarmupPhase",
-        "load_config",
-      ),
-      _CONFIG,
-    ),
-    **dict.fromkeys(
-      (
-        "CheckpointError",
-        "ConfigError",
-        "DatasetError",
-        "Error",
-        "InputFormatError",
-        "PipelineClosedError",
-        "WorkerStartError",
-      ),
+      ("CheckpointError", "ConfigError", "DatasetError", "Error", "InputFormatError", "PipelineClosedError"),
       _ERRORS,
     ),
-    **dict.fromkeys(
-      (
-        "DatasetWriter",
-        "DocumentBoundaries",
-        "DocumentLengths",
-        "FlatTokenDataset",
-        "Manifest",
-        "RaggedTokens",
-        "ReadOptions",
-        "ShardInfo",
-        "TokenDataset",
-        "WindowOptions",
-        "build_flat_index",
-        "build_index",
-        "open_dataset",
-      ),
-      _SOURCES,
-    ),
-    **dict.fromkeys(
-      ("ByteTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "TokenizerSpec", "load_tokenizer"),
-      _TOKENIZERS,
-    ),
-    "ConvertOptions": "jaxdata.conversion.options",
-    "from_hf_dataset": "jaxdata.conversion.from_python",
-    "from_iterable": "jaxdata.conversion.from_python",
-    "convert": "jaxdata.conversion.local_runner",
-    "DatasetOrder": "jaxdata.order.dataset_order",
-    "ShuffleOptions": "jaxdata.order.dataset_order",
-    **dict.fromkeys(("DocBatch", "DocRef"), "jaxdata.mixture.documents"),
-    **dict.fromkeys(("DatasetMeta", "DocumentStream"), "jaxdata.mixture.stream"),
-    "Pipeline": "jaxdata.pipeline.pipeline",
-    "PairPacking": "jaxdata.config.schema",
-    "pair_attention_mask": "jaxdata.pipeline.pair_logprobs",
-    "pair_references": "jaxdata.pipeline.pair_logprobs",
-    "pair_sides": "jaxdata.pipeline.pair_logprobs",
-    "reference_logprobs": "jaxdata.tools.reference",
-    "sequence_logprobs": "jaxdata.pipeline.pair_logprobs",
-    "with_built_inputs": "jaxdata.pipeline.raw_inputs",
-    "Execution": "jaxdata.pipeline.execution",
-    "StepMaking": "jaxdata.pipeline.execution",
+    "WorkerStartError": _ERRORS,
+    **dict.fromkeys(("ConvertOptions", "convert", "from_hf_dataset", "from_iterable"), "jaxdata.conversion"),
+    **dict.fromkeys(("PipelineConfig", "load_config"), "jaxdata.config"),
+    **dict.fromkeys(("Execution", "StepMaking"), "jaxdata.pipeline.execution"),
+    **dict.fromkeys(("Pipeline", "pair_attention_mask", "sequence_logprobs"), "jaxdata.pipeline"),
     "PipelineState": "jaxdata.checkpoint.state",
-    "PipelineDataset": "jaxdata.integrations.grain",
-    "MixtureDataset": "jaxdata.integrations.grain_mixture",
-    "StepPlanner": "jaxdata.pipeline.planner",
-    "pieces_for_hosts": "jaxdata.pipeline.planner",
+    "open_dataset": "jaxdata.sources",
+    "reference_logprobs": "jaxdata.tools.reference",
+    "with_built_inputs": "jaxdata.pipeline.raw_inputs",
   },
   modules={
     "checkpoint": "jaxdata.checkpoint",
-    "exposure": "jaxdata.tools.exposure",
-    "mixing": "jaxdata.research.mixing",
-    "online": "jaxdata.research.online",
-    "sources": "jaxdata.sources",
     "testing": "jaxdata.testing",
+    **{name: f"jaxdata.{name}" for name in _SUBPACKAGES},
   },
   package_globals=globals(),
 )
+
+# Names the top level held before 0.4, each now its stage's: they still resolve, with a DeprecationWarning
+# that names the new place (until 0.5).
+MOVED = {
+  **dict.fromkeys(
+    ("BatchConfig", "DatasetConfig", "MixtureConfig", "PackingConfig", "PairPacking", "Phase", "Schedule"),
+    "jaxdata.config",
+  ),
+  "WarmupPhase": "jaxdata.config",
+  **dict.fromkeys(
+    (
+      "DatasetWriter",
+      "DocumentBoundaries",
+      "DocumentLengths",
+      "FlatTokenDataset",
+      "Manifest",
+      "RaggedTokens",
+      "ReadOptions",
+      "ShardInfo",
+      "TokenDataset",
+      "WindowOptions",
+      "build_flat_index",
+      "build_index",
+    ),
+    "jaxdata.sources",
+  ),
+  **dict.fromkeys(("DatasetOrder", "ShuffleOptions"), "jaxdata.order"),
+  **dict.fromkeys(("DatasetMeta", "DocBatch", "DocRef", "DocumentStream"), "jaxdata.mixture"),
+  **dict.fromkeys(("StepPlanner", "pair_references", "pair_sides", "pieces_for_hosts"), "jaxdata.pipeline"),
+  **dict.fromkeys(
+    ("ByteTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "TokenizerSpec", "load_tokenizer"),
+    "jaxdata.conversion",
+  ),
+  **dict.fromkeys(("MixtureDataset", "PipelineDataset"), "jaxdata.integrations"),
+}
+MOVED_MODULES = {"exposure": "jaxdata.tools.exposure", "mixing": "jaxdata.research.mixing"}
+MOVED_MODULES["online"] = "jaxdata.research.online"
+_moved_getattr, _ = lazy_exports(__name__, MOVED, MOVED_MODULES)
+
+
+def __getattr__(name: str) -> Any:
+  if name in MOVED or name in MOVED_MODULES:
+    new = f"{MOVED[name]}.{name}" if name in MOVED else MOVED_MODULES[name]
+    warnings.warn(f"jaxdata.{name} is now {new} (the alias goes in jaxdata 0.5)", DeprecationWarning, stacklevel=2)
+    return _moved_getattr(name)
+  return _public_getattr(name)
+
+
+def __dir__() -> list[str]:
+  return _public_dir()

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import transformers
 
-from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig, TokenDataset, open_dataset
+from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig, open_dataset
 from jaxdata.cli import main
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.examples import character_range_mask
@@ -26,6 +26,7 @@ from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.integrations.levanter import levanter_chat_options
+from jaxdata.sources import TokenDataset
 
 SPECIALS = ["[UNK]", "<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 

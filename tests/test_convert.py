@@ -16,18 +16,11 @@ import zstandard
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from conftest import make_texts, write_jsonl
-from jaxdata import (
-  ByteTokenizer,
-  ConvertOptions,
-  InputFormatError,
-  TokenDataset,
-  TokenizerSpec,
-  convert,
-  load_tokenizer,
-)
+from jaxdata import ConvertOptions, InputFormatError, convert
 from jaxdata.cli import main
-from jaxdata.conversion import local_runner
+from jaxdata.conversion import ByteTokenizer, TokenizerSpec, load_tokenizer, local_runner
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size
+from jaxdata.sources import TokenDataset
 from pipeline_fixtures import sentencepiece_model
 
 

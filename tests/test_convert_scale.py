@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from jaxdata import InputFormatError, TokenDataset, open_dataset
+from jaxdata import InputFormatError, open_dataset
 from jaxdata.cli import main
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
@@ -27,6 +27,7 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.shard_jobs import plan_shards
 from jaxdata.conversion.tokenizers import ByteTokenizer
 from jaxdata.conversion.work_units import plan_units
+from jaxdata.sources import TokenDataset
 from jaxdata.sources.writer import DatasetWriter
 from pipeline_fixtures import sentencepiece_model
 from record_fixtures import example, write_tfrecord

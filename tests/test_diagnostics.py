@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import yaml
 
-from jaxdata import DatasetMeta, Pipeline, PipelineConfig, load_config
+from jaxdata import Pipeline, PipelineConfig, load_config
 from jaxdata.cli import main
 from jaxdata.config.schedule import Schedule
+from jaxdata.mixture import DatasetMeta
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.research.mixing import doremi_average, doremi_round, doremi_update, importance_weights, per_source_loss
 from jaxdata.tools.audit import audit, audit_plans

@@ -15,7 +15,9 @@ import threading
 import numpy as np
 import pytest
 
-from jaxdata import Pipeline, PipelineConfig, PipelineDataset, TokenDataset
+from jaxdata import Pipeline, PipelineConfig
+from jaxdata.integrations import PipelineDataset
+from jaxdata.sources import TokenDataset
 from jaxdata.testing import wait_for_processes
 from pipeline_fixtures import as_on_cores, coded_config, digest
 

@@ -398,7 +398,8 @@ def test_a_npy_whose_header_disagrees_with_its_size_is_named(tmp_path, documents
 
 TRUNCATE_DURING_A_RUN = """
 import os, sys, numpy as np
-from jaxdata import DatasetError, DocumentBoundaries, Pipeline, PipelineConfig, build_flat_index
+from jaxdata import DatasetError, Pipeline, PipelineConfig
+from jaxdata.sources import DocumentBoundaries, build_flat_index
 from jaxdata.testing import wait_for_processes
 root, workers = sys.argv[1], int(sys.argv[2])
 cfg = PipelineConfig.from_dict({"datasets": [{"name": "a", "path": root}], "mixture": {"weights": {"a": 1}},

@@ -8,8 +8,9 @@ import pytest
 
 import chat_families
 import jaxdata
-from jaxdata import InputFormatError, TokenDataset
+from jaxdata import InputFormatError
 from jaxdata.conversion.tokenizers import ByteTokenizer
+from jaxdata.sources import TokenDataset
 
 
 def read_all(path: str) -> list[list[int]]:

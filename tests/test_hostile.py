@@ -155,6 +155,6 @@ def test_skip_invalid_skips_a_lone_surrogate_and_counts_it(tmp_path):
   src = tmp_path / "s.jsonl"
   src.write_text('{"text": "good"}\n{"text": "a\\ud800b"}\n{"text": "fine"}\n')
   assert main(["convert", str(src), "--out", str(tmp_path / "out"), "--name", "s", "-q", "--skip-invalid"]) == 0
-  manifest = jaxdata.Manifest.load(str(tmp_path / "out"))
+  manifest = jaxdata.sources.Manifest.load(str(tmp_path / "out"))
   assert manifest.num_records == 2 and manifest.stats["skipped_invalid"] == 1
   assert "s.jsonl:2" in manifest.stats["invalid_examples"][0]

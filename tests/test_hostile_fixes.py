@@ -180,7 +180,7 @@ def test_a_mixture_iterators_state_given_to_a_pipeline_is_called_the_wrong_kind(
 def test_a_two_dimensional_mask_and_a_writer_mask_flag_that_is_not_a_bool_are_named(tmp_path):
   import numpy as np  # noqa: PLC0415
 
-  from jaxdata import DatasetWriter  # noqa: PLC0415
+  from jaxdata.sources import DatasetWriter  # noqa: PLC0415
 
   with pytest.raises(InputFormatError, match=r"item 0: its mask has shape \(1, 2\); give a flat list"):
     from_iterable([([1, 2], np.array([[1, 0]]))], out=str(tmp_path / "a"), tokenizer=None)

@@ -7,8 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from jaxdata import DatasetError, TokenDataset
+from jaxdata import DatasetError
 from jaxdata.cli import main
+from jaxdata.sources import TokenDataset
 from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index, dtype_suspicion

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import jaxdata.sources.lengths as lengths_module
-from jaxdata import TokenDataset
+from jaxdata.sources import TokenDataset
 from jaxdata.sources.lengths import DocumentLengths
 from pipeline_fixtures import write_coded_dataset
 

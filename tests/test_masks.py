@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint_property import assert_restores_exactly
-from jaxdata import DatasetError, DatasetWriter, InputFormatError, Manifest, Pipeline, from_iterable, open_dataset
+from jaxdata import DatasetError, InputFormatError, Pipeline, from_iterable, open_dataset
+from jaxdata.sources import DatasetWriter, Manifest
 from jaxdata.sources import masked as masked_records
 from jaxdata.sources.fileutil import file_sha256, sample_sha256
 from pipeline_fixtures import FIRST_CODE, code, coded_config, coded_mask, decode, digest

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from jaxdata import ConfigError, DatasetError, DatasetWriter, Pipeline, from_iterable
+from jaxdata import ConfigError, DatasetError, Pipeline, from_iterable
 from jaxdata.integrations import maxtext_keys
 from jaxdata.integrations.maxtext import MAXTEXT_FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_batch, maxtext_config
 from jaxdata.integrations.maxtext_values import KEY_TYPES
+from jaxdata.sources import DatasetWriter
 
 VOCAB = 64
 

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from flat_fixtures import random_documents, write_megatron
-from jaxdata import ConfigError, DatasetError, DocumentStream, Pipeline, PipelineConfig, load_config
+from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig, load_config
 from jaxdata.cli import main
 from jaxdata.integrations.megatron import megatron_config, megatron_split_ranges, parse_blend
+from jaxdata.mixture import DocumentStream
 from jaxdata.sources.opening import open_dataset
 from pipeline_fixtures import write_coded_dataset
 

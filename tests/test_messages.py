@@ -9,6 +9,7 @@ import pytest
 
 import jaxdata
 from jaxdata import WorkerStartError, errors
+from jaxdata.checkpoint.state import PipelineState
 from jaxdata.cli import main, planning
 from jaxdata.pipeline.messages import (
   Credit,
@@ -23,7 +24,6 @@ from jaxdata.pipeline.messages import (
   WorkerError,
   message_from_json,
 )
-from jaxdata.checkpoint.state import PipelineState
 from jaxdata.pipeline.step_stats import StepStats
 from jaxdata.pipeline.worker_handle import raised
 from jaxdata.tools import bench as bench_module

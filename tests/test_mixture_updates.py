@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 import jaxdata.testing
-from jaxdata import ConfigError, DocumentStream, InputFormatError, Pipeline, PipelineConfig
+from jaxdata import ConfigError, InputFormatError, Pipeline, PipelineConfig
 from jaxdata.cli import main
+from jaxdata.mixture import DocumentStream
 from jaxdata.mixture import updates as updates_module
 from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.steering import UPDATE_CHECK_EVERY

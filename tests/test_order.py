@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jaxdata import DatasetMeta, DatasetOrder, DocumentStream, PipelineConfig, ShuffleOptions
+from jaxdata import PipelineConfig
 from jaxdata.config import DatasetSettings
-from jaxdata.order import permutation
+from jaxdata.mixture import DatasetMeta, DocumentStream
+from jaxdata.order import DatasetOrder, ShuffleOptions, permutation
 from jaxdata.order.feistel import derive_key
 from jaxdata.order.permutation import permute
 from jaxdata.pipeline.planner import StepPlanner

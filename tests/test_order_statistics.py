@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from jaxdata import DatasetOrder, ShuffleOptions
+from jaxdata.order import DatasetOrder, ShuffleOptions
 from jaxdata.order.feistel import derive_key, feistel_permute
 from jaxdata.order.permutation import EXACT_MAX, permute
 from null_statistics import (

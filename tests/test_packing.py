@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from jax.sharding import Mesh
 
 from checkpoint_property import assert_restores_exactly
-from jaxdata import ConfigError, DatasetError, DatasetMeta, DocumentStream, Pipeline, PipelineConfig, pieces_for_hosts
+from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
+from jaxdata.mixture import DatasetMeta, DocumentStream
+from jaxdata.pipeline import pieces_for_hosts
 from jaxdata.pipeline import sharding as sharding_module
 from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.planner import StepPlanner, host_row_blocks

@@ -389,7 +389,7 @@ def test_stored_reference_logprobs_are_each_sides_sum_over_its_trained_targets(p
 
 @pytest.mark.parametrize(("layout", "shared"), LAYOUTS)
 def test_reference_logprobs_come_with_each_side_of_every_pair(pair_data, referenced, layout, shared):
-  from jaxdata import pair_references  # noqa: PLC0415
+  from jaxdata.pipeline import pair_references  # noqa: PLC0415
 
   raw = pair_config(pair_data, layout, shared).to_dict()
   raw["datasets"], raw["mixture"]["weights"] = [{"name": "p0", "path": referenced}], {"p0": 1}
@@ -476,7 +476,7 @@ def test_the_helpers_name_a_batch_of_the_wrong_layout(call, message):
   ],
 )
 def test_the_writer_refuses_a_record_that_is_not_a_pair(tmp_path, ids, marks, message):
-  from jaxdata import DatasetWriter  # noqa: PLC0415
+  from jaxdata.sources import DatasetWriter  # noqa: PLC0415
 
   writer = DatasetWriter(str(tmp_path / "bad"), "bad", np.dtype("<u4"), {"kind": "coded"}, pairs=True)
   with pytest.raises(ValueError, match=message):

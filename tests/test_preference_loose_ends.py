@@ -11,13 +11,13 @@ import transformers
 
 import chat_families as families
 import real_templates as real
-from jaxdata import DatasetWriter
 from jaxdata.cli import main
 from jaxdata.conversion.examples import ExampleEncoder
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.preference import PreferenceEncoder
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.errors import InputFormatError
+from jaxdata.sources import DatasetWriter
 from pipeline_fixtures import sentencepiece_model
 
 WHERE = "pairs.jsonl:3"
@@ -103,8 +103,9 @@ def test_a_batch_says_which_side_of_each_kto_example_it_holds(tokenizer, tmp_pat
   decided; `sequence_logprobs`' `present` (both sides) is the pairs only."""
   import json  # noqa: PLC0415
 
-  from jaxdata import Pipeline, PipelineConfig, pair_sides, sequence_logprobs  # noqa: PLC0415
+  from jaxdata import Pipeline, PipelineConfig, sequence_logprobs  # noqa: PLC0415
   from jaxdata.conversion.local_runner import convert  # noqa: PLC0415
+  from jaxdata.pipeline import pair_sides  # noqa: PLC0415
 
   rows = [
     {"prompt": f"question {i}", "completion": f" answer {i} " * (1 + i % 3), "label": i % 2 == 0} for i in range(12)
@@ -220,7 +221,8 @@ def test_a_margin_that_prefers_the_rejected_side_is_refused(tokenizer, extra, me
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True])
 def test_max_pairs_must_be_a_positive_count(bad):
-  from jaxdata import pair_references, pair_sides, sequence_logprobs  # noqa: PLC0415
+  from jaxdata import sequence_logprobs  # noqa: PLC0415
+  from jaxdata.pipeline import pair_references, pair_sides  # noqa: PLC0415
 
   batch = {"pair_ids": np.array([[1, 1]]), "pair_side": np.array([[0, 1]]), "loss_mask": np.array([[1, 1]])}
   for call in (

@@ -9,8 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from jaxdata import Pipeline, PipelineConfig, TokenDataset
+from jaxdata import Pipeline, PipelineConfig
 from jaxdata.pipeline.read_thread import ReadThread
+from jaxdata.sources import TokenDataset
 from pipeline_fixtures import coded_config, digest
 
 WAIT_S = 60.0  # a safety bound for a failure, never reached when the tests pass

@@ -24,15 +24,15 @@ import object_store  # the tests' local object stores
 import test_multihost
 from benchmarks.latency_proxy import LatencyProxy  # the benchmarks' network: latency, bandwidth
 from flat_fixtures import random_documents, write_flat, write_megatron
-from jaxdata import ConfigError, DatasetError, DatasetWriter, Pipeline, PipelineConfig, TokenDataset, load_config
+from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig, load_config
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.pipeline import reader as reader_module
 from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.planner import StepPlanner
+from jaxdata.sources import DatasetWriter, TokenDataset, shard_cache
 from jaxdata.sources import remote as remote_module
-from jaxdata.sources import shard_cache
 from jaxdata.sources.boundaries import DocumentBoundaries
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.opening import open_dataset

@@ -13,8 +13,9 @@ from array_record.python.array_record_module import ArrayRecordWriter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jaxdata import DatasetError, DatasetWriter, Manifest, ReadOptions, TokenDataset, build_index
+from jaxdata import DatasetError
 from jaxdata.cli import main
+from jaxdata.sources import DatasetWriter, Manifest, ReadOptions, TokenDataset, build_index
 from jaxdata.sources.manifest import MAX_MANIFEST_BYTES
 
 

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint_property import assert_restores_exactly
-from jaxdata import ConfigError, DatasetMeta, DatasetWriter, DocumentStream, PipelineConfig
+from jaxdata import ConfigError, PipelineConfig
+from jaxdata.mixture import DatasetMeta, DocumentStream
+from jaxdata.sources import DatasetWriter
 
 
 def make_cfg(names, weights=None, schedule=None, **top) -> PipelineConfig:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jaxdata import CheckpointError, ConfigError, DatasetOrder, Pipeline, PipelineConfig, ShuffleOptions
+from jaxdata import CheckpointError, ConfigError, Pipeline, PipelineConfig
+from jaxdata.order import DatasetOrder, ShuffleOptions
 from jaxdata.order.streaming import ShardLanes
 from jaxdata.tools.cache_plan import cache_needs, lru_fetched, thrash_threshold
 from null_statistics import chi_square_quantile

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 
-from jaxdata import ConfigError, DatasetError, DatasetWriter, Pipeline, PipelineConfig, build_index
+from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig
+from jaxdata.sources import DatasetWriter, build_index
 
 
 def write(directory, name: str, tokenizer: dict, docs: list[list[int]], dtype: str = "<u2") -> str:

@@ -110,7 +110,7 @@ def test_a_planner_without_readers_plans_three_spans_then_one_per_credit(cfg):
     role.generation = 0
     state = state_snapshot(parts.planner, parts.fingerprint, role.recorder)
     wire = json.loads(json.dumps(Start(0, state).to_json()))  # as the pipe carries it
-    role.start(message_from_json(wire, cfg.names))
+    role.start(message_from_json(wire))
 
     def plan_until_waiting() -> int:
       planned = 0
@@ -125,7 +125,7 @@ def test_a_planner_without_readers_plans_three_spans_then_one_per_credit(cfg):
       assert plan_until_waiting() == 1  # each credit: exactly one more span
     received = []
     while ours.poll():
-      received.append(message_from_json(json.loads(ours.recv_bytes()), cfg.names))
+      received.append(message_from_json(json.loads(ours.recv_bytes())))
       ours.recv_bytes()  # its payload
     assert [type(m) for m in received] == [SpanPlanned] * 6
     steps = [header["step"] for m in received for header in m.steps]

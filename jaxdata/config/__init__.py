@@ -22,6 +22,7 @@ from jaxdata.config.schema import (
   DatasetConfig,
   MixtureConfig,
   PackingConfig,
+  PairPacking,
   Phase,
   WarmupPhase,
 )
@@ -32,6 +33,7 @@ __all__ = [
   "DatasetSettings",
   "MixtureConfig",
   "PackingConfig",
+  "PairPacking",
   "Phase",
   "PipelineConfig",
   "Schedule",

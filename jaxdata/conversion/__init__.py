@@ -25,6 +25,36 @@ One job, in the order the data moves through it::
     roundtrip.py        do converted documents decode to their text?
     from_python.py      datasets from Python iterables or a Hugging Face Dataset
 
-The public names (`convert`, `ConvertOptions`, `load_tokenizer`, ...) are
-exported by `jaxdata`; this package imports nothing until a module is used.
+`convert`, `ConvertOptions`, `from_iterable` and `from_hf_dataset` are
+also `jaxdata`'s; the tokenizers are this package's. Nothing is imported
+until a name is used.
 """
+
+from jaxdata._lazy import lazy_exports
+
+__all__ = [
+  "ByteTokenizer",
+  "ConvertOptions",
+  "HuggingFaceTokenizer",
+  "SentencePieceTokenizer",
+  "TokenizerSpec",
+  "convert",
+  "from_hf_dataset",
+  "from_iterable",
+  "load_tokenizer",
+]
+
+_TOKENIZERS = "jaxdata.conversion.tokenizers"
+__getattr__, __dir__ = lazy_exports(
+  __name__,
+  {
+    **dict.fromkeys(
+      ("ByteTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "TokenizerSpec", "load_tokenizer"),
+      _TOKENIZERS,
+    ),
+    "ConvertOptions": "jaxdata.conversion.options",
+    "convert": "jaxdata.conversion.local_runner",
+    **dict.fromkeys(("from_hf_dataset", "from_iterable"), "jaxdata.conversion.from_python"),
+  },
+  package_globals=globals(),
+)

@@ -11,3 +11,13 @@ Its modules::
     grain.py           `PipelineDataset`: a pipeline as a Grain `IterDataset` / `DatasetIterator`
     grain_mixture.py   `MixtureDataset`: jaxdata's mixture stage as a Grain `IterDataset` of documents
 """
+
+from jaxdata._lazy import lazy_exports
+
+__all__ = ["MixtureDataset", "PipelineDataset"]
+
+__getattr__, __dir__ = lazy_exports(
+  __name__,
+  {"MixtureDataset": "jaxdata.integrations.grain_mixture", "PipelineDataset": "jaxdata.integrations.grain"},
+  package_globals=globals(),
+)

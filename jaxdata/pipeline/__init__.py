@@ -44,7 +44,16 @@ Its modules::
 
 from jaxdata._lazy import lazy_exports
 
-__all__ = ["Pipeline", "StepPlanner", "host_row_blocks", "pieces_for_hosts"]
+__all__ = [
+  "Pipeline",
+  "StepPlanner",
+  "host_row_blocks",
+  "pair_attention_mask",
+  "pair_references",
+  "pair_sides",
+  "pieces_for_hosts",
+  "sequence_logprobs",
+]
 
 __getattr__, __dir__ = lazy_exports(
   __name__,
@@ -53,6 +62,9 @@ __getattr__, __dir__ = lazy_exports(
     "StepPlanner": "jaxdata.pipeline.planner",
     "host_row_blocks": "jaxdata.pipeline.planner",
     "pieces_for_hosts": "jaxdata.pipeline.planner",
+    **dict.fromkeys(
+      ("pair_attention_mask", "pair_references", "pair_sides", "sequence_logprobs"), "jaxdata.pipeline.pair_logprobs"
+    ),
   },
   package_globals=globals(),
 )

@@ -6,6 +6,6 @@
 `bench`: `jaxdata bench`; `trajectory`: the weights an online controller set or will set;
 `numbers`: how they print sizes and counts; `reference`: `jaxdata reference` (a reference
 model's log-probabilities stored beside a dataset of pairs). They use
-the stages of the data flow; only the CLI, the demo and `jaxdata.exposure` (a public
+the stages of the data flow; only the CLI, the demo and `jaxdata.tools.exposure` (a public
 module) use them.
 """

@@ -83,8 +83,8 @@ def _edit_manifest(root: str, edit: Callable[[dict], Any]) -> str:
 
 
 def _manifest_fingerprint(manifest: dict) -> str:
-  shards = [jaxdata.ShardInfo(**{k: v for k, v in s.items()}) for s in manifest["shards"]]
-  return jaxdata.Manifest(
+  shards = [jaxdata.sources.ShardInfo(**{k: v for k, v in s.items()}) for s in manifest["shards"]]
+  return jaxdata.sources.Manifest(
     manifest["name"],
     manifest["dtype"],
     manifest["tokenizer"],
@@ -104,7 +104,7 @@ def _resealed_manifest(root: str, edit: Callable[[dict], Any]) -> str:
 
 
 def _open(path: str) -> None:
-  jaxdata.TokenDataset(path).close()
+  jaxdata.sources.TokenDataset(path).close()
 
 
 def _config(root: str, text: str | bytes) -> Any:
@@ -190,7 +190,7 @@ def _index_and_check_clean(root: str) -> None:
   good = _raw_shard(os.path.join(root, "good.array_record"), [b"\x01\x00\x02\x00"] * 5)
   bad = _raw_shard(os.path.join(root, "bad.array_record"), [b"\x01\x00", b"\x01"])
   try:
-    jaxdata.build_index([good, bad], "uint16")
+    jaxdata.sources.build_index([good, bad], "uint16")
   finally:
     left = [n for n in os.listdir(root) if n.endswith(".lengths.npy") or n == "manifest.json"]
     if left:
@@ -547,7 +547,7 @@ CASES = [
   ),
   Case(
     "index a zero-byte file",
-    lambda r: jaxdata.build_index(
+    lambda r: jaxdata.sources.build_index(
       [(open(os.path.join(r, "z.array_record"), "w").close(), os.path.join(r, "z.array_record"))[1]], "uint16"
     ),
     jaxdata.DatasetError,
@@ -555,7 +555,7 @@ CASES = [
   ),
   Case(
     "index a file that is not ArrayRecord",
-    lambda r: jaxdata.build_index(
+    lambda r: jaxdata.sources.build_index(
       [(open(os.path.join(r, "t.array_record"), "w").write("hello" * 100), os.path.join(r, "t.array_record"))[1]],
       "uint16",
     ),
@@ -564,7 +564,9 @@ CASES = [
   ),
   Case(
     "index empty records",
-    lambda r: jaxdata.build_index([_raw_shard(os.path.join(r, "e.array_record"), [b"\x01\x00", b""])], "uint16"),
+    lambda r: jaxdata.sources.build_index(
+      [_raw_shard(os.path.join(r, "e.array_record"), [b"\x01\x00", b""])], "uint16"
+    ),
     jaxdata.DatasetError,
     "e.array_record",
   ),
@@ -582,7 +584,7 @@ CASES = [
   ),
   Case(
     "an empty dataset with shuffle_block_size auto",
-    lambda r: jaxdata.DocumentStream(
+    lambda r: jaxdata.mixture.DocumentStream(
       jaxdata.PipelineConfig.from_dict(
         {
           "datasets": [{"name": "a"}, {"name": "e"}],
@@ -590,7 +592,7 @@ CASES = [
           "shuffle_block_size": "auto",
         }
       ),
-      {"a": jaxdata.DatasetMeta.from_lengths([3, 4]), "e": jaxdata.DatasetMeta.from_lengths([], [])},
+      {"a": jaxdata.mixture.DatasetMeta.from_lengths([3, 4]), "e": jaxdata.mixture.DatasetMeta.from_lengths([], [])},
     ),
     jaxdata.ConfigError,
     "datasets.e",

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata import DatasetWriter, PipelineConfig
+from jaxdata import PipelineConfig
+from jaxdata.sources import DatasetWriter
 
 FIRST_CODE = 512
 FEATURES = ("tokens", "targets", "segment_ids", "positions", "loss_mask", "source_ids")
