@@ -61,8 +61,8 @@ __all__ = [
 ]
 
 _ERRORS = "jaxdata.errors"
-_SUBPACKAGES = ("config", "sources", "order", "mixture", "transforms", "pipeline", "conversion", "integrations")
-_SUBPACKAGES += ("tools", "research", "demo", "cli")
+_SUBPACKAGES: tuple[str, ...] = ("config", "sources", "order", "mixture", "transforms", "pipeline", "conversion")
+_SUBPACKAGES += ("integrations", "tools", "research", "demo", "cli")
 
 _public_getattr, _public_dir = lazy_exports(
   __name__,
