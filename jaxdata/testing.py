@@ -27,7 +27,7 @@ from jaxdata.pipeline.reader import ReadLog
 __all__ = [
   "opened_datasets",
   "prefetched_steps",
-  "producer_phase",
+  "worker_lifecycle",
   "recorded_reads",
   "start_processes",
   "wait_for_processes",
@@ -58,11 +58,11 @@ def opened_datasets(pipe: Pipeline) -> list[Any]:
   return list(pipe._handout.reader.datasets)  # this module is the documented way in
 
 
-def producer_phase(pipe: Pipeline) -> str:
+def worker_lifecycle(pipe: Pipeline) -> str:
   """Where the pipeline's worker processes stand: "in process" (it has none), or a
   `jaxdata.pipeline.worker_pool.Lifecycle` value ("not spawned", "starting", "running", "fell back")."""
   workers = _workers(pipe)
-  return "in process" if workers is None else workers.pool.stage.value
+  return "in process" if workers is None else workers.pool.lifecycle.value
 
 
 def start_processes(pipe: Pipeline) -> None:

@@ -168,3 +168,35 @@ def test_the_map_checks_catch_a_stale_name():
   )
   assert stale == ["x: jaxdata.pipeline.pipeline.Nothing", "x: jaxdata.pipeline.window", "x: pipeline/workers.py"]
   assert stale_names([("x", "jaxdata.pipeline.pipeline.Pipeline, pipeline/reader.py, docs/state.md")]) == []
+
+
+def _readme_layout() -> list[str]:
+  """The paths the README's "## Layout" block names, each under the folder its block says."""
+  text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+  block = text.split("## Layout", 1)[1].split("```", 2)[1]
+  paths, parent = [], ""
+  for line in block.splitlines():
+    for name in re.findall(r"^(\s*)([\w.]+/|[\w.]+\.py)(?=\s|$)", line):
+      indent, entry = name
+      if not indent:
+        parent = entry if entry.endswith("/") else ""
+        paths.append(entry)
+      else:
+        paths.append(parent + entry)
+    for extra in re.findall(r"^(?:\S+/)\s+(\w+/)\s*$", line):  # "tests/  benchmarks/"
+      paths.append(extra)
+  return paths
+
+
+def test_the_readme_layout_names_every_package_and_nothing_else():
+  listed = _readme_layout()
+  assert "jaxdata/pipeline/" in listed and "transforms/" in listed  # the parse found the block
+  missing_on_disk = [p for p in listed if not os.path.exists(os.path.join(REPO, p))]
+  assert not missing_on_disk, f"the README's layout names what does not exist: {missing_on_disk}"
+  packages = sorted(
+    f"jaxdata/{name}/"
+    for name in os.listdir(os.path.join(REPO, "jaxdata"))
+    if os.path.isfile(os.path.join(REPO, "jaxdata", name, "__init__.py"))
+  )
+  unlisted = [p for p in packages if p not in listed]
+  assert not unlisted, f"the README's layout leaves out {unlisted}"

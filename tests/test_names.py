@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import collections
 import pathlib
+import re
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -53,3 +54,41 @@ def test_the_scan_sees_a_name_defined_twice(tmp_path):
   found = top_level_definitions()
   assert found["Pipeline"] == ["jaxdata/pipeline/pipeline.py"]
   assert len(found["NATIVE"]) == 3 and "jax" not in found  # an import under a name is not counted
+
+
+def _words(name: str) -> tuple[str, ...]:
+  """A name's words in order, lower case: `SpanPlanned` -> ("span", "planned")."""
+  spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
+  return tuple(w.lower() for w in spaced.split("_") if w)
+
+
+def test_no_two_public_names_are_the_same_words_in_another_order():
+  """`PlannedSpan` beside `SpanPlanned` made a reader ask which is which: two ideas get two words. (A
+  class and the function that builds it, `CacheKey` / `cache_key`, are the same words in one order.)"""
+  orders: dict[tuple[str, ...], set[tuple[str, ...]]] = collections.defaultdict(set)
+  for name in top_level_definitions():
+    words = _words(name)
+    if len(words) > 1:
+      orders[tuple(sorted(words))].add(words)
+  clashes = {" / ".join("_".join(o) for o in sorted(found)) for found in orders.values() if len(found) > 1}
+  assert not clashes, clashes
+
+
+# One word per idea: the word the API uses, and the synonyms it once had beside it.
+ONE_WORD = {
+  "reader processes (`StepMaking.reader_processes`)": ("readers", re.compile(r"\bworkers[0-9]\b")),
+  "the worker processes' `Lifecycle`": ("lifecycle", re.compile(r"\bpool\.stage\b|\bproducer_phase\b")),
+}
+
+
+def test_each_idea_has_one_word_in_the_library_tests_and_docs():
+  texts = [*sorted((REPO / "jaxdata").rglob("*.py")), *sorted((REPO / "tests").rglob("*.py"))]
+  texts += [*sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "benchmarks").rglob("*.py")), REPO / "README.md"]
+  found = []
+  for idea, (word, synonyms) in ONE_WORD.items():
+    for path in texts:
+      if path.name == "test_names.py":
+        continue
+      for match in synonyms.finditer(path.read_text(encoding="utf-8")):
+        found.append(f"{path.relative_to(REPO)}: {match.group(0)!r} for {idea}; say {word!r}")
+  assert not found, "\n".join(found)

@@ -18,7 +18,7 @@ from jaxdata.pipeline.producing import END, End, StepMaker
 from jaxdata.pipeline.reader_processes import ReaderProcesses
 from jaxdata.pipeline.steps import Steps
 from jaxdata.pipeline.worker_pool import MOVES, Lifecycle, WorkerPool
-from jaxdata.testing import producer_phase, wait_for_processes, worker_processes
+from jaxdata.testing import wait_for_processes, worker_lifecycle, worker_processes
 from pipeline_fixtures import coded_config, digest
 
 
@@ -79,7 +79,7 @@ def test_the_old_arguments_warn_naming_the_new_spelling_and_give_the_same_batche
   with pytest.warns(DeprecationWarning, match=r"use making=StepMaking\(planning='here', reader_processes=0\)"):
     old = Pipeline(cfg, prefetch=0, planner_process=False)
   with old:
-    assert producer_phase(old) == "in process" and [digest(next(old)) for _ in range(4)] == expected
+    assert worker_lifecycle(old) == "in process" and [digest(next(old)) for _ in range(4)] == expected
   with pytest.raises(ValueError, match="making: give it alone"):
     Pipeline(cfg, making="here", workers=1)
   with warnings.catch_warnings():
@@ -93,26 +93,26 @@ def test_a_run_with_a_planner_process_moves_along_the_lifecycle(tmp_path):
   with Pipeline(cfg, prefetch=0) as alone:
     expected = [digest(next(alone)) for _ in range(8)]
   with Pipeline(cfg, prefetch=0) as here:
-    assert producer_phase(here) == "in process"
+    assert worker_lifecycle(here) == "in process"
   with Pipeline(cfg, prefetch=0, making="process") as pipe:
-    assert producer_phase(pipe) == "not spawned"
+    assert worker_lifecycle(pipe) == "not spawned"
     got = [digest(next(pipe))]  # made here; the planner is spawned after it
-    assert producer_phase(pipe) == "starting"
+    assert worker_lifecycle(pipe) == "starting"
     wait_for_processes(pipe)
     got.append(digest(next(pipe)))
-    assert producer_phase(pipe) == "running" and pipe.execution().steps_from_processes == 1
+    assert worker_lifecycle(pipe) == "running" and pipe.execution().steps_from_processes == 1
     state = pipe.get_state()
     got += [digest(next(pipe)) for _ in range(2)]
     worker_processes(pipe)[0].kill()
     worker_processes(pipe)[0].wait()
     pipe.set_state(state)  # the dead planner is replaced: steps are made here until it is ready
-    assert producer_phase(pipe) == "starting"
+    assert worker_lifecycle(pipe) == "starting"
     again = [digest(next(pipe)) for _ in range(2)]
     assert again == got[2:4]
     got += [digest(next(pipe)) for _ in range(4)]
   assert got == expected
   pool = WorkerPool.__new__(WorkerPool)
-  pool.stage = Lifecycle.FELL_BACK
+  pool.lifecycle = Lifecycle.FELL_BACK
   with pytest.raises(RuntimeError, match="fell back -> running is not a transition"):
     pool.move(Lifecycle.RUNNING)
 

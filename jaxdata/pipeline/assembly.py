@@ -36,7 +36,7 @@ import numpy as np
 from jaxdata.config.layout import StepLayout
 from jaxdata.config.schema import PackingConfig
 from jaxdata.pipeline.producing import ComingStep
-from jaxdata.pipeline.read_spans import HostStep, PlannedSpan, ReadStep, assemble, read_span
+from jaxdata.pipeline.read_spans import HostStep, ReadStep, StepSpan, assemble, read_span
 from jaxdata.pipeline.read_thread import ReadThread
 from jaxdata.pipeline.reader import DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
@@ -61,7 +61,7 @@ class Assembly(Protocol):
     """Spans taken whose last step is not handed out yet."""
     ...
 
-  def accept(self, span: PlannedSpan) -> None:
+  def accept(self, span: StepSpan) -> None:
     """A planned span, in order: its reading may begin."""
     ...
 
@@ -248,7 +248,7 @@ class LocalAssembly:
   def steps_per_reader(self) -> tuple[int, ...]:
     return ()
 
-  def accept(self, span: PlannedSpan) -> None:
+  def accept(self, span: StepSpan) -> None:
     self.reads.accept(span.steps)
 
   def take(self, coming: ComingStep) -> dict[str, np.ndarray]:

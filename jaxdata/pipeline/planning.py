@@ -5,7 +5,7 @@
     ProcessPlanning   the planner process, by message (planning_process.py)
 
 A span is consecutive steps, each with the state after it and its stats
-(`PlannedSpan`). Spans start at one step (a fast first batch, also after a
+(`StepSpan`). Spans start at one step (a fast first batch, also after a
 restart) and double up to `read_ahead_tokens` of this host's rows::
 
     next_span(asked=True)    at least one step (the stream's end: an empty span that ends)
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from jaxdata.checkpoint.state import PipelineState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.planner import StepPlanner
-from jaxdata.pipeline.read_spans import MAX_SPAN_STEPS, HostStep, PlannedSpan, RowsHere, plan_span
+from jaxdata.pipeline.read_spans import MAX_SPAN_STEPS, HostStep, RowsHere, StepSpan, plan_span
 from jaxdata.pipeline.stats import StatsRecorder
 
 __all__ = ["LocalPlanning", "Planning"]
@@ -34,7 +34,7 @@ __all__ = ["LocalPlanning", "Planning"]
 class Planning(Protocol):
   """Where the spans come from (see the module docstring)."""
 
-  def next_span(self, asked: bool) -> PlannedSpan | BaseException | None:
+  def next_span(self, asked: bool) -> StepSpan | BaseException | None:
     """The next span; with `asked`, waits for it (None only without `asked`). A planning error
     comes back in its place, to be raised at the step it belongs to."""
     ...
@@ -85,7 +85,7 @@ class LocalPlanning:
     """Whether a step may be planned before it is asked for (the horizon allows one)."""
     return self.planner.steps_before(self.horizon) != 0
 
-  def next_span(self, asked: bool) -> PlannedSpan | BaseException | None:
+  def next_span(self, asked: bool) -> StepSpan | BaseException | None:
     if not asked and not self.may_plan_ahead():
       return None
     allowed = self.planner.steps_before(self.horizon)

@@ -10,7 +10,7 @@ starts it, takes its spans and steers it::
     adopt_updates(u, s)         UpdateMixture(g, entry)      only while `s` lies at or past every step
                                                              the planner may have planned (its horizon)
 
-A span's pieces stay in the bytes they came in (`PlannedSpan.wire`), so a
+A span's pieces stay in the bytes they came in (`StepSpan.wire`), so a
 reader process gets them as they are. A planner that died is raised where
 its next span is awaited, never by a steering message (`PlanBefore`,
 `UpdateMixture`): one sent after a batch was taken would lose that batch.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from jaxdata.checkpoint.state import PipelineState
 from jaxdata.mixture.updates import MixtureUpdates
 from jaxdata.pipeline.messages import Credit, PlanBefore, SpanPlanned, Start, UpdateMixture, WorkerError
-from jaxdata.pipeline.read_spans import PlannedSpan, decode_span
+from jaxdata.pipeline.read_spans import StepSpan, decode_span
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.worker_handle import WorkerGone, raised
 from jaxdata.pipeline.worker_pool import Lifecycle, WorkerPool
@@ -38,7 +38,7 @@ class ProcessPlanning:
     self.horizon: int | None = None  # where the planner's planning stops (None: no bound)
     self.planned_below: int | None = None  # the most it can have reached in this generation
 
-  def next_span(self, asked: bool) -> PlannedSpan | BaseException | None:
+  def next_span(self, asked: bool) -> StepSpan | BaseException | None:
     handle = self.pool.planning_process
     received = handle.receive_current(self.pool.generation, wait=asked)
     if received is None:
@@ -52,7 +52,7 @@ class ProcessPlanning:
       for timer, seconds in stats.time_s.items():  # the planner's
         self.recorder.timers[timer] += seconds
     steps = decode_span(message.steps, payload)
-    return PlannedSpan(steps, message.states, message.stats, message.ended, (message.steps, payload))
+    return StepSpan(steps, message.states, message.stats, message.ended, (message.steps, payload))
 
   def span_handed_out(self) -> None:
     self.pool.planning_process.send(Credit(self.pool.generation))
@@ -66,7 +66,7 @@ class ProcessPlanning:
     if horizon == self.horizon:
       return
     self.horizon = horizon
-    if self.pool.stage is Lifecycle.RUNNING:
+    if self.pool.lifecycle is Lifecycle.RUNNING:
       try:
         self.pool.planning_process.send(PlanBefore(self.pool.generation, horizon))
       except WorkerGone:  # raised where its next span is received; its restart sends the horizon (`Start`)

@@ -48,13 +48,13 @@ class PooledSteps:
     return self.there.makes_steps_ahead
 
   def produce(self) -> Prepared | Literal[End.END]:
-    if self.pool.stage is Lifecycle.NOT_SPAWNED:
+    if self.pool.lifecycle is Lifecycle.NOT_SPAWNED:
       item = self._here()
       self.pool.guarded(self.pool.spawn)
       return item
-    if self.pool.stage is Lifecycle.STARTING and self.pool.guarded(self.pool.ready):
+    if self.pool.lifecycle is Lifecycle.STARTING and self.pool.guarded(self.pool.ready):
       self.pool.guarded(lambda: self._start(self.last_state))
-    if self.pool.stage is not Lifecycle.RUNNING:  # not ready yet, a worker being replaced, or fell back
+    if self.pool.lifecycle is not Lifecycle.RUNNING:  # not ready yet, a worker being replaced, or fell back
       return self._here()
     item = self.there.produce()
     if item is not END:
@@ -87,7 +87,7 @@ class PooledSteps:
     """Continue from `state` (the pipeline's planner is already set to it)."""
     self.here.restart(state)
     self.last_state, self.updates = state, None  # (the updates are in the state)
-    if self.pool.stage is Lifecycle.RUNNING:
+    if self.pool.lifecycle is Lifecycle.RUNNING:
       self.pool.guarded(lambda: self._start(state))
 
   def plan_before(self, horizon: int | None) -> None:
@@ -98,7 +98,7 @@ class PooledSteps:
   def adopt_updates(self, updates: MixtureUpdates, at_step: int) -> bool:
     """To the planning that runs now: the planner process, or before it runs the steps made here."""
     with self._control:
-      running = self.pool.stage is Lifecycle.RUNNING
+      running = self.pool.lifecycle is Lifecycle.RUNNING
       adopted = (self.there if running else self.here).adopt_updates(updates, at_step)
       if adopted:
         self.updates = updates
@@ -106,14 +106,14 @@ class PooledSteps:
 
   def steps_ready(self) -> int:
     """Steps the processes were given (none while they do not run: what they held was dropped)."""
-    return self.there.steps_ready() if self.pool.stage is Lifecycle.RUNNING else 0
+    return self.there.steps_ready() if self.pool.lifecycle is Lifecycle.RUNNING else 0
 
   def steps_ahead_at_most(self) -> int:
     return self.there.steps_ahead_at_most()
 
   def execution(self) -> Execution:
     """Where the steps are made now (`Pipeline.execution`)."""
-    if self.pool.stage is Lifecycle.FELL_BACK:
+    if self.pool.lifecycle is Lifecycle.FELL_BACK:
       return dataclasses.replace(self.here.execution(), may_fall_back=True, fell_back=True)
     return Execution(
       processes=self.pool.names_of_processes,

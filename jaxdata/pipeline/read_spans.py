@@ -43,7 +43,7 @@ from jaxdata.transforms.pieces import Pieces
 __all__ = [
   "HostStep",
   "MAX_SPAN_STEPS",
-  "PlannedSpan",
+  "StepSpan",
   "READ_AHEAD",
   "ReadStep",
   "RowsHere",
@@ -75,7 +75,7 @@ class HostStep:
 
 
 @dataclasses.dataclass
-class PlannedSpan:
+class StepSpan:
   """Consecutive steps, each with the pipeline state after it and its stats."""
 
   steps: list[HostStep]
@@ -105,11 +105,11 @@ def plan_span(
   tokens: int,
   snapshot: Callable[[], PipelineState],
   max_steps: int = MAX_SPAN_STEPS,
-) -> PlannedSpan:
+) -> StepSpan:
   """Plans steps until they hold `tokens` of this host's rows (at least one
   step, at most `max_steps` and MAX_SPAN_STEPS) or the stream ends."""
   started = time.perf_counter()
-  span = PlannedSpan([], [], [], False)
+  span = StepSpan([], [], [], False)
   host_tokens = 0
   limit = max(1, min(max_steps, MAX_SPAN_STEPS))
   while host_tokens < tokens and len(span.steps) < limit:

@@ -20,7 +20,7 @@ import numpy as np
 from jaxdata.pipeline.assembly import OutputRows
 from jaxdata.pipeline.messages import Free, SpanToRead, Start, StepMade, WorkerError, slot_views
 from jaxdata.pipeline.producing import ComingStep
-from jaxdata.pipeline.read_spans import PlannedSpan, encode_span
+from jaxdata.pipeline.read_spans import StepSpan, encode_span
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.worker_handle import raised
 from jaxdata.pipeline.worker_pool import WorkerPool
@@ -57,7 +57,7 @@ class ReaderProcesses:
   def steps_per_reader(self) -> tuple[int, ...]:
     return tuple(self.per_reader)
 
-  def accept(self, span: PlannedSpan) -> None:
+  def accept(self, span: StepSpan) -> None:
     if not span.steps:
       return
     reader = self.spans % len(self.pool.readers)

@@ -27,7 +27,7 @@ from jaxdata.pipeline.assembly import Assembly
 from jaxdata.pipeline.execution import Execution
 from jaxdata.pipeline.planning import Planning
 from jaxdata.pipeline.producing import END, ComingStep, End, Prepared
-from jaxdata.pipeline.read_spans import PlannedSpan
+from jaxdata.pipeline.read_spans import StepSpan
 
 __all__ = ["Steps"]
 
@@ -72,7 +72,7 @@ class Steps:
         return
       self._queue(span)
 
-  def _queue(self, span: PlannedSpan) -> None:
+  def _queue(self, span: StepSpan) -> None:
     self.assembly.accept(span)
     last = len(span.steps) - 1
     for i, (host, state, stats) in enumerate(zip(span.steps, span.states, span.stats)):

@@ -101,7 +101,7 @@ class WorkerPool:
     self.handles: list[WorkerHandle] = []  # the planner, then the readers; started after the first step
     # At exit too: the workers stop and the shared memory is released.
     self._finalizer = weakref.finalize(self, close_all, self.handles)
-    self.stage = Lifecycle.NOT_SPAWNED
+    self.lifecycle = Lifecycle.NOT_SPAWNED
     self.generation = 0  # the (re)starts: a message of an older one is dropped
     self.unexpected_exit: RuntimeError | None = None  # a worker exited while starting, without an error
     self.failed_starts = 0  # in a row: workers that exited before they were ready
@@ -119,14 +119,14 @@ class WorkerPool:
     return tuple(worker.name for worker in self.workers)
 
   def move(self, to: Lifecycle) -> None:
-    if to not in MOVES[self.stage]:
-      raise RuntimeError(f"worker pool: {self.stage.value} -> {to.value} is not a transition of its lifecycle")
-    self.stage = to
+    if to not in MOVES[self.lifecycle]:
+      raise RuntimeError(f"worker pool: {self.lifecycle.value} -> {to.value} is not a transition of its lifecycle")
+    self.lifecycle = to
 
   def spawn(self) -> None:
     """Starts the processes (once; the first step is made here before, so that their start-up does not
     compete with it)."""
-    if self.stage is not Lifecycle.NOT_SPAWNED:
+    if self.lifecycle is not Lifecycle.NOT_SPAWNED:
       return
     try:
       for worker in self.workers:
