@@ -43,7 +43,7 @@ def written(
   native: bool, buffer: np.ndarray, runs: tuple[np.ndarray, ...], grid: int, trained: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
   flat = {name: np.full(grid, -7, np.int32) for name in FEATURES}
-  kernels.write_runs(buffer, *runs, flat, native=native, trained=trained)
+  kernels.write_runs(buffer, *runs, flat=flat, native=native, trained=trained)
   return flat
 
 
@@ -136,10 +136,10 @@ def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing(n
   ]
   for (src, dst, length), message in cases:
     with pytest.raises(ValueError, match=message):
-      kernels.write_runs(buffer, src, dst, length, one, one, flat, native=native)
+      kernels.write_runs(buffer, src, dst, length, one, one, flat=flat, native=native)
   assert all((flat[name] == -7).all() for name in FEATURES)  # checked before any write
   with pytest.raises(ValueError, match="run_len holds 2 items, expected 1"):
-    kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1, 1]), one, one, flat, native=native)
+    kernels.write_runs(buffer, np.array([0]), np.array([0]), np.array([1, 1]), one, one, flat=flat, native=native)
   with pytest.raises(ValueError, match="positions holds 4 items, expected 8"):
     kernels.write_runs(
       buffer,
@@ -148,7 +148,7 @@ def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing(n
       np.array([1]),
       one,
       one,
-      {**flat, "positions": np.zeros(4, np.int32)},
+      flat={**flat, "positions": np.zeros(4, np.int32)},
       native=native,
     )
   with pytest.raises(ValueError, match="buffer kind d is not one of"):
@@ -163,14 +163,14 @@ def test_write_runs_refuses_runs_outside_the_buffer_or_grid_and_writes_nothing(n
       np.array([1]),
       one,
       one,
-      {**flat, "tokens": np.zeros(16, np.int32)[::2]},
+      flat={**flat, "tokens": np.zeros(16, np.int32)[::2]},
       native=True,
     )
   with pytest.raises((ValueError, BufferError, TypeError)):  # read-only output
     readonly = np.zeros(8, np.int32)
     readonly.flags.writeable = False
     kernels.write_runs(
-      buffer, np.array([0]), np.array([0]), np.array([1]), one, one, {**flat, "loss_mask": readonly}, native=True
+      buffer, np.array([0]), np.array([0]), np.array([1]), one, one, flat={**flat, "loss_mask": readonly}, native=True
     )
 
 

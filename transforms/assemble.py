@@ -141,7 +141,7 @@ def assemble_rows(
     raise ValueError(f"assemble: out must hold a contiguous int32 {shape} array for each of {FEATURES}")
   flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
   # With masks the loss mask takes each target's trained flag in the same pass.
-  write_runs(buffer, run_src, run_dst, run_len, run_segment, run_source, flat, trained=trained)
+  write_runs(buffer, run_src, run_dst, run_len, run_segment, run_source, flat=flat, trained=trained)
   if not count:
     return out
   tokens, targets, loss_mask = flat["tokens"], flat["targets"], flat["loss_mask"]
@@ -176,6 +176,7 @@ def follow_boundaries(
   column: np.ndarray,
   piece: np.ndarray,
   offset: np.ndarray,
+  *,
   pad_id: int,
 ) -> None:
   """Document starts inside pieces (a window that crosses documents): from

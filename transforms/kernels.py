@@ -56,6 +56,7 @@ def write_runs(
   run_len: np.ndarray,
   run_segment: np.ndarray,
   run_source: np.ndarray,
+  *,
   flat: dict[str, np.ndarray],
   native: bool | None = None,
   trained: np.ndarray | None = None,
@@ -86,7 +87,7 @@ def write_runs(
     )
     return
   grid = flat["tokens"].size
-  _check_runs(buffer.size, grid, run_src, run_dst, run_len, run_segment, run_source, flat)
+  _check_runs(buffer.size, grid, run_src, run_dst, run_len, run_segment, run_source=run_source, flat=flat)
   # Every slot i of a run reads src = i - the run's start + the run's first source slot; the
   # gather takes intp indices in "clip" mode (the runs were checked above).
   src = np.repeat(run_src - run_dst, run_len)
@@ -120,6 +121,7 @@ def _check_runs(
   run_dst: np.ndarray,
   run_len: np.ndarray,
   run_segment: np.ndarray,
+  *,
   run_source: np.ndarray,
   flat: dict[str, np.ndarray],
 ) -> None:

@@ -116,6 +116,7 @@ def assemble_pairs(
   records: PairRecords,
   pairs: PairPacking,
   fill_id: int,
+  *,
   out: dict[str, np.ndarray],
   where: str = "a pair record",
 ) -> dict[str, np.ndarray]:
@@ -176,7 +177,17 @@ def assemble_pairs(
     # Segment ids: the pair's runs in row order, empty runs (no shared prompt, a KTO side) skipped.
     present = runs["len"] > 0
     runs["segment"] = _within_row_starts(host_row, column, present.sum(1))[:, None] + np.cumsum(present, 1)
-    _write(out, "", _selected(runs, np.ones_like(present)), buffer, marks, pieces, pair_id, fill_id, seq_len)
+    _write(
+      out,
+      "",
+      _selected(runs, np.ones_like(present)),
+      buffer,
+      marks,
+      pieces,
+      pair_id=pair_id,
+      fill_id=fill_id,
+      seq_len=seq_len,
+    )
   else:
     # Parallel: the chosen side whole in the chosen row; the rejected side (less a shared prompt) in
     # the rejected row; each row's pairs compact, in planned column order.
@@ -191,7 +202,9 @@ def assemble_pairs(
       runs["dst"] = np.stack([host_row * seq_len + side_column] * 3, 1)
       keep = np.zeros((length.size, 3), bool)
       keep[:, 1 + k] = True
-      _write(out, f"{side}_", _selected(runs, keep), buffer, marks, pieces, pair_id, fill_id, seq_len)
+      _write(
+        out, f"{side}_", _selected(runs, keep), buffer, marks, pieces, pair_id=pair_id, fill_id=fill_id, seq_len=seq_len
+      )
   return out
 
 
@@ -216,6 +229,7 @@ def _write(
   buffer: np.ndarray,
   marks: np.ndarray,
   pieces: Pieces,
+  *,
   pair_id: np.ndarray,
   fill_id: int,
   seq_len: int,

@@ -75,7 +75,7 @@ def convert_command(args: argparse.Namespace, console: Console) -> int:
       )
     elif args.runner == "ray":
       manifest = convert_with_ray(
-        args.inputs, args.out, args.name, options, args.ray_address, on_progress, args.overwrite
+        args.inputs, args.out, args.name, options, args.ray_address, on_progress, overwrite=args.overwrite
       )
     else:
       manifest = convert_files(args.inputs, args.out, args.name, options, on_progress, overwrite=args.overwrite)

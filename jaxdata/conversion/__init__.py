@@ -5,6 +5,7 @@ One job, in the order the data moves through it::
     options.py          ConvertOptions, input formats, text modes (light: the CLI's parser reads it)
     input_files.py      which files are the inputs (walks, globs; caches skipped) and their formats
     inputs.py           files -> documents with their locations; remote_inputs.py for gs:// and s3://
+    compressed.py       a file's bytes: local or remote, .gz / .zst decompressed, damaged archives named
     work_units.py       inputs cut into units that tokenize independently
     tokenizers.py       byte-level, Hugging Face, SentencePiece
     examples.py         fine-tuning examples (chat, prompt / completion) -> ids and trained-token masks

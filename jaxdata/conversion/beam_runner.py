@@ -38,7 +38,7 @@ from jaxdata.conversion.input_files import detect_format, expand_inputs, file_si
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.output import check_output, prepare_output, staging_directory, swap_in
 from jaxdata.conversion.remote_inputs import set_options
-from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
+from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
   converted_manifest,
@@ -114,28 +114,20 @@ def _array(path: str) -> np.ndarray:
   return np.load(io.BytesIO(_get(path)), allow_pickle=False)
 
 
-def _write_shard(
-  job: ShardJob,
-  out_dir: str,
-  name: str,
-  dtype: str,
-  scratch: str,
-  compression: str,
-  masks: bool = False,
-  pairs: bool = False,
-) -> ShardInfo:
+def _write_shard(job: ShardJob, target: ShardTarget) -> ShardInfo:
   """A shard written locally (into out_dir, or a temporary directory first for a bucket)."""
+  out_dir, scratch = target.out_dir, target.scratch
   local_dir = out_dir if not is_remote(out_dir) else tempfile.mkdtemp(prefix="jaxdata-shard-")
   info = write_shard(
     job,
     local_dir,
-    name,
-    dtype,
+    target.name,
+    target.dtype,
     lambda u: _array(_join(scratch, f"{u:07d}.tokens.npy")),
     lambda u: _array(_join(scratch, f"{u:07d}.lengths.npy")),
-    compression,
-    (lambda u: _array(_join(scratch, f"{u:07d}.masks.npy"))) if masks else None,
-    pairs,
+    compression=target.compression,
+    masks_of=(lambda u: _array(_join(scratch, f"{u:07d}.masks.npy"))) if target.masks else None,
+    pairs=target.pairs,
   )
   if local_dir != out_dir:
     for file_name in info.files():
@@ -147,16 +139,15 @@ def _write_shard(
 def _write_manifest(
   infos: list[ShardInfo],
   results: list[UnitResult],
-  out_dir: str,
-  name: str,
-  dtype: str,
+  target: ShardTarget,
   tokenizer: dict[str, Any],
   files: list[str],
   options: ConvertOptions,
 ) -> None:
+  out_dir = target.out_dir
   results = sorted(results, key=lambda r: r.unit)
   shards = tuple(sorted(infos, key=lambda info: info.path))  # names carry the index, zero-padded
-  manifest = converted_manifest(name, dtype, tokenizer, shards, files, results, options)
+  manifest = converted_manifest(target.name, target.dtype, tokenizer, shards, files, results, options=options)
   if is_remote(out_dir):
     local = tempfile.mkdtemp(prefix="jaxdata-manifest-")
     with open(manifest.save(local), "rb") as f:
@@ -286,28 +277,10 @@ def _named_errors(log: str | None) -> Iterator[None]:
     raise _RAISED_AGAIN[kind](message + suffix) from None
 
 
-def convert_with_beam(
-  inputs: Sequence[str],
-  out_dir: str,
-  name: str,
-  options: ConvertOptions = ConvertOptions(),
-  beam_args: Sequence[str] = (),
-  overwrite: bool = False,
-  scratch: str | None = None,
-) -> Manifest:
-  """`convert` as a Beam pipeline (options from `beam_args`, e.g. ``--runner=DataflowRunner``).
-
-  `scratch` (default: `--temp_location`'s, else `--gcp_temp_location`'s
-  ``jaxdata-scratch``, else a local temporary directory) holds the tokenized
-  units between stages, in a folder of this run's own (a random name), so
-  conversions that share a temp location never see each other's units; the
-  folder is removed when the run ends, whether it succeeded or not. On a
-  cluster runner (anything but the local Direct / Prism runners) scratch
-  and `out_dir` must be shared storage (gs://, s3://): a local path there is
-  a `ValueError` before anything runs. Returns the manifest (read back when
-  `out_dir` is local).
-  """
-  beam = _beam()
+def _pipeline_options(beam_args: Sequence[str]) -> tuple[Any, str, str | None, bool]:
+  """Beam's options from `beam_args`: (the options, the runner's name, the temp location, whether the
+  workers' logs are quieted)."""
+  _beam()  # first: importing Beam quietly
   pipeline_options = optional_module("apache_beam.options.pipeline_options", "beam", _PURPOSE)
   beam_args = list(beam_args)
   quiet = not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args)
@@ -320,6 +293,60 @@ def convert_with_beam(
     retain_unknown_options=True
   ).get("gcp_temp_location")
   runner = options_obj.view_as(pipeline_options.StandardOptions).runner or "DirectRunner"
+  return options_obj, runner, temp_location, quiet
+
+
+def _build_graph(
+  pipeline: Any,
+  units: list[WorkUnit],
+  shards: ShardTarget,
+  options: ConvertOptions,
+  *,
+  manifest: tuple[dict[str, Any], list[str]],
+) -> None:
+  """The conversion's stages on `pipeline`: tokenize the units, plan and write the shards, then the
+  manifest (`manifest`: the tokenizer's record and the input files)."""
+  beam = _beam()
+  scratch, bytes_per_token = shards.scratch, np.dtype(shards.dtype).itemsize + shards.masks
+  results = (
+    pipeline
+    | "Units" >> beam.Create(units)
+    | "SpreadUnits" >> beam.Reshuffle()
+    | "Tokenize" >> beam.Map(_tokenize, options, scratch)
+  )
+  every_result = results | "AllUnits" >> beam.combiners.ToList()
+  infos = (
+    every_result
+    | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, bytes_per_token, options.shard_bytes)
+    | "SpreadShards" >> beam.Reshuffle()
+    | "WriteShards" >> beam.Map(_write_shard, shards)
+    | "AllShards" >> beam.combiners.ToList()
+  )
+  tokenizer, files = manifest
+  singleton = beam.pvalue.AsSingleton(every_result)
+  _ = infos | "Manifest" >> beam.Map(_write_manifest, singleton, shards, tokenizer, files, options)
+
+
+def convert_with_beam(
+  inputs: Sequence[str],
+  out_dir: str,
+  name: str,
+  options: ConvertOptions = ConvertOptions(),
+  beam_args: Sequence[str] = (),
+  overwrite: bool = False,
+  *,
+  scratch: str | None = None,
+) -> Manifest:
+  """`convert` as a Beam pipeline (options from `beam_args`, e.g. ``--runner=DataflowRunner``).
+
+  `scratch` (default: `--temp_location`'s, else `--gcp_temp_location`'s ``jaxdata-scratch``, else a local
+  temporary directory) holds the tokenized units between stages, in a folder of this run's own (a random
+  name), so conversions that share a temp location never see each other's units; the folder is removed
+  when the run ends, whether it succeeded or not. On a cluster runner (anything but the local Direct /
+  Prism runners) scratch and `out_dir` must be shared storage (gs://, s3://): a local path there is a
+  `ValueError` before anything runs. Returns the manifest (read back when `out_dir` is local).
+  """
+  options_obj, runner, temp_location, quiet = _pipeline_options(beam_args)
   root = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else None)
   _check_shared_storage(runner, out_dir, root)
   files = expand_inputs(inputs, options.include, options.exclude)
@@ -347,35 +374,10 @@ def convert_with_beam(
   else:  # runs that share a temp location each get a folder of their own
     scratch = _join(root, uuid.uuid4().hex)
   masked = options.examples != "text"  # fine-tuning examples: a mask byte per token beside its id
+  shards = ShardTarget(target, name, dtype.name, scratch, options.compression, masked, options.examples == "preference")
   try:
-    with _beam_logs_quiet(quiet) as log, _named_errors(log), beam.Pipeline(options=options_obj) as pipeline:
-      results = (
-        pipeline
-        | "Units" >> beam.Create(units)
-        | "SpreadUnits" >> beam.Reshuffle()
-        | "Tokenize" >> beam.Map(_tokenize, options, scratch)
-      )
-      every_result = results | "AllUnits" >> beam.combiners.ToList()
-      infos = (
-        every_result
-        | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, dtype.itemsize + masked, options.shard_bytes)
-        | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards"
-        >> beam.Map(
-          _write_shard, target, name, dtype.name, scratch, options.compression, masked, options.examples == "preference"
-        )
-        | "AllShards" >> beam.combiners.ToList()
-      )
-      _ = infos | "Manifest" >> beam.Map(
-        _write_manifest,
-        beam.pvalue.AsSingleton(every_result),
-        target,
-        name,
-        dtype.name,
-        tokenizer_record(tokenizer, options),
-        files,
-        options,
-      )
+    with _beam_logs_quiet(quiet) as log, _named_errors(log), _beam().Pipeline(options=options_obj) as pipeline:
+      _build_graph(pipeline, units, shards, options, manifest=(tokenizer_record(tokenizer, options), files))
   except BaseException:  # re-raised: a failed replacement leaves the old dataset as it was, a new --out is removed
     if target != out_dir or created:
       shutil.rmtree(target, ignore_errors=True)

@@ -41,6 +41,7 @@ def published_dataset(
   bucket_root: str,
   local_root: str,
   log: Callable[[str], None] = lambda m: None,
+  *,
   max_bytes: int | None = None,
   process: tuple[int, int] = (0, 1),
   wait_s: float = 3600.0,
@@ -68,7 +69,7 @@ def published_dataset(
       time.sleep(PUBLISH_POLL_S)
     return target.url
   local = built_dataset(
-    name, inputs, options, local_root, log, max_bytes, (0, 1), wait_s, key, full_hash
+    name, inputs, options, local_root, log, max_bytes, process=(0, 1), wait_s=wait_s, key=key, full_hash=full_hash
   )  # named by `key`
   _upload(local, target, store, log, name)
   return target.url

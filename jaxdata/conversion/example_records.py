@@ -28,7 +28,8 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from jaxdata.conversion.inputs import InvalidLog, open_binary, readable_archive
+from jaxdata.conversion.compressed import open_binary, readable_archive
+from jaxdata.conversion.inputs import InvalidLog
 from jaxdata.conversion.remote_inputs import open_remote
 from jaxdata.errors import Error, InputFormatError
 from jaxdata.sources.index import close_reader_quietly

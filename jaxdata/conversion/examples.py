@@ -17,16 +17,13 @@
     {"input_ids": [...], "labels" | "mask": [...]}  as given: labels of -100 (Hugging Face trainers'
                                     ignore index) or mask 0 do not train
 
-The straddling rule ("overlaps a trained character range") is transformers' own: its
-assistant mask marks every token from the one holding a block's first
-character to the one holding its last. What trains: `train_on` "assistant"
-(every assistant message whose `weight` is not 0, OpenAI's fine-tuning
-files' per-message weight), "last" (the last assistant message) or "all".
-Masks never come from token values (a pad or EOS id also occurs in
-content) or from turn-by-turn renderings (templates rewrite earlier turns).
-Messages reach the template as the record holds them (no key added; roles
-beyond the five, e.g. Llama's `ipython`, and content as a list of parts
-are the template's to take).
+The straddling rule ("overlaps a trained character range") is transformers' own: its assistant mask
+marks every token from the one holding a block's first character to the one holding its last. What
+trains: `train_on` "assistant" (every assistant message whose `weight` is not 0, OpenAI's fine-tuning
+files' per-message weight), "last" (the last assistant message) or "all". Masks never come from token
+values (a pad or EOS id also occurs in content) or from turn-by-turn renderings (templates rewrite
+earlier turns). Messages reach the template as the record holds them (no key added; roles beyond the
+five, e.g. Llama's `ipython`, and content as a list of parts are the template's to take).
 """
 
 from __future__ import annotations
@@ -239,7 +236,7 @@ class ExampleEncoder:
     if self.train_on == "all":
       return ids, np.ones(ids.size, np.uint8)
     if self.mask_rule == "generation blocks":
-      return ids, self._generation_mask(messages, tools, ids, offsets, trained, where, kwargs)
+      return ids, self._generation_mask(messages, tools, ids, offsets, trained, where, kwargs=kwargs)
     turns = assistant_turns(
       messages, trained, render, where, offsets.tolist(), self._default_renderer(tools, kwargs), rendered=text
     )
@@ -253,6 +250,7 @@ class ExampleEncoder:
     offsets: np.ndarray,
     trained: set[int],
     where: str,
+    *,
     kwargs: Mapping[str, Any],
   ) -> np.ndarray:
     """transformers' assistant mask; where some assistant message does not train, only the marked tokens
@@ -431,6 +429,7 @@ def example_encoder(
   train_on: TrainOn,
   template_file: str | None,
   template_text: str = "",
+  *,
   system_prompt_field: str = "",
   template_kwargs_field: str = "",
   max_tokens: int = 0,

@@ -115,6 +115,7 @@ def from_iterable(
   tokenizer: TokenizerSpec | str | Any | None = "byte",
   shard_bytes: int = 256 << 20,
   compression: str = "zstd",
+  *,
   dtype: str | None = None,
   overwrite: bool = False,
   masks: bool | None = None,
@@ -162,7 +163,7 @@ def from_iterable(
   batch = list(itertools.islice(items, BATCH))
   masked = any(_is_pair(item) for item in batch) if masks is None else bool(masks)
   writer = DatasetWriter(
-    out, name or os.path.basename(os.path.normpath(out)), np_dtype, identity, shard_bytes, compression, masked
+    out, name or os.path.basename(os.path.normpath(out)), np_dtype, identity, shard_bytes, compression, masks=masked
   )
   while batch:
     flat, lengths, mask = _encode(batch, count, model)

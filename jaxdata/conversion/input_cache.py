@@ -174,6 +174,7 @@ def built_dataset(
   root: str,
   log: Callable[[str], None] = lambda m: None,
   max_bytes: int | None = None,
+  *,
   process: tuple[int, int] = (0, 1),
   wait_s: float = 3600.0,
   key: CacheKey | None = None,
@@ -215,10 +216,10 @@ def built_dataset(
         name,
         options,
         index,
-        count,
-        wait_s,
-        log,
-        lambda: os.path.isfile(os.path.join(target, MANIFEST_NAME)),
+        count=count,
+        wait_s=wait_s,
+        log=log,
+        sealed=lambda: os.path.isfile(os.path.join(target, MANIFEST_NAME)),
       )
       if manifest is None:  # another process seals the cache
         _wait_for_cache(target, wait_s, name)

@@ -6,32 +6,20 @@ precisely. With ``skip_invalid`` a bad document is counted in an `InvalidLog`: n
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gzip
-import io
 import json
 import re
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, cast
 
+from jaxdata.conversion.compressed import CountingReader, open_binary, readable_archive
 from jaxdata.conversion.input_files import is_compressed
 from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
 from jaxdata.conversion.remote_inputs import open_remote
-from jaxdata.errors import Error, InputFormatError, installed_module, optional_module
+from jaxdata.errors import Error, InputFormatError, optional_module
 from jaxdata.sources.stores import is_remote
 
-__all__ = [
-  "INPUT_FORMATS",
-  "TEXT_MODES",
-  "InvalidLog",
-  "arrow",
-  "iter_documents",
-  "Record",
-  "open_binary",
-  "readable_archive",
-]
+__all__ = ["InvalidLog", "Record", "arrow", "iter_documents"]
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 MAX_EXAMPLES = 20
@@ -68,17 +56,6 @@ def _arrow_errors() -> tuple[type[BaseException], ...]:
     return ()
 
 
-def _zstd_errors() -> tuple[type[BaseException], ...]:
-  module = _zstd_module(required=False)
-  return (module.ZstdError,) if module is not None else ()
-
-
-def _zstd_module(required: bool = True) -> Any:
-  if required:
-    return optional_module("zstandard", "zstd", ".zst inputs")
-  return installed_module("zstandard")
-
-
 def iter_documents(
   path: str,
   fmt: str,
@@ -86,6 +63,7 @@ def iter_documents(
   text_mode: str,
   invalid: InvalidLog,
   stream: Iterable[bytes] | None = None,
+  *,
   first: int | None = None,
   row_groups: tuple[int, int] | None = None,
   on_bytes: Callable[[int], None] = lambda n: None,
@@ -104,99 +82,15 @@ def iter_documents(
   with readable_archive(path):
     try:
       if fmt == "jsonl":
-        yield from _iter_jsonl(path, field, invalid, stream, first or 1, on_bytes, records)
+        yield from _iter_jsonl(path, field, invalid, stream, first or 1, on_bytes, records=records)
       elif fmt == "parquet":
-        yield from _iter_parquet(path, field, invalid, row_groups, first or 0, on_bytes, records)
+        yield from _iter_parquet(path, field, invalid, row_groups, first or 0, on_bytes, records=records)
       elif records:
         raise InputFormatError(f"{path}: fine-tuning examples are read from JSONL or Parquet, not {fmt} files")
       else:
         yield from _iter_text(path, text_mode, invalid, stream, first or 1, on_bytes)
     except _arrow_errors() as e:  # a damaged Parquet row group
       raise InputFormatError(f"{path}: not a readable Parquet file ({str(e)[:200]})") from e
-
-
-@contextlib.contextmanager
-def readable_archive(path: str) -> Iterator[None]:
-  """A truncated, damaged or foreign .gz / .zst file (its CRC, its deflate stream, its end) as an
-  InputFormatError naming the file, whatever reads it (texts, JSONL, TFRecords)."""
-  try:
-    yield
-  except (EOFError, zlib.error, gzip.BadGzipFile, *_zstd_errors()) as e:  # type: ignore[misc]  # a tuple built at run time
-    kind = "zstd" if path.endswith(".zst") else "gzip" if path.endswith(".gz") else "compressed"
-    raise InputFormatError(f"{path}: not a readable {kind} file ({str(e)[:200] or type(e).__name__})") from e
-
-
-def open_binary(path: str, raw: IO[bytes] | None = None) -> IO[bytes]:
-  """The file's bytes (local, gs:// or s3://), decompressed for .gz and .zst (read from `raw` if given)."""
-  if raw is None:
-    raw = open_remote(path) if is_remote(path) else open(path, "rb")
-  if path.endswith(".gz"):
-    return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
-  if path.endswith(".zst"):
-    return io.BufferedReader(_ZstdReader(raw), buffer_size=1 << 20)
-  return raw
-
-
-class _ZstdReader(io.RawIOBase):
-  """The frames of a .zst file, decompressed; a file that ends inside a frame raises ZstdError
-  (zstandard's stream reader would end quietly, losing the rest of the frame)."""
-
-  def __init__(self, raw: IO[bytes]) -> None:
-    self._zstd = _zstd_module()
-    self._raw = raw
-    self._frame = self._zstd.ZstdDecompressor().decompressobj()
-    self._pending = b""
-    self._fed = False  # an empty file holds no frame, and is not truncated
-
-  def readable(self) -> bool:
-    return True
-
-  def readinto(self, buffer: Any) -> int:
-    while not self._pending:
-      chunk = self._raw.read(1 << 20)
-      if not chunk:
-        if self._fed and not self._frame.eof:
-          raise self._zstd.ZstdError("the file ends inside a frame (truncated)")
-        return 0
-      self._pending = self._decompress(chunk)
-    count = min(len(buffer), len(self._pending))
-    buffer[:count] = self._pending[:count]
-    self._pending = self._pending[count:]
-    return count
-
-  def _decompress(self, chunk: bytes) -> bytes:
-    self._fed = True
-    out = [self._frame.decompress(chunk)]
-    while self._frame.eof and self._frame.unused_data:  # the next frame of a multi-frame file
-      rest = self._frame.unused_data
-      self._frame = self._zstd.ZstdDecompressor().decompressobj()
-      out.append(self._frame.decompress(rest))
-    return b"".join(out)
-
-  def close(self) -> None:
-    self._raw.close()
-    super().close()
-
-
-class _CountingReader(io.RawIOBase):
-  """A file's raw bytes, counted as they are read: a compressed file's progress is in its own bytes."""
-
-  def __init__(self, raw: IO[bytes]) -> None:
-    self._raw = raw
-    self.count = 0
-
-  def readable(self) -> bool:
-    return True
-
-  def readinto(self, buffer: Any) -> int:
-    data = self._raw.read(len(buffer))
-    buffer[: len(data)] = data
-    self.count += len(data)
-    return len(data)
-
-  def close(self) -> None:
-    self._raw.close()
-    super().close()
 
 
 def _lines(path: str, stream: Iterable[bytes] | None, on_bytes: Callable[[int], None]) -> Iterator[bytes]:
@@ -211,7 +105,7 @@ def _lines(path: str, stream: Iterable[bytes] | None, on_bytes: Callable[[int], 
         on_bytes(len(line))
         yield line
     return
-  counted = _CountingReader(open_remote(path) if is_remote(path) else open(path, "rb"))
+  counted = CountingReader(open_remote(path) if is_remote(path) else open(path, "rb"))
   reported = 0
   with open_binary(path, cast(IO[bytes], counted)) as f:  # a RawIOBase reads as a binary file does
     for line in f:
@@ -236,6 +130,7 @@ def _iter_jsonl(
   stream: Iterable[bytes] | None,
   first: int,
   on_bytes: Callable[[int], None],
+  *,
   records: bool = False,
 ) -> Iterator[Any]:
   for line_number, line in enumerate(_lines(path, stream, on_bytes), start=first):
@@ -288,6 +183,7 @@ def _iter_parquet(
   row_groups: tuple[int, int] | None,
   first: int,
   on_bytes: Callable[[int], None],
+  *,
   records: bool = False,
 ) -> Iterator[Any]:
   pa, pq = arrow()

@@ -31,7 +31,7 @@ import numpy as np
 from jaxdata.conversion.input_files import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions, Progress
 from jaxdata.conversion.output import check_output, staging_directory, swap_in
-from jaxdata.conversion.shard_jobs import ShardJob, plan_shard_jobs, write_shard
+from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
   converted_manifest,
@@ -179,26 +179,18 @@ def lengths_loader(scratch: str) -> Callable[[int], np.ndarray]:
   return lambda unit: np.load(os.path.join(scratch, f"{unit:07d}.lengths.npy"))
 
 
-def write_job(
-  job: ShardJob,
-  out_dir: str,
-  name: str,
-  dtype: str,
-  scratch: str,
-  compression: str,
-  masks: bool = False,
-  pairs: bool = False,
-) -> ShardInfo:
+def write_job(job: ShardJob, target: ShardTarget) -> ShardInfo:
+  """Shard `job` written into `target.out_dir` from the tokenize phase's files (in a worker process)."""
   return write_shard(
     job,
-    out_dir,
-    name,
-    dtype,
-    _load_tokens(scratch, dtype),
-    lengths_loader(scratch),
-    compression,
-    _load_tokens(scratch, "uint8", "masks") if masks else None,
-    pairs,
+    target.out_dir,
+    target.name,
+    target.dtype,
+    _load_tokens(target.scratch, target.dtype),
+    lengths_loader(target.scratch),
+    compression=target.compression,
+    masks_of=_load_tokens(target.scratch, "uint8", "masks") if target.masks else None,
+    pairs=target.pairs,
   )
 
 
@@ -209,6 +201,7 @@ def convert(
   options: ConvertOptions = ConvertOptions(),
   on_progress: Progress | None = None,
   overwrite: bool = False,
+  *,
   executor: concurrent.futures.Executor | None = None,
 ) -> Manifest:
   """Tokenizes JSONL, Parquet or text files into a dataset directory (`jaxdata convert`).
@@ -312,10 +305,10 @@ def convert(
 
       try:
         pairs = options.examples == "preference"  # each record a pair: its sides' lengths as columns
-        job_args = (target, name, dtype.name, scratch, options.compression, masked, pairs)
-        infos = run_jobs(pool, write_job, jobs, job_args, shard_done)
+        writing = ShardTarget(target, name, dtype.name, scratch, options.compression, masked, pairs)
+        infos = run_jobs(pool, write_job, jobs, (writing,), shard_done)
         manifest = converted_manifest(
-          name, dtype.name, tokenizer_record(tokenizer, options), infos, files, results, options
+          name, dtype.name, tokenizer_record(tokenizer, options), infos, files, results, options=options
         )
         manifest.save(target)
       except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)

@@ -68,6 +68,7 @@ def convert_with_ray(
   options: ConvertOptions = ConvertOptions(),
   address: str | None = None,
   on_progress: Progress | None = None,
+  *,
   overwrite: bool = False,
 ) -> Manifest:
   """`convert` with every unit and shard a Ray task (see the module docstring); `address`: the cluster

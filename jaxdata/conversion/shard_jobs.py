@@ -13,6 +13,7 @@ fed the same documents in order.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -25,7 +26,7 @@ from jaxdata.sources.manifest import ShardInfo, writer_options
 from jaxdata.sources.masked import records_with_masks
 from jaxdata.sources.writer import finish_shard, shard_file_names
 
-__all__ = ["ShardJob", "plan_shard_jobs", "plan_shards", "write_shard"]
+__all__ = ["ShardJob", "ShardTarget", "plan_shard_jobs", "plan_shards", "write_shard"]
 
 ShardJob = tuple[int, list[tuple[int, int, int]]]  # (shard index, [(unit, first document, end document)])
 Loader = Callable[[int], np.ndarray]  # unit index -> its tokens, or its lengths
@@ -73,6 +74,20 @@ def plan_shard_jobs(unit_lengths: Sequence[tuple[int, np.ndarray]], itemsize: in
   return jobs
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardTarget:
+  """Where every shard job of one conversion writes, and how: the same for each job and each runner's
+  workers (the local processes, Beam's `WriteShards`)."""
+
+  out_dir: str
+  name: str
+  dtype: str
+  scratch: str  # the units' tokens, lengths (and masks) as the tokenize phase left them
+  compression: str
+  masks: bool = False
+  pairs: bool = False
+
+
 def write_shard(
   job: ShardJob,
   out_dir: str,
@@ -80,6 +95,7 @@ def write_shard(
   dtype: str,
   tokens_of: Loader,
   lengths_of: Loader,
+  *,
   compression: str = "zstd",
   masks_of: Loader | None = None,
   pairs: bool = False,

@@ -34,7 +34,7 @@ from jaxdata.conversion.local_runner import (
   write_job,
 )
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.shard_jobs import plan_shard_jobs
+from jaxdata.conversion.shard_jobs import ShardTarget, plan_shard_jobs
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
   converted_manifest,
@@ -122,6 +122,7 @@ def build_part(
   name: str,
   options: ConvertOptions,
   index: int = 0,
+  *,
   count: int = 1,
   wait_s: float = 3600.0,
   log: Callable[[str], None] = lambda message: None,
@@ -186,9 +187,8 @@ def build_part(
       if info is not None:
         _record(shard_records[owned[i][0]], info.to_json())
 
-    run_jobs(
-      pool, write_job, owned, (staging, name, dtype.name, units_dir, options.compression, masked, pairs), shard_done
-    )
+    writing = ShardTarget(staging, name, dtype.name, units_dir, options.compression, masked, pairs)
+    run_jobs(pool, write_job, owned, (writing,), shard_done)
   finally:
     if pool is not None:
       pool.shutdown(wait=True, cancel_futures=True)
@@ -199,6 +199,8 @@ def build_part(
   for path in shard_records:
     with open(path) as f:
       infos.append(ShardInfo(**json.load(f)))
-  manifest = converted_manifest(name, dtype.name, tokenizer_record(tokenizer, options), infos, files, results, options)
+  manifest = converted_manifest(
+    name, dtype.name, tokenizer_record(tokenizer, options), infos, files, results, options=options
+  )
   manifest.save(staging)
   return manifest

@@ -152,10 +152,10 @@ def _cached_encoder(options: ConvertOptions) -> ExampleEncoder:
       options.train_on,
       options.chat_template or None,
       options.chat_template_text,
-      options.system_prompt_field,
-      options.template_kwargs_field,
-      options.max_example_tokens,
-      options.tokenizer.kind,
+      system_prompt_field=options.system_prompt_field,
+      template_kwargs_field=options.template_kwargs_field,
+      max_tokens=options.max_example_tokens,
+      tokenizer_kind=options.tokenizer.kind,
     )
   return _encoders[key]
 
@@ -303,6 +303,7 @@ def converted_manifest(
   shards: Sequence[ShardInfo],
   files: Sequence[str],
   results: Sequence[UnitResult],
+  *,
   options: ConvertOptions,
 ) -> Manifest:
   """The manifest of a conversion every runner writes alike: its shards (in order), stats and features."""

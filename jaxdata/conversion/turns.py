@@ -48,6 +48,7 @@ def assistant_turns(
   where: str,
   token_offsets: Sequence[tuple[int, int]] = (),
   default_render: Render | None = None,
+  *,
   rendered: str | None = None,
 ) -> list[tuple[int, int]]:
   """The character ranges of the trained messages' whole turns in `render(messages, False)`.
@@ -86,7 +87,9 @@ def assistant_turns(
       in_order = span is not None and span[1] <= min((spans[k][0] for k in spans if k > i), default=len(text))
       floor = max(floor, span[1]) if span and in_order else floor
       continue
-    placed = _turn_start(messages, i, renders, text, floor, _ceiling(spans, i, len(text)), span, token_starts)
+    placed = _turn_start(
+      messages, i, renders, text, floor, _ceiling(spans, i, len(text)), span=span, token_starts=token_starts
+    )
     if i not in trained:  # its header is passed, so that the next turn's header is searched after it
       floor = max(floor, span[1] if span else placed[0] if placed else floor)
       continue
@@ -98,7 +101,7 @@ def assistant_turns(
       )
     start = placed[0]
     anchor = max(start, span[1]) if span else start
-    limit = _next_message_start(messages, i, renders, text, spans, anchor, marker)
+    limit = _next_message_start(messages, i, renders, text, spans, anchor, marker=marker)
     end, marked = _turn_end(text, anchor, limit, marker)
     if not marked:
       end = _at_token_start(text, end, anchor, token_starts, token_ends)
@@ -157,6 +160,7 @@ def _turn_start(
   text: str,
   floor: int,
   ceiling: int,
+  *,
   span: tuple[int, int] | None,
   token_starts: Sequence[int] = (),
 ) -> tuple[int, int] | None:
@@ -275,6 +279,7 @@ def _next_message_start(
   text: str,
   spans: dict[int, tuple[int, int]],
   anchor: int,
+  *,
   marker: str,
 ) -> int:
   """Where the message after message i begins in `text` (its header's start), or the rendering's end: what
@@ -284,7 +289,7 @@ def _next_message_start(
   for j in range(i + 1, len(messages)):
     span = spans.get(j)
     if span is None and messages[j].get("role") == "assistant":  # no placed text: where its header begins
-      placed = _turn_start(messages, j, renders, text, anchor, _ceiling(spans, j, len(text)), None)
+      placed = _turn_start(messages, j, renders, text, anchor, _ceiling(spans, j, len(text)), span=None)
       if placed is not None and placed[0] - placed[1] >= anchor:
         return placed[0] - placed[1]
       continue

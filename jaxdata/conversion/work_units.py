@@ -21,9 +21,10 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from jaxdata.conversion.compressed import open_binary
 from jaxdata.conversion.example_records import RECORD_FORMATS, iter_example_documents
 from jaxdata.conversion.input_files import file_sizes, is_compressed
-from jaxdata.conversion.inputs import InvalidLog, arrow, iter_documents, open_binary
+from jaxdata.conversion.inputs import InvalidLog, arrow, iter_documents
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.stores import is_remote
 

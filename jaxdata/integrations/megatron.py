@@ -169,6 +169,7 @@ def megatron_raw(
   index_dir: str | None = None,
   seq_len: int = 2048,
   global_batch_size: int = 256,
+  *,
   seed: int = 1234,
   tokenizer: dict[str, Any] | None = None,
   **extra: Any,

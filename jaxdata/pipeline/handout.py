@@ -40,6 +40,7 @@ def producing(
   recorder: StatsRecorder,
   masked: bool = False,
   names: Sequence[str] = (),
+  *,
   layout: StepLayout = StepLayout.of_features(FEATURES),
 ) -> Callable[[], Prepared | Literal[End.END]]:
   """What makes the next step: the producer's NumPy rows, or with a mesh its global arrays, of the

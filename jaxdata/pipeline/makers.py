@@ -79,8 +79,8 @@ def step_maker(
   parts: Parts,
   recorder: StatsRecorder,
   rows_here: RowsHere,
-  snapshot: Callable[[], PipelineState],
   *,
+  snapshot: Callable[[], PipelineState],
   prefetch: int,
   read_ahead_tokens: int,
   aligned: bool,
@@ -99,7 +99,7 @@ def step_maker(
   readers = making.reader_processes
   fall_back = not making.planner_process_asked
   pool = worker_pool.WorkerPool.for_host(
-    spec, cfg, readers, rows_here, prefetch + 1, read_ahead_tokens, parts.fingerprint, fall_back
+    spec, cfg, readers, rows_here, prefetch + 1, read_ahead_tokens, fingerprint=parts.fingerprint, fall_back=fall_back
   )
   assembly: Assembly = (
     reader_processes.ReaderProcesses(pool, recorder, rows)

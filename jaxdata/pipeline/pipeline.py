@@ -177,7 +177,7 @@ class Pipeline:
         parts,
         self._recorder,
         rows_here,
-        snapshot,
+        snapshot=snapshot,
         prefetch=prefetch,
         read_ahead_tokens=read_ahead_tokens,
         aligned=aliases_host_memory(sharding),
@@ -185,7 +185,7 @@ class Pipeline:
     except BaseException:  # re-raised: nothing may stay open
       parts.reader.close()
       raise
-    produce = producing(maker, output, rows_here, self._recorder, parts.reader.masked, cfg.names, cfg.layout)
+    produce = producing(maker, output, rows_here, self._recorder, parts.reader.masked, cfg.names, layout=cfg.layout)
     self._handout = Handout(maker, produce, parts.reader, prefetch, switch_interval_s)
     # Runs at exit too: a daemon thread still inside a native read when the
     # interpreter finalizes aborts the process ("terminate called ..."), so it is stopped first.

@@ -110,11 +110,28 @@ def with_built_inputs(cfg: PipelineConfig, log: Callable[[str], None] = say) -> 
       try:
         if bucket is not None:  # hosts without a shared disk: process 0 builds here and publishes
           path = published_dataset(
-            d.name, list(d.inputs), options, bucket, local_root, log, cfg.inputs_max_bytes, processes, wait_s, full
+            d.name,
+            list(d.inputs),
+            options,
+            bucket,
+            local_root,
+            log,
+            max_bytes=cfg.inputs_max_bytes,
+            process=processes,
+            wait_s=wait_s,
+            full_hash=full,
           )
         else:
           path = built_dataset(
-            d.name, list(d.inputs), options, root, log, cfg.inputs_max_bytes, processes, wait_s, full_hash=full
+            d.name,
+            list(d.inputs),
+            options,
+            root,
+            log,
+            cfg.inputs_max_bytes,
+            process=processes,
+            wait_s=wait_s,
+            full_hash=full,
           )
       except ConfigError as error:  # "inputs: ..." / "tokenizer: ...": the config's key, whole
         raise ConfigError(f"datasets.{d.name}.{error}") from error

@@ -203,12 +203,12 @@ def assemble(
     if out is None:
       out = layout.arrays(s.num_rows, s.seq_len)
     records = PairRecords(item.buffer, item.trained, item.doc_start, item.doc_length, item.values)
-    batch = assemble_pairs(s.pieces, s.host_row, s.column, records, packing.pairs, packing.fill_id, out)
+    batch = assemble_pairs(s.pieces, s.host_row, s.column, records, packing.pairs, packing.fill_id, out=out)
   else:
     placement = RowPlacement(s.pieces, s.host_row, s.column, s.num_rows, s.seq_len)
     batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)
     if item.boundaries[0].size:
-      follow_boundaries(batch, s.pieces, s.host_row, s.column, *item.boundaries, packing.fill_id)
+      follow_boundaries(batch, s.pieces, s.host_row, s.column, *item.boundaries, pad_id=packing.fill_id)
   for extra in layout.extras:
     made = np.asarray(extra.maker()(batch, s.pieces, s.host_row, s.column), extra.numpy_dtype)
     if made.shape != extra.shape(s.num_rows, s.seq_len):

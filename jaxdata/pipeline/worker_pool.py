@@ -76,6 +76,7 @@ class WorkerPool:
     rows_here: RowsHere,
     slots: int,
     read_ahead_tokens: int,
+    *,
     fingerprint: OrderFingerprint,
     fall_back: bool,
   ) -> WorkerPool:

@@ -248,7 +248,7 @@ class FlatTokenDataset(ShardedRecords):
         self.dtype,
         [s.num_bytes for s in self.manifest.shards],
         [s.data_offset for s in self.manifest.shards],
-        [self._block_sums(s) for s in self.manifest.shards],
+        sums=[self._block_sums(s) for s in self.manifest.shards],
       )
       kv_files.check_samples(
         [(i, s.num_bytes, s.sample_sha256) for i, s in enumerate(self.manifest.shards)], SAMPLE_BLOCKS, SAMPLE_BLOCK

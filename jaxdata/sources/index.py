@@ -116,6 +116,7 @@ def build_index(
   name: str | None = None,
   tokenizer: dict[str, Any] | None = None,
   on_shard: Callable[[str], None] | None = None,
+  *,
   force: bool = False,
   check_dtype: bool = True,
 ) -> Manifest:

@@ -256,6 +256,7 @@ class KvTokenFiles(TokenFiles):
     dtype: np.dtype,
     sizes: Sequence[int],
     offsets: Sequence[int],
+    *,
     sums: Sequence[np.ndarray | None] | None = None,
   ) -> None:
     self.keys, self.named, self.dtype, self.sizes = list(keys), list(named), dtype, list(sizes)

@@ -109,6 +109,7 @@ class DatasetWriter:
     tokenizer: dict[str, Any],
     shard_bytes: int = 256 << 20,
     compression: str = "zstd",
+    *,
     masks: bool = False,
     pairs: bool = False,
   ) -> None:

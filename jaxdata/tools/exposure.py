@@ -125,6 +125,7 @@ def schedule_exposure(
   tokens_per_step: int,
   max_passes: float = 4.0,
   capacities: Callable[[int], np.ndarray] | None = None,
+  *,
   steps: int | None = None,
 ) -> ExposureTable:
   """The exposure table for a schedule over `total_tokens` processed tokens; `capacities(n)` gives the
@@ -307,7 +308,7 @@ def plan_run(cfg: PipelineConfig, tokens: int, max_passes: float) -> tuple[Expos
     cfg.tokens_per_step,
     max_passes,
     (lambda n: step_capacities(cfg, n)) if varies else None,
-    end.steps if end is not None and total == end.tokens else None,
+    steps=end.steps if end is not None and total == end.tokens else None,
   )
   for settings in cfg.dataset_settings():
     meta, row = metadata[settings.name], table.datasets[settings.name]

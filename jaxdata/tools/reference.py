@@ -120,7 +120,7 @@ def reference_logprobs(
       pair_records = PairRecords(
         padded_buffer([ragged.tokens], seq_len, 0), padded_buffer([ragged.mask], seq_len, 0), doc_start, ragged.lengths
       )
-      assemble_pairs(pieces, row, column, pair_records, _ONE_ROW, 0, batch, where=path)
+      assemble_pairs(pieces, row, column, pair_records, _ONE_ROW, 0, out=batch, where=path)
       chosen, rejected, _ = sequence_logprobs(batch, _checked(logprob_fn(batch), rows, seq_len), max_pairs=seq_len)
       rank = np.arange(records.size) - np.searchsorted(row, row)  # the pair's id in its row, less one
       values["ref_chosen_logp"][records] = np.asarray(chosen)[row, rank]

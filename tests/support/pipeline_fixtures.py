@@ -56,7 +56,7 @@ def write_coded_dataset(
   record = np.repeat(np.arange(len(lengths)), lengths_arr)
   k = np.arange(int(lengths_arr.sum())) - np.repeat(np.cumsum(lengths_arr) - lengths_arr, lengths_arr)
   identity = tokenizer or {"kind": "coded"}
-  writer = DatasetWriter(directory, f"d{d}", np.dtype("<u4"), identity, shard_bytes, compression, masks)
+  writer = DatasetWriter(directory, f"d{d}", np.dtype("<u4"), identity, shard_bytes, compression, masks=masks)
   writer.write_documents(code(d, record, k), lengths_arr, coded_mask(d, record, k) if masks else None)
   writer.finish()
 
