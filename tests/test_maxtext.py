@@ -14,7 +14,7 @@ import pytest
 import sentencepiece as spm
 
 from jaxdata import ConfigError, DatasetError, Pipeline, from_iterable
-from jaxdata.integrations import maxtext_keys
+from jaxdata.integrations import maxtext_files, maxtext_keys
 from jaxdata.integrations.maxtext import MAXTEXT_FEATURES, MAXTEXT_KEYS, MaxTextPipeline, maxtext_batch, maxtext_config
 from jaxdata.integrations.maxtext_values import KEY_TYPES
 from jaxdata.sources import DatasetWriter
@@ -265,7 +265,7 @@ def test_keys_that_are_honoured_change_the_config(values, tmp_path):
   # the older "glob:weight" syntax, and a gs:// glob with no weight
   older = values["grain_train_files"].replace(",0.7", ":0.7").replace(",0.3", ":0.3")
   assert maxtext_config({**values, "grain_train_files": older}) == base
-  assert maxtext_keys.parse_train_files("gs://b/c4/*.array_record") == [("gs://b/c4/*.array_record", 1.0)]
+  assert maxtext_files.parse_train_files("gs://b/c4/*.array_record") == [("gs://b/c4/*.array_record", 1.0)]
 
 
 def test_the_global_batch_is_derived_from_per_device_batch_size_as_maxtext_does(values):

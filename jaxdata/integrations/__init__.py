@@ -3,7 +3,9 @@
 Its modules::
 
     maxtext.py         a pipeline from MaxText's data config keys, MaxText's batch features
-    maxtext_keys.py    MaxText's data keys -> a `PipelineConfig` (honoured or refused)
+    maxtext_keys.py    MaxText's data keys -> a `PipelineConfig` (honoured or refused; the table in maxtext_keys.json)
+    maxtext_files.py   MaxText's file keys: train-file specs, mixture files, each glob's dataset selected whole
+    maxtext_tokenizer.py  MaxText's tokenizer keys: special ids, tokenizer_path checked against the datasets
     maxtext_values.py  MaxText's data keys' types, checked where they enter
     maxtext_olmo.py    MaxText's dataset_type olmo_grain: OLMo's flat token files read in place as windows
     megatron.py        Megatron's --data-path blend and --split as a jaxdata mixture

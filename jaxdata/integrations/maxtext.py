@@ -24,6 +24,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdata.integrations.maxtext_files import parse_train_files
 from jaxdata.integrations.maxtext_keys import (
   MAXTEXT_KEYS,
   maxtext_config,
@@ -31,7 +32,6 @@ from jaxdata.integrations.maxtext_keys import (
   maxtext_sft,
   maxtext_values,
   maxtext_workers,
-  parse_train_files,
 )
 from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.pipeline import Pipeline

@@ -1,7 +1,8 @@
 """MaxText's data keys -> a jaxdata `PipelineConfig`: every key is honoured, or refused with one line.
 
-`MAXTEXT_KEYS` says, for every data key of MaxText's `base.yml`, what
-jaxdata does with it (docs/integrations.md prints the same table). A key
+`MAXTEXT_KEYS` (read from maxtext_keys.json, beside this module) says, for
+every data key of MaxText's `base.yml`, what jaxdata does with it
+(docs/integrations.md prints the same table). A key
 that jaxdata cannot honour is a `ConfigError` naming it when it is set to
 anything but MaxText's neutral value; MaxText's other keys (model,
 optimizer, ...) are not read.
@@ -10,15 +11,11 @@ Files: a glob selects exactly the shards it matches, as MaxText's
 `glob.glob` does. The directory before its first wildcard must be a jaxdata
 dataset; a glob matching no shard, or only some shards of it, is refused
 (jaxdata reads a dataset whole: index the subset as its own dataset).
-
->>> parse_train_files("a/*.ar:0.25;b/*.ar:0.75") == parse_train_files("a/*.ar,0.25;b/*.ar,0.75")
-True
 """
 
 from __future__ import annotations
 
-import fnmatch
-import functools
+import importlib.resources
 import json
 import os
 from collections.abc import Mapping
@@ -27,15 +24,21 @@ from typing import Any
 import jax
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.config.validate import short, weight
-from jaxdata.conversion.tokenizers import HuggingFaceTokenizer, content_sha256
-from jaxdata.errors import ConfigError, optional_module
+from jaxdata.config.validate import short
+from jaxdata.errors import ConfigError
+from jaxdata.integrations.maxtext_files import (
+  check_glob_selects_the_dataset,
+  dataset_manifest,
+  directory_of,
+  mixture_file,
+  parse_train_files,
+  unique_names,
+)
 from jaxdata.integrations.maxtext_olmo import olmo_dataset
+from jaxdata.integrations.maxtext_tokenizer import check_tokenizer, tokenizer_ids, tokenizes_at_load
 from jaxdata.integrations.maxtext_values import KEY_TYPES, checked_values
 from jaxdata.sources.fileutil import file_sha256
-from jaxdata.sources.manifest import MANIFEST_NAME, Manifest
-from jaxdata.sources.stores import is_remote
-from jaxdata.sources.token_files import read_object
+from jaxdata.sources.manifest import Manifest
 
 __all__ = [
   "MAXTEXT_KEYS",
@@ -45,103 +48,12 @@ __all__ = [
   "maxtext_sft",
   "maxtext_values",
   "maxtext_workers",
-  "parse_train_files",
 ]
 
 # key: what jaxdata does with it (the table of docs/integrations.md).
-MAXTEXT_KEYS: dict[str, str] = {
-  "dataset_type": "grain (or unset): jaxdata datasets; hf: local Parquet / JSON files (hf_path, hf_train_files), "
-  "converted into a cache the first time (docs/convert.md); olmo_grain: OLMo's flat token files (olmo_index_path), "
-  "read in place as fixed windows; tfds, synthetic, c4_mlperf: refused",
-  "grain_train_files": "datasets and weights ('glob', 'glob,w;glob,w', older 'glob:w;...'); exact glob match; "
-  "weights are token shares (MaxText's mix counts records)",
-  "grain_train_mixture_config_path": "the same from JSON {name: {path, weight}}",
-  "grain_eval_files": "the datasets of maxtext_config(values, split='eval'): one pass, last batch padded",
-  "grain_file_type": "arrayrecord: read; parquet: refused (convert it)",
-  "grain_packing_type": "packing.mode: first_fit, best_fit, concat_then_split -> concat",
-  "packing": "false: packing.mode none (one document a row, padded with the pad id; true: zeros, as Grain's packers)",
-  "max_segments_per_seq": "packing.max_segments_per_row (-1: no cap; MaxText's default 32 caps documents per row)",
-  "max_target_length": "packing.seq_len",
-  "use_truncation": "packing.long_docs: true -> truncate (TokenizeAndTrim), false -> split (chunks; refused unpacked)",
-  "add_bos": "packing.add_bos when MaxText tokenizes (tokenize_*_data), with the tokenizer's BOS id (refused if unknown)",
-  "add_eos": "packing.add_eos when MaxText tokenizes (tokenize_*_data), with the tokenizer's EOS id (refused if unknown)",
-  "tokenize_train_data": "true: the datasets hold tokenizer_path's ids (checked) and get BOS / EOS; false: ids, no BOS / EOS",
-  "tokenize_eval_data": "as tokenize_train_data, for split='eval'",
-  "tokenizer_path": "checked against each dataset's tokenizer (sha256; an HF tokenizer directory: its tokenizer.json); "
-  "SentencePiece: BOS / EOS / pad ids",
-  "tokenizer_type": "read with tokenizer_path (sentencepiece, huggingface); tiktoken: not checked",
-  "train_data_columns": "one column: read (it was the feature `jaxdata convert --field` read); several: refused",
-  "eval_data_columns": "as train_data_columns",
-  "data_shuffle_seed": "seed",
-  "enable_data_shuffling": "true: shuffle shards and a global permutation; false: stored order",
-  "num_epoch": "stop_after_passes (every dataset repeats until then; eval: one pass)",
-  "global_batch_size_to_load": "batch.global_batch_size",
-  "per_device_batch_size": "batch.global_batch_size = per_device_batch_size x devices, when the above is unset",
-  "global_batch_size_to_load_eval": "batch.global_batch_size of split='eval'",
-  "eval_per_device_batch_size": "as per_device_batch_size, for split='eval' (0: per_device_batch_size)",
-  "expansion_factor_real_data": "-1 or 1: read; other values: refused",
-  "grain_worker_count": "StepMaking(reader_processes=n); 0: in process; -1: auto (one reader per spare core)",
-  "grain_worker_count_eval": "as grain_worker_count, for split='eval'",
-  "grain_per_worker_buffer_size": "Pipeline(prefetch=n): steps made ahead",
-  "grain_per_worker_buffer_size_eval": "as grain_per_worker_buffer_size, for split='eval'",
-  "grain_num_threads": "Pipeline(read_threads=n)",
-  "grain_num_threads_eval": "as grain_num_threads, for split='eval'",
-  "grain_prefetch_buffer_size": "no effect: jaxdata reads ahead by read_ahead_tokens, not by records",
-  "grain_prefetch_buffer_size_eval": "no effect (as grain_prefetch_buffer_size)",
-  "grain_ram_budget_mb": "no effect: sizes MaxText's worker auto-tuning, which jaxdata does not do",
-  "grain_data_source_max_workers": "no effect: jaxdata reads every dataset in one batched read per step",
-  "grain_use_elastic_iterator": "read: jaxdata's state is elastic whatever the value (any host count restores it)",
-  "colocated_python_data_input": "false: read; true: refused",
-  "generate_padding_batch_train": "false: read; true: refused (the mixture repeats; it never runs out)",
-  "generate_padding_batch_eval": "false: read; true: refused",
-  "use_dpo": "true: preference pairs (jaxdata convert --format preference), one pair a row as MaxText's "
-  "dpo_loss_fn reads them (chosen, rejected, *_segmentation, *_position: packing.pairs layout parallel, mode none); "
-  "a pair with a side longer than max_target_length is dropped and counted (MaxText truncates it)",
-  "use_sft": "true: fine-tuning batches from datasets with trained-token masks (jaxdata convert --format chat); "
-  "MaxText's tokenizer adds no BOS / EOS then (the template does)",
-  "sft_train_on_completion_only": "true: only trained tokens are targets (targets_segmentation 0 elsewhere, as "
-  "SFTPromptMasking's masked prompts); false: every token",
-  "chat_template_path": "the template the datasets were converted with: checked (sha256) against their conversion",
-  "enable_rampup_batch_size": "false: read; true: refused (use jaxdata's batch.ramp)",
-  "dataset_path": "not read with dataset_type grain (MaxText reads it for tfds only)",
-  "dataset_name": "not read with dataset_type grain (tfds only)",
-  "eval_dataset_name": "not read with dataset_type grain (tfds only)",
-  "train_split": "not read with dataset_type grain (tfds / hf only)",
-  "eval_split": "not read with dataset_type grain (tfds / hf only)",
-  "hf_path": "dataset_type hf: parquet / json / text (then hf_train_files), or a local directory or file of them; "
-  "a Hub id is refused (no network: download it first)",
-  "hf_name": "not read with dataset_type grain (hf only)",
-  "hf_data_dir": "dataset_type hf: the directory hf_train_files lie in (as load_dataset's data_dir)",
-  "hf_train_files": "dataset_type hf: the training files (a glob or a list), converted with tokenizer_path",
-  "hf_eval_split": "not read with dataset_type grain (hf only)",
-  "hf_eval_files": "dataset_type hf: the evaluation files, for split='eval'",
-  "hf_access_token": "not read with dataset_type grain (hf only)",
-  "olmo_index_path": "dataset_type olmo_grain: the index JSON (format 1) of the flat token files; its sequence_length "
-  "must be max_target_length; the files are indexed in place once (the inputs cache) and read as windows",
-  "olmo_path_remap_from": "dataset_type olmo_grain: an index path prefix replaced by olmo_path_remap_to",
-  "olmo_path_remap_to": "dataset_type olmo_grain: what olmo_path_remap_from becomes (a mounted bucket's path)",
-  "olmo_apply_ngram_filter": "false: read; true (MaxText's default): refused (OLMo-core's repeated n-gram mask is "
-  "not run by jaxdata)",
-  "training_objective": "causal_lm: read (next-token targets); block_diffusion: refused",
-  "grain_shuffle_buffer_size": "no effect: a buffer shuffle is for sequential formats; jaxdata's shuffles are "
-  "exact permutations",
-  "grain_index_storage_option": "no effect: jaxdata reads each shard's record offsets itself",
-  "global_batch_size_to_load_start": "not read: batch ramp-up (enable_rampup_batch_size) is refused; use batch.ramp",
-  "per_device_batch_size_start": "not read (batch ramp-up)",
-  "per_device_batch_size_increment": "not read (batch ramp-up)",
-  "global_rampup_samples": "not read (batch ramp-up)",
-  "use_chat_template": "not read: templates are applied when the examples are converted (jaxdata convert "
-  "--format chat); chat_template_path is checked against them",
-  "chat_template": "not read (as use_chat_template): name the template file with chat_template_path to check it",
-  "train_image_column": "not read: image columns (multimodal input) are MaxText's own",
-  "eval_image_column": "not read (as train_image_column)",
-  "default_prompt": "not read (multimodal input)",
-  "max_corpus_chars": "not read: MaxText's tokenizer training input",
-  "block_diffusion_mask_id": "not read (training_objective block_diffusion is refused)",
-  "block_diffusion_min_noise": "not read (block_diffusion)",
-  "block_diffusion_logit_alignment": "not read (block_diffusion)",
-  "block_diffusion_canvas_policy": "not read (block_diffusion)",
-}
+MAXTEXT_KEYS: dict[str, str] = json.loads(
+  importlib.resources.files("jaxdata.integrations").joinpath("maxtext_keys.json").read_text(encoding="utf-8")
+)
 # The MaxText version MAXTEXT_KEYS follows: its base.yml's data keys (tests/support/maxtext_base_keys.json).
 MAXTEXT_SOURCE = {"repository": "AI-Hypercomputer/maxtext", "commit": "e591f30cbbf217ed67ef71263ec0538239f9c3b8"}
 
@@ -175,124 +87,9 @@ _HF_DATA_FILES = (
 )  # load_dataset's file builders: hf_path names the format, the files follow
 
 
-def parse_train_files(spec: str, key: str = "grain_train_files") -> list[tuple[str, float]]:
-  """MaxText's file spec: one glob, or "glob,weight;glob,weight" (the older form: "glob:weight").
-
-  >>> parse_train_files("a/*.ar,0.25;b/*.ar,0.75")
-  [('a/*.ar', 0.25), ('b/*.ar', 0.75)]
-  >>> parse_train_files("gs://bucket/c4/*")
-  [('gs://bucket/c4/*', 1.0)]
-  """
-  if not isinstance(spec, str) or not spec.strip():
-    raise ConfigError(f"{key}: give a glob, or 'glob,weight;glob,weight'")
-  parts = [p.strip() for p in spec.split(";") if p.strip()]
-  if len(parts) == 1:
-    glob, weight_text = _split_weight(parts[0])
-    return [(parts[0], 1.0)] if weight_text is None else [(glob, _weight(weight_text, parts[0], key))]
-  out = []
-  for part in parts:
-    glob, weight_text = _split_weight(part)
-    if weight_text is None:
-      raise ConfigError(f"{key}: {part!r} is not 'glob,weight' (or 'glob:weight')")
-    out.append((glob, _weight(weight_text, part, key)))
-  return out
-
-
-def _split_weight(part: str) -> tuple[str, str | None]:
-  """(glob, weight text) at the last ',' or ':' (a gs:// scheme's ':' is not a weight), or (part, None)."""
-  cut = max(part.rfind(","), part.rfind(":"))
-  if cut <= 0 or part[cut + 1 :].startswith("//"):
-    return part, None
-  return part[:cut].strip(), part[cut + 1 :].strip()
-
-
-def _weight(text: str, part: str, key: str) -> float:
-  try:
-    value = float(text)
-  except ValueError as e:
-    raise ConfigError(f"{key}: {part!r} is not 'glob,weight' (or 'glob:weight')") from e
-  if not value >= 0:  # NaN too
-    raise ConfigError(f"{key}: {part!r}: a weight must be a number >= 0")
-  return value
-
-
-def _mixture_file(path: str) -> list[tuple[str, str, float]]:
-  try:
-    with open(path, encoding="utf-8") as f:
-      raw = json.load(f, object_pairs_hook=functools.partial(_unique_keys, path))
-  except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ConfigError(f"grain_train_mixture_config_path: {path}: {e}") from e
-  if not isinstance(raw, dict) or not raw:
-    raise ConfigError(f"grain_train_mixture_config_path: {path}: expected {{name: {{path, weight}}}}")
-  out = []
-  for name, entry in raw.items():
-    if not isinstance(entry, dict) or "path" not in entry or "weight" not in entry:
-      raise ConfigError(f"grain_train_mixture_config_path: {path}: {name!r} needs 'path' and 'weight'")
-    if not isinstance(entry["path"], str):
-      raise ConfigError(
-        f"grain_train_mixture_config_path: {path}: {name!r}.path: expected a glob, got {short(entry['path'])}"
-      )
-    out.append(
-      (name, entry["path"], weight(entry["weight"], f"grain_train_mixture_config_path: {path}: weight of {name!r}"))
-    )
-  return out
-
-
-def _unique_keys(path: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-  names = [k for k, _ in pairs]
-  twice = sorted({k for k in names if names.count(k) > 1})
-  if twice:
-    raise ConfigError(f"grain_train_mixture_config_path: {path}: {twice[0]!r} is named twice; name each dataset once")
-  return dict(pairs)
-
-
 def maxtext_values(values: Mapping[str, Any]) -> dict[str, Any]:
   """The data keys of MaxText `values`, each checked to have MaxText's type (see `maxtext_values.KEY_TYPES`)."""
   return checked_values(values, not_read=tuple(k for k in MAXTEXT_KEYS if k not in KEY_TYPES))
-
-
-def _directory_of(glob: str) -> str:
-  """A file glob's dataset directory: the path before its first wildcard component."""
-  parts = glob.split("/")
-  wild = next((i for i, p in enumerate(parts) if set("*?[") & set(p)), len(parts))
-  directory = "/".join(parts[:wild]) if wild < len(parts) else os.path.dirname(glob)
-  return directory or "."
-
-
-def _glob_matches(pattern: str, path: str) -> bool:
-  """Whether `glob.glob(pattern)` would list `path`: component by component (a '*' never crosses '/')."""
-  wanted, parts = pattern.split("/"), path.split("/")
-  return len(wanted) == len(parts) and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted))
-
-
-def _dataset_manifest(directory: str, glob: str, key: str) -> Manifest:
-  if is_remote(directory):
-    return Manifest.parse(read_object(directory, MANIFEST_NAME), f"{directory}/{MANIFEST_NAME}")
-  if not os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
-    raise ConfigError(
-      f"{key}: {glob}: {directory} holds no jaxdata dataset ({MANIFEST_NAME}); write one with "
-      f"`jaxdata convert` (MaxText's tf.train.Example files: `jaxdata convert {glob} --out DIR --name NAME "
-      "--tokenizer ...`), or index token shards with `jaxdata index`"
-    )
-  return Manifest.load(directory)
-
-
-def _check_glob_selects_the_dataset(glob: str, directory: str, manifest: Manifest, key: str) -> None:
-  root = directory.rstrip("/")
-  shard_paths = [f"{root}/{shard.path}" for shard in manifest.shards]
-  matched = [p for p in shard_paths if _glob_matches(glob, p)]
-  if not matched:
-    raise ConfigError(f"{key}: {glob} matches no shard of the dataset in {directory} (MaxText: no file found)")
-  if len(matched) < len(shard_paths):
-    raise ConfigError(
-      f"{key}: {glob} matches {len(matched)} of the {len(shard_paths)} shards of the dataset in {directory}; "
-      "jaxdata reads a dataset whole: widen the glob, or index those shards as a dataset of their own"
-    )
-
-
-def _unique_names(directories: list[str]) -> list[str]:
-  names = [os.path.basename(os.path.normpath(d)) or "data" for d in directories]
-  return [n if names.count(n) == 1 else f"{n}{i}" for i, n in enumerate(names)]
 
 
 def _refuse_unsupported(values: Mapping[str, Any]) -> None:
@@ -350,11 +147,6 @@ def _batch_size(values: Mapping[str, Any], split: str, num_devices: int | None) 
   return int(rows)
 
 
-def _tokenize(values: Mapping[str, Any], split: str) -> bool:
-  """Whether MaxText would tokenize at load (and so add BOS / EOS): tokenize_train_data / tokenize_eval_data."""
-  return bool(values.get("tokenize_eval_data" if split == "eval" else "tokenize_train_data", True))
-
-
 def maxtext_sft(values: Mapping[str, Any]) -> tuple[bool, bool]:
   """(use_sft, train on completions only): MaxText's SFT keys, checked."""
   values = maxtext_values(values)
@@ -388,91 +180,6 @@ def _check_sft(values: Mapping[str, Any], manifests: list[Manifest], names: list
         )
 
 
-def _sentencepiece_ids(values: Mapping[str, Any]) -> dict[str, int]:
-  """The special ids of tokenizer_path: a SentencePiece model's, or a Hugging Face tokenizer's (its
-  tokenizer_config.json names them)."""
-  path = values.get("tokenizer_path")
-  if path and not is_remote(str(path)) and (os.path.isdir(path) or str(path).endswith(".json")):
-    named = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else str(path)
-    if not os.path.isfile(named):
-      return {}
-    try:
-      return HuggingFaceTokenizer(named).special_ids()
-    except ValueError:  # not a tokenizer: the check that it is the datasets' names it (tokenize_*_data)
-      return {}
-  if not (path and os.path.isfile(path) and str(path).endswith(".model")):
-    return {}
-  sentencepiece = optional_module("sentencepiece", "sentencepiece", "reading BOS / EOS ids from tokenizer_path")
-  try:
-    processor = sentencepiece.SentencePieceProcessor(model_file=path)
-  except (OSError, RuntimeError) as e:
-    raise ConfigError(f"tokenizer_path: {path} is not a SentencePiece model ({str(e)[:200]})") from e
-  ids = {"bos_id": processor.bos_id(), "eos_id": processor.eos_id(), "pad_id": processor.pad_id()}
-  if ids["pad_id"] < 0:  # MaxText pads with the unknown id when the model has no pad
-    ids["pad_id"] = processor.unk_id()
-  return ids
-
-
-def _tokenizer_ids(
-  values: Mapping[str, Any], manifests: list[Manifest], names: list[str], adds: dict[str, bool]
-) -> dict[str, int]:
-  """bos_id / eos_id / pad_id: from the values, the datasets' tokenizer, or tokenizer_path (SentencePiece)."""
-  from_path = _sentencepiece_ids(values)
-  out = {}
-  for key in ("bos_id", "eos_id", "pad_id"):
-    candidates = [values.get(key), *(m.tokenizer.get(key) for m in manifests), from_path.get(key)]
-    found = next((v for v in candidates if isinstance(v, int) and not isinstance(v, bool) and v >= 0), None)
-    if found is not None:
-      out[key] = found
-  for flag, key in (("add_bos", "bos_id"), ("add_eos", "eos_id")):
-    if adds[flag] and key not in out:
-      recorded = next((m.tokenizer for m in manifests if m.tokenizer.get("kind") not in (None, "unknown")), None)
-      path = values.get("tokenizer_path")
-      cause = (
-        f"dataset {names[0]!r}'s tokenizer ({recorded.get('kind')}, recorded in its manifest) has no "
-        f"{key[:3].upper()} token; give {key}, or {flag}: false"
-        if recorded is not None
-        else f"the tokenizer at tokenizer_path {path} names no {key[:3].upper()} token; give {key}, or {flag}: false"
-        if from_path or (path and os.path.isdir(str(path)))
-        else f"dataset {names[0]!r} was indexed without a tokenizer; give tokenizer_path (a SentencePiece "
-        f"model or a Hugging Face tokenizer directory), {key}, or {flag}: false"
-      )
-      raise ConfigError(
-        f"{flag}: true (MaxText's default) adds the tokenizer's {key[:3].upper()}, and no id is known: {cause}"
-      )
-  return out
-
-
-def _check_tokenizer(values: Mapping[str, Any], manifests: list[Manifest], names: list[str], split: str) -> None:
-  """tokenize_*_data: true says the data was text for tokenizer_path: each dataset's tokenizer must be it
-  (a dataset indexed with no tokenizer record cannot be checked, and is not refused)."""
-  path = values.get("tokenizer_path")
-  if not _tokenize(values, split) or not path or is_remote(path):
-    return
-  if os.path.isdir(path):  # an HF tokenizer directory: the manifest records its tokenizer.json's hash
-    if not os.path.isfile(os.path.join(path, "tokenizer.json")):
-      raise ConfigError(f"tokenizer_path: {path} is a directory without tokenizer.json (an HF tokenizer's files)")
-    path = os.path.join(path, "tokenizer.json")
-  if not os.path.isfile(path):
-    raise ConfigError(
-      f"tokenizer_path: {path} does not exist; MaxText tokenizes with it (tokenize_{split}_data: true) and jaxdata "
-      f"checks the datasets were converted with it: give the tokenizer file, or tokenize_{split}_data: false"
-    )
-  digest = file_sha256(path)
-  content = functools.cache(lambda: content_sha256(HuggingFaceTokenizer(path).backend))
-  for name, manifest in zip(names, manifests):
-    kind, recorded = manifest.tokenizer.get("kind"), manifest.tokenizer.get("sha256")
-    if kind in (None, "unknown") or recorded == digest:
-      continue
-    if kind == "huggingface" and path.endswith(".json") and manifest.tokenizer.get("content_sha256") == content():
-      continue
-    was = f"{manifest.tokenizer.get('file', kind)}, sha256 {recorded[:12]}..." if recorded else f"the {kind} tokenizer"
-    raise ConfigError(
-      f"tokenizer_path: {path} (sha256 {digest[:12]}...) is not the tokenizer dataset {name!r} was converted "
-      f"with ({was}): convert it again with this tokenizer, or point tokenizer_path at that one"
-    )
-
-
 def maxtext_pad_id(values: Mapping[str, Any], split: str = "train", opened: PipelineConfig | None = None) -> int:
   """The id MaxText's `ShiftData` ignores: the tokenizer's pad (else its unknown id), as MaxText picks it.
   `opened`: the config of a pipeline already open (with `dataset_type: hf` or `olmo_grain` its datasets
@@ -480,10 +187,10 @@ def maxtext_pad_id(values: Mapping[str, Any], split: str = "train", opened: Pipe
   values = maxtext_values(values)
   if opened is not None:
     names = [d.name for d in opened.datasets]
-    manifests = [_dataset_manifest(d.path, d.path, "dataset") for d in opened.datasets]
+    manifests = [dataset_manifest(d.path, d.path, "dataset") for d in opened.datasets]
   else:
     names, _, _, _, manifests = _datasets(values, split, check_paths=True)
-  return _tokenizer_ids(values, manifests, names, {"add_bos": False, "add_eos": False}).get("pad_id", 0)
+  return tokenizer_ids(values, manifests, names, {"add_bos": False, "add_eos": False}).get("pad_id", 0)
 
 
 def _datasets(
@@ -492,20 +199,20 @@ def _datasets(
   """(names, globs, weights, directories, manifests) of the split's files."""
   key = "grain_eval_files" if split == "eval" else "grain_train_files"
   if split == "train" and values.get("grain_train_mixture_config_path"):
-    entries = _mixture_file(values["grain_train_mixture_config_path"])
+    entries = mixture_file(values["grain_train_mixture_config_path"])
     names, globs, weights = [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries]
     key = "grain_train_mixture_config_path"
   else:
     pairs = parse_train_files(values.get(key, ""), key)
     globs, weights = [glob for glob, _ in pairs], [w for _, w in pairs]
-    names = _unique_names([_directory_of(glob) for glob in globs])
+    names = unique_names([directory_of(glob) for glob in globs])
   globs = [os.path.expanduser(glob) for glob in globs]  # as MaxText's find_data_files does
-  directories = [_directory_of(glob) for glob in globs]
+  directories = [directory_of(glob) for glob in globs]
   manifests = []
   if check_paths:
     for directory, glob in zip(directories, globs):
-      manifest = _dataset_manifest(directory, glob, key)
-      _check_glob_selects_the_dataset(glob, directory, manifest, key)
+      manifest = dataset_manifest(directory, glob, key)
+      check_glob_selects_the_dataset(glob, directory, manifest, key)
       manifests.append(manifest)
   return names, globs, weights, directories, manifests
 
@@ -550,14 +257,14 @@ def maxtext_config(
     )
   dpo = bool(values.get("use_dpo", False))
   # SFT and DPO: MaxText's tokenizer adds no BOS / EOS (the chat template does); OLMo's windows are ids as stored
-  tokenize = _tokenize(values, split) and not values.get("use_sft") and not dpo and not olmo
+  tokenize = tokenizes_at_load(values, split) and not values.get("use_sft") and not dpo and not olmo
   adds = {flag: tokenize and bool(values.get(flag, True)) for flag in ("add_bos", "add_eos")}  # the tokenizer adds them
   special = {}
   if check_paths:
-    _check_tokenizer(values, manifests, names, split)
+    check_tokenizer(values, manifests, names, split)
     _check_sft(values, manifests, names)
     _check_dpo(values, manifests, names)
-    special = _tokenizer_ids(values, manifests, names, adds)
+    special = tokenizer_ids(values, manifests, names, adds)
   # Grain's packers pad rows with zeros; MaxText pads unpacked rows with the tokenizer's pad id.
   special["pad_id"] = special.get("pad_id", 0) if not packing else 0
   packing_type = values.get("grain_packing_type", "first_fit")
