@@ -327,7 +327,7 @@ def test_pipeline_modules_stay_small_and_its_classes_keep_one_job():
 LIBRARY_MAX_LINES = 400  # every module of the library: one concept
 # Modules still over the cap, each at most its size now: they may shrink (and leave the list), never grow.
 OVER_THE_CAP = {
-  "jaxdata/conversion/examples.py": 484,
+  "jaxdata/conversion/examples.py": 483,
   "jaxdata/config/schema.py": 473,
   "jaxdata/cli/planning.py": 471,
   "jaxdata/sources/dataset.py": 425,
@@ -372,13 +372,13 @@ WIDER_THAN_THE_CAP: dict[str, int] = {
 }
 LONGER_THAN_THE_CAP: dict[str, int] = {
   "jaxdata/sources/flat_index.py:build_flat_index": 141,
-  "jaxdata/conversion/local_runner.py:convert": 126,
+  "jaxdata/conversion/local_runner.py:convert": 105,
   "jaxdata/cli/planning.py:_plan": 104,
   "jaxdata/sources/index.py:build_index": 104,
   "transforms/pairs.py:assemble_pairs": 97,
   "jaxdata/mixture/pick_loops.py:pick_exact": 96,
   "jaxdata/demo/run.py:run_demo": 93,
-  "jaxdata/conversion/shared_build.py:build_part": 90,
+  "jaxdata/conversion/shared_build.py:build_part": 79,
   "jaxdata/cli/convert.py:register_convert": 89,
   "jaxdata/cli/planning.py:register_planning": 89,
   "jaxdata/tools/audit.py:audit_plans": 88,

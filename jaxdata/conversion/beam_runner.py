@@ -34,20 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.conversion.input_files import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.output import check_output, prepare_output, staging_directory, swap_in
+from jaxdata.conversion.plan import ConversionPlan, plan_conversion
 from jaxdata.conversion.remote_inputs import set_options
 from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
-  converted_manifest,
   tokenize_unit,
-  tokenizer_record,
-  unit_size,
 )
-from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
-from jaxdata.conversion.work_units import WorkUnit, plan_units
+from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.errors import ConfigError, DatasetError, Error, InputFormatError, optional_module
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.stores import is_remote
@@ -137,17 +133,12 @@ def _write_shard(job: ShardJob, target: ShardTarget) -> ShardInfo:
 
 
 def _write_manifest(
-  infos: list[ShardInfo],
-  results: list[UnitResult],
-  target: ShardTarget,
-  tokenizer: dict[str, Any],
-  files: list[str],
-  options: ConvertOptions,
+  infos: list[ShardInfo], results: list[UnitResult], target: ShardTarget, plan: ConversionPlan
 ) -> None:
   out_dir = target.out_dir
   results = sorted(results, key=lambda r: r.unit)
   shards = tuple(sorted(infos, key=lambda info: info.path))  # names carry the index, zero-padded
-  manifest = converted_manifest(target.name, target.dtype, tokenizer, shards, files, results, options=options)
+  manifest = plan.manifest(target.name, shards, results)
   if is_remote(out_dir):
     local = tempfile.mkdtemp(prefix="jaxdata-manifest-")
     with open(manifest.save(local), "rb") as f:
@@ -296,35 +287,25 @@ def _pipeline_options(beam_args: Sequence[str]) -> tuple[Any, str, str | None, b
   return options_obj, runner, temp_location, quiet
 
 
-def _build_graph(
-  pipeline: Any,
-  units: list[WorkUnit],
-  shards: ShardTarget,
-  options: ConvertOptions,
-  *,
-  manifest: tuple[dict[str, Any], list[str]],
-) -> None:
-  """The conversion's stages on `pipeline`: tokenize the units, plan and write the shards, then the
-  manifest (`manifest`: the tokenizer's record and the input files)."""
+def _build_graph(pipeline: Any, plan: ConversionPlan, shards: ShardTarget) -> None:
+  """The plan's tasks on `pipeline`: tokenize the units, plan and write the shards, then the manifest."""
   beam = _beam()
-  scratch, bytes_per_token = shards.scratch, np.dtype(shards.dtype).itemsize + shards.masks
+  scratch, options = shards.scratch, plan.options
   results = (
     pipeline
-    | "Units" >> beam.Create(units)
+    | "Units" >> beam.Create(list(plan.units))
     | "SpreadUnits" >> beam.Reshuffle()
     | "Tokenize" >> beam.Map(_tokenize, options, scratch)
   )
   every_result = results | "AllUnits" >> beam.combiners.ToList()
   infos = (
     every_result
-    | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, bytes_per_token, options.shard_bytes)
+    | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, plan.bytes_per_token, options.shard_bytes)
     | "SpreadShards" >> beam.Reshuffle()
     | "WriteShards" >> beam.Map(_write_shard, shards)
     | "AllShards" >> beam.combiners.ToList()
   )
-  tokenizer, files = manifest
-  singleton = beam.pvalue.AsSingleton(every_result)
-  _ = infos | "Manifest" >> beam.Map(_write_manifest, singleton, shards, tokenizer, files, options)
+  _ = infos | "Manifest" >> beam.Map(_write_manifest, beam.pvalue.AsSingleton(every_result), shards, plan)
 
 
 def convert_with_beam(
@@ -349,12 +330,7 @@ def convert_with_beam(
   options_obj, runner, temp_location, quiet = _pipeline_options(beam_args)
   root = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else None)
   _check_shared_storage(runner, out_dir, root)
-  files = expand_inputs(inputs, options.include, options.exclude)
-  if not files:
-    raise FileNotFoundError(f"input: no files found in {list(inputs)}")
-  formats = [detect_format(f, options.input_format) for f in files]
-  tokenizer = load_tokenizer(options.tokenizer)
-  dtype = dtype_for_vocab_size(tokenizer.vocab_size)
+  plan = plan_conversion(inputs, options, BEAM_UNIT_WORKERS)  # units sized alike on any cluster
   target = out_dir  # where the shards go: beside a local dataset being replaced, swapped in when sealed
   if not is_remote(out_dir):
     check_output(out_dir, inputs, overwrite)
@@ -365,19 +341,15 @@ def convert_with_beam(
   else:
     created = False
     prepare_output(out_dir, overwrite)  # (a bucket has no atomic swap: a remote dataset is replaced in place)
-  sizes = file_sizes(files)
-  units = plan_units(files, formats, options.text_mode, unit_size(sum(sizes), BEAM_UNIT_WORKERS, options), sizes=sizes)
   if root is None:  # a local run: a fresh temporary directory is this run's alone
     scratch = tempfile.mkdtemp(
       prefix=".jaxdata-beam-", dir=os.path.dirname(os.path.abspath(out_dir)) if not is_remote(out_dir) else None
     )
   else:  # runs that share a temp location each get a folder of their own
     scratch = _join(root, uuid.uuid4().hex)
-  masked = options.examples != "text"  # fine-tuning examples: a mask byte per token beside its id
-  shards = ShardTarget(target, name, dtype.name, scratch, options.compression, masked, options.examples == "preference")
   try:
     with _beam_logs_quiet(quiet) as log, _named_errors(log), _beam().Pipeline(options=options_obj) as pipeline:
-      _build_graph(pipeline, units, shards, options, manifest=(tokenizer_record(tokenizer, options), files))
+      _build_graph(pipeline, plan, plan.shard_target(target, name, scratch))
   except BaseException:  # re-raised: a failed replacement leaves the old dataset as it was, a new --out is removed
     if target != out_dir or created:
       shutil.rmtree(target, ignore_errors=True)

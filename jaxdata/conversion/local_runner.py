@@ -28,19 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.conversion.input_files import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions, Progress
 from jaxdata.conversion.output import check_output, staging_directory, swap_in
+from jaxdata.conversion.plan import plan_conversion
 from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
-  converted_manifest,
   tokenize_unit,
-  tokenizer_record,
-  unit_size,
 )
-from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
-from jaxdata.conversion.work_units import WorkUnit, plan_units
+from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.errors import WorkerStartError
 from jaxdata.sources.columns import PAIR_COLUMNS, column_file_name
 from jaxdata.sources.fileutil import check_name
@@ -245,26 +241,10 @@ def convert(
   progress = on_progress or (lambda phase, done, total, documents: None)
   check_name(name, "name")  # a file-name prefix: nothing may land outside out_dir
   check_output(out_dir, inputs, overwrite)  # before any tokenizing
-  files = expand_inputs(inputs, options.include, options.exclude)
-  if not files:
-    raise FileNotFoundError(
-      f"input: no files found in {list(inputs)} (include {list(options.include)}, exclude {list(options.exclude)})"
-    )
-  formats = [detect_format(f, options.input_format) for f in files]
-  tokenizer = load_tokenizer(options.tokenizer)
-  dtype = dtype_for_vocab_size(tokenizer.vocab_size)
-  sizes = file_sizes(files)
-  total = sum(sizes)
   workers = options.workers or os.cpu_count() or 1
-  scanned = [0]
-
-  def on_scan(count: int) -> None:
-    scanned[0] += count
-    progress("scan", scanned[0], total, 0)
-
-  unit_bytes = unit_size(total, workers, options)
-  units = plan_units(files, formats, options.text_mode, unit_bytes, on_scan, sizes)
-  batches = unit_batches(units, unit_bytes)
+  plan = plan_conversion(inputs, options, workers, lambda done, total: progress("scan", done, total, 0))
+  units = plan.units
+  batches = unit_batches(list(units), plan.unit_bytes)
   unit_total = sum(u.size for u in units)  # the tokenize bar's total: each unit reports exactly its size
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
@@ -286,9 +266,8 @@ def convert(
 
       token_args = (options, scratch) if pool is not None else (options, scratch, here)
       results = [r for batch in run_jobs(pool, tokenize_batch, batches, token_args, tokenized) for r in batch]
-      masked = options.examples != "text"  # one mask byte per token beside its id
       jobs = plan_shard_jobs(
-        [(u.index, lengths_loader(scratch)(u.index)) for u in units], dtype.itemsize + masked, options.shard_bytes
+        [(u.index, lengths_loader(scratch)(u.index)) for u in units], plan.bytes_per_token, options.shard_bytes
       )
       # Replacing a dataset: written beside it and swapped in once sealed, so that an interruption,
       # a full disk or a failed write leave the old one whole.
@@ -304,12 +283,8 @@ def convert(
         progress("write", written[0], sum(r.documents for r in results), written[0])
 
       try:
-        pairs = options.examples == "preference"  # each record a pair: its sides' lengths as columns
-        writing = ShardTarget(target, name, dtype.name, scratch, options.compression, masked, pairs)
-        infos = run_jobs(pool, write_job, jobs, (writing,), shard_done)
-        manifest = converted_manifest(
-          name, dtype.name, tokenizer_record(tokenizer, options), infos, files, results, options=options
-        )
+        infos = run_jobs(pool, write_job, jobs, (plan.shard_target(target, name, scratch),), shard_done)
+        manifest = plan.manifest(name, infos, results)
         manifest.save(target)
       except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)
         _remove_shards(target, name, [job[0] for job in jobs], created)

@@ -24,7 +24,6 @@ import os
 import time
 from collections.abc import Callable
 
-from jaxdata.conversion.input_files import detect_format, expand_inputs, file_sizes
 from jaxdata.conversion.local_runner import (
   lengths_loader,
   process_pool,
@@ -34,15 +33,11 @@ from jaxdata.conversion.local_runner import (
   write_job,
 )
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.shard_jobs import ShardTarget, plan_shard_jobs
+from jaxdata.conversion.plan import plan_conversion
+from jaxdata.conversion.shard_jobs import plan_shard_jobs
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
-  converted_manifest,
-  tokenizer_record,
-  unit_size,
 )
-from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
-from jaxdata.conversion.work_units import plan_units
 from jaxdata.errors import DatasetError, InputFormatError
 from jaxdata.sources.manifest import Manifest, ShardInfo
 
@@ -131,13 +126,8 @@ def build_part(
   """This process's share of converting `inputs` into `staging` (see the module docstring); process 0
   returns the manifest it wrote, the others None once their shards are written (or once `sealed()` says
   process 0 has finished the cache without needing more of them)."""
-  files = expand_inputs(inputs, options.include, options.exclude)
-  formats = [detect_format(f, options.input_format) for f in files]
-  sizes = file_sizes(files)
-  tokenizer = load_tokenizer(options.tokenizer)
-  dtype = dtype_for_vocab_size(tokenizer.vocab_size)
-  unit_bytes = unit_size(sum(sizes), UNIT_WORKERS, options)
-  units = plan_units(files, formats, options.text_mode, unit_bytes, sizes=sizes)
+  plan = plan_conversion(inputs, options, UNIT_WORKERS)  # every process plans the same units
+  units = plan.units
   os.makedirs(units_dir, exist_ok=True)
   os.makedirs(staging, exist_ok=True)
   _check_plan(units_dir, [[u.file_index, u.start, -1 if u.end is None else u.end] for u in units])
@@ -150,7 +140,7 @@ def build_part(
   workers = options.workers or os.cpu_count() or 1
   pool = process_pool(min(workers, len(mine))) if mine else None
   try:
-    batches = unit_batches(mine, unit_bytes) if mine else []
+    batches = unit_batches(mine, plan.unit_bytes) if mine else []
 
     finished, started = [0], time.monotonic()
 
@@ -175,20 +165,17 @@ def build_part(
     for path in unit_records:
       with open(path) as f:
         results.append(UnitResult(**json.load(f)))
-    masked = options.examples != "text"
     jobs = plan_shard_jobs(
-      [(u.index, lengths_loader(units_dir)(u.index)) for u in units], dtype.itemsize + masked, options.shard_bytes
+      [(u.index, lengths_loader(units_dir)(u.index)) for u in units], plan.bytes_per_token, options.shard_bytes
     )
     shard_records = [os.path.join(units_dir, f"shard-{job[0]}.json") for job in jobs]
     owned = [job for job in jobs if job[0] % count == index and not os.path.exists(shard_records[job[0]])]
-    pairs = options.examples == "preference"
 
     def shard_done(i: int, info: ShardInfo | None) -> None:
       if info is not None:
         _record(shard_records[owned[i][0]], info.to_json())
 
-    writing = ShardTarget(staging, name, dtype.name, units_dir, options.compression, masked, pairs)
-    run_jobs(pool, write_job, owned, (writing,), shard_done)
+    run_jobs(pool, write_job, owned, (plan.shard_target(staging, name, units_dir),), shard_done)
   finally:
     if pool is not None:
       pool.shutdown(wait=True, cancel_futures=True)
@@ -199,8 +186,6 @@ def build_part(
   for path in shard_records:
     with open(path) as f:
       infos.append(ShardInfo(**json.load(f)))
-  manifest = converted_manifest(
-    name, dtype.name, tokenizer_record(tokenizer, options), infos, files, results, options=options
-  )
+  manifest = plan.manifest(name, infos, results)
   manifest.save(staging)
   return manifest
