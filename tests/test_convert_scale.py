@@ -22,11 +22,11 @@ import zstandard
 from jaxdata import InputFormatError, open_dataset
 from jaxdata.cli import main
 from jaxdata.conversion.beam_runner import convert_with_beam
+from jaxdata.conversion.formats import plan_units
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.shard_jobs import plan_shards
 from jaxdata.conversion.tokenizers import ByteTokenizer
-from jaxdata.conversion.work_units import plan_units
 from jaxdata.sources import TokenDataset
 from jaxdata.sources.writer import DatasetWriter
 from pipeline_fixtures import sentencepiece_model

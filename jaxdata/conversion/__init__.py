@@ -7,6 +7,7 @@ One job, in the order the data moves through it::
     inputs.py           files -> documents with their locations; remote_inputs.py for gs:// and s3://
     compressed.py       a file's bytes: local or remote, .gz / .zst decompressed, damaged archives named
     work_units.py       inputs cut into units that tokenize independently
+    formats.py          input formats as registered types: the files each reads, its units, its documents
     plan.py             `ConversionPlan`: files, formats, tokenizer, units; what every runner executes alike
     tokenizers.py       byte-level, Hugging Face, SentencePiece
     examples.py         fine-tuning examples (chat, prompt / completion) -> ids and trained-token masks

@@ -36,7 +36,7 @@ import numpy as np
 
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.output import check_output, prepare_output, staging_directory, swap_in
-from jaxdata.conversion.plan import ConversionPlan, plan_conversion
+from jaxdata.conversion.plan import ConversionPlan, conversion_plan
 from jaxdata.conversion.remote_inputs import set_options
 from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
@@ -330,7 +330,7 @@ def convert_with_beam(
   options_obj, runner, temp_location, quiet = _pipeline_options(beam_args)
   root = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else None)
   _check_shared_storage(runner, out_dir, root)
-  plan = plan_conversion(inputs, options, BEAM_UNIT_WORKERS)  # units sized alike on any cluster
+  plan = conversion_plan(inputs, options, BEAM_UNIT_WORKERS)  # units sized alike on any cluster
   target = out_dir  # where the shards go: beside a local dataset being replaced, swapped in when sealed
   if not is_remote(out_dir):
     check_output(out_dir, inputs, overwrite)

@@ -37,7 +37,6 @@ from jaxdata.sources.record_files import RIEGELI_SIGNATURE, iter_tfrecord
 from jaxdata.sources.stores import is_remote
 
 __all__ = [
-  "RECORD_FORMATS",
   "Document",
   "DuplicateFeatureError",
   "example_message_class",
@@ -45,7 +44,6 @@ __all__ = [
   "parse_example",
 ]
 
-RECORD_FORMATS = ("arrayrecord", "tfrecord")
 Document = str | np.ndarray  # a text, or token ids
 _READ_BATCH = 1024  # ArrayRecord records read per call
 

@@ -1,14 +1,10 @@
-"""Which files are a conversion's inputs, and their formats: `expand_inputs`, `detect_format`, `file_sizes`.
+"""Which files are a conversion's inputs: `expand_inputs`, `file_sizes` (their formats: formats.py).
 
 Files, directories (walked) and globs, local or in gs:// / s3://, become one sorted list; a directory
 walk skips hidden entries and any cache directory inside (a CACHEDIR.TAG: jaxdata's raw-input
-caches). A file's format comes from its suffix (compressed `.gz` / `.zst` looked through)::
+caches)::
 
     corpus/            -> corpus/a.jsonl, corpus/b.parquet.zst, ...    (corpus/cache/ with a CACHEDIR.TAG: skipped)
-    a.jsonl.gz         -> "jsonl";  c4-train.array_record-00000-of-01024 -> "arrayrecord"
-
->>> detect_format("corpus/web.jsonl.zst"), detect_format("c4-train.array_record-00000-of-01024")
-('jsonl', 'arrayrecord')
 """
 
 from __future__ import annotations
@@ -18,27 +14,12 @@ import os
 import re
 from collections.abc import Sequence
 
-from jaxdata.conversion.options import INPUT_FORMATS
 from jaxdata.conversion.remote_inputs import list_remote, matches, remote_sizes
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["CACHE_TAG", "detect_format", "expand_inputs", "file_sizes", "is_compressed"]
+__all__ = ["CACHE_TAG", "expand_inputs", "file_sizes", "is_compressed"]
 
 COMPRESSED_SUFFIXES = (".gz", ".zst")
-
-_SUFFIX_FORMATS = {
-  ".jsonl": "jsonl",
-  ".ndjson": "jsonl",
-  ".json": "jsonl",
-  ".parquet": "parquet",
-  ".txt": "text",
-  ".text": "text",
-  ".md": "text",
-}
-# MaxText / TFDS shard names: c4-train.array_record-00000-of-01024, data.tfrecord-00003-of-00010, x.tfrecords
-_RECORD_NAME = re.compile(r"\.(?:(array_?record)|(tfrecords?))(?:-\d+-of-\d+)?$", re.IGNORECASE)
-# MaxText / TFDS shard names: c4-train.array_record-00000-of-01024, data.tfrecord-00003-of-00010, x.tfrecords
-_RECORD_NAME = re.compile(r"\.(?:(array_?record)|(tfrecords?))(?:-\d+-of-\d+)?$", re.IGNORECASE)
 
 
 def _hidden(name: str) -> bool:
@@ -104,22 +85,3 @@ def file_sizes(paths: Sequence[str]) -> list[int]:
   remote = [p for p in paths if is_remote(p)]
   sizes = dict(zip(remote, remote_sizes(remote))) if remote else {}
   return [sizes[p] if p in sizes else os.path.getsize(p) for p in paths]
-
-
-def detect_format(path: str, requested: str = "auto") -> str:
-  """The input format of `path`: `requested`, or from its suffix when "auto"."""
-  if requested != "auto":
-    if requested not in INPUT_FORMATS:
-      raise ValueError(f"format: {requested!r} is not one of {INPUT_FORMATS} or 'auto'")
-    return requested
-  base = os.path.splitext(path)[0] if is_compressed(path) else path
-  records = _RECORD_NAME.search(os.path.basename(base))
-  if records:
-    return "arrayrecord" if records.group(1) else "tfrecord"
-  suffix = os.path.splitext(base)[1].lower()
-  if suffix not in _SUFFIX_FORMATS:
-    raise ValueError(
-      f"{path}: cannot tell the input format from the suffix {suffix!r}; "
-      f"give `input_format` ({', '.join(INPUT_FORMATS)})"
-    )
-  return _SUFFIX_FORMATS[suffix]

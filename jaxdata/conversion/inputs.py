@@ -14,12 +14,22 @@ from typing import IO, Any, cast
 
 from jaxdata.conversion.compressed import CountingReader, open_binary, readable_archive
 from jaxdata.conversion.input_files import is_compressed
-from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES
+from jaxdata.conversion.options import TEXT_MODES
 from jaxdata.conversion.remote_inputs import open_remote
 from jaxdata.errors import Error, InputFormatError, optional_module
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["InvalidLog", "Record", "arrow", "iter_documents"]
+__all__ = ["InvalidLog", "LineRange", "Record", "arrow", "read_jsonl", "read_parquet", "read_text"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LineRange:
+  """The lines of a line-oriented file to read: `stream` (None: the whole file), the first of them line
+  `first` (1-based), so that errors name the true line."""
+
+  stream: Iterable[bytes] | None = None
+  first: int = 1
+
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 MAX_EXAMPLES = 20
@@ -56,41 +66,40 @@ def _arrow_errors() -> tuple[type[BaseException], ...]:
     return ()
 
 
-def iter_documents(
-  path: str,
-  fmt: str,
-  field: str,
-  text_mode: str,
-  invalid: InvalidLog,
-  stream: Iterable[bytes] | None = None,
-  *,
-  first: int | None = None,
-  row_groups: tuple[int, int] | None = None,
-  on_bytes: Callable[[int], None] = lambda n: None,
-  records: bool = False,
+def read_jsonl(
+  path: str, field: str, invalid: InvalidLog, lines: LineRange, on_bytes: Callable[[int], None], records: bool
 ) -> Iterator[Any]:
-  """Yields the text of every valid document of one input file, in order.
+  """The valid documents of a JSONL file (`lines`: the lines to read, else the whole file): the text in
+  `field`, or with `records` the whole `Record`. A file that cannot be decompressed or decoded is an
+  InputFormatError naming it."""
+  with readable_archive(path):
+    yield from _iter_jsonl(path, field, invalid, lines.stream, lines.first, on_bytes, records=records)
 
-  `stream` (JSONL, text by line): the lines to read instead of the whole
-  file, the first of them line `first`; `row_groups` (Parquet): the row
-  groups [start, end) to read, the first row `first`. `on_bytes` hears the
-  input bytes consumed. A file that cannot be decompressed or decoded is an
-  InputFormatError naming it.
-  """
-  if fmt not in INPUT_FORMATS:
-    raise ValueError(f"format: {fmt!r} is not one of {INPUT_FORMATS}")
+
+def read_parquet(
+  path: str,
+  field: str,
+  invalid: InvalidLog,
+  row_groups: tuple[int, int] | None,
+  first: int,
+  on_bytes: Callable[[int], None],
+  *,
+  records: bool,
+) -> Iterator[Any]:
+  """The valid documents of a Parquet file's row groups [start, end) (None: all), the first row `first`."""
   with readable_archive(path):
     try:
-      if fmt == "jsonl":
-        yield from _iter_jsonl(path, field, invalid, stream, first or 1, on_bytes, records=records)
-      elif fmt == "parquet":
-        yield from _iter_parquet(path, field, invalid, row_groups, first or 0, on_bytes, records=records)
-      elif records:
-        raise InputFormatError(f"{path}: fine-tuning examples are read from JSONL or Parquet, not {fmt} files")
-      else:
-        yield from _iter_text(path, text_mode, invalid, stream, first or 1, on_bytes)
+      yield from _iter_parquet(path, field, invalid, row_groups, first, on_bytes, records=records)
     except _arrow_errors() as e:  # a damaged Parquet row group
       raise InputFormatError(f"{path}: not a readable Parquet file ({str(e)[:200]})") from e
+
+
+def read_text(
+  path: str, text_mode: str, invalid: InvalidLog, lines: LineRange, on_bytes: Callable[[int], None]
+) -> Iterator[str]:
+  """The documents of a plain-text file, cut as `text_mode` says (the file, paragraphs or lines)."""
+  with readable_archive(path):
+    yield from _iter_text(path, text_mode, invalid, lines.stream, lines.first, on_bytes)
 
 
 def _lines(path: str, stream: Iterable[bytes] | None, on_bytes: Callable[[int], None]) -> Iterator[bytes]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxdata.conversion.options import ConvertOptions, Progress
 from jaxdata.conversion.output import check_output, staging_directory, swap_in
-from jaxdata.conversion.plan import plan_conversion
+from jaxdata.conversion.plan import conversion_plan
 from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
@@ -242,7 +242,7 @@ def convert(
   check_name(name, "name")  # a file-name prefix: nothing may land outside out_dir
   check_output(out_dir, inputs, overwrite)  # before any tokenizing
   workers = options.workers or os.cpu_count() or 1
-  plan = plan_conversion(inputs, options, workers, lambda done, total: progress("scan", done, total, 0))
+  plan = conversion_plan(inputs, options, workers, lambda done, total: progress("scan", done, total, 0))
   units = plan.units
   batches = unit_batches(list(units), plan.unit_bytes)
   unit_total = sum(u.size for u in units)  # the tokenize bar's total: each unit reports exactly its size

@@ -78,6 +78,7 @@ class ConvertOptions:
   pair_fields: tuple[str, str] = ("chosen", "rejected")  # preference: the fields of the two sides
 
   def __post_init__(self) -> None:
+    object.__setattr__(self, "tokenizer", _tokenizer_spec(self.tokenizer))
     if self.examples not in EXAMPLE_FORMATS:
       raise ValueError(f"examples: {self.examples!r} is not one of {EXAMPLE_FORMATS}")
     if self.train_on not in TRAIN_ON:
@@ -132,3 +133,13 @@ class ConvertOptions:
       raise ValueError(f"unit_bytes: must be >= 0, got {self.unit_bytes}")
     object.__setattr__(self, "include", tuple(self.include))
     object.__setattr__(self, "exclude", tuple(self.exclude))
+
+
+def _tokenizer_spec(value: object) -> TokenizerSpec:
+  """`ConvertOptions.tokenizer`: a `TokenizerSpec`, or its text as the CLI's --tokenizer reads it ("byte",
+  "hf:DIR", "sp:FILE.model")."""
+  if isinstance(value, str):
+    return TokenizerSpec.parse(value)
+  if not isinstance(value, TokenizerSpec):
+    raise ValueError(f"tokenizer: expected a TokenizerSpec or its text ('byte', 'hf:DIR', ...), got {value!r:.100}")
+  return value

@@ -2,7 +2,7 @@
 processes, or Ray's tasks through the same executor) and the Beam runner execute the same plan; they
 differ only in how its tasks are mapped::
 
-    inputs   --expand, detect formats-->  files, formats, sizes       (plan_conversion)
+    inputs   --expand, detect formats-->  files, formats, sizes       (conversion_plan)
     options  --load the tokenizer-->      dtype, the manifest's tokenizer record
     files    --plan_units-->              units: the tokenize tasks    (local: batched; Beam: Map)
     units' lengths --plan_shard_jobs-->   shard jobs: the write tasks  (after tokenizing, from lengths alone)
@@ -16,30 +16,29 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
-from jaxdata.conversion.input_files import detect_format, expand_inputs, file_sizes
+from jaxdata.conversion.formats import format_of, plan_units
+from jaxdata.conversion.input_files import expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.shard_jobs import ShardTarget
 from jaxdata.conversion.tokenize_units import UnitResult, converted_manifest, tokenizer_record, unit_size
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
-from jaxdata.conversion.work_units import WorkUnit, plan_units
+from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.sources.manifest import Manifest, ShardInfo
 
-__all__ = ["ConversionPlan", "plan_conversion"]
+__all__ = ["ConversionPlan", "conversion_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ConversionPlan:
-  """The files with their formats and sizes, the tokenizer's record and dtype, and the units to tokenize."""
+  """The files with their formats and sizes, the token dtype, and the units to tokenize."""
 
   files: tuple[str, ...]
   formats: tuple[str, ...]
   sizes: tuple[int, ...]
-  tokenizer: dict[str, Any]  # as the manifest records it
-  dtype: str
+  dtype: str  # of the token ids: the smallest for the tokenizer's vocabulary
   unit_bytes: int
   units: tuple[WorkUnit, ...]
   options: ConvertOptions
@@ -59,10 +58,13 @@ class ConversionPlan:
     return ShardTarget(out_dir, name, self.dtype, scratch, self.options.compression, self.masked, pairs)
 
   def manifest(self, name: str, shards: Sequence[ShardInfo], results: Sequence[UnitResult]) -> Manifest:
-    return converted_manifest(name, self.dtype, self.tokenizer, shards, self.files, results, options=self.options)
+    """The manifest that seals the dataset. The tokenizer's record is made here, after tokenizing: a
+    tokenizer whose files are damaged is named by the step that reads them first, as it always was."""
+    record = tokenizer_record(load_tokenizer(self.options.tokenizer), self.options)
+    return converted_manifest(name, self.dtype, record, shards, self.files, results, options=self.options)
 
 
-def plan_conversion(
+def conversion_plan(
   inputs: Sequence[str], options: ConvertOptions, workers: int, on_scan: Callable[[int, int], None] | None = None
 ) -> ConversionPlan:
   """The plan of converting `inputs` with `options`, its units sized for `workers`; `on_scan(bytes, total)`
@@ -73,7 +75,7 @@ def plan_conversion(
     raise FileNotFoundError(
       f"input: no files found in {list(inputs)} (include {list(options.include)}, exclude {list(options.exclude)})"
     )
-  formats = [detect_format(f, options.input_format) for f in files]
+  formats = [format_of(f, options.input_format) for f in files]
   tokenizer = load_tokenizer(options.tokenizer)
   sizes = file_sizes(files)
   total, scanned = sum(sizes), [0]
@@ -86,5 +88,4 @@ def plan_conversion(
   unit_bytes = unit_size(total, workers, options)
   units = plan_units(files, formats, options.text_mode, unit_bytes, scan, sizes)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size).name
-  record = tokenizer_record(tokenizer, options)
-  return ConversionPlan(tuple(files), tuple(formats), tuple(sizes), record, dtype, unit_bytes, tuple(units), options)
+  return ConversionPlan(tuple(files), tuple(formats), tuple(sizes), dtype, unit_bytes, tuple(units), options)

@@ -33,7 +33,7 @@ from jaxdata.conversion.local_runner import (
   write_job,
 )
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.plan import plan_conversion
+from jaxdata.conversion.plan import conversion_plan
 from jaxdata.conversion.shard_jobs import plan_shard_jobs
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
@@ -126,7 +126,7 @@ def build_part(
   """This process's share of converting `inputs` into `staging` (see the module docstring); process 0
   returns the manifest it wrote, the others None once their shards are written (or once `sealed()` says
   process 0 has finished the cache without needing more of them)."""
-  plan = plan_conversion(inputs, options, UNIT_WORKERS)  # every process plans the same units
+  plan = conversion_plan(inputs, options, UNIT_WORKERS)  # every process plans the same units
   units = plan.units
   os.makedirs(units_dir, exist_ok=True)
   os.makedirs(staging, exist_ok=True)

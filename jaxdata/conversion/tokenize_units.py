@@ -12,11 +12,12 @@ import numpy as np
 
 from jaxdata.conversion.example_records import Document
 from jaxdata.conversion.examples import ExampleEncoder, example_encoder
+from jaxdata.conversion.formats import DocumentRead, unit_documents
 from jaxdata.conversion.inputs import InvalidLog, Record
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.preference import PreferenceEncoder, pair_record
 from jaxdata.conversion.tokenizers import Tokenizer, TokenizerSpec, dtype_for_vocab_size, load_tokenizer
-from jaxdata.conversion.work_units import WorkUnit, iter_unit_documents
+from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.columns import pair_columns
 from jaxdata.sources.fileutil import file_sha256
@@ -93,7 +94,7 @@ def tokenize_unit(
 
   batch: list[Any] = []
   records = encoder is not None
-  for text in iter_unit_documents(unit, options.field, options.text_mode, invalid, consumed, records=records):
+  for text in unit_documents(unit, DocumentRead(options.field, options.text_mode, invalid, consumed, records)):
     batch.append(text)
     if len(batch) == options.batch_documents:
       empty += flush(batch)

@@ -21,14 +21,9 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from jaxdata.conversion.compressed import open_binary
-from jaxdata.conversion.example_records import RECORD_FORMATS, iter_example_documents
-from jaxdata.conversion.input_files import file_sizes, is_compressed
-from jaxdata.conversion.inputs import InvalidLog, arrow, iter_documents
-from jaxdata.errors import InputFormatError
-from jaxdata.sources.stores import is_remote
+from jaxdata.conversion.inputs import arrow
 
-__all__ = ["WorkUnit", "iter_unit_documents", "plan_units"]
+__all__ = ["WorkUnit", "limited_lines", "line_units", "parquet_units"]
 
 SCAN_BLOCK = 16 << 20
 
@@ -45,10 +40,6 @@ class WorkUnit:
   end: int | None = None  # None: to the end of the file
   first: int = 1
   size: int = 0  # input bytes the unit covers (for progress)
-
-
-def _splits_by_lines(fmt: str, text_mode: str) -> bool:
-  return fmt == "jsonl" or (fmt == "text" and text_mode == "line")
 
 
 def _line_cuts(path: str, unit_bytes: int, on_scan: Callable[[int], None]) -> list[tuple[int, int]]:
@@ -69,34 +60,20 @@ def _line_cuts(path: str, unit_bytes: int, on_scan: Callable[[int], None]) -> li
   return [c for c in cuts if c[0] < offset]
 
 
-def plan_units(
-  files: list[str],
-  formats: list[str],
-  text_mode: str,
-  unit_bytes: int,
-  on_scan: Callable[[int], None] = lambda n: None,
-  sizes: list[int] | None = None,
-) -> list[WorkUnit]:
-  """The units of every file, in input order (a remote file is one unit)."""
-  units: list[WorkUnit] = []
-  sizes = sizes if sizes is not None else file_sizes(files)
-  for file_index, (path, fmt, size) in enumerate(zip(files, formats, sizes)):
-    if is_remote(path):
-      units.append(WorkUnit(len(units), file_index, path, fmt, size=size))
-    elif _splits_by_lines(fmt, text_mode) and not is_compressed(path) and size > unit_bytes:
-      cuts = _line_cuts(path, unit_bytes, on_scan)
-      bounds = [c[0] for c in cuts[1:]] + [size]
-      for (start, line), end in zip(cuts, bounds):
-        units.append(WorkUnit(len(units), file_index, path, fmt, start, end, line, end - start))
-    elif fmt == "parquet" and size > unit_bytes:
-      units.extend(_parquet_units(len(units), file_index, path, unit_bytes))
-    else:
-      units.append(WorkUnit(len(units), file_index, path, fmt, size=size))
-  return units
+def line_units(whole: WorkUnit, unit_bytes: int, on_scan: Callable[[int], None]) -> list[WorkUnit]:
+  """A line-oriented file (`whole`, a local uncompressed one) as byte ranges that start at line starts,
+  each of at least `unit_bytes` but the last, numbered from `whole.index`."""
+  cuts = _line_cuts(whole.path, unit_bytes, on_scan)
+  bounds = [c[0] for c in cuts[1:]] + [whole.size]
+  return [
+    WorkUnit(whole.index + i, whole.file_index, whole.path, whole.fmt, start, end, line, end - start)
+    for i, ((start, line), end) in enumerate(zip(cuts, bounds))
+  ]
 
 
-def _parquet_units(first_index: int, file_index: int, path: str, unit_bytes: int) -> list[WorkUnit]:
-  """Runs of row groups of about unit_bytes (by their compressed size)."""
+def parquet_units(whole: WorkUnit, unit_bytes: int) -> list[WorkUnit]:
+  """A Parquet file (`whole`) as runs of row groups of about unit_bytes (by their compressed size)."""
+  first_index, file_index, path = whole.index, whole.file_index, whole.path
   metadata = arrow()[1].ParquetFile(path).metadata
   units: list[WorkUnit] = []
   group, row = 0, 0
@@ -110,53 +87,7 @@ def _parquet_units(first_index: int, file_index: int, path: str, unit_bytes: int
   return units
 
 
-def iter_unit_documents(
-  unit: WorkUnit,
-  field: str,
-  text_mode: str,
-  invalid: InvalidLog,
-  on_bytes: Callable[[int], None] = lambda n: None,
-  records: bool = False,
-) -> Iterator[Any]:
-  """The valid documents of one unit, in order (errors name file and line / row / record): texts, or
-  token ids from an Example's int64 feature; with `records`, whole JSONL / Parquet records (`Record`)."""
-  if unit.fmt in RECORD_FORMATS:  # always whole files
-    if records:
-      raise InputFormatError(f"{unit.path}: fine-tuning examples are read from JSONL or Parquet, not {unit.fmt}")
-    yield from iter_example_documents(unit.path, unit.fmt, field, invalid, on_bytes)
-    return
-  if unit.end is None:
-    yield from iter_documents(unit.path, unit.fmt, field, text_mode, invalid, on_bytes=on_bytes, records=records)
-    return
-  if unit.fmt == "parquet":
-    yield from iter_documents(
-      unit.path,
-      "parquet",
-      field,
-      text_mode,
-      invalid,
-      row_groups=(unit.start, unit.end),
-      first=unit.first,
-      on_bytes=on_bytes,
-      records=records,
-    )
-    return
-  with open_binary(unit.path) as f:
-    f.seek(unit.start)
-    yield from iter_documents(
-      unit.path,
-      unit.fmt,
-      field,
-      text_mode,
-      invalid,
-      stream=_limited(f, unit.end - unit.start),
-      first=unit.first,
-      on_bytes=on_bytes,
-      records=records,
-    )
-
-
-def _limited(f, limit: int) -> Iterator[bytes]:  # a binary file
+def limited_lines(f: Any, limit: int) -> Iterator[bytes]:  # a binary file
   """The lines of `f` that start in the next `limit` bytes."""
   for line in f:
     if limit <= 0:

@@ -1,0 +1,211 @@
+"""Input formats as registered types: each names the files it reads, how a large file of it is cut into
+units, and how a unit's documents are read. Planning asks each file's format once (`format_of`); every
+unit is read through its format's type, so a new format (images next) is one new class::
+
+    format       files                                units of a large local file    documents
+    jsonl        .jsonl .ndjson .json                 by lines                       texts, or whole records
+    text         .txt .text .md                       by lines (text_mode: line)     the file, paragraphs or lines
+    parquet      .parquet                             by row groups                  texts, or whole records
+    arrayrecord  *.array_record[-00000-of-01024]      the whole file                 tf.train.Example features
+    tfrecord     *.tfrecord[s][-00003-of-00010]       the whole file                 tf.train.Example features
+
+(a `.gz` / `.zst` suffix after any of them: read decompressed, one unit).
+
+>>> [format_of(p) for p in ("a.jsonl.gz", "c4-train.array_record-00000-of-01024", "notes.txt")]
+['jsonl', 'arrayrecord', 'text']
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from jaxdata.conversion.compressed import open_binary
+from jaxdata.conversion.example_records import iter_example_documents
+from jaxdata.conversion.input_files import file_sizes, is_compressed
+from jaxdata.conversion.inputs import InvalidLog, LineRange, read_jsonl, read_parquet, read_text
+from jaxdata.conversion.options import INPUT_FORMATS
+from jaxdata.conversion.work_units import WorkUnit, limited_lines, line_units, parquet_units
+from jaxdata.errors import InputFormatError
+from jaxdata.sources.stores import is_remote
+
+__all__ = ["INPUT_FORMAT_TYPES", "DocumentRead", "InputFormat", "format_of", "plan_units", "unit_documents"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentRead:
+  """How a unit's documents are read: the field that holds the text, the text mode, where invalid
+  documents are counted, who hears the bytes read, and whether whole records (fine-tuning examples) are."""
+
+  field: str
+  text_mode: str
+  invalid: InvalidLog
+  on_bytes: Callable[[int], None] = lambda n: None
+  records: bool = False
+
+
+class InputFormat(abc.ABC):
+  """One kind of input file (module docstring); registered in `INPUT_FORMAT_TYPES` by its name."""
+
+  name: ClassVar[str]
+  suffixes: ClassVar[tuple[str, ...]] = ()
+
+  def reads(self, base: str) -> bool:
+    """Whether a file named `base` (its compression suffix removed) is of this format."""
+    return os.path.splitext(base)[1].lower() in self.suffixes
+
+  def cut(self, unit: WorkUnit, unit_bytes: int, text_mode: str, on_scan: Callable[[int], None]) -> list[WorkUnit]:
+    """`unit` (a whole local, uncompressed file larger than `unit_bytes`) as units of about `unit_bytes`;
+    numbered from `unit.index`. Default: it stays whole."""
+    return [unit]
+
+  @abc.abstractmethod
+  def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
+    """The valid documents of `unit`, in order (errors name the file and line, row or record)."""
+
+
+INPUT_FORMAT_TYPES: dict[str, InputFormat] = {}
+
+
+def _registered(cls: type[InputFormat]) -> type[InputFormat]:
+  INPUT_FORMAT_TYPES[cls.name] = cls()
+  return cls
+
+
+class _LineFormat(InputFormat):
+  """A line-oriented file: a unit is a byte range that starts and ends at line starts."""
+
+  def _splits(self, text_mode: str) -> bool:
+    return True
+
+  def cut(self, unit: WorkUnit, unit_bytes: int, text_mode: str, on_scan: Callable[[int], None]) -> list[WorkUnit]:
+    return line_units(unit, unit_bytes, on_scan) if self._splits(text_mode) else [unit]
+
+  def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
+    if unit.end is None:
+      yield from self._read(unit.path, read, LineRange())
+      return
+    with open_binary(unit.path) as f:
+      f.seek(unit.start)
+      yield from self._read(unit.path, read, LineRange(limited_lines(f, unit.end - unit.start), unit.first))
+
+  @abc.abstractmethod
+  def _read(self, path: str, read: DocumentRead, lines: LineRange) -> Iterator[Any]: ...
+
+
+@_registered
+class Jsonl(_LineFormat):
+  name = "jsonl"
+  suffixes = (".jsonl", ".ndjson", ".json")
+
+  def _read(self, path: str, read: DocumentRead, lines: LineRange) -> Iterator[Any]:
+    return read_jsonl(path, read.field, read.invalid, lines, read.on_bytes, read.records)
+
+
+@_registered
+class Text(_LineFormat):
+  name = "text"
+  suffixes = (".txt", ".text", ".md")
+
+  def _splits(self, text_mode: str) -> bool:
+    return text_mode == "line"  # documents or paragraphs may span any cut
+
+  def _read(self, path: str, read: DocumentRead, lines: LineRange) -> Iterator[Any]:
+    _no_records(path, self.name, read)
+    return read_text(path, read.text_mode, read.invalid, lines, read.on_bytes)
+
+
+@_registered
+class Parquet(InputFormat):
+  name = "parquet"
+  suffixes = (".parquet",)
+
+  def cut(self, unit: WorkUnit, unit_bytes: int, text_mode: str, on_scan: Callable[[int], None]) -> list[WorkUnit]:
+    return parquet_units(unit, unit_bytes)
+
+  def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
+    row_groups = None if unit.end is None else (unit.start, unit.end)
+    first = 0 if unit.end is None else unit.first
+    yield from read_parquet(unit.path, read.field, read.invalid, row_groups, first, read.on_bytes, records=read.records)
+
+
+# MaxText / TFDS shard names: c4-train.array_record-00000-of-01024, data.tfrecord-00003-of-00010, x.tfrecords
+_RECORD_NAME = re.compile(r"\.(?:(array_?record)|(tfrecords?))(?:-\d+-of-\d+)?$", re.IGNORECASE)
+
+
+class _ExampleRecords(InputFormat):
+  """Files of `tf.train.Example` records: read whole, a document from an int64 or bytes feature."""
+
+  group: ClassVar[int]  # which group of _RECORD_NAME names this format
+
+  def reads(self, base: str) -> bool:
+    found = _RECORD_NAME.search(os.path.basename(base))
+    return found is not None and found.group(self.group) is not None
+
+  def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
+    _no_records(unit.path, self.name, read)
+    yield from iter_example_documents(unit.path, self.name, read.field, read.invalid, read.on_bytes)
+
+
+@_registered
+class ArrayRecord(_ExampleRecords):
+  name = "arrayrecord"
+  group = 1
+
+
+@_registered
+class TfRecord(_ExampleRecords):
+  name = "tfrecord"
+  group = 2
+
+
+def _no_records(path: str, name: str, read: DocumentRead) -> None:
+  if read.records:
+    raise InputFormatError(f"{path}: fine-tuning examples are read from JSONL or Parquet, not {name} files")
+
+
+def format_of(path: str, requested: str = "auto") -> str:
+  """The input format of `path`: `requested`, or the registered format that reads its name when "auto"."""
+  if requested != "auto":
+    if requested not in INPUT_FORMAT_TYPES:
+      raise ValueError(f"format: {requested!r} is not one of {INPUT_FORMATS} or 'auto'")
+    return requested
+  base = os.path.splitext(path)[0] if is_compressed(path) else path
+  # The record formats first: "x.array_record-00000-of-00010" has no suffix of the others.
+  for fmt in sorted(INPUT_FORMAT_TYPES.values(), key=lambda f: not isinstance(f, _ExampleRecords)):
+    if fmt.reads(base):
+      return fmt.name
+  suffix = os.path.splitext(base)[1].lower()
+  raise ValueError(
+    f"{path}: cannot tell the input format from the suffix {suffix!r}; give `input_format` ({', '.join(INPUT_FORMATS)})"
+  )
+
+
+def plan_units(
+  files: list[str],
+  formats: list[str],
+  text_mode: str,
+  unit_bytes: int,
+  on_scan: Callable[[int], None] = lambda n: None,
+  sizes: list[int] | None = None,
+) -> list[WorkUnit]:
+  """The units of every file, in input order: a remote or compressed file, or one of at most
+  `unit_bytes`, is one unit; a larger one is cut as its format cuts."""
+  units: list[WorkUnit] = []
+  sizes = sizes if sizes is not None else file_sizes(files)
+  for file_index, (path, fmt, size) in enumerate(zip(files, formats, sizes)):
+    whole = WorkUnit(len(units), file_index, path, fmt, size=size)
+    if is_remote(path) or is_compressed(path) or size <= unit_bytes:
+      units.append(whole)
+    else:
+      units.extend(INPUT_FORMAT_TYPES[fmt].cut(whole, unit_bytes, text_mode, on_scan))
+  return units
+
+
+def unit_documents(unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
+  """The valid documents of one unit, in order, read as its format reads them."""
+  return INPUT_FORMAT_TYPES[unit.fmt].documents(unit, read)
