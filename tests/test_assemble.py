@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxdata.config.schema import PackingConfig
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.transforms import kernels
 from jaxdata.transforms.assemble import FEATURES, DocumentTokens, RowPlacement, assemble_rows, padded_buffer
 from jaxdata.transforms.pieces import Pieces

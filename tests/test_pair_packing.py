@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxdata import ConfigError, DatasetError, Pipeline, PipelineConfig, pair_attention_mask, sequence_logprobs
-from jaxdata.config.schema import PackingConfig, PairPacking
+from jaxdata.config.packing_config import PackingConfig, PairPacking
 from jaxdata.transforms.assemble import DocumentTokens, RowPlacement, assemble_rows, padded_buffer
 from jaxdata.transforms.pieces import Pieces
 from pipeline_fixtures import code, coded_pairs, decode, write_pair_dataset

@@ -32,7 +32,7 @@ import dataclasses
 import numpy as np
 
 from jaxdata.config.layout import FEATURES
-from jaxdata.config.schema import PackingConfig
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.transforms.kernels import restart_segments, write_runs
 from jaxdata.transforms.pieces import Pieces
 

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.config.schema import PackingConfig
 from jaxdata.transforms.packer_state import Carry, PackerState
 from jaxdata.transforms.pieces import Pieces
 from jaxdata.transforms.strategies import (

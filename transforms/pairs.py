@@ -38,7 +38,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from jaxdata.config.layout import FEATURES, PAIR_SIDES, pair_features
-from jaxdata.config.schema import PairPacking
+from jaxdata.config.packing_config import PairPacking
 from jaxdata.errors import DatasetError
 from jaxdata.transforms.pieces import Pieces
 

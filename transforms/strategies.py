@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from jaxdata.config.schema import PackingConfig
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.transforms.balance import balanced_rows
 from jaxdata.transforms.kernels import best_fit_rows, first_fit_rows
 from jaxdata.transforms.pieces import Pieces

@@ -2,6 +2,7 @@
 data; every later stage may import it.
 
     schema.py           the sections of a config: frozen dataclasses that validate themselves
+    packing_config.py   `PackingConfig`: the packing section, its warmups and preference pairs
     batch.py            `BatchConfig`: the global batch and its schedule
     layout.py           `StepLayout`: what a step holds (each array's dtype and per-row shape)
     ramp.py             a value that rises linearly with the step (batch ramp, sequence warmup)
@@ -14,18 +15,11 @@ data; every later stage may import it.
 """
 
 from jaxdata.config.loading import load_config
+from jaxdata.config.packing_config import PackingConfig, PairPacking, WarmupPhase
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
 from jaxdata.config.schedule import Schedule, normalize_weights
-from jaxdata.config.schema import (
-  BatchConfig,
-  DatasetConfig,
-  MixtureConfig,
-  PackingConfig,
-  PairPacking,
-  Phase,
-  WarmupPhase,
-)
+from jaxdata.config.schema import BatchConfig, DatasetConfig, MixtureConfig, Phase
 
 __all__ = [
   "BatchConfig",

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxdata.config.layout import FEATURES, StepLayout, pair_features
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.config.resolve import DatasetDefaults, DatasetSettings, resolve_dataset
 from jaxdata.config.schedule import Schedule
 from jaxdata.config.schema import (
@@ -32,7 +33,6 @@ from jaxdata.config.schema import (
   BlockSize,
   DatasetConfig,
   MixtureConfig,
-  PackingConfig,
   Phase,
 )
 from jaxdata.config.validate import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from jaxdata.config.schema import PackingConfig
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.errors import ConfigError
 from jaxdata.order.cursor import DatasetCursor
 

@@ -34,7 +34,7 @@ from typing import Protocol
 import numpy as np
 
 from jaxdata.config.layout import StepLayout
-from jaxdata.config.schema import PackingConfig
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.pipeline.producing import ComingStep
 from jaxdata.pipeline.read_spans import HostStep, ReadStep, StepSpan, assemble, read_span
 from jaxdata.pipeline.read_thread import ReadThread

@@ -25,7 +25,7 @@ import numpy as np
 
 from jaxdata.checkpoint.state import PipelineState
 from jaxdata.config.layout import StepLayout
-from jaxdata.config.schema import PackingConfig
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder

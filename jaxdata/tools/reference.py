@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from jaxdata.config.layout import pair_features
-from jaxdata.config.schema import PairPacking
+from jaxdata.config.packing_config import PairPacking
 from jaxdata.errors import ConfigError
 from jaxdata.pipeline.pair_logprobs import sequence_logprobs
 from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS, column_file_name, reference_digest
