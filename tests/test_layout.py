@@ -328,7 +328,6 @@ LIBRARY_MAX_LINES = 400  # every module of the library: one concept
 # Modules still over the cap, each at most its size now: they may shrink (and leave the list), never grow.
 OVER_THE_CAP = {
   "jaxdata/conversion/examples.py": 483,
-  "jaxdata/cli/planning.py": 471,
   "jaxdata/sources/dataset.py": 425,
   "jaxdata/tools/doctor.py": 409,
 }
@@ -372,7 +371,7 @@ WIDER_THAN_THE_CAP: dict[str, int] = {
 LONGER_THAN_THE_CAP: dict[str, int] = {
   "jaxdata/sources/flat_index.py:build_flat_index": 141,
   "jaxdata/conversion/local_runner.py:convert": 105,
-  "jaxdata/cli/planning.py:_plan": 104,
+  "jaxdata/cli/plan_command.py:_plan": 104,
   "jaxdata/sources/index.py:build_index": 104,
   "transforms/pairs.py:assemble_pairs": 97,
   "jaxdata/mixture/pick_loops.py:pick_exact": 96,

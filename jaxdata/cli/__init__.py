@@ -2,7 +2,8 @@
 
     convert.py    `jaxdata convert`: the local or the Beam runner, progress and a summary
     data.py       `jaxdata index`, `from-megatron` and `inspect`
-    planning.py   the commands `jaxdata plan`, `jaxdata audit`, `jaxdata doctor`, `jaxdata report`, `jaxdata mesh`, `jaxdata bench`
+    planning.py   `jaxdata audit`, `jaxdata doctor`, `jaxdata report`, `jaxdata mesh`, `jaxdata bench`; the parsers
+    plan_command.py  `jaxdata plan`: the run a config makes, before it runs
     demo.py       `jaxdata demo` and `ablate`
     parsing.py    `Parser` and `Commands`: each module above registers its commands
                   (its `register_*` function); a mistake gets a did-you-mean from the parser's own choices
