@@ -16,7 +16,8 @@ from jaxdata.cli import main
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.stats import MAX_LISTED_SHARDS, _ShardNumbering
 from jaxdata.testing import opened_datasets
-from jaxdata.tools.doctor import diagnose, load_losses
+from jaxdata.tools.doctor import diagnose
+from jaxdata.tools.doctor_files import load_losses
 from jaxdata.tools.report import load_stats
 from pipeline_fixtures import write_coded_dataset
 

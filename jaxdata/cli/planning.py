@@ -16,7 +16,8 @@ from jaxdata.pipeline.execution import PLANNINGS, StepMaking
 from jaxdata.pipeline.planner import check_host_count
 from jaxdata.pipeline.slices import available_slices, explicit_slice, load_slice
 from jaxdata.tools.audit import audit as audit_plan
-from jaxdata.tools.doctor import diagnose, load_losses, order_checks, write_html
+from jaxdata.tools.doctor import diagnose, order_checks
+from jaxdata.tools.doctor_files import load_losses, write_html
 from jaxdata.tools.mesh import SPREAD_WARNING, mesh_report
 from jaxdata.tools.report import load_stats, write_report
 

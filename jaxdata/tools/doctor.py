@@ -33,7 +33,6 @@ Loss log: JSONL, one object per step: {"step": 12, "losses": {"web": 2.31, "code
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 from collections.abc import Mapping, Sequence
 
@@ -42,9 +41,9 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import InputFormatError
 from jaxdata.pipeline.step_stats import StepStats, trained_totals
-from jaxdata.tools.report import jsonl_records, share_allowance, unit_counts
+from jaxdata.tools.report import share_allowance, unit_counts
 
-__all__ = ["Check", "diagnose", "load_losses", "order_checks", "write_html"]
+__all__ = ["Check", "diagnose", "order_checks"]
 
 MAX_PASSES = 4.0
 RUN_STEPS = 3  # a source reading shard by shard, each over this many steps or more, may show a sawtooth
@@ -63,19 +62,6 @@ class Check:
   def line(self) -> str:
     tail = f" -> {self.advice}" if self.advice and self.status != "ok" else ""
     return f"{self.status.upper():4s} {self.name}: {self.figure}. {self.meaning}{tail}"
-
-
-def load_losses(path: str) -> dict[int, dict[str, float]]:
-  """A loss log: {step: {source: loss}}; errors name the file and line."""
-  out: dict[int, dict[str, float]] = {}
-  for number, record in jsonl_records(path, "loss record"):
-    try:
-      out[int(record["step"])] = {str(k): float(v) for k, v in record["losses"].items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-      raise InputFormatError(
-        f'{path}:{number}: expected {{"step": int, "losses": {{source: number}}}} ({type(e).__name__}: {str(e)[:100]})'
-      ) from e
-  return out
 
 
 def _histogram(stats: Sequence[StepStats], names: list[str]) -> Check:
@@ -390,20 +376,3 @@ def diagnose(
       )
     )
   return checks
-
-
-def write_html(checks: Sequence[Check], path: str) -> str:
-  rows = "".join(
-    f"<tr class={c.status}><td>{c.status}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.figure)}"
-    f"</td><td>{html.escape(c.meaning)}</td><td>{html.escape(c.advice)}</td></tr>"
-    for c in checks
-  )
-  page = (
-    "<html><head><meta charset=utf-8><title>jaxdata doctor</title><style>td{padding:4px 8px}"
-    ".fail{background:#fdd}.warn{background:#ffd}.ok{background:#dfd}</style></head><body><h1>jaxdata doctor"
-    f"</h1><table><tr><th>status</th><th>check</th><th>figure</th><th>meaning</th><th>what to change</th></tr>"
-    f"{rows}</table></body></html>"
-  )
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(page)
-  return path
