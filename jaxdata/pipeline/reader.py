@@ -15,8 +15,9 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 from jaxdata.pipeline.vocabulary import TokenBound
-from jaxdata.sources.dataset import RaggedTokens, TokenDataset
+from jaxdata.sources.dataset import TokenDataset
 from jaxdata.sources.opening import SplitDataset
+from jaxdata.sources.ragged import RaggedTokens
 from jaxdata.sources.sampling_windows import WindowView
 from jaxdata.sources.subset import RangeView, SubsetView
 from jaxdata.sources.token_files import ranges_index

@@ -5,6 +5,7 @@ Its modules::
     manifest.py          what a dataset directory holds (manifest.json), checked on open
     records.py           `ShardedRecords`: what every reader shares, records numbered across shards
     dataset.py           `TokenDataset`: validated, batched reads of ArrayRecord shards
+    ragged.py            `RaggedTokens`: documents as one flat id array and offsets (every reader's batch)
     masked.py            fine-tuning records: ids, then one trained-token mask byte per id
     columns.py           per-record columns beside a shard (a preference pair's side and prompt lengths)
     record_files.py      ArrayRecord and TFRecord files of serialized records
@@ -29,13 +30,14 @@ Its modules::
 """
 
 from jaxdata.sources.boundaries import DocumentBoundaries
-from jaxdata.sources.dataset import RaggedTokens, ReadOptions, TokenDataset
+from jaxdata.sources.dataset import ReadOptions, TokenDataset
 from jaxdata.sources.flat import FlatTokenDataset
 from jaxdata.sources.flat_index import build_flat_index
 from jaxdata.sources.index import build_index
 from jaxdata.sources.lengths import DocumentLengths
 from jaxdata.sources.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.opening import open_dataset
+from jaxdata.sources.ragged import RaggedTokens
 from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 from jaxdata.sources.writer import DatasetWriter
 

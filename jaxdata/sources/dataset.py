@@ -31,6 +31,7 @@ from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.masked import split_masked
+from jaxdata.sources.ragged import RaggedTokens
 from jaxdata.sources.records import ShardedRecords, check_range
 from jaxdata.sources.remote import RemoteShards
 from jaxdata.sources.shard_cache import CacheOptions, default_cache_options
@@ -65,51 +66,6 @@ class ReadOptions:
       raise ValueError(f"num_threads: must be an int >= 1, got {self.num_threads!r}")
     if self.flat_reader not in FLAT_READERS:
       raise ValueError(f"flat_reader: {self.flat_reader!r} is not one of {FLAT_READERS}")
-
-
-@dataclasses.dataclass(frozen=True)
-class RaggedTokens:
-  """Documents as one flat id array and offsets: document i is
-  ``tokens[offsets[i]:offsets[i + 1]]``.
-
-  >>> r = RaggedTokens(np.arange(5), np.array([0, 2, 5]))
-  >>> len(r), r[1].tolist(), r.lengths.tolist()
-  (2, [2, 3, 4], [2, 3])
-  """
-
-  tokens: np.ndarray
-  offsets: np.ndarray
-  mask: np.ndarray | None = None  # uint8 0 / 1 per token, aligned with `tokens`: trained or not
-  pairs: bool = False  # each document a preference pair: `mask` bit 0 trained, bit 1 the rejected side
-
-  def __len__(self) -> int:
-    return self.offsets.size - 1
-
-  def __getitem__(self, i: int) -> np.ndarray:
-    return self.tokens[self.offsets[i] : self.offsets[i + 1]]
-
-  @property
-  def lengths(self) -> np.ndarray:
-    return np.diff(self.offsets)
-
-  def to_list(self) -> list[Any]:
-    """One entry per document: its ids, or with masks {"tokens": ids, "mask": 0 / 1 per id}; a
-    preference pair is {"chosen": ids, "chosen_mask": 0 / 1 per id, "rejected": ..., "rejected_mask": ...}
-    (a KTO example's missing side: no ids)."""
-    tokens = np.split(self.tokens, self.offsets[1:-1])
-    if self.mask is None:
-      return tokens
-    masks = np.split(self.mask, self.offsets[1:-1])
-    if not self.pairs:
-      return [{"tokens": t, "mask": m} for t, m in zip(tokens, masks)]
-    out = []
-    for ids, marks in zip(tokens, masks):
-      chosen = (marks & 2) == 0  # the chosen side comes first
-      cut = int(chosen.sum())
-      out.append(
-        {"chosen": ids[:cut], "chosen_mask": marks[:cut] & 1, "rejected": ids[cut:], "rejected_mask": marks[cut:] & 1}
-      )
-    return out
 
 
 class TokenDataset(ShardedRecords):

@@ -25,10 +25,11 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, blocks_digest
-from jaxdata.sources.dataset import RaggedTokens, ReadOptions
+from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.fileutil import SAMPLE_BLOCK, SAMPLE_BLOCKS, check_inside, file_sha256, index_sha256, sample_sha256
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
+from jaxdata.sources.ragged import RaggedTokens
 from jaxdata.sources.records import ShardedRecords, check_range
 from jaxdata.sources.stores import is_remote
 from jaxdata.sources.token_files import (

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.dataset import RaggedTokens
 from jaxdata.sources.flat import FlatTokenDataset
 from jaxdata.sources.lengths import ConstantLengths
+from jaxdata.sources.ragged import RaggedTokens
 from jaxdata.sources.records import ShardedRecords
 
 __all__ = ["WindowOptions", "WindowView"]

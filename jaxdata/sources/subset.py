@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.dataset import RaggedTokens
 from jaxdata.sources.lengths import LengthsBase
+from jaxdata.sources.ragged import RaggedTokens
 from jaxdata.sources.records import ShardedRecords
 
 __all__ = ["RangeView", "SubsetView"]
