@@ -110,7 +110,7 @@ def test_the_cli_prints_a_jaxdata_error_as_one_line(monkeypatch, capsys):
   def fails(*_args, **_kwargs):
     raise WorkerStartError("jaxdata planner (pid 7) exited with code 1 before it was ready, 3 times in a row")
 
-  monkeypatch.setattr(planning, "_loaded", lambda path: path)  # the CLI's printing is under test
+  monkeypatch.setattr(planning, "loaded_config", lambda path: path)  # the CLI's printing is under test
   monkeypatch.setattr(bench_module, "bench", fails)
   assert main(["--quiet", "bench", "pipeline.yaml"]) == 1
   err = capsys.readouterr().err

@@ -189,7 +189,7 @@ def test_sentencepiece_pieces_of_no_span_train_with_the_text_they_stand_for(tmp_
   """A character NFKC expands (`½` -> `1⁄2`) or that falls back to bytes gives pieces without a span but
   the last: they take the span of the next piece, so an answer starting with one trains whole and a
   pair's prompt stays the same tokens on both sides."""
-  from jaxdata.conversion.examples import TextOffsetsTokenizer  # noqa: PLC0415
+  from jaxdata.conversion.template_tokenizer import TextOffsetsTokenizer  # noqa: PLC0415
   from jaxdata.conversion.tokenizers import SentencePieceTokenizer  # noqa: PLC0415
 
   texts = ["Question: café ½ ﬁle 🙂 emoji yes no cup"] * 40 + ["hello world the answer"] * 40

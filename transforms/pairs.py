@@ -25,7 +25,7 @@ trains nothing); `loss_mask` is the target's trained flag (bit 0 of the
 record's byte per id), as the fine-tuning path sets it for the side's
 conversation alone.
 
->>> from jaxdata.config.schema import PairPacking
+>>> from jaxdata.config.packing_config import PairPacking
 >>> planning_lengths(np.array([7]), np.array([4]), np.array([2]), PairPacking("one_row", shared_prompt=True)).tolist()
 [6]
 """

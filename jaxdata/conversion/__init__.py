@@ -10,6 +10,8 @@ One job, in the order the data moves through it::
     formats.py          input formats as registered types: the files each reads, its units, its documents
     plan.py             `ConversionPlan`: files, formats, tokenizer, units; what every runner executes alike
     tokenizers.py       byte-level, Hugging Face, SentencePiece
+    example_fields.py   a record's fields before any template: given ids and labels, messages and their weights
+    template_tokenizer.py  the tokenizer a chat template renders with (transformers', or ours called as one)
     examples.py         fine-tuning examples (chat, prompt / completion) -> ids and trained-token masks
     turns.py            where each assistant turn lies in a rendering without generation blocks
     sentinels.py        where each message's content lies in a rendering (a sentinel rendering aligned)

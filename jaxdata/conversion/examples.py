@@ -29,28 +29,32 @@ five, e.g. Llama's `ipython`, and content as a list of parts are the template's 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 import numpy as np
 
+from jaxdata.conversion.example_fields import (
+  Example,
+  checked_messages,
+  given_ids,
+  pretokenized,
+  trained_messages,
+)
 from jaxdata.conversion.sentinels import Render
+from jaxdata.conversion.template_tokenizer import TextOffsetsTokenizer, check_parses, default_template, fast_tokenizer
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
 from jaxdata.conversion.turns import assistant_turns, end_of_turn_text
-from jaxdata.errors import InputFormatError, optional_module
+from jaxdata.errors import InputFormatError
 
 __all__ = [
   "EXAMPLE_FORMATS",
-  "Example",
   "MaskRule",
   "TRAIN_ON",
   "ExampleEncoder",
   "character_range_mask",
   "example_encoder",
-  "labels_mask",
 ]
 
 ExampleFormat = Literal["text", "chat", "prompt-completion", "preference"]
@@ -59,10 +63,7 @@ EXAMPLE_FORMATS: tuple[ExampleFormat, ...] = get_args(ExampleFormat)
 TRAIN_ON: tuple[TrainOn, ...] = get_args(TrainOn)
 MaskRule = Literal["generation blocks", "whole assistant turns"]
 MASK_RULES: tuple[MaskRule, ...] = get_args(MaskRule)
-IGNORE_INDEX = -100  # Hugging Face trainers' label of a token that does not train
 GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # a template that marks what the assistant generates
-
-Example = tuple[np.ndarray, np.ndarray]  # (int64 ids, uint8 mask)
 
 
 def character_range_mask(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
@@ -108,7 +109,7 @@ class ExampleEncoder:
     """A conversation whose messages train only where `weights` says 1 (and their own `weight` allows):
     one side of a preference pair, whose prompt messages never train. `kwargs`: the template's arguments
     (`tools` among them: the tool definitions the template renders)."""
-    own = _checked_messages(messages, where)
+    own = checked_messages(messages, where)
     trained = [a & b for a, b in zip(weights, own)]
     arguments = dict(kwargs or {})
     tools = arguments.pop("tools", None)
@@ -140,15 +141,15 @@ class ExampleEncoder:
   def _encoded(self, record: Mapping[str, Any], where: str) -> Example:
     if not isinstance(record, Mapping):
       raise InputFormatError(f"{where}: expected an object, got {type(record).__name__}")
-    if _pretokenized(record):
-      return _given_ids(record, where, len(self.tokenizer) if self.tokenizer is not None else None)
+    if pretokenized(record):
+      return given_ids(record, where, len(self.tokenizer) if self.tokenizer is not None else None)
     if self.kind == "prompt-completion":
       return self._prompt_completion(record, where)
     messages = record.get(self.field)
     if not isinstance(messages, list):
       shown = "missing" if self.field not in record else f"{type(messages).__name__}, not a list"
       raise InputFormatError(f"{where}: field {self.field!r} is {shown} (a chat example holds a list of messages)")
-    weights = _checked_messages(messages, where)
+    weights = checked_messages(messages, where)
     system, kwargs = self.record_context(record, where)
     messages, weights = [*system, *messages], [0] * len(system) + weights
     return self._chat(messages, weights, record.get("tools"), where, kwargs)
@@ -219,7 +220,7 @@ class ExampleEncoder:
     kwargs: Mapping[str, Any] | None = None,
   ) -> Example:
     kwargs = kwargs or {}
-    trained = _trained_messages(messages, weights, self.train_on)
+    trained = trained_messages(messages, weights, self.train_on)
     if not trained:
       raise InputFormatError(f"{where}: no assistant message trains (train_on {self.train_on!r}, weights)")
 
@@ -290,138 +291,6 @@ class ExampleEncoder:
     return np.asarray(encoding["input_ids"], np.int64), np.asarray(encoding["offset_mapping"], np.int64).reshape(-1, 2)
 
 
-def _pretokenized(record: Mapping[str, Any]) -> bool:
-  return isinstance(record.get("input_ids"), list)
-
-
-def labels_mask(ids: np.ndarray, labels: Any, where: str) -> np.ndarray:
-  """The trained-token mask of Hugging Face trainers' labels (unshifted: -100 does not train, any other
-  label must be its token id); an `InputFormatError` naming `where` otherwise."""
-  given = np.asarray(labels)
-  if given.shape != ids.shape or (given.size and given.dtype.kind not in "iu"):
-    raise InputFormatError(f"{where}: 'labels' must hold one int per token id ({ids.size})")
-  wrong = (given != IGNORE_INDEX) & (given != ids)
-  if wrong.any():
-    raise InputFormatError(
-      f"{where}: labels[{int(np.flatnonzero(wrong)[0])}] is neither -100 nor its token id: jaxdata's targets are "
-      "the next ids, so labels must equal the ids where they train (unshifted, as transformers' collators give them)"
-    )
-  return (given != IGNORE_INDEX).astype(np.uint8)
-
-
-def _given_ids(record: Mapping[str, Any], where: str, vocab_size: int | None) -> Example:
-  """An example tokenized elsewhere: `input_ids` with `labels` (-100: not trained) or `mask` (0 / 1)."""
-  ids = np.asarray(record["input_ids"])
-  if ids.ndim != 1 or not ids.size or ids.dtype.kind not in "iu" or ids.min() < 0:
-    raise InputFormatError(f"{where}: 'input_ids' must be a non-empty list of token ids >= 0")
-  if vocab_size is not None and int(ids.max()) >= vocab_size:
-    raise InputFormatError(f"{where}: 'input_ids' holds id {int(ids.max())}, beyond the vocabulary of {vocab_size}")
-  if "labels" in record:
-    return ids.astype(np.int64), labels_mask(ids, record["labels"], where)
-  mask = np.asarray(record.get("mask", np.ones(ids.size, np.uint8)))
-  if mask.shape != ids.shape or mask.dtype.kind not in "biu" or (mask.size and (mask.min() < 0 or mask.max() > 1)):
-    raise InputFormatError(f"{where}: 'mask' must hold one 0 or 1 per input id ({ids.size})")
-  return ids.astype(np.int64), mask.astype(np.uint8)
-
-
-def _checked_messages(messages: list[Any], where: str) -> list[int]:
-  """Each message's weight (0 or 1; absent or null: 1), after checking its form; the messages stay as given."""
-  weights = []
-  for i, message in enumerate(messages):
-    at = f"{where}: messages[{i}]"
-    if not isinstance(message, dict):
-      raise InputFormatError(f"{at}: expected an object with role and content, got {type(message).__name__}")
-    role = message.get("role")
-    if not isinstance(role, str) or not role:
-      raise InputFormatError(f"{at}: role must be a non-empty string, got {role!r}")
-    content = message.get("content")
-    parts = isinstance(content, list) and all(isinstance(p, dict) for p in content)
-    if not isinstance(content, str) and not parts and not (role == "assistant" and content is None):
-      raise InputFormatError(
-        f"{at}: content must be a string or a list of parts (an assistant's may be null beside tool_calls)"
-      )
-    weight = message.get("weight")
-    weight = 1 if weight is None else weight  # absent (or null, as Parquet fills a struct's missing field)
-    if isinstance(weight, bool) or weight not in (0, 1):
-      raise InputFormatError(f"{at}: weight must be 0 or 1, got {weight!r}")
-    if message.get("weight") is not None and role != "assistant":
-      raise InputFormatError(f"{at}: weight is for assistant messages (only they train)")
-    weights.append(int(weight))
-  if not weights:
-    raise InputFormatError(f"{where}: messages is empty")
-  return weights
-
-
-def _trained_messages(messages: list[dict[str, Any]], weights: list[int], train_on: str) -> set[int]:
-  """Indices of the messages that train."""
-  assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-  if train_on == "all":
-    return set(range(len(messages)))
-  chosen = assistants[-1:] if train_on == "last" else assistants
-  return {i for i in chosen if weights[i] == 1}
-
-
-@dataclasses.dataclass(frozen=True)
-class TextOffsetsTokenizer:
-  """A byte-level or SentencePiece tokenizer (`encode_with_offsets`) called as the examples' path calls a
-  transformers one: ids and character offsets, no special tokens added, no chat template."""
-
-  tokenizer: Any
-  chat_template: None = None
-
-  def __call__(self, text: str, add_special_tokens: bool = False, return_offsets_mapping: bool = True) -> dict:
-    ids, offsets = self.tokenizer.encode_with_offsets(text)
-    return {"input_ids": ids.tolist(), "offset_mapping": offsets.tolist()}
-
-  def __len__(self) -> int:
-    return int(self.tokenizer.vocab_size)
-
-
-def _fast_tokenizer(path: str) -> Any:
-  """transformers' fast tokenizer of `path`: a tokenizer directory, or a tokenizer.json (its directory)."""
-  os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its import says "PyTorch was not found": not needed here
-  transformers = optional_module("transformers", "chat", "chat and prompt-completion conversion")
-  directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
-  config = os.path.join(directory, "tokenizer_config.json")
-  if os.path.isfile(config):
-    try:
-      with open(config, encoding="utf-8") as f:
-        json.load(f)
-    except (ValueError, OSError) as e:  # transformers would raise its parser's error without the file's name
-      raise InputFormatError(f"--tokenizer {config}: not a JSON file ({str(e)[:200]})") from e
-    return transformers.PreTrainedTokenizerFast.from_pretrained(directory)
-  return transformers.PreTrainedTokenizerFast(
-    tokenizer_file=path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
-  )
-
-
-def _default_template(tokenizer: Any, tokenizer_path: str) -> str | None:
-  """The tokenizer's template when it names several (a list in tokenizer_config.json, which transformers
-  allows): its "default", as transformers picks; none of that name is an error listing the names."""
-  templates = getattr(tokenizer, "chat_template", None)
-  if not isinstance(templates, dict):
-    return None
-  if isinstance(templates.get("default"), str):
-    return str(templates["default"])
-  raise InputFormatError(
-    f"--tokenizer {tokenizer_path}: has named chat templates ({', '.join(map(str, templates))}) and none named "
-    "'default'; give the one to use with --chat-template FILE.jinja"
-  )
-
-
-def _check_parses(tokenizer: Any, template: str | None, where: str) -> None:
-  """A template that does not parse is one error before any example (not one per example, which
-  --skip-invalid would count and leave an empty dataset)."""
-  jinja2 = optional_module("jinja2", "chat", "chat templates")
-  probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-  try:
-    tokenizer.apply_chat_template(probe, chat_template=template, tokenize=False)
-  except jinja2.TemplateSyntaxError as e:
-    raise InputFormatError(f"{where}: the chat template does not parse (line {e.lineno}: {e.message})") from e
-  except Exception:  # noqa: BLE001 -- a template may refuse this probe conversation (its own checks): it parsed
-    return
-
-
 def example_encoder(
   kind: str,
   tokenizer_path: str,
@@ -459,9 +328,9 @@ def example_encoder(
       raise InputFormatError(f"--chat-template {template_file}: not UTF-8 text (byte {e.start}: {e.reason})") from e
     if not template.strip():
       raise InputFormatError(f"--chat-template {template_file}: is empty")
-  tokenizer = _fast_tokenizer(tokenizer_path)
+  tokenizer = fast_tokenizer(tokenizer_path)
   if kind in ("chat", "preference") and template is None:
-    template = _default_template(tokenizer, tokenizer_path)
+    template = default_template(tokenizer, tokenizer_path)
   if kind == "preference":
     kind = "chat" if template is not None or getattr(tokenizer, "chat_template", None) else "prompt-completion"
   if kind == "chat" and template is None and not getattr(tokenizer, "chat_template", None):
@@ -470,7 +339,7 @@ def example_encoder(
       "give one with --chat-template FILE.jinja"
     )
   if kind == "chat":
-    _check_parses(tokenizer, template, template_file or tokenizer_path)
+    check_parses(tokenizer, template, template_file or tokenizer_path)
   return ExampleEncoder(
     kind,  # type: ignore[arg-type]
     tokenizer,

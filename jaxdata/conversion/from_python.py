@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.conversion.examples import labels_mask
+from jaxdata.conversion.example_fields import labels_mask
 from jaxdata.conversion.output import prepare_output
 from jaxdata.conversion.tokenizers import (
   Tokenizer,

@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxdata.conversion.examples import Example, ExampleEncoder, character_range_mask
+from jaxdata.conversion.example_fields import Example
+from jaxdata.conversion.examples import ExampleEncoder, character_range_mask
 from jaxdata.errors import InputFormatError
 
 __all__ = ["PreferenceEncoder", "PreferenceExample", "pair_record", "split_pair"]
