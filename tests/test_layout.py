@@ -326,8 +326,7 @@ def test_pipeline_modules_stay_small_and_its_classes_keep_one_job():
 
 LIBRARY_MAX_LINES = 400  # every module of the library: one concept
 # Modules still over the cap, each at most its size now: they may shrink (and leave the list), never grow.
-OVER_THE_CAP = {
-}
+OVER_THE_CAP = {}
 
 
 def test_no_module_of_the_library_grows_past_the_cap():
@@ -360,7 +359,6 @@ LIBRARY_MAX_POSITIONAL = 6  # parameters past it are keyword-only: a call says w
 LIBRARY_MAX_FUNCTION_LINES = 60
 # Classes and functions still over the caps, each at most its size now: they may shrink, never grow.
 WIDER_THAN_THE_CAP: dict[str, int] = {
-  "jaxdata/sources/shard_cache.py:ShardCache": 18,
   "jaxdata/order/cursor.py:DatasetCursor": 17,
   "jaxdata/sources/writer.py:DatasetWriter": 16,
   "jaxdata/sources/flat.py:FlatTokenDataset": 13,

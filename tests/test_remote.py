@@ -125,7 +125,7 @@ def test_a_remote_dataset_gives_the_local_batches_through_a_small_cache(stores, 
   assert got == reference
   assert sum(fetched) > dataset_bytes(local)  # the data went round more than once
   # open_shards 3 keeps a read's working set small: the datasets' shared cache never held more than its budget.
-  assert caches[0] is caches[1] and caches[0].peak_bytes <= budget
+  assert caches[0] is caches[1] and caches[0].counts.peak_bytes <= budget
 
 
 def test_workers_read_remote_datasets_too(stores, local, reference, tmp_path):
@@ -308,8 +308,8 @@ def test_the_next_read_spans_shards_are_fetched_while_one_is_read(stores, local,
       for s in dataset.locate(first_span.pieces.record[first_span.pieces.dataset == d])[0]
     }
   assert got == reference[:40]
-  gets = cache.hits + cache.prefetched + cache.misses
-  assert gets > 10 * len(first_shards) and gets - cache.ahead_gets <= len(first_shards)
+  gets = cache.counts.hits + cache.counts.prefetched + cache.counts.misses
+  assert gets > 10 * len(first_shards) and gets - cache.counts.ahead_gets <= len(first_shards)
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])

@@ -107,7 +107,7 @@ class RemoteShards:
   @property
   def fetched_bytes(self) -> int:
     """Bytes of this dataset's shards downloaded so far (by this process)."""
-    return self.cache.fetched_bytes[self.key]
+    return self.cache.counts.fetched_bytes[self.key]
 
   def lengths_file(self, shard: int) -> str:
     return os.path.join(self.lengths_dir, f"{shard}.npy")

@@ -59,6 +59,20 @@ class CachedShard:
   on_evict: Callable[[], None] = dataclasses.field(compare=False)  # its reader must close
 
 
+@dataclasses.dataclass
+class CacheCounts:
+  """What a cache did, counted as it happens (read by the stats and the tests)."""
+
+  hits: int = 0  # gets of shards found present
+  prefetched: int = 0  # gets of shards on their way (asked for by `want`)
+  misses: int = 0  # gets that had to fetch
+  ahead_gets: int = 0  # gets of shards a read span asked for ahead
+  peak_bytes: int = 0  # the most bytes of shards held at once
+  fetched_bytes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # per dataset
+  # Per shard: read spans that asked for it ahead (`RemoteShards.want` with ahead=True) and have not read it yet.
+  asked_ahead: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+
 class ShardCache:
   """Remote shards kept as local files, at most `cache_bytes` of them in all
   datasets (more only while one read needs more). Thread-safe; one per
@@ -80,12 +94,7 @@ class ShardCache:
     self.threads = FETCH_THREADS
     self.slots = threading.Semaphore(FETCH_THREADS)
     self.pool = concurrent.futures.ThreadPoolExecutor(MAX_FETCH_THREADS, thread_name_prefix="jaxdata-fetch")
-    self.fetched_bytes: collections.Counter[str] = collections.Counter()  # downloaded, per dataset (RemoteShards.key)
-    self.peak_bytes = 0  # the most bytes of shards held at once
-    self.hits = self.prefetched = self.misses = 0  # gets found present, on their way (want), or not
-    # Per shard: read spans that asked for it ahead (`RemoteShards.want` with ahead=True) and have not read it yet.
-    self.asked_ahead: collections.Counter[str] = collections.Counter()
-    self.ahead_gets = 0  # gets of shards asked for a read span ahead
+    self.counts = CacheCounts()
 
   def path(self, name: str) -> str:
     return os.path.join(self.directory, name)
@@ -112,7 +121,7 @@ class ShardCache:
     data cached, 1.4x the bytes)."""
     with self.lock:
       if ahead:
-        self.asked_ahead.update(dict.fromkeys((shard.name for shard in shards), 1))
+        self.counts.asked_ahead.update(dict.fromkeys((shard.name for shard in shards), 1))
       else:
         # The read being made needs these now: least recently used shards outside it leave at once, so
         # its fetches all start together (left to `get`, each would wait for the one before: a round trip each).
@@ -146,24 +155,24 @@ class ShardCache:
     least recently used shards outside `keep` (names) leave to make room."""
     name, first = shard.name, True
     with self.lock:
-      if self.asked_ahead[name] > 0:
-        self.asked_ahead[name] -= 1
-        self.ahead_gets += 1
+      if self.counts.asked_ahead[name] > 0:
+        self.counts.asked_ahead[name] -= 1
+        self.counts.ahead_gets += 1
     while True:  # again if it was evicted between its fetch and this call's turn
       with self.lock:
         if name in self.present:
           self.present.move_to_end(name)
-          self.hits += first
+          self.counts.hits += first
           self._evict(keep | {name})
-          self.peak_bytes = max(self.peak_bytes, self.held())
+          self.counts.peak_bytes = max(self.counts.peak_bytes, self.held())
           return self.path(name)
         future = self.pending.get(name)
         if future is None:
           self.pending_bytes[name] = shard.num_bytes
           future = self.pending[name] = self.pool.submit(self._fetch, shard)
-          self.misses += first
+          self.counts.misses += first
         else:
-          self.prefetched += first
+          self.counts.prefetched += first
         first = False
       future.result()
 
@@ -203,7 +212,7 @@ class ShardCache:
         )
       os.replace(partial, target)
       with self.lock:  # counted at once; only a foreground call (get, unpin) evicts
-        self.fetched_bytes[shard.name.rpartition("-")[0]] += shard.num_bytes
+        self.counts.fetched_bytes[shard.name.rpartition("-")[0]] += shard.num_bytes
         self.present[shard.name] = shard
     finally:
       with self.lock:
@@ -255,9 +264,9 @@ def release_cache(cache: ShardCache) -> None:
       return
     _SHARED.pop(cache.directory, None)
   cache.pool.shutdown(wait=True, cancel_futures=True)
-  if cache.peak_bytes > cache.cache_bytes:  # the warning at the first such read quoted that read, not the peak
+  if cache.counts.peak_bytes > cache.cache_bytes:  # the warning at the first such read quoted that read, not the peak
     warnings.warn(
-      f"{cache.directory}: the shard cache held up to {cache.peak_bytes:,} bytes at once, above "
+      f"{cache.directory}: the shard cache held up to {cache.counts.peak_bytes:,} bytes at once, above "
       f"cache_bytes {cache.cache_bytes:,} (reads that needed more shards than fit); raise cache_bytes "
       "to at least that",
       stacklevel=2,
