@@ -11,7 +11,6 @@ import numpy as np
 from jaxdata.errors import InputFormatError
 
 __all__ = [
-  "IGNORE_INDEX",
   "Example",
   "checked_messages",
   "given_ids",
