@@ -47,3 +47,14 @@ def test_the_public_names_load_without_a_warning():
     warnings.simplefilter("error")
     for name in jaxdata.__all__:
       getattr(jaxdata, name)
+
+
+def test_a_stream_without_metadata_reads_it_with_a_warning_naming_open(tmp_path):
+  jaxdata.from_iterable([[1, 2, 3], [4, 5]], out=str(tmp_path / "a"))
+  cfg = jaxdata.PipelineConfig.from_dict(
+    {"datasets": [{"name": "a", "path": str(tmp_path / "a")}], "mixture": {"weights": {"a": 1}}}
+  )
+  with pytest.warns(DeprecationWarning, match=r"DocumentStream\.open\(cfg\)"):
+    old = jaxdata.mixture.DocumentStream(cfg)
+  new = jaxdata.mixture.DocumentStream.open(cfg)
+  assert old.take(0, max_docs=5).record.tolist() == new.take(0, max_docs=5).record.tolist()

@@ -21,6 +21,7 @@ counts and lengths), and the state is a few integers per dataset::
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import Any
@@ -96,9 +97,16 @@ class DocumentStream:
     """The stream of `cfg`'s datasets, their metadata read from their manifests and lengths indices."""
     return cls(cfg, load_metadata(cfg), epoch)
 
-  def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta], epoch: int = 0) -> None:
+  def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:
     if not is_int(epoch) or epoch < 0:
       raise ValueError(f"epoch: expected an int >= 0, got {epoch!r}")
+    if metadata is None:  # 0.3.0's spelling: the constructor read the datasets' files itself
+      warnings.warn(
+        "DocumentStream(cfg) without metadata: use DocumentStream.open(cfg) (the alias goes in jaxdata 0.5)",
+        DeprecationWarning,
+        stacklevel=2,
+      )
+      metadata = load_metadata(cfg)
     self.cfg = cfg
     self.epoch = epoch
     self.weights = MixtureWeights.of_config(cfg)  # the config's schedule, the loop's updates, the run's changes
