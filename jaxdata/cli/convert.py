@@ -20,7 +20,7 @@ from jaxdata.conversion.ray_runner import convert_with_ray
 from jaxdata.conversion.roundtrip import check_roundtrip
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
 from jaxdata.errors import ConfigError
-from jaxdata.sources.manifest import COMPRESSIONS
+from jaxdata.sources.manifest import COMPRESSIONS, Manifest
 from jaxdata.tools.numbers import human_bytes
 
 __all__ = ["register_convert", "register_reference"]
@@ -28,15 +28,9 @@ __all__ = ["register_convert", "register_reference"]
 reference = lazy_module("jaxdata.tools.reference")  # it runs jax: imported when the command runs
 
 
-def convert_command(args: argparse.Namespace, console: Console) -> int:
-  # chat / prompt-completion: fine-tuning examples, from JSONL or Parquet; any other format: documents
-  examples: ExampleFormat = next((f for f in EXAMPLE_FORMATS if f == args.format), "text")
-  if examples == "preference" and args.field != "text":
-    raise ConfigError(
-      f"--field {args.field}: preference records are read from their prompt, chosen and rejected fields (or "
-      "prompt, completion and label for KTO); --field names nothing for them"
-    )
-  options = ConvertOptions(
+def _options(args: argparse.Namespace, examples: ExampleFormat) -> ConvertOptions:
+  """`jaxdata convert`'s flags as `ConvertOptions`."""
+  return ConvertOptions(
     tokenizer=TokenizerSpec.parse(args.tokenizer),
     input_format="auto" if examples != "text" else args.format,
     examples=examples,
@@ -52,6 +46,39 @@ def convert_command(args: argparse.Namespace, console: Console) -> int:
     include=tuple(args.include),
     exclude=tuple(args.exclude),
   )
+
+
+def _print_summary(console: Console, args: argparse.Namespace, manifest: Manifest) -> None:
+  """What was written, which mask rule trained the examples, and what was skipped."""
+  stats = manifest.stats
+  console.print(
+    f"wrote {args.out}: {manifest.num_records:,} documents, {manifest.num_tokens:,} "
+    f"tokens, {len(manifest.shards):,} shards, dtype {manifest.dtype}"
+  )
+  if stats.get("mask_rule"):
+    how = {
+      "generation blocks": "the template's {% generation %} blocks (transformers' assistant mask)",
+      "whole assistant turns": "whole assistant turns (content, tool calls, end-of-turn marker; the template "
+      "has no {% generation %} blocks)",
+    }[stats["mask_rule"]]
+    console.print(f"trained tokens of {args.name}: {how}", markup=False)
+  if stats["skipped_empty"]:
+    console.print(f"skipped {stats['skipped_empty']:,} empty documents")
+  if stats["skipped_invalid"]:
+    console.print(f"skipped {stats['skipped_invalid']:,} invalid records, first ones:")
+    for message in stats["invalid_examples"]:
+      console.print(f"  {message}", markup=False)
+
+
+def convert_command(args: argparse.Namespace, console: Console) -> int:
+  # chat / prompt-completion: fine-tuning examples, from JSONL or Parquet; any other format: documents
+  examples: ExampleFormat = next((f for f in EXAMPLE_FORMATS if f == args.format), "text")
+  if examples == "preference" and args.field != "text":
+    raise ConfigError(
+      f"--field {args.field}: preference records are read from their prompt, chosen and rejected fields (or "
+      "prompt, completion and label for KTO); --field names nothing for them"
+    )
+  options = _options(args, examples)
   warning = roundtrip_warning(load_tokenizer(options.tokenizer))
   if warning:
     console.print(f"warning: {flag_words(warning)}", style="bold yellow", markup=False)
@@ -79,24 +106,7 @@ def convert_command(args: argparse.Namespace, console: Console) -> int:
       )
     else:
       manifest = convert_files(args.inputs, args.out, args.name, options, on_progress, overwrite=args.overwrite)
-  stats = manifest.stats
-  console.print(
-    f"wrote {args.out}: {manifest.num_records:,} documents, {manifest.num_tokens:,} "
-    f"tokens, {len(manifest.shards):,} shards, dtype {manifest.dtype}"
-  )
-  if stats.get("mask_rule"):
-    how = {
-      "generation blocks": "the template's {% generation %} blocks (transformers' assistant mask)",
-      "whole assistant turns": "whole assistant turns (content, tool calls, end-of-turn marker; the template "
-      "has no {% generation %} blocks)",
-    }[stats["mask_rule"]]
-    console.print(f"trained tokens of {args.name}: {how}", markup=False)
-  if stats["skipped_empty"]:
-    console.print(f"skipped {stats['skipped_empty']:,} empty documents")
-  if stats["skipped_invalid"]:
-    console.print(f"skipped {stats['skipped_invalid']:,} invalid records, first ones:")
-    for message in stats["invalid_examples"]:
-      console.print(f"  {message}", markup=False)
+  _print_summary(console, args, manifest)
   if args.check_roundtrip:
     report = check_roundtrip(args.out, args.inputs, options, args.check_roundtrip)
     console.print(
@@ -167,6 +177,12 @@ def register_convert(commands: Commands) -> None:
   p.add_argument(
     "--text-mode", default="file", choices=TEXT_MODES, help="plain text: one document per file, line or paragraph"
   )
+  _output_and_engine_arguments(p)
+  p.set_defaults(handler=convert_command)
+
+
+def _output_and_engine_arguments(p: argparse.ArgumentParser) -> None:
+  """`jaxdata convert`'s flags past what is read: the shards, which files, the checks, the engine."""
   p.add_argument(
     "--shard-size", type=parse_size, default=256 << 20, help="target shard size in bytes, e.g. 256MB (default 256MiB)"
   )
@@ -217,7 +233,6 @@ def register_convert(commands: Commands) -> None:
     help="Beam pipeline options, given with '=': --beam-options='--runner=DataflowRunner --project=P "
     "--region=R --temp_location=gs://B/tmp' (default: the local DirectRunner)",
   )
-  p.set_defaults(handler=convert_command)
 
 
 def reference_command(args: argparse.Namespace, console: Console) -> int:

@@ -240,6 +240,13 @@ def _bytes(size: int) -> str:
 
 def register_data(commands: Commands) -> None:
   """The `jaxdata index`, `jaxdata from-megatron`, `jaxdata inspect` commands and their flags."""
+  _register_index(commands)
+  _register_from_megatron(commands)
+  _register_cache(commands)
+  _register_inspect(commands)
+
+
+def _register_index(commands: Commands) -> None:
   p = commands.add("index", "metadata for token files other tools wrote (no tokens copied)")
   p.add_argument(
     "shards",
@@ -286,6 +293,8 @@ def register_data(commands: Commands) -> None:
   )
   p.set_defaults(handler=index)
 
+
+def _register_from_megatron(commands: Commands) -> None:
   p = commands.add("from-megatron", "a jaxdata config from Megatron's --data-path blend and --split")
   p.add_argument(
     "--data-path", nargs="+", required=True, help="Megatron's blend: 'w1 prefix1 w2 prefix2 ...' or prefixes"
@@ -303,6 +312,8 @@ def register_data(commands: Commands) -> None:
   p.add_argument("--out", required=True, help="the YAML config to write")
   p.set_defaults(handler=from_megatron)
 
+
+def _register_cache(commands: Commands) -> None:
   p = commands.add("cache", "list raw inputs' caches with their sizes, or prune the stale")
   p.add_argument("action", choices=("list", "prune"), help="list: every cache and its state; prune: remove the stale")
   p.add_argument("--cache-dir", help="the config's cache_dir (default: $JAXDATA_CACHE_DIR, else ~/.cache/jaxdata)")
@@ -311,6 +322,8 @@ def register_data(commands: Commands) -> None:
   p.add_argument("--all", action="store_true", help="prune: the current caches too (the next run builds them again)")
   p.set_defaults(handler=cache)
 
+
+def _register_inspect(commands: Commands) -> None:
   p = commands.add("inspect", "table of shards, documents, tokens, lengths")
   p.add_argument("datasets", nargs="+", help="dataset directories")
   p.add_argument("--json", action="store_true", help="print JSON instead of a table")

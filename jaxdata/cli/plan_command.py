@@ -71,20 +71,39 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
     needs = cache_needs(cfg, args.hosts, args.read_spans, args.read_ahead_tokens) if args.read_spans > 0 else None
   warnings += cache_warnings(needs, cfg.cache_bytes) if needs is not None else []
   if args.json:
-    print(
-      json.dumps(
-        {
-          **table.to_json(),
-          "warnings": warnings,
-          "order": {s.name: s.order_name for s in cfg.dataset_settings()},
-          "read_spans": dataclasses.asdict(needs) if needs is not None else None,
-          "stream_end": dataclasses.asdict(end) if end is not None else None,
-          "config_changes": changes,
-        },
-        indent=1,
-      )
-    )
+    print(json.dumps(_plan_json(cfg, table, warnings, needs, end, changes), indent=1))
     return 0
+  out, sampled = _exposure_table(table, tokens, tokens_per_step)
+  show(console, out)
+  for line in changes:
+    console.print(f"config changed at a restore: {line}", markup=False)
+  orders = "; ".join(f"{s.name} {s.order_name}" for s in cfg.dataset_settings())
+  console.print(f"order within a pass: {orders}", markup=False)
+  print_legend(console, PLAN_LEGEND + (SAMPLING_WINDOWS_LEGEND if sampled else ()))
+  if needs is not None:
+    show(console, read_span_table(needs, args))
+    hosts = f"{args.hosts} host" + ("s" if args.hosts != 1 else "")
+    console.print(
+      f"Over {args.read_spans} read spans of {human_count(args.read_ahead_tokens)} tokens ({hosts}): "
+      f"a cache below {human_bytes(needs.thrash_bytes)} makes remote reads fetch the same shards "
+      f"again within these spans (one span holds up to {human_bytes(needs.max_remote_bytes)}; "
+      f"cache_bytes is {human_bytes(cfg.cache_bytes)}).",
+      markup=False,
+    )
+  for line in trained_token_lines(cfg, table):
+    console.print(line, markup=False)
+  for i, (start, until) in enumerate(table.phases):
+    total = sum(d.sampling_share[i] for d in table.datasets.values())
+    console.print(f"phase {i} (steps {start}-{until}): sampling shares sum to {total:.6f}")
+  for warning in warnings:
+    console.print(f"warning: {warning}", style="bold yellow", markup=False)
+  if args.png:
+    console.print(f"plot: {args.png}", markup=False)
+  return 0
+
+
+def _exposure_table(table: Any, tokens: int, tokens_per_step: int) -> tuple[Table, bool]:
+  """The exposure table, a row per dataset and run of phases; whether window datasets (unique seen) are in it."""
   out = Table(
     title=f"exposure over {planned_of(table.total_tokens, tokens)} = {table.steps:,} steps of "
     f"{human_count(tokens_per_step)}"
@@ -125,32 +144,18 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
         else "",
         *([f"{d.unique_seen:.1%}" if first and d.unique_seen is not None else ""] if sampled else []),
       )
-  show(console, out)
-  for line in changes:
-    console.print(f"config changed at a restore: {line}", markup=False)
-  orders = "; ".join(f"{s.name} {s.order_name}" for s in cfg.dataset_settings())
-  console.print(f"order within a pass: {orders}", markup=False)
-  print_legend(console, PLAN_LEGEND + (SAMPLING_WINDOWS_LEGEND if sampled else ()))
-  if needs is not None:
-    show(console, read_span_table(needs, args))
-    hosts = f"{args.hosts} host" + ("s" if args.hosts != 1 else "")
-    console.print(
-      f"Over {args.read_spans} read spans of {human_count(args.read_ahead_tokens)} tokens ({hosts}): "
-      f"a cache below {human_bytes(needs.thrash_bytes)} makes remote reads fetch the same shards "
-      f"again within these spans (one span holds up to {human_bytes(needs.max_remote_bytes)}; "
-      f"cache_bytes is {human_bytes(cfg.cache_bytes)}).",
-      markup=False,
-    )
-  for line in trained_token_lines(cfg, table):
-    console.print(line, markup=False)
-  for i, (start, until) in enumerate(table.phases):
-    total = sum(d.sampling_share[i] for d in table.datasets.values())
-    console.print(f"phase {i} (steps {start}-{until}): sampling shares sum to {total:.6f}")
-  for warning in warnings:
-    console.print(f"warning: {warning}", style="bold yellow", markup=False)
-  if args.png:
-    console.print(f"plot: {args.png}", markup=False)
-  return 0
+  return out, sampled
+
+
+def _plan_json(cfg: Any, table: Any, warnings: list[str], needs: Any, end: Any, changes: list[str]) -> dict[str, Any]:
+  return {
+    **table.to_json(),
+    "warnings": warnings,
+    "order": {s.name: s.order_name for s in cfg.dataset_settings()},
+    "read_spans": dataclasses.asdict(needs) if needs is not None else None,
+    "stream_end": dataclasses.asdict(end) if end is not None else None,
+    "config_changes": changes,
+  }
 
 
 def trained_token_lines(cfg: Any, table: Any) -> list[str]:

@@ -193,6 +193,15 @@ def bench_command(args: argparse.Namespace, console: Console) -> int:
 
 def register_planning(commands: Commands) -> None:
   """The `jaxdata plan`, `jaxdata audit`, `jaxdata doctor`, `jaxdata report`, `jaxdata bench`, `jaxdata mesh` commands and their flags."""
+  _register_plan(commands)
+  _register_audit(commands)
+  _register_doctor(commands)
+  _register_report(commands)
+  _register_bench(commands)
+  _register_mesh(commands)
+
+
+def _register_plan(commands: Commands) -> None:
   p = commands.add("plan", "exposure per dataset and phase before a run")
   p.add_argument("config", help="pipeline YAML")
   p.add_argument("--tokens", required=True, help="tokens to process, e.g. 20e9 or 20B")
@@ -216,6 +225,8 @@ def register_planning(commands: Commands) -> None:
   p.add_argument("--state", help="a saved pipeline state (JSON): list the run's config changes at restores")
   p.set_defaults(handler=plan)
 
+
+def _register_audit(commands: Commands) -> None:
   p = commands.add("audit", "plan S steps for H hosts and check them")
   p.add_argument("config", help="pipeline YAML")
   p.add_argument("--hosts", type=int, required=True, help="hosts to plan for (each reads its block of rows)")
@@ -223,6 +234,8 @@ def register_planning(commands: Commands) -> None:
   p.add_argument("--json", action="store_true", help="print the result as JSON")
   p.set_defaults(handler=audit_command)
 
+
+def _register_doctor(commands: Commands) -> None:
   p = commands.add("doctor", "check a run's stats (and per-source losses) for signs of a bad data order")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
   p.add_argument("--losses", help='JSONL of {"step": N, "losses": {source: loss}} per step (optional)')
@@ -239,11 +252,15 @@ def register_planning(commands: Commands) -> None:
   )
   p.set_defaults(handler=doctor)
 
+
+def _register_report(commands: Commands) -> None:
   p = commands.add("report", "plots and deviations from a run's stats JSONL")
   p.add_argument("stats", help="the JSONL the pipeline wrote (stats_path)")
   p.add_argument("--out", help="directory for the plots (default: STATS_report/)")
   p.set_defaults(handler=report)
 
+
+def _register_bench(commands: Commands) -> None:
   p = commands.add("bench", "throughput of a pipeline config on this machine (one host, NumPy)")
   p.add_argument("config", help="pipeline YAML")
   p.add_argument("--steps", type=int, default=100, help="steps to time (after one untimed step)")
@@ -264,6 +281,8 @@ def register_planning(commands: Commands) -> None:
   )
   p.set_defaults(handler=bench_command)
 
+
+def _register_mesh(commands: Commands) -> None:
   p = commands.add("mesh", "rows, tokens and documents per host of a TPU slice")
   p.add_argument(
     "--tpu",

@@ -149,6 +149,11 @@ class PipelineConfig:
         f"cache_dir: {self.cache_dir} is a bucket; cache_dir is a local directory (remote shards are copied there): "
         "keep raw inputs' caches in a bucket with inputs_cache"
       )
+    self._check_across_sections()
+
+  def _check_across_sections(self) -> None:
+    """What one section allows only with another: a step's size, windows beside pairs or BOS / EOS, a
+    dataset that must finish its passes but is never drawn."""
     if self.tokens_per_step > MAX_TOKENS_PER_STEP:
       raise ConfigError(
         f"batch.global_batch_size: {self.batch.global_batch_size} rows x packing.seq_len "

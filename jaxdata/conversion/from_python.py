@@ -151,20 +151,27 @@ def from_iterable(
   >>> from_iterable([[1, 2, 3], [4, 5]], out=tempfile.mkdtemp() + "/ids", tokenizer=None).num_tokens
   5
   """
-  if tokenizer is None or isinstance(tokenizer, (str, TokenizerSpec)):
-    spec = TokenizerSpec.parse(tokenizer) if isinstance(tokenizer, str) else tokenizer
-    model: Tokenizer | None = load_tokenizer(spec) if spec is not None else None
-  else:  # a tokenizer object: transformers' fast tokenizer or a tokenizers.Tokenizer
-    model = TransformersTokenizer(tokenizer)
+  model = _tokenizer_of(tokenizer)
   identity = model.identity() if model is not None else {"kind": "pretokenized"}
   np_dtype = np.dtype(dtype) if dtype else (dtype_for_vocab_size(model.vocab_size) if model else np.dtype("<u4"))
   prepare_output(out, overwrite)
-  items, count, empty = iter(items), 0, 0
+  items = iter(items)
   batch = list(itertools.islice(items, BATCH))
   masked = any(_is_pair(item) for item in batch) if masks is None else bool(masks)
   writer = DatasetWriter(
     out, name or os.path.basename(os.path.normpath(out)), np_dtype, identity, shard_bytes, compression, masks=masked
   )
+  count, empty = _write_batches(writer, batch, items, model, masked)
+  written = count - empty
+  stats = {"documents": written, "skipped_empty": empty, "skipped_invalid": 0}
+  return writer.finish({**stats, "inputs": [{"path": "python iterable", "documents": written}]})
+
+
+def _write_batches(
+  writer: DatasetWriter, batch: list[Any], items: Iterator[Any], model: Tokenizer | None, masked: bool
+) -> tuple[int, int]:
+  """Writes `batch` and every later batch of `items`; (items seen, empty ones skipped)."""
+  count = empty = 0
   while batch:
     flat, lengths, mask = _encode(batch, count, model)
     if mask is not None and not masked:
@@ -180,14 +187,15 @@ def from_iterable(
       writer.write_documents(flat, lengths[keep], mask)
     count += len(batch)
     batch = list(itertools.islice(items, BATCH))
-  return writer.finish(
-    {
-      "documents": count - empty,
-      "skipped_empty": empty,
-      "skipped_invalid": 0,
-      "inputs": [{"path": "python iterable", "documents": count - empty}],
-    }
-  )
+  return count, empty
+
+
+def _tokenizer_of(tokenizer: TokenizerSpec | str | Any | None) -> Tokenizer | None:
+  """`from_iterable`'s tokenizer: a spec or its text loaded, a tokenizer object wrapped, None for ids only."""
+  if tokenizer is None or isinstance(tokenizer, (str, TokenizerSpec)):
+    spec = TokenizerSpec.parse(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    return load_tokenizer(spec) if spec is not None else None
+  return TransformersTokenizer(tokenizer)  # transformers' fast tokenizer or a tokenizers.Tokenizer
 
 
 def from_hf_dataset(dataset: Any, out: str, field: str = "text", **options: Any) -> Manifest:

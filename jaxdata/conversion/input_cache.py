@@ -187,11 +187,7 @@ def built_dataset(
   of a pod sharing `root`), each converting its share (`conversion.shared_build`); process 0 seals it.
   `full_hash`: the key hashes every byte of the inputs (`cache_key`). `root` is tagged as a cache
   (CACHEDIR.TAG): an input directory that holds it never reads the cache as inputs."""
-  if getattr(multiprocessing.current_process(), "_inheriting", False):
-    raise RuntimeError(
-      f"{name}: a conversion worker is importing the script that builds the cache (it would wait on that "
-      "build's lock forever): put the script's code under `if __name__ == '__main__':`"
-    )
+  _refuse_inside_a_worker(name)
   key = key or cache_key(inputs, options, full_hash)
   tag_cache_directory(root)
   target = os.path.join(root, f"{name}-{key.digest[:16]}")
@@ -224,16 +220,7 @@ def built_dataset(
       if manifest is None:  # another process seals the cache
         _wait_for_cache(target, wait_s, name)
         return target
-      after = cache_key(inputs, options, full_hash)
-      if after != key:
-        raise InputFormatError(
-          f"{name}: inputs changed while they were converted ({', '.join(after.changes_from(_parts(key)))}); "
-          "nothing was cached: run again once they are stable"
-        )
-      if os.path.isdir(target):  # a cache someone half removed (its manifest gone): replaced whole
-        log(f"{name}: {target} has no manifest.json (half removed); building it again")
-        shutil.rmtree(target)
-      os.replace(staging, target)
+      _seal(name, staging, target, log, unchanged=lambda: _check_unchanged(name, key, inputs, options, full_hash))
     except InputFormatError:  # bad or changing inputs: nothing of this build is worth keeping (process 0 clears it,
       if index == 0:  # after the others have read the error it left for them)
         for leftover in (staging, units):
@@ -241,10 +228,42 @@ def built_dataset(
       raise
     # any other stop (Ctrl-C, a full disk, a killed host) keeps the finished units: the next run resumes
     shutil.rmtree(units, ignore_errors=True)
-    with open(os.path.join(root, f"{name}.last.json"), "w") as f:
-      json.dump(_parts(key), f)
+    _remember(root, name, key)
     log(f"{name}: converted into the cache {target}")
   return target
+
+
+def _refuse_inside_a_worker(name: str) -> None:
+  if getattr(multiprocessing.current_process(), "_inheriting", False):
+    raise RuntimeError(
+      f"{name}: a conversion worker is importing the script that builds the cache (it would wait on that "
+      "build's lock forever): put the script's code under `if __name__ == '__main__':`"
+    )
+
+
+def _remember(root: str, name: str, key: CacheKey) -> None:
+  """The key of the last build of `name` under `root`: the next build says what changed since."""
+  with open(os.path.join(root, f"{name}.last.json"), "w") as f:
+    json.dump(_parts(key), f)
+
+
+def _check_unchanged(name: str, key: CacheKey, inputs: list[str], options: ConvertOptions, full_hash: bool) -> None:
+  """An InputFormatError when the inputs' key is no longer `key`: they changed while they were converted."""
+  after = cache_key(inputs, options, full_hash)
+  if after != key:
+    raise InputFormatError(
+      f"{name}: inputs changed while they were converted ({', '.join(after.changes_from(_parts(key)))}); "
+      "nothing was cached: run again once they are stable"
+    )
+
+
+def _seal(name: str, staging: str, target: str, log: Callable[[str], None], unchanged: Callable[[], None]) -> None:
+  """The built dataset moved under the cache's name, once `unchanged()` says its inputs held still."""
+  unchanged()
+  if os.path.isdir(target):  # a cache someone half removed (its manifest gone): replaced whole
+    log(f"{name}: {target} has no manifest.json (half removed); building it again")
+    shutil.rmtree(target)
+  os.replace(staging, target)
 
 
 def tag_cache_directory(root: str) -> None:

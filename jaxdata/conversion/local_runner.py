@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxdata.conversion.options import ConvertOptions, Progress
 from jaxdata.conversion.output import check_output, staging_directory, swap_in
-from jaxdata.conversion.plan import conversion_plan
+from jaxdata.conversion.plan import ConversionPlan, conversion_plan
 from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
@@ -190,6 +190,73 @@ def write_job(job: ShardJob, target: ShardTarget) -> ShardInfo:
   )
 
 
+def _tokenize_all(
+  pool: concurrent.futures.Executor | None,
+  batches: list[list[WorkUnit]],
+  options: ConvertOptions,
+  scratch: str,
+  progress: Progress,
+) -> list[UnitResult]:
+  """The tokenize phase: every batch of units into `scratch`, in processes (or here without a pool),
+  reporting its progress in input bytes."""
+  unit_total = sum(u.size for batch in batches for u in batch)  # the bar's total: each unit reports its size
+  done = [0, 0]
+
+  def tokenized(i: int, result: list[UnitResult] | None) -> None:
+    counters = getattr(pool, "counters", None)  # worker processes add their progress to shared counters
+    if counters is not None:
+      done[:] = [counters[0].value, counters[1].value]
+    progress("tokenize", done[0], unit_total, done[1])
+
+  def here(done_bytes: int, documents: int) -> None:  # no pool: progress straight from tokenize_unit
+    done[0] += done_bytes
+    done[1] += documents
+    progress("tokenize", done[0], unit_total, done[1])
+
+  token_args = (options, scratch) if pool is not None else (options, scratch, here)
+  results = [r for batch in run_jobs(pool, tokenize_batch, batches, token_args, tokenized) for r in batch]
+  return results
+
+
+def _write_all(
+  pool: concurrent.futures.Executor | None,
+  plan: ConversionPlan,
+  jobs: list[ShardJob],
+  results: list[UnitResult],
+  *,
+  name: str,
+  out_dir: str,
+  scratch: str,
+  overwrite: bool,
+  progress: Progress,
+) -> Manifest:
+  """The write phase: every shard job, then the manifest that seals the dataset; a failure leaves no
+  partial shard (and a dataset being replaced whole)."""
+  # Replacing a dataset: written beside it and swapped in once sealed, so that an interruption,
+  # a full disk or a failed write leave the old one whole.
+  replacing = overwrite and os.path.exists(os.path.join(out_dir, MANIFEST_NAME))
+  target = staging_directory(out_dir) if replacing else out_dir
+  created = not os.path.isdir(target) or replacing
+  os.makedirs(target, exist_ok=True)
+  written = [0]
+
+  def shard_done(i: int, info: ShardInfo | None) -> None:
+    if info is not None:
+      written[0] += info.num_records
+    progress("write", written[0], sum(r.documents for r in results), written[0])
+
+  try:
+    infos = run_jobs(pool, write_job, jobs, (plan.shard_target(target, name, scratch),), shard_done)
+    manifest = plan.manifest(name, infos, results)
+    manifest.save(target)
+  except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)
+    _remove_shards(target, name, [job[0] for job in jobs], created)
+    raise
+  if replacing:
+    swap_in(target, out_dir)
+  return manifest
+
+
 def convert(
   inputs: Sequence[str],
   out_dir: str,
@@ -245,53 +312,18 @@ def convert(
   plan = conversion_plan(inputs, options, workers, lambda done, total: progress("scan", done, total, 0))
   units = plan.units
   batches = unit_batches(list(units), plan.unit_bytes)
-  unit_total = sum(u.size for u in units)  # the tokenize bar's total: each unit reports exactly its size
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
   pool = executor if executor is not None else process_pool(min(workers, len(batches)))
   try:
     with tempfile.TemporaryDirectory(prefix=".jaxdata-convert-", dir=parent) as scratch:
-      done = [0, 0]
-
-      def tokenized(i: int, result: list[UnitResult] | None) -> None:
-        counters = getattr(pool, "counters", None)  # worker processes add their progress to shared counters
-        if counters is not None:
-          done[:] = [counters[0].value, counters[1].value]
-        progress("tokenize", done[0], unit_total, done[1])
-
-      def here(done_bytes: int, documents: int) -> None:  # no pool: progress straight from tokenize_unit
-        done[0] += done_bytes
-        done[1] += documents
-        progress("tokenize", done[0], unit_total, done[1])
-
-      token_args = (options, scratch) if pool is not None else (options, scratch, here)
-      results = [r for batch in run_jobs(pool, tokenize_batch, batches, token_args, tokenized) for r in batch]
+      results = _tokenize_all(pool, batches, options, scratch, progress)
       jobs = plan_shard_jobs(
         [(u.index, lengths_loader(scratch)(u.index)) for u in units], plan.bytes_per_token, options.shard_bytes
       )
-      # Replacing a dataset: written beside it and swapped in once sealed, so that an interruption,
-      # a full disk or a failed write leave the old one whole.
-      replacing = overwrite and os.path.exists(os.path.join(out_dir, MANIFEST_NAME))
-      target = staging_directory(out_dir) if replacing else out_dir
-      created = not os.path.isdir(target) or replacing
-      os.makedirs(target, exist_ok=True)
-      written = [0]
-
-      def shard_done(i: int, info: ShardInfo | None) -> None:
-        if info is not None:
-          written[0] += info.num_records
-        progress("write", written[0], sum(r.documents for r in results), written[0])
-
-      try:
-        infos = run_jobs(pool, write_job, jobs, (plan.shard_target(target, name, scratch),), shard_done)
-        manifest = plan.manifest(name, infos, results)
-        manifest.save(target)
-      except BaseException:  # Ctrl-C or a failed write: no partial shard stays (re-raised)
-        _remove_shards(target, name, [job[0] for job in jobs], created)
-        raise
-      if replacing:
-        swap_in(target, out_dir)
-      return manifest
+      return _write_all(
+        pool, plan, jobs, results, name=name, out_dir=out_dir, scratch=scratch, overwrite=overwrite, progress=progress
+      )
   finally:
     if pool is not None and executor is None:
       pool.shutdown(wait=True, cancel_futures=True)

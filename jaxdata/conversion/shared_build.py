@@ -23,6 +23,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from jaxdata.conversion.local_runner import (
   lengths_loader,
@@ -110,6 +111,27 @@ def unit_progress(done: int, total: int, elapsed_s: float) -> str:
   return f"{done:,} of {total:,} units ({done / total:.0%}) in {elapsed_s:,.0f} s{tail}"
 
 
+def _read_record(path: str) -> dict[str, Any]:
+  with open(path) as f:
+    return dict(json.load(f))
+
+
+def _unit_recorder(
+  unit_records: list[str], total: int, say: Callable[[str], None]
+) -> Callable[[int, list[UnitResult] | None], None]:
+  """What a finished batch of units does: each unit's record written (a rerun skips it), a line per tenth."""
+  finished, started = [0], time.monotonic()
+
+  def unit_done(i: int, results: list[UnitResult] | None) -> None:
+    for result in results or []:
+      _record(unit_records[result.unit], dataclasses.asdict(result))
+      finished[0] += 1
+      if finished[0] * 10 // total > (finished[0] - 1) * 10 // total:  # a line per tenth
+        say(unit_progress(finished[0], total, time.monotonic() - started))
+
+  return unit_done
+
+
 def build_part(
   inputs: list[str],
   staging: str,
@@ -142,15 +164,7 @@ def build_part(
   try:
     batches = unit_batches(mine, plan.unit_bytes) if mine else []
 
-    finished, started = [0], time.monotonic()
-
-    def unit_done(i: int, results: list[UnitResult] | None) -> None:
-      for result in results or []:
-        _record(unit_records[result.unit], dataclasses.asdict(result))
-        finished[0] += 1
-        if finished[0] * 10 // len(mine) > (finished[0] - 1) * 10 // len(mine):  # a line per tenth
-          log(f"{name}: {unit_progress(finished[0], len(mine), time.monotonic() - started)} tokenized")
-
+    unit_done = _unit_recorder(unit_records, len(mine), lambda line: log(f"{name}: {line} tokenized"))
     try:
       run_jobs(pool, tokenize_batch, batches, (options, units_dir), unit_done)
     except InputFormatError as error:  # told to the other processes, which stop with it too
@@ -161,10 +175,7 @@ def build_part(
       return None
     if not _wait_for(unit_records, "units", wait_s, lambda u: u % count, sealed):
       return None
-    results = []
-    for path in unit_records:
-      with open(path) as f:
-        results.append(UnitResult(**json.load(f)))
+    results = [UnitResult(**_read_record(path)) for path in unit_records]
     jobs = plan_shard_jobs(
       [(u.index, lengths_loader(units_dir)(u.index)) for u in units], plan.bytes_per_token, options.shard_bytes
     )
@@ -182,10 +193,7 @@ def build_part(
   if index != 0:
     return None
   _wait_for(shard_records, "shards", wait_s, lambda j: j % count)
-  infos = []
-  for path in shard_records:
-    with open(path) as f:
-      infos.append(ShardInfo(**json.load(f)))
+  infos = [ShardInfo(**_read_record(path)) for path in shard_records]
   manifest = plan.manifest(name, infos, results)
   manifest.save(staging)
   return manifest

@@ -103,12 +103,37 @@ def tokenize_unit(
     empty += flush(batch)
   pending[0] = budget[0]  # what the reader counted less than the unit's size (never more)
   on_progress(reported(), 0)
+  masked = encoder is not None
+  return _unit_output(
+    unit,
+    tokens,
+    lengths,
+    masks if masked else None,
+    dtype=dtype,
+    empty=empty,
+    invalid=invalid,
+    preference=options.examples == "preference",
+  )
+
+
+def _unit_output(
+  unit: WorkUnit,
+  tokens: list[np.ndarray],
+  lengths: list[np.ndarray],
+  masks: list[np.ndarray] | None,
+  *,
+  dtype: np.dtype,
+  empty: int,
+  invalid: InvalidLog,
+  preference: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, UnitResult]:
+  """A unit's batches joined, with its counts (trained tokens, pairs, trained rejected tokens)."""
   all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype)
   all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
-  all_masks = (np.concatenate(masks) if masks else np.zeros(0, np.uint8)) if encoder is not None else None
+  all_masks = (np.concatenate(masks) if masks else np.zeros(0, np.uint8)) if masks is not None else None
   trained = int((all_masks & 1).sum()) if all_masks is not None else int(all_tokens.size)  # bit 0: trained
   pairs = trained_rejected = 0
-  if options.examples == "preference" and all_masks is not None:
+  if preference and all_masks is not None:
     chosen = pair_columns(all_lengths, all_masks)["chosen_length"].astype(np.int64)
     pairs = int(((chosen > 0) & (chosen < all_lengths)).sum())
     trained_rejected = int((all_masks == 3).sum())  # trained (bit 0) on the rejected side (bit 1)

@@ -172,8 +172,39 @@ def run_demo(
         log(f"step {step:3d}  loss {float(loss):.3f}  padding {stats['padding_fraction']:.3f}")
     manager.wait_until_finished()
   seconds = time.perf_counter() - started
-  # A restart: a fresh process restores model and pipeline from the checkpoint.
-  check = min(8, steps - checkpoint_at)
+  resume_ok, detail = _resumes_in_a_fresh_process(ckpt_dir, cache_dir, config_path, checkpoint_at, digests)
+  plot_path = _plot(history, cfg.names, os.path.join(out_dir, "mixture.png"))
+  cumulative = {n: sum(h["tokens_per_source"][n] for h in history) for n in cfg.names}
+  # What the stream took for these steps against what the schedule asked of it
+  # (each step's weights times the units pulled for that step), from metadata.
+  stream = audit(cfg, hosts=1, steps=steps)
+  pulled, target = sum(stream.taken.values()), sum(stream.target.values())
+  longest = _longest_document(cfg)
+  return DemoResult(
+    steps=steps,
+    losses=losses,
+    target_share={n: stream.target[n] / target for n in cfg.names},
+    realised_share={n: stream.taken[n] / pulled for n in cfg.names},
+    share_bound=stream.share_bound / pulled,
+    interleave=cfg.mixture.interleave,
+    tokens_per_source=cumulative,
+    passes=history[-1]["passes"],
+    efficiency=real_tokens / (steps * cfg.tokens_per_step),
+    tokens_per_second=real_tokens / seconds,
+    resume_ok=resume_ok,
+    resume_detail=detail,
+    plot_path=plot_path,
+    max_document_tokens=longest + cfg.packing.special_tokens,
+    capacity=cfg.tokens_per_step,
+  )
+
+
+def _resumes_in_a_fresh_process(
+  ckpt_dir: str, cache_dir: str, config_path: str | None, checkpoint_at: int, digests: dict[int, str]
+) -> tuple[bool, str]:
+  """A restart: a fresh process restores model and pipeline from the checkpoint and makes the next
+  batches; (whether they are the batches `digests` recorded, what was seen)."""
+  check = min(8, len(digests))
   command = [
     sys.executable,
     "-m",
@@ -201,30 +232,7 @@ def run_demo(
       if resume_ok
       else f"batches differ after restore at step {checkpoint_at}"
     )
-  plot_path = _plot(history, cfg.names, os.path.join(out_dir, "mixture.png"))
-  cumulative = {n: sum(h["tokens_per_source"][n] for h in history) for n in cfg.names}
-  # What the stream took for these steps against what the schedule asked of it
-  # (each step's weights times the units pulled for that step), from metadata.
-  stream = audit(cfg, hosts=1, steps=steps)
-  pulled, target = sum(stream.taken.values()), sum(stream.target.values())
-  longest = _longest_document(cfg)
-  return DemoResult(
-    steps=steps,
-    losses=losses,
-    target_share={n: stream.target[n] / target for n in cfg.names},
-    realised_share={n: stream.taken[n] / pulled for n in cfg.names},
-    share_bound=stream.share_bound / pulled,
-    interleave=cfg.mixture.interleave,
-    tokens_per_source=cumulative,
-    passes=history[-1]["passes"],
-    efficiency=real_tokens / (steps * cfg.tokens_per_step),
-    tokens_per_second=real_tokens / seconds,
-    resume_ok=resume_ok,
-    resume_detail=detail,
-    plot_path=plot_path,
-    max_document_tokens=longest + cfg.packing.special_tokens,
-    capacity=cfg.tokens_per_step,
-  )
+  return resume_ok, detail
 
 
 def resume_check(ckpt_dir: str, cache_dir: str, config_path: str | None, at: int, count: int) -> None:

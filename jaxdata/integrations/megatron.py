@@ -216,6 +216,20 @@ def megatron_raw(
       )
     datasets.append({"name": name, "path": directory, "documents": [start, stop]})
     weights[name] = weight if weight is not None else _range_tokens(directory, start, stop)
+  return _megatron_keys(datasets, weights, which, seq_len, global_batch_size, seed=seed, extra=extra)
+
+
+def _megatron_keys(
+  datasets: list[dict[str, Any]],
+  weights: dict[str, Any],
+  which: str,
+  seq_len: int,
+  global_batch_size: int,
+  *,
+  seed: int,
+  extra: dict[str, Any],
+) -> dict[str, Any]:
+  """The config keys of Megatron's blend over `datasets`: its shuffle, its rows, its pass policy."""
   raw: dict[str, Any] = {
     "seed": seed,
     "datasets": datasets,

@@ -28,6 +28,7 @@ from jaxdata.pipeline.planning import LocalPlanning
 from jaxdata.pipeline.producing import StepMaker
 from jaxdata.pipeline.read_spans import RowsHere, read_span
 from jaxdata.pipeline.read_thread import ReadThread
+from jaxdata.pipeline.sharding import aliases_host_memory, output_functions
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.steps import Steps
@@ -108,3 +109,37 @@ def step_maker(
   )
   there = Steps(planning_process.ProcessPlanning(pool, recorder), assembly)
   return pooled_steps.PooledSteps(pool, here, there, snapshot())
+
+
+def sharded_maker(
+  making: StepMaking,
+  spec: PipelineSpec,
+  parts: Parts,
+  recorder: StatsRecorder,
+  snapshot: Callable[[], PipelineState],
+  *,
+  sharding: Any,
+  prefetch: int,
+  read_ahead: int,
+) -> tuple[StepMaker, RowsHere, Callable[..., dict[str, Any]] | None]:
+  """The step maker of a pipeline whose batches take `sharding` (None: NumPy), with the rows this process
+  holds of each step shape and how its rows become the batch; the parts' reader is closed on an error."""
+  rows_here, output = output_functions(sharding)
+  rows_here = functools.lru_cache(maxsize=8)(rows_here)
+  try:
+    maker = step_maker(
+      making,
+      None if sharding is None else sharding.mesh,
+      spec,
+      parts,
+      recorder,
+      rows_here,
+      snapshot=snapshot,
+      prefetch=prefetch,
+      read_ahead_tokens=read_ahead,
+      aligned=aliases_host_memory(sharding),
+    )
+  except BaseException:  # re-raised: nothing may stay open
+    parts.reader.close()
+    raise
+  return maker, rows_here, output

@@ -45,13 +45,13 @@ from jaxdata.config.validate import check_bool
 from jaxdata.errors import CheckpointError, PipelineClosedError
 from jaxdata.pipeline.execution import Execution, StepMaking, asked_making
 from jaxdata.pipeline.handout import HandedOut, Handout, producing
-from jaxdata.pipeline.makers import step_maker
+from jaxdata.pipeline.makers import sharded_maker
 from jaxdata.pipeline.pipeline_parts import check_pipeline_arguments, log_stored_orders, open_parts, state_snapshot
 from jaxdata.pipeline.producing import END, Prepared
 from jaxdata.pipeline.raw_inputs import with_built_inputs
 from jaxdata.pipeline.read_spans import READ_AHEAD
 from jaxdata.pipeline.reconfigure import reconfigured
-from jaxdata.pipeline.sharding import aliases_host_memory, batch_sharding, check_rows_divide, output_functions
+from jaxdata.pipeline.sharding import mesh_sharding
 from jaxdata.pipeline.slices import SliceSpec, mesh_and_axes
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
@@ -145,11 +145,7 @@ class Pipeline:
     check_wait_warning_s(wait_warning_s)
     check_switch_interval_s(switch_interval_s)
     self.wait_warning_s = wait_warning_s
-    mesh, data_axes = mesh_and_axes(tpu, mesh, data_axes)
-    sharding = None
-    if mesh is not None:  # checked before any file is opened
-      sharding = batch_sharding(mesh, data_axes)
-      check_rows_divide(cfg, mesh, data_axes)
+    mesh, sharding = mesh_sharding(cfg, mesh_and_axes(tpu, mesh, data_axes))  # checked before any file is opened
     cfg = with_built_inputs(cfg)  # raw inputs: their caches, built here once (workers get plain paths)
     spec = PipelineSpec(cfg, split=split, epoch=epoch, read_threads=read_threads)  # what worker processes get too
     parts = open_parts(spec)
@@ -167,24 +163,9 @@ class Pipeline:
     # The maker and its thread hold no reference to the pipeline, so an
     # unreferenced pipeline is collected and its finalizer releases them.
     snapshot = functools.partial(state_snapshot, parts.planner, parts.fingerprint, self._recorder)
-    rows_here, output = output_functions(sharding)
-    rows_here = functools.lru_cache(maxsize=8)(rows_here)
-    try:
-      maker = step_maker(
-        making,
-        mesh,
-        spec,
-        parts,
-        self._recorder,
-        rows_here,
-        snapshot=snapshot,
-        prefetch=prefetch,
-        read_ahead_tokens=read_ahead_tokens,
-        aligned=aliases_host_memory(sharding),
-      )
-    except BaseException:  # re-raised: nothing may stay open
-      parts.reader.close()
-      raise
+    maker, rows_here, output = sharded_maker(
+      making, spec, parts, self._recorder, snapshot, sharding=sharding, prefetch=prefetch, read_ahead=read_ahead_tokens
+    )
     produce = producing(maker, output, rows_here, self._recorder, parts.reader.masked, cfg.names, layout=cfg.layout)
     self._handout = Handout(maker, produce, parts.reader, prefetch, switch_interval_s)
     # Runs at exit too: a daemon thread still inside a native read when the
@@ -193,12 +174,9 @@ class Pipeline:
     self._state: PipelineState = snapshot()
     self._start = self._state  # step 0, for set_epoch
     self._exhausted = ""  # once the data ended: why next() raises StopIteration
+    lag = cfg.mixture.update_lag_steps
     self._steering = MixtureSteering(
-      maker,
-      f"update_mixture on {self.cfg.names}",
-      cfg.mixture.update_lag_steps,
-      self._planner.draw_reach,
-      self._handout.depth,
+      maker, f"update_mixture on {cfg.names}", lag, self._planner.draw_reach, self._handout.depth
     )
     log_stored_orders(cfg)
 

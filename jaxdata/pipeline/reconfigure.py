@@ -157,6 +157,26 @@ def _carry(
   return pieces.to_json(), dropped
 
 
+def _change(
+  step: int, old: OrderFingerprint, new: OrderFingerprint, groups: dict[str, list[str]], dropped: int
+) -> ConfigChange:
+  """The history entry of a change of course at `step`: what was added, removed, replaced, what of the
+  rows changed, the carried tokens dropped."""
+  return ConfigChange(
+    step=step,
+    before=fingerprint_digest(old.to_json()),
+    added=tuple(groups["added"]),
+    removed=tuple(groups["removed"]),
+    replaced=tuple(groups["replaced"]),
+    rows=tuple(
+      _row_change(field, getattr(old, field), getattr(new, field))
+      for field in ROW_FIELDS
+      if getattr(old, field) != getattr(new, field)
+    ),
+    dropped_tokens=dropped,
+  )
+
+
 def reconfigured(saved: PipelineState, fingerprint: OrderFingerprint, cfg: PipelineConfig) -> PipelineState:
   """`saved` (a state of any config of this run) as the state of `cfg` at the same step; itself when
   nothing that determines the order changed. A CheckpointError names a change that cannot go on."""
@@ -189,19 +209,7 @@ def reconfigured(saved: PipelineState, fingerprint: OrderFingerprint, cfg: Pipel
     raise
   except (KeyError, TypeError, ValueError) as e:  # Pieces' own errors name the carry
     raise CheckpointError(f"pipeline state: {e}") from e
-  change = ConfigChange(
-    step=saved.step,
-    before=fingerprint_digest(old.to_json()),
-    added=tuple(groups["added"]),
-    removed=tuple(groups["removed"]),
-    replaced=tuple(groups["replaced"]),
-    rows=tuple(
-      _row_change(field, getattr(old, field), getattr(fingerprint, field))
-      for field in ROW_FIELDS
-      if getattr(old, field) != getattr(fingerprint, field)
-    ),
-    dropped_tokens=dropped,
-  )
+  change = _change(saved.step, old, fingerprint, groups, dropped)
   new_stream = dataclasses.replace(
     stream,
     unit=cfg.mixture.unit,

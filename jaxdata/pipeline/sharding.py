@@ -38,9 +38,9 @@ _pxla = lazy_module("jax._src.interpreters.pxla")
 __all__ = [
   "aliases_host_memory",
   "batch_sharding",
-  "check_rows_divide",
   "global_arrays",
   "host_rows",
+  "mesh_sharding",
   "output_functions",
 ]
 
@@ -51,6 +51,19 @@ def batch_sharding(mesh: jax.sharding.Mesh, data_axes: Sequence[str]) -> jax.sha
   if missing:
     raise ValueError(f"data_axes: {missing[0]!r} is not an axis of the mesh {mesh.axis_names}")
   return jax_sharding.NamedSharding(mesh, jax_sharding.PartitionSpec(tuple(data_axes), None))
+
+
+def mesh_sharding(
+  cfg: PipelineConfig, mesh_axes: tuple[jax.sharding.Mesh | None, Sequence[str]]
+) -> tuple[jax.sharding.Mesh | None, jax.sharding.NamedSharding | None]:
+  """(the mesh, the batch's sharding over its data axes) of a pipeline, the rows checked to divide over
+  them; (None, None) without a mesh (NumPy batches)."""
+  mesh, data_axes = mesh_axes
+  if mesh is None:
+    return None, None
+  sharding = batch_sharding(mesh, data_axes)
+  check_rows_divide(cfg, mesh, data_axes)
+  return mesh, sharding
 
 
 def data_parallel_size(mesh: jax.sharding.Mesh, data_axes: Sequence[str]) -> int:

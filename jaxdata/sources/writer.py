@@ -157,16 +157,7 @@ class DatasetWriter:
         if self._masks
         else "mask: this writer stores ids only; open it with masks=True to store trained-token masks"
       )
-    if int(lengths.sum()) != flat_tokens.size:
-      raise ValueError(f"lengths: sum {int(lengths.sum())} != {flat_tokens.size} tokens given")
-    if (lengths < 0).any() or (lengths > np.iinfo(LENGTHS_DTYPE).max).any():
-      raise ValueError("lengths: every document needs 0 <= length < 2**32")
-    empty = np.flatnonzero(lengths == 0)
-    if empty.size:
-      raise ValueError(
-        f"lengths: {empty.size} empty documents (the first is document {int(empty[0])} of this call); "
-        "a dataset holds documents of at least one token (jaxdata convert skips and counts empty ones)"
-      )
+    _check_lengths(lengths, flat_tokens.size)
     if flat_tokens.size and (flat_tokens.min() < 0 or flat_tokens.max() > self._max_id):
       raise ValueError(
         f"tokens: ids must lie in [0, {self._max_id}] for {self._id_source}; "
@@ -239,6 +230,20 @@ class DatasetWriter:
     lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
     columns = pair_columns(lengths, np.concatenate(self._marks)) if self._pairs else None
     self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths, self._records, columns))
+
+
+def _check_lengths(lengths: np.ndarray, tokens: int) -> None:
+  """Documents' lengths: summing to the `tokens` given, each of at least one token and below 2**32."""
+  if int(lengths.sum()) != tokens:
+    raise ValueError(f"lengths: sum {int(lengths.sum())} != {tokens} tokens given")
+  if (lengths < 0).any() or (lengths > np.iinfo(LENGTHS_DTYPE).max).any():
+    raise ValueError("lengths: every document needs 0 <= length < 2**32")
+  empty = np.flatnonzero(lengths == 0)
+  if empty.size:
+    raise ValueError(
+      f"lengths: {empty.size} empty documents (the first is document {int(empty[0])} of this call); "
+      "a dataset holds documents of at least one token (jaxdata convert skips and counts empty ones)"
+    )
 
 
 def _checked_mask(mask: np.ndarray, size: int, highest: int = 1) -> np.ndarray:

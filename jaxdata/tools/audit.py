@@ -165,8 +165,7 @@ def audit(
       f"steps: expected an int in [1, {MAX_AUDIT_STEPS:,}] (the audit keeps every planned step "
       f"in memory), got {steps!r}"
     )
-  if metadata is None:
-    metadata = load_metadata(cfg)
+  metadata = load_metadata(cfg) if metadata is None else metadata
   planner = StepPlanner(cfg, metadata)
   stream = planner.stream
   plans, targets, units = [], np.zeros(len(cfg.names)), stream.units
@@ -190,9 +189,7 @@ def audit(
     completed = stream.passes_completed()  # as of this step: a partial last step is dropped with its pulls
     plans.append(plan)
   lengths = {n: np.asarray(metadata[n].lengths) for n in cfg.names}
-  if not plans:
-    completed = {}
-  result = audit_plans(cfg, plans, hosts, lengths, completed, planner.packer.carry)
+  result = audit_plans(cfg, plans, hosts, lengths, completed if plans else {}, planner.packer.carry)
   if plans:
     ratio = residual_ratio(
       np.array(step_units, np.float64),
@@ -214,21 +211,34 @@ def audit(
   taken = taken.astype(float)
   result.taken, result.target = dict(zip(cfg.names, taken.tolist())), dict(zip(cfg.names, targets.tolist()))
   if cfg.mixture.interleave == "exact":
-    # Steps pull whole documents with one step's weights, and the last pull of a
-    # step can overshoot into the next; one document per dataset bounds it all.
-    # (in kept tokens: what packing keeps of the longest document, at the longest rows)
-    kept = [int(cfg.packing.kept_tokens(np.array([found.max()]), cfg.packing.seq_len)[0]) for found in lengths.values()]
-    bound = max(kept) if cfg.mixture.unit == "tokens" else 1
-    result.share_bound = float(bound)
-    for name, got, want in zip(cfg.names, taken, targets):
-      result.share_deviation[name] = float(got - want)
-      if abs(got - want) > bound + 1e-6:
-        result.failures.append(
-          f"{name}: took {got:.0f} {cfg.mixture.unit}, target {want:.1f}, off by more than {bound}"
-        )
-    if cfg.mixture.unit == "tokens" and in_batches.sum():
-      _check_realised(result, cfg, in_batches, batch_targets, bound, weight_changes)
+    _check_exact(result, cfg, lengths, (taken, targets), (in_batches, batch_targets, weight_changes))
   return result
+
+
+def _check_exact(
+  result: AuditResult,
+  cfg: PipelineConfig,
+  lengths: Mapping[str, np.ndarray],
+  drawn: tuple[np.ndarray, np.ndarray],
+  batches: tuple[np.ndarray, np.ndarray, int],
+) -> None:
+  """The exact interleave's bound: every dataset's units drawn (`drawn`: taken, targets) within one
+  document of its target, and the batches' shares within it too (`batches`: tokens in the batches,
+  their targets, the weight changes)."""
+  taken, targets = drawn
+  in_batches, batch_targets, weight_changes = batches
+  # Steps pull whole documents with one step's weights, and the last pull of a
+  # step can overshoot into the next; one document per dataset bounds it all.
+  # (in kept tokens: what packing keeps of the longest document, at the longest rows)
+  kept = [int(cfg.packing.kept_tokens(np.array([found.max()]), cfg.packing.seq_len)[0]) for found in lengths.values()]
+  bound = max(kept) if cfg.mixture.unit == "tokens" else 1
+  result.share_bound = float(bound)
+  for name, got, want in zip(cfg.names, taken, targets):
+    result.share_deviation[name] = float(got - want)
+    if abs(got - want) > bound + 1e-6:
+      result.failures.append(f"{name}: took {got:.0f} {cfg.mixture.unit}, target {want:.1f}, off by more than {bound}")
+  if cfg.mixture.unit == "tokens" and in_batches.sum():
+    _check_realised(result, cfg, in_batches, batch_targets, bound, weight_changes)
 
 
 def _check_realised(

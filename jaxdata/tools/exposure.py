@@ -118,6 +118,27 @@ def step_capacities(cfg: PipelineConfig, steps: int) -> np.ndarray:
   return np.concatenate([np.asarray(head, np.float64), np.full(max(0, steps - len(head)), float(final))])
 
 
+def _tokens_per_step(
+  total_tokens: float, tokens_per_step: int, capacities: Callable[[int], np.ndarray] | None, steps: int | None
+) -> np.ndarray:
+  """The tokens each step processes until `total_tokens` (the last step may be partial): over `steps`
+  steps in proportion to their slots where known, else as many steps of `capacities` as reach the total."""
+  if steps is not None:
+    slots = capacities(steps) if capacities is not None else np.full(steps, float(tokens_per_step))
+    per_step = slots * (total_tokens / slots.sum())
+  elif capacities is None:
+    per_step = np.full(max(1, math.ceil(total_tokens / tokens_per_step)), float(tokens_per_step))
+  else:  # smaller early steps: more of them reach the total
+    guess = max(1, math.ceil(total_tokens / tokens_per_step))
+    per_step = capacities(guess)
+    while per_step.sum() < total_tokens:
+      guess *= 2
+      per_step = capacities(guess)
+    per_step = per_step[: int(np.searchsorted(np.cumsum(per_step), total_tokens)) + 1].copy()
+  per_step[-1] = total_tokens - per_step[:-1].sum()  # the last step may be partial
+  return per_step
+
+
 def schedule_exposure(
   unique_tokens: Mapping[str, float],
   schedule: Schedule,
@@ -137,21 +158,8 @@ def schedule_exposure(
     raise ValueError(f"total_tokens: must be a positive finite number, got {total_tokens!r}")
   if tokens_per_step <= 0:
     raise ValueError(f"tokens_per_step: must be positive, got {tokens_per_step!r}")
-  if steps is not None:
-    slots = capacities(steps) if capacities is not None else np.full(steps, float(tokens_per_step))
-    per_step = slots * (total_tokens / slots.sum())
-  elif capacities is None:
-    steps = max(1, math.ceil(total_tokens / tokens_per_step))
-    per_step = np.full(steps, float(tokens_per_step))
-  else:  # smaller early steps: more of them reach the total
-    guess = max(1, math.ceil(total_tokens / tokens_per_step))
-    per_step = capacities(guess)
-    while per_step.sum() < total_tokens:
-      guess *= 2
-      per_step = capacities(guess)
-    steps = int(np.searchsorted(np.cumsum(per_step), total_tokens)) + 1
-    per_step = per_step[:steps].copy()
-  per_step[-1] = total_tokens - per_step[:-1].sum()  # the last step may be partial
+  per_step = _tokens_per_step(total_tokens, tokens_per_step, capacities, steps)
+  steps = per_step.size
   weights = weights_by_step(schedule, steps)  # [steps, datasets]
   processed = weights * per_step[:, None]
   supply = np.array([float(unique_tokens[n]) for n in names])

@@ -82,11 +82,7 @@ def reference_logprobs(
   slot, [rows, seq_len]. Its attention must keep to segments (each side is one). `model_id` names the
   model; it is recorded with the values and checked by every pipeline that reads them.
   """
-  if not isinstance(model_id, str) or not model_id:
-    raise ConfigError(f"model_id: a non-empty name of the reference model, got {model_id!r}")
-  for name, value, low in (("seq_len", seq_len, 2), ("rows", rows, 1)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-      raise ConfigError(f"{name}: an int >= {low}, got {value!r}")
+  _check_arguments(model_id, seq_len, rows)
   with TokenDataset(path) as dataset:
     if not dataset.manifest.holds_pairs:
       raise ConfigError(f"{path}: holds documents, not preference pairs (jaxdata convert --format preference)")
@@ -128,6 +124,14 @@ def reference_logprobs(
       log(f"{stop:,} of {count:,} pairs")
     manifest = dataset.manifest
   return _store(path, manifest, values, model_id)
+
+
+def _check_arguments(model_id: str, seq_len: int, rows: int) -> None:
+  if not isinstance(model_id, str) or not model_id:
+    raise ConfigError(f"model_id: a non-empty name of the reference model, got {model_id!r}")
+  for name, value, low in (("seq_len", seq_len, 2), ("rows", rows, 1)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+      raise ConfigError(f"{name}: an int >= {low}, got {value!r}")
 
 
 def _checked(logprobs: Any, rows: int, seq_len: int) -> np.ndarray:

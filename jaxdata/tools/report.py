@@ -215,21 +215,24 @@ def write_report(stats_path: str, out_dir: str) -> dict[str, Any]:
   fig.tight_layout()
   fig.savefig(paths["sources"], dpi=100, bbox_inches="tight")
 
+  _plot_padding(series, paths["padding"])
+  series["plots"] = paths
+  with open(os.path.join(out_dir, "report.json"), "w") as f:
+    json.dump(series, f, indent=1)
+  return series
+
+
+def _plot_padding(series: dict[str, Any], path: str) -> None:
   fig = _figure(figsize=(8, 3))
   ax = fig.subplots()
   padding = np.asarray(series["padding_fraction"])
-  ax.plot(steps, padding, lw=0.8, label="per batch")
+  ax.plot(series["steps"], padding, lw=0.8, label="per batch")
   ax.axhline(float(padding.mean()), color="C3", ls="--", label=f"mean {padding.mean():.4f}")
   _mark_config_changes(ax, series["config_change_steps"])
   ax.set(xlabel="step", ylabel="padding fraction", title="padding per batch")
   _legend_beside(ax)
   fig.tight_layout()
-  fig.savefig(paths["padding"], dpi=100, bbox_inches="tight")
-
-  series["plots"] = paths
-  with open(os.path.join(out_dir, "report.json"), "w") as f:
-    json.dump(series, f, indent=1)
-  return series
+  fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
 HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--", "++")  # bars told apart without colour too
