@@ -60,7 +60,6 @@ class FlatTokenDataset(ShardedRecords):
     self.path = os.fspath(path).rstrip("/")
     self.read_options = read_options
     self.remote = None  # no shard cache: ranges are read from the store directly
-    self.in_store = is_remote(self.path)
     self.manifest = manifest or (
       Manifest.parse(read_object(self.path, "manifest.json"), f"{self.path}/manifest.json")
       if self.in_store
@@ -113,6 +112,11 @@ class FlatTokenDataset(ShardedRecords):
         )
     self.files: TokenFiles | None = self._open_files(read_options)
     self._fetched = {}  # read: not kept
+
+  @property
+  def in_store(self) -> bool:
+    """The dataset's directory is in gs:// / s3://."""
+    return is_remote(self.path)
 
   def shard_path(self, shard: int) -> str:
     return self._data(self.manifest.shards[shard].path)
