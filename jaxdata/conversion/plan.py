@@ -23,8 +23,14 @@ from jaxdata.conversion.formats import format_of, plan_units
 from jaxdata.conversion.input_files import expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.shard_jobs import ShardTarget
-from jaxdata.conversion.tokenize_units import UnitResult, converted_manifest, tokenizer_record, unit_size
-from jaxdata.conversion.tokenizers import dtype_for_vocab_size, load_tokenizer
+from jaxdata.conversion.tokenize_units import (
+  UnitResult,
+  cached_tokenizer,
+  converted_manifest,
+  tokenizer_record,
+  unit_size,
+)
+from jaxdata.conversion.tokenizers import dtype_for_vocab_size
 from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.sources.manifest import Manifest, ShardInfo
 
@@ -60,7 +66,7 @@ class ConversionPlan:
   def manifest(self, name: str, shards: Sequence[ShardInfo], results: Sequence[UnitResult]) -> Manifest:
     """The manifest that seals the dataset. The tokenizer's record is made here, after tokenizing: a
     tokenizer whose files are damaged is named by the step that reads them first, as it always was."""
-    record = tokenizer_record(load_tokenizer(self.options.tokenizer), self.options)
+    record = tokenizer_record(cached_tokenizer(self.options.tokenizer), self.options)
     return converted_manifest(name, self.dtype, record, shards, self.files, results, options=self.options)
 
 
@@ -76,7 +82,7 @@ def conversion_plan(
       f"input: no files found in {list(inputs)} (include {list(options.include)}, exclude {list(options.exclude)})"
     )
   formats = [format_of(f, options.input_format) for f in files]
-  tokenizer = load_tokenizer(options.tokenizer)
+  tokenizer = cached_tokenizer(options.tokenizer)  # loaded once a process: the units and the manifest share it
   sizes = file_sizes(files)
   total, scanned = sum(sizes), [0]
 

@@ -23,7 +23,7 @@ from jaxdata.sources.columns import pair_columns
 from jaxdata.sources.fileutil import file_sha256
 from jaxdata.sources.manifest import TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS, Manifest, ShardInfo
 
-__all__ = ["UnitResult", "converted_manifest", "tokenize_unit", "tokenizer_record", "unit_size"]
+__all__ = ["UnitResult", "cached_tokenizer", "converted_manifest", "tokenize_unit", "tokenizer_record", "unit_size"]
 
 MIN_UNIT_BYTES = 1 << 20
 MAX_UNIT_BYTES = 64 << 20
@@ -48,7 +48,7 @@ class UnitResult:
 _tokenizers: dict[TokenizerSpec, Tokenizer] = {}
 
 
-def _cached_tokenizer(spec: TokenizerSpec) -> Tokenizer:
+def cached_tokenizer(spec: TokenizerSpec) -> Tokenizer:
   # A worker process tokenizes many units; load the model once per process.
   if spec not in _tokenizers:
     _tokenizers[spec] = load_tokenizer(spec)
@@ -60,7 +60,7 @@ def tokenize_unit(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, UnitResult]:
   """(tokens, lengths of the non-empty documents, trained-token masks of fine-tuning examples or None,
   counts) of one unit; `on_progress(bytes, documents)` hears what was done since it last called."""
-  tokenizer = _cached_tokenizer(options.tokenizer)
+  tokenizer = cached_tokenizer(options.tokenizer)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size)
   invalid = InvalidLog(options.skip_invalid)
   pending = [0]

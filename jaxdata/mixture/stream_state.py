@@ -69,9 +69,6 @@ class StreamState:
   def names(self) -> tuple[str, ...]:
     return tuple(name for name, _ in self.datasets)
 
-  def cursor(self, name: str) -> CursorState:
-    return dict(self.datasets)[name]
-
   def to_json(self) -> dict[str, Any]:
     return {
       "version": STREAM_STATE_VERSION,
