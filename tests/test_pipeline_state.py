@@ -16,7 +16,7 @@ import typing
 
 import pytest
 
-from jaxdata import Pipeline
+from jaxdata import CheckpointError, Pipeline
 from jaxdata.checkpoint.fingerprint import OrderFingerprint
 from jaxdata.checkpoint.state import PipelineState, seal
 from jaxdata.mixture.changes import ConfigChange
@@ -159,3 +159,24 @@ def test_set_state_decodes_a_saved_state_once(cfg, monkeypatch):
     decodes.clear()
     pipe.set_state(saved, reconfigure=True)  # (nothing changed: the same one decode)
     assert len(decodes) == 4
+
+
+@pytest.mark.parametrize(
+  ("edit", "message"),
+  [
+    (lambda s: s["fingerprint"].update(extra=1), r"fingerprint\.extra is no field of a fingerprint"),
+    (lambda s: s["fingerprint"].update(seed="3"), r"fingerprint\.seed must be int"),
+    (lambda s: s["fingerprint"].update(datasets=[]), r"fingerprint\.datasets must list dataset names"),
+    (lambda s: s["stream"].update(segment=None), r"the exact interleave needs a segment for 2 datasets"),
+    (lambda s: s["packer"].update(carry=7), r"packer state: expected a mapping with a carry string"),
+  ],
+)
+def test_a_malformed_part_is_refused_naming_it_and_changes_nothing(cfg, edit, message):
+  with Pipeline(cfg, prefetch=0) as pipe:
+    next(pipe)
+    good = pipe.get_state()
+    state = json.loads(json.dumps(good))
+    edit(state)
+    with pytest.raises(CheckpointError, match=message):
+      pipe.set_state(seal({k: v for k, v in state.items() if k != "digest"}))
+    assert pipe.get_state() == good
