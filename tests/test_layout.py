@@ -363,19 +363,14 @@ WIDER_THAN_THE_CAP: dict[str, int] = {
   "jaxdata/sources/writer.py:DatasetWriter": 16,
 }
 LONGER_THAN_THE_CAP: dict[str, int] = {
-  "jaxdata/sources/flat_index.py:build_flat_index": 141,
   "jaxdata/conversion/local_runner.py:convert": 70,
-  "jaxdata/sources/index.py:build_index": 104,
-  "transforms/pairs.py:assemble_pairs": 97,
   "jaxdata/mixture/pick_loops.py:pick_exact": 96,
   "jaxdata/demo/run.py:run_demo": 65,
   "jaxdata/conversion/shared_build.py:build_part": 65,
   "jaxdata/tools/audit.py:audit_plans": 88,
   "jaxdata/integrations/maxtext_keys.py:maxtext_config": 82,
-  "jaxdata/sources/flat_format.py:read_megatron_index": 82,
   "jaxdata/conversion/input_cache.py:built_dataset": 64,
   "jaxdata/conversion/turns.py:assistant_turns": 75,
-  "transforms/assemble.py:assemble_rows": 74,
   "jaxdata/conversion/turns.py:_turn_start": 65,
 }
 

@@ -93,65 +93,69 @@ class DocumentTokens:
   trained: np.ndarray | None = None
 
 
-def assemble_rows(
-  placement: RowPlacement,
-  documents: DocumentTokens,
-  packing: PackingConfig,
-  out: dict[str, np.ndarray] | None = None,
-) -> dict[str, np.ndarray]:
-  """int32 [num_rows, seq_len] arrays for the placed pieces (written into `out`, contiguous arrays
-  of that shape, when given). With trained-token masks, `loss_mask` is 1 only where the target is a
-  trained token."""
-  pieces, host_row, column = placement.pieces, placement.host_row, placement.column
-  num_rows, seq_len = placement.num_rows, placement.seq_len
-  buffer, doc_start, trained = documents.buffer, documents.doc_start, documents.trained
-  count = len(pieces)
-  if buffer.dtype.kind not in "iu" or buffer.dtype.itemsize > 4 or buffer.size < seq_len + 2:
-    raise ValueError("assemble: buffer must be the array padded_buffer makes")
-  if trained is not None and trained.shape != buffer.shape:
-    raise ValueError("assemble: trained must be laid out as the token buffer (padded_buffer of the masks)")
+@dataclasses.dataclass(frozen=True)
+class _GridRuns:
+  """The step's runs in grid order, the pieces and each row's padding after its pieces: where each is
+  read from in the buffer, written to in the flat grid, its length, segment id and source id."""
+
+  src: np.ndarray
+  dst: np.ndarray
+  length: np.ndarray
+  segment: np.ndarray
+  source: np.ndarray
+
+
+def _grid_runs(placement: RowPlacement, documents: DocumentTokens, packing: PackingConfig) -> _GridRuns:
+  """The runs `write_runs` writes, checked against the buffer and the rows' capacity."""
+  pieces, host_row, seq_len = placement.pieces, placement.host_row, placement.seq_len
+  buffer = documents.buffer
   pad_run = buffer.size - (seq_len + 1)  # where the pad ids start
-  dst = host_row * seq_len + column
+  dst = host_row * seq_len + placement.column
   order = np.argsort(dst, kind="stable")
   dst, lengths = dst[order], pieces.length[order]
-  fill = np.bincount(host_row, weights=pieces.length, minlength=num_rows).astype(np.int64)
+  fill = np.bincount(host_row, weights=pieces.length, minlength=placement.num_rows).astype(np.int64)
   _check_layout(dst, lengths, fill, seq_len)
-  # Runs in grid order: the pieces, and each row's padding after its pieces.
   short = np.flatnonzero(fill < seq_len)
   run_dst = np.concatenate([dst, short * seq_len + fill[short]])
   run_order = np.argsort(run_dst, kind="stable")
   run_len = np.concatenate([lengths, seq_len - fill[short]])[run_order]
   run_dst = run_dst[run_order]
-  is_piece = run_order < count
-  piece_src = (doc_start + 1 + pieces.offset - int(packing.add_bos))[order]  # + 1: the lead slot
+  piece_src = (documents.doc_start + 1 + pieces.offset - int(packing.add_bos))[order]  # + 1: the lead slot
   run_src = np.concatenate([piece_src, np.full(short.size, pad_run)])[run_order]
   if run_src.size and (run_src.min() < 0 or (run_src + run_len).max() >= buffer.size):
     raise ValueError("assemble: a piece's tokens lie outside the buffer (doc_start or offset out of range)")
   run_row = run_dst // seq_len
   # Segment ids: 1 + the rank of a piece among its row's runs (padding comes last, gets 0).
   rank = np.arange(run_dst.size) - np.searchsorted(run_row, run_row, side="left") + 1
-  run_segment = np.where(is_piece, rank, 0).astype(np.int32)
+  run_segment = np.where(run_order < len(pieces), rank, 0).astype(np.int32)
   run_source = np.concatenate([pieces.dataset[order], np.full(short.size, -1)]).astype(np.int32)[run_order]
-  shape = (num_rows, seq_len)
+  return _GridRuns(run_src, run_dst, run_len, run_segment, run_source)
+
+
+def _output_arrays(out: dict[str, np.ndarray] | None, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+  """`out`, checked to hold a contiguous int32 array of `shape` per feature, or new such arrays."""
   if out is None:
-    out = {name: np.empty(shape, np.int32) for name in FEATURES}
-  elif any(
+    return {name: np.empty(shape, np.int32) for name in FEATURES}
+  if any(
     out[name].shape != shape or out[name].dtype != np.int32 or not out[name].flags.c_contiguous for name in FEATURES
   ):
     raise ValueError(f"assemble: out must hold a contiguous int32 {shape} array for each of {FEATURES}")
-  flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
-  # With masks the loss mask takes each target's trained flag in the same pass.
-  write_runs(buffer, run_src, run_dst, run_len, run_segment, run_source, flat=flat, trained=trained)
-  if not count:
-    return out
+  return out
+
+
+def _document_ends(
+  flat: dict[str, np.ndarray], placement: RowPlacement, documents: DocumentTokens, packing: PackingConfig
+) -> None:
+  """Per-piece fix-ups, at most three slots a piece (vectorised over pieces): nothing follows a
+  document's last token; BOS and EOS where jaxdata adds them."""
+  pieces, trained = placement.pieces, documents.trained
   tokens, targets, loss_mask = flat["tokens"], flat["targets"], flat["loss_mask"]
-  # Per-piece fix-ups, at most three slots per piece (all vectorised over pieces).
-  piece_dst = host_row * seq_len + column
+  piece_dst = placement.host_row * placement.seq_len + placement.column
   end = pieces.offset + pieces.length  # effective index just past the piece
   last = pieces.doc_length - 1  # effective index of the document's last token
   has_last = end > last
   last_slot = piece_dst[has_last] + last[has_last] - pieces.offset[has_last]
-  targets[last_slot] = packing.fill_id  # nothing follows a document's last token
+  targets[last_slot] = packing.fill_id
   loss_mask[last_slot] = 0
   if packing.add_bos:
     tokens[piece_dst[pieces.offset == 0]] = packing.bos
@@ -164,8 +168,31 @@ def assemble_rows(
     if trained is not None:
       # An EOS that jaxdata appends trains as its document's last token does (the model learns to
       # stop where it learns to answer): the slot before it takes that token's own flag.
-      piece_src = doc_start + 1 + pieces.offset - int(packing.add_bos)  # as the runs read the buffer
+      piece_src = documents.doc_start + 1 + pieces.offset - int(packing.add_bos)  # as the runs read the buffer
       loss_mask[piece_dst[before] + inside] = trained[piece_src[before] + inside]
+
+
+def assemble_rows(
+  placement: RowPlacement,
+  documents: DocumentTokens,
+  packing: PackingConfig,
+  out: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+  """int32 [num_rows, seq_len] arrays for the placed pieces (written into `out`, contiguous arrays
+  of that shape, when given). With trained-token masks, `loss_mask` is 1 only where the target is a
+  trained token."""
+  buffer, trained, seq_len = documents.buffer, documents.trained, placement.seq_len
+  if buffer.dtype.kind not in "iu" or buffer.dtype.itemsize > 4 or buffer.size < seq_len + 2:
+    raise ValueError("assemble: buffer must be the array padded_buffer makes")
+  if trained is not None and trained.shape != buffer.shape:
+    raise ValueError("assemble: trained must be laid out as the token buffer (padded_buffer of the masks)")
+  runs = _grid_runs(placement, documents, packing)
+  out = _output_arrays(out, (placement.num_rows, seq_len))
+  flat = {name: out[name].reshape(-1) for name in FEATURES}  # views (the arrays are contiguous)
+  # With masks the loss mask takes each target's trained flag in the same pass.
+  write_runs(buffer, runs.src, runs.dst, runs.length, runs.segment, runs.source, flat=flat, trained=trained)
+  if len(placement.pieces):
+    _document_ends(flat, placement, documents, packing)
   return out
 
 

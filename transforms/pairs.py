@@ -109,25 +109,35 @@ def _segment_rank(host_row: np.ndarray, column: np.ndarray) -> np.ndarray:
   return rank
 
 
-def assemble_pairs(
-  pieces: Pieces,
-  host_row: np.ndarray,
-  column: np.ndarray,
-  records: PairRecords,
-  pairs: PairPacking,
-  fill_id: int,
-  *,
-  out: dict[str, np.ndarray],
-  where: str = "a pair record",
-) -> dict[str, np.ndarray]:
-  """Writes the step's pairs into `out` (int32 [rows, seq_len] arrays of `pair_features(layout)`).
+@dataclasses.dataclass(frozen=True)
+class _PairSides:
+  """Per pair, from its own bytes: where its record starts in the buffer, its ids, its sides' lengths,
+  its prompt and the prompt ids laid out once (`_shared`)."""
 
-  Each piece is a whole pair planned at `planning_lengths`; a record whose sides do not give that
-  length (a stale or damaged column file) raises a `DatasetError` naming `where`."""
-  buffer, marks = records.buffer, records.marks
+  start: np.ndarray
+  length: np.ndarray
+  chosen: np.ndarray
+  rejected: np.ndarray
+  shared: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class _WriteFrom:
+  """What every run of a step writes from: the records as read, the pieces, each pair's id in its row."""
+
+  records: PairRecords
+  pieces: Pieces
+  pair_id: np.ndarray
+  fill_id: int
+  seq_len: int
+
+
+def _pair_sides(pieces: Pieces, records: PairRecords, pairs: PairPacking, where: str) -> _PairSides:
+  """Each pair's sides read from its own bytes (the buffer holds a whole read span), checked against
+  the plan: a `DatasetError` naming `where` for a record out of order or planned at another length."""
+  marks = records.marks
   start = records.doc_start + 1  # the buffer's lead slot
   length = records.doc_length.astype(np.int64)
-  # Per pair, from its own bytes only (the buffer holds a whole read span): its sides and its prompt.
   own = marks[_ranges(start, length)]
   first = np.cumsum(length) - length
   nonempty = length > 0  # reduceat needs a start inside the array; a record has at least one id
@@ -150,61 +160,100 @@ def assemble_pairs(
       f"{where}: record {int(pieces.record[bad])} of dataset {int(pieces.dataset[bad])} does not give the "
       f"{int(pieces.length[bad])} columns it was planned at (its column files are stale or damaged; convert again)"
     )
-  shared = _shared(chosen, rejected, prompt, pairs)
-  if shared.any():  # laid out once, the prompt must be the same ids on both sides
-    once = _ranges(start, shared)
-    differ = buffer[once] != buffer[once + np.repeat(chosen, shared)]
-    if differ.any():
-      owner = np.repeat(np.arange(length.size), shared)
-      _damaged(where, pieces, int(owner[np.argmax(differ)]), "its sides' prompts differ")
-  pair_id = _segment_rank(host_row, column)
-  rows, seq_len = out[pair_features(pairs.layout)[0]].shape
-  # Three runs per pair: the shared prompt (one_row only), the chosen side, the rejected side.
+  return _PairSides(start, length, chosen, rejected, _shared(chosen, rejected, prompt, pairs))
+
+
+def _check_shared_prompt(sides: _PairSides, records: PairRecords, pieces: Pieces, where: str) -> None:
+  """A prompt laid out once must be the same ids on both sides, or a `DatasetError` naming `where`."""
+  if not sides.shared.any():
+    return
+  once = _ranges(sides.start, sides.shared)
+  differ = records.buffer[once] != records.buffer[once + np.repeat(sides.chosen, sides.shared)]
+  if differ.any():
+    owner = np.repeat(np.arange(sides.length.size), sides.shared)
+    _damaged(where, pieces, int(owner[np.argmax(differ)]), "its sides' prompts differ")
+
+
+def _pair_runs(sides: _PairSides, records: PairRecords) -> dict[str, np.ndarray]:
+  """Three runs per pair: the shared prompt (one_row only), the chosen side, the rejected side."""
+  start, chosen, rejected, shared = sides.start, sides.chosen, sides.rejected, sides.shared
   runs = {
     "src": np.stack([start, start + shared, start + chosen + shared], 1),
     "len": np.stack([shared, chosen - shared, rejected - shared], 1),
     "pos": np.stack([np.zeros_like(shared), shared, shared], 1),
-    "side": np.broadcast_to(np.array([PROMPT_SIDE, 0, 1]), (length.size, 3)),
-    "ends": np.broadcast_to(np.array([False, True, True]), (length.size, 3)),
+    "side": np.broadcast_to(np.array([PROMPT_SIDE, 0, 1]), (start.size, 3)),
+    "ends": np.broadcast_to(np.array([False, True, True]), (start.size, 3)),
   }
   if records.values:  # each side's tokens carry its reference log-probability (a shared prompt's: none)
     chosen_ref, rejected_ref = (
       np.asarray(records.values[n], np.float32) for n in ("ref_chosen_logp", "ref_rejected_logp")
     )
     runs["ref"] = np.stack([np.zeros_like(chosen_ref), chosen_ref, rejected_ref], 1)
-  if pairs.layout == "one_row":
-    runs["dst"] = (host_row * seq_len + column)[:, None] + np.stack([0 * shared, shared, chosen], 1)
-    # Segment ids: the pair's runs in row order, empty runs (no shared prompt, a KTO side) skipped.
-    present = runs["len"] > 0
-    runs["segment"] = _within_row_starts(host_row, column, present.sum(1))[:, None] + np.cumsum(present, 1)
-    _write(
-      out,
-      "",
-      _selected(runs, np.ones_like(present)),
-      buffer,
-      marks,
-      pieces,
-      pair_id=pair_id,
-      fill_id=fill_id,
-      seq_len=seq_len,
-    )
-  else:
-    # Parallel: the chosen side whole in the chosen row; the rejected side (less a shared prompt) in
-    # the rejected row; each row's pairs compact, in planned column order.
-    widths = {"chosen": chosen, "rejected": rejected - shared}
-    runs["segment"] = np.repeat(pair_id[:, None], 3, 1)
-    runs["src"] = runs["src"].copy()
-    runs["src"][:, 1] = start  # the chosen row holds its prompt
-    runs["len"] = np.stack([0 * shared, chosen, rejected - shared], 1)
-    runs["pos"] = np.stack([0 * shared, 0 * shared, shared], 1)
-    for k, side in enumerate(PAIR_SIDES):
-      side_column = _within_row_starts(host_row, column, widths[side])
-      runs["dst"] = np.stack([host_row * seq_len + side_column] * 3, 1)
-      keep = np.zeros((length.size, 3), bool)
-      keep[:, 1 + k] = True
-      _write(
-        out, f"{side}_", _selected(runs, keep), buffer, marks, pieces, pair_id=pair_id, fill_id=fill_id, seq_len=seq_len
-      )
+  return runs
+
+
+def _write_one_row(
+  out: dict[str, np.ndarray],
+  runs: dict[str, np.ndarray],
+  sides: _PairSides,
+  host_row: np.ndarray,
+  column: np.ndarray,
+  source: _WriteFrom,
+) -> None:
+  """One row per pair's place: its runs side by side, segment ids in row order (empty runs skipped)."""
+  shared, chosen = sides.shared, sides.chosen
+  runs["dst"] = (host_row * source.seq_len + column)[:, None] + np.stack([0 * shared, shared, chosen], 1)
+  present = runs["len"] > 0  # no shared prompt, or a KTO example's missing side
+  runs["segment"] = _within_row_starts(host_row, column, present.sum(1))[:, None] + np.cumsum(present, 1)
+  _write(out, "", _selected(runs, np.ones_like(present)), source)
+
+
+def _write_parallel(
+  out: dict[str, np.ndarray],
+  runs: dict[str, np.ndarray],
+  sides: _PairSides,
+  host_row: np.ndarray,
+  column: np.ndarray,
+  source: _WriteFrom,
+) -> None:
+  """The chosen side whole in the chosen row; the rejected side (less a shared prompt) in the rejected
+  row; each row's pairs compact, in planned column order."""
+  start, chosen, rejected, shared = sides.start, sides.chosen, sides.rejected, sides.shared
+  widths = {"chosen": chosen, "rejected": rejected - shared}
+  runs["segment"] = np.repeat(source.pair_id[:, None], 3, 1)
+  runs["src"] = runs["src"].copy()
+  runs["src"][:, 1] = start  # the chosen row holds its prompt
+  runs["len"] = np.stack([0 * shared, chosen, rejected - shared], 1)
+  runs["pos"] = np.stack([0 * shared, 0 * shared, shared], 1)
+  for k, side in enumerate(PAIR_SIDES):
+    side_column = _within_row_starts(host_row, column, widths[side])
+    runs["dst"] = np.stack([host_row * source.seq_len + side_column] * 3, 1)
+    keep = np.zeros((start.size, 3), bool)
+    keep[:, 1 + k] = True
+    _write(out, f"{side}_", _selected(runs, keep), source)
+
+
+def assemble_pairs(
+  pieces: Pieces,
+  host_row: np.ndarray,
+  column: np.ndarray,
+  records: PairRecords,
+  pairs: PairPacking,
+  fill_id: int,
+  *,
+  out: dict[str, np.ndarray],
+  where: str = "a pair record",
+) -> dict[str, np.ndarray]:
+  """Writes the step's pairs into `out` (int32 [rows, seq_len] arrays of `pair_features(layout)`).
+
+  Each piece is a whole pair planned at `planning_lengths`; a record whose sides do not give that
+  length (a stale or damaged column file) raises a `DatasetError` naming `where`."""
+  sides = _pair_sides(pieces, records, pairs, where)
+  _check_shared_prompt(sides, records, pieces, where)
+  seq_len = out[pair_features(pairs.layout)[0]].shape[1]
+  source = _WriteFrom(records, pieces, _segment_rank(host_row, column), fill_id, seq_len)
+  layout = _write_one_row if pairs.layout == "one_row" else _write_parallel
+  layout(out, _pair_runs(sides, records), sides, host_row, column, source)
   return out
 
 
@@ -222,19 +271,9 @@ def _selected(runs: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.nda
   return {**{name: np.asarray(value)[keep] for name, value in runs.items()}, "pair": owner[keep]}
 
 
-def _write(
-  out: dict[str, np.ndarray],
-  prefix: str,
-  runs: dict[str, np.ndarray],
-  buffer: np.ndarray,
-  marks: np.ndarray,
-  pieces: Pieces,
-  *,
-  pair_id: np.ndarray,
-  fill_id: int,
-  seq_len: int,
-) -> None:
+def _write(out: dict[str, np.ndarray], prefix: str, runs: dict[str, np.ndarray], source: _WriteFrom) -> None:
   """Fills `prefix` + FEATURES (and pair_ids / pair_side without a prefix) from the runs."""
+  buffer, marks, fill_id = source.records.buffer, source.records.marks, source.fill_id
   flat = {name: out[prefix + name].reshape(-1) for name in FEATURES}
   for name, value in (("tokens", fill_id), ("targets", fill_id), ("segment_ids", 0), ("positions", 0)):
     flat[name][:] = value
@@ -250,7 +289,7 @@ def _write(
   flat["loss_mask"][slot] = marks[src + 1] & _TRAINED
   flat["positions"][slot] = _ranges(runs["pos"].astype(np.int64), length)
   flat["segment_ids"][slot] = np.repeat(runs["segment"], length)
-  flat["source_ids"][slot] = np.repeat(pieces.dataset[runs["pair"]], length)
+  flat["source_ids"][slot] = np.repeat(source.pieces.dataset[runs["pair"]], length)
   last = (runs["dst"] + length - 1)[runs["ends"]]
   flat["targets"][last] = fill_id
   flat["loss_mask"][last] = 0
@@ -258,7 +297,7 @@ def _write(
     pair_ids, pair_side = out["pair_ids"].reshape(-1), out["pair_side"].reshape(-1)
     pair_ids[:] = 0
     pair_side[:] = -1
-    pair_ids[slot] = np.repeat(pair_id[runs["pair"]], length)
+    pair_ids[slot] = np.repeat(source.pair_id[runs["pair"]], length)
     pair_side[slot] = np.repeat(runs["side"], length)
   if f"{prefix}ref_logp" in out:  # float32 (`StepLayout`)
     reference = out[f"{prefix}ref_logp"].reshape(-1)

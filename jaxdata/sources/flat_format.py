@@ -85,13 +85,8 @@ class MegatronIndex:
     return documents - np.searchsorted(empty, documents, side="left")
 
 
-def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
-  """Parses `idx_path` and checks it against `bin_path`'s size: sequences
-  back to back from byte 0, documents a partition of the sequences."""
-  if not os.path.isfile(idx_path):
-    raise DatasetError(f"{idx_path}: Megatron index file is missing")
-  if not os.path.isfile(bin_path):
-    raise DatasetError(f"{bin_path}: Megatron token file is missing (the .idx names no other)")
+def _megatron_header(idx_path: str) -> tuple[int, int, int]:
+  """(dtype code, sequences, document index entries) of a `.idx`, checked against its size."""
   size = os.path.getsize(idx_path)
   with open(idx_path, "rb") as f:
     header = f.read(_HEADER)
@@ -110,8 +105,6 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
       f"{idx_path}: dtype code {code} ({name}) is not a token type jaxdata reads "
       "(codes 8 = uint16, 4 = int32, 9 = uint32)"
     )
-  dtype = MEGATRON_DTYPES[code]
-  itemsize = np.dtype(dtype).itemsize
   needed = _HEADER + 4 * sequences + 8 * sequences + 8 * doc_entries
   if size < needed or doc_entries < 1:
     raise DatasetError(
@@ -124,11 +117,12 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
       f"document index entries its header promises ({needed} bytes); jaxdata reads text-only "
       "indexes (no multimodal sequence modes): another file appended, or a wrong header?"
     )
-  mapped = np.memmap(idx_path, np.uint8, "r")
-  sizes = np.frombuffer(mapped, "<i4", sequences, _HEADER).astype(np.int64)
-  pointers = np.frombuffer(mapped, "<i8", sequences, _HEADER + 4 * sequences)
-  doc_idx = np.frombuffer(mapped, "<i8", doc_entries, _HEADER + 12 * sequences)
-  bin_size = os.path.getsize(bin_path)
+  return code, sequences, doc_entries
+
+
+def _check_sequences(idx_path: str, bin_path: str, sizes: np.ndarray, pointers: np.ndarray, dtype: str) -> None:
+  """A `DatasetError` unless the sequences lie back to back from byte 0 and fill `bin_path` exactly."""
+  itemsize = np.dtype(dtype).itemsize
   if (sizes < 0).any():
     raise DatasetError(f"{idx_path}: a negative sequence size (sequence {int(np.flatnonzero(sizes < 0)[0])})")
   ends = np.cumsum(sizes) * itemsize
@@ -140,12 +134,16 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
       f"{idx_path}: sequence {i} starts at byte {int(pointers[i])} of {bin_path}, not "
       f"{int(expected[i])} right after the one before; jaxdata reads sequences stored back to back"
     )
-  total = int(ends[-1]) if sequences else 0
+  total, bin_size = (int(ends[-1]) if sizes.size else 0), os.path.getsize(bin_path)
   if total != bin_size:
     raise DatasetError(
       f"{idx_path}: its sequence sizes add up to {total} bytes of {dtype}, but {bin_path} "
       f"has {bin_size} bytes (truncated .bin, or .idx of another file?)"
     )
+
+
+def _check_document_index(idx_path: str, doc_idx: np.ndarray, sequences: int) -> None:
+  """A `DatasetError` unless the document index runs from 0 to `sequences` and never falls."""
   if doc_idx[0] != 0 or doc_idx[-1] != sequences:
     raise DatasetError(
       f"{idx_path}: the document index must run from 0 to {sequences} (the sequence count); "
@@ -158,6 +156,23 @@ def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
       f"{idx_path}: document index entry {i} ({int(doc_idx[i])}) is below entry {i - 1} "
       f"({int(doc_idx[i - 1])}); it must not fall (an equal entry is an empty document)"
     )
+
+
+def read_megatron_index(idx_path: str, bin_path: str) -> MegatronIndex:
+  """Parses `idx_path` and checks it against `bin_path`'s size: sequences
+  back to back from byte 0, documents a partition of the sequences."""
+  if not os.path.isfile(idx_path):
+    raise DatasetError(f"{idx_path}: Megatron index file is missing")
+  if not os.path.isfile(bin_path):
+    raise DatasetError(f"{bin_path}: Megatron token file is missing (the .idx names no other)")
+  code, sequences, doc_entries = _megatron_header(idx_path)
+  dtype = MEGATRON_DTYPES[code]
+  mapped = np.memmap(idx_path, np.uint8, "r")
+  sizes = np.frombuffer(mapped, "<i4", sequences, _HEADER).astype(np.int64)
+  pointers = np.frombuffer(mapped, "<i8", sequences, _HEADER + 4 * sequences)
+  doc_idx = np.frombuffer(mapped, "<i8", doc_entries, _HEADER + 12 * sequences)
+  _check_sequences(idx_path, bin_path, sizes, pointers, dtype)
+  _check_document_index(idx_path, doc_idx, sequences)
   starts = np.concatenate([[0], np.cumsum(sizes)])
   lengths = np.diff(starts[doc_idx])
   # An empty text becomes a document of no sequence (a repeated entry) or of empty sequences:

@@ -28,6 +28,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 from jaxdata.errors import DatasetError
 from jaxdata.sources.block_sums import BLOCK_BYTES, blocks_digest, file_block_sums
 from jaxdata.sources.boundaries import DocumentBoundaries
-from jaxdata.sources.fileutil import check_name, file_sha256, index_sha256, replace_arrays, sample_sha256
+from jaxdata.sources.fileutil import check_name, file_sha256, index_sha256, sample_sha256
 from jaxdata.sources.flat_format import (
   bos_lengths,
   dolma_metadata_lengths,
@@ -48,7 +49,7 @@ from jaxdata.sources.flat_format import (
   token_layout,
 )
 from jaxdata.sources.index import close_reader_quietly, dtype_suspicion
-from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, token_dtype
+from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, save_index, token_dtype
 from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.record_files import convert_hint, example_feature_names, record_file_kind
 from jaxdata.sources.stores import is_remote
@@ -160,6 +161,100 @@ def _metadata_stems(paths: list[str]) -> list[str]:
   return stems
 
 
+@dataclass(frozen=True)
+class _FlatTarget:
+  """Where an index goes: the token files, their metadata stems, the metadata directory, the directory
+  shard paths are relative to, and the `data_root` the manifest records."""
+
+  paths: list[str]
+  stems: list[str]
+  out_dir: str
+  root_dir: str
+  data_root: str
+
+
+def _flat_target(fmt: str, inputs: Sequence[str], out_dir: str | None, data_root: str | None) -> _FlatTarget:
+  """The files an index covers and where its metadata goes, or a `ValueError` naming the parameter."""
+  if not inputs:
+    raise ValueError("inputs: give at least one token file")
+  paths = [_token_path(fmt, p) for p in inputs]
+  stems = _metadata_stems(paths)
+  out_dir = dataset_directory(paths, out_dir, "inputs")
+  files_dir = os.path.commonpath(sorted({os.path.dirname(p) for p in paths}))
+  inside = all(os.path.commonpath([out_dir, p]) == out_dir for p in paths)
+  root_dir = out_dir if inside and data_root is None else files_dir
+  if data_root is None:
+    data_root = "" if inside else root_dir
+  elif not (os.path.isabs(data_root) or is_remote(data_root)):
+    raise ValueError(f"data_root: {data_root!r} must be an absolute path or a gs:// or s3:// URL")
+  return _FlatTarget(paths, stems, out_dir, root_dir, data_root)
+
+
+def _check_arguments(fmt: str, dtype: str | None, boundaries: DocumentBoundaries) -> None:
+  """A `ValueError` naming `format`, `dtype` or `boundaries` where they cannot go together."""
+  if fmt not in FLAT_FORMATS:
+    raise ValueError(f"format: {fmt!r} is not one of {FLAT_FORMATS}")
+  if dtype is not None:
+    token_dtype(dtype)
+  if not isinstance(boundaries, DocumentBoundaries):
+    raise ValueError(f"boundaries: expected a DocumentBoundaries, got {boundaries!r}")
+  if fmt == "megatron" and boundaries != WHOLE_FILES:
+    raise ValueError(f"boundaries: a Megatron .idx gives its own document boundaries, not {boundaries.rule!r}")
+
+
+def _one_dtype(paths: list[str], found: list[tuple[str, int, np.ndarray, int]]) -> str:
+  """The files' one token dtype, after checking every document fits a uint32 length."""
+  dtypes = {d for d, _, _, _ in found}
+  if len(dtypes) > 1:
+    raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
+  for path, (_, _, lengths, _) in zip(paths, found):
+    if int(lengths.max()) >= 1 << 32:
+      raise DatasetError(
+        f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
+        "`boundaries` (DocumentBoundaries: eos, bos, offsets or dolma_metadata)"
+      )
+  return dtypes.pop()
+
+
+def _index_file(
+  path: str, stem: str, found: tuple[str, int, np.ndarray, int], target: _FlatTarget, arrays: dict[str, np.ndarray]
+) -> ShardInfo:
+  """One token file's shard record; its lengths, starts and block sums go into `arrays` (path -> array)."""
+  _, data_offset, lengths, _ = found
+  lengths_name, starts_name, blocks_name = f"{stem}.lengths.npy", f"{stem}.starts.npy", f"{stem}.blocks.npy"
+  stored_lengths, starts = lengths.astype(LENGTHS_DTYPE), (np.cumsum(lengths) - lengths).astype(np.int64)
+  arrays[os.path.join(target.out_dir, lengths_name)] = stored_lengths
+  arrays[os.path.join(target.out_dir, starts_name)] = starts
+  digest = hashlib.sha256()  # fed by the same read as the block sums
+  blocks = file_block_sums(path, digest)  # store reads are checked against them
+  arrays[os.path.join(target.out_dir, blocks_name)] = blocks
+  return ShardInfo(
+    path=os.path.relpath(path, target.root_dir),
+    lengths_path=lengths_name,
+    starts_path=starts_name,
+    num_records=int(lengths.size),
+    num_tokens=int(lengths.sum()),
+    num_bytes=os.path.getsize(path),
+    sha256=digest.hexdigest(),
+    sample_sha256=sample_sha256(path),
+    data_offset=data_offset,
+    index_sha256=index_sha256(stored_lengths, starts),
+    blocks_path=blocks_name,
+    block_bytes=BLOCK_BYTES,
+    blocks_sha256=blocks_digest(blocks),
+  )
+
+
+def _index_stats(fmt: str, paths: list[str], found: list[tuple[str, int, np.ndarray, int]]) -> dict[str, Any]:
+  """The manifest's `stats`: how it was indexed, the empty documents left out and, for Megatron, what each
+  .idx said when indexed (from-megatron rebuilds an index whose .idx changed)."""
+  return {
+    "indexed_by": f"jaxdata index --format {fmt}",
+    "skipped_empty": sum(f[3] for f in found),
+    **({"idx_sha256": [file_sha256(p[:-4] + ".idx") for p in paths]} if fmt == "megatron" else {}),
+  }
+
+
 def build_flat_index(
   fmt: str,
   inputs: Sequence[str],
@@ -174,130 +269,44 @@ def build_flat_index(
   force: bool = False,
   check_dtype: bool = True,
 ) -> Manifest:
-  """Makes Megatron `.bin` / `.idx` pairs or flat token files a dataset, read in place.
-
-  Reads every file once (its sha256 and block checksums); writes document
-  lengths, starts and block sums beside a manifest. No token is copied.
+  """Makes Megatron `.bin` / `.idx` pairs (`fmt` "megatron") or flat token files ("flat") a dataset, read
+  in place: reads every file once (sha256, block checksums) and writes lengths, starts and block sums
+  beside a manifest. No token is copied. The module's docstring has an example.
 
   Args:
-    fmt: "megatron" or "flat".
-    inputs: Megatron prefixes (or their `.bin` / `.idx`), or flat files (raw
-      ids, or `.npy`).
-    boundaries: flat files: where documents begin (`DocumentBoundaries`: after
-      each EOS id, at each BOS id, from `FILE.offsets.npy` or from Dolma's
-      metadata); default: each file is one document. A Megatron `.idx` says
-      its own.
-    dtype: "uint16" or "uint32"; required for raw flat files (a `.idx` or a
-      `.npy` header says its own).
-    out_dir: the metadata directory; default: the files' directory.
-    name: the dataset's name; default: the directory's.
-    tokenizer: the tokenizer identity to record (optional).
-    data_root: where readers find the files when not beside the metadata (a
-      directory, or a gs:// / s3:// prefix).
+    inputs: Megatron prefixes (or their `.bin` / `.idx`), or flat files (raw ids, or `.npy`).
+    boundaries: flat files: where documents begin (`DocumentBoundaries`: eos, bos, offsets,
+      dolma_metadata); default: each file is one document. A `.idx` says its own.
+    dtype: "uint16" or "uint32"; required for raw flat files.
+    out_dir, name, tokenizer: the metadata directory (default: the files'), name, tokenizer identity.
+    data_root: where readers find the files when not beside the metadata (a directory or a URL).
     on_file: called with each file's path once it is indexed.
-    force: rebuild a directory's existing index and manifest.
-    check_dtype: refuse raw ids whose statistics say another dtype.
+    force: rebuild an existing index; check_dtype: refuse ids whose statistics say another dtype.
 
-  Returns:
-    The dataset's `Manifest` (also saved in `out_dir`).
-
-  Raises:
-    DatasetError: naming the file for anything that does not add up (sizes,
-      offsets, a `.idx` its ids contradict, ids of another dtype).
-    FileExistsError: `out_dir` already has a manifest and `force` is not set.
-    ValueError: naming the parameter (`format`, `dtype`, `boundaries`, `inputs`).
-  Nothing is left behind on an error.
-
-  >>> import os, tempfile
-  >>> root = tempfile.mkdtemp()
-  >>> np.array([5, 6, 0, 7, 8, 9, 0], "<u2").tofile(os.path.join(root, "part.bin"))
-  >>> manifest = build_flat_index("flat", [os.path.join(root, "part.bin")], dtype="uint16",
-  ...                             boundaries=DocumentBoundaries.eos(0), check_dtype=False)
-  >>> manifest.num_records, manifest.num_tokens
-  (2, 7)
+  Raises `DatasetError` naming the file, `FileExistsError` (a manifest, no `force`), `ValueError` naming
+  the parameter. Nothing is left behind on an error.
   """
-  if fmt not in FLAT_FORMATS:
-    raise ValueError(f"format: {fmt!r} is not one of {FLAT_FORMATS}")
-  if not inputs:
-    raise ValueError("inputs: give at least one token file")
-  if dtype is not None:
-    token_dtype(dtype)
-  if not isinstance(boundaries, DocumentBoundaries):
-    raise ValueError(f"boundaries: expected a DocumentBoundaries, got {boundaries!r}")
-  if fmt == "megatron" and boundaries != WHOLE_FILES:
-    raise ValueError(f"boundaries: a Megatron .idx gives its own document boundaries, not {boundaries.rule!r}")
-  paths = [_token_path(fmt, p) for p in inputs]
-  stems = _metadata_stems(paths)
-  out_dir = dataset_directory(paths, out_dir, "inputs")
-  files_dir = os.path.commonpath(sorted({os.path.dirname(p) for p in paths}))
-  inside = all(os.path.commonpath([out_dir, p]) == out_dir for p in paths)
-  root_dir = out_dir if inside and data_root is None else files_dir
-  if data_root is None:
-    data_root = "" if inside else root_dir
-  elif not (os.path.isabs(data_root) or is_remote(data_root)):
-    raise ValueError(f"data_root: {data_root!r} must be an absolute path or a gs:// or s3:// URL")
-  refuse_existing_index(out_dir, force)
-  name = check_name(name or os.path.basename(out_dir), "name")
+  _check_arguments(fmt, dtype, boundaries)
+  target = _flat_target(fmt, inputs, out_dir, data_root)
+  refuse_existing_index(target.out_dir, force)
+  name = check_name(name or os.path.basename(target.out_dir), "name")
   # Every file is checked before anything is written.
-  found = [_document_lengths(fmt, p, dtype, boundaries, check_dtype) for p in paths]
-  dtypes = {d for d, _, _, _ in found}
-  if len(dtypes) > 1:
-    raise DatasetError(f"{paths[0]}: token files of different dtypes {sorted(dtypes)}; index them separately")
-  for path, (_, _, lengths, _) in zip(paths, found):
-    if int(lengths.max()) >= 1 << 32:
-      raise DatasetError(
-        f"{path}: a document of {int(lengths.max())} tokens (2^32 or more); give document "
-        "`boundaries` (DocumentBoundaries: eos, bos, offsets or dolma_metadata)"
-      )
-  os.makedirs(out_dir, exist_ok=True)
+  found = [_document_lengths(fmt, p, dtype, boundaries, check_dtype) for p in target.paths]
+  token_dtype_name = _one_dtype(target.paths, found)
+  os.makedirs(target.out_dir, exist_ok=True)
   shards, arrays = [], {}
-  for path, stem, (_, data_offset, lengths, _) in zip(paths, stems, found):
-    lengths_name, starts_name, blocks_name = f"{stem}.lengths.npy", f"{stem}.starts.npy", f"{stem}.blocks.npy"
-    stored_lengths, starts = lengths.astype(LENGTHS_DTYPE), (np.cumsum(lengths) - lengths).astype(np.int64)
-    arrays[os.path.join(out_dir, lengths_name)] = stored_lengths
-    arrays[os.path.join(out_dir, starts_name)] = starts
-    digest = hashlib.sha256()  # fed by the same read as the block sums
-    blocks = file_block_sums(path, digest)  # store reads are checked against them
-    arrays[os.path.join(out_dir, blocks_name)] = blocks
-    shards.append(
-      ShardInfo(
-        path=os.path.relpath(path, root_dir),
-        lengths_path=lengths_name,
-        starts_path=starts_name,
-        num_records=int(lengths.size),
-        num_tokens=int(lengths.sum()),
-        num_bytes=os.path.getsize(path),
-        sha256=digest.hexdigest(),
-        sample_sha256=sample_sha256(path),
-        data_offset=data_offset,
-        index_sha256=index_sha256(stored_lengths, starts),
-        blocks_path=blocks_name,
-        block_bytes=BLOCK_BYTES,
-        blocks_sha256=blocks_digest(blocks),
-      )
-    )
+  for path, stem, one in zip(target.paths, target.stems, found):
+    shards.append(_index_file(path, stem, one, target, arrays))
     if on_file is not None:
       on_file(path)
-  # Renamed into place, never rewritten in place: a run reading the old files keeps reading them.
-  written = replace_arrays(arrays)
-  try:
-    manifest = Manifest(
-      name=name,
-      dtype=dtypes.pop(),
-      tokenizer=tokenizer or {"kind": "unknown"},
-      shards=tuple(shards),
-      stats={
-        "indexed_by": f"jaxdata index --format {fmt}",
-        "skipped_empty": sum(f[3] for f in found),
-        # megatron: what each .idx said when indexed (from-megatron rebuilds an index whose .idx changed)
-        **({"idx_sha256": [file_sha256(p[:-4] + ".idx") for p in paths]} if fmt == "megatron" else {}),
-      },
-      format=fmt,
-      data_root=data_root,
-    )
-    manifest.save(out_dir)
-  except BaseException:
-    for file_name in written:  # remove what this call wrote, nothing else
-      os.remove(file_name)
-    raise
+  manifest = Manifest(
+    name=name,
+    dtype=token_dtype_name,
+    tokenizer=tokenizer or {"kind": "unknown"},
+    shards=tuple(shards),
+    stats=_index_stats(fmt, target.paths, found),
+    format=fmt,
+    data_root=target.data_root,
+  )
+  save_index(manifest, target.out_dir, arrays)
   return manifest

@@ -16,8 +16,8 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from jaxdata.errors import DatasetError
-from jaxdata.sources.fileutil import check_name, file_sha256, replace_arrays, sample_sha256
-from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, token_dtype
+from jaxdata.sources.fileutil import check_name, file_sha256, sample_sha256
+from jaxdata.sources.index_target import dataset_directory, refuse_existing_index, save_index, token_dtype
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.record_files import convert_hint, example_feature_names
 from jaxdata.sources.writer import LENGTHS_DTYPE
@@ -109,58 +109,11 @@ def group_by_directory(paths: Sequence[str]) -> dict[str, list[str]]:
   return groups
 
 
-def build_index(
-  shard_paths: Sequence[str],
-  dtype: str,
-  out_dir: str | None = None,
-  name: str | None = None,
-  tokenizer: dict[str, Any] | None = None,
-  on_shard: Callable[[str], None] | None = None,
-  *,
-  force: bool = False,
-  check_dtype: bool = True,
-) -> Manifest:
-  """Makes ArrayRecord shards that another tool wrote (one record of raw ids per document) a dataset.
-
-  Reads every shard once; writes a lengths index beside each and a
-  manifest. No token is copied.
-
-  Args:
-    shard_paths: the `.array_record` files.
-    dtype: "uint16" or "uint32", the ids' type.
-    out_dir: the dataset directory (it must hold the shards); default: the
-      shards' one directory (shards in several need an `out_dir`, or index
-      each directory on its own: `group_by_directory`).
-    name: the dataset's name; default: the directory's.
-    tokenizer: the tokenizer identity to record (optional).
-    on_shard: called with each shard's path once it is indexed.
-    force: rebuild a directory's existing index and manifest.
-    check_dtype: refuse ids whose statistics say another dtype (uint32 ids
-      read as uint16, ...: `dtype_suspicion`).
-
-  Returns:
-    The dataset's `Manifest` (also saved as `out_dir/manifest.json`).
-
-  Raises:
-    DatasetError: naming the shard: missing or unreadable, a record that is
-      not a whole number of `dtype` tokens, ids that look like another dtype.
-    FileExistsError: `out_dir` already has a manifest and `force` is not set.
-    ValueError: naming the parameter (`dtype`, `shard_paths`, `name`).
-
-  >>> import os, tempfile
-  >>> from array_record.python.array_record_module import ArrayRecordWriter
-  >>> root = tempfile.mkdtemp()
-  >>> writer = ArrayRecordWriter(os.path.join(root, "web-00000.array_record"), "group_size:1")
-  >>> for doc in ([5, 6, 7], [8, 9]):
-  ...   writer.write(bytes(np.array(doc, "<u2")))
-  >>> writer.close()
-  >>> manifest = build_index([os.path.join(root, "web-00000.array_record")], "uint16", check_dtype=False)
-  >>> manifest.num_records, manifest.num_tokens
-  (2, 5)
-  """
+def _checked_paths(shard_paths: Sequence[str], out_dir: str | None) -> tuple[list[str], str]:
+  """The shards' absolute paths and the dataset directory that holds them all, or an error naming the
+  shard or parameter."""
   if not shard_paths:
     raise ValueError("shard_paths: give at least one shard")
-  np_dtype = token_dtype(dtype)
   paths = [os.path.abspath(p) for p in shard_paths]
   for path in paths:
     if not os.path.isfile(path):
@@ -172,6 +125,62 @@ def build_index(
         f"{path}: lies outside the output directory {out_dir}; a manifest names only "
         "files inside its own directory (give an `out_dir` that holds the shards)"
       )
+  return paths, out_dir
+
+
+def _shard_info(path: str, lengths: np.ndarray, out_dir: str, arrays: dict[str, np.ndarray]) -> ShardInfo:
+  """One shard's record; its lengths go into `arrays` (path -> array) beside the shard."""
+  stem = path[: -len(_SHARD_SUFFIX)] if path.endswith(_SHARD_SUFFIX) else path
+  lengths_path = stem + ".lengths.npy"
+  arrays[lengths_path] = lengths
+  return ShardInfo(
+    path=os.path.relpath(path, out_dir),
+    lengths_path=os.path.relpath(lengths_path, out_dir),
+    num_records=int(lengths.size),
+    num_tokens=int(lengths.sum(dtype=np.int64)),
+    num_bytes=os.path.getsize(path),
+    sha256=file_sha256(path),
+    sample_sha256=sample_sha256(path),
+  )
+
+
+def build_index(
+  shard_paths: Sequence[str],
+  dtype: str,
+  out_dir: str | None = None,
+  name: str | None = None,
+  tokenizer: dict[str, Any] | None = None,
+  on_shard: Callable[[str], None] | None = None,
+  *,
+  force: bool = False,
+  check_dtype: bool = True,
+) -> Manifest:
+  """Makes ArrayRecord shards that another tool wrote (one record of raw ids per document) a dataset:
+  reads every shard once, writes a lengths index beside each and a manifest. No token is copied.
+
+  Args:
+    shard_paths: the `.array_record` files; dtype: "uint16" or "uint32", the ids' type.
+    out_dir: the dataset directory (it must hold the shards); default: the shards' one directory
+      (shards in several: index each directory on its own, `group_by_directory`).
+    name, tokenizer: the dataset's name (default: the directory's) and tokenizer identity.
+    on_shard: called with each shard's path once it is indexed.
+    force: rebuild an existing index; check_dtype: refuse ids whose statistics say another dtype.
+
+  Raises `DatasetError` naming the shard (missing, unreadable, a record not a whole number of tokens,
+  ids of another dtype), `FileExistsError` (a manifest, no `force`), `ValueError` naming the parameter.
+
+  >>> import os, tempfile
+  >>> from array_record.python.array_record_module import ArrayRecordWriter
+  >>> root = tempfile.mkdtemp()
+  >>> writer = ArrayRecordWriter(os.path.join(root, "web-00000.array_record"), "group_size:1")
+  >>> for doc in ([5, 6, 7], [8, 9]):
+  ...   writer.write(bytes(np.array(doc, "<u2")))
+  >>> writer.close()
+  >>> build_index([os.path.join(root, "web-00000.array_record")], "uint16", check_dtype=False).num_tokens
+  5
+  """
+  np_dtype = token_dtype(dtype)
+  paths, out_dir = _checked_paths(shard_paths, out_dir)
   refuse_existing_index(out_dir, force)
   name = check_name(name or os.path.basename(out_dir), "name")
   # Read and check every shard first: a bad one leaves no lengths file behind.
@@ -180,38 +189,12 @@ def build_index(
     os.remove(os.path.join(out_dir, MANIFEST_NAME))
   shards, arrays = [], {}
   for path, lengths in checked:
-    stem = path[: -len(_SHARD_SUFFIX)] if path.endswith(_SHARD_SUFFIX) else path
-    lengths_path = stem + ".lengths.npy"
-    arrays[lengths_path] = lengths
-    shards.append(
-      ShardInfo(
-        path=os.path.relpath(path, out_dir),
-        lengths_path=os.path.relpath(lengths_path, out_dir),
-        num_records=int(lengths.size),
-        num_tokens=int(lengths.sum(dtype=np.int64)),
-        num_bytes=os.path.getsize(path),
-        sha256=file_sha256(path),
-        sample_sha256=sample_sha256(path),
-      )
-    )
+    shards.append(_shard_info(path, lengths, out_dir, arrays))
     if on_shard is not None:
       on_shard(path)
-  # Renamed into place, never rewritten in place: a run reading the old files keeps reading them.
-  written = replace_arrays(arrays)
-  try:
-    manifest = Manifest(
-      name=name,
-      dtype=np_dtype.name,
-      tokenizer=tokenizer or {"kind": "unknown"},
-      shards=tuple(shards),
-      stats={"indexed_by": "jaxdata index"},
-    )
-    os.makedirs(out_dir, exist_ok=True)
-    manifest.save(out_dir)
-  except BaseException:
-    for lengths_path in written:  # remove what this call wrote, nothing else
-      os.remove(lengths_path)
-    raise
+  tokenizer = tokenizer or {"kind": "unknown"}
+  manifest = Manifest(name, np_dtype.name, tokenizer, tuple(shards), stats={"indexed_by": "jaxdata index"})
+  save_index(manifest, out_dir, arrays)
   return manifest
 
 

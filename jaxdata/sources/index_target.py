@@ -12,14 +12,15 @@ files) share. Errors name the parameter; the CLI says the flag that sets it.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from jaxdata.sources.manifest import MANIFEST_NAME, TOKEN_DTYPES
+from jaxdata.sources.fileutil import replace_arrays
+from jaxdata.sources.manifest import MANIFEST_NAME, TOKEN_DTYPES, Manifest
 
-__all__ = ["dataset_directory", "refuse_existing_index", "token_dtype"]
+__all__ = ["dataset_directory", "refuse_existing_index", "save_index", "token_dtype"]
 
 
 def token_dtype(dtype: Any) -> np.dtype:
@@ -50,3 +51,17 @@ def refuse_existing_index(out_dir: str, force: bool) -> None:
   """A `FileExistsError` when `out_dir` already has a manifest and `force` is not set."""
   if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) and not force:
     raise FileExistsError(f"{out_dir}: already has a {MANIFEST_NAME}; `force=True` rebuilds it")
+
+
+def save_index(manifest: Manifest, out_dir: str, arrays: Mapping[str, np.ndarray]) -> None:
+  """Writes the index's arrays (path -> values), then the manifest; on an error removes what this call
+  wrote, nothing else. Arrays are renamed into place, never rewritten: a run reading the old files keeps
+  reading them."""
+  written = replace_arrays(arrays)
+  try:
+    os.makedirs(out_dir, exist_ok=True)
+    manifest.save(out_dir)
+  except BaseException:
+    for file_name in written:
+      os.remove(file_name)
+    raise
