@@ -107,6 +107,51 @@ class PassMarks:
     return ~encoded, False, False
 
 
+@dataclasses.dataclass
+class _ExactKeys:
+  """The exact loop's per-dataset keys, measured from the loop's start so the floats stay small (exact
+  ints below 2**53) however long the run: `shift[i]` is -deficit_i in 1/scale units, `due` and `release`
+  the next document's keys (`_keys`). Advanced in place as the loop picks."""
+
+  shift: list[int]
+  due: list[float]
+  release: list[float]
+  due_scale: int
+  margin: int
+
+
+def _start_keys(weights: list[int], scale: int, deficits: list[int], loop: PickLoop, tokens_unit: bool) -> _ExactKeys:
+  """Each eligible dataset's keys for its next document at the loop's start (others never due)."""
+  positive = sum(1 for i in loop.eligible if weights[i] > 0)
+  margin = scale // (2 * positive - 2) if positive > 1 else 0  # exact: see scale_weights
+  keys = _ExactKeys(
+    [-d for d in deficits], [math.inf] * len(loop.lengths), [math.inf] * len(loop.lengths), scale - margin, margin
+  )
+  for i in loop.eligible:
+    units = _units_of(loop.lengths[i][loop.cursor[i]], tokens_unit)
+    keys.due[i], keys.release[i] = _keys(units, keys.shift[i], weights[i], scale, margin)
+  return keys
+
+
+def _native_picks(
+  keys: _ExactKeys,
+  loop: PickLoop,
+  choices: list[int],
+  progress: tuple[float, int, int],
+  *,
+  weights: list[int],
+  scale: int,
+  tokens_unit: bool,
+) -> tuple[int, float, int, int]:
+  """Runs the C loop from `progress` (units, documents, tokens so far): (status, units, documents, tokens)."""
+  t, count, tokens = progress
+  return _exact_pick.pick(
+    loop.lengths, loop.cursor, tuple(loop.eligible), keys.shift, keys.due, keys.release, weights, choices,
+    t, count, tokens, loop.doc_limit, loop.token_limit, loop.overhead, tokens_unit, keys.due_scale, keys.margin,
+    scale, END_OF_BUFFER,
+  )  # fmt: skip
+
+
 def pick_exact(
   weights: list[int],
   scale: int,
@@ -115,54 +160,20 @@ def pick_exact(
   tokens_unit: bool,
   native: bool | None = None,
 ) -> PickResult:
-  """The exact interleave's loop (`jaxdata.mixture.interleave`): dataset i has
-  weight weights[i] / scale and deficit deficits[i] / scale at the loop's start.
-
-  It runs in C (`_exact_pick.c`) while its numbers stay below 2**53 and no
-  pick reads a marked length; each such pick, or the rest of the loop once a
-  number leaves that range, runs in Python. Both make the same picks.
-  `native` None: `NATIVE`.
-  """
+  """The exact interleave's loop (`jaxdata.mixture.interleave`): dataset i has weight weights[i] / scale
+  and deficit deficits[i] / scale at the loop's start. It runs in C (`_exact_pick.c`) while its numbers
+  stay below 2**53 and no pick reads a marked length; each such pick, or the rest of the loop once a
+  number leaves that range, runs in Python. Both make the same picks. `native` None: `NATIVE`."""
   native = NATIVE if native is None else native
-  eligible, lengths, cursor, marks = loop.eligible, loop.lengths, loop.cursor, loop.marks
-  doc_limit, token_limit, overhead = loop.doc_limit, loop.token_limit, loop.overhead
-  positive = sum(1 for i in eligible if weights[i] > 0)
-  margin = scale // (2 * positive - 2) if positive > 1 else 0  # exact: see scale_weights
-  due_scale = scale - margin
-  # Keys are measured from this loop's start, so the floats stay small (exact
-  # ints below 2**53) however long the run: shift[i] = -deficit_i, in 1/scale units.
-  shift = [-d for d in deficits]
-  due = [math.inf] * len(lengths)
-  release = [math.inf] * len(lengths)
-  for i in eligible:
-    due[i], release[i] = _keys(_units_of(lengths[i][cursor[i]], tokens_unit), shift[i], weights[i], scale, margin)
-  order = tuple(eligible)
+  lengths, cursor, marks, order = loop.lengths, loop.cursor, loop.marks, tuple(loop.eligible)
+  keys = _start_keys(weights, scale, deficits, loop, tokens_unit)
+  shift, due, release, due_scale, margin = keys.shift, keys.due, keys.release, keys.due_scale, keys.margin
   choices: list[int] = []
-  append = choices.append
-  count = tokens = 0
-  t = 0.0  # units since this loop's start
+  count, tokens, t = 0, 0, 0.0  # t: units since this loop's start
   while True:
     if native:
-      status, t, count, tokens = _exact_pick.pick(
-        lengths,
-        cursor,
-        order,
-        shift,
-        due,
-        release,
-        weights,
-        choices,
-        t,
-        count,
-        tokens,
-        doc_limit,
-        token_limit,
-        overhead,
-        tokens_unit,
-        due_scale,
-        margin,
-        scale,
-        END_OF_BUFFER,
+      status, t, count, tokens = _native_picks(
+        keys, loop, choices, (t, count, tokens), weights=weights, scale=scale, tokens_unit=tokens_unit
       )
       if status == _exact_pick.DONE:
         return PickResult(choices, False)
@@ -171,10 +182,8 @@ def pick_exact(
     for i in order:
       if t > release[i] and due[i] < best_due:
         best, best_due = i, due[i]
-    if best < 0:  # nothing released: the one due first
-      for i in order:
-        if due[i] < best_due:
-          best, best_due = i, due[i]
+    if best < 0:  # nothing released: the one due first (the first of equals, as the loop above)
+      best = min(order, key=due.__getitem__)
     at = cursor[best]
     length = lengths[best][at]
     last = False
@@ -185,24 +194,23 @@ def pick_exact(
     cursor[best] = at + 1
     step_units = length if tokens_unit else 1
     t += step_units
-    tokens += length + overhead
-    append(best)
+    tokens += length + loop.overhead
+    choices.append(best)
     count += 1
     if last:
       return PickResult(choices, True, best)
-    if count >= doc_limit or tokens >= token_limit:
+    if count >= loop.doc_limit or tokens >= loop.token_limit:
       return PickResult(choices, False)
     # The keys of best's next document (_keys inlined: this is the hot path).
     n = lengths[best][at + 1] if tokens_unit else 1
     if n < 0:
       n = 1 if n <= END_OF_BUFFER else ~n
     shift[best] += scale * step_units
-    weight = weights[best]
     try:
-      due[best] = (due_scale * n + shift[best]) / weight
-      release[best] = (margin * n + shift[best]) / weight - n
+      due[best] = (due_scale * n + shift[best]) / weights[best]
+      release[best] = (margin * n + shift[best]) / weights[best] - n
     except OverflowError:
-      due[best], release[best] = _keys(n, shift[best], weight, scale, margin)
+      due[best], release[best] = _keys(n, shift[best], weights[best], scale, margin)
 
 
 # The two loops repeat their few lines of bookkeeping on purpose: a shared

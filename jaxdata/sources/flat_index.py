@@ -294,7 +294,8 @@ def build_flat_index(
   found = [_document_lengths(fmt, p, dtype, boundaries, check_dtype) for p in target.paths]
   token_dtype_name = _one_dtype(target.paths, found)
   os.makedirs(target.out_dir, exist_ok=True)
-  shards, arrays = [], {}
+  shards: list[ShardInfo] = []
+  arrays: dict[str, np.ndarray] = {}
   for path, stem, one in zip(target.paths, target.stems, found):
     shards.append(_index_file(path, stem, one, target, arrays))
     if on_file is not None:

@@ -187,7 +187,8 @@ def build_index(
   checked = [(path, _shard_lengths(path, np_dtype, check_dtype)) for path in paths]
   if force and os.path.exists(os.path.join(out_dir, MANIFEST_NAME)):
     os.remove(os.path.join(out_dir, MANIFEST_NAME))
-  shards, arrays = [], {}
+  shards: list[ShardInfo] = []
+  arrays: dict[str, np.ndarray] = {}
   for path, lengths in checked:
     shards.append(_shard_info(path, lengths, out_dir, arrays))
     if on_shard is not None:
