@@ -64,6 +64,58 @@ class AuditResult:
 MAX_AUDIT_STEPS = 100_000  # every plan is held to check whole passes: ~KB a step
 
 
+def _audit_step(plan: StepPlan, hosts: int, drawn: set[int], result: AuditResult) -> None:
+  """Counts into `result` the step's pieces on two hosts and documents split across hosts."""
+  owner = np.full(plan.rows, -1)
+  for host, rows in enumerate(host_row_blocks(plan.rows, hosts)):
+    owner[rows] = host
+  piece_host = owner[plan.row]
+  keys = np.stack([plan.pieces.dataset, plan.pieces.pass_index, plan.pieces.record, plan.pieces.offset], 1)
+  unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+  inverse = inverse.ravel()
+  for key in np.flatnonzero(np.bincount(inverse) > 1):
+    if unique[key][0] in drawn:
+      continue
+    hosts_of = np.unique(piece_host[inverse == key])
+    if hosts_of.size > 1:
+      result.piece_overlaps += 1
+      result.failures.append(f"step {plan.step}: piece {unique[key].tolist()} on hosts {hosts_of.tolist()}")
+  docs = np.unique(np.stack([plan.pieces.dataset, plan.pieces.record, piece_host], 1), axis=0)
+  _, per_doc = np.unique(docs[:, :2], axis=0, return_counts=True)
+  result.document_overlaps += int((per_doc > 1).sum())
+
+
+def _pass_pieces(plans: Sequence[StepPlan]) -> dict[tuple[int, int], np.ndarray]:
+  """Per (dataset, pass): its pieces' (record, offset, length) over all the plans, by record and offset."""
+  seen: dict[tuple[int, int], list[np.ndarray]] = {}
+  for plan in plans:
+    pieces = plan.pieces
+    for d, p in set(zip(pieces.dataset.tolist(), pieces.pass_index.tolist())):
+      mine = (pieces.dataset == d) & (pieces.pass_index == p)
+      seen.setdefault((d, p), []).append(np.stack([pieces.record[mine], pieces.offset[mine], pieces.length[mine]], 1))
+  joined = {key: np.concatenate(parts) for key, parts in seen.items()}
+  return {key: parts[np.lexsort((parts[:, 1], parts[:, 0]))] for key, parts in sorted(joined.items())}
+
+
+def _coverage_failure(what: str, pieces: np.ndarray, lengths: np.ndarray, extra: int, whole: bool) -> str | None:
+  """Why a completed pass's pieces do not cover each record once, left to right (None: they do)."""
+  records = lengths.size
+  present = np.unique(pieces[:, 0])
+  if present.size != records:
+    missing = np.setdiff1d(np.arange(records), present)
+    return f"{what}: {missing.size} of {records} documents missing (e.g. record {missing[0]})"
+  first = np.r_[True, pieces[1:, 0] != pieces[:-1, 0]]
+  contiguous = np.where(first, pieces[:, 1] == 0, pieces[:, 1] == np.r_[0, pieces[:-1, 1] + pieces[:-1, 2]])
+  if not contiguous.all():
+    bad = pieces[np.flatnonzero(~contiguous)[0]]
+    return f"{what}: record {bad[0]} has a gap or overlap at offset {bad[1]}"
+  covered = np.bincount(pieces[:, 0], weights=pieces[:, 2], minlength=records)
+  short = np.flatnonzero(covered != lengths + extra)
+  if whole and short.size:
+    return f"{what}: record {short[0]} covered {int(covered[short[0]])} of {int(lengths[short[0]] + extra)} tokens"
+  return None
+
+
 def audit_plans(
   cfg: PipelineConfig,
   plans: Sequence[StepPlan],
@@ -80,77 +132,29 @@ def audit_plans(
   names = cfg.names
   drawn = {i for i, s in enumerate(cfg.dataset_settings()) if s.window is not None and s.with_replacement}
   # All of them (a check), but for draws, whose passes are not checked (10^11 starts would not fit).
-  lengths = {
-    name: np.asarray(value, dtype=np.int64) for name, value in lengths.items() if names.index(name) not in drawn
-  }
+  checked = {name: np.asarray(v, dtype=np.int64) for name, v in lengths.items() if names.index(name) not in drawn}
   result = AuditResult(len(plans), hosts)
-  seen: dict[tuple[int, int], list[np.ndarray]] = {}
   for plan in plans:
-    owner = np.full(plan.rows, -1)
-    for host, rows in enumerate(host_row_blocks(plan.rows, hosts)):
-      owner[rows] = host
-    piece_host = owner[plan.row]
-    keys = np.stack([plan.pieces.dataset, plan.pieces.pass_index, plan.pieces.record, plan.pieces.offset], 1)
-    unique, index, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.ravel()
-    for key in np.flatnonzero(np.bincount(inverse) > 1):
-      if unique[key][0] in drawn:
-        continue
-      hosts_of = np.unique(piece_host[inverse == key])
-      if hosts_of.size > 1:
-        result.piece_overlaps += 1
-        result.failures.append(f"step {plan.step}: piece {unique[key].tolist()} on hosts {hosts_of.tolist()}")
-    docs = np.unique(np.stack([plan.pieces.dataset, plan.pieces.record, piece_host], 1), axis=0)
-    _, per_doc = np.unique(docs[:, :2], axis=0, return_counts=True)
-    result.document_overlaps += int((per_doc > 1).sum())
-    for d, p in set(zip(plan.pieces.dataset.tolist(), plan.pieces.pass_index.tolist())):
-      mine = (plan.pieces.dataset == d) & (plan.pieces.pass_index == p)
-      seen.setdefault((d, p), []).append(
-        np.stack([plan.pieces.record[mine], plan.pieces.offset[mine], plan.pieces.length[mine]], 1)
-      )
+    _audit_step(plan, hosts, drawn, result)
   waiting = set()
   if carry is not None and len(carry):
     waiting = set(zip(carry.dataset.tolist(), carry.pass_index.tolist()))
-  extra = cfg.packing.special_tokens
   whole = cfg.packing.mode == "concat" or cfg.packing.long_docs == "split"
-  for (d, p), parts in sorted(seen.items()):
-    name = names[d]
+  for (d, p), pieces in _pass_pieces(plans).items():
     if d in drawn:
       continue
-    pieces = np.concatenate(parts)
-    order = np.lexsort((pieces[:, 1], pieces[:, 0]))
-    pieces = pieces[order]
+    name = names[d]
     duplicate = np.flatnonzero((np.diff(pieces[:, 0]) == 0) & (np.diff(pieces[:, 1]) == 0))
     if duplicate.size:
-      result.failures.append(
-        f"{name} pass {p}: record {pieces[duplicate[0], 0]} offset {pieces[duplicate[0], 1]} appears twice"
-      )
+      at = pieces[duplicate[0]]
+      result.failures.append(f"{name} pass {p}: record {at[0]} offset {at[1]} appears twice")
       continue
     if p >= completed.get(name, 0) or (d, p) in waiting:
       continue  # the pass is not fully emitted within the audited steps
     result.passes_checked.append(f"{name} pass {p}")
-    records = lengths[name].size
-    present = np.unique(pieces[:, 0])
-    if present.size != records:
-      missing = np.setdiff1d(np.arange(records), present)
-      result.failures.append(
-        f"{name} pass {p}: {missing.size} of {records} documents missing (e.g. record {missing[0]})"
-      )
-      continue
-    first = np.r_[True, pieces[1:, 0] != pieces[:-1, 0]]
-    contiguous = np.where(first, pieces[:, 1] == 0, pieces[:, 1] == np.r_[0, pieces[:-1, 1] + pieces[:-1, 2]])
-    if not contiguous.all():
-      bad = pieces[np.flatnonzero(~contiguous)[0]]
-      result.failures.append(f"{name} pass {p}: record {bad[0]} has a gap or overlap at offset {bad[1]}")
-      continue
-    if whole:
-      covered = np.bincount(pieces[:, 0], weights=pieces[:, 2], minlength=records)
-      short = np.flatnonzero(covered != np.asarray(lengths[name]) + extra)
-      if short.size:
-        result.failures.append(
-          f"{name} pass {p}: record {short[0]} covered {int(covered[short[0]])} of "
-          f"{int(lengths[name][short[0]] + extra)} tokens"
-        )
+    failure = _coverage_failure(f"{name} pass {p}", pieces, checked[name], cfg.packing.special_tokens, whole)
+    if failure is not None:
+      result.failures.append(failure)
   return result
 
 
