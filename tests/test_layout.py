@@ -364,11 +364,8 @@ WIDER_THAN_THE_CAP: dict[str, int] = {
 }
 LONGER_THAN_THE_CAP: dict[str, int] = {
   "jaxdata/conversion/local_runner.py:convert": 70,
-  "jaxdata/mixture/pick_loops.py:pick_exact": 96,
   "jaxdata/demo/run.py:run_demo": 65,
   "jaxdata/conversion/shared_build.py:build_part": 65,
-  "jaxdata/tools/audit.py:audit_plans": 88,
-  "jaxdata/integrations/maxtext_keys.py:maxtext_config": 82,
   "jaxdata/conversion/input_cache.py:built_dataset": 64,
   "jaxdata/conversion/turns.py:assistant_turns": 75,
   "jaxdata/conversion/turns.py:_turn_start": 65,

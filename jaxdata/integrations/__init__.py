@@ -7,6 +7,7 @@ Its modules::
     maxtext_files.py   MaxText's file keys: train-file specs, mixture files, each glob's dataset selected whole
     maxtext_tokenizer.py  MaxText's tokenizer keys: special ids, tokenizer_path checked against the datasets
     maxtext_values.py  MaxText's data keys' types, checked where they enter
+    maxtext_hf.py      MaxText's dataset_type hf: the files load_dataset would read, converted when opened
     maxtext_olmo.py    MaxText's dataset_type olmo_grain: OLMo's flat token files read in place as windows
     megatron.py        Megatron's --data-path blend and --split as a jaxdata mixture
     levanter.py        Levanter's chat dataset format -> conversion options (the same masks)

@@ -15,6 +15,7 @@ dataset; a glob matching no shard, or only some shards of it, is refused
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import json
 import os
@@ -34,6 +35,7 @@ from jaxdata.integrations.maxtext_files import (
   parse_train_files,
   unique_names,
 )
+from jaxdata.integrations.maxtext_hf import hf_dataset
 from jaxdata.integrations.maxtext_olmo import olmo_dataset
 from jaxdata.integrations.maxtext_tokenizer import check_tokenizer, tokenizer_ids, tokenizes_at_load
 from jaxdata.integrations.maxtext_values import KEY_TYPES, checked_values
@@ -76,15 +78,6 @@ _WHY_REFUSED = {
 }
 _PACKING_TYPES = {"first_fit": "first_fit", "best_fit": "best_fit", "concat_then_split": "concat"}
 _READ_DATASET_TYPES = ("grain", "hf", "olmo_grain")
-_HF_BUILDERS = ("parquet", "json", "text")
-_HF_DATA_FILES = (
-  "*.parquet",
-  "*.jsonl",
-  "*.json",
-  "*.jsonl.gz",
-  "*.jsonl.zst",
-  "*.json.gz",
-)  # load_dataset's file builders: hf_path names the format, the files follow
 
 
 def maxtext_values(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -217,6 +210,66 @@ def _datasets(
   return names, globs, weights, directories, manifests
 
 
+@dataclasses.dataclass(frozen=True)
+class _Sources:
+  """The datasets a MaxText config names: jaxdata's `datasets` entries, their names and weights, the
+  manifests opened (none unless the paths were checked) and whether they were."""
+
+  names: list[str]
+  weights: list[float]
+  datasets: list[dict[str, Any]]
+  manifests: list[Manifest]
+  checked: bool
+
+
+def _sources(values: Mapping[str, Any], split: str, check_paths: bool, cache_dir: Any) -> _Sources:
+  """Grain's globs (opened and checked with `check_paths`), or one Hugging Face or OLMo source: raw files
+  converted (cached) when the pipeline opens, or OLMo's token files indexed in place."""
+  kind = values.get("dataset_type", "grain")
+  if kind == "hf":
+    return _Sources(["hf"], [1.0], [hf_dataset(values, split)], [], False)
+  if kind == "olmo_grain":
+    return _Sources(["olmo"], [1.0], [olmo_dataset(values, cache_dir)], [], False)
+  names, _, weights, directories, manifests = _datasets(values, split, check_paths)
+  datasets = [{"name": n, "path": d} for n, d in zip(names, directories)]
+  return _Sources(names, weights, datasets, manifests, check_paths)
+
+
+def _packing_section(values: Mapping[str, Any], split: str, sources: _Sources) -> dict[str, Any]:
+  """jaxdata's `packing` for MaxText's packing keys, with the tokenizer's ids where the paths were checked."""
+  packing, truncate = bool(values.get("packing", True)), bool(values.get("use_truncation", True))
+  if not packing and not truncate:
+    raise ConfigError(
+      "use_truncation: false with packing: false: MaxText then makes a row of each chunk of a long document; "
+      "jaxdata's unpacked rows hold one document each (truncated): pack, or keep use_truncation: true"
+    )
+  dpo, olmo = bool(values.get("use_dpo", False)), values.get("dataset_type") == "olmo_grain"
+  # SFT and DPO: MaxText's tokenizer adds no BOS / EOS (the chat template does); OLMo's windows are ids as stored
+  tokenize = tokenizes_at_load(values, split) and not values.get("use_sft") and not dpo and not olmo
+  adds = {flag: tokenize and bool(values.get(flag, True)) for flag in ("add_bos", "add_eos")}  # the tokenizer adds them
+  special = {}
+  if sources.checked:
+    check_tokenizer(values, sources.manifests, sources.names, split)
+    _check_sft(values, sources.manifests, sources.names)
+    _check_dpo(values, sources.manifests, sources.names)
+    special = tokenizer_ids(values, sources.manifests, sources.names, adds)
+  # Grain's packers pad rows with zeros; MaxText pads unpacked rows with the tokenizer's pad id.
+  special["pad_id"] = special.get("pad_id", 0) if not packing else 0
+  packing_type = values.get("grain_packing_type", "first_fit")
+  if packing_type not in _PACKING_TYPES:
+    raise ConfigError(f"grain_packing_type: {packing_type!r} is not one of {', '.join(_PACKING_TYPES)}")
+  if dpo:
+    return _dpo_packing(values, special)
+  return {
+    "mode": _PACKING_TYPES[packing_type] if packing and not olmo else "none",  # (an OLMo window fills its row)
+    "seq_len": int(values.get("max_target_length", 2048)),
+    "long_docs": "truncate" if truncate else "split",
+    **adds,
+    "max_segments_per_row": _segment_cap(values, packing),
+    **special,
+  }
+
+
 def maxtext_config(
   values: Mapping[str, Any],
   check_paths: bool = True,
@@ -240,116 +293,22 @@ def maxtext_config(
     raise ConfigError(f"split: 'train' or 'eval', got {split!r}")
   values = maxtext_values(values)
   _refuse_unsupported(values)
-  hf = values.get("dataset_type", "grain") == "hf"
-  olmo = values.get("dataset_type") == "olmo_grain"
-  if hf or olmo:  # raw files converted (cached) when the pipeline opens, or OLMo's token files indexed in place
-    names, weights, directories = ["olmo" if olmo else "hf"], [1.0], [""]
-    manifests: list[Manifest] = []
-    check_paths = False
-  else:
-    names, _, weights, directories, manifests = _datasets(values, split, check_paths)
-  packing = bool(values.get("packing", True))
-  truncate = bool(values.get("use_truncation", True))
-  if not packing and not truncate:
-    raise ConfigError(
-      "use_truncation: false with packing: false: MaxText then makes a row of each chunk of a long document; "
-      "jaxdata's unpacked rows hold one document each (truncated): pack, or keep use_truncation: true"
-    )
-  dpo = bool(values.get("use_dpo", False))
-  # SFT and DPO: MaxText's tokenizer adds no BOS / EOS (the chat template does); OLMo's windows are ids as stored
-  tokenize = tokenizes_at_load(values, split) and not values.get("use_sft") and not dpo and not olmo
-  adds = {flag: tokenize and bool(values.get(flag, True)) for flag in ("add_bos", "add_eos")}  # the tokenizer adds them
-  special = {}
-  if check_paths:
-    check_tokenizer(values, manifests, names, split)
-    _check_sft(values, manifests, names)
-    _check_dpo(values, manifests, names)
-    special = tokenizer_ids(values, manifests, names, adds)
-  # Grain's packers pad rows with zeros; MaxText pads unpacked rows with the tokenizer's pad id.
-  special["pad_id"] = special.get("pad_id", 0) if not packing else 0
-  packing_type = values.get("grain_packing_type", "first_fit")
-  if packing_type not in _PACKING_TYPES:
-    raise ConfigError(f"grain_packing_type: {packing_type!r} is not one of {', '.join(_PACKING_TYPES)}")
+  sources = _sources(values, split, check_paths, extra.get("cache_dir"))
   shuffle = bool(values.get("enable_data_shuffling", True)) and split == "train"
-  epochs = 1 if split == "eval" else int(values.get("num_epoch", 1))
   raw = {
     "seed": int(values.get("data_shuffle_seed", 0)),
-    "datasets": [_hf_dataset(values, split)]
-    if hf
-    else [olmo_dataset(values, extra.get("cache_dir"))]
-    if olmo
-    else [{"name": n, "path": d} for n, d in zip(names, directories)],
-    "mixture": {"weights": dict(zip(names, weights))},
+    "datasets": sources.datasets,
+    "mixture": {"weights": dict(zip(sources.names, sources.weights))},
     "shuffle_block_size": "global" if shuffle else None,
     "shuffle_shards": shuffle,
     "exhausted_policy": "repeat",
-    "stop_after_passes": epochs,
-    "packing": {
-      "mode": _PACKING_TYPES[packing_type] if packing and not olmo else "none",  # (an OLMo window fills its row)
-      "seq_len": int(values.get("max_target_length", 2048)),
-      "long_docs": "truncate" if truncate else "split",
-      "add_bos": adds["add_bos"],
-      "add_eos": adds["add_eos"],
-      "max_segments_per_row": _segment_cap(values, packing),
-      **special,
-    },
-    **({"packing": _dpo_packing(values, special)} if dpo else {}),
+    "stop_after_passes": 1 if split == "eval" else int(values.get("num_epoch", 1)),
+    "packing": _packing_section(values, split, sources),
     # eval: MaxText pads the last batch (batch_and_pad), so every held document is seen
     "batch": {"global_batch_size": _batch_size(values, split, num_devices), "drop_remainder": split != "eval"},
   }
   raw.update(extra)
   return PipelineConfig.from_dict(raw)
-
-
-def _hf_dataset(values: Mapping[str, Any], split: str) -> dict[str, Any]:
-  """dataset_type hf: the files MaxText's load_dataset would read, as a dataset of raw inputs."""
-  path = str(values.get("hf_path") or "")
-  files = values.get("hf_eval_files" if split == "eval" else "hf_train_files")
-  files = [f for f in ([files] if isinstance(files, str) else list(files or [])) if f]  # base.yml's '' is none
-  data_dir = values.get("hf_data_dir")
-  if data_dir:
-    files = [f if os.path.isabs(f) else os.path.join(str(data_dir), f) for f in files]
-  convert: dict[str, Any] = {}
-  if path not in _HF_BUILDERS:
-    local = os.path.expanduser(path)
-    if not os.path.exists(local):
-      raise ConfigError(
-        f"hf_path: {path!r} is not a local file or directory, nor one of {', '.join(_HF_BUILDERS)}: jaxdata reads "
-        "no Hub dataset (no network); download its data files (Parquet / JSON) and name them"
-      )
-    if os.path.isdir(local):
-      if any(n.endswith(".arrow") for n in os.listdir(local)):
-        raise ConfigError(
-          f"hf_path: {path} is a save_to_disk directory (Arrow files): export it with to_parquet or to_json first"
-        )
-      convert["include"] = list(_HF_DATA_FILES)  # as load_dataset on a directory: its data files, not a README
-    files = files or [local]
-  elif path == "text":  # load_dataset("text"): a row per line
-    convert["text_mode"] = "line"
-  if not files:
-    raise ConfigError(f"hf_train_files: hf_path {path!r} names a format; give the files (a glob) to read with it")
-  tokenizer = values.get("tokenizer_path")
-  if not tokenizer:
-    raise ConfigError("tokenizer_path: dataset_type hf converts text: it needs the tokenizer (a directory or a file)")
-  tokenizer = str(tokenizer)
-  spec = f"sp:{tokenizer}" if tokenizer.endswith(".model") else f"hf:{tokenizer}"
-  key = "eval_data_columns" if split == "eval" else "train_data_columns"
-  columns = values.get(key) or ["text"]
-  columns = [columns] if isinstance(columns, str) else list(columns)
-  if values.get("use_dpo"):  # dpo.yml: ['chosen', 'rejected'], each side's text or messages
-    if len(columns) != 2:
-      raise ConfigError(f"{key}: {columns}: use_dpo reads two columns, the chosen and the rejected side")
-    convert.update(examples="preference", pair_fields=columns)
-  elif len(columns) != 1:
-    raise ConfigError(f"{key}: {columns}: one text column (the field converted)")
-  elif values.get("use_sft"):  # sft.yml: ['messages'], conversations rendered with the tokenizer's template
-    train_on = "assistant" if values.get("sft_train_on_completion_only") else "all"
-    convert.update(examples="chat", field=columns[0], train_on=train_on)
-    if values.get("chat_template_path"):
-      convert["chat_template"] = str(values["chat_template_path"])
-  else:
-    convert["field"] = columns[0]
-  return {"name": "hf", "inputs": files, "tokenizer": spec, "convert": convert}
 
 
 def _dpo_packing(values: Mapping[str, Any], special: Mapping[str, Any]) -> dict[str, Any]:
