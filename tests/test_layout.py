@@ -367,8 +367,6 @@ LONGER_THAN_THE_CAP: dict[str, int] = {
   "jaxdata/demo/run.py:run_demo": 65,
   "jaxdata/conversion/shared_build.py:build_part": 65,
   "jaxdata/conversion/input_cache.py:built_dataset": 64,
-  "jaxdata/conversion/turns.py:assistant_turns": 75,
-  "jaxdata/conversion/turns.py:_turn_start": 65,
 }
 
 

@@ -14,7 +14,7 @@ One job, in the order the data moves through it::
     template_tokenizer.py  the tokenizer a chat template renders with (transformers', or ours called as one)
     examples.py         fine-tuning examples (chat, prompt / completion) -> ids and trained-token masks
     turns.py            where each assistant turn lies in a rendering without generation blocks
-    sentinels.py        where each message's content lies in a rendering (a sentinel rendering aligned)
+    sentinels.py        where each content lies in a rendering (a sentinel rendering aligned); the marker probes
     preference.py       preference pairs (chosen / rejected, KTO labels) -> both sides, one prompt; a pair as one record
     example_records.py  documents out of tf.train.Example records (ArrayRecord, TFRecord)
     tokenize_units.py   one unit -> tokens + lengths; unit sizes; the manifest's stats

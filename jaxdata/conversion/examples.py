@@ -42,10 +42,10 @@ from jaxdata.conversion.example_fields import (
   pretokenized,
   trained_messages,
 )
-from jaxdata.conversion.sentinels import Render
+from jaxdata.conversion.sentinels import Render, end_of_turn_text
 from jaxdata.conversion.template_tokenizer import TextOffsetsTokenizer, check_parses, default_template, fast_tokenizer
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer
-from jaxdata.conversion.turns import assistant_turns, end_of_turn_text
+from jaxdata.conversion.turns import assistant_turns
 from jaxdata.errors import InputFormatError
 
 __all__ = [

@@ -7,7 +7,9 @@ unique sentinel as each content (never by searching for the content's text, whic
         aligned with T piece by piece: P0 at 0, then s_a's rendering (its content,
         or the content trimmed), which P1 must follow, ...  -> each content's [a, b) in T
 
-Used by `turns.assistant_turns` (whole assistant turns).
+Also the other sentinel probes: where a message without text of its own renders (`sentinel_position`)
+and the end-of-turn marker a template writes (`end_of_turn_text`). Used by `turns.assistant_turns`
+(whole assistant turns).
 
 >>> common_prefix("<|im_start|>user", "<|im_start|>assistant")
 12
@@ -20,7 +22,9 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Render", "common_prefix", "content_spans", "sentinel_prefix"]
+from jaxdata.errors import InputFormatError
+
+__all__ = ["Render", "common_prefix", "content_spans", "end_of_turn_text", "sentinel_position", "sentinel_prefix"]
 
 # messages, add_generation_prompt -> the rendering (a template's own error as an InputFormatError)
 Render = Callable[[list[dict[str, Any]], bool], str]
@@ -154,3 +158,53 @@ def common_prefix(a: str, b: str) -> int:
     else:
       high = middle - 1
   return low
+
+
+def _probes(messages: list[dict[str, Any]], i: int) -> list[list[dict[str, Any]]]:
+  """Message i (no text of its own) given a sentinel as its content: with its tool calls, then without
+  them (a template that renders either tool calls or content)."""
+  sentinel = sentinel_prefix(messages) + "h\ue001"
+  given = {**messages[i], "content": sentinel}
+  alone = {k: v for k, v in given.items() if k != "tool_calls"}
+  return [[*messages[:i], m, *messages[i + 1 :]] for m in (given, alone)]
+
+
+def sentinel_position(messages: list[dict[str, Any]], i: int, render: Render, reference: str) -> int | None:
+  """Where message i's generated part begins in `reference` (a rendering of `messages`): where a sentinel
+  given as its content lands, the rendering agreeing with `reference` before it. Where the two part before
+  the sentinel, the part from there is message i's own (tool calls written where the sentinel's layout, or
+  a template's text for a content, would be): it begins where they part. None: it renders nowhere."""
+  parted: int | None = None
+  for probe in _probes(messages, i):
+    try:
+      probed = render(probe, False)
+    except InputFormatError:
+      continue
+    at = probed.find(probe[i]["content"])
+    agreed = common_prefix(reference, probed)
+    if 0 <= at <= agreed:
+      return at
+    if at >= 0 and parted is None and agreed < len(reference):  # the real rendering writes something else there
+      parted = agreed
+  return parted
+
+
+def end_of_turn_text(render: Render) -> str:
+  """The marker a template writes after an assistant message (`<|im_end|>`, `<|eot_id|>`, `</s>`...):
+  what follows its content both when the conversation ends there and when a user message follows,
+  less layout whitespace; "" when it writes none (or refuses the probe conversation)."""
+  prefix = sentinel_prefix([])
+  answer = {"role": "assistant", "content": prefix + "a\ue001"}
+  question = {"role": "user", "content": prefix + "q\ue001"}
+  follower = {"role": "user", "content": prefix + "f\ue001"}
+  try:
+    ending, followed = render([question, answer], False), render([question, answer, follower], False)
+  except InputFormatError:
+    return ""
+  at_ending, at_followed = ending.find(answer["content"]), followed.find(answer["content"])
+  if at_ending < 0 or at_followed < 0:
+    return ""
+  tail = ending[at_ending + len(answer["content"]) :]
+  common = tail[: common_prefix(tail, followed[at_followed + len(answer["content"]) :])].strip()
+  # up to layout whitespace: what follows it may share a head with an end-of-conversation suffix ("<|")
+  return common.split()[0] if common else ""

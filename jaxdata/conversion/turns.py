@@ -32,13 +32,85 @@ nothing is an `InputFormatError`: never a silent empty mask.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from jaxdata.conversion.sentinels import Render, common_prefix, content_spans, sentinel_prefix
+from jaxdata.conversion.sentinels import (
+  Render,
+  common_prefix,
+  content_spans,
+  end_of_turn_text,
+  sentinel_position,
+  sentinel_prefix,
+)
 from jaxdata.errors import InputFormatError
 
-__all__ = ["assistant_turns", "end_of_turn_text"]
+__all__ = ["assistant_turns"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rendering:
+  """One conversation rendered once: what every turn is located in. `renders` is the template as given,
+  then (if any) under its default arguments; `spans` each content's [a, b) in `text` (`content_spans`)."""
+
+  messages: list[dict[str, Any]]
+  renders: tuple[Render, ...]
+  text: str
+  spans: dict[int, tuple[int, int]]
+  marker: str
+  token_starts: list[int]
+  token_ends: list[int]
+  where: str
+
+
+def _rendered_once(
+  messages: list[dict[str, Any]], trained: set[int], renders: tuple[Render, ...], where: str, rendered: str | None
+) -> tuple[str, dict[int, tuple[int, int]]]:
+  """(the rendering, each content's span in it), refused where the template renders the conversation
+  differently from call to call or writes a trained content twice."""
+  text = renders[0](messages, False)
+  if rendered is not None and rendered != text:
+    at = common_prefix(rendered, text)
+    raise InputFormatError(
+      f"{where}: the template renders the same conversation differently on each call ({rendered[at : at + 30]!r} "
+      f"then {text[at : at + 30]!r} at character {at}: a clock, a random draw); its turns cannot be located in "
+      "what is tokenized: give a template that renders a conversation one way"
+    )
+  spans, twice = content_spans(messages, renders[0], text, where)
+  for i in sorted(twice & trained):
+    raise InputFormatError(
+      f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1): the template writes its content more than "
+      "once, so which place is the turn is not clear; give it weight 0, or mark what trains with "
+      "{% generation %} blocks"
+    )
+  return text, spans
+
+
+def _whole_turn(r: _Rendering, i: int, placed: tuple[int, int] | None) -> tuple[int, int]:
+  """Trained message i's [start, end): from where the model starts generating it to its turn's end."""
+  role = r.messages[i].get("role")
+  if placed is None:
+    raise InputFormatError(
+      f"{r.where}: messages[{i}] ({role}, weight 1) is absent from the template's rendering "
+      "(nothing of it is placed there: no content, no generation prompt, no tool call; the conversation may "
+      "render the same without it); give it weight 0, or a template that renders it"
+    )
+  start, span = placed[0], r.spans.get(i)
+  anchor = max(start, span[1]) if span else start
+  limit = _next_message_start(r.messages, i, r.renders, r.text, r.spans, anchor, marker=r.marker)
+  end, marked = _turn_end(r.text, anchor, limit, r.marker)
+  if not marked:
+    end = _at_token_start(r.text, end, anchor, r.token_starts, r.token_ends)
+  if end <= start:
+    wrote = r.text[max(0, start - 40) : limit + 40]
+    raise InputFormatError(
+      f"{r.where}: messages[{i}] ({role}, weight 1) renders nothing the model could learn: "
+      f"the template writes no content, tool call or end-of-turn marker for it; around its place it wrote "
+      f"{wrote!r}; give it content or weight 0, or mark what trains with {{% generation %}} blocks"
+    )
+  _check_holds_no_other(r.messages, i, (start, end), r.spans, r.where)
+  return start, end
 
 
 def assistant_turns(
@@ -60,24 +132,9 @@ def assistant_turns(
   that differs from call to call, a trained content written twice, a turn that would hold another
   message's content (messages rendered out of order)."""
   renders = (render,) if default_render is None else (render, default_render)
-  token_starts = [int(start) for start, _ in token_offsets]
-  token_ends = [int(end) for _, end in token_offsets]
-  text = render(messages, False)
-  if rendered is not None and rendered != text:
-    at = common_prefix(rendered, text)
-    raise InputFormatError(
-      f"{where}: the template renders the same conversation differently on each call ({rendered[at : at + 30]!r} "
-      f"then {text[at : at + 30]!r} at character {at}: a clock, a random draw); its turns cannot be located in "
-      "what is tokenized: give a template that renders a conversation one way"
-    )
-  spans, twice = content_spans(messages, render, text, where)
-  for i in sorted(twice & trained):
-    raise InputFormatError(
-      f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1): the template writes its content more than "
-      "once, so which place is the turn is not clear; give it weight 0, or mark what trains with "
-      "{% generation %} blocks"
-    )
-  marker = end_of_turn_text(render)
+  text, spans = _rendered_once(messages, trained, renders, where, rendered)
+  starts, ends = [int(a) for a, _ in token_offsets], [int(b) for _, b in token_offsets]
+  r = _Rendering(messages, renders, text, spans, end_of_turn_text(render), starts, ends, where)
   ranges: list[tuple[int, int]] = []
   floor = 0  # nothing of message i renders before this point
   for i in range(len(messages)):
@@ -88,33 +145,13 @@ def assistant_turns(
       floor = max(floor, span[1]) if span and in_order else floor
       continue
     placed = _turn_start(
-      messages, i, renders, text, floor, _ceiling(spans, i, len(text)), span=span, token_starts=token_starts
+      messages, i, renders, text, floor, _ceiling(spans, i, len(text)), span=span, token_starts=starts
     )
     if i not in trained:  # its header is passed, so that the next turn's header is searched after it
       floor = max(floor, span[1] if span else placed[0] if placed else floor)
       continue
-    if placed is None:
-      raise InputFormatError(
-        f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1) is absent from the template's rendering "
-        "(nothing of it is placed there: no content, no generation prompt, no tool call; the conversation may "
-        "render the same without it); give it weight 0, or a template that renders it"
-      )
-    start = placed[0]
-    anchor = max(start, span[1]) if span else start
-    limit = _next_message_start(messages, i, renders, text, spans, anchor, marker=marker)
-    end, marked = _turn_end(text, anchor, limit, marker)
-    if not marked:
-      end = _at_token_start(text, end, anchor, token_starts, token_ends)
-    if end <= start:
-      wrote = text[max(0, start - 40) : limit + 40]
-      raise InputFormatError(
-        f"{where}: messages[{i}] ({messages[i].get('role')}, weight 1) renders nothing the model could learn: "
-        f"the template writes no content, tool call or end-of-turn marker for it; around its place it wrote "
-        f"{wrote!r}; give it content or weight 0, or mark what trains with {{% generation %}} blocks"
-      )
-    _check_holds_no_other(messages, i, (start, end), spans, where)
-    ranges.append((start, end))
-    floor = end
+    ranges.append(_whole_turn(r, i, placed))
+    floor = ranges[-1][1]
   return ranges
 
 
@@ -176,38 +213,21 @@ def _turn_start(
   without_it = _renders_without(messages, i, render) if span is None else None
   if without_it == text:
     return None
-  headers: list[tuple[str, str]] = []  # (generation prompt, its own text), per rendering
-  before = ""
-  for each in renders:
-    try:
-      prompt, without = each(messages[:i], True), each(messages[:i], False)
-    except InputFormatError:  # a template may refuse a conversation that ends before an assistant turn
-      continue
-    before = before or without
-    if prompt == without:
-      continue
-    header = prompt[common_prefix(prompt, without) :]
-    # the whole prompt agreeing is the strongest sign; it may end inside a content placed only roughly (one a
-    # template renders otherwise, where the template's text depends on a content: SmolLM3's /no_think)
-    if (
-      each is render
-      and common_prefix(text, prompt) == len(prompt)
-      and floor <= len(prompt) <= (max(ceiling, span[1]) if span else ceiling)
-    ):
-      return len(prompt), len(header)
-    headers.append((prompt, header))
+  reach = max(ceiling, span[1]) if span else ceiling
+  whole, headers, before = _generation_prompts(messages[:i], renders, text, floor, reach)
+  if whole is not None:
+    return whole
   for _, header in headers:
     for own in dict.fromkeys((header, header.lstrip())):
       at = text.find(own, floor, ceiling) if own else -1
       if at >= 0:
         return at + len(own), len(own)
-  if headers and render is renders[0]:
-    partial = _partial_header(text, *headers[0], floor, ceiling, token_starts)
-    if partial is not None:
-      return partial
+  partial = _partial_header(text, *headers[0], floor, ceiling, token_starts) if headers else None
+  if partial is not None:
+    return partial
   if span:
     return span[0], 0
-  probed = _sentinel_position(messages, i, render, text)
+  probed = sentinel_position(messages, i, render, text)
   if probed is None:  # no probe renders (a template that checks the roles' order): where the rendering without
     # message i parts from the whole one (from the start of the token there), or the one of messages[:i] ends
     for other in (r for r in (without_it, before) if r):
@@ -218,6 +238,31 @@ def _turn_start(
         return at, 0
     return None
   return (probed, 0) if floor <= probed <= ceiling else None
+
+
+def _generation_prompts(
+  earlier: list[dict[str, Any]], renders: Sequence[Render], text: str, floor: int, reach: int
+) -> tuple[tuple[int, int] | None, list[tuple[str, str]], str]:
+  """(the turn's start and header length where the template's whole generation prompt after `earlier`
+  begins `text` and ends in [floor, reach], else None; each rendering's (prompt, its own text); the first
+  rendering of `earlier` without a prompt)."""
+  headers: list[tuple[str, str]] = []
+  before = ""
+  for each in renders:
+    try:
+      prompt, without = each(earlier, True), each(earlier, False)
+    except InputFormatError:  # a template may refuse a conversation that ends before an assistant turn
+      continue
+    before = before or without
+    if prompt == without:
+      continue
+    header = prompt[common_prefix(prompt, without) :]
+    # the whole prompt agreeing is the strongest sign; it may end inside a content placed only roughly (one a
+    # template renders otherwise, where the template's text depends on a content: SmolLM3's /no_think)
+    if each is renders[0] and common_prefix(text, prompt) == len(prompt) and floor <= len(prompt) <= reach:
+      return (len(prompt), len(header)), [], before
+    headers.append((prompt, header))
+  return None, headers, before
 
 
 def _partial_header(
@@ -294,7 +339,7 @@ def _next_message_start(
         return placed[0] - placed[1]
       continue
     # its content's start; a message without text: where a sentinel given as its content lands
-    content = span[0] if span is not None else _sentinel_position(messages, j, renders[0], text)
+    content = span[0] if span is not None else sentinel_position(messages, j, renders[0], text)
     if content is None or content < anchor:
       continue
     header = _header_before_content(messages, j, renders[0], marker)
@@ -317,53 +362,3 @@ def _turn_end(text: str, anchor: int, limit: int, marker: str) -> tuple[int, boo
   while end > anchor and text[end - 1].isspace():
     end -= 1
   return end, False
-
-
-def _probes(messages: list[dict[str, Any]], i: int) -> list[list[dict[str, Any]]]:
-  """Message i (no text of its own) given a sentinel as its content: with its tool calls, then without
-  them (a template that renders either tool calls or content)."""
-  sentinel = sentinel_prefix(messages) + "h\ue001"
-  given = {**messages[i], "content": sentinel}
-  alone = {k: v for k, v in given.items() if k != "tool_calls"}
-  return [[*messages[:i], m, *messages[i + 1 :]] for m in (given, alone)]
-
-
-def _sentinel_position(messages: list[dict[str, Any]], i: int, render: Render, reference: str) -> int | None:
-  """Where message i's generated part begins in `reference` (a rendering of `messages`): where a sentinel
-  given as its content lands, the rendering agreeing with `reference` before it. Where the two part before
-  the sentinel, the part from there is message i's own (tool calls written where the sentinel's layout, or
-  a template's text for a content, would be): it begins where they part. None: it renders nowhere."""
-  parted: int | None = None
-  for probe in _probes(messages, i):
-    try:
-      probed = render(probe, False)
-    except InputFormatError:
-      continue
-    at = probed.find(probe[i]["content"])
-    agreed = common_prefix(reference, probed)
-    if 0 <= at <= agreed:
-      return at
-    if at >= 0 and parted is None and agreed < len(reference):  # the real rendering writes something else there
-      parted = agreed
-  return parted
-
-
-def end_of_turn_text(render: Render) -> str:
-  """The marker a template writes after an assistant message (`<|im_end|>`, `<|eot_id|>`, `</s>`...):
-  what follows its content both when the conversation ends there and when a user message follows,
-  less layout whitespace; "" when it writes none (or refuses the probe conversation)."""
-  prefix = sentinel_prefix([])
-  answer = {"role": "assistant", "content": prefix + "a\ue001"}
-  question = {"role": "user", "content": prefix + "q\ue001"}
-  follower = {"role": "user", "content": prefix + "f\ue001"}
-  try:
-    ending, followed = render([question, answer], False), render([question, answer, follower], False)
-  except InputFormatError:
-    return ""
-  at_ending, at_followed = ending.find(answer["content"]), followed.find(answer["content"])
-  if at_ending < 0 or at_followed < 0:
-    return ""
-  tail = ending[at_ending + len(answer["content"]) :]
-  common = tail[: common_prefix(tail, followed[at_followed + len(answer["content"]) :])].strip()
-  # up to layout whitespace: what follows it may share a head with an end-of-conversation suffix ("<|")
-  return common.split()[0] if common else ""
