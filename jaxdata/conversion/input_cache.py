@@ -204,18 +204,13 @@ def built_dataset(
     if index == 0:
       _say_why(name, key, root, log)
     staging, units = f"{stem}.building", f"{stem}.units"
+
+    def sealed() -> bool:  # process 0 finished the cache without needing more of this process
+      return os.path.isfile(os.path.join(target, MANIFEST_NAME))
+
     try:
       manifest = build_part(
-        inputs,
-        staging,
-        units,
-        name,
-        options,
-        index,
-        count=count,
-        wait_s=wait_s,
-        log=log,
-        sealed=lambda: os.path.isfile(os.path.join(target, MANIFEST_NAME)),
+        inputs, staging, units, name, options, index, count=count, wait_s=wait_s, log=log, sealed=sealed
       )
       if manifest is None:  # another process seals the cache
         _wait_for_cache(target, wait_s, name)

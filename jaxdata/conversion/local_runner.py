@@ -267,34 +267,24 @@ def convert(
   *,
   executor: concurrent.futures.Executor | None = None,
 ) -> Manifest:
-  """Tokenizes JSONL, Parquet or text files into a dataset directory (`jaxdata convert`).
-
-  The output does not depend on `options.workers` or on how the inputs are
-  cut into units (module docstring).
+  """Tokenizes JSONL, Parquet or text files into a dataset directory (`jaxdata convert`). The output does
+  not depend on `options.workers` or on how the inputs are cut into units (module docstring).
 
   Args:
-    inputs: files, directories or globs (local, or gs:// / s3:// through
-      Beam's file systems); `.gz` and `.zst` are decompressed.
-    out_dir: the dataset directory to write.
-    name: the dataset's name (a file-name prefix of its shards).
+    inputs: files, directories or globs (local, or gs:// / s3:// through Beam's file systems); `.gz` and
+      `.zst` are decompressed.
+    out_dir, name: the dataset directory to write, and its name (a file-name prefix of its shards).
     options: tokenizer, format, field, shard size, workers, ... (`ConvertOptions`).
-    on_progress: `(phase, done, total, documents)` as work is done; "scan"
-      and "tokenize" count input bytes, "write" counts documents.
+    on_progress: `(phase, done, total, documents)`: "scan" and "tokenize" count input bytes, "write"
+      documents.
     overwrite: replace a dataset already in `out_dir` (only jaxdata's files).
-    executor: where the units are tokenized and the shards written (`jaxdata.conversion.ray_runner`
-      gives Ray's); None: processes on this machine. The output is the same.
+    executor: where the units are tokenized and the shards written (`ray_runner` gives Ray's); None:
+      processes on this machine. The output is the same.
 
-  Returns:
-    The new dataset's `Manifest` (its `stats` count skipped empty and
-    invalid documents, per input file too).
-
-  Raises:
-    InputFormatError: a malformed record, naming file and line (or row),
-      unless `options.skip_invalid`.
-    FileNotFoundError: no input found, or a missing tokenizer model.
-    FileExistsError: `out_dir` holds a dataset and `overwrite` is not set.
-  Nothing is written to `out_dir` until every input has been tokenized
-  without error.
+  Returns the new dataset's `Manifest` (its `stats` count skipped documents, per input file too). Raises
+  `InputFormatError` naming file and line (or row) unless `options.skip_invalid`, `FileNotFoundError` (no
+  input, no tokenizer model), `FileExistsError` (a dataset in `out_dir`, no `overwrite`). Nothing is
+  written to `out_dir` until every input has been tokenized without error.
 
   >>> import json, os, tempfile
   >>> root = tempfile.mkdtemp()

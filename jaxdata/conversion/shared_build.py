@@ -18,6 +18,7 @@ limit: a process that never finishes is named by its unfinished units.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -34,7 +35,7 @@ from jaxdata.conversion.local_runner import (
   write_job,
 )
 from jaxdata.conversion.options import ConvertOptions
-from jaxdata.conversion.plan import conversion_plan
+from jaxdata.conversion.plan import ConversionPlan, conversion_plan
 from jaxdata.conversion.shard_jobs import plan_shard_jobs
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
@@ -132,6 +133,39 @@ def _unit_recorder(
   return unit_done
 
 
+@dataclasses.dataclass(frozen=True)
+class _Share:
+  """One process's part of a shared build: its `index` of `count` processes (it owns units and shards
+  numbered index mod count), the shared units directory, the staging directory and the dataset's name."""
+
+  index: int
+  count: int
+  units_dir: str
+  staging: str
+  name: str
+
+  def owns(self, number: int) -> bool:
+    return number % self.count == self.index
+
+
+def _write_owned_shards(
+  pool: concurrent.futures.Executor | None, plan: ConversionPlan, share: _Share, options: ConvertOptions
+) -> list[str]:
+  """Writes the shards this process owns and has not yet written; returns every shard's record path."""
+  jobs = plan_shard_jobs(
+    [(u.index, lengths_loader(share.units_dir)(u.index)) for u in plan.units], plan.bytes_per_token, options.shard_bytes
+  )
+  shard_records = [os.path.join(share.units_dir, f"shard-{job[0]}.json") for job in jobs]
+  owned = [job for job in jobs if share.owns(job[0]) and not os.path.exists(shard_records[job[0]])]
+
+  def shard_done(i: int, info: ShardInfo | None) -> None:
+    if info is not None:
+      _record(shard_records[owned[i][0]], info.to_json())
+
+  run_jobs(pool, write_job, owned, (plan.shard_target(share.staging, share.name, share.units_dir),), shard_done)
+  return shard_records
+
+
 def build_part(
   inputs: list[str],
   staging: str,
@@ -148,25 +182,25 @@ def build_part(
   """This process's share of converting `inputs` into `staging` (see the module docstring); process 0
   returns the manifest it wrote, the others None once their shards are written (or once `sealed()` says
   process 0 has finished the cache without needing more of them)."""
+  share = _Share(index, count, units_dir, staging, name)
   plan = conversion_plan(inputs, options, UNIT_WORKERS)  # every process plans the same units
-  units = plan.units
   os.makedirs(units_dir, exist_ok=True)
   os.makedirs(staging, exist_ok=True)
-  _check_plan(units_dir, [[u.file_index, u.start, -1 if u.end is None else u.end] for u in units])
+  _check_plan(units_dir, [[u.file_index, u.start, -1 if u.end is None else u.end] for u in plan.units])
   processes = [os.path.join(units_dir, f"process-{i}.json") for i in range(count)]
   _record(processes[index], {"index": index, "count": count})
-  unit_records = [os.path.join(units_dir, f"unit-{u.index}.json") for u in units]
-  mine = [u for u in units if u.index % count == index and not os.path.exists(unit_records[u.index])]
-  if len(mine) < sum(u.index % count == index for u in units):
-    log(f"{name}: resuming: {sum(u.index % count == index for u in units) - len(mine)} units of this process done")
-  workers = options.workers or os.cpu_count() or 1
-  pool = process_pool(min(workers, len(mine))) if mine else None
+  unit_records = [os.path.join(units_dir, f"unit-{u.index}.json") for u in plan.units]
+  ours = [u for u in plan.units if share.owns(u.index)]
+  mine = [u for u in ours if not os.path.exists(unit_records[u.index])]
+  if len(mine) < len(ours):
+    log(f"{name}: resuming: {len(ours) - len(mine)} units of this process done")
+  pool = process_pool(min(options.workers or os.cpu_count() or 1, len(mine))) if mine else None
   try:
-    batches = unit_batches(mine, plan.unit_bytes) if mine else []
-
     unit_done = _unit_recorder(unit_records, len(mine), lambda line: log(f"{name}: {line} tokenized"))
     try:
-      run_jobs(pool, tokenize_batch, batches, (options, units_dir), unit_done)
+      run_jobs(
+        pool, tokenize_batch, unit_batches(mine, plan.unit_bytes) if mine else [], (options, units_dir), unit_done
+      )
     except InputFormatError as error:  # told to the other processes, which stop with it too
       _record(os.path.join(units_dir, "error.json"), {"error": str(error)})
       raise
@@ -175,25 +209,14 @@ def build_part(
       return None
     if not _wait_for(unit_records, "units", wait_s, lambda u: u % count, sealed):
       return None
-    results = [UnitResult(**_read_record(path)) for path in unit_records]
-    jobs = plan_shard_jobs(
-      [(u.index, lengths_loader(units_dir)(u.index)) for u in units], plan.bytes_per_token, options.shard_bytes
-    )
-    shard_records = [os.path.join(units_dir, f"shard-{job[0]}.json") for job in jobs]
-    owned = [job for job in jobs if job[0] % count == index and not os.path.exists(shard_records[job[0]])]
-
-    def shard_done(i: int, info: ShardInfo | None) -> None:
-      if info is not None:
-        _record(shard_records[owned[i][0]], info.to_json())
-
-    run_jobs(pool, write_job, owned, (plan.shard_target(staging, name, units_dir),), shard_done)
+    shard_records = _write_owned_shards(pool, plan, share, options)
   finally:
     if pool is not None:
       pool.shutdown(wait=True, cancel_futures=True)
   if index != 0:
     return None
   _wait_for(shard_records, "shards", wait_s, lambda j: j % count)
-  infos = [ShardInfo(**_read_record(path)) for path in shard_records]
-  manifest = plan.manifest(name, infos, results)
+  results = [UnitResult(**_read_record(path)) for path in unit_records]
+  manifest = plan.manifest(name, [ShardInfo(**_read_record(path)) for path in shard_records], results)
   manifest.save(staging)
   return manifest

@@ -132,6 +132,44 @@ def run_directory(cache_dir: str, config_path: str | None) -> str:
   return os.path.join(cache_dir, "run-" + os.path.splitext(os.path.basename(config_path))[0])
 
 
+@dataclasses.dataclass(frozen=True)
+class _Training:
+  """What the demo's training loop saw: each step's loss and stats, the digests of the batches after the
+  checkpoint (the resume compares them), the real tokens trained and the loop's seconds."""
+
+  losses: list[float]
+  history: list[dict[str, Any]]
+  digests: dict[int, str]
+  real_tokens: int
+  seconds: float
+
+
+def _train(cfg: PipelineConfig, ckpt_dir: str, steps: int, checkpoint_at: int, log: Log) -> _Training:
+  """Trains the demo model for `steps` steps on the pipeline's batches, checkpointing model and pipeline
+  together after step `checkpoint_at`."""
+  state = _model_state(cfg)
+  losses, history, digests = [], [], {}
+  started = time.perf_counter()
+  real_tokens = 0
+  with Pipeline(cfg, mesh=_mesh(), data_axes=("data",)) as pipe, ocp.CheckpointManager(ckpt_dir) as manager:
+    for step in range(steps):
+      batch = next(pipe)
+      params, opt, loss = model.train_step(state["params"], state["opt"], batch)
+      state = {"params": params, "opt": opt}
+      losses.append(float(loss))
+      stats = pipe.stats()
+      history.append(stats)
+      real_tokens += sum(stats["tokens_per_source"].values())
+      if step >= checkpoint_at:
+        digests[step] = _digest(batch)
+      if step + 1 == checkpoint_at:
+        manager.save(checkpoint_at, args=ocp.args.Composite(model=ocp.args.StandardSave(state), data=Save(pipe)))
+      if step % 10 == 0 or step == steps - 1:
+        log(f"step {step:3d}  loss {float(loss):.3f}  padding {stats['padding_fraction']:.3f}")
+    manager.wait_until_finished()
+  return _Training(losses, history, digests, real_tokens, time.perf_counter() - started)
+
+
 def run_demo(
   cache_dir: str | None = None,
   config_path: str | None = None,
@@ -150,51 +188,28 @@ def run_demo(
   os.makedirs(out_dir, exist_ok=True)
   claim_directory(ckpt_dir, OWNER)  # refuses checkpoints the demo did not write
   clear_claimed(ckpt_dir, OWNER)  # a fresh run each time
-  mesh = _mesh()
-  state = _model_state(cfg)
-  losses, history, digests = [], [], {}
-  started = time.perf_counter()
-  real_tokens = 0
-  with Pipeline(cfg, mesh=mesh, data_axes=("data",)) as pipe, ocp.CheckpointManager(ckpt_dir) as manager:
-    for step in range(steps):
-      batch = next(pipe)
-      params, opt, loss = model.train_step(state["params"], state["opt"], batch)
-      state = {"params": params, "opt": opt}
-      losses.append(float(loss))
-      stats = pipe.stats()
-      history.append(stats)
-      real_tokens += sum(stats["tokens_per_source"].values())
-      if step >= checkpoint_at:
-        digests[step] = _digest(batch)
-      if step + 1 == checkpoint_at:
-        manager.save(checkpoint_at, args=ocp.args.Composite(model=ocp.args.StandardSave(state), data=Save(pipe)))
-      if step % 10 == 0 or step == steps - 1:
-        log(f"step {step:3d}  loss {float(loss):.3f}  padding {stats['padding_fraction']:.3f}")
-    manager.wait_until_finished()
-  seconds = time.perf_counter() - started
-  resume_ok, detail = _resumes_in_a_fresh_process(ckpt_dir, cache_dir, config_path, checkpoint_at, digests)
-  plot_path = _plot(history, cfg.names, os.path.join(out_dir, "mixture.png"))
-  cumulative = {n: sum(h["tokens_per_source"][n] for h in history) for n in cfg.names}
+  run = _train(cfg, ckpt_dir, steps, checkpoint_at, log)
+  resume_ok, detail = _resumes_in_a_fresh_process(ckpt_dir, cache_dir, config_path, checkpoint_at, run.digests)
+  plot_path = _plot(run.history, cfg.names, os.path.join(out_dir, "mixture.png"))
   # What the stream took for these steps against what the schedule asked of it
   # (each step's weights times the units pulled for that step), from metadata.
   stream = audit(cfg, hosts=1, steps=steps)
   pulled, target = sum(stream.taken.values()), sum(stream.target.values())
-  longest = _longest_document(cfg)
   return DemoResult(
     steps=steps,
-    losses=losses,
+    losses=run.losses,
     target_share={n: stream.target[n] / target for n in cfg.names},
     realised_share={n: stream.taken[n] / pulled for n in cfg.names},
     share_bound=stream.share_bound / pulled,
     interleave=cfg.mixture.interleave,
-    tokens_per_source=cumulative,
-    passes=history[-1]["passes"],
-    efficiency=real_tokens / (steps * cfg.tokens_per_step),
-    tokens_per_second=real_tokens / seconds,
+    tokens_per_source={n: sum(h["tokens_per_source"][n] for h in run.history) for n in cfg.names},
+    passes=run.history[-1]["passes"],
+    efficiency=run.real_tokens / (steps * cfg.tokens_per_step),
+    tokens_per_second=run.real_tokens / run.seconds,
     resume_ok=resume_ok,
     resume_detail=detail,
     plot_path=plot_path,
-    max_document_tokens=longest + cfg.packing.special_tokens,
+    max_document_tokens=_longest_document(cfg) + cfg.packing.special_tokens,
     capacity=cfg.tokens_per_step,
   )
 
