@@ -359,7 +359,6 @@ LIBRARY_MAX_POSITIONAL = 6  # parameters past it are keyword-only: a call says w
 LIBRARY_MAX_FUNCTION_LINES = 60
 # Classes and functions still over the caps, each at most its size now: they may shrink, never grow.
 WIDER_THAN_THE_CAP: dict[str, int] = {
-  "jaxdata/order/cursor.py:DatasetCursor": 17,
   "jaxdata/sources/writer.py:DatasetWriter": 16,
 }
 LONGER_THAN_THE_CAP: dict[str, int] = {}

@@ -47,6 +47,29 @@ END_OF_BUFFER = -(1 << 61)  # after a look-ahead buffer that can still grow
 _CHUNK = 4096  # documents per refill
 
 
+class LookAhead:
+  """A cursor's look-ahead buffer: the next documents in order as (pass, position, record, length)
+  arrays, `start` the first not yet emitted, `final` once they are all the dataset may still supply,
+  and the pick loop's encoded lengths (`DatasetCursor.encoded_lengths`) cached for one row length."""
+
+  def __init__(self) -> None:
+    empty = np.zeros(0, np.int64)
+    self.passes = self.positions = self.records = self.lengths = empty
+    self.start = 0
+    self.final = False
+    self.encoded: list[int] | None = None
+    self.encoded_for = -1  # the row length `encoded` was counted at
+
+  def compact(self) -> None:
+    """Drops the emitted documents (before `start`)."""
+    if self.start:
+      self.passes, self.positions, self.records, self.lengths = (
+        a[self.start :] for a in (self.passes, self.positions, self.records, self.lengths)
+      )
+      self.start = 0
+      self.encoded = None
+
+
 class DatasetCursor:
   """Where one dataset stands (`pass_index`, `position`, `taken`) plus look-ahead.
 
@@ -78,12 +101,12 @@ class DatasetCursor:
   def set(self, pass_index: int, position: int, taken: int) -> None:
     """Moves the cursor (the next document is `position` of pass `pass_index`)."""
     self.pass_index, self.position, self.taken = pass_index, position, taken
-    empty = np.zeros(0, np.int64)
-    self.buf_pass = self.buf_pos = self.buf_record = self.buf_len = empty
-    self.start = 0  # buffer items before `start` are emitted
-    self.final = False  # the buffer holds all the dataset may still supply
-    self._encoded: list[int] | None = None
-    self._encoded_for = -1  # the row length `_encoded` was counted at
+    self.ahead = LookAhead()
+
+  @property
+  def start(self) -> int:
+    """The look-ahead's first document not yet emitted (the pick loop's index 0 is there)."""
+    return self.ahead.start
 
   def counted(self, lengths: np.ndarray, seq_len: int) -> np.ndarray:
     """The tokens the mixture counts for documents of these lengths: what packing keeps."""
@@ -96,14 +119,15 @@ class DatasetCursor:
   def ensure(self, docs: int, tokens: int, seq_len: int = 0) -> None:
     """Extends the buffer to >= `docs` documents or >= `tokens` counted tokens ahead
     (at rows of `seq_len`), or to everything the dataset may still supply."""
-    have_docs = self.buf_len.size - self.start
-    if self.final or have_docs >= docs or int(self.counted(self.buf_len[self.start :], seq_len).sum()) >= tokens:
+    ahead = self.ahead
+    have_docs = ahead.lengths.size - ahead.start
+    if ahead.final or have_docs >= docs or int(self.counted(ahead.lengths[ahead.start :], seq_len).sum()) >= tokens:
       return
-    self._compact()
-    have_tokens = int(self.counted(self.buf_len, seq_len).sum())
-    pieces = [(self.buf_pass, self.buf_pos, self.buf_record, self.buf_len)]
+    self.ahead.compact()
+    have_tokens = int(self.counted(ahead.lengths, seq_len).sum())
+    pieces = [(ahead.passes, ahead.positions, ahead.records, ahead.lengths)]
     if have_docs:
-      next_pass, next_pos = int(self.buf_pass[-1]), int(self.buf_pos[-1]) + 1
+      next_pass, next_pos = int(ahead.passes[-1]), int(ahead.positions[-1]) + 1
     else:
       next_pass, next_pos = self.pass_index, self.position
     max_passes = self.settings.max_passes
@@ -111,7 +135,7 @@ class DatasetCursor:
       if next_pos == self.num_records:
         next_pass, next_pos = next_pass + 1, 0
       if max_passes is not None and next_pass >= max_passes:
-        self.final = True
+        ahead.final = True
         break
       stop = min(self.num_records, next_pos + max(_CHUNK, docs - have_docs))
       positions = np.arange(next_pos, stop, dtype=np.int64)
@@ -121,10 +145,10 @@ class DatasetCursor:
       have_docs += positions.size
       have_tokens += int(self.counted(lengths, seq_len).sum())
       next_pos = stop
-    self.buf_pass, self.buf_pos, self.buf_record, self.buf_len = (
+    ahead.passes, ahead.positions, ahead.records, ahead.lengths = (
       np.concatenate([p[i] for p in pieces]) for i in range(4)
     )
-    self._encoded = None
+    ahead.encoded = None
 
   def encoded_lengths(self, seq_len: int = 0) -> list[int]:
     """The buffer's counted lengths (rows of `seq_len`) as a list for the pick loop, with marks.
@@ -133,30 +157,23 @@ class DatasetCursor:
     ~length (negative); the list ends with END_OF_DATASET (final buffer) or
     END_OF_BUFFER. The loop then tests one sign per document.
     """
-    if self._encoded is None or (self.kept is not None and self._encoded_for != seq_len):
-      self._encoded_for = seq_len
-      encoded = self.counted(self.buf_len, seq_len).copy()
+    ahead = self.ahead
+    if ahead.encoded is None or (self.kept is not None and ahead.encoded_for != seq_len):
+      ahead.encoded_for = seq_len
+      encoded = self.counted(ahead.lengths, seq_len).copy()
       if self.settings.policy == "passes":
-        last = self.buf_pos == self.num_records - 1
+        last = ahead.positions == self.num_records - 1
         encoded[last] = ~encoded[last]
-      self._encoded = encoded.tolist()
-      self._encoded.append(END_OF_DATASET if self.final else END_OF_BUFFER)
-    return self._encoded
+      ahead.encoded = [*encoded.tolist(), END_OF_DATASET if ahead.final else END_OF_BUFFER]
+    return ahead.encoded
 
   def consume(self, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Emits buffer items [start, stop); returns their pass, record and length."""
-    part = slice(self.start, stop)
-    out = (self.buf_pass[part], self.buf_record[part], self.buf_len[part])
-    if stop > self.start:
-      self.pass_index = int(self.buf_pass[stop - 1])
-      self.position = int(self.buf_pos[stop - 1]) + 1
-    self.start = stop
+    ahead = self.ahead
+    part = slice(ahead.start, stop)
+    out = (ahead.passes[part], ahead.records[part], ahead.lengths[part])
+    if stop > ahead.start:
+      self.pass_index = int(ahead.passes[stop - 1])
+      self.position = int(ahead.positions[stop - 1]) + 1
+    ahead.start = stop
     return out
-
-  def _compact(self) -> None:
-    if self.start:
-      self.buf_pass, self.buf_pos, self.buf_record, self.buf_len = (
-        a[self.start :] for a in (self.buf_pass, self.buf_pos, self.buf_record, self.buf_len)
-      )
-      self.start = 0
-      self._encoded = None
