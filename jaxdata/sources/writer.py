@@ -13,6 +13,7 @@ manifest next to existing shards. Every dataset on disk has this layout::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Mapping
@@ -87,6 +88,18 @@ def finish_shard(
   )
 
 
+@dataclasses.dataclass
+class _OpenShard:
+  """The shard being written: its writer, its documents' lengths and pair marks so far, its bytes, and
+  the sha256 of its records as written (`finish_shard`'s `records`)."""
+
+  writer: ArrayRecordWriter
+  lengths: list[np.ndarray] = dataclasses.field(default_factory=list)
+  marks: list[np.ndarray] = dataclasses.field(default_factory=list)
+  size: int = 0
+  records: Any = dataclasses.field(default_factory=hashlib.sha256)
+
+
 class DatasetWriter:
   """Writes documents into size-bounded ArrayRecord shards plus lengths indices.
 
@@ -120,7 +133,6 @@ class DatasetWriter:
       raise TypeError(f"pairs: True (each record a preference pair, `pair_record`) or False, got {pairs!r}")
     # every record: its ids, then a 0 / 1 byte per id (trained or not); for pairs, bit 1 marks the rejected side
     self._masks, self._pairs = masks or pairs, pairs
-    self._marks: list[np.ndarray] = []
     self._writer_options = writer_options(compression)
     if shard_bytes <= 0:
       raise ValueError(f"shard_bytes: must be positive, got {shard_bytes}")
@@ -142,9 +154,7 @@ class DatasetWriter:
     if isinstance(vocab, int) and not isinstance(vocab, bool) and 0 < vocab <= self._max_id:
       self._max_id, self._id_source = vocab - 1, f"the tokenizer's vocab_size {vocab}"
     self._shards: list[ShardInfo] = []
-    self._writer: ArrayRecordWriter | None = None
-    self._lengths: list[np.ndarray] = []
-    self._open_bytes = 0
+    self._open: _OpenShard | None = None
 
   def write_documents(self, flat_tokens: np.ndarray, lengths: np.ndarray, mask: np.ndarray | None = None) -> None:
     """Appends documents given as one flat id array and their lengths; with `masks`, `mask` gives
@@ -176,33 +186,30 @@ class DatasetWriter:
     byte_starts = byte_ends - lengths * record_size
     start = 0
     while start < lengths.size:
-      if self._writer is None:
-        self._open_shard()
+      shard = self._open or self._open_shard()
       # Fill the open shard up to shard_bytes (at least one document per shard).
-      room = self._shard_bytes - self._open_bytes + byte_starts[start]
+      room = self._shard_bytes - shard.size + byte_starts[start]
       stop = int(np.searchsorted(byte_ends, room, side="right"))
-      stop = max(stop, start + 1) if self._open_bytes == 0 else stop
+      stop = max(stop, start + 1) if shard.size == 0 else stop
       stop = min(stop, lengths.size)
       if stop == start:
         self._close_shard()
         continue
-      writer = self._writer
-      assert writer is not None  # opened above
       for s, e in zip(byte_starts[start:stop].tolist(), byte_ends[start:stop].tolist()):
-        writer.write(payload[s:e])
-      self._records.update(payload[int(byte_starts[start]) : int(byte_ends[stop - 1])])
-      self._lengths.append(lengths[start:stop])
+        shard.writer.write(payload[s:e])
+      shard.records.update(payload[int(byte_starts[start]) : int(byte_ends[stop - 1])])
+      shard.lengths.append(lengths[start:stop])
       if self._pairs:
         assert mask is not None  # checked above
-        self._marks.append(mask[int(token_ends[start] - lengths[start]) : int(token_ends[stop - 1])])
-      self._open_bytes += int(byte_ends[stop - 1] - byte_starts[start])
+        shard.marks.append(mask[int(token_ends[start] - lengths[start]) : int(token_ends[stop - 1])])
+      shard.size += int(byte_ends[stop - 1] - byte_starts[start])
       start = stop
-      if self._open_bytes >= self._shard_bytes:
+      if shard.size >= self._shard_bytes:
         self._close_shard()
 
   def finish(self, stats: dict[str, Any] | None = None) -> Manifest:
     """Closes the last shard and writes the manifest; returns it."""
-    if self._writer is not None:
+    if self._open is not None:
       self._close_shard()
     manifest = Manifest(
       name=self._name,
@@ -215,21 +222,18 @@ class DatasetWriter:
     manifest.save(self._out_dir)
     return manifest
 
-  def _open_shard(self) -> None:
+  def _open_shard(self) -> _OpenShard:
     shard_name, _ = shard_file_names(self._name, len(self._shards))
-    self._writer = ArrayRecordWriter(os.path.join(self._out_dir, shard_name), self._writer_options)
-    self._lengths = []
-    self._marks = []
-    self._open_bytes = 0
-    self._records = hashlib.sha256()
+    self._open = _OpenShard(ArrayRecordWriter(os.path.join(self._out_dir, shard_name), self._writer_options))
+    return self._open
 
   def _close_shard(self) -> None:
-    assert self._writer is not None
-    self._writer.close()
-    self._writer = None
-    lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-    columns = pair_columns(lengths, np.concatenate(self._marks)) if self._pairs else None
-    self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths, self._records, columns))
+    shard, self._open = self._open, None
+    assert shard is not None
+    shard.writer.close()
+    lengths = np.concatenate(shard.lengths) if shard.lengths else np.zeros(0, np.int64)
+    columns = pair_columns(lengths, np.concatenate(shard.marks)) if self._pairs else None
+    self._shards.append(finish_shard(self._out_dir, self._name, len(self._shards), lengths, shard.records, columns))
 
 
 def _check_lengths(lengths: np.ndarray, tokens: int) -> None:
