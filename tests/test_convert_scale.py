@@ -22,7 +22,7 @@ import zstandard
 from jaxdata import InputFormatError, open_dataset
 from jaxdata.cli import main
 from jaxdata.conversion.beam_runner import convert_with_beam
-from jaxdata.conversion.formats import plan_units
+from jaxdata.conversion.formats import Jsonl, plan_units
 from jaxdata.conversion.local_runner import convert
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.shard_jobs import plan_shards
@@ -107,7 +107,7 @@ def test_the_output_depends_on_neither_units_nor_workers(corpus, tmp_path):
 def test_units_cut_at_line_starts_and_know_their_line(tmp_path):
   path = tmp_path / "lines.jsonl"
   path.write_text("".join(json.dumps({"text": "x" * (i % 50)}) + "\n" for i in range(2000)))
-  units = plan_units([str(path)], ["jsonl"], "file", unit_bytes=5_000)
+  units = plan_units([str(path)], [Jsonl()], unit_bytes=5_000)
   assert len(units) > 5 and units[0].start == 0 and units[-1].end == path.stat().st_size
   data = path.read_bytes()
   for before, unit in zip(units, units[1:]):

@@ -1,13 +1,14 @@
 """Input formats as registered types: each names the files it reads, how a large file of it is cut into
-units, and how a unit's documents are read. Planning asks each file's format once (`format_of`); every
-unit is read through its format's type, so a new format (images next) is one new class::
+units, and how a unit's documents are read; its options are its fields (a frozen dataclass), made from a
+conversion's options by `from_options`. Planning asks each file's format once (`format_of`); every unit
+is read through its format's type, so a new format (images next) is one new class::
 
-    format       files                                units of a large local file    documents
-    jsonl        .jsonl .ndjson .json                 by lines                       texts, or whole records
-    text         .txt .text .md                       by lines (text_mode: line)     the file, paragraphs or lines
-    parquet      .parquet                             by row groups                  texts, or whole records
-    arrayrecord  *.array_record[-00000-of-01024]      the whole file                 tf.train.Example features
-    tfrecord     *.tfrecord[s][-00003-of-00010]       the whole file                 tf.train.Example features
+    format       options   files                                units of a large local file  documents
+    jsonl        field     .jsonl .ndjson .json                 by lines                     texts, or whole records
+    text         mode      .txt .text .md                       by lines (mode: line)        the file, paragraphs or lines
+    parquet      field     .parquet                             by row groups                texts, or whole records
+    arrayrecord  feature   *.array_record[-00000-of-01024]      the whole file               tf.train.Example features
+    tfrecord     feature   *.tfrecord[s][-00003-of-00010]       the whole file               tf.train.Example features
 
 (a `.gz` / `.zst` suffix after any of them: read decompressed, one unit).
 
@@ -28,37 +29,53 @@ from jaxdata.conversion.compressed import open_binary
 from jaxdata.conversion.example_records import iter_example_documents
 from jaxdata.conversion.input_files import file_sizes, is_compressed
 from jaxdata.conversion.inputs import InvalidLog, LineRange, read_jsonl, read_parquet, read_text
-from jaxdata.conversion.options import INPUT_FORMATS
+from jaxdata.conversion.options import INPUT_FORMATS, ConvertOptions
 from jaxdata.conversion.work_units import WorkUnit, limited_lines, line_units, parquet_units
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.stores import is_remote
 
-__all__ = ["INPUT_FORMAT_TYPES", "DocumentRead", "InputFormat", "format_of", "plan_units", "unit_documents"]
+__all__ = [
+  "INPUT_FORMAT_TYPES",
+  "DocumentRead",
+  "InputFormat",
+  "Jsonl",
+  "Text",
+  "configured_format",
+  "format_of",
+  "plan_units",
+  "unit_documents",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class DocumentRead:
-  """How a unit's documents are read: the field that holds the text, the text mode, where invalid
-  documents are counted, who hears the bytes read, and whether whole records (fine-tuning examples) are."""
+  """What a unit's read reports to and asks: where invalid documents are counted, who hears the bytes
+  read, and whether whole records (fine-tuning examples) are read rather than texts."""
 
-  field: str
-  text_mode: str
   invalid: InvalidLog
   on_bytes: Callable[[int], None] = lambda n: None
   records: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
 class InputFormat(abc.ABC):
-  """One kind of input file (module docstring); registered in `INPUT_FORMAT_TYPES` by its name."""
+  """One kind of input file (module docstring), with its own options as its fields; its type is registered
+  in `INPUT_FORMAT_TYPES` by its name, and `from_options` makes it from a conversion's options."""
 
   name: ClassVar[str]
   suffixes: ClassVar[tuple[str, ...]] = ()
 
-  def reads(self, base: str) -> bool:
+  @classmethod
+  def reads(cls, base: str) -> bool:
     """Whether a file named `base` (its compression suffix removed) is of this format."""
-    return os.path.splitext(base)[1].lower() in self.suffixes
+    return os.path.splitext(base)[1].lower() in cls.suffixes
 
-  def cut(self, unit: WorkUnit, unit_bytes: int, text_mode: str, on_scan: Callable[[int], None]) -> list[WorkUnit]:
+  @classmethod
+  def from_options(cls, options: ConvertOptions) -> InputFormat:
+    """This format with the options a conversion gives it. Default: a format of no options."""
+    return cls()
+
+  def cut(self, unit: WorkUnit, unit_bytes: int, on_scan: Callable[[int], None]) -> list[WorkUnit]:
     """`unit` (a whole local, uncompressed file larger than `unit_bytes`) as units of about `unit_bytes`;
     numbered from `unit.index`. Default: it stays whole."""
     return [unit]
@@ -68,22 +85,28 @@ class InputFormat(abc.ABC):
     """The valid documents of `unit`, in order (errors name the file and line, row or record)."""
 
 
-INPUT_FORMAT_TYPES: dict[str, InputFormat] = {}
+INPUT_FORMAT_TYPES: dict[str, type[InputFormat]] = {}
 
 
 def _registered(cls: type[InputFormat]) -> type[InputFormat]:
-  INPUT_FORMAT_TYPES[cls.name] = cls()
+  INPUT_FORMAT_TYPES[cls.name] = cls
   return cls
 
 
+def configured_format(name: str, options: ConvertOptions) -> InputFormat:
+  """The registered format `name` with the options `options` give it."""
+  return INPUT_FORMAT_TYPES[name].from_options(options)
+
+
+@dataclasses.dataclass(frozen=True)
 class _LineFormat(InputFormat):
   """A line-oriented file: a unit is a byte range that starts and ends at line starts."""
 
-  def _splits(self, text_mode: str) -> bool:
+  def _splits(self) -> bool:
     return True
 
-  def cut(self, unit: WorkUnit, unit_bytes: int, text_mode: str, on_scan: Callable[[int], None]) -> list[WorkUnit]:
-    return line_units(unit, unit_bytes, on_scan) if self._splits(text_mode) else [unit]
+  def cut(self, unit: WorkUnit, unit_bytes: int, on_scan: Callable[[int], None]) -> list[WorkUnit]:
+    return line_units(unit, unit_bytes, on_scan) if self._splits() else [unit]
 
   def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
     if unit.end is None:
@@ -98,66 +121,100 @@ class _LineFormat(InputFormat):
 
 
 @_registered
+@dataclasses.dataclass(frozen=True)
 class Jsonl(_LineFormat):
+  """JSON lines; `field`: the key whose string is a document (fine-tuning examples read whole records)."""
+
   name = "jsonl"
   suffixes = (".jsonl", ".ndjson", ".json")
+  field: str = "text"
+
+  @classmethod
+  def from_options(cls, options: ConvertOptions) -> InputFormat:
+    return cls(field=options.field)
 
   def _read(self, path: str, read: DocumentRead, lines: LineRange) -> Iterator[Any]:
-    return read_jsonl(path, read.field, read.invalid, lines, read.on_bytes, read.records)
+    return read_jsonl(path, self.field, read.invalid, lines, read.on_bytes, read.records)
 
 
 @_registered
+@dataclasses.dataclass(frozen=True)
 class Text(_LineFormat):
+  """Plain text; `mode`: a document is the whole file, a paragraph or a line (`TEXT_MODES`)."""
+
   name = "text"
   suffixes = (".txt", ".text", ".md")
+  mode: str = "file"
 
-  def _splits(self, text_mode: str) -> bool:
-    return text_mode == "line"  # documents or paragraphs may span any cut
+  @classmethod
+  def from_options(cls, options: ConvertOptions) -> InputFormat:
+    return cls(mode=options.text_mode)
+
+  def _splits(self) -> bool:
+    return self.mode == "line"  # documents or paragraphs may span any cut
 
   def _read(self, path: str, read: DocumentRead, lines: LineRange) -> Iterator[Any]:
     _no_records(path, self.name, read)
-    return read_text(path, read.text_mode, read.invalid, lines, read.on_bytes)
+    return read_text(path, self.mode, read.invalid, lines, read.on_bytes)
 
 
 @_registered
+@dataclasses.dataclass(frozen=True)
 class Parquet(InputFormat):
+  """Parquet; `field`: the column whose string is a document (fine-tuning examples read whole rows)."""
+
   name = "parquet"
   suffixes = (".parquet",)
+  field: str = "text"
 
-  def cut(self, unit: WorkUnit, unit_bytes: int, text_mode: str, on_scan: Callable[[int], None]) -> list[WorkUnit]:
+  @classmethod
+  def from_options(cls, options: ConvertOptions) -> InputFormat:
+    return cls(field=options.field)
+
+  def cut(self, unit: WorkUnit, unit_bytes: int, on_scan: Callable[[int], None]) -> list[WorkUnit]:
     return parquet_units(unit, unit_bytes)
 
   def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
     row_groups = None if unit.end is None else (unit.start, unit.end)
     first = 0 if unit.end is None else unit.first
-    yield from read_parquet(unit.path, read.field, read.invalid, row_groups, first, read.on_bytes, records=read.records)
+    yield from read_parquet(unit.path, self.field, read.invalid, row_groups, first, read.on_bytes, records=read.records)
 
 
 # MaxText / TFDS shard names: c4-train.array_record-00000-of-01024, data.tfrecord-00003-of-00010, x.tfrecords
 _RECORD_NAME = re.compile(r"\.(?:(array_?record)|(tfrecords?))(?:-\d+-of-\d+)?$", re.IGNORECASE)
 
 
+@dataclasses.dataclass(frozen=True)
 class _ExampleRecords(InputFormat):
-  """Files of `tf.train.Example` records: read whole, a document from an int64 or bytes feature."""
+  """Files of `tf.train.Example` records: read whole; `feature`: the int64 (ids) or bytes (text) feature
+  that is a document."""
 
   group: ClassVar[int]  # which group of _RECORD_NAME names this format
+  feature: str = "text"
 
-  def reads(self, base: str) -> bool:
+  @classmethod
+  def reads(cls, base: str) -> bool:
     found = _RECORD_NAME.search(os.path.basename(base))
-    return found is not None and found.group(self.group) is not None
+    return found is not None and found.group(cls.group) is not None
+
+  @classmethod
+  def from_options(cls, options: ConvertOptions) -> InputFormat:
+    return cls(feature=options.field)
 
   def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
     _no_records(unit.path, self.name, read)
-    yield from iter_example_documents(unit.path, self.name, read.field, read.invalid, read.on_bytes)
+    yield from iter_example_documents(unit.path, self.name, self.feature, read.invalid, read.on_bytes)
 
 
 @_registered
+@dataclasses.dataclass(frozen=True)
 class ArrayRecord(_ExampleRecords):
   name = "arrayrecord"
   group = 1
 
 
 @_registered
+@dataclasses.dataclass(frozen=True)
 class TfRecord(_ExampleRecords):
   name = "tfrecord"
   group = 2
@@ -176,7 +233,7 @@ def format_of(path: str, requested: str = "auto") -> str:
     return requested
   base = os.path.splitext(path)[0] if is_compressed(path) else path
   # The record formats first: "x.array_record-00000-of-00010" has no suffix of the others.
-  for fmt in sorted(INPUT_FORMAT_TYPES.values(), key=lambda f: not isinstance(f, _ExampleRecords)):
+  for fmt in sorted(INPUT_FORMAT_TYPES.values(), key=lambda f: not issubclass(f, _ExampleRecords)):
     if fmt.reads(base):
       return fmt.name
   suffix = os.path.splitext(base)[1].lower()
@@ -187,8 +244,7 @@ def format_of(path: str, requested: str = "auto") -> str:
 
 def plan_units(
   files: list[str],
-  formats: list[str],
-  text_mode: str,
+  formats: list[InputFormat],
   unit_bytes: int,
   on_scan: Callable[[int], None] = lambda n: None,
   sizes: list[int] | None = None,
@@ -198,14 +254,14 @@ def plan_units(
   units: list[WorkUnit] = []
   sizes = sizes if sizes is not None else file_sizes(files)
   for file_index, (path, fmt, size) in enumerate(zip(files, formats, sizes)):
-    whole = WorkUnit(len(units), file_index, path, fmt, size=size)
+    whole = WorkUnit(len(units), file_index, path, fmt.name, size=size)
     if is_remote(path) or is_compressed(path) or size <= unit_bytes:
       units.append(whole)
     else:
-      units.extend(INPUT_FORMAT_TYPES[fmt].cut(whole, unit_bytes, text_mode, on_scan))
+      units.extend(fmt.cut(whole, unit_bytes, on_scan))
   return units
 
 
-def unit_documents(unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
-  """The valid documents of one unit, in order, read as its format reads them."""
-  return INPUT_FORMAT_TYPES[unit.fmt].documents(unit, read)
+def unit_documents(unit: WorkUnit, options: ConvertOptions, read: DocumentRead) -> Iterator[Any]:
+  """The valid documents of one unit, in order, read as its format reads them under `options`."""
+  return configured_format(unit.fmt, options).documents(unit, read)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from jaxdata.conversion.formats import format_of, plan_units
+from jaxdata.conversion.formats import configured_format, format_of, plan_units
 from jaxdata.conversion.input_files import expand_inputs, file_sizes
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.shard_jobs import ShardTarget
@@ -92,6 +92,6 @@ def conversion_plan(
       on_scan(scanned[0], total)
 
   unit_bytes = unit_size(total, workers, options)
-  units = plan_units(files, formats, options.text_mode, unit_bytes, scan, sizes)
+  units = plan_units(files, [configured_format(f, options) for f in formats], unit_bytes, scan, sizes)
   dtype = dtype_for_vocab_size(tokenizer.vocab_size).name
   return ConversionPlan(tuple(files), tuple(formats), tuple(sizes), dtype, unit_bytes, tuple(units), options)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxdata.conversion.formats import DocumentRead, format_of, plan_units, unit_documents
+from jaxdata.conversion.formats import DocumentRead, configured_format, format_of, plan_units, unit_documents
 from jaxdata.conversion.input_files import expand_inputs
 from jaxdata.conversion.inputs import InvalidLog
 from jaxdata.conversion.options import ConvertOptions
@@ -33,11 +33,11 @@ class RoundtripReport:
 def check_roundtrip(out_dir: str, inputs: Sequence[str], options: ConvertOptions, count: int) -> RoundtripReport:
   tokenizer = load_tokenizer(options.tokenizer)
   files = expand_inputs(inputs, options.include, options.exclude)
-  units = plan_units(files, [format_of(f, options.input_format) for f in files], options.text_mode, 1 << 62)
+  units = plan_units(files, [configured_format(format_of(f, options.input_format), options) for f in files], 1 << 62)
   texts: list[str] = []
   for unit in units:
     # A conversion that reached the dataset skipped invalid records (or had none): so does this.
-    for text in unit_documents(unit, DocumentRead(options.field, options.text_mode, InvalidLog(skip_invalid=True))):
+    for text in unit_documents(unit, options, DocumentRead(InvalidLog(skip_invalid=True))):
       if tokenizer.encode_batch([text])[1][0] > 0:  # empty documents were skipped too
         texts.append(text)
       if len(texts) == count:

@@ -94,7 +94,7 @@ def tokenize_unit(
 
   batch: list[Any] = []
   records = encoder is not None
-  for text in unit_documents(unit, DocumentRead(options.field, options.text_mode, invalid, consumed, records)):
+  for text in unit_documents(unit, options, DocumentRead(invalid, consumed, records)):
     batch.append(text)
     if len(batch) == options.batch_documents:
       empty += flush(batch)
