@@ -11,6 +11,7 @@ importing only the ones before it::
 
     `config`        what the user asked for: dataclasses, YAML, schedules, validators
     `sources`       datasets on disk: ArrayRecord shards, Megatron / flat token files read in place, windows
+    `vision`        images: the processor's resize, grid and tokens from an image's size; decoding, patches
     `order`         each dataset's order per pass: keyed permutations, cursors
     `mixture`       the mixture as one stream of documents: interleave strategies
     `transforms`    packing documents into rows, planned from lengths; row assembly

@@ -25,6 +25,7 @@ ALLOWED = {
   "_native_switch": set(),
   "config": {"errors", "_lazy", "_native_switch"},  # _lazy: PyYAML loads at the first load_config
   "sources": {"errors", "_lazy", "_native_switch"},
+  "vision": {"errors", "_lazy"},  # an image's size, tokens and patches: below every stage that reads images
   "order": {"config", "errors"},
   "mixture": {"config", "sources", "order", "errors", "_native_switch"},
   "transforms": {"config", "errors", "_native_switch"},  # _native_switch: every C loop reads the one switch

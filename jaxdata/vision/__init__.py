@@ -1,0 +1,28 @@
+"""Images in the rows: how an image becomes tokens and patches (the first step of image-text data).
+
+Its modules::
+
+    policies.py   image policies: the processor's resize, patch grid and token count from an image's size
+                  alone (FixedSize: Gemma 3, SigLIP, LLaVA; NativeResolution: Qwen2-VL, 2.5-VL, 3-VL)
+    decode.py     image bytes to upright RGB pixels and patches, each awkward kind (alpha, CMYK, 16-bit,
+                  EXIF, animated, bombs, corrupt bytes) with a stated behaviour
+
+Pillow is imported only by `decode` (the `vision` extra).
+"""
+
+from jaxdata._lazy import lazy_exports
+
+__all__ = ["FixedSize", "NativeResolution", "decode_image", "image_patches", "image_policy", "image_size"]
+
+__getattr__, __dir__ = lazy_exports(
+  __name__,
+  {
+    "FixedSize": "jaxdata.vision.policies",
+    "NativeResolution": "jaxdata.vision.policies",
+    "image_policy": "jaxdata.vision.policies",
+    "decode_image": "jaxdata.vision.decode",
+    "image_patches": "jaxdata.vision.decode",
+    "image_size": "jaxdata.vision.decode",
+  },
+  package_globals=globals(),
+)
