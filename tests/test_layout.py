@@ -41,6 +41,7 @@ ALLOWED = {
   "cli": {
     "config",
     "sources",
+    "vision",
     "pipeline",
     "conversion",
     "tools",

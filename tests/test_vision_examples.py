@@ -18,9 +18,10 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
 
 from jaxdata.conversion.examples import ExampleEncoder
-from jaxdata.conversion.vision_examples import GEMMA3, QWEN_VL, VisionEncoder
+from jaxdata.conversion.vision_examples import VisionEncoder
 from jaxdata.errors import InputFormatError
 from jaxdata.vision import FixedSize, NativeResolution
+from jaxdata.vision.image_tokens import IMAGE_TOKENS
 
 QWEN_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 GEMMA_SPECIALS = [
@@ -89,7 +90,7 @@ def test_chat_ids_equal_the_qwen_processors_on_random_sizes(tmp_path, monkeypatc
     chat_template=qwen_template,
   )
   encoder = VisionEncoder(
-    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), QWEN_VL
+    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), IMAGE_TOKENS["qwen-vl"]
   )
   rng = np.random.default_rng(7)
   pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -121,7 +122,7 @@ def test_captions_and_interleaved_documents_equal_the_processors_text(tmp_path, 
     chat_template=qwen_template,
   )
   encoder = VisionEncoder(
-    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), QWEN_VL
+    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), IMAGE_TOKENS["qwen-vl"]
   )
   (tmp_path / "img").mkdir()
   (tmp_path / "img" / "cat.png").write_bytes(_png(300, 500, 1))
@@ -129,7 +130,9 @@ def test_captions_and_interleaved_documents_equal_the_processors_text(tmp_path, 
     {"image": "img/cat.png", "text": "caption of a cat"}, "c.jsonl line 1", str(tmp_path / "c.jsonl")
   )
   expected = processor(
-    text=[QWEN_VL.in_text + "caption of a cat"], images=[Image.new("RGB", (500, 300))], return_tensors="np"
+    text=[IMAGE_TOKENS["qwen-vl"].in_text + "caption of a cat"],
+    images=[Image.new("RGB", (500, 300))],
+    return_tensors="np",
   )
   assert caption.ids.tolist() == expected["input_ids"][0].tolist()
   assert caption.mask.sum() == len(tokenizer("caption of a cat", add_special_tokens=False)["input_ids"])
@@ -138,7 +141,7 @@ def test_captions_and_interleaved_documents_equal_the_processors_text(tmp_path, 
     "images": [None, {"bytes": _png(64, 64, 2)}, None, _png(90, 30, 3)],
   }
   document = encoder.encode(record, "obelics.parquet row 4")
-  text = "the sky" + QWEN_VL.in_text + " at noon" + QWEN_VL.in_text
+  text = "the sky" + IMAGE_TOKENS["qwen-vl"].in_text + " at noon" + IMAGE_TOKENS["qwen-vl"].in_text
   images = [Image.new("RGB", (64, 64)), Image.new("RGB", (30, 90))]
   assert document.ids.tolist() == processor(text=[text], images=images, return_tensors="np")["input_ids"][0].tolist()
   assert document.sizes.tolist() == [[64, 64], [90, 30]]
@@ -157,7 +160,9 @@ def test_gemma3_runs_wrap_their_soft_tokens_as_its_processor_does(tmp_path, monk
   processor = _processor(
     Gemma3Processor, monkeypatch, image_processor=Gemma3ImageProcessorPil(), tokenizer=tokenizer, chat_template=template
   )
-  encoder = VisionEncoder(ExampleEncoder("chat", tokenizer, "messages", template=template), FixedSize(), GEMMA3)
+  encoder = VisionEncoder(
+    ExampleEncoder("chat", tokenizer, "messages", template=template), FixedSize(), IMAGE_TOKENS["gemma3"]
+  )
   record = {**_chat(2, np.random.default_rng(1)), "images": [_png(100, 200, 5), _png(700, 40, 6)]}
   example = encoder.encode(record, "gemma.jsonl line 1")
   text = processor.apply_chat_template(record["messages"], tokenize=False)
@@ -174,7 +179,7 @@ def test_an_image_inside_trained_text_still_never_trains(tmp_path, qwen_template
   """train_on all: every text token trains, the image's run in the middle of it does not."""
   tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
   text = ExampleEncoder("chat", tokenizer, "messages", train_on="all", template=qwen_template)
-  encoder = VisionEncoder(text, NativeResolution(), QWEN_VL)
+  encoder = VisionEncoder(text, NativeResolution(), IMAGE_TOKENS["qwen-vl"])
   example = encoder.encode({**_chat(1, np.random.default_rng(3)), "images": [_png(200, 300, 4)]}, "all.jsonl line 1")
   pad = example.ids == tokenizer.convert_tokens_to_ids("<|image_pad|>")
   assert pad.sum() == int(example.image_tokens[0]) > 0
@@ -184,7 +189,7 @@ def test_an_image_inside_trained_text_still_never_trains(tmp_path, qwen_template
 def test_a_bad_vision_record_is_refused_naming_it_and_the_image(tmp_path, qwen_template):
   tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
   encoder = VisionEncoder(
-    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), QWEN_VL
+    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), IMAGE_TOKENS["qwen-vl"]
   )
   rng = np.random.default_rng(2)
   with pytest.raises(InputFormatError, match="x line 3: 'images' lists 2 images, the messages place 1"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shlex
 import time
@@ -15,13 +16,15 @@ from jaxdata.cli.parsing import Commands, parse_size
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.examples import EXAMPLE_FORMATS, ExampleFormat
 from jaxdata.conversion.local_runner import convert as convert_files
-from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES, ConvertOptions
+from jaxdata.conversion.options import INPUT_FORMATS, TEXT_MODES, ConvertOptions, ImageOptions
 from jaxdata.conversion.ray_runner import convert_with_ray
 from jaxdata.conversion.roundtrip import check_roundtrip
 from jaxdata.conversion.tokenizers import TokenizerSpec, load_tokenizer, roundtrip_warning
 from jaxdata.errors import ConfigError
 from jaxdata.sources.manifest import COMPRESSIONS, Manifest
 from jaxdata.tools.numbers import human_bytes
+from jaxdata.vision.image_tokens import IMAGE_TOKENS
+from jaxdata.vision.policies import image_policy
 
 __all__ = ["register_convert", "register_reference"]
 
@@ -45,7 +48,22 @@ def _options(args: argparse.Namespace, examples: ExampleFormat) -> ConvertOption
     skip_invalid=args.skip_invalid,
     include=tuple(args.include),
     exclude=tuple(args.exclude),
+    images=_image_options(args) if examples == "vision" else None,
   )
+
+
+def _image_options(args: argparse.Namespace) -> ImageOptions:
+  """--image-policy (a policy's name, or its JSON: {"policy": "fixed", "height": 336, ...}), --image-tokens,
+  --image-root as `ImageOptions`."""
+  spec = args.image_policy.strip()
+  try:
+    fields = json.loads(spec) if spec.startswith("{") else {"policy": spec}
+  except json.JSONDecodeError as error:
+    raise ConfigError(f"--image-policy: not a policy name nor JSON ({error.msg} at character {error.pos})") from error
+  try:
+    return ImageOptions(image_policy(fields), args.image_tokens, args.image_root)
+  except ValueError as error:
+    raise ConfigError(f"--image-policy: {error}") from error
 
 
 def _print_summary(console: Console, args: argparse.Namespace, manifest: Manifest) -> None:
@@ -151,11 +169,24 @@ def register_convert(commands: Commands) -> None:
   p.add_argument(
     "--format",
     default="auto",
-    choices=("auto", *INPUT_FORMATS, "chat", "prompt-completion", "preference"),
+    choices=("auto", *INPUT_FORMATS, *EXAMPLE_FORMATS[1:]),
     metavar="FORMAT",
-    help=f"input format: {', '.join(('auto', *INPUT_FORMATS, 'chat', 'prompt-completion', 'preference'))} (default "
+    help=f"input format: {', '.join(('auto', *INPUT_FORMATS, *EXAMPLE_FORMATS[1:]))} (default "
     "auto: from each file's suffix); chat / prompt-completion: fine-tuning examples with trained-token masks; "
-    "preference: chosen / rejected pairs (or KTO labels), a pair a record (JSONL or Parquet)",
+    "preference: chosen / rejected pairs (or KTO labels), a pair a record (JSONL or Parquet); vision: chats with "
+    "images, captions, interleaved documents (the images kept as they came)",
+  )
+  p.add_argument(
+    "--image-policy",
+    default="native",
+    help="vision: the processor's image policy: native (Qwen2-VL's), fixed (Gemma 3's), or its JSON, e.g. "
+    '{"policy": "fixed", "height": 336, "width": 336, "pool": 1}',
+  )
+  p.add_argument(
+    "--image-tokens", default="qwen-vl", choices=sorted(IMAGE_TOKENS), help="vision: the model's image tokens"
+  )
+  p.add_argument(
+    "--image-root", default="", help="vision: where relative image paths start (default: each input's directory)"
   )
   p.add_argument(
     "--field", default="text", help="JSONL field / Parquet column / tf.train.Example feature (chat: messages)"

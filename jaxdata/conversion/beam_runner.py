@@ -327,6 +327,11 @@ def convert_with_beam(
   Prism runners) scratch and `out_dir` must be shared storage (gs://, s3://): a local path there is a
   `ValueError` before anything runs. Returns the manifest (read back when `out_dir` is local).
   """
+  if options.examples == "vision":
+    raise ConfigError(
+      "examples: 'vision': image-text examples convert on this machine's processes or on Ray (--runner local or "
+      "ray); the Beam runner writes text records only"
+    )
   options_obj, runner, temp_location, quiet = _pipeline_options(beam_args)
   root = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else None)
   _check_shared_storage(runner, out_dir, root)

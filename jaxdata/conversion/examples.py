@@ -57,7 +57,7 @@ __all__ = [
   "example_encoder",
 ]
 
-ExampleFormat = Literal["text", "chat", "prompt-completion", "preference"]
+ExampleFormat = Literal["text", "chat", "prompt-completion", "preference", "vision"]
 TrainOn = Literal["assistant", "last", "all"]
 EXAMPLE_FORMATS: tuple[ExampleFormat, ...] = get_args(ExampleFormat)
 TRAIN_ON: tuple[TrainOn, ...] = get_args(TrainOn)

@@ -36,6 +36,7 @@ from jaxdata.conversion.tokenize_units import (
   UnitResult,
   tokenize_unit,
 )
+from jaxdata.conversion.vision_units import UnitImages, tokenize_vision_unit
 from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.errors import WorkerStartError
 from jaxdata.sources.columns import PAIR_COLUMNS, column_file_name
@@ -65,11 +66,19 @@ def _shared_progress(done_bytes: int, documents: int) -> None:
 def _tokenize_to_scratch(
   unit: WorkUnit, options: ConvertOptions, scratch: str, on_progress: Callable[[int, int], None] = _shared_progress
 ) -> UnitResult:
-  tokens, lengths, masks, result = tokenize_unit(unit, options, on_progress)
-  tokens.tofile(os.path.join(scratch, f"{unit.index:07d}.tokens"))
-  np.save(os.path.join(scratch, f"{unit.index:07d}.lengths.npy"), lengths)
+  stem = os.path.join(scratch, f"{unit.index:07d}")
+  masks: np.ndarray | None
+  if options.examples == "vision":
+    tokens, lengths, masks, images, result = tokenize_vision_unit(unit, options, on_progress)
+    images.blob.tofile(f"{stem}.images")
+    np.save(f"{stem}.image_counts.npy", images.counts)
+    np.save(f"{stem}.image_table.npy", images.table)
+  else:
+    tokens, lengths, masks, result = tokenize_unit(unit, options, on_progress)
+  tokens.tofile(f"{stem}.tokens")
+  np.save(f"{stem}.lengths.npy", lengths)
   if masks is not None:
-    masks.tofile(os.path.join(scratch, f"{unit.index:07d}.masks"))
+    masks.tofile(f"{stem}.masks")
   return result
 
 
@@ -187,7 +196,19 @@ def write_job(job: ShardJob, target: ShardTarget) -> ShardInfo:
     compression=target.compression,
     masks_of=_load_tokens(target.scratch, "uint8", "masks") if target.masks else None,
     pairs=target.pairs,
+    images_of=images_loader(target.scratch) if target.images else None,
   )
+
+
+def images_loader(scratch: str) -> Callable[[int], UnitImages]:
+  """A unit's images as the tokenize phase left them in `scratch` (the bytes memory-mapped)."""
+
+  def load(unit: int) -> UnitImages:
+    stem = os.path.join(scratch, f"{unit:07d}")
+    blob = _load_tokens(scratch, "uint8", "images")(unit)
+    return UnitImages(np.load(f"{stem}.image_counts.npy"), np.load(f"{stem}.image_table.npy"), blob)
+
+  return load
 
 
 def _tokenize_all(

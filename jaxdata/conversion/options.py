@@ -12,8 +12,10 @@ from typing import Literal, get_args
 from jaxdata.conversion.examples import EXAMPLE_FORMATS, TRAIN_ON, ExampleFormat, TrainOn
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.sources.manifest import COMPRESSIONS
+from jaxdata.vision.image_tokens import IMAGE_TOKENS
+from jaxdata.vision.policies import MAX_PIXELS, FixedSize, NativeResolution
 
-__all__ = ["ConvertOptions", "INPUT_FORMATS", "Progress", "TEXT_MODES"]
+__all__ = ["ConvertOptions", "INPUT_FORMATS", "ImageOptions", "Progress", "TEXT_MODES"]
 
 InputFormat = Literal["jsonl", "parquet", "text", "arrayrecord", "tfrecord"]  # the last two: tf.train.Example records
 TextMode = Literal["file", "line", "paragraph"]
@@ -21,6 +23,26 @@ INPUT_FORMATS: tuple[InputFormat, ...] = get_args(InputFormat)
 TEXT_MODES: tuple[TextMode, ...] = get_args(TextMode)
 # (phase, done, in all, documents so far); phase: "scan" and "tokenize" count input bytes, "write" documents.
 Progress = Callable[[str, int, int, int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+  """Vision examples' images: the model processor's `policy` (its resize, grid and token count), how its
+  text shows an image (`tokens`: a name in `IMAGE_TOKENS`), where relative image paths start (`root`;
+  default: each input file's directory) and the largest image taken (`max_pixels`)."""
+
+  policy: FixedSize | NativeResolution = NativeResolution()
+  tokens: str = "qwen-vl"
+  root: str = ""
+  max_pixels: int = MAX_PIXELS
+
+  def __post_init__(self) -> None:
+    if not isinstance(self.policy, (FixedSize, NativeResolution)):
+      raise ValueError(f"images.policy: a FixedSize or NativeResolution, got {self.policy!r}")
+    if self.tokens not in IMAGE_TOKENS:
+      raise ValueError(f"images.tokens: {self.tokens!r} is not one of {sorted(IMAGE_TOKENS)}")
+    if isinstance(self.max_pixels, bool) or not isinstance(self.max_pixels, int) or self.max_pixels < 1:
+      raise ValueError(f"images.max_pixels: a positive number of pixels, got {self.max_pixels!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +73,8 @@ class ConvertOptions:
     chat_template_text: the same template given as text (Levanter's `chat_template`).
     system_prompt_field: chat: a record field whose text goes first, as a system message.
     template_kwargs_field: chat: a record field of keyword arguments for the template.
+    images: with examples "vision" (chat with images, captions, interleaved documents): the
+      image policy and the model's image tokens (`ImageOptions`; its defaults: Qwen2-VL's).
     max_example_tokens: > 0: a fine-tuning example of more tokens is refused, named by
       file:line (counted under `skip_invalid`), so that no example reaches packing longer than
       its rows' seq_len; 0: any length (packing's `long_docs` decides).
@@ -76,6 +100,7 @@ class ConvertOptions:
   template_kwargs_field: str = ""
   max_example_tokens: int = 0
   pair_fields: tuple[str, str] = ("chosen", "rejected")  # preference: the fields of the two sides
+  images: ImageOptions | None = None
 
   def __post_init__(self) -> None:
     object.__setattr__(self, "tokenizer", _tokenizer_spec(self.tokenizer))
@@ -129,10 +154,25 @@ class ConvertOptions:
       raise ValueError(f"pair_fields: the two sides need two fields, got {self.pair_fields[0]!r} twice")
     if self.max_example_tokens and self.examples == "text":
       raise ValueError("max_example_tokens: applies to fine-tuning examples (examples 'chat' or 'prompt-completion')")
+    self._check_images()
     if self.unit_bytes < 0:
       raise ValueError(f"unit_bytes: must be >= 0, got {self.unit_bytes}")
     object.__setattr__(self, "include", tuple(self.include))
     object.__setattr__(self, "exclude", tuple(self.exclude))
+
+  def _check_images(self) -> None:
+    if self.examples != "vision":
+      if self.images is not None:
+        raise ValueError(f"images: applies to examples 'vision', not {self.examples!r}")
+      return
+    if self.images is None:
+      object.__setattr__(self, "images", ImageOptions())
+    if not isinstance(self.images, ImageOptions):
+      raise ValueError(f"images: an ImageOptions, got {self.images!r:.100}")
+    if self.tokenizer.kind != "huggingface":
+      raise ValueError(
+        "tokenizer: vision examples need the model's Hugging Face tokenizer (its image tokens are special tokens)"
+      )
 
 
 def _tokenizer_spec(value: object) -> TokenizerSpec:

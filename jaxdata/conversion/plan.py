@@ -60,8 +60,8 @@ class ConversionPlan:
 
   def shard_target(self, out_dir: str, name: str, scratch: str) -> ShardTarget:
     """Where and how every shard job writes (each record a pair for preference data: its sides as columns)."""
-    pairs = self.options.examples == "preference"
-    return ShardTarget(out_dir, name, self.dtype, scratch, self.options.compression, self.masked, pairs)
+    pairs, images = self.options.examples == "preference", self.options.examples == "vision"
+    return ShardTarget(out_dir, name, self.dtype, scratch, self.options.compression, self.masked, pairs, images)
 
   def manifest(self, name: str, shards: Sequence[ShardInfo], results: Sequence[UnitResult]) -> Manifest:
     """The manifest that seals the dataset. The tokenizer's record is made here, after tokenizing: a

@@ -17,16 +17,33 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from jaxdata.sources.columns import pair_columns
+from jaxdata.sources.image_records import IMAGE_COLUMNS, image_trailer
 from jaxdata.sources.manifest import ShardInfo, writer_options
 from jaxdata.sources.masked import records_with_masks
 from jaxdata.sources.writer import finish_shard, shard_file_names
 
 __all__ = ["ShardJob", "ShardTarget", "plan_shard_jobs", "plan_shards", "write_shard"]
+
+
+class UnitImageArrays(Protocol):
+  """A unit's images as a shard job reads them (`vision_units.UnitImages`): per document its count; per
+  image (bytes, height, width, patches); the images' bytes back to back."""
+
+  @property
+  def counts(self) -> np.ndarray: ...
+
+  @property
+  def table(self) -> np.ndarray: ...
+
+  @property
+  def blob(self) -> np.ndarray: ...
+
 
 ShardJob = tuple[int, list[tuple[int, int, int]]]  # (shard index, [(unit, first document, end document)])
 Loader = Callable[[int], np.ndarray]  # unit index -> its tokens, or its lengths
@@ -86,6 +103,7 @@ class ShardTarget:
   compression: str
   masks: bool = False
   pairs: bool = False
+  images: bool = False  # each record ends with its images (vision examples)
 
 
 def write_shard(
@@ -99,6 +117,7 @@ def write_shard(
   compression: str = "zstd",
   masks_of: Loader | None = None,
   pairs: bool = False,
+  images_of: Callable[[int], UnitImageArrays] | None = None,
 ) -> ShardInfo:
   """Writes shard `job` into `out_dir` (a local directory) from its units' tokens (and, for fine-tuning
   examples, their trained-token masks: each record its ids, then a mask byte per id); its manifest entry."""
@@ -107,6 +126,7 @@ def write_shard(
   shard_name, _ = shard_file_names(name, index)
   writer = ArrayRecordWriter(os.path.join(out_dir, shard_name), writer_options(compression))
   all_lengths, all_marks = [], []
+  image_columns: dict[str, list[np.ndarray]] = {name: [] for name in IMAGE_COLUMNS}
   records = hashlib.sha256()  # the records as written: the fingerprint's, whatever the compression
   record_size = np_dtype.itemsize + (masks_of is not None)
   try:
@@ -122,12 +142,38 @@ def write_shard(
         if pairs:
           all_marks.append(marks)
       offsets = ((starts[first : last + 1] - starts[first]) * record_size).tolist()
-      for begin, end in zip(offsets[:-1], offsets[1:]):
-        writer.write(payload[begin:end])
-      records.update(payload[offsets[0] : offsets[-1]])
+      trailers = _trailers(images_of(unit), first, last, image_columns) if images_of is not None else None
+      for k, (begin, end) in enumerate(zip(offsets[:-1], offsets[1:])):
+        record = payload[begin:end] if trailers is None else payload[begin:end] + trailers[k]
+        writer.write(record)
+        if trailers is not None:
+          records.update(record)
+      if trailers is None:
+        records.update(payload[offsets[0] : offsets[-1]])
       all_lengths.append(lengths[first:last])
   finally:
     writer.close()
   lengths = np.concatenate(all_lengths)
   columns = pair_columns(lengths, np.concatenate(all_marks)) if pairs else None
+  if images_of is not None:
+    columns = {name: np.concatenate(parts).astype(np.uint32) for name, parts in image_columns.items()}
   return finish_shard(out_dir, name, index, lengths, records, columns)
+
+
+def _trailers(images: UnitImageArrays, first: int, last: int, columns: dict[str, list[np.ndarray]]) -> list[bytes]:
+  """Documents [first, last) of a unit: each one's images as its record's trailer (`image_trailer`); their
+  counts and patches added to the shard's `columns`."""
+  counts, table, blob = np.asarray(images.counts, np.int64), np.asarray(images.table, np.int64), images.blob
+  image_starts = np.cumsum(counts) - counts
+  byte_ends = np.cumsum(table[:, 0])
+  byte_starts = byte_ends - table[:, 0]
+  out = []
+  for doc in range(first, last):
+    rows = range(int(image_starts[doc]), int(image_starts[doc] + counts[doc]))
+    stored = [bytes(blob[byte_starts[i] : byte_ends[i]]) for i in rows]
+    out.append(image_trailer(stored, table[rows.start : rows.stop, 1:3]))
+  owner = np.repeat(np.arange(counts.size), counts)  # each image's document
+  patches = np.bincount(owner, weights=table[:, 3], minlength=counts.size).astype(np.int64)
+  columns["num_images"].append(counts[first:last])
+  columns["num_patches"].append(patches[first:last])
+  return out

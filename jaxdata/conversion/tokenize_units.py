@@ -21,7 +21,7 @@ from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.errors import InputFormatError
 from jaxdata.sources.columns import pair_columns
 from jaxdata.sources.fileutil import file_sha256
-from jaxdata.sources.manifest import TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS, Manifest, ShardInfo
+from jaxdata.sources.manifest import TOKENS_ONLY, WITH_IMAGES, WITH_MASK, WITH_PAIR_MARKS, Manifest, ShardInfo
 
 __all__ = ["UnitResult", "cached_tokenizer", "converted_manifest", "tokenize_unit", "tokenizer_record", "unit_size"]
 
@@ -159,6 +159,8 @@ def record_features(options: ConvertOptions) -> tuple[str, ...]:
   """What each record of the converted dataset holds beside its ids (the manifest's `features`)."""
   if options.examples == "preference":
     return WITH_PAIR_MARKS
+  if options.examples == "vision":
+    return WITH_IMAGES
   return WITH_MASK if options.examples != "text" else TOKENS_ONLY
 
 
@@ -249,6 +251,13 @@ def unit_size(total_bytes: int, workers: int, options: ConvertOptions) -> int:
   return int(min(MAX_UNIT_BYTES, max(MIN_UNIT_BYTES, total_bytes // max(1, 4 * workers))))
 
 
+def _image_stats(options: ConvertOptions) -> dict[str, Any]:
+  """The image policy and image tokens a vision dataset's ids were made with (readers check them)."""
+  assert options.images is not None
+  policy = options.images.policy
+  return {"policy": {"policy": policy.name, **dataclasses.asdict(policy)}, "tokens": options.images.tokens}
+
+
 def _pair_stats(results: Sequence[UnitResult]) -> dict[str, int]:
   """Pairs, KTO examples (one side) and each side's trained tokens."""
   trained, rejected = sum(r.trained_tokens for r in results), sum(r.trained_rejected for r in results)
@@ -291,6 +300,7 @@ def conversion_stats(files: Sequence[str], results: Sequence[UnitResult], option
       # which rule decided the trained tokens: the template's generation blocks, or whole assistant turns
       **({"mask_rule": _cached_encoder(options).mask_rule} if rendered and options.train_on != "all" else {}),
       **(_pair_stats(results) if options.examples == "preference" else {}),
+      **({"images": _image_stats(options)} if options.images is not None else {}),
     }
     if options.examples != "text"
     else {}

@@ -13,8 +13,8 @@ n is the policy's token count for the image's size (read from its header: nothin
 replacement is the processor's own text replacement, so the ids equal the processor's (tested against
 transformers' Qwen2-VL processor with the published Qwen2.5-VL template).
 
->>> QWEN_VL.expansion(3)
-'<|image_pad|><|image_pad|><|image_pad|>'
+>>> VisionExample(np.array([5]), np.array([1], np.uint8), (), np.zeros((0, 2), np.int64), np.zeros(0, np.int64)).images
+()
 """
 
 from __future__ import annotations
@@ -29,33 +29,11 @@ import numpy as np
 from jaxdata.conversion.examples import ExampleEncoder, character_range_mask
 from jaxdata.conversion.image_inputs import IMAGE_PART_KEYS, image_bytes, is_image_part
 from jaxdata.errors import InputFormatError
-from jaxdata.vision.decode import MAX_PIXELS, image_size
-from jaxdata.vision.policies import FixedSize, NativeResolution
+from jaxdata.vision.decode import image_size
+from jaxdata.vision.image_tokens import ImageTokens
+from jaxdata.vision.policies import MAX_PIXELS, FixedSize, NativeResolution
 
-__all__ = ["GEMMA3", "QWEN_VL", "ImageTokens", "VisionEncoder", "VisionExample"]
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageTokens:
-  """How images appear in a model's text: what its template writes per image (`in_text`), the part of it the
-  processor replaces (`placeholder`), and the replacement: `before`, `image_token` once per image token, `after`."""
-
-  in_text: str
-  placeholder: str
-  image_token: str
-  before: str = ""
-  after: str = ""
-
-  def expansion(self, tokens: int) -> str:
-    return self.before + self.image_token * tokens + self.after
-
-
-QWEN_VL = ImageTokens("<|vision_start|><|image_pad|><|vision_end|>", "<|image_pad|>", "<|image_pad|>")
-GEMMA3 = ImageTokens(
-  "<start_of_image>", "<start_of_image>", "<image_soft_token>", "\n\n<start_of_image>", "<end_of_image>\n\n"
-)
-LLAVA = ImageTokens("<image>", "<image>", "<image>")
-IMAGE_TOKENS = {"qwen-vl": QWEN_VL, "gemma3": GEMMA3, "llava": LLAVA}
+__all__ = ["VisionEncoder", "VisionExample"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -121,6 +121,12 @@ def _check_pairs(name: str, dataset: SplitDataset, packs_pairs: bool) -> None:
       "rejected in one record); packed as documents both sides would train as one: set packing.pairs "
       "(docs/preference.md)"
     )
+  if dataset.manifest.holds_images:
+    raise ConfigError(
+      f"dataset {name}: holds image-text examples (features {list(dataset.manifest.features)}); the pipeline "
+      "packs their text and images together only with image budgets, which this version does not have: packing "
+      "the text alone would train without the images"
+    )
   if packs_pairs and not dataset.manifest.holds_pairs:
     raise ConfigError(
       f"dataset {name}: holds documents, not preference pairs (features {list(dataset.manifest.features)}); "

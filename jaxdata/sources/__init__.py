@@ -5,8 +5,10 @@ Its modules::
     manifest.py          what a dataset directory holds (manifest.json), checked on open
     records.py           `ShardedRecords`: what every reader shares, records numbered across shards
     dataset.py           `TokenDataset`: validated, batched reads of ArrayRecord shards
+    read_options.py      `ReadOptions`: how a `TokenDataset` reads (threads, reader options, flat files' reader)
     ragged.py            `RaggedTokens`: documents as one flat id array and offsets (every reader's batch)
     masked.py            fine-tuning records: ids, then one trained-token mask byte per id
+    image_records.py     image-text records: a masked record, then the example's images as stored
     columns.py           per-record columns beside a shard (a preference pair's side and prompt lengths)
     record_files.py      ArrayRecord and TFRecord files of serialized records
     flat.py              `FlatTokenDataset`: Megatron and flat token files read in place

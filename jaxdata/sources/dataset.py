@@ -14,7 +14,6 @@ loop over documents, and records are raw little-endian ids (never pickle).
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import operator
 import os
 import threading
@@ -27,45 +26,19 @@ from array_record.python.array_record_module import ArrayRecordReader
 from jaxdata.errors import DatasetError
 from jaxdata.sources.columns import check_pair_columns, load_column
 from jaxdata.sources.fileutil import check_inside, file_sha256, sample_sha256
+from jaxdata.sources.image_records import split_image_trailer
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
 from jaxdata.sources.masked import split_masked
 from jaxdata.sources.ragged import RaggedTokens
+from jaxdata.sources.read_options import ReadOptions
 from jaxdata.sources.records import ShardedRecords, check_range
 from jaxdata.sources.remote import RemoteShards
 from jaxdata.sources.shard_cache import CacheOptions, default_cache_options
 from jaxdata.sources.stores import is_remote
 
 __all__ = ["RaggedTokens", "ReadOptions", "TokenDataset"]
-
-FLAT_READERS = ("mmap", "tensorstore")
-
-
-@dataclasses.dataclass(frozen=True)
-class ReadOptions:
-  """How `TokenDataset.read` reads.
-
-  Attributes:
-    num_threads: shards read concurrently within one `read` call; 1 reads in
-      the calling thread. (The ArrayRecord reader holds the GIL while it
-      reads, so more Python threads help little; its own C++ threads do.)
-    reader_options: ArrayRecord reader options; the default tunes for random
-      access: no read-ahead, and the reader's own parallelism within a call.
-    flat_reader: how local megatron / flat token files are read: "mmap"
-      (memory maps, the fastest here) or "tensorstore" (its file kvstore).
-      Files in gs:// or s3:// are always read through tensorstore.
-  """
-
-  num_threads: int = 2
-  reader_options: str = "readahead_buffer_size:0"
-  flat_reader: str = "mmap"
-
-  def __post_init__(self) -> None:
-    if not isinstance(self.num_threads, int) or self.num_threads < 1:
-      raise ValueError(f"num_threads: must be an int >= 1, got {self.num_threads!r}")
-    if self.flat_reader not in FLAT_READERS:
-      raise ValueError(f"flat_reader: {self.flat_reader!r} is not one of {FLAT_READERS}")
 
 
 class TokenDataset(ShardedRecords):
@@ -163,6 +136,20 @@ class TokenDataset(ShardedRecords):
     count = shard_ids.size
     if count == 0:
       return RaggedTokens(np.zeros(0, self.dtype), np.zeros(1, np.int64), self._no_mask())
+    blobs, token_lengths = self._record_bytes(shard_ids, record_ids)
+    if self.manifest.holds_images:  # the text part (a masked record); the images after it: `read_images`
+      blobs = tuple(b[:n] for b, n in zip(blobs, (token_lengths * self.manifest.record_itemsize).tolist()))
+    byte_lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=count)
+    self._check_byte_lengths(byte_lengths, token_lengths, shard_ids, record_ids)
+    offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(token_lengths, out=offsets[1:])
+    if not self.manifest.has_mask:
+      return RaggedTokens(np.frombuffer(b"".join(blobs), dtype=self.dtype), offsets)
+    return self._split_masks(tuple(blobs), token_lengths, offsets, shard_ids, record_ids)
+
+  def _record_bytes(self, shard_ids: np.ndarray, record_ids: np.ndarray) -> tuple[tuple[bytes, ...], np.ndarray]:
+    """The records' bytes in request order and their token lengths: one multi-index read per shard."""
+    count = shard_ids.size
     check_range(shard_ids, self.num_shards, "shard id", self.path)
     for_shard = self.shard_num_records[shard_ids]
     bad = np.flatnonzero((record_ids < 0) | (record_ids >= for_shard))
@@ -186,17 +173,27 @@ class TokenDataset(ShardedRecords):
     position_in_sorted = np.empty(count, np.int64)
     position_in_sorted[order] = np.arange(count)
     if count == 1:
-      blobs = sorted_blobs
+      blobs = tuple(sorted_blobs)
     else:
       blobs = operator.itemgetter(*position_in_sorted.tolist())(sorted_blobs)
-    byte_lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=count)
-    token_lengths = self.lengths[self.global_index(shard_ids, record_ids)].astype(np.int64)
-    self._check_byte_lengths(byte_lengths, token_lengths, shard_ids, record_ids)
-    offsets = np.zeros(count + 1, np.int64)
-    np.cumsum(token_lengths, out=offsets[1:])
-    if not self.manifest.has_mask:
-      return RaggedTokens(np.frombuffer(b"".join(blobs), dtype=self.dtype), offsets)
-    return self._split_masks(tuple(blobs), token_lengths, offsets, shard_ids, record_ids)
+    return tuple(blobs), self.lengths[self.global_index(shard_ids, record_ids)].astype(np.int64)
+
+  def read_images(
+    self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray
+  ) -> list[list[tuple[bytes, int, int]]]:
+    """Each record's images as stored, with their (height, width): an image-text dataset's (`WITH_IMAGES`)."""
+    if not self.manifest.holds_images:
+      raise DatasetError(f"{self.path}: holds no images (its records are {list(self.manifest.features)})")
+    shard_ids = np.asarray(shard_ids, dtype=np.int64).ravel()
+    record_ids = np.asarray(record_ids, dtype=np.int64).ravel()
+    if shard_ids.shape != record_ids.shape:
+      raise ValueError(f"read_images: {shard_ids.size} shard ids but {record_ids.size} record ids")
+    blobs, token_lengths = self._record_bytes(shard_ids, record_ids)
+    cut = (token_lengths * self.manifest.record_itemsize).tolist()
+    return [
+      split_image_trailer(blob[n:], f"{self.shard_path(int(s))}: record {int(r)}")
+      for blob, n, s, r in zip(blobs, cut, shard_ids, record_ids)
+    ]
 
   def _no_mask(self) -> np.ndarray | None:
     return np.zeros(0, np.uint8) if self.manifest.has_mask else None
@@ -236,12 +233,11 @@ class TokenDataset(ShardedRecords):
         )
       byte_lengths = record_byte_lengths(path)
       records = np.arange(shard.num_records)
-      self._check_byte_lengths(
-        byte_lengths,
-        self.lengths[self.record_starts[shard_id] + records].astype(np.int64),
-        np.full(shard.num_records, shard_id),
-        records,
-      )
+      token_lengths = self.lengths[self.record_starts[shard_id] + records].astype(np.int64)
+      if self.manifest.holds_images:  # the text part, then at least the images' header
+        text = token_lengths * self.manifest.record_itemsize
+        byte_lengths = np.where(byte_lengths >= text + 4, text, byte_lengths)
+      self._check_byte_lengths(byte_lengths, token_lengths, np.full(shard.num_records, shard_id), records)
 
   def transfer_stats(self) -> dict[str, float] | None:
     return self.remote.transfer_stats() if self.remote is not None else None

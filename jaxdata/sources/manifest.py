@@ -25,12 +25,14 @@ from typing import Any
 
 from jaxdata.errors import DatasetError
 from jaxdata.sources.columns import PAIR_COLUMNS
+from jaxdata.sources.image_records import IMAGE_COLUMNS
 
 __all__ = [
   "COMPRESSIONS",
   "FORMAT_VERSION",
   "TOKENS_ONLY",
   "WITH_MASK",
+  "WITH_IMAGES",
   "WITH_PAIR_MARKS",
   "MANIFEST_NAME",
   "MAX_MANIFEST_BYTES",
@@ -68,6 +70,10 @@ WITH_MASK = ("tokens", "mask")  # each record: its ids, then one byte (0 or 1) p
 # A preference pair (or one side of a KTO example) per record: its ids (the chosen side's, then the rejected
 # side's), then one byte per id: bit 0 trained, bit 1 the rejected side (`jaxdata.conversion.preference`).
 WITH_PAIR_MARKS = ("tokens", "pair_marks")
+# An example with images per record: its ids (each image's run of image tokens in place), a mask byte per id,
+# then its images as stored (`jaxdata.sources.image_records`); columns num_images and num_patches beside it.
+WITH_IMAGES = ("tokens", "mask", "images")
+FEATURE_SETS = (TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS, WITH_IMAGES)
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists shards: even 10^5 of them stay far below
 TOKEN_DTYPES = ("uint16", "uint32")
@@ -161,21 +167,26 @@ class Manifest:
     if self.format != "arrayrecord" and any(not s.starts_path for s in self.shards):
       raise ValueError(f"shards: every shard of a {self.format} dataset needs a starts_path")
     object.__setattr__(self, "features", tuple(self.features))
-    if self.features not in (TOKENS_ONLY, WITH_MASK, WITH_PAIR_MARKS):
-      raise ValueError(
-        f"features: {list(self.features)} is not {list(TOKENS_ONLY)}, {list(WITH_MASK)} or {list(WITH_PAIR_MARKS)}"
-      )
+    if self.features not in FEATURE_SETS:
+      raise ValueError(f"features: {list(self.features)} is not one of {[list(f) for f in FEATURE_SETS]}")
     if self.has_mask and self.format != "arrayrecord":
       raise ValueError(f"features: a {self.format} dataset holds ids only; masks live in ArrayRecord records")
     if self.holds_pairs and any(set(PAIR_COLUMNS) - set(s.columns) for s in self.shards):
       raise ValueError(f"shards: every shard of a dataset of pairs lists the columns {list(PAIR_COLUMNS)}")
+    if self.holds_images and any(set(IMAGE_COLUMNS) - set(s.columns) for s in self.shards):
+      raise ValueError(f"shards: every shard of an image-text dataset lists the columns {list(IMAGE_COLUMNS)}")
     if self.has_mask and self.format_version < MASK_FORMAT_VERSION:
       object.__setattr__(self, "format_version", MASK_FORMAT_VERSION)
 
   @property
   def has_mask(self) -> bool:
     """Whether every record carries a byte per id after its ids (a trained-token mask, or a pair's marks)."""
-    return self.features in (WITH_MASK, WITH_PAIR_MARKS)
+    return self.features in (WITH_MASK, WITH_PAIR_MARKS, WITH_IMAGES)
+
+  @property
+  def holds_images(self) -> bool:
+    """Whether each record ends with its example's images (`WITH_IMAGES`)."""
+    return self.features == WITH_IMAGES
 
   @property
   def holds_pairs(self) -> bool:

@@ -4,6 +4,7 @@ Its modules::
 
     policies.py   image policies: the processor's resize, patch grid and token count from an image's size
                   alone (FixedSize: Gemma 3, SigLIP, LLaVA; NativeResolution: Qwen2-VL, 2.5-VL, 3-VL)
+    image_tokens.py  how images appear in a model's text: the template's placeholder, the processor's run
     decode.py     image bytes to upright RGB pixels and patches, each awkward kind (alpha, CMYK, 16-bit,
                   EXIF, animated, bombs, corrupt bytes) with a stated behaviour
 

@@ -36,11 +36,10 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from jaxdata.errors import InputFormatError
-from jaxdata.vision.policies import FixedSize, NativeResolution
+from jaxdata.vision.policies import MAX_PIXELS, FixedSize, NativeResolution
 
-__all__ = ["MAX_PIXELS", "decode_image", "image_patches", "image_size"]
+__all__ = ["decode_image", "image_patches", "image_size"]
 
-MAX_PIXELS = 1 << 27  # 134M pixels (11,585²), below Pillow's own refusal (2x its 89M): ours decides, by name
 _TRANSPOSED = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 _EXIF_ORIENTATION = 0x0112
 _RESAMPLE = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}

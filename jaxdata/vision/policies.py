@@ -26,8 +26,9 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-__all__ = ["FixedSize", "ImagePolicy", "NativeResolution", "image_policy"]
+__all__ = ["MAX_PIXELS", "FixedSize", "ImagePolicy", "NativeResolution", "image_policy"]
 
+MAX_PIXELS = 1 << 27  # 134M pixels (11,585²), below Pillow's own refusal (2x its 89M): ours decides, by name
 RESAMPLING = ("bilinear", "bicubic")  # what the processors use (Gemma 3: bilinear; SigLIP, Qwen: bicubic)
 
 
