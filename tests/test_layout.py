@@ -226,7 +226,7 @@ def test_python_dash_m_jaxdata_runs_the_cli():
 
 
 # The API: `jaxdata` (its `__all__`) and these packages; every other module is internal.
-PUBLIC_MODULES = ("jaxdata", "jaxdata.testing", "jaxdata.research", "jaxdata.integrations")
+PUBLIC_MODULES = ("jaxdata", "jaxdata.testing", "jaxdata.research", "jaxdata.integrations", "jaxdata.vision")
 
 
 def _implementation_modules() -> list[str]:

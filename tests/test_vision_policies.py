@@ -13,7 +13,15 @@ from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImagePr
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
-from jaxdata.vision import FixedSize, NativeResolution, decode_image, image_patches, image_policy
+from jaxdata.vision import (
+  FixedSize,
+  NativeResolution,
+  decode_image,
+  image_patches,
+  image_policy,
+  normalize_patches,
+  temporal_patches,
+)
 
 RNG_SEED = 20261207
 
@@ -115,3 +123,19 @@ def test_sizes_the_processor_refuses_are_refused_naming_the_image():
     policy.tokens(np.array([0]), np.array([5]))
   with pytest.raises(ValueError, match="aspect ratio must be smaller than 200"):
     Qwen2VLImageProcessorPil().get_number_of_image_patches(10, 2500, {})
+
+
+def test_patches_normalised_on_the_device_equal_the_processors_pixel_values():
+  """uint8 patches, normalised and laid out over time on the device: Qwen's processor's own pixel values
+  (rescaled and normalised with its defaults) within float32 rounding."""
+  processor = Qwen2VLImageProcessorPil()
+  policy = NativeResolution()
+  pixels = np.random.default_rng(RNG_SEED + 2).integers(0, 256, (230, 410, 3), dtype=np.uint8)
+  theirs = processor(images=[Image.fromarray(pixels)], return_tensors="np")["pixel_values"]
+  ours = image_patches(decode_image(_png(pixels), "test"), policy)
+  normalised = normalize_patches(ours, processor.image_mean, processor.image_std, patch=policy.patch)
+  laid_out = np.asarray(temporal_patches(normalised, patch=policy.patch, temporal=policy.temporal_patch))
+  assert laid_out.shape == theirs.shape
+  assert np.abs(laid_out - theirs).max() < 1e-5
+  with pytest.raises(ValueError, match="the last axis holds 588 values, not 3 x 16 x 16"):
+    normalize_patches(ours, processor.image_mean, processor.image_std, patch=16)

@@ -17,6 +17,7 @@ One job, in the order the data moves through it::
     sentinels.py        where each content lies in a rendering (a sentinel rendering aligned); the marker probes
     image_inputs.py     the images a vision record names, as the bytes they came in (paths, bytes, HF structs)
     vision_examples.py  vision examples (chat with images, captions, interleaved) -> ids with each image's run
+    vision_units.py     one unit of vision examples -> tokens, masks, and its images as they came
     preference.py       preference pairs (chosen / rejected, KTO labels) -> both sides, one prompt; a pair as one record
     example_records.py  documents out of tf.train.Example records (ArrayRecord, TFRecord)
     tokenize_units.py   one unit -> tokens + lengths; unit sizes; the manifest's stats

@@ -7,13 +7,23 @@ Its modules::
     image_tokens.py  how images appear in a model's text: the template's placeholder, the processor's run
     decode.py     image bytes to upright RGB pixels and patches, each awkward kind (alpha, CMYK, 16-bit,
                   EXIF, animated, bombs, corrupt bytes) with a stated behaviour
+    device.py     on the device: uint8 patches normalised with the processor's mean and std, Qwen's layout
 
-Pillow is imported only by `decode` (the `vision` extra).
+Pillow is imported only by `decode` (the `vision` extra), jax only by `device`.
 """
 
 from jaxdata._lazy import lazy_exports
 
-__all__ = ["FixedSize", "NativeResolution", "decode_image", "image_patches", "image_policy", "image_size"]
+__all__ = [
+  "FixedSize",
+  "NativeResolution",
+  "decode_image",
+  "image_patches",
+  "image_policy",
+  "image_size",
+  "normalize_patches",
+  "temporal_patches",
+]
 
 __getattr__, __dir__ = lazy_exports(
   __name__,
@@ -24,6 +34,8 @@ __getattr__, __dir__ = lazy_exports(
     "decode_image": "jaxdata.vision.decode",
     "image_patches": "jaxdata.vision.decode",
     "image_size": "jaxdata.vision.decode",
+    "normalize_patches": "jaxdata.vision.device",
+    "temporal_patches": "jaxdata.vision.device",
   },
   package_globals=globals(),
 )
