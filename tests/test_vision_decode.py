@@ -13,7 +13,7 @@ from PIL import Image
 from transformers.image_transforms import convert_to_rgb
 
 from jaxdata.errors import InputFormatError
-from jaxdata.vision import decode_image, image_size
+from jaxdata.vision import FixedSize, NativeResolution, decode_image, decoded_patches, image_patches, image_size
 
 WHERE = "chat.jsonl line 7, image 2"
 
@@ -111,3 +111,22 @@ def test_corrupt_or_truncated_bytes_are_refused_naming_the_image():
   jpeg = _encoded(Image.fromarray(_pixels(64, 64)), "JPEG")
   with pytest.raises(InputFormatError, match=f"{WHERE}: a damaged image"):
     decode_image(jpeg[: len(jpeg) // 2], WHERE)
+
+
+@pytest.mark.parametrize("kind", ["rgb", "alpha", "exif", "gray16", "cmyk"])
+def test_the_read_stages_one_pass_equals_decode_then_patches(kind):
+  pixels = _pixels(70, 90, seed=4)
+  image, options = Image.fromarray(pixels), {}
+  if kind == "alpha":
+    image = Image.fromarray(np.dstack([pixels, pixels[..., :1]]), "RGBA")
+  elif kind == "exif":
+    exif = image.getexif()
+    exif[0x0112] = 8
+    options = {"exif": exif}
+  elif kind == "gray16":
+    image = Image.fromarray(pixels[..., 0].astype(np.uint16) * 257)
+  elif kind == "cmyk":
+    image = image.convert("CMYK")
+  data = _encoded(image, "TIFF" if kind == "cmyk" else "PNG", **options)
+  for policy in (NativeResolution(), FixedSize(224, 224, patch=14, pool=1)):
+    assert np.array_equal(decoded_patches(data, WHERE, policy), image_patches(decode_image(data, WHERE), policy))

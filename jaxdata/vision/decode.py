@@ -4,6 +4,7 @@ behaviour for each kind of awkward image::
     bytes --image_size-->  (height, width)       the header only, EXIF orientation applied (planning, conversion)
     bytes --decode_image-> uint8 [H, W, 3]        RGB, as transformers' processors convert
           --image_patches(policy)-> uint8 [n, C p p]  resized as the processor resizes, patches in its order
+    bytes --decoded_patches(policy)-> the same, in one pass (the read stage's)
 
     input                       behaviour
     JPEG, PNG, WebP, GIF, BMP   decoded by Pillow
@@ -38,7 +39,7 @@ from PIL import Image, ImageOps
 from jaxdata.errors import InputFormatError
 from jaxdata.vision.policies import MAX_PIXELS, FixedSize, NativeResolution
 
-__all__ = ["decode_image", "image_patches", "image_size"]
+__all__ = ["decode_image", "decoded_patches", "image_patches", "image_size"]
 
 _TRANSPOSED = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 _EXIF_ORIENTATION = 0x0112
@@ -78,40 +79,61 @@ def image_size(data: bytes, where: str, max_pixels: int = MAX_PIXELS) -> tuple[i
   return (width, height) if orientation in _TRANSPOSED else (height, width)
 
 
-def _to_rgb(image: Image.Image) -> np.ndarray:
+def _rgb(image: Image.Image) -> Image.Image:
+  """The image as RGB (module docstring: 16-bit, alpha, other modes); an RGB image as it is."""
+  if image.mode == "RGB":
+    return image
   if image.mode in ("I;16", "I;16B", "I;16L", "I"):
     high = (np.asarray(image).astype(np.int64) >> 8).clip(0, 255).astype(np.uint8)
-    return np.repeat(high[..., None], 3, -1)
+    return Image.fromarray(np.repeat(high[..., None], 3, -1))
   if "A" in image.getbands() or image.info.get("transparency") is not None:
     background = Image.new("RGBA", image.size, (255, 255, 255, 255))
-    return np.asarray(Image.alpha_composite(background, image.convert("RGBA")).convert("RGB"))
-  return np.asarray(image.convert("RGB"))
+    return Image.alpha_composite(background, image.convert("RGBA")).convert("RGB")
+  return image.convert("RGB")
 
 
-def decode_image(data: bytes, where: str, max_pixels: int = MAX_PIXELS) -> np.ndarray:
-  """The upright image as uint8 [height, width, 3] RGB (module docstring: every awkward kind's behaviour)."""
+def _decoded(data: bytes, where: str, max_pixels: int) -> Image.Image:
+  """The upright RGB image, decoded (one copy of its pixels where nothing needs changing)."""
   image = _opened(data, where, max_pixels)
   try:
     image.seek(0)  # an animation: its first frame
     image.load()
     try:
-      upright = ImageOps.exif_transpose(image)
+      if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
+        image = ImageOps.exif_transpose(image)
     except _DECODE_ERRORS:
-      upright = image  # an unreadable EXIF block: the image as stored
-    return np.ascontiguousarray(_to_rgb(upright))
+      pass  # an unreadable EXIF block: the image as stored (image_size does the same)
+    return _rgb(image)
   except _DECODE_ERRORS as error:
     raise InputFormatError(f"{where}: a damaged image ({type(error).__name__}: {error})") from error
+
+
+def decode_image(data: bytes, where: str, max_pixels: int = MAX_PIXELS) -> np.ndarray:
+  """The upright image as uint8 [height, width, 3] RGB (module docstring: every awkward kind's behaviour)."""
+  return np.ascontiguousarray(np.asarray(_decoded(data, where, max_pixels)))
+
+
+def _cut(image: Image.Image, policy: FixedSize | NativeResolution) -> np.ndarray:
+  """`image` resized as the policy's processor resizes it (Pillow, its filter), cut into its patches."""
+  (height,), (width,) = policy.resized(np.array([image.height]), np.array([image.width]))
+  resized = np.asarray(image.resize((int(width), int(height)), _RESAMPLE[policy.resample]))
+  p = policy.patch
+  merge = policy.merge if isinstance(policy, NativeResolution) else 1
+  rows, cols = int(height) // p, int(width) // p
+  blocks = resized.transpose(2, 0, 1).reshape(3, rows // merge, merge, p, cols // merge, merge, p)
+  return np.ascontiguousarray(blocks.transpose(1, 4, 2, 5, 0, 3, 6)).reshape(rows * cols, 3 * p * p)
 
 
 def image_patches(pixels: np.ndarray, policy: FixedSize | NativeResolution) -> np.ndarray:
   """`pixels` (uint8 [H, W, 3]) resized as the policy's processor resizes (Pillow, its filter), cut in
   patches: uint8 [n, 3 p p], each patch channel-major (C, p, p), the patches in the processor's order
   (Qwen's: merge x merge blocks row by row; a fixed size: row by row)."""
-  (height,), (width,) = policy.resized(np.array([pixels.shape[0]]), np.array([pixels.shape[1]]))
-  resized = np.asarray(Image.fromarray(pixels).resize((int(width), int(height)), _RESAMPLE[policy.resample]))
-  p = policy.patch
-  merge = policy.merge if isinstance(policy, NativeResolution) else 1
-  rows, cols = int(height) // p, int(width) // p
-  channels_first = resized.transpose(2, 0, 1)  # (C, H, W)
-  blocks = channels_first.reshape(3, rows // merge, merge, p, cols // merge, merge, p)
-  return np.ascontiguousarray(blocks.transpose(1, 4, 2, 5, 0, 3, 6)).reshape(rows * cols, 3 * p * p)
+  return _cut(Image.fromarray(pixels), policy)
+
+
+def decoded_patches(
+  data: bytes, where: str, policy: FixedSize | NativeResolution, max_pixels: int = MAX_PIXELS
+) -> np.ndarray:
+  """`image_patches(decode_image(data, ...), policy)` without the round trip through an array: what the
+  read stage runs per image."""
+  return _cut(_decoded(data, where, max_pixels), policy)
