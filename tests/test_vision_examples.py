@@ -80,18 +80,17 @@ def _chat(images: int, rng) -> dict:
   }
 
 
+def _qwen(tmp_path, monkeypatch, template: str):
+  """(tokenizer, transformers' Qwen2-VL processor, jaxdata's encoder) for the published Qwen2.5-VL template."""
+  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, template)
+  parts = {"image_processor": Qwen2VLImageProcessorPil(), "tokenizer": tokenizer, "chat_template": template}
+  processor = _processor(Qwen2VLProcessor, monkeypatch, **parts)
+  text = ExampleEncoder("chat", tokenizer, "messages", template=template)
+  return tokenizer, processor, VisionEncoder(text, NativeResolution(), IMAGE_TOKENS["qwen-vl"])
+
+
 def test_chat_ids_equal_the_qwen_processors_on_random_sizes(tmp_path, monkeypatch, qwen_template):
-  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
-  processor = _processor(
-    Qwen2VLProcessor,
-    monkeypatch,
-    image_processor=Qwen2VLImageProcessorPil(),
-    tokenizer=tokenizer,
-    chat_template=qwen_template,
-  )
-  encoder = VisionEncoder(
-    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), IMAGE_TOKENS["qwen-vl"]
-  )
+  tokenizer, processor, encoder = _qwen(tmp_path, monkeypatch, qwen_template)
   rng = np.random.default_rng(7)
   pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
   for n in range(24):
@@ -113,17 +112,7 @@ def test_chat_ids_equal_the_qwen_processors_on_random_sizes(tmp_path, monkeypatc
 
 
 def test_captions_and_interleaved_documents_equal_the_processors_text(tmp_path, monkeypatch, qwen_template):
-  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
-  processor = _processor(
-    Qwen2VLProcessor,
-    monkeypatch,
-    image_processor=Qwen2VLImageProcessorPil(),
-    tokenizer=tokenizer,
-    chat_template=qwen_template,
-  )
-  encoder = VisionEncoder(
-    ExampleEncoder("chat", tokenizer, "messages", template=qwen_template), NativeResolution(), IMAGE_TOKENS["qwen-vl"]
-  )
+  tokenizer, processor, encoder = _qwen(tmp_path, monkeypatch, qwen_template)
   (tmp_path / "img").mkdir()
   (tmp_path / "img" / "cat.png").write_bytes(_png(300, 500, 1))
   caption = encoder.encode(
