@@ -43,6 +43,7 @@ def test_the_registry_holds_every_format_the_options_name():
     ("c4-train.array_record-00000-of-01024", "arrayrecord"),
     ("data.tfrecord-00003-of-00010.gz", "tfrecord"),
     ("x.tfrecords", "tfrecord"),
+    ("captions-000001.tar", "webdataset"),
   ],
 )
 def test_exactly_one_registered_format_reads_each_name(path, expected):

@@ -9,6 +9,7 @@ is read through its format's type, so a new format (images next) is one new clas
     parquet      field     .parquet                             by row groups                texts, or whole records
     arrayrecord  feature   *.array_record[-00000-of-01024]      the whole file               tf.train.Example features
     tfrecord     feature   *.tfrecord[s][-00003-of-00010]       the whole file               tf.train.Example features
+    webdataset             .tar (WebDataset shards)             the whole file               samples: an image and its text
 
 (a `.gz` / `.zst` suffix after any of them: read decompressed, one unit).
 
@@ -20,15 +21,17 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import os
 import re
+import tarfile
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from jaxdata.conversion.compressed import open_binary
 from jaxdata.conversion.example_records import iter_example_documents
 from jaxdata.conversion.input_files import file_sizes, is_compressed
-from jaxdata.conversion.inputs import InvalidLog, LineRange, read_jsonl, read_parquet, read_text
+from jaxdata.conversion.inputs import InvalidLog, LineRange, Record, read_jsonl, read_parquet, read_text
 from jaxdata.conversion.options import INPUT_FORMATS, ConvertOptions
 from jaxdata.conversion.work_units import WorkUnit, limited_lines, line_units, parquet_units
 from jaxdata.errors import InputFormatError
@@ -218,6 +221,68 @@ class ArrayRecord(_ExampleRecords):
 class TfRecord(_ExampleRecords):
   name = "tfrecord"
   group = 2
+
+
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff")
+
+
+@_registered
+@dataclasses.dataclass(frozen=True)
+class WebDataset(InputFormat):
+  """WebDataset tar shards (read whole, streamed): a sample's members share a key (a member's name up to
+  the first dot of its base name), its extension saying what each holds. A sample is one record: its image
+  (jpg, png, webp, ...) as bytes under "image", "txt" as "text", "json" as its fields (a "caption", ...)."""
+
+  name = "webdataset"
+  suffixes = (".tar",)
+
+  def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
+    if not read.records:
+      raise InputFormatError(f"{unit.path}: WebDataset shards hold image-text samples (--format vision), not texts")
+    key, values = None, {}
+    with open_binary(unit.path) as f, tarfile.open(fileobj=f, mode="r|*") as tar:
+      for member in tar:
+        if not member.isfile():
+          continue
+        base = os.path.basename(member.name)
+        stem, _, extension = base.partition(".")
+        sample = os.path.join(os.path.dirname(member.name), stem)
+        if sample != key and key is not None:
+          yield from _sample_record(unit.path, key, values, read.invalid)
+          values = {}
+        key = sample
+        data = tar.extractfile(member)
+        values[extension.lower()] = data.read() if data is not None else b""
+        read.on_bytes(member.size)
+    if key is not None:
+      yield from _sample_record(unit.path, key, values, read.invalid)
+
+
+def _sample_record(path: str, key: str, members: dict[str, bytes], invalid: InvalidLog) -> Iterator[Record]:
+  """A WebDataset sample's members as one record, named by the shard and the sample's key (a bad sample
+  reported to `invalid`: counted under skip_invalid, else raised)."""
+  try:
+    yield _sample_values(f"{path}: sample {key}", members)
+  except InputFormatError as error:
+    invalid.report(str(error))
+
+
+def _sample_values(where: str, members: dict[str, bytes]) -> Record:
+  images = [members[e] for e in members if e.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS]
+  if len(images) > 1:
+    raise InputFormatError(f"{where}: {len(images)} images; a caption sample holds one")
+  values: dict[str, Any] = {"image": images[0]} if images else {}
+  try:
+    if "txt" in members:
+      values["text"] = members["txt"].decode("utf-8")
+    if "json" in members:
+      fields = json.loads(members["json"])
+      if not isinstance(fields, dict):
+        raise InputFormatError(f"{where}: its json member is {type(fields).__name__}, not an object")
+      values = {**fields, **values}
+  except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    raise InputFormatError(f"{where}: a member is not UTF-8 text or JSON ({error})") from error
+  return Record(where, values)
 
 
 def _no_records(path: str, name: str, read: DocumentRead) -> None:

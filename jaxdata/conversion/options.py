@@ -17,7 +17,8 @@ from jaxdata.vision.policies import MAX_PIXELS, FixedSize, NativeResolution
 
 __all__ = ["ConvertOptions", "INPUT_FORMATS", "ImageOptions", "Progress", "TEXT_MODES"]
 
-InputFormat = Literal["jsonl", "parquet", "text", "arrayrecord", "tfrecord"]  # the last two: tf.train.Example records
+# arrayrecord, tfrecord: tf.train.Example records; webdataset: tar shards of image-text samples (vision)
+InputFormat = Literal["jsonl", "parquet", "text", "arrayrecord", "tfrecord", "webdataset"]
 TextMode = Literal["file", "line", "paragraph"]
 INPUT_FORMATS: tuple[InputFormat, ...] = get_args(InputFormat)
 TEXT_MODES: tuple[TextMode, ...] = get_args(TextMode)

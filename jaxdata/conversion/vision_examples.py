@@ -105,7 +105,12 @@ class VisionEncoder:
       raise InputFormatError(f"{where}: expected an object, got {type(record).__name__}")
     if "texts" in record or ("images" in record and self.text.field not in record):
       return self._interleaved(record, where)
-    if self.text.field not in record and "image" in record:
+    if self.text.field not in record and "image" not in record:
+      raise InputFormatError(
+        f"{where}: a vision record holds {self.text.field!r} (a chat), an 'image' and its 'text' (a caption), or "
+        f"'texts' and 'images' (a document); this one holds {sorted(record)[:6]}"
+      )
+    if self.text.field not in record:
       caption = record.get("text", record.get("caption"))
       if not isinstance(caption, str):
         raise InputFormatError(f"{where}: a caption record holds 'image' and a 'text' (or 'caption') string")
