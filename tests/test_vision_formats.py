@@ -80,7 +80,10 @@ def test_a_bad_webdataset_sample_is_named_by_shard_and_key(tokenizer_dir, tmp_pa
     sink.write({"__key__": "000001", "png": _encoded(20, 20, "PNG", 1), "txt": "a cat"})
     sink.write({"__key__": "000002", "txt": "no image"})
     sink.write({"__key__": "000003", "png": _encoded(20, 20, "PNG", 3), "txt": "a dog"})
-  with pytest.raises(InputFormatError, match=r"bad.tar: sample 000002: a vision record holds 'messages' \(a chat\), an 'image' and its 'text'.*\['text'\]"):
+  with pytest.raises(
+    InputFormatError,
+    match=r"bad.tar: sample 000002: a vision record holds 'messages' \(a chat\), an 'image' and its 'text'.*\['text'\]",
+  ):
     convert([shard], str(tmp_path / "out"), "bad", _options(tokenizer_dir))
   manifest = convert([shard], str(tmp_path / "out"), "bad", _options(tokenizer_dir, skip_invalid=True))
   assert manifest.num_records == 2 and manifest.stats["refused_examples"] == 1
