@@ -4,6 +4,7 @@ the dataset's bytes do not depend on the workers."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -21,6 +22,7 @@ from jaxdata.conversion.vision_units import vision_encoder
 from jaxdata.errors import ConfigError
 from jaxdata.pipeline import Pipeline
 from jaxdata.sources import TokenDataset
+from jaxdata.sources.index import record_byte_lengths
 from jaxdata.vision import FixedSize
 from test_vision_examples import QWEN_SPECIALS, _published, _tokenizer
 
@@ -205,3 +207,14 @@ def test_a_pipeline_refuses_an_image_text_dataset_rather_than_drop_its_images(vi
   )
   with pytest.raises(ConfigError, match="dataset vl: holds image-text examples .* would train without the images"):
     Pipeline(cfg)
+
+
+def test_shards_keep_to_their_size_with_the_images_counted(vision_inputs, tmp_path):
+  """A shard closes before its records (ids, mask bytes, images) pass shard_bytes, one record at least."""
+  root, rows, _ = vision_inputs
+  options = dataclasses.replace(_options(root, 1), shard_bytes=60_000)
+  manifest = convert([str(root / "chat.jsonl")], str(tmp_path / "sized"), "vl", options)
+  assert manifest.num_records == len(rows) and len(manifest.shards) > 2
+  for shard in manifest.shards:
+    sizes = record_byte_lengths(str(tmp_path / "sized" / shard.path))
+    assert sizes.sum() <= options.shard_bytes or sizes.size == 1

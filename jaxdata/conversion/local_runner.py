@@ -44,7 +44,7 @@ from jaxdata.sources.fileutil import check_name
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from jaxdata.sources.writer import shard_file_names
 
-__all__ = ["convert", "lengths_loader", "process_pool", "run_jobs", "tokenize_batch", "unit_batches", "write_job"]
+__all__ = ["convert", "process_pool", "run_jobs", "shard_jobs", "tokenize_batch", "unit_batches", "write_job"]
 
 _counters: tuple[Any, Any] | None = None  # shared (bytes, documents) of a worker process
 
@@ -182,6 +182,20 @@ def _load_tokens(scratch: str, dtype: str, kind: str = "tokens") -> Callable[[in
 
 def lengths_loader(scratch: str) -> Callable[[int], np.ndarray]:
   return lambda unit: np.load(os.path.join(scratch, f"{unit:07d}.lengths.npy"))
+
+
+def shard_jobs(plan: ConversionPlan, scratch: str) -> list[ShardJob]:
+  """Every shard's pieces of the units the tokenize phase left in `scratch`: a shard holds the records whose
+  bytes fit in `shard_bytes` (ids and mask bytes; for vision examples their images too)."""
+  sizes = []
+  for unit in plan.units:
+    size = lengths_loader(scratch)(unit.index).astype(np.int64) * plan.bytes_per_token
+    if plan.options.examples == "vision":  # each record's image header and images
+      images = images_loader(scratch)(unit.index)
+      owner = np.repeat(np.arange(images.counts.size), images.counts)
+      size += 4 + 12 * images.counts + np.bincount(owner, images.table[:, 0], images.counts.size).astype(np.int64)
+    sizes.append((unit.index, size))
+  return plan_shard_jobs(sizes, 1, plan.options.shard_bytes)
 
 
 def write_job(job: ShardJob, target: ShardTarget) -> ShardInfo:
@@ -329,9 +343,7 @@ def convert(
   try:
     with tempfile.TemporaryDirectory(prefix=".jaxdata-convert-", dir=parent) as scratch:
       results = _tokenize_all(pool, batches, options, scratch, progress)
-      jobs = plan_shard_jobs(
-        [(u.index, lengths_loader(scratch)(u.index)) for u in units], plan.bytes_per_token, options.shard_bytes
-      )
+      jobs = shard_jobs(plan, scratch)
       return _write_all(
         pool, plan, jobs, results, name=name, out_dir=out_dir, scratch=scratch, overwrite=overwrite, progress=progress
       )

@@ -27,16 +27,15 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxdata.conversion.local_runner import (
-  lengths_loader,
   process_pool,
   run_jobs,
+  shard_jobs,
   tokenize_batch,
   unit_batches,
   write_job,
 )
 from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.plan import ConversionPlan, conversion_plan
-from jaxdata.conversion.shard_jobs import plan_shard_jobs
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
 )
@@ -148,13 +147,9 @@ class _Share:
     return number % self.count == self.index
 
 
-def _write_owned_shards(
-  pool: concurrent.futures.Executor | None, plan: ConversionPlan, share: _Share, options: ConvertOptions
-) -> list[str]:
+def _write_owned_shards(pool: concurrent.futures.Executor | None, plan: ConversionPlan, share: _Share) -> list[str]:
   """Writes the shards this process owns and has not yet written; returns every shard's record path."""
-  jobs = plan_shard_jobs(
-    [(u.index, lengths_loader(share.units_dir)(u.index)) for u in plan.units], plan.bytes_per_token, options.shard_bytes
-  )
+  jobs = shard_jobs(plan, share.units_dir)
   shard_records = [os.path.join(share.units_dir, f"shard-{job[0]}.json") for job in jobs]
   owned = [job for job in jobs if share.owns(job[0]) and not os.path.exists(shard_records[job[0]])]
 
@@ -209,7 +204,7 @@ def build_part(
       return None
     if not _wait_for(unit_records, "units", wait_s, lambda u: u % count, sealed):
       return None
-    shard_records = _write_owned_shards(pool, plan, share, options)
+    shard_records = _write_owned_shards(pool, plan, share)
   finally:
     if pool is not None:
       pool.shutdown(wait=True, cancel_futures=True)
