@@ -18,6 +18,7 @@ from jaxdata.config import PipelineConfig
 from jaxdata.conversion import ConvertOptions, convert
 from jaxdata.conversion.beam_runner import convert_with_beam
 from jaxdata.conversion.options import ImageOptions
+from jaxdata.conversion.ray_runner import convert_with_ray
 from jaxdata.conversion.vision_units import vision_encoder
 from jaxdata.errors import ConfigError
 from jaxdata.pipeline import Pipeline
@@ -218,3 +219,17 @@ def test_shards_keep_to_their_size_with_the_images_counted(vision_inputs, tmp_pa
   for shard in manifest.shards:
     sizes = record_byte_lengths(str(tmp_path / "sized" / shard.path))
     assert sizes.sum() <= options.shard_bytes or sizes.size == 1
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_ray_runner_writes_the_local_runners_vision_dataset_byte_for_byte(vision_inputs, tmp_path, monkeypatch):
+  """Vision examples on a Ray started here (127.0.0.1): the local runner's files, byte for byte."""
+  root, _, _ = vision_inputs
+  convert([str(root / "chat.jsonl")], str(tmp_path / "local"), "vl", _options(root, 2))
+  monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a fresh local Ray, not one a developer's shell points at
+  convert_with_ray([str(root / "chat.jsonl")], str(tmp_path / "ray"), "vl", _options(root, 2))
+  names = sorted(os.listdir(tmp_path / "local"))
+  assert len(names) > 4 and names == sorted(os.listdir(tmp_path / "ray"))
+  for name in names:
+    assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "ray" / name).read_bytes(), name
