@@ -187,12 +187,16 @@ def test_the_command_line_converts_vision_examples_with_a_policy_given(vision_in
   assert "--image-policy: images.policy: 'tiles' is not one of ['fixed', 'native']" in capsys.readouterr().err
 
 
-def test_beam_refuses_vision_examples_by_name(vision_inputs, tmp_path):
+@pytest.mark.slow
+@pytest.mark.integration
+def test_beams_local_runner_writes_the_local_runners_vision_dataset_byte_for_byte(vision_inputs, tmp_path):
   root, _, _ = vision_inputs
-  with pytest.raises(
-    ConfigError, match="examples: 'vision': image-text examples convert on this machine's processes or on Ray"
-  ):
-    convert_with_beam([str(root / "chat.jsonl")], str(tmp_path / "b"), "vl", _options(root, 1))
+  convert([str(root / "chat.jsonl")], str(tmp_path / "local"), "vl", _options(root, 1))
+  convert_with_beam([str(root / "chat.jsonl")], str(tmp_path / "beam"), "vl", _options(root, 1))
+  names = sorted(os.listdir(tmp_path / "local"))
+  assert len(names) > 4 and names == sorted(os.listdir(tmp_path / "beam"))
+  for name in names:
+    assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "beam" / name).read_bytes(), name
 
 
 def test_a_pipeline_refuses_an_image_text_dataset_rather_than_drop_its_images(vision_inputs, tmp_path):

@@ -38,11 +38,12 @@ from jaxdata.conversion.options import ConvertOptions
 from jaxdata.conversion.output import check_output, prepare_output, staging_directory, swap_in
 from jaxdata.conversion.plan import ConversionPlan, conversion_plan
 from jaxdata.conversion.remote_inputs import set_options
-from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
+from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, record_sizes, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
   tokenize_unit,
 )
+from jaxdata.conversion.vision_units import UnitImages, tokenize_vision_unit
 from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.errors import ConfigError, DatasetError, Error, InputFormatError, optional_module
 from jaxdata.sources.manifest import MANIFEST_NAME, Manifest, ShardInfo
@@ -92,7 +93,13 @@ def _npy(values: np.ndarray) -> bytes:
 
 
 def _tokenize(unit: WorkUnit, options: ConvertOptions, scratch: str) -> UnitResult:
-  tokens, lengths, masks, result = tokenize_unit(unit, options)
+  masks: np.ndarray | None
+  if options.examples == "vision":
+    tokens, lengths, masks, images, result = tokenize_vision_unit(unit, options)
+    for kind, values in (("images", images.blob), ("image_counts", images.counts), ("image_table", images.table)):
+      _put(_join(scratch, f"{unit.index:07d}.{kind}.npy"), _npy(values))
+  else:
+    tokens, lengths, masks, result = tokenize_unit(unit, options)
   _put(_join(scratch, f"{unit.index:07d}.tokens.npy"), _npy(tokens))
   _put(_join(scratch, f"{unit.index:07d}.lengths.npy"), _npy(lengths))
   if masks is not None:
@@ -100,10 +107,26 @@ def _tokenize(unit: WorkUnit, options: ConvertOptions, scratch: str) -> UnitResu
   return result
 
 
-def _unit_lengths(results: list[UnitResult], scratch: str, itemsize: int, shard_bytes: int) -> list[ShardJob]:
-  """The shard jobs, planned from every unit's lengths (read from scratch) in unit order."""
-  units = sorted(r.unit for r in results)
-  return plan_shard_jobs([(u, _array(_join(scratch, f"{u:07d}.lengths.npy"))) for u in units], itemsize, shard_bytes)
+def _unit_lengths(results: list[UnitResult], scratch: str, plan: ConversionPlan) -> list[ShardJob]:
+  """The shard jobs, planned from every unit's record sizes (read from scratch) in unit order."""
+  vision = plan.options.examples == "vision"
+  sizes = [
+    (
+      u,
+      record_sizes(
+        _array(_join(scratch, f"{u:07d}.lengths.npy")), plan.bytes_per_token, _images(scratch, u) if vision else None
+      ),
+    )
+    for u in sorted(r.unit for r in results)
+  ]
+  return plan_shard_jobs(sizes, 1, plan.options.shard_bytes)
+
+
+def _images(scratch: str, unit: int) -> UnitImages:
+  """A unit's images as its tokenize task left them in scratch."""
+  kinds = ("image_counts", "image_table", "images")
+  counts, table, blob = (_array(_join(scratch, f"{unit:07d}.{kind}.npy")) for kind in kinds)
+  return UnitImages(counts, table, blob)
 
 
 def _array(path: str) -> np.ndarray:
@@ -124,6 +147,7 @@ def _write_shard(job: ShardJob, target: ShardTarget) -> ShardInfo:
     compression=target.compression,
     masks_of=(lambda u: _array(_join(scratch, f"{u:07d}.masks.npy"))) if target.masks else None,
     pairs=target.pairs,
+    images_of=(lambda u: _images(scratch, u)) if target.images else None,
   )
   if local_dir != out_dir:
     for file_name in info.files():
@@ -300,7 +324,7 @@ def _build_graph(pipeline: Any, plan: ConversionPlan, shards: ShardTarget) -> No
   every_result = results | "AllUnits" >> beam.combiners.ToList()
   infos = (
     every_result
-    | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, plan.bytes_per_token, options.shard_bytes)
+    | "PlanShards" >> beam.FlatMap(_unit_lengths, scratch, plan)
     | "SpreadShards" >> beam.Reshuffle()
     | "WriteShards" >> beam.Map(_write_shard, shards)
     | "AllShards" >> beam.combiners.ToList()
@@ -327,11 +351,6 @@ def convert_with_beam(
   Prism runners) scratch and `out_dir` must be shared storage (gs://, s3://): a local path there is a
   `ValueError` before anything runs. Returns the manifest (read back when `out_dir` is local).
   """
-  if options.examples == "vision":
-    raise ConfigError(
-      "examples: 'vision': image-text examples convert on this machine's processes or on Ray (--runner local or "
-      "ray); the Beam runner writes text records only"
-    )
   options_obj, runner, temp_location, quiet = _pipeline_options(beam_args)
   root = scratch or (_join(temp_location, "jaxdata-scratch") if temp_location else None)
   _check_shared_storage(runner, out_dir, root)

@@ -31,7 +31,7 @@ import numpy as np
 from jaxdata.conversion.options import ConvertOptions, Progress
 from jaxdata.conversion.output import check_output, staging_directory, swap_in
 from jaxdata.conversion.plan import ConversionPlan, conversion_plan
-from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, write_shard
+from jaxdata.conversion.shard_jobs import ShardJob, ShardTarget, plan_shard_jobs, record_sizes, write_shard
 from jaxdata.conversion.tokenize_units import (
   UnitResult,
   tokenize_unit,
@@ -187,14 +187,12 @@ def lengths_loader(scratch: str) -> Callable[[int], np.ndarray]:
 def shard_jobs(plan: ConversionPlan, scratch: str) -> list[ShardJob]:
   """Every shard's pieces of the units the tokenize phase left in `scratch`: a shard holds the records whose
   bytes fit in `shard_bytes` (ids and mask bytes; for vision examples their images too)."""
-  sizes = []
-  for unit in plan.units:
-    size = lengths_loader(scratch)(unit.index).astype(np.int64) * plan.bytes_per_token
-    if plan.options.examples == "vision":  # each record's image header and images
-      images = images_loader(scratch)(unit.index)
-      owner = np.repeat(np.arange(images.counts.size), images.counts)
-      size += 4 + 12 * images.counts + np.bincount(owner, images.table[:, 0], images.counts.size).astype(np.int64)
-    sizes.append((unit.index, size))
+
+  def images(unit: int) -> UnitImages | None:
+    return images_loader(scratch)(unit) if plan.options.examples == "vision" else None
+
+  lengths = lengths_loader(scratch)
+  sizes = [(u.index, record_sizes(lengths(u.index), plan.bytes_per_token, images(u.index))) for u in plan.units]
   return plan_shard_jobs(sizes, 1, plan.options.shard_bytes)
 
 

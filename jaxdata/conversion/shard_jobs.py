@@ -28,7 +28,7 @@ from jaxdata.sources.manifest import ShardInfo, writer_options
 from jaxdata.sources.masked import records_with_masks
 from jaxdata.sources.writer import finish_shard, shard_file_names
 
-__all__ = ["ShardJob", "ShardTarget", "plan_shard_jobs", "plan_shards", "write_shard"]
+__all__ = ["ShardJob", "ShardTarget", "plan_shard_jobs", "plan_shards", "record_sizes", "write_shard"]
 
 
 class UnitImageArrays(Protocol):
@@ -64,6 +64,20 @@ def plan_shards(lengths: np.ndarray, itemsize: int, shard_bytes: int) -> np.ndar
     cuts.append(stop)
     start = stop
   return np.asarray(cuts, np.int64)
+
+
+def record_sizes(lengths: np.ndarray, bytes_per_token: int, images: UnitImageArrays | None = None) -> np.ndarray:
+  """Each record's bytes: its ids and mask bytes and, with `images`, its image header and images.
+
+  >>> record_sizes(np.array([3, 2]), 3).tolist()
+  [9, 6]
+  """
+  size = np.asarray(lengths, np.int64) * bytes_per_token
+  if images is not None:
+    counts, table = np.asarray(images.counts, np.int64), np.asarray(images.table, np.int64).reshape(-1, 4)
+    owner = np.repeat(np.arange(counts.size), counts)
+    size = size + 4 + 12 * counts + np.bincount(owner, table[:, 0], counts.size).astype(np.int64)
+  return size
 
 
 def plan_shard_jobs(unit_lengths: Sequence[tuple[int, np.ndarray]], itemsize: int, shard_bytes: int) -> list[ShardJob]:
