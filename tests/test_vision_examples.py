@@ -195,3 +195,43 @@ def test_a_bad_vision_record_is_refused_naming_it_and_the_image(tmp_path, qwen_t
     encoder.encode({"texts": ["a", None], "images": [None, None]}, "x line 8")
   with pytest.raises(InputFormatError, match="x line 9: a caption record holds 'image' and a 'text'"):
     encoder.encode({"image": _png(9, 9, 0)}, "x line 9")
+
+
+def _wide_png() -> bytes:
+  buffer = io.BytesIO()
+  Image.new("RGB", (4000, 10)).save(buffer, "PNG")
+  return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+  ("record", "message"),
+  [
+    ([1, 2], "expected an object, got list"),
+    ({"messages": "hello"}, "field 'messages' is str, not a list"),
+    (
+      {"messages": [{"role": "user", "content": [{"type": "image"}]}], "images": "a.png"},
+      "'images' is str, not a list",
+    ),
+    ({"image": 5, "text": "t"}, "image 0: an image is a path, bytes or a {'bytes', 'path'} struct, not int"),
+    ({"image": {"bytes": "abc"}, "text": "t"}, "image 0: the image's 'bytes' is str, not bytes"),
+    ({"image": b"", "text": "t"}, "image 0: the image's bytes are empty"),
+    ({"image": {}, "text": "t"}, "image 0: an image part names no image"),
+    ({"texts": ["a"], "images": [None, None]}, "'texts' and 'images' lists of one length"),
+    ({"texts": [5], "images": [None]}, r"texts\[0\] is int, not a string"),
+    (
+      {"image": "PNG", "text": "<|image_pad|> in the text"},
+      r"the text places 2 images \('<\|image_pad\|>'\), the record has 1",
+    ),
+    ({"image": "WIDE", "text": "t"}, "image 0 is 10 x 4000: its aspect ratio is over 200"),
+    ({"image": "PNG", "text": "\ud800"}, "a lone surrogate"),
+    ({"caption": "no image"}, r"a vision record holds 'messages' \(a chat\)"),
+  ],
+)
+def test_hostile_vision_records_are_refused_by_name(tmp_path, qwen_template, record, message):
+  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
+  text = ExampleEncoder("chat", tokenizer, "messages", template=qwen_template)
+  encoder = VisionEncoder(text, NativeResolution(), IMAGE_TOKENS["qwen-vl"])
+  if isinstance(record, dict) and record.get("image") in ("PNG", "WIDE"):
+    record = {**record, "image": _png(20, 30, 1) if record["image"] == "PNG" else _wide_png()}
+  with pytest.raises(InputFormatError, match=f"^hostile.jsonl line 2[,:] .*{message}"):
+    encoder.encode(record, "hostile.jsonl line 2")

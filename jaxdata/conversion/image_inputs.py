@@ -59,6 +59,8 @@ def image_bytes(value: Any, root: str, where: str) -> bytes:
     if inline is not None:
       return image_bytes(inline, root, where)
     if value.get("bytes") is not None:
+      if not isinstance(value["bytes"], (bytes, bytearray, memoryview)):
+        raise InputFormatError(f"{where}: the image's 'bytes' is {type(value['bytes']).__name__}, not bytes")
       return image_bytes(value["bytes"], root, where)
     if value.get("path"):
       return image_bytes(str(value["path"]), root, where)

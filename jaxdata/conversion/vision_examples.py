@@ -95,7 +95,10 @@ class VisionEncoder:
     images = tuple(image_bytes(v, root, f"{where}, image {i}") for i, v in enumerate(values))
     sizes = np.array([image_size(b, f"{where}, image {i}", self.max_pixels) for i, b in enumerate(images)], np.int64)
     sizes = sizes.reshape(-1, 2)
-    counts = self.policy.tokens(sizes[:, 0], sizes[:, 1]) if len(images) else np.zeros(0, np.int64)
+    try:
+      counts = self.policy.tokens(sizes[:, 0], sizes[:, 1]) if len(images) else np.zeros(0, np.int64)
+    except ValueError as error:  # a size the processor refuses (an aspect ratio over 200)
+      raise InputFormatError(f"{where}: {error}") from error
     ids, mask = self._expanded(text, trained, counts, where)
     return VisionExample(ids, mask, images, sizes, counts)
 
@@ -116,8 +119,10 @@ class VisionEncoder:
         raise InputFormatError(f"{where}: a caption record holds 'image' and a 'text' (or 'caption') string")
       text = self.tokens.in_text + caption
       return text, [(len(self.tokens.in_text), len(text))], [record["image"]]
-    messages = record.get(self.text.field)
-    values = _chat_images(messages if isinstance(messages, list) else [], record.get("images") or [], where)
+    messages, listed = record.get(self.text.field), record.get("images", [])
+    if not isinstance(listed, list):
+      raise InputFormatError(f"{where}: 'images' is {type(listed).__name__}, not a list of images")
+    values = _chat_images(messages if isinstance(messages, list) else [], listed, where)
     text = self.text.rendering(record, where)
     ids, mask = self.text.encode(record, where)
     again, offsets = self.text.tokenized(text)
@@ -164,6 +169,12 @@ class VisionEncoder:
       shift += len(run) - len(placeholder)
       last = position + len(placeholder)
     pieces.append(text[last:])
+    try:
+      text.encode("utf-8")
+    except UnicodeEncodeError as error:
+      raise InputFormatError(
+        f"{where}: the text holds a lone surrogate ({text[error.start : error.end]!r}), not text"
+      ) from error
     ids, offsets = self.text.tokenized("".join(pieces))
     positions = np.arange(len(text) + 1) + moved
     mask = character_range_mask(offsets, [(int(positions[a]), int(positions[b])) for a, b in trained])
