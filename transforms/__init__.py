@@ -6,8 +6,10 @@ each mode), `packing` (`Packer`, `StepPlan`), `packer_state` (`PackerState`:
 its done flag and carry, typed), `assemble` (a step's NumPy rows from its plan
 and the documents' tokens), `kernels` (the per-step loops, in C from
 ``_native.c`` where it was built, else NumPy: the same outputs) and
-`pairs` (preference pairs laid out whole, `packing.pairs`) and
-`balance` (rows spread so every host's block reads a similar amount).
+`pairs` (preference pairs laid out whole, `packing.pairs`),
+`balance` (rows spread so every host's block reads a similar amount) and
+`budgets` (whole image-text examples into rows of three budgets: tokens,
+patches, images; the placer the image rows will pack with).
 Depends on `config` only: documents arrive through the `DocumentSource`
 protocol, so nothing here imports the stream.
 
