@@ -152,7 +152,7 @@ def test_a_bad_record_is_named_and_counted_or_refused(vision_inputs, tmp_path):
     + json.dumps({"image": "img/1-0.png", "text": "ok"})
     + "\n"
   )
-  with pytest.raises(Exception, match=r"bad.jsonl:1.*image 0: image file .*nope.png cannot be read"):
+  with pytest.raises(Exception, match=r"bad.jsonl:1.*image 0: image file .*nope.png' cannot be read"):
     convert([str(path)], str(tmp_path / "out"), "bad", _options(root, 1))
   assert not (tmp_path / "out").exists()
   options = ConvertOptions(

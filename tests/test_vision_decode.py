@@ -130,3 +130,11 @@ def test_the_read_stages_one_pass_equals_decode_then_patches(kind):
   data = _encoded(image, "TIFF" if kind == "cmyk" else "PNG", **options)
   for policy in (NativeResolution(), FixedSize(224, 224, patch=14, pool=1)):
     assert np.array_equal(decoded_patches(data, WHERE, policy), image_patches(decode_image(data, WHERE), policy))
+
+
+def test_the_read_stages_one_pass_names_the_image_whose_size_the_processor_refuses():
+  data = _encoded(Image.fromarray(_pixels(2, 1000)), "PNG")
+  with pytest.raises(
+    InputFormatError, match=f"{WHERE}: image sizes: image 0 is 2 x 1000: its aspect ratio is over 200"
+  ):
+    decoded_patches(data, WHERE, NativeResolution())

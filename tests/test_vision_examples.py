@@ -185,7 +185,9 @@ def test_a_bad_vision_record_is_refused_naming_it_and_the_image(tmp_path, qwen_t
     encoder.encode({**_chat(1, rng), "images": [_png(50, 50, 1)] * 2}, "x line 3")
   with pytest.raises(InputFormatError, match="x line 4: image part 1 has no image"):
     encoder.encode({**_chat(2, rng), "images": [_png(50, 50, 1)]}, "x line 4")
-  with pytest.raises(InputFormatError, match=r"x line 5, image 0: image file .*missing.png cannot be read"):
+  with pytest.raises(
+    InputFormatError, match=r"x line 5, image 0: image file .*missing.png' cannot be read \(does not exist"
+  ):
     encoder.encode({"image": "missing.png", "text": "t"}, "x line 5", str(tmp_path / "x.jsonl"))
   with pytest.raises(InputFormatError, match="x line 6, image 0: 'https://a/b.png' is a URL"):
     encoder.encode({"image": "https://a/b.png", "text": "t"}, "x line 6")

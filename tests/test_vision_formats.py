@@ -4,7 +4,10 @@ TarWriter, and Parquet written by Hugging Face `datasets` with its `Image` featu
 
 from __future__ import annotations
 
+import base64
 import io
+import json
+import tarfile
 
 import datasets
 import numpy as np
@@ -104,3 +107,65 @@ def test_hugging_face_parquet_with_its_image_feature(tokenizer_dir, tmp_path):
     images = dataset.read_images(*_all(dataset))
   assert [[blob for blob, _, _ in record] for record in images] == [[b] for b in stored]
   assert [[(h, w) for _, h, w in record] for record in images] == [[(30 + i, 50)] for i in range(6)]
+
+
+def test_a_damaged_or_doubled_webdataset_shard_is_named(tokenizer_dir, tmp_path):
+  whole = str(tmp_path / "whole.tar")
+  with webdataset.TarWriter(whole) as sink:
+    for i in range(3):
+      sink.write({"__key__": f"{i:06d}", "png": _encoded(20, 20, "PNG", i), "txt": "a cat"})
+  data = open(whole, "rb").read()
+  (tmp_path / "cut.tar").write_bytes(data[: 512 + 100])  # the first member's header, then part of its bytes
+  with pytest.raises(InputFormatError, match=r"cut.tar: not a readable tar shard \(ReadError"):
+    convert([str(tmp_path / "cut.tar")], str(tmp_path / "out"), "cut", _options(tokenizer_dir, skip_invalid=True))
+  assert not (tmp_path / "out").exists()
+  doubled = tmp_path / "doubled.tar"
+  with tarfile.open(doubled, "w") as tar:  # a shard webdataset's writer cannot make: one member twice
+    for name, payload in (("000.png", _encoded(20, 20, "PNG", 1)), ("000.txt", b"one"), ("000.txt", b"two")):
+      info = tarfile.TarInfo(name)
+      info.size = len(payload)
+      tar.addfile(info, io.BytesIO(payload))
+  with pytest.raises(InputFormatError, match="doubled.tar: sample 000: names its 'txt' member twice"):
+    convert([str(doubled)], str(tmp_path / "out"), "d", _options(tokenizer_dir))
+
+
+def test_a_truncated_image_is_refused_at_conversion_unless_verify_is_off(tokenizer_dir, tmp_path):
+  """Decoded once at conversion by default: a damaged image never reaches a training run."""
+  png = _encoded(64, 64, "PNG", 9)
+  (tmp_path / "c.jsonl").write_text(json.dumps({"image": "cut.png", "text": "a cat"}) + "\n")
+  (tmp_path / "cut.png").write_bytes(png[: len(png) // 2])
+  with pytest.raises(InputFormatError, match=r"c.jsonl:1, image 0: a damaged image \(OSError: image file is truncated"):
+    convert([str(tmp_path / "c.jsonl")], str(tmp_path / "out"), "c", _options(tokenizer_dir))
+  quick = ConvertOptions(
+    tokenizer=f"hf:{tokenizer_dir}", examples="vision", workers=1, images=ImageOptions(verify=False)
+  )
+  assert convert([str(tmp_path / "c.jsonl")], str(tmp_path / "out"), "c", quick).num_records == 1
+
+
+def test_images_named_oddly_are_read_or_refused_by_name(tokenizer_dir, tmp_path):
+  encoder = vision_encoder(_options(tokenizer_dir))
+  png = _encoded(30, 40, "PNG", 2)
+  data_url = "data:image/png;base64," + base64.b64encode(png).decode()
+  example = encoder.encode({"image": {"type": "image_url", "image_url": {"url": data_url}}, "text": "a cat"}, "r")
+  assert example.images == (png,)
+  (tmp_path / "x.png").write_bytes(png)  # Hugging Face's struct with empty bytes: its path
+  assert encoder.encode({"image": {"bytes": b"", "path": "x.png"}, "text": "t"}, "r", str(tmp_path / "f")).images == (
+    png,
+  )
+  for value, message in (
+    ({"path": 5}, "the image's 'path' is int, not a string"),
+    ("", "the image's path is empty"),
+    ("img/cat\x00.jpg", "cannot be read \\(does not exist"),
+    ("/dev/zero", "cannot be read \\(is not a regular file"),
+    ("https://example.com/a.png", "is a URL"),
+    (b"not an image at all", r"not a readable image \(no decoder recognises its bytes\)$"),
+  ):
+    with pytest.raises(InputFormatError, match=f"^r, image 0: .*{message}"):
+      encoder.encode({"image": value, "text": "t"}, "r", str(tmp_path / "f"))
+
+
+def test_an_empty_document_is_skipped_and_counted(tokenizer_dir, tmp_path):
+  rows = [{"texts": [], "images": []}, {"texts": ["a cat"], "images": [None]}]
+  (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  manifest = convert([str(tmp_path / "d.jsonl")], str(tmp_path / "out"), "d", _options(tokenizer_dir))
+  assert manifest.num_records == 1 and manifest.stats["skipped_empty"] == 1

@@ -105,6 +105,8 @@ def test_a_policy_from_config_names_a_bad_field_or_value():
   assert image_policy({"policy": "native", "patch": 16}) == NativeResolution(patch=16)
   with pytest.raises(ValueError, match="images.policy: 'tiles' is not one of"):
     image_policy({"policy": "tiles"})
+  with pytest.raises(ValueError, match=r"images.policy: \['fixed'\] is not one of"):
+    image_policy({"policy": ["fixed"]})
   with pytest.raises(ValueError, match="images.pach: not a field of the native policy"):
     image_policy({"policy": "native", "pach": 16})
   with pytest.raises(ValueError, match=r"FixedSize.height: 900 is not a multiple of patch x pool \(56\)"):

@@ -61,7 +61,7 @@ def _image_options(args: argparse.Namespace) -> ImageOptions:
   except json.JSONDecodeError as error:
     raise ConfigError(f"--image-policy: not a policy name nor JSON ({error.msg} at character {error.pos})") from error
   try:
-    return ImageOptions(image_policy(fields), args.image_tokens, args.image_root)
+    return ImageOptions(image_policy(fields), args.image_tokens, args.image_root, verify=not args.no_image_verify)
   except ValueError as error:
     raise ConfigError(f"--image-policy: {error}") from error
 
@@ -187,6 +187,12 @@ def register_convert(commands: Commands) -> None:
   )
   p.add_argument(
     "--image-root", default="", help="vision: where relative image paths start (default: each input's directory)"
+  )
+  p.add_argument(
+    "--no-image-verify",
+    action="store_true",
+    help="vision: read only each image's header at conversion (default: decode it once, so a damaged image is "
+    "refused there)",
   )
   p.add_argument(
     "--field", default="text", help="JSONL field / Parquet column / tf.train.Example feature (chat: messages)"

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import tarfile
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -239,7 +240,13 @@ class WebDataset(InputFormat):
   def documents(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Any]:
     if not read.records:
       raise InputFormatError(f"{unit.path}: WebDataset shards hold image-text samples (--format vision), not texts")
-    key, values = None, {}
+    try:
+      yield from self._samples(unit, read)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as error:  # a damaged shard: named, never skipped
+      raise InputFormatError(f"{unit.path}: not a readable tar shard ({type(error).__name__}: {error})") from error
+
+  def _samples(self, unit: WorkUnit, read: DocumentRead) -> Iterator[Record]:
+    key, members = None, []
     with open_binary(unit.path) as f, tarfile.open(fileobj=f, mode="r|*") as tar:
       for member in tar:
         if not member.isfile():
@@ -248,17 +255,17 @@ class WebDataset(InputFormat):
         stem, _, extension = base.partition(".")
         sample = os.path.join(os.path.dirname(member.name), stem)
         if sample != key and key is not None:
-          yield from _sample_record(unit.path, key, values, read.invalid)
-          values = {}
+          yield from _sample_record(unit.path, key, members, read.invalid)
+          members = []
         key = sample
         data = tar.extractfile(member)
-        values[extension.lower()] = data.read() if data is not None else b""
+        members.append((extension.lower(), data.read() if data is not None else b""))
         read.on_bytes(member.size)
     if key is not None:
-      yield from _sample_record(unit.path, key, values, read.invalid)
+      yield from _sample_record(unit.path, key, members, read.invalid)
 
 
-def _sample_record(path: str, key: str, members: dict[str, bytes], invalid: InvalidLog) -> Iterator[Record]:
+def _sample_record(path: str, key: str, members: list[tuple[str, bytes]], invalid: InvalidLog) -> Iterator[Record]:
   """A WebDataset sample's members as one record, named by the shard and the sample's key (a bad sample
   reported to `invalid`: counted under skip_invalid, else raised)."""
   try:
@@ -267,7 +274,11 @@ def _sample_record(path: str, key: str, members: dict[str, bytes], invalid: Inva
     invalid.report(str(error))
 
 
-def _sample_values(where: str, members: dict[str, bytes]) -> Record:
+def _sample_values(where: str, listed: list[tuple[str, bytes]]) -> Record:
+  members = dict(listed)
+  if len(members) < len(listed):  # as WebDataset's own reader: a sample names each member once
+    seen = [extension for extension, _ in listed]
+    raise InputFormatError(f"{where}: names its {next(e for e in seen if seen.count(e) > 1)!r} member twice")
   images = [members[e] for e in members if e.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS]
   if len(images) > 1:
     raise InputFormatError(f"{where}: {len(images)} images; a caption sample holds one")

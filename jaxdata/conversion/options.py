@@ -30,18 +30,22 @@ Progress = Callable[[str, int, int, int], None]
 class ImageOptions:
   """Vision examples' images: the model processor's `policy` (its resize, grid and token count), how its
   text shows an image (`tokens`: a name in `IMAGE_TOKENS`), where relative image paths start (`root`;
-  default: each input file's directory) and the largest image taken (`max_pixels`)."""
+  default: each input file's directory), the largest image taken (`max_pixels`) and whether each image is
+  decoded once at conversion (`verify`; off: only its header is read, and damage shows when it is read)."""
 
   policy: FixedSize | NativeResolution = NativeResolution()
   tokens: str = "qwen-vl"
   root: str = ""
   max_pixels: int = MAX_PIXELS
+  verify: bool = True  # decode every image at conversion: a damaged one is refused there, not mid-run
 
   def __post_init__(self) -> None:
     if not isinstance(self.policy, (FixedSize, NativeResolution)):
       raise ValueError(f"images.policy: a FixedSize or NativeResolution, got {self.policy!r}")
     if self.tokens not in IMAGE_TOKENS:
       raise ValueError(f"images.tokens: {self.tokens!r} is not one of {sorted(IMAGE_TOKENS)}")
+    if not isinstance(self.verify, bool):
+      raise ValueError(f"images.verify: True or False, got {self.verify!r}")
     if isinstance(self.max_pixels, bool) or not isinstance(self.max_pixels, int) or self.max_pixels < 1:
       raise ValueError(f"images.max_pixels: a positive number of pixels, got {self.max_pixels!r}")
 

@@ -24,6 +24,7 @@ from jaxdata.conversion.tokenizers import dtype_for_vocab_size
 from jaxdata.conversion.vision_examples import VisionEncoder, VisionExample
 from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.errors import InputFormatError
+from jaxdata.vision.decode import decode_image
 from jaxdata.vision.image_tokens import IMAGE_TOKENS
 
 __all__ = ["UnitImages", "tokenize_vision_unit"]
@@ -84,9 +85,16 @@ def tokenize_vision_unit(
   dtype = dtype_for_vocab_size(cached_tokenizer(options.tokenizer).vocab_size)
   invalid = InvalidLog(options.skip_invalid)
   examples: list[VisionExample] = []
+  empty = 0
   for record in unit_documents(unit, options, DocumentRead(invalid, records=True)):
     try:
       example = encoder.encode(record.values, record.where, unit.path)
+      if options.images.verify:  # decoded once here, so that a damaged image never reaches a training run
+        for i, image in enumerate(example.images):
+          decode_image(image, f"{record.where}, image {i}", options.images.max_pixels)
+      if example.ids.size == 0:
+        empty += 1
+        continue
       examples.append(_within_limit(example, options.max_example_tokens, record.where))
     except InputFormatError as error:
       invalid.report(str(error))
@@ -103,6 +111,6 @@ def tokenize_vision_unit(
   )
   trained = int(masks.sum())
   result = UnitResult(
-    unit.index, unit.file_index, len(examples), int(tokens.size), 0, invalid.count, invalid.examples, trained
+    unit.index, unit.file_index, len(examples), int(tokens.size), empty, invalid.count, invalid.examples, trained
   )
   return tokens, lengths, masks, images, result

@@ -31,6 +31,7 @@ behaviour for each kind of awkward image::
 from __future__ import annotations
 
 import io
+import re
 import warnings
 
 import numpy as np
@@ -57,8 +58,10 @@ def _opened(data: bytes, where: str, max_pixels: int) -> Image.Image:
       image = Image.open(io.BytesIO(data))
   except Image.DecompressionBombError as error:
     raise InputFormatError(f"{where}: over the {max_pixels:,}-pixel limit, a decompression bomb ({error})") from error
+  except Image.UnidentifiedImageError as error:
+    raise InputFormatError(f"{where}: not a readable image (no decoder recognises its bytes)") from error
   except _DECODE_ERRORS as error:
-    raise InputFormatError(f"{where}: not a readable image ({type(error).__name__}: {error})") from error
+    raise InputFormatError(f"{where}: not a readable image ({_said(error)})") from error
   width, height = image.size
   if width * height > max_pixels:
     raise InputFormatError(
@@ -66,6 +69,11 @@ def _opened(data: bytes, where: str, max_pixels: int) -> Image.Image:
       "max_pixels)"
     )
   return image
+
+
+def _said(error: BaseException) -> str:
+  """Pillow's error, without the addresses of the objects it names (a message must not change run to run)."""
+  return f"{type(error).__name__}: " + re.sub(r" at 0x[0-9a-fA-F]+", "", str(error))
 
 
 def image_size(data: bytes, where: str, max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
@@ -105,7 +113,7 @@ def _decoded(data: bytes, where: str, max_pixels: int) -> Image.Image:
       pass  # an unreadable EXIF block: the image as stored (image_size does the same)
     return _rgb(image)
   except _DECODE_ERRORS as error:
-    raise InputFormatError(f"{where}: a damaged image ({type(error).__name__}: {error})") from error
+    raise InputFormatError(f"{where}: a damaged image ({_said(error)})") from error
 
 
 def decode_image(data: bytes, where: str, max_pixels: int = MAX_PIXELS) -> np.ndarray:
@@ -113,9 +121,12 @@ def decode_image(data: bytes, where: str, max_pixels: int = MAX_PIXELS) -> np.nd
   return np.ascontiguousarray(np.asarray(_decoded(data, where, max_pixels)))
 
 
-def _cut(image: Image.Image, policy: FixedSize | NativeResolution) -> np.ndarray:
+def _cut(image: Image.Image, policy: FixedSize | NativeResolution, where: str = "an image") -> np.ndarray:
   """`image` resized as the policy's processor resizes it (Pillow, its filter), cut into its patches."""
-  (height,), (width,) = policy.resized(np.array([image.height]), np.array([image.width]))
+  try:
+    (height,), (width,) = policy.resized(np.array([image.height]), np.array([image.width]))
+  except ValueError as error:  # a size the processor refuses
+    raise InputFormatError(f"{where}: {error}") from error
   resized = np.asarray(image.resize((int(width), int(height)), _RESAMPLE[policy.resample]))
   p = policy.patch
   merge = policy.merge if isinstance(policy, NativeResolution) else 1
@@ -136,4 +147,4 @@ def decoded_patches(
 ) -> np.ndarray:
   """`image_patches(decode_image(data, ...), policy)` without the round trip through an array: what the
   read stage runs per image."""
-  return _cut(_decoded(data, where, max_pixels), policy)
+  return _cut(_decoded(data, where, max_pixels), policy, where)

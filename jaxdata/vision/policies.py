@@ -182,7 +182,7 @@ def image_policy(spec: Mapping[str, Any]) -> FixedSize | NativeResolution:
   """
   values = dict(spec)
   kind = values.pop("policy", None)
-  if kind not in _POLICIES:
+  if not isinstance(kind, str) or kind not in _POLICIES:
     raise ValueError(f"images.policy: {kind!r} is not one of {sorted(_POLICIES)}")
   cls = _POLICIES[kind]
   fields = {f.name for f in dataclasses.fields(cls)}
