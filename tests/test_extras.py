@@ -1,4 +1,4 @@
-"""Optional extras: the core works without rich, matplotlib and pyarrow; a missing extra is named."""
+"""Optional extras: the core works without rich, matplotlib, pyarrow and Pillow; a missing extra is named."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tokenizers
+import transformers
 
 from jaxdata import Pipeline
 from pipeline_fixtures import coded_config
@@ -30,14 +32,16 @@ def jaxdata(argv: list[str], blocked: tuple[str, ...]) -> subprocess.CompletedPr
 RICH = ("rich", "rich.console", "rich.table", "rich.progress")
 PLOTS = ("matplotlib", "matplotlib.figure")
 PARQUET = ("pyarrow", "pyarrow.parquet")
+PILLOW = ("PIL", "PIL.Image", "PIL.ImageOps")
 
 
 @pytest.mark.slow
-def test_the_cli_converts_and_inspects_without_rich_matplotlib_or_pyarrow(tmp_path):
+def test_the_cli_converts_and_inspects_without_rich_matplotlib_pyarrow_or_pillow(tmp_path):
   (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(50)))
   out = str(tmp_path / "ds")
   done = jaxdata(
-    ["convert", str(tmp_path / "in.jsonl"), "--out", out, "--name", "plain", "--workers", "1"], RICH + PLOTS + PARQUET
+    ["convert", str(tmp_path / "in.jsonl"), "--out", out, "--name", "plain", "--workers", "1"],
+    RICH + PLOTS + PARQUET + PILLOW,
   )
   assert done.returncode == 0, done.stderr[-2000:]
   assert "wrote" in done.stdout and "50 documents" in done.stdout
@@ -55,6 +59,15 @@ def test_a_missing_extra_is_named(tmp_path):
     ["convert", str(tmp_path / "t.parquet"), "--out", str(tmp_path / "o"), "--name", "o", "--workers", "1"], PARQUET
   )
   assert done.returncode == 1 and "reading Parquet needs pyarrow: pip install 'jaxdata[parquet]'" in done.stderr
+  (tmp_path / "c.jsonl").write_text(json.dumps({"image": "a.png", "text": "a cat"}) + "\n")
+  (tmp_path / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # never opened: the missing extra is named first
+  argv = ["convert", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "v"), "--name", "v", "--workers", "1"]
+  words = {"[UNK]": 0, "a": 1, "cat": 2, "<|vision_start|>": 3, "<|image_pad|>": 4, "<|vision_end|>": 5}
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="[UNK]"))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+  transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(tmp_path / "tok"))
+  done = jaxdata([*argv, "--format", "vision", "--tokenizer", "hf:" + str(tmp_path / "tok")], PILLOW)
+  assert done.returncode == 1 and "reading images needs PIL: pip install 'jaxdata[vision]'" in done.stderr
   cfg = coded_config(tmp_path, [[5, 9, 3] * 20], stats_path=str(tmp_path / "stats.jsonl"))
   with Pipeline(cfg, prefetch=0) as pipe:
     for _ in range(3):

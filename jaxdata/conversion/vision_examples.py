@@ -26,12 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from jaxdata._lazy import lazy_module
 from jaxdata.conversion.examples import ExampleEncoder, character_range_mask
 from jaxdata.conversion.image_inputs import IMAGE_PART_KEYS, image_bytes, is_image_part
 from jaxdata.errors import InputFormatError
-from jaxdata.vision.decode import image_size
 from jaxdata.vision.image_tokens import ImageTokens
 from jaxdata.vision.policies import MAX_PIXELS, FixedSize, NativeResolution
+
+decode = lazy_module("jaxdata.vision.decode")  # Pillow (the `vision` extra) loads with the first image
 
 __all__ = ["VisionEncoder", "VisionExample"]
 
@@ -93,7 +95,9 @@ class VisionEncoder:
     root = self.image_root or os.path.dirname(os.path.abspath(input_path or "."))
     text, trained, values = self._text_and_images(record, where)
     images = tuple(image_bytes(v, root, f"{where}, image {i}") for i, v in enumerate(values))
-    sizes = np.array([image_size(b, f"{where}, image {i}", self.max_pixels) for i, b in enumerate(images)], np.int64)
+    sizes = np.array(
+      [decode.image_size(b, f"{where}, image {i}", self.max_pixels) for i, b in enumerate(images)], np.int64
+    )
     sizes = sizes.reshape(-1, 2)
     try:
       counts = self.policy.tokens(sizes[:, 0], sizes[:, 1]) if len(images) else np.zeros(0, np.int64)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from jaxdata._lazy import lazy_module
 from jaxdata.conversion.examples import example_encoder
 from jaxdata.conversion.formats import DocumentRead, unit_documents
 from jaxdata.conversion.inputs import InvalidLog
@@ -24,8 +25,9 @@ from jaxdata.conversion.tokenizers import dtype_for_vocab_size
 from jaxdata.conversion.vision_examples import VisionEncoder, VisionExample
 from jaxdata.conversion.work_units import WorkUnit
 from jaxdata.errors import InputFormatError
-from jaxdata.vision.decode import decode_image
 from jaxdata.vision.image_tokens import IMAGE_TOKENS
+
+decode = lazy_module("jaxdata.vision.decode")  # Pillow (the `vision` extra) loads with the first image
 
 __all__ = ["UnitImages", "tokenize_vision_unit"]
 
@@ -91,7 +93,7 @@ def tokenize_vision_unit(
       example = encoder.encode(record.values, record.where, unit.path)
       if options.images.verify:  # decoded once here, so that a damaged image never reaches a training run
         for i, image in enumerate(example.images):
-          decode_image(image, f"{record.where}, image {i}", options.images.max_pixels)
+          decode.decode_image(image, f"{record.where}, image {i}", options.images.max_pixels)
       if example.ids.size == 0:
         empty += 1
         continue

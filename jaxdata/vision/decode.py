@@ -35,10 +35,12 @@ import re
 import warnings
 
 import numpy as np
-from PIL import Image, ImageOps
 
-from jaxdata.errors import InputFormatError
+from jaxdata.errors import InputFormatError, optional_module
 from jaxdata.vision.policies import MAX_PIXELS, FixedSize, NativeResolution
+
+optional_module("PIL", "vision", "reading images")  # the `vision` extra, named where it is missing
+from PIL import Image, ImageOps  # noqa: E402 -- after the check that names the extra
 
 __all__ = ["decode_image", "decoded_patches", "image_patches", "image_size"]
 
