@@ -160,10 +160,12 @@ class ExampleEncoder:
     system, kwargs = self.record_context(record, where)
     return [*system, *messages], [0] * len(system) + weights, kwargs
 
-  def rendering(self, record: Mapping[str, Any], where: str) -> str:
-    """The text a chat record renders to: what `encode` tokenizes."""
-    messages, _, kwargs = self._conversation(record, where)
-    return self._renderer(record.get("tools"), where, kwargs)(messages, False)
+  def chat_encoding(self, record: Mapping[str, Any], where: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """(the rendering, its tokens' character offsets, their trained-token mask) of a chat record: what
+    `encode` gives, with the text it tokenized (rendered and tokenized once)."""
+    messages, weights, kwargs = self._conversation(record, where)
+    text, _, offsets, mask = self._chat_encoding(messages, weights, record.get("tools"), where, kwargs)
+    return text, offsets, mask
 
   def _prompt_completion(self, record: Mapping[str, Any], where: str) -> Example:
     for name in ("prompt", "completion"):
@@ -230,6 +232,18 @@ class ExampleEncoder:
     where: str,
     kwargs: Mapping[str, Any] | None = None,
   ) -> Example:
+    _, ids, _, mask = self._chat_encoding(messages, weights, tools, where, kwargs)
+    return ids, mask
+
+  def _chat_encoding(
+    self,
+    messages: list[dict[str, Any]],
+    weights: list[int],
+    tools: Any,
+    where: str,
+    kwargs: Mapping[str, Any] | None = None,
+  ) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """(the rendering, its ids, their character offsets, the trained-token mask) of a conversation."""
     kwargs = kwargs or {}
     trained = trained_messages(messages, weights, self.train_on)
     if not trained:
@@ -246,13 +260,13 @@ class ExampleEncoder:
       ) from e
     ids, offsets = self._tokenized(text)
     if self.train_on == "all":
-      return ids, np.ones(ids.size, np.uint8)
+      return text, ids, offsets, np.ones(ids.size, np.uint8)
     if self.mask_rule == "generation blocks":
-      return ids, self._generation_mask(messages, tools, ids, offsets, trained, where, kwargs=kwargs)
+      return text, ids, offsets, self._generation_mask(messages, tools, ids, offsets, trained, where, kwargs=kwargs)
     turns = assistant_turns(
       messages, trained, render, where, offsets.tolist(), self._default_renderer(tools, kwargs), rendered=text
     )
-    return ids, character_range_mask(offsets, turns)
+    return text, ids, offsets, character_range_mask(offsets, turns)
 
   def _generation_mask(
     self,

@@ -127,11 +127,7 @@ class VisionEncoder:
     if not isinstance(listed, list):
       raise InputFormatError(f"{where}: 'images' is {type(listed).__name__}, not a list of images")
     values = _chat_images(messages if isinstance(messages, list) else [], listed, where)
-    text = self.text.rendering(record, where)
-    ids, mask = self.text.encode(record, where)
-    again, offsets = self.text.tokenized(text)
-    if not np.array_equal(ids, again):
-      raise InputFormatError(f"{where}: the template's rendering does not tokenize as its encoding did")
+    text, offsets, mask = self.text.chat_encoding(record, where)
     return text, _merged_ranges(offsets, mask), values
 
   def _interleaved(self, record: Mapping[str, Any], where: str) -> tuple[str, list[tuple[int, int]], list[Any]]:
