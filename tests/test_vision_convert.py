@@ -108,12 +108,17 @@ def test_records_hold_the_encoding_then_the_images_as_they_came(vision_inputs, t
       expected = encoder.encode(row, f"chat.jsonl line {i + 1}", str(root / "chat.jsonl"))
       assert read[i].tolist() == expected.ids.tolist()
       assert read.mask[read.offsets[i] : read.offsets[i + 1]].tolist() == expected.mask.tolist()
-      assert [blob for blob, _, _ in images[i]] == stored[i]  # byte for byte, as stored
-      assert [[h, w] for _, h, w in images[i]] == expected.sizes.tolist()
+      assert [blob for blob, *_ in images[i]] == stored[i]  # byte for byte, as stored
+      assert [[h, w] for _, h, w, _ in images[i]] == expected.sizes.tolist()
+      starts = [at for *_, at in images[i]]
+      assert starts == expected.token_offsets.tolist()
+      for at, count in zip(starts, expected.image_tokens.tolist()):  # each run: `count` image-token ids from there
+        run = read[i][at : at + count]
+        assert run.size == count and (run == run[0]).all() and read[i][at - 1] != run[0]
     columns = dataset.columns
     assert columns["num_images"].tolist() == [len(s) for s in stored]
     policy = options.images.policy
-    patches = [int(sum(policy.patches(np.array([h]), np.array([w]))[0] for _, h, w in im)) for im in images]
+    patches = [int(sum(policy.patches(np.array([h]), np.array([w]))[0] for _, h, w, _ in im)) for im in images]
     assert columns["num_patches"].tolist() == patches
     dataset.verify()
 

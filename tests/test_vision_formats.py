@@ -73,7 +73,7 @@ def test_webdataset_shards_convert_sample_by_sample(tokenizer_dir, tmp_path):
     shards, records = _all(dataset)
     read, images = dataset.read(shards, records), dataset.read_images(shards, records)
   for i, (image, text) in enumerate(samples):
-    assert [blob for blob, _, _ in images[i]] == [image]
+    assert [blob for blob, *_ in images[i]] == [image]
     assert read[i].tolist() == encoder.encode({"image": image, "text": text}, "x").ids.tolist()
 
 
@@ -105,8 +105,8 @@ def test_hugging_face_parquet_with_its_image_feature(tokenizer_dir, tmp_path):
   convert([path], str(tmp_path / "out"), "hf", _options(tokenizer_dir))
   with TokenDataset(str(tmp_path / "out")) as dataset:
     images = dataset.read_images(*_all(dataset))
-  assert [[blob for blob, _, _ in record] for record in images] == [[b] for b in stored]
-  assert [[(h, w) for _, h, w in record] for record in images] == [[(30 + i, 50)] for i in range(6)]
+  assert [[blob for blob, *_ in record] for record in images] == [[b] for b in stored]
+  assert [[(h, w) for _, h, w, _ in record] for record in images] == [[(30 + i, 50)] for i in range(6)]
 
 
 def test_a_damaged_or_doubled_webdataset_shard_is_named(tokenizer_dir, tmp_path):

@@ -23,17 +23,20 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from jaxdata.sources.columns import pair_columns
-from jaxdata.sources.image_records import IMAGE_COLUMNS, image_trailer
+from jaxdata.sources.image_records import IMAGE_COLUMNS, image_trailer, trailer_sizes
 from jaxdata.sources.manifest import ShardInfo, writer_options
 from jaxdata.sources.masked import records_with_masks
 from jaxdata.sources.writer import finish_shard, shard_file_names
 
-__all__ = ["ShardJob", "ShardTarget", "plan_shard_jobs", "plan_shards", "record_sizes", "write_shard"]
+__all__ = ["IMAGE_TABLE", "ShardJob", "ShardTarget", "plan_shard_jobs", "plan_shards", "record_sizes", "write_shard"]
+
+
+IMAGE_TABLE = 5  # per image: bytes, height, width, patches, token offset in its record
 
 
 class UnitImageArrays(Protocol):
   """A unit's images as a shard job reads them (`vision_units.UnitImages`): per document its count; per
-  image (bytes, height, width, patches); the images' bytes back to back."""
+  image (bytes, height, width, patches, token offset); the images' bytes back to back."""
 
   @property
   def counts(self) -> np.ndarray: ...
@@ -74,9 +77,9 @@ def record_sizes(lengths: np.ndarray, bytes_per_token: int, images: UnitImageArr
   """
   size = np.asarray(lengths, np.int64) * bytes_per_token
   if images is not None:
-    counts, table = np.asarray(images.counts, np.int64), np.asarray(images.table, np.int64).reshape(-1, 4)
+    counts, table = np.asarray(images.counts, np.int64), np.asarray(images.table, np.int64).reshape(-1, IMAGE_TABLE)
     owner = np.repeat(np.arange(counts.size), counts)
-    size = size + 4 + 12 * counts + np.bincount(owner, table[:, 0], counts.size).astype(np.int64)
+    size = size + trailer_sizes(counts, np.bincount(owner, table[:, 0], counts.size).astype(np.int64))
   return size
 
 
@@ -185,7 +188,7 @@ def _trailers(images: UnitImageArrays, first: int, last: int, columns: dict[str,
   for doc in range(first, last):
     rows = range(int(image_starts[doc]), int(image_starts[doc] + counts[doc]))
     stored = [bytes(blob[byte_starts[i] : byte_ends[i]]) for i in rows]
-    out.append(image_trailer(stored, table[rows.start : rows.stop, 1:3]))
+    out.append(image_trailer(stored, table[rows.start : rows.stop][:, [1, 2, 4]]))
   owner = np.repeat(np.arange(counts.size), counts)  # each image's document
   patches = np.bincount(owner, weights=table[:, 3], minlength=counts.size).astype(np.int64)
   columns["num_images"].append(counts[first:last])

@@ -41,13 +41,15 @@ __all__ = ["VisionEncoder", "VisionExample"]
 @dataclasses.dataclass(frozen=True)
 class VisionExample:
   """One encoded example: ids and mask (uint8, 1 = trained) over the text with every image's run, the
-  images' bytes as they came, and their upright (height, width) [n, 2] and token counts [n]."""
+  images' bytes as they came, their upright (height, width) [n, 2], token counts [n] and where each one's
+  image tokens start among the ids [n]."""
 
   ids: np.ndarray
   mask: np.ndarray
   images: tuple[bytes, ...]
   sizes: np.ndarray
   image_tokens: np.ndarray
+  token_offsets: np.ndarray
 
 
 def _chat_images(messages: list[Any], listed: Sequence[Any], where: str) -> list[Any]:
@@ -103,8 +105,8 @@ class VisionEncoder:
       counts = self.policy.tokens(sizes[:, 0], sizes[:, 1]) if len(images) else np.zeros(0, np.int64)
     except ValueError as error:  # a size the processor refuses (an aspect ratio over 200)
       raise InputFormatError(f"{where}: {error}") from error
-    ids, mask = self._expanded(text, trained, counts, where)
-    return VisionExample(ids, mask, images, sizes, counts)
+    ids, mask, offsets = self._expanded(text, trained, counts, where)
+    return VisionExample(ids, mask, images, sizes, counts, offsets)
 
   def _text_and_images(self, record: Mapping[str, Any], where: str) -> tuple[str, list[tuple[int, int]], list[Any]]:
     """(the text with one `in_text` per image, its trained character ranges, the images' values)."""
@@ -150,8 +152,9 @@ class VisionEncoder:
 
   def _expanded(
     self, text: str, trained: list[tuple[int, int]], counts: np.ndarray, where: str
-  ) -> tuple[np.ndarray, np.ndarray]:
-    """Each placeholder replaced by its image's run, tokenized once; the trained ranges moved with the text."""
+  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each placeholder replaced by its image's run, tokenized once; the trained ranges moved with the text;
+    where each image's tokens start among the ids."""
     placeholder, found, at = self.tokens.placeholder, [], text.find(self.tokens.placeholder)
     while at >= 0:
       found.append(at)
@@ -179,4 +182,20 @@ class VisionEncoder:
     positions = np.arange(len(text) + 1) + moved
     mask = character_range_mask(offsets, [(int(positions[a]), int(positions[b])) for a, b in trained])
     in_image = character_range_mask(offsets, runs).astype(bool)
-    return ids, np.where(in_image, 0, mask).astype(np.uint8)
+    return ids, np.where(in_image, 0, mask).astype(np.uint8), self._token_starts(ids, offsets, runs, counts, where)
+
+  def _token_starts(
+    self, ids: np.ndarray, offsets: np.ndarray, runs: list[tuple[int, int]], counts: np.ndarray, where: str
+  ) -> np.ndarray:
+    """Per image, the index of its first image token: the token starting where its run's image tokens start
+    (after `before`); its `count` tokens from there must be one id, or the tokenizer did not keep them apart."""
+    chars = np.array([a + len(self.tokens.before) for a, _ in runs], np.int64)
+    starts = np.searchsorted(offsets[:, 0], chars) if len(offsets) else np.zeros(chars.size, np.int64)
+    for i, (start, char, count) in enumerate(zip(starts.tolist(), chars.tolist(), counts.tolist())):
+      run = ids[start : start + count]
+      if start >= len(offsets) or offsets[start, 0] != char or run.size != count or (run != run[0]).any():
+        raise InputFormatError(
+          f"{where}, image {i}: its {count} {self.tokens.image_token!r} tokens do not tokenize as {count} ids of "
+          "one token (is it a special token of this tokenizer?)"
+        )
+    return starts.astype(np.int64)

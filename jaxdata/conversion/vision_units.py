@@ -19,6 +19,7 @@ from jaxdata.conversion.examples import example_encoder
 from jaxdata.conversion.formats import DocumentRead, unit_documents
 from jaxdata.conversion.inputs import InvalidLog
 from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.shard_jobs import IMAGE_TABLE
 from jaxdata.conversion.template_tokenizer import fast_tokenizer
 from jaxdata.conversion.tokenize_units import UnitResult, cached_tokenizer
 from jaxdata.conversion.tokenizers import dtype_for_vocab_size
@@ -35,7 +36,7 @@ __all__ = ["UnitImages", "tokenize_vision_unit"]
 @dataclasses.dataclass(frozen=True)
 class UnitImages:
   """A unit's images (module docstring): per document its count; per image (bytes, height, width,
-  patches); all their bytes back to back."""
+  patches, where its image tokens start in its record's ids); all their bytes back to back."""
 
   counts: np.ndarray
   table: np.ndarray
@@ -107,7 +108,9 @@ def tokenize_vision_unit(
   sizes = np.concatenate([e.sizes for e in examples]) if examples else np.zeros((0, 2), np.int64)
   patches = policy.patches(sizes[:, 0], sizes[:, 1]) if sizes.size else np.zeros(0, np.int64)
   blobs = [b for e in examples for b in e.images]
-  table = np.column_stack([[len(b) for b in blobs], sizes, patches]).astype(np.int64).reshape(-1, 4)
+  offsets = np.concatenate([e.token_offsets for e in examples]) if examples else np.zeros(0, np.int64)
+  table = np.column_stack([[len(b) for b in blobs], sizes, patches, offsets]).astype(np.int64)
+  table = table.reshape(-1, IMAGE_TABLE)
   images = UnitImages(
     np.array([len(e.images) for e in examples], np.int64), table, np.frombuffer(b"".join(blobs), np.uint8)
   )
