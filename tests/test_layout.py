@@ -23,15 +23,28 @@ ALLOWED = {
   "errors": set(),
   "_lazy": set(),
   "_native_switch": set(),
-  "config": {"errors", "_lazy", "_native_switch"},  # _lazy: PyYAML loads at the first load_config
+  # _lazy: PyYAML loads at the first load_config; vision: packing.images names an image policy
+  "config": {"errors", "_lazy", "_native_switch", "vision"},
   "sources": {"errors", "_lazy", "_native_switch"},
   "vision": {"errors", "_lazy"},  # an image's size, tokens and patches: below every stage that reads images
   "order": {"config", "errors"},
   "mixture": {"config", "sources", "order", "errors", "_native_switch"},
-  "transforms": {"config", "errors", "_native_switch"},  # _native_switch: every C loop reads the one switch
+  # _native_switch: every C loop reads the one switch; vision: images decoded into their rows' patches
+  "transforms": {"config", "errors", "_native_switch", "vision"},
   "checkpoint": {"config", "order", "mixture", "transforms", "errors", "_lazy"},  # it composes their states
   # conversion: raw inputs named in a config are converted (cached) when a pipeline opens (pipeline/raw_inputs.py)
-  "pipeline": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "conversion", "errors", "_lazy"},
+  "pipeline": {
+    "config",
+    "sources",
+    "order",
+    "mixture",
+    "transforms",
+    "checkpoint",
+    "conversion",
+    "vision",
+    "errors",
+    "_lazy",
+  },
   "research": {"config", "errors"},
   "conversion": {"sources", "vision", "errors", "_lazy"},  # vision: an image's size and tokens, at conversion
   "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},

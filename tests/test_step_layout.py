@@ -68,7 +68,7 @@ def test_an_extra_feature_is_a_global_array_sharded_by_rows(tmp_path):
   "entry,message",
   [
     ({**extension.ROW_SUMMARY, "dtype": "complex64"}, "row_summary.dtype: 'complex64' is not one of"),
-    ({**extension.ROW_SUMMARY, "extent": [0]}, r"row_summary.extent: a per-row shape of ints >= 1"),
+    ({**extension.ROW_SUMMARY, "extent": [-1]}, r"row_summary.extent: a per-row shape of ints >= 0"),
     (
       {k: v for k, v in extension.ROW_SUMMARY.items() if k != "assemble"},
       "row_summary: assemble: the 'module:function'",

@@ -204,7 +204,9 @@ def test_beams_local_runner_writes_the_local_runners_vision_dataset_byte_for_byt
     assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "beam" / name).read_bytes(), name
 
 
-def test_a_pipeline_refuses_an_image_text_dataset_rather_than_drop_its_images(vision_inputs, tmp_path):
+def test_a_pipeline_without_image_budgets_refuses_an_image_text_dataset_rather_than_drop_its_images(
+  vision_inputs, tmp_path
+):
   root, _, _ = vision_inputs
   convert([str(root / "chat.jsonl")], str(tmp_path / "vl"), "vl", _options(root, 1))
   cfg = PipelineConfig.from_dict(
@@ -215,7 +217,7 @@ def test_a_pipeline_refuses_an_image_text_dataset_rather_than_drop_its_images(vi
       "batch": {"global_batch_size": 2},
     }
   )
-  with pytest.raises(ConfigError, match="dataset vl: holds image-text examples .* would train without the images"):
+  with pytest.raises(ConfigError, match="dataset vl: holds image-text examples .* set packing.images"):
     Pipeline(cfg)
 
 

@@ -9,7 +9,8 @@ and the documents' tokens), `kernels` (the per-step loops, in C from
 `pairs` (preference pairs laid out whole, `packing.pairs`),
 `balance` (rows spread so every host's block reads a similar amount) and
 `budgets` (whole image-text examples into rows of three budgets: tokens,
-patches, images; the placer the image rows will pack with).
+patches, images; `BudgetFit`, the strategy of packing.images) and
+`image_rows` (each row's images decoded into patches beside their tokens).
 Depends on `config` only: documents arrive through the `DocumentSource`
 protocol, so nothing here imports the stream.
 

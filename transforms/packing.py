@@ -25,7 +25,8 @@ goes into a step before an earlier one. Placing new pieces largest first
 typical length mixes.
 
 The mode string is read once, by `packing_strategy` (`strategies.py`); the
-packer then talks to a `PackingStrategy` object. Its state is a `PackerState`
+packer then talks to a `PackingStrategy` object (`budgets.BudgetFit` with
+packing.images: every example whole, in rows of three budgets). Its state is a `PackerState`
 (`packer_state.py`).
 """
 
@@ -33,13 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from jaxdata.config.packing_config import PackingConfig
 from jaxdata.config.pipeline_config import PipelineConfig
+from jaxdata.transforms.budgets import BudgetFit
 from jaxdata.transforms.packer_state import Carry, PackerState
 from jaxdata.transforms.pieces import Pieces
 from jaxdata.transforms.strategies import (
@@ -89,10 +91,16 @@ class Packer:
   asks for steps in order.
   """
 
-  def __init__(self, cfg: PipelineConfig, source: DocumentSource) -> None:
+  def __init__(
+    self, cfg: PipelineConfig, source: DocumentSource, image_amounts: Sequence[np.ndarray | None] = ()
+  ) -> None:
     self.cfg = cfg
     self.source = source
-    self.strategy = packing_strategy(cfg.packing, cfg.window_datasets, cfg.seed)
+    self.strategy: PackingStrategy = (
+      BudgetFit(cfg.packing, image_amounts, cfg.window_datasets)
+      if cfg.packing.images is not None and cfg.packing.mode != "none"
+      else packing_strategy(cfg.packing, cfg.window_datasets, cfg.seed)
+    )
     self.carry = Pieces.empty()
     self.done = False
     # Per dataset index, documents of the final partial step that batch.drop_remainder left out (not state:

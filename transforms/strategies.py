@@ -35,7 +35,9 @@ __all__ = [
   "GroupedOnePerRow",
   "OnePerRow",
   "PackingStrategy",
+  "Placement",
   "packing_strategy",
+  "placed_by_row",
 ]
 
 
@@ -263,9 +265,14 @@ def _fit(
   order = np.argsort(-new.length, kind="stable")
   pool = Pieces.concatenate([carry, new.take(order)])
   row_of = placer(pool.length, _split_documents(pool, tail), rows, seq_len)
+  return placed_by_row(pool, row_of)
+
+
+def placed_by_row(pool: Pieces, row_of: np.ndarray) -> Placement:
+  """The pieces given a row (`row_of` >= 0) with their columns, each row filled in placement order; the
+  rest (-1) is the carry."""
   placed = pool.take(np.flatnonzero(row_of >= 0))
   row = row_of[row_of >= 0]
-  # Columns: pieces fill each row in placement order.
   by_row = np.argsort(row, kind="stable")
   ends = np.cumsum(placed.length[by_row])
   row_sorted = row[by_row]

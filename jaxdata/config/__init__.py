@@ -3,6 +3,7 @@ data; every later stage may import it.
 
     schema.py           the sections of a config: frozen dataclasses that validate themselves
     packing_config.py   `PackingConfig`: the packing section, its warmups and preference pairs
+    image_packing.py    `ImagePacking`: packing.images, a row's patch and image budgets, and its features
     batch.py            `BatchConfig`: the global batch and its schedule
     layout.py           `StepLayout`: what a step holds (each array's dtype and per-row shape)
     ramp.py             a value that rises linearly with the step (batch ramp, sequence warmup)

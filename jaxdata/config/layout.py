@@ -65,7 +65,8 @@ def pair_features(layout: str, reference: bool = False) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class FeatureSpec:
-  """One array of a step: [rows, seq_len] of `dtype` (`extent` empty), or [rows, *extent].
+  """One array of a step: [rows, seq_len] of `dtype` (`extent` empty), or [rows, *extent] (an axis of 0 in
+  `extent` is the row's length, seq_len), or [rows] (`scalar`: one value a row).
 
   `fill`: its value where nothing is written (padding). `kept`: in the batch handed out.
   `assemble`: "module:function" that makes it (extra features only; the built-in ones are made by
@@ -78,6 +79,7 @@ class FeatureSpec:
   fill: int | float = 0
   kept: bool = True
   assemble: str = ""
+  scalar: bool = False
 
   def __post_init__(self) -> None:
     where = f"batch.extra_features.{self.name}"
@@ -86,10 +88,13 @@ class FeatureSpec:
     if self.dtype not in _DTYPES:
       raise ConfigError(f"{where}.dtype: {short(self.dtype)} is not one of {', '.join(_DTYPES)}")
     extent = tuple(self.extent) if isinstance(self.extent, (list, tuple)) else self.extent
-    if not isinstance(extent, tuple) or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in extent):
+    if not isinstance(extent, tuple) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in extent):
       raise ConfigError(
-        f"{where}.extent: a per-row shape of ints >= 1 ([] for one per token), got {short(self.extent)}"
+        f"{where}.extent: a per-row shape of ints >= 0 (0: the row's length; [] for one per token), got "
+        f"{short(self.extent)}"
       )
+    if self.scalar and extent:
+      raise ConfigError(f"{where}.scalar: one value a row has no extent, got {short(self.extent)}")
     object.__setattr__(self, "extent", extent)
     if isinstance(self.fill, bool) or not isinstance(self.fill, (int, float)):
       raise ConfigError(f"{where}.fill: a number, got {short(self.fill)}")
@@ -105,8 +110,10 @@ class FeatureSpec:
     return np.dtype(self.dtype)
 
   def row_shape(self, seq_len: int) -> tuple[int, ...]:
-    """One row's shape: [seq_len] for a per-token feature, else its extent."""
-    return self.extent if self.extent else (seq_len,)
+    """One row's shape: [seq_len] for a per-token feature, [] for a scalar, else its extent (0: seq_len)."""
+    if self.scalar:
+      return ()
+    return tuple(n or seq_len for n in self.extent) if self.extent else (seq_len,)
 
   def shape(self, rows: int, seq_len: int) -> tuple[int, ...]:
     return (rows, *self.row_shape(seq_len))

@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from jaxdata.config.image_packing import ImagePacking
 from jaxdata.config.ramp import check_ramp_steps, ramp_value
 from jaxdata.config.schema import (
   LONG_DOCS,
@@ -126,6 +127,7 @@ class PackingConfig:
   group_by_length: int = 0  # mode none: rows of similar length together, within groups of this many batches
   max_segments_per_row: int | None = None  # at most this many documents (pieces) a row; None: no cap
   pairs: PairPacking | None = None  # datasets of preference pairs: how pairs are laid out (never split)
+  images: ImagePacking | None = None  # image-text datasets: a row's patch and image budgets (examples never split)
 
   def __post_init__(self) -> None:
     check_choice(self.mode, PACKING_MODES, "packing.mode")
@@ -162,6 +164,8 @@ class PackingConfig:
         raise ConfigError(f"packing.linear_warmup.start: {linear.start} must be below packing.seq_len {self.seq_len}")
     if self.pairs is not None:
       self._check_pairs(phases)
+    if self.images is not None:
+      self._check_images(phases)
     previous = 0
     for i, phase in enumerate(phases):
       where = f"packing.warmup[{i}]"
@@ -187,6 +191,31 @@ class PackingConfig:
         raise ConfigError(f"packing.{field}: a pair's sides carry their chat template's special tokens already")
     if phases or self.linear_warmup is not None:
       raise ConfigError("packing.warmup: pairs pack at one seq_len (no warmup or linear_warmup)")
+
+  def _check_images(self, phases: tuple[WarmupPhase, ...]) -> None:
+    images = self.images
+    if not isinstance(images, ImagePacking):
+      images = build(ImagePacking, images, "packing.images")
+      object.__setattr__(self, "images", images)
+    if self.pairs is not None:
+      raise ConfigError(
+        "packing.images: image-text examples and preference pairs are packed apart (give one of the two)"
+      )
+    if self.mode == "concat":
+      raise ConfigError(
+        "packing.mode: concat cuts examples across rows; image-text examples pack whole (first_fit, best_fit, none)"
+      )
+    if self.long_docs == "truncate":
+      raise ConfigError(
+        "packing.long_docs: truncate would cut an example's images from its text; see packing.images.too_large"
+      )
+    # An example is never split: split means what drop does (packing.images.too_large says when to refuse instead).
+    object.__setattr__(self, "long_docs", "drop")
+    for field in ("add_bos", "add_eos"):
+      if getattr(self, field):
+        raise ConfigError(f"packing.{field}: image-text examples carry their template's special tokens already")
+    if phases or self.linear_warmup is not None:
+      raise ConfigError("packing.warmup: image-text rows pack at one seq_len (no warmup or linear_warmup)")
 
   @property
   def bos(self) -> int:

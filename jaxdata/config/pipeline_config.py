@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from jaxdata.config.image_packing import image_features
 from jaxdata.config.layout import FEATURES, StepLayout, pair_features
 from jaxdata.config.packing_config import PackingConfig
 from jaxdata.config.resolve import DatasetDefaults, DatasetSettings, resolve_dataset
@@ -45,6 +46,7 @@ from jaxdata.config.validate import (
   short,
 )
 from jaxdata.errors import ConfigError
+from jaxdata.vision.policies import FixedSize, NativeResolution
 
 __all__ = ["PipelineConfig"]
 
@@ -54,7 +56,9 @@ MAX_TOKENS_PER_STEP = 1 << 30
 
 
 def _plain(value: Any) -> Any:
-  """Dataclasses to dicts (INHERIT fields left out), tuples to lists."""
+  """Dataclasses to dicts (INHERIT fields left out), tuples to lists; an image policy as `image_policy` reads it."""
+  if isinstance(value, (FixedSize, NativeResolution)):
+    return {"policy": value.name, **dataclasses.asdict(value)}
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
     return {
       f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if getattr(value, f.name) is not INHERIT
@@ -188,12 +192,15 @@ class PipelineConfig:
   @property
   def layout(self) -> StepLayout:
     """What every step holds (`StepLayout`): `FEATURES` (those `batch.features` keeps handed out), or with
-    packing.pairs its layout's (`pair_features`, reference log-probabilities as float32); then
-    `batch.extra_features`."""
-    pairs = self.packing.pairs
+    packing.pairs its layout's (`pair_features`, reference log-probabilities as float32), with
+    packing.images the image features after them (`image_features`); then `batch.extra_features`."""
+    pairs, images = self.packing.pairs, self.packing.images
     if pairs is not None:
       names = pair_features(pairs.layout, pairs.reference is not None)
       base = StepLayout.of_features(names, floats=[n for n in names if n.endswith("ref_logp")])
+    elif images is not None:
+      base = StepLayout.of_features(FEATURES, kept=self.batch.features)
+      base = StepLayout((*base.features, *image_features(images)))
     else:
       base = StepLayout.of_features(FEATURES, kept=self.batch.features)
     return StepLayout((*base.features, *self.batch.extra_features))

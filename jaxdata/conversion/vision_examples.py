@@ -13,7 +13,7 @@ n is the policy's token count for the image's size (read from its header: nothin
 replacement is the processor's own text replacement, so the ids equal the processor's (tested against
 transformers' Qwen2-VL processor with the published Qwen2.5-VL template).
 
->>> VisionExample(np.array([5]), np.array([1], np.uint8), (), np.zeros((0, 2), np.int64), np.zeros(0, np.int64)).images
+>>> VisionExample(np.array([5]), np.array([1], np.uint8), (), np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)).images
 ()
 """
 

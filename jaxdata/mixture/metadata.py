@@ -11,17 +11,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxdata.config.packing_config import PackingConfig
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.config.resolve import DatasetSettings
 from jaxdata.errors import ConfigError
 from jaxdata.mixture.holdout import split_view
 from jaxdata.sources.dataset import ReadOptions
 from jaxdata.sources.lengths import LengthsBase
-from jaxdata.sources.opening import SplitDataset, open_dataset
+from jaxdata.sources.opening import SplitDataset, open_dataset, record_columns
 from jaxdata.sources.sampling_windows import WindowOptions, WindowView
 from jaxdata.sources.shard_cache import CacheOptions, default_cache_options
 
-__all__ = ["DatasetMeta", "checked_metadata", "load_metadata", "open_split", "window_options"]
+__all__ = ["DatasetMeta", "checked_metadata", "load_metadata", "open_split", "window_options", "with_image_budgets"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,8 @@ class DatasetMeta:
   `pass_tokens` (window datasets) is what one pass trains, and
   `segments` (drawn windows) the lengths of the token runs they come from:
   what exposure needs to count passes and unique tokens seen.
+  `image_amounts` (image-text datasets under packing.images): per record, its
+  patches and images [records, 2], what packing's image budgets count.
   """
 
   shard_counts: np.ndarray
@@ -41,6 +44,7 @@ class DatasetMeta:
   pass_records: int | None = None
   pass_tokens: int | None = None
   segments: np.ndarray | None = None
+  image_amounts: np.ndarray | None = None
 
   @property
   def supply(self) -> int:
@@ -94,8 +98,31 @@ def load_metadata(cfg: PipelineConfig) -> dict[str, DatasetMeta]:
   out = {}
   for s in cfg.dataset_settings():
     with open_split(s, ReadOptions(), cache, cfg.seed, "train") as dataset:
-      out[s.name] = DatasetMeta.from_dataset(dataset)
+      out[s.name] = with_image_budgets(s.name, DatasetMeta.from_dataset(dataset), dataset, cfg.packing)
   return out
+
+
+def with_image_budgets(name: str, meta: DatasetMeta, dataset: SplitDataset, packing: PackingConfig) -> DatasetMeta:
+  """Under packing.images, an image-text dataset's meta with its records' patches and images, and each
+  example over a budget on its own planned as longer than a row: packing leaves it out and counts it
+  (`too_large: drop`; the mixture counts none of its tokens), or a `ConfigError` names the first (`error`)."""
+  images = packing.images
+  if images is None or not dataset.manifest.holds_images:
+    return meta
+  base, in_base = record_columns(dataset, np.arange(dataset.num_records))
+  amounts = np.stack([base.columns[c][in_base] for c in ("num_patches", "num_images")], 1).astype(np.int64)
+  lengths = np.asarray(meta.lengths, np.int64)
+  over = (lengths > packing.seq_len) | (amounts[:, 0] > images.max_patches) | (amounts[:, 1] > images.max_images)
+  first = np.flatnonzero(over)
+  if first.size and images.too_large == "error":
+    i = int(first[0])
+    raise ConfigError(
+      f"dataset {name}: {first.size} examples exceed a row's budgets (the first: record {i}, {int(lengths[i])} tokens, "
+      f"{int(amounts[i, 0])} patches, {int(amounts[i, 1])} images; a row holds {packing.seq_len}, {images.max_patches}, "
+      f"{images.max_images}); raise them, or set packing.images.too_large: drop (they are then left out and counted)"
+    )
+  planned = np.where(over, packing.seq_len + 1, lengths) if first.size else meta.lengths
+  return dataclasses.replace(meta, lengths=planned, image_amounts=amounts)
 
 
 def checked_metadata(cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta]) -> tuple[list[DatasetMeta], list[int]]:

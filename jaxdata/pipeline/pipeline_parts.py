@@ -19,22 +19,29 @@ from jaxdata.checkpoint.state import PipelineState
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.errors import ConfigError
 from jaxdata.mixture.holdout import eval_config
-from jaxdata.mixture.metadata import DatasetMeta, open_split
+from jaxdata.mixture.metadata import DatasetMeta, open_split, with_image_budgets
 from jaxdata.pipeline.execution import StepMaking
 from jaxdata.pipeline.planner import StepPlanner
-from jaxdata.pipeline.reader import DocumentReader, ReadLog, record_columns
+from jaxdata.pipeline.reader import DocumentReader, ReadLog
 from jaxdata.pipeline.spec import PipelineSpec
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
 from jaxdata.pipeline.wait_warning import LOGGER
 from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS, check_reference_values
 from jaxdata.sources.dataset import ReadOptions
-from jaxdata.sources.opening import SplitDataset
+from jaxdata.sources.opening import SplitDataset, record_columns
 from jaxdata.sources.sampling_windows import WindowView
 from jaxdata.sources.shard_cache import default_cache_options
 from jaxdata.transforms.pairs import planning_lengths
+from jaxdata.vision.policies import FixedSize, NativeResolution, image_policy
 
-__all__ = ["Parts", "check_pipeline_arguments", "log_stored_orders", "open_parts", "state_snapshot"]
+__all__ = [
+  "Parts",
+  "check_pipeline_arguments",
+  "log_stored_orders",
+  "open_parts",
+  "state_snapshot",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +71,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
       if split == "eval" and not d.holdout:
         continue
       datasets.append(open_split(d, ReadOptions(num_threads=spec.read_threads), cache, cfg.seed, split))
-      _check_pairs(d.name, datasets[-1], cfg.packing.pairs is not None)
+      _check_pairs(d.name, datasets[-1], cfg.packing.pairs is not None, cfg.packing.images is not None)
     if split == "eval":
       cfg = eval_config(
         cfg,
@@ -73,7 +80,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
           for ds_name, ds in zip([d.name for d in cfg.dataset_settings() if d.holdout], datasets)
         },
       )
-    cfg = with_special_ids(cfg, datasets)
+    cfg = _with_image_policy(with_special_ids(cfg, datasets), datasets)
     bound = token_bound(cfg, datasets)
     planner = StepPlanner(cfg, {d.name: _meta(d.name, ds, cfg) for d, ds in zip(cfg.datasets, datasets)}, spec.epoch)
   except BaseException:  # re-raised: nothing may stay open
@@ -96,6 +103,33 @@ def open_parts(spec: PipelineSpec) -> Parts:
   )
 
 
+def _with_image_policy(cfg: PipelineConfig, datasets: list[SplitDataset]) -> PipelineConfig:
+  """Under packing.images, the config with the image policy its image-text datasets were converted with (they
+  must agree, and agree with a policy the config gives); a `ConfigError` names the dataset that differs."""
+  images = cfg.packing.images
+  if images is None:
+    return cfg
+  found: dict[str, FixedSize | NativeResolution] = {}
+  for settings, dataset in zip(cfg.dataset_settings(), datasets):
+    if dataset.manifest.holds_images:
+      try:
+        found[settings.name] = image_policy(dataset.manifest.stats["images"]["policy"])
+      except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(f"dataset {settings.name}: its manifest records no valid image policy ({error})") from error
+  wanted = images.policy if images.policy is not None else next(iter(found.values()), None)
+  if wanted is None:
+    raise ConfigError("packing.images: no dataset holds images, and packing.images.policy is not given")
+  for name, policy in found.items():
+    if policy != wanted:
+      raise ConfigError(
+        f"dataset {name}: its images were converted with {policy}, not {wanted} (packing.images.policy, or the "
+        "first image-text dataset's): a row's patches must be cut one way"
+      )
+  return dataclasses.replace(
+    cfg, packing=dataclasses.replace(cfg.packing, images=dataclasses.replace(images, policy=wanted))
+  )
+
+
 def _pair_slots(cfg: PipelineConfig, datasets: list[SplitDataset]) -> list[np.ndarray] | None:
   """With `parallel` pairs: per dataset, per record, the tokens its two rows hold (the chosen side, and the
   rejected side less the shared prompt); a pair is planned by its longer side only."""
@@ -113,19 +147,19 @@ def _pair_slots(cfg: PipelineConfig, datasets: list[SplitDataset]) -> list[np.nd
   return out
 
 
-def _check_pairs(name: str, dataset: SplitDataset, packs_pairs: bool) -> None:
-  """Pairs are packed with packing.pairs, and only pairs: as documents their two sides would train as one."""
+def _check_pairs(name: str, dataset: SplitDataset, packs_pairs: bool, packs_images: bool) -> None:
+  """Pairs are packed with packing.pairs, and only pairs: as documents their two sides would train as one;
+  image-text examples with packing.images."""
   if dataset.manifest.holds_pairs and not packs_pairs:
     raise ConfigError(
       f"dataset {name}: holds preference pairs (features {list(dataset.manifest.features)}: chosen and "
       "rejected in one record); packed as documents both sides would train as one: set packing.pairs "
       "(docs/preference.md)"
     )
-  if dataset.manifest.holds_images:
+  if dataset.manifest.holds_images and not packs_images:
     raise ConfigError(
-      f"dataset {name}: holds image-text examples (features {list(dataset.manifest.features)}); the pipeline "
-      "packs their text and images together only with image budgets, which this version does not have: packing "
-      "the text alone would train without the images"
+      f"dataset {name}: holds image-text examples (features {list(dataset.manifest.features)}); they are packed "
+      "with their images under a row's patch and image budgets: set packing.images (docs/vision.md)"
     )
   if packs_pairs and not dataset.manifest.holds_pairs:
     raise ConfigError(
@@ -143,7 +177,7 @@ def _columns_read(cfg: PipelineConfig) -> tuple[str, ...]:
 def _meta(name: str, dataset: SplitDataset, cfg: PipelineConfig) -> DatasetMeta:
   """What the planner needs of a dataset; for pairs, the columns each pair takes in a row (its
   planning length, `jaxdata.transforms.pairs.planning_lengths`) stand for its length."""
-  meta = DatasetMeta.from_dataset(dataset)
+  meta = with_image_budgets(name, DatasetMeta.from_dataset(dataset), dataset, cfg.packing)
   pairs = cfg.packing.pairs
   if pairs is None:
     return meta

@@ -64,8 +64,9 @@ class StepPlanner:
 
   def __init__(self, cfg: PipelineConfig, metadata: Mapping[str, DatasetMeta] | None = None, epoch: int = 0) -> None:
     self.cfg = cfg
-    self.stream = DocumentStream(cfg, load_metadata(cfg) if metadata is None else metadata, epoch)
-    self.packer = Packer(cfg, self.stream)
+    metas = load_metadata(cfg) if metadata is None else metadata
+    self.stream = DocumentStream(cfg, metas, epoch)
+    self.packer = Packer(cfg, self.stream, [metas[name].image_amounts for name in cfg.names])
     self.step = 0  # the next step to plan
     # Mixture updates from another thread, without waiting for a step being planned: `adopt_updates`
     # leaves them in `mailbox`, and each plan first publishes `reserved` (no document of that step or

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.pipeline.reader import Boundaries, DocumentReader
 from jaxdata.pipeline.stats import StatsRecorder
 from jaxdata.pipeline.step_stats import StepStats
+from jaxdata.sources.image_records import ImageEntry
 from jaxdata.transforms.assemble import (
   DocumentTokens,
   RowPlacement,
@@ -37,6 +38,7 @@ from jaxdata.transforms.assemble import (
   follow_boundaries,
   padded_buffer,
 )
+from jaxdata.transforms.image_rows import assemble_images
 from jaxdata.transforms.pairs import PairRecords, assemble_pairs
 from jaxdata.transforms.pieces import Pieces
 
@@ -96,6 +98,7 @@ class ReadStep:
   trained: np.ndarray | None = None  # the masks laid out as `buffer` (uint8), where a dataset has them
   doc_length: np.ndarray | None = None  # per piece: its document's ids (as read)
   values: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per piece: its record's columns read
+  images: Sequence[list[ImageEntry]] | None = None  # per piece: its record's images as stored (image-text datasets)
 
 
 def plan_span(
@@ -166,25 +169,26 @@ def read_span(reader: DocumentReader, steps: list[HostStep], pad_id: int) -> lis
   if not steps:
     return []
   pieces = Pieces.concatenate([s.pieces for s in steps])
-  parts, masks, doc_start, doc_length, (inner_piece, inner_offset) = reader.read_with_masks(
-    range(steps[0].step, steps[-1].step + 1), pieces
-  )
+  read = reader.read_with_masks(range(steps[0].step, steps[-1].step + 1), pieces)
+  inner_piece, inner_offset = read.boundaries
   values = reader.column_values(pieces)
   seq_len = max(s.seq_len for s in steps)
-  buffer = padded_buffer(parts, seq_len, pad_id)
-  trained = padded_buffer(masks, seq_len, 0) if masks is not None else None
+  buffer = padded_buffer(read.parts, seq_len, pad_id)
+  trained = padded_buffer(read.masks, seq_len, 0) if read.masks is not None else None
   out, first = [], 0
   for s in steps:
+    mine = slice(first, first + len(s.pieces))
     here = (inner_piece >= first) & (inner_piece < first + len(s.pieces))
     out.append(
       ReadStep(
         s,
         buffer,
-        doc_start[first : first + len(s.pieces)],
+        read.doc_start[mine],
         (inner_piece[here] - first, inner_offset[here]),
         trained,
-        doc_length[first : first + len(s.pieces)],
-        {name: v[first : first + len(s.pieces)] for name, v in values.items()},
+        read.doc_length[mine],
+        {name: v[mine] for name, v in values.items()},
+        read.images[mine] if read.images is not None else None,
       )
     )
     first += len(s.pieces)
@@ -209,6 +213,11 @@ def assemble(
     batch = assemble_rows(placement, DocumentTokens(item.buffer, item.doc_start, item.trained), packing, out=out)
     if item.boundaries[0].size:
       follow_boundaries(batch, s.pieces, s.host_row, s.column, *item.boundaries, pad_id=packing.fill_id)
+    if packing.images is not None:
+      missing = [f for f in layout.features if f.name not in batch and not f.assemble]  # the image arrays
+      batch.update({f.name: np.empty(f.shape(s.num_rows, s.seq_len), f.numpy_dtype) for f in missing})
+      images = item.images if item.images is not None else [[] for _ in range(len(s.pieces))]
+      assemble_images(batch, s.pieces, s.host_row, s.column, images, packing.images)
   for extra in layout.extras:
     made = np.asarray(extra.maker()(batch, s.pieces, s.host_row, s.column), extra.numpy_dtype)
     if made.shape != extra.shape(s.num_rows, s.seq_len):

@@ -8,27 +8,40 @@ Every distinct document is read once, however many pieces of it there are::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from jaxdata.errors import DatasetError
 from jaxdata.pipeline.vocabulary import TokenBound
-from jaxdata.sources.dataset import TokenDataset
-from jaxdata.sources.opening import SplitDataset
+from jaxdata.sources.image_records import ImageEntry
+from jaxdata.sources.opening import SplitDataset, record_columns
 from jaxdata.sources.ragged import RaggedTokens
 from jaxdata.sources.sampling_windows import WindowView
-from jaxdata.sources.subset import RangeView, SubsetView
 from jaxdata.sources.token_files import ranges_index
 from jaxdata.transforms.pieces import Pieces
 
-__all__ = ["Boundaries", "DocumentReader", "READ_ATTEMPTS", "ReadLog"]
+__all__ = ["Boundaries", "DocumentReader", "DocumentsRead", "READ_ATTEMPTS", "ReadLog"]
 
 READ_ATTEMPTS = 3  # an OSError (storage hiccup) is retried after 0.05 s, then 0.1 s
 
 ReadLog = list[tuple[range, str, np.ndarray]]  # (steps, dataset, records) of every read
 Boundaries = tuple[np.ndarray, np.ndarray]  # (piece, offset in its document) of document starts inside windows
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentsRead:
+  """What `DocumentReader.read_with_masks` read: the token arrays (one per dataset read), their masks (None
+  where no dataset has them), per piece its document's start in their concatenation and its length, the
+  document starts inside window pieces, and per piece its images (None where no dataset holds images)."""
+
+  parts: list[np.ndarray]
+  masks: list[np.ndarray] | None
+  doc_start: np.ndarray
+  doc_length: np.ndarray
+  boundaries: Boundaries
+  images: list[list[ImageEntry]] | None = None
 
 
 class DocumentReader:
@@ -53,19 +66,20 @@ class DocumentReader:
     self.columns = tuple(columns)  # per-record columns every read also gives (a reference model's log-probs)
     # Where any dataset carries trained-token masks, every read gives masks (ones for the others).
     self.masked = any(ds.manifest.has_mask for ds in self.datasets)
+    self.holds_images = any(ds.manifest.holds_images for ds in self.datasets)
 
   def read(self, steps: range, pieces: Pieces) -> tuple[list[np.ndarray], np.ndarray, Boundaries]:
     """(token arrays, start of each piece's document in their concatenation,
     document starts inside window pieces) for `pieces` of `steps`."""
-    parts, _, doc_start, _, boundaries = self.read_with_masks(steps, pieces)
-    return parts, doc_start, boundaries
+    read = self.read_with_masks(steps, pieces)
+    return read.parts, read.doc_start, read.boundaries
 
-  def read_with_masks(
-    self, steps: range, pieces: Pieces
-  ) -> tuple[list[np.ndarray], list[np.ndarray] | None, np.ndarray, np.ndarray, Boundaries]:
+  def read_with_masks(self, steps: range, pieces: Pieces) -> DocumentsRead:
     """`read`, the trained-token masks aligned with the token arrays (None where no dataset has them;
-    all ones for a dataset without them: every token of it trains), and each piece's document's length."""
+    all ones for a dataset without them: every token of it trains), each piece's document's length, and
+    each piece's images (image-text datasets; from the same read)."""
     parts, doc_start, base = [], np.zeros(len(pieces), np.int64), 0
+    images: list[list[ImageEntry]] | None = [[] for _ in range(len(pieces))] if self.holds_images else None
     doc_length = np.zeros(len(pieces), np.int64)
     masks: list[np.ndarray] | None = [] if self.masked else None
     inner_piece, inner_offset = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
@@ -85,8 +99,11 @@ class DocumentReader:
       for d, dataset, mine, records, inverse in wanted:
         if self.read_log is not None:
           self.read_log.append((steps, self.names[d], records))
-        ragged = _read_with_retries(dataset, records)
+        ragged, found = _read_with_retries(dataset, records, images is not None)
         self.bound.check(dataset, records, ragged.tokens, ragged.offsets)
+        if images is not None and found:
+          for at, record in zip(mine.tolist(), inverse.tolist()):  # per piece: a reference to its record's list
+            images[at] = found[record]
         parts.append(ragged.tokens)
         if masks is not None:
           masks.append(ragged.mask if ragged.mask is not None else np.ones(ragged.tokens.size, np.uint8))
@@ -100,7 +117,8 @@ class DocumentReader:
     finally:
       for remote, shards in pinned:
         remote.unpin(shards)
-    return parts, masks, doc_start, doc_length, (np.concatenate(inner_piece), np.concatenate(inner_offset))
+    boundaries = (np.concatenate(inner_piece), np.concatenate(inner_offset))
+    return DocumentsRead(parts, masks, doc_start, doc_length, boundaries, images)
 
   def column_values(self, pieces: Pieces) -> dict[str, np.ndarray]:
     """Per piece, its record's value in each of `columns` (held in memory since the datasets opened)."""
@@ -136,15 +154,6 @@ class DocumentReader:
       dataset.close()
 
 
-def record_columns(dataset: SplitDataset, records: np.ndarray) -> tuple[TokenDataset, np.ndarray]:
-  """(the dataset whose `columns` hold these records' values, their indices there): a split's records
-  are its base dataset's, mapped."""
-  base = dataset.dataset if isinstance(dataset, (RangeView, SubsetView)) else dataset
-  if not isinstance(base, TokenDataset):
-    raise DatasetError(f"{dataset.path}: per-record columns are read from ArrayRecord datasets")
-  return base, dataset.to_base(records) if isinstance(dataset, (RangeView, SubsetView)) else records
-
-
 def _piece_boundaries(view: WindowView, records: np.ndarray, mine: np.ndarray, inverse: np.ndarray) -> Boundaries:
   """Every document start inside the windows `records`, for each piece that reads one
   (piece `mine[j]` reads record `inverse[j]`)."""
@@ -155,12 +164,18 @@ def _piece_boundaries(view: WindowView, records: np.ndarray, mine: np.ndarray, i
   return np.repeat(mine, count), offset[ranges_index(first[inverse], count)]
 
 
-def _read_with_retries(dataset: SplitDataset, records: np.ndarray) -> RaggedTokens:
-  """`dataset.read` of `records`; an OSError is retried with backoff, then raised."""
+def _read_with_retries(
+  dataset: SplitDataset, records: np.ndarray, images: bool
+) -> tuple[RaggedTokens, list[list[ImageEntry]]]:
+  """`dataset.read` of `records` (with `images`, an image-text dataset's images too, from the same read); an
+  OSError is retried with backoff, then raised."""
   failures = 0
   while True:
     try:
-      return dataset.read(*dataset.locate(records))
+      if images and dataset.manifest.holds_images:
+        base, in_base = record_columns(dataset, records)
+        return base.read_with_images(*base.locate(in_base))
+      return dataset.read(*dataset.locate(records)), []
     except OSError:
       failures += 1
       if failures == READ_ATTEMPTS:

@@ -26,7 +26,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 from jaxdata.errors import DatasetError
 from jaxdata.sources.columns import check_pair_columns, load_column
 from jaxdata.sources.fileutil import check_inside, file_sha256, sample_sha256
-from jaxdata.sources.image_records import split_image_trailer
+from jaxdata.sources.image_records import ImageEntry, split_image_trailer
 from jaxdata.sources.index import record_byte_lengths
 from jaxdata.sources.lengths import DocumentLengths, load_lengths_file
 from jaxdata.sources.manifest import Manifest, ShardInfo
@@ -129,23 +129,35 @@ class TokenDataset(ShardedRecords):
     Records are grouped per shard into one multi-index ArrayRecord read each;
     shards run on a thread pool. The returned tokens are read-only.
     """
+    return self.read_with_images(shard_ids, record_ids, images=False)[0]
+
+  def read_with_images(
+    self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray, images: bool = True
+  ) -> tuple[RaggedTokens, list[list[ImageEntry]]]:
+    """`read`, and of an image-text dataset each record's images (bytes as stored, height, width, where its
+    image tokens start) from the same read; an empty list per record for other datasets (or without `images`)."""
     shard_ids = np.asarray(shard_ids, dtype=np.int64).ravel()
     record_ids = np.asarray(record_ids, dtype=np.int64).ravel()
     if shard_ids.shape != record_ids.shape:
       raise ValueError(f"read: {shard_ids.size} shard ids but {record_ids.size} record ids")
     count = shard_ids.size
     if count == 0:
-      return RaggedTokens(np.zeros(0, self.dtype), np.zeros(1, np.int64), self._no_mask())
+      return RaggedTokens(np.zeros(0, self.dtype), np.zeros(1, np.int64), self._no_mask()), []
     blobs, token_lengths = self._record_bytes(shard_ids, record_ids)
-    if self.manifest.holds_images:  # the text part (a masked record); the images after it: `read_images`
-      blobs = tuple(b[:n] for b, n in zip(blobs, (token_lengths * self.manifest.record_itemsize).tolist()))
+    found: list[list[ImageEntry]] = [[] for _ in range(count)]
+    if self.manifest.holds_images:  # the text part (a masked record), then the images
+      cut = (token_lengths * self.manifest.record_itemsize).tolist()
+      if images:
+        where = [f"{self.shard_path(int(s))}: record {int(r)}" for s, r in zip(shard_ids, record_ids)]
+        found = [split_image_trailer(b[n:], w) for b, n, w in zip(blobs, cut, where)]
+      blobs = tuple(b[:n] for b, n in zip(blobs, cut))
     byte_lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=count)
     self._check_byte_lengths(byte_lengths, token_lengths, shard_ids, record_ids)
     offsets = np.zeros(count + 1, np.int64)
     np.cumsum(token_lengths, out=offsets[1:])
     if not self.manifest.has_mask:
-      return RaggedTokens(np.frombuffer(b"".join(blobs), dtype=self.dtype), offsets)
-    return self._split_masks(tuple(blobs), token_lengths, offsets, shard_ids, record_ids)
+      return RaggedTokens(np.frombuffer(b"".join(blobs), dtype=self.dtype), offsets), found
+    return self._split_masks(tuple(blobs), token_lengths, offsets, shard_ids, record_ids), found
 
   def _record_bytes(self, shard_ids: np.ndarray, record_ids: np.ndarray) -> tuple[tuple[bytes, ...], np.ndarray]:
     """The records' bytes in request order and their token lengths: one multi-index read per shard."""
@@ -180,20 +192,12 @@ class TokenDataset(ShardedRecords):
 
   def read_images(
     self, shard_ids: Sequence[int] | np.ndarray, record_ids: Sequence[int] | np.ndarray
-  ) -> list[list[tuple[bytes, int, int]]]:
-    """Each record's images as stored, with their (height, width): an image-text dataset's (`WITH_IMAGES`)."""
+  ) -> list[list[ImageEntry]]:
+    """Each record's images as stored, with their (height, width) and where their image tokens start: an
+    image-text dataset's (`WITH_IMAGES`)."""
     if not self.manifest.holds_images:
       raise DatasetError(f"{self.path}: holds no images (its records are {list(self.manifest.features)})")
-    shard_ids = np.asarray(shard_ids, dtype=np.int64).ravel()
-    record_ids = np.asarray(record_ids, dtype=np.int64).ravel()
-    if shard_ids.shape != record_ids.shape:
-      raise ValueError(f"read_images: {shard_ids.size} shard ids but {record_ids.size} record ids")
-    blobs, token_lengths = self._record_bytes(shard_ids, record_ids)
-    cut = (token_lengths * self.manifest.record_itemsize).tolist()
-    return [
-      split_image_trailer(blob[n:], f"{self.shard_path(int(s))}: record {int(r)}")
-      for blob, n, s, r in zip(blobs, cut, shard_ids, record_ids)
-    ]
+    return self.read_with_images(shard_ids, record_ids)[1]
 
   def _no_mask(self) -> np.ndarray | None:
     return np.zeros(0, np.uint8) if self.manifest.has_mask else None

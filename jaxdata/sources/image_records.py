@@ -25,9 +25,10 @@ import numpy as np
 
 from jaxdata.errors import DatasetError
 
-__all__ = ["IMAGE_COLUMNS", "image_trailer", "split_image_trailer", "trailer_sizes"]
+__all__ = ["IMAGE_COLUMNS", "ImageEntry", "image_trailer", "split_image_trailer", "trailer_sizes"]
 
 IMAGE_COLUMNS = ("num_images", "num_patches")
+ImageEntry = tuple[bytes, int, int, int]  # an image as stored, its height and width, where its tokens start
 _HEADER = np.dtype("<u4")
 _PER_IMAGE = 4  # byte length, height, width, token offset
 
@@ -50,7 +51,7 @@ def image_trailer(images: Sequence[bytes], table: np.ndarray) -> bytes:
   return header.tobytes() + b"".join(images)
 
 
-def split_image_trailer(trailer: bytes, where: str) -> list[tuple[bytes, int, int, int]]:
+def split_image_trailer(trailer: bytes, where: str) -> list[ImageEntry]:
   """(image bytes, height, width, token offset) of each image in a record's trailer; a `DatasetError` naming
   `where` for a trailer whose header and bytes disagree (a damaged record)."""
   if len(trailer) < _HEADER.itemsize:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from jaxdata.errors import DatasetError
 from jaxdata.sources.dataset import ReadOptions, TokenDataset
 from jaxdata.sources.flat import FlatTokenDataset
@@ -21,7 +23,7 @@ from jaxdata.sources.stores import is_remote
 from jaxdata.sources.subset import RangeView, SubsetView
 from jaxdata.sources.token_files import read_object
 
-__all__ = ["Dataset", "SplitDataset", "open_dataset"]
+__all__ = ["Dataset", "SplitDataset", "open_dataset", "record_columns"]
 
 Dataset = TokenDataset | FlatTokenDataset | WindowView  # what open_dataset opens
 SplitDataset = Dataset | RangeView | SubsetView  # as a split sees it (mixture.holdout.split_view)
@@ -85,3 +87,12 @@ def open_dataset(
   except BaseException:  # re-raised: the files opened so far are closed first
     dataset.close()
     raise
+
+
+def record_columns(dataset: SplitDataset, records: np.ndarray) -> tuple[TokenDataset, np.ndarray]:
+  """(the dataset whose `columns` hold these records' values, their indices there): a split's records
+  are its base dataset's, mapped."""
+  base = dataset.dataset if isinstance(dataset, (RangeView, SubsetView)) else dataset
+  if not isinstance(base, TokenDataset):
+    raise DatasetError(f"{dataset.path}: per-record columns are read from ArrayRecord datasets")
+  return base, dataset.to_base(records) if isinstance(dataset, (RangeView, SubsetView)) else records
