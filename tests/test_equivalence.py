@@ -47,7 +47,7 @@ def data_for(feature: matrix.Feature, data: dict[str, str], request: Any) -> dic
 def uploaded(stores, local_data) -> dict[str, str]:
   urls = {}
   for scheme, server in stores.items():
-    for name in ("d0", "d1", "meg", "sft", "pairs0", "pairs1"):
+    for name in ("d0", "d1", "meg", "sft", "pairs0", "pairs1", "vl"):
       urls[f"{scheme}:{name}"] = server.upload(local_data[name], "jaxdata-equivalence", f"{scheme}-{name}")
   return urls
 

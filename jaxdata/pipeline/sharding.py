@@ -143,9 +143,9 @@ def _device_blocks(
   for device, given in sharding.addressable_devices_indices_map(shape).items():
     index = _block_of(given)
     start, stop, _ = index[0].indices(shape[0])
-    columns = index[1] if index[1] == _ALL else slice(*index[1].indices(shape[1]))
-    width = len(range(*columns.indices(shape[1])))
-    if (stop - start, width, *shape[2:]) != expected or start not in local_index:
+    columns = _ALL if len(shape) == 1 or index[1] == _ALL else slice(*index[1].indices(shape[1]))
+    block = (stop - start, *shape[1:]) if len(shape) == 1 else (stop - start, len(range(*columns.indices(shape[1]))))
+    if (*block, *shape[2:]) != expected or start not in local_index:
       raise ValueError(
         f"sharding: device {device} holds rows {start}:{stop} of {shape}, not a {expected} block of this process's rows"
       )
@@ -159,7 +159,7 @@ def _piece(local: np.ndarray, rows_here: np.ndarray, shape: tuple[int, ...], ind
   start, stop, _ = index[0].indices(shape[0])
   first = int(np.searchsorted(rows_here, start))
   block = local[first : first + stop - start]
-  return block if index[1] == _ALL else block[:, index[1]]
+  return block if len(index) == 1 or index[1] == _ALL else block[:, index[1]]
 
 
 @functools.cache

@@ -99,6 +99,9 @@ def write_data(root: str) -> dict[str, str]:
       for _ in range(count):
         f.write(json.dumps({"text": " ".join(f"w{j}" for j in rng.integers(0, 40, int(rng.integers(2, 30))))}) + "\n")
   data["cache"] = os.path.join(root, "cache")
+  from vision_fixtures import write_vision_dataset  # noqa: PLC0415
+
+  data["vl"] = write_vision_dataset(os.path.join(root, "vision"))  # chats with 0-2 images, Qwen2.5-VL's template
   return data
 
 
@@ -164,6 +167,19 @@ def _pairs_config(
     names=("pairs0", "pairs1"),
     prefix=prefix,
     packing={"mode": "best_fit", "pairs": {"layout": layout, "shared_prompt": shared, "reference": reference}},
+    exhausted_policy="repeat",
+    **overrides,
+  )
+
+
+def _vision_config(data: Data, prefix: str = "", **overrides: Any) -> Any:
+  """Image-text chats packed whole under three budgets beside a text set: rows of 64 tokens, 80 patches and 2
+  images (the largest examples are dropped and counted); examples of 0-2 images."""
+  return _config(
+    data,
+    names=("vl", "d0"),
+    prefix=prefix,
+    packing={"seq_len": 64, "images": {"max_patches": 80, "max_images": 2}},
     exhausted_policy="repeat",
     **overrides,
   )
@@ -392,6 +408,23 @@ FEATURES = [
     store="s3",
   ),
   Feature("maxtext-dpo", lambda d: _maxtext_dpo_values(d), entrance="maxtext"),  # use_dpo: a pair a row
+  Feature(  # image-text rows: patches, their ids and positions, rope positions; an update before each batch
+    "vision-rows",
+    lambda d: _vision_config(d),
+    updates={c: (({"vl": 1 + c % 3, "d0": 1 + (c + 1) % 2}, None),) for c in range(STEPS)},
+    multihost=True,
+  ),
+  Feature("vision-remote-s3", lambda d: _vision_config(d, prefix="s3:"), store="s3"),
+  Feature(  # a restore that adds the image set to a text run (packing.images on from the restore)
+    "vision-added-at-restore",
+    lambda d: _config(d, names=("d0", "d1"), exhausted_policy="repeat", packing={"seq_len": 64}),
+    changed_to=lambda d: _config(
+      d,
+      names=("d0", "vl"),
+      exhausted_policy="repeat",
+      packing={"seq_len": 64, "images": {"max_patches": 80, "max_images": 2}},
+    ),
+  ),
   Feature(  # a restore that adds d2, removes d1 and changes rows (seq_len 16 -> 12, best fit): d0 goes on
     "change-at-restore",
     lambda d: _config(d, names=("d0", "d1"), exhausted_policy="repeat"),
