@@ -6,10 +6,12 @@ import os
 
 import numpy as np
 import pytest
+import yaml
 
 import crash_trials
 from jaxdata import Pipeline, load_config
-from pipeline_fixtures import free_port, rebuilt_batch, run_workers
+from pipeline_fixtures import free_port, rebuilt_batch, run_workers, write_coded_dataset
+from vision_fixtures import write_vision_dataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -38,7 +40,32 @@ def reference_batches(config: str, steps: int) -> list[dict[str, np.ndarray]]:
     return [next(pipe) for _ in range(steps)]
 
 
-def test_elastic_resume_from_two_processes_onto_one_and_four(config, tmp_path):
+@pytest.fixture(scope="module")
+def vision_config(tmp_path_factory) -> str:
+  """Image-text chats (0-2 images) under three budgets beside a text set, a schedule changing the weights."""
+  root = tmp_path_factory.mktemp("elastic-vision")
+  write_vision_dataset(str(root / "vision"))
+  write_coded_dataset(str(root / "d0"), 0, np.random.default_rng(6).integers(1, 50, 90).tolist())
+  path = str(root / "pipeline.yaml")
+  with open(path, "w") as f:
+    yaml.safe_dump(
+      {
+        "seed": 5,
+        "datasets": [{"name": "vl", "path": "vision/vl"}, {"name": "d0", "path": "d0"}],
+        "mixture": {"schedule": [{"until_step": 4, "weights": {"vl": 3, "d0": 1}}, {"weights": {"vl": 1, "d0": 1}}]},
+        "exhausted_policy": "repeat",
+        "allow_mixed_tokenizers": True,
+        "packing": {"seq_len": 64, "images": {"max_patches": 80, "max_images": 2}},
+        "batch": {"global_batch_size": 8},
+      },
+      f,
+    )
+  return path
+
+
+@pytest.mark.parametrize("which", ["documents", "vision"])
+def test_elastic_resume_from_two_processes_onto_one_and_four(config, vision_config, which, tmp_path):
+  config = vision_config if which == "vision" else config
   ckpt = str(tmp_path / "ckpt")
   launch(2, 4, config, ckpt, str(tmp_path), "save", 0)
   expected = reference_batches(config, SAVE_AT + 4)[SAVE_AT:]

@@ -131,14 +131,18 @@ def fresh_python(script: str, native: str | None = None, missing: str | None = N
 
 def rebuilt_batch(out_dir: Any, processes: int, step: int, like: dict) -> dict:
   """A global batch put back together from every process's saved row blocks (``p{i}_step{k}.npz``
-  holding ``FEATURE/START`` arrays), shaped like `like`; rows nobody saved stay -999."""
-  rebuilt = {name: np.full_like(np.asarray(value), -999) for name, value in like.items()}
+  holding ``FEATURE/START`` arrays), shaped like `like`; rows nobody saved stay -999 (unsigned: the largest value)."""
+  rebuilt = {name: np.full_like(np.asarray(value), _unsaved(np.asarray(value).dtype)) for name, value in like.items()}
   for process in range(processes):
     saved = np.load(os.path.join(str(out_dir), f"p{process}_step{step}.npz"))
     for key in saved.files:
       name, start = key.split("/")
       rebuilt[name][int(start) : int(start) + saved[key].shape[0]] = saved[key]
   return rebuilt
+
+
+def _unsaved(dtype: np.dtype) -> int:
+  return int(np.iinfo(dtype).max) if dtype.kind == "u" else -999
 
 
 REJECTED_ANSWER = 256  # coded offset of a rejected answer's tokens: token k of it is code(d, r, 256 + k)
