@@ -14,12 +14,13 @@ import pytest
 from jaxdata import StepMaking
 from jaxdata.config import PipelineConfig
 from jaxdata.conversion import ConvertOptions, convert
-from jaxdata.errors import ConfigError
+from jaxdata.errors import ConfigError, DatasetError, InputFormatError
 from jaxdata.mixture.metadata import load_metadata
 from jaxdata.pipeline import Pipeline
 from jaxdata.pipeline.planner import StepPlanner
 from jaxdata.sources import TokenDataset
-from jaxdata.transforms.image_rows import merged_positions
+from jaxdata.transforms.image_rows import assemble_images, merged_positions
+from jaxdata.transforms.pieces import Pieces
 from jaxdata.vision import NativeResolution
 from jaxdata.vision.decode import decoded_patches
 from test_vision_convert import _options, vision_inputs  # noqa: F401 -- the fixture, shared
@@ -226,3 +227,43 @@ def test_state_at_every_step_restores_to_the_same_remaining_output_in_every_maki
 def test_bad_image_packing_is_named(vision_data, changes, message):
   with pytest.raises(ConfigError, match=message):
     Pipeline(vision_config(vision_data, **changes)).close()
+
+
+def _copy_with(data: dict, tmp_path, change) -> dict:
+  """A copy of the image set whose first shard's files `change(copy, manifest)` alters."""
+  import shutil  # noqa: PLC0415
+
+  copy = tmp_path / "vl"
+  shutil.copytree(data["vl"], copy)
+  change(copy, json.loads((copy / "manifest.json").read_text()))
+  return {**data, "vl": str(copy)}
+
+
+def test_a_stale_patch_column_is_named_when_its_example_is_read(vision_data, tmp_path):
+  def fewer_patches(copy, manifest):
+    column = copy / manifest["shards"][0]["columns"]["num_patches"]
+    values = np.load(column)
+    values[values > 0] -= 1
+    np.save(column, values)
+
+  data = _copy_with(vision_data, tmp_path, fewer_patches)
+  with Pipeline(vision_config(data), prefetch=0) as pipe:
+    with pytest.raises(
+      DatasetError, match=r"record \d+ of dataset 0: holds \d+ images of \d+ patches, its columns say"
+    ):
+      list(pipe)
+
+
+def test_a_damaged_image_is_named_by_its_record_and_index_when_read(vision_data):
+  cfg = vision_config(vision_data)
+  with Pipeline(cfg, prefetch=0) as pipe:
+    images, layout = pipe.cfg.packing.images, pipe.cfg.layout  # the policy resolved from the dataset
+  with TokenDataset(vision_data["vl"]) as dataset:
+    record = int(np.flatnonzero(np.asarray(dataset.columns["num_images"]) == 2)[0])
+    stored = dataset.read_images(*dataset.locate(np.array([record])))[0]
+  damaged = [stored[0], (stored[1][0][:50] + bytes(200), *stored[1][1:])]  # image 1 cut short
+  pieces = Pieces(*(np.array([v]) for v in (0, 0, record, 0, 60, 60)))
+  batch = {f.name: np.zeros(f.shape(1, S), f.numpy_dtype) for f in layout.features}
+  batch["segment_ids"][0, :60] = 1
+  with pytest.raises(InputFormatError, match=f"record {record} of dataset 0, image 1: (a damaged|not a readable) image"):
+    assemble_images(batch, pieces, np.array([0]), np.array([0]), [damaged], images)

@@ -61,9 +61,10 @@ def merged_positions(grids: np.ndarray, merge: int) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class ImagesPlaced:
-  """A step's images in row order: per image its row, its rank in the row, its first token's column, its
-  grid, and its stored bytes and name (for the decoder's errors)."""
+  """A step's images in row order: per image its piece, its row, its rank in the row, its first token's column,
+  its grid, and its stored bytes and name (for the decoder's errors)."""
 
+  piece: np.ndarray
   row: np.ndarray
   rank: np.ndarray
   token_column: np.ndarray
@@ -87,7 +88,7 @@ def _placed(
   rank = np.arange(row.size) - np.repeat(starts, np.diff(np.r_[starts, row.size]))
   grid = policy.grids(sizes[:, 0], sizes[:, 1]) if row.size else np.zeros((0, 3), np.int64)
   names = [f"record {int(pieces.record[i])} of dataset {int(pieces.dataset[i])}, image {j}" for i, j, _ in entries]
-  return ImagesPlaced(row, rank, column[piece] + sizes[:, 2], grid, [e[0] for _, _, e in entries], names)
+  return ImagesPlaced(piece, row, rank, column[piece] + sizes[:, 2], grid, [e[0] for _, _, e in entries], names)
 
 
 Policy = FixedSize | NativeResolution
@@ -100,13 +101,16 @@ def assemble_images(
   column: np.ndarray,
   images: Sequence[list[ImageEntry]],
   packing: ImagePacking,
+  planned: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> dict[str, np.ndarray]:
   """Writes the image features (`image_features`) of the step into `batch`, whose per-token features are
-  assembled already and whose image arrays are allocated (see `StepLayout`); a `DatasetError` names an
-  example whose images do not fit the budgets it was planned with (its column files are stale)."""
+  assembled already and whose image arrays are allocated (see `StepLayout`). `planned`: per piece, the images
+  and patches its record's columns say (what it was planned with); a `DatasetError` names an example whose
+  images differ from them or do not fit its row (its column files are stale or damaged)."""
   policy = packing.resolved
   placed = _placed(pieces, host_row, column, images, policy)
   counts = placed.grid.prod(1)
+  _check_planned(pieces, images, placed, counts, planned)
   patch_start = np.cumsum(counts) - counts
   row_first = np.searchsorted(placed.row, placed.row, side="left")
   in_row = patch_start - patch_start[row_first]  # where each image's patches start in its row
@@ -135,6 +139,31 @@ def assemble_images(
   if "rope_positions" in batch:
     batch["rope_positions"][:] = rope_positions(batch["positions"], batch["segment_ids"], placed, merge)
   return batch
+
+
+def _check_planned(
+  pieces: Pieces,
+  images: Sequence[list[ImageEntry]],
+  placed: ImagesPlaced,
+  counts: np.ndarray,
+  planned: tuple[np.ndarray | None, np.ndarray | None],
+) -> None:
+  """Each piece's images and patches as read against its record's columns."""
+  planned_images, planned_patches = planned
+  if planned_images is None or planned_patches is None:
+    return
+  found = np.fromiter(map(len, images), np.int64, len(pieces))
+  by_piece = np.bincount(placed.piece, weights=counts, minlength=len(pieces)).astype(np.int64)
+  wrong = np.flatnonzero(
+    (found != np.asarray(planned_images, np.int64)) | (by_piece != np.asarray(planned_patches, np.int64))
+  )
+  if wrong.size:
+    i = int(wrong[0])
+    raise DatasetError(
+      f"record {int(pieces.record[i])} of dataset {int(pieces.dataset[i])}: holds {int(found[i])} images of "
+      f"{int(by_piece[i])} patches, its columns say {int(planned_images[i])} and {int(planned_patches[i])} (the "
+      "num_images / num_patches column files are stale or damaged; convert again)"
+    )
 
 
 def _fill(batch: dict[str, np.ndarray]) -> None:

@@ -29,6 +29,7 @@ from jaxdata.pipeline.vocabulary import token_bound, with_special_ids
 from jaxdata.pipeline.wait_warning import LOGGER
 from jaxdata.sources.columns import REFERENCE_COLUMNS, REFERENCE_STATS, check_reference_values
 from jaxdata.sources.dataset import ReadOptions
+from jaxdata.sources.image_records import IMAGE_COLUMNS
 from jaxdata.sources.opening import SplitDataset, record_columns
 from jaxdata.sources.sampling_windows import WindowView
 from jaxdata.sources.shard_cache import default_cache_options
@@ -169,8 +170,11 @@ def _check_pairs(name: str, dataset: SplitDataset, packs_pairs: bool, packs_imag
 
 
 def _columns_read(cfg: PipelineConfig) -> tuple[str, ...]:
-  """The per-record columns a step carries: a reference model's log-probabilities where asked for."""
+  """The per-record columns a step carries: a reference model's log-probabilities where asked for; each
+  example's images and patches as planned (the read stage checks its images against them)."""
   pairs = cfg.packing.pairs
+  if cfg.packing.images is not None:
+    return IMAGE_COLUMNS
   return REFERENCE_COLUMNS if pairs is not None and pairs.reference is not None else ()
 
 

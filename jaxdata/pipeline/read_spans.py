@@ -217,7 +217,8 @@ def assemble(
       missing = [f for f in layout.features if f.name not in batch and not f.assemble]  # the image arrays
       batch.update({f.name: np.empty(f.shape(s.num_rows, s.seq_len), f.numpy_dtype) for f in missing})
       images = item.images if item.images is not None else [[] for _ in range(len(s.pieces))]
-      assemble_images(batch, s.pieces, s.host_row, s.column, images, packing.images)
+      planned = (item.values.get("num_images"), item.values.get("num_patches"))
+      assemble_images(batch, s.pieces, s.host_row, s.column, images, packing.images, planned)
   for extra in layout.extras:
     made = np.asarray(extra.maker()(batch, s.pieces, s.host_row, s.column), extra.numpy_dtype)
     if made.shape != extra.shape(s.num_rows, s.seq_len):

@@ -121,7 +121,8 @@ class DocumentReader:
     return DocumentsRead(parts, masks, doc_start, doc_length, boundaries, images)
 
   def column_values(self, pieces: Pieces) -> dict[str, np.ndarray]:
-    """Per piece, its record's value in each of `columns` (held in memory since the datasets opened)."""
+    """Per piece, its record's value in each of `columns` (held in memory since the datasets opened; 0 for a
+    dataset without the column, such as a text set's images)."""
     out = {name: np.zeros(len(pieces), np.float32) for name in self.columns}
     for d, dataset in enumerate(self.datasets):
       mine = np.flatnonzero(pieces.dataset == d)
@@ -129,7 +130,8 @@ class DocumentReader:
         continue
       base, in_base = record_columns(dataset, pieces.record[mine])
       for name in self.columns:
-        out[name][mine] = base.columns[name][in_base]
+        if name in base.columns:
+          out[name][mine] = base.columns[name][in_base]
     return out
 
   @property
