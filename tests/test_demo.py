@@ -147,3 +147,15 @@ def test_the_dpo_demo_raises_the_reward_margin_on_packed_pairs_and_resumes_mid_e
   # rows hold all drawn but the carry (under a step's ~15 of ~200 pairs): 0.1 bounds the gap
   total = sum(result["pairs"].values())
   assert total > 100 and abs(result["pairs"]["helpful"] / total - 0.7) < 0.1
+
+
+def test_the_vision_demo_trains_on_packed_image_text_rows_and_resumes_halfway(tmp_path, capfd):
+  out = tmp_path / "vision.json"
+  code = main(["demo", "--vision", "--steps", "16", "--cache-dir", str(tmp_path / "cache"), "--json", str(out)])
+  captured = capfd.readouterr()
+  said = " ".join(captured.out.split())
+  assert code == 0 and "resume halfway: identical batches" in said and "PyTorch was not found" not in captured.err
+  result = json.loads(out.read_text())
+  assert sum(result["losses"][-4:]) < sum(result["losses"][:4])
+  # 16 steps of 8 rows, every example one picture: the rows hold several each (three budgets, examples whole)
+  assert result["images_seen"] > 16 * 8 and 0.5 < result["patch_fill"] <= 1 and 0.5 < result["token_fill"] <= 1

@@ -25,6 +25,7 @@ demo_run = lazy_module("jaxdata.demo.run")
 online = lazy_module("jaxdata.demo.online")
 sft = lazy_module("jaxdata.demo.sft")
 dpo = lazy_module("jaxdata.demo.dpo")
+vision = lazy_module("jaxdata.demo.vision")
 
 
 UNSETTLED_BOUND = 0.05  # one document past this share of what was pulled: the shares have not settled
@@ -55,6 +56,8 @@ def demo(args: argparse.Namespace, console: Console) -> int:
     return _sft(args, console, cache_dir)
   if args.dpo:
     return _dpo(args, console, cache_dir)
+  if args.vision:
+    return _vision(args, console, cache_dir)
   result = demo_run.run_demo(
     cache_dir,
     args.config,
@@ -170,6 +173,26 @@ def _dpo(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
   return _summary_written(args, result)
 
 
+def _vision(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
+  """`demo --vision`: pictures converted, image-text rows of three budgets, the loss, the resume check."""
+  result = vision.run_vision_demo(cache_dir, steps=args.steps, log=lambda m: console.print(m, markup=False))
+  table = Table(title=f"jaxdata demo --vision: {result.steps} steps, image-text rows")
+  for column in ("steps", "loss"):
+    table.add_column(column, justify="right")
+  quarter = max(result.steps // 4, 1)
+  for first in range(0, result.steps, quarter):
+    part = slice(first, min(first + quarter, result.steps))
+    table.add_row(f"{part.start}-{part.stop - 1}", f"{np.mean(result.losses[part]):.4f}")
+  show(console, table)
+  console.print(
+    f"images trained on: {result.images_seen}; rows filled: {result.token_fill:.1%} of token slots, "
+    f"{result.patch_fill:.1%} of patch slots; resume halfway: "
+    f"{'identical batches' if result.resume_ok else 'DIFFERENT batches'}",
+    markup=False,
+  )
+  return _summary_written(args, result)
+
+
 def _online(args: argparse.Namespace, console: Console, cache_dir: str) -> int:
   """`demo --online doremi`: the weight trajectory, the averaged weights, the resume check, the main runs."""
   if args.config is None:
@@ -229,6 +252,11 @@ def register_demo(commands: Commands) -> None:
     "--dpo",
     action="store_true",
     help="instead: a DPO loss on generated preference pairs, packed whole (the reward margin, resume)",
+  )
+  p.add_argument(
+    "--vision",
+    action="store_true",
+    help="instead: a tiny vision-language model on generated pictures, image-text rows packed whole (resume)",
   )
   p.add_argument(
     "--eval-tokens",

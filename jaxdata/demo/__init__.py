@@ -6,6 +6,7 @@
     online.py   `jaxdata demo --online doremi`: a controller steering the mixture every step
     sft.py      `jaxdata demo --sft`: fine-tuning on small conversation sets with masks
     dpo.py      `jaxdata demo --dpo`: a DPO loss on generated preference pairs, packed whole
+    vision.py   `jaxdata demo --vision`: a tiny vision-language model on generated pictures of shapes
     ablate.py   `jaxdata ablate`: a fixed-budget mixture comparison with the demo's model
 
 This module holds only what the CLI needs before JAX starts.

@@ -45,9 +45,14 @@ def _norm(x: jax.Array) -> jax.Array:
   return (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-5)
 
 
-def logits_fn(params: Params, batch: dict[str, jax.Array], heads: int = 4) -> jax.Array:
+def logits_fn(
+  params: Params, batch: dict[str, jax.Array], heads: int = 4, extra_embedding: jax.Array | None = None
+) -> jax.Array:
+  """Next-token logits; `extra_embedding` [rows, seq_len, width] is added to the tokens' (image features)."""
   tokens, positions, segments = batch["tokens"], batch["positions"], batch["segment_ids"]
   x = params["embed"][tokens] + params["position"][positions]
+  if extra_embedding is not None:
+    x = x + extra_embedding
   length = tokens.shape[1]
   causal = jnp.tril(jnp.ones((length, length), bool))
   same = (segments[:, :, None] == segments[:, None, :]) & (segments[:, :, None] > 0)
@@ -63,8 +68,8 @@ def logits_fn(params: Params, batch: dict[str, jax.Array], heads: int = 4) -> ja
   return _norm(x) @ params["embed"].T
 
 
-def loss_fn(params: Params, batch: dict[str, jax.Array]) -> jax.Array:
-  logits = logits_fn(params, batch)
+def loss_fn(params: Params, batch: dict[str, jax.Array], extra_embedding: jax.Array | None = None) -> jax.Array:
+  logits = logits_fn(params, batch, extra_embedding=extra_embedding)
   log_probs = jax.nn.log_softmax(logits)
   nll = -jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
   mask = batch["loss_mask"].astype(jnp.float32)
