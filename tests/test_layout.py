@@ -48,7 +48,7 @@ ALLOWED = {
   "research": {"config", "errors"},
   "conversion": {"sources", "vision", "errors", "_lazy"},  # vision: an image's size and tokens, at conversion
   "tools": {"config", "sources", "order", "mixture", "transforms", "checkpoint", "pipeline", "errors", "_lazy"},
-  "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "research", "errors"},
+  "demo": {"config", "sources", "checkpoint", "pipeline", "conversion", "tools", "research", "vision", "errors"},
   "integrations": {"config", "sources", "order", "mixture", "checkpoint", "pipeline", "conversion", "errors", "_lazy"},
   "testing": {"pipeline", "errors"},
   "cli": {

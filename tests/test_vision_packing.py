@@ -265,5 +265,7 @@ def test_a_damaged_image_is_named_by_its_record_and_index_when_read(vision_data)
   pieces = Pieces(*(np.array([v]) for v in (0, 0, record, 0, 60, 60)))
   batch = {f.name: np.zeros(f.shape(1, S), f.numpy_dtype) for f in layout.features}
   batch["segment_ids"][0, :60] = 1
-  with pytest.raises(InputFormatError, match=f"record {record} of dataset 0, image 1: (a damaged|not a readable) image"):
-    assemble_images(batch, pieces, np.array([0]), np.array([0]), [damaged], images)
+  with pytest.raises(
+    InputFormatError, match=f"record {record} of dataset 0, image 1: (a damaged|not a readable) image"
+  ):
+    assemble_images(batch, pieces, np.array([0]), np.array([0]), [damaged], packing=images)

@@ -100,6 +100,7 @@ def assemble_images(
   host_row: np.ndarray,
   column: np.ndarray,
   images: Sequence[list[ImageEntry]],
+  *,
   packing: ImagePacking,
   planned: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> dict[str, np.ndarray]:

@@ -218,7 +218,7 @@ def assemble(
       batch.update({f.name: np.empty(f.shape(s.num_rows, s.seq_len), f.numpy_dtype) for f in missing})
       images = item.images if item.images is not None else [[] for _ in range(len(s.pieces))]
       planned = (item.values.get("num_images"), item.values.get("num_patches"))
-      assemble_images(batch, s.pieces, s.host_row, s.column, images, packing.images, planned)
+      assemble_images(batch, s.pieces, s.host_row, s.column, images, packing=packing.images, planned=planned)
   for extra in layout.extras:
     made = np.asarray(extra.maker()(batch, s.pieces, s.host_row, s.column), extra.numpy_dtype)
     if made.shape != extra.shape(s.num_rows, s.seq_len):
