@@ -269,3 +269,13 @@ def test_a_damaged_image_is_named_by_its_record_and_index_when_read(vision_data)
     InputFormatError, match=f"record {record} of dataset 0, image 1: (a damaged|not a readable) image"
   ):
     assemble_images(batch, pieces, np.array([0]), np.array([0]), [damaged], packing=images)
+
+
+def test_a_gemma3_image_goes_to_the_device_as_uint8_patches_of_2_41_mb():
+  from jaxdata.config.image_packing import ImagePacking, image_features  # noqa: PLC0415
+  from jaxdata.vision import FixedSize  # noqa: PLC0415
+
+  policy = FixedSize()  # Gemma 3: 896², patches of 14
+  patches = int(policy.patches(np.array([896]), np.array([896]))[0])
+  spec = next(f for f in image_features(ImagePacking(patches, 1, policy=policy)) if f.name == "patches")
+  assert spec.numpy_dtype == np.uint8 and spec.nbytes(1, 2048) == 4096 * 588 == 2_408_448  # float32: 9.6 MB

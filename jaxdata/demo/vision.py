@@ -37,7 +37,7 @@ from jaxdata.sources.manifest import Manifest
 from jaxdata.vision.device import CLIP_MEAN, CLIP_STD, normalize_patches
 from jaxdata.vision.policies import NativeResolution
 
-__all__ = ["VisionResult", "run_vision_demo"]
+__all__ = ["VisionResult", "run_vision_demo", "vision_tokenizer"]
 
 TEMPLATE = (
   "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
@@ -105,7 +105,8 @@ def vision_sets(root: str, seed: int = 0) -> dict[str, list[dict[str, Any]]]:
   return out
 
 
-def _tokenizer(directory: str, texts: list[str]) -> None:
+def vision_tokenizer(directory: str, texts: list[str]) -> None:
+  """A byte-level BPE trained on `texts` with Qwen-VL's image tokens and `TEMPLATE`, saved as transformers saves one."""
   tokenizers = optional_module("tokenizers", "chat", "the vision demo's tokenizer")
   os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
   transformers = optional_module("transformers", "chat", "the vision demo's chat template")
@@ -134,7 +135,7 @@ def build_vision_sets(cache_dir: str, log: Callable[[str], None] = print) -> dic
   sets = vision_sets(root)
   texts = [str(row) for rows in sets.values() for row in rows]
   log("tokenizer: a byte-level BPE with Qwen-VL's image tokens, trained on the texts ...")
-  _tokenizer(os.path.join(root, "tokenizer"), texts)
+  vision_tokenizer(os.path.join(root, "tokenizer"), texts)
   spec = TokenizerSpec.parse(f"hf:{os.path.join(root, 'tokenizer')}")
   for name, rows in sets.items():
     source = os.path.join(root, f"{name}.jsonl")

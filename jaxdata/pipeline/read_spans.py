@@ -58,6 +58,10 @@ __all__ = [
 
 MAX_SPAN_STEPS = 64
 READ_AHEAD = 1 << 22  # the default read span: tokens of this host's rows, in process or in each reader
+# Image-text rows: a span is one step. Decoding their images is most of a step's work, and spans go to the
+# reader processes in turn: with spans of one step every reader decodes a step while the others decode theirs
+# (a span of 4M tokens would give one reader 64 steps of images while the rest wait).
+IMAGE_SPAN_STEPS = 1
 
 RowsHere = Callable[[int, int], np.ndarray]  # (rows, seq_len) -> sorted global rows this host holds
 
@@ -114,7 +118,7 @@ def plan_span(
   started = time.perf_counter()
   span = StepSpan([], [], [], False)
   host_tokens = 0
-  limit = max(1, min(max_steps, MAX_SPAN_STEPS))
+  limit = max(1, min(max_steps, MAX_SPAN_STEPS, IMAGE_SPAN_STEPS if planner.cfg.packing.images else MAX_SPAN_STEPS))
   while host_tokens < tokens and len(span.steps) < limit:
     plan = planner.plan()
     if plan is None:
