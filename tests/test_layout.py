@@ -30,7 +30,7 @@ ALLOWED = {
   "order": {"config", "errors"},
   "mixture": {"config", "sources", "order", "errors", "_native_switch"},
   # _native_switch: every C loop reads the one switch; vision: images decoded into their rows' patches
-  "transforms": {"config", "errors", "_native_switch", "vision"},
+  "transforms": {"config", "errors", "_native_switch", "vision", "_lazy"},
   "checkpoint": {"config", "order", "mixture", "transforms", "errors", "_lazy"},  # it composes their states
   # conversion: raw inputs named in a config are converted (cached) when a pipeline opens (pipeline/raw_inputs.py)
   "pipeline": {

@@ -415,11 +415,11 @@ def test_read_spans_that_read_from_a_store_are_read_ahead(stores, tmp_path, monk
   failing = {"now": False}
   real = reader_module._read_with_retries
 
-  def read(dataset, records):
+  def read(dataset, records, images):
     threads.add(threading.current_thread().name)
     if failing["now"]:
       raise OSError(5, "Input/output error (injected)")
-    return real(dataset, records)
+    return real(dataset, records, images)
 
   monkeypatch.setattr(reader_module, "_read_with_retries", read)
   with Pipeline(config(url), prefetch=2, read_ahead_tokens=256, planner_process=planner_process) as pipe:

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import transformers
 from PIL import Image
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.gemma3.processing_gemma3 import Gemma3Processor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -22,8 +21,8 @@ from jaxdata.conversion.vision_examples import VisionEncoder
 from jaxdata.errors import InputFormatError
 from jaxdata.vision import FixedSize, NativeResolution
 from jaxdata.vision.image_tokens import IMAGE_TOKENS
+from vision_fixtures import QWEN_SPECIALS, trained_tokenizer
 
-QWEN_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 GEMMA_SPECIALS = [
   "<bos>",
   "<start_of_turn>",
@@ -32,7 +31,6 @@ GEMMA_SPECIALS = [
   "<image_soft_token>",
   "<end_of_image>",
 ]
-WORDS = "describe the picture a red square on blue what colour is it the sky at noon caption of a cat\n\n"
 
 
 def _published(name: str) -> str:
@@ -40,15 +38,7 @@ def _published(name: str) -> str:
 
 
 def _tokenizer(directory, specials: list[str], corpus: str):
-  tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-  tok.decoder = decoders.ByteLevel()
-  trainer = trainers.BpeTrainer(
-    vocab_size=700, special_tokens=["[UNK]", *specials], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-  )
-  tok.train_from_iterator([corpus, WORDS] * 5, trainer)
-  transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(directory))
-  return transformers.PreTrainedTokenizerFast.from_pretrained(str(directory))
+  return trained_tokenizer(directory, specials, corpus)
 
 
 def _processor(kind, monkeypatch, **parts):

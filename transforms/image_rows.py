@@ -29,13 +29,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxdata._lazy import lazy_module
 from jaxdata.config.image_packing import ImagePacking
 from jaxdata.errors import DatasetError
 from jaxdata.transforms.pieces import Pieces
-from jaxdata.vision.decode import decoded_patches
 from jaxdata.vision.policies import FixedSize, NativeResolution
 
 __all__ = ["ImagesPlaced", "assemble_images", "merged_positions"]
+
+decode = lazy_module("jaxdata.vision.decode")  # Pillow (the `vision` extra) loads with the first image read
 
 # An image as a record stores it (`jaxdata.sources.image_records.ImageEntry`): its bytes, height, width and
 # where its image tokens start among the record's ids.
@@ -135,7 +137,7 @@ def assemble_images(
   batch["patch_positions"][patch_row, slot] = merged_positions(placed.grid, merge)
   patches = batch["patches"]
   for i, (blob, name) in enumerate(zip(placed.blobs, placed.names)):  # decoding is per image by nature
-    cut = decoded_patches(blob, name, policy)
+    cut = decode.decoded_patches(blob, name, policy)
     patches[row[i], in_row[i] : in_row[i] + counts[i]] = cut
   if "rope_positions" in batch:
     batch["rope_positions"][:] = rope_positions(batch["positions"], batch["segment_ids"], placed, merge)

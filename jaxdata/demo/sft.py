@@ -29,7 +29,7 @@ import numpy as np
 from jaxdata.config.pipeline_config import PipelineConfig
 from jaxdata.conversion.examples import ExampleFormat
 from jaxdata.conversion.local_runner import convert
-from jaxdata.conversion.options import ConvertOptions
+from jaxdata.conversion.options import ConvertOptions, ImageOptions
 from jaxdata.conversion.tokenizers import TokenizerSpec
 from jaxdata.demo import model
 from jaxdata.demo.ablate import evaluate
@@ -37,7 +37,7 @@ from jaxdata.errors import optional_module
 from jaxdata.pipeline.pipeline import Pipeline
 from jaxdata.sources.manifest import Manifest
 
-__all__ = ["TOPICS", "SftResult", "build_sft_sets", "converted_sets", "digest", "run_sft_demo"]
+__all__ = ["TOPICS", "SftResult", "build_sft_sets", "chat_tokenizer", "converted_sets", "digest", "run_sft_demo"]
 
 TEMPLATE = (
   "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
@@ -103,24 +103,26 @@ def conversation_sets(seed: int = 0) -> dict[str, list[dict[str, Any]]]:
   return out
 
 
-def _tokenizer(directory: str, texts: list[str]) -> None:
-  """A byte-level BPE trained on the sets, saved as transformers saves a tokenizer (with the template)."""
-  tokenizers = optional_module("tokenizers", "chat", "the fine-tuning demo's tokenizer")
+def chat_tokenizer(
+  directory: str, texts: list[str], *, specials: list[str], template: str, vocab_size: int, what: str
+) -> None:
+  """A byte-level BPE trained on `texts` with `specials` (the first is the unknown token) and the chat
+  `template`, saved as transformers saves a tokenizer; `what` names the demo where the chat extra is missing."""
+  tokenizers = optional_module("tokenizers", "chat", f"{what}'s tokenizer")
   os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its import says "PyTorch was not found": not needed here
-  transformers = optional_module("transformers", "chat", "the fine-tuning demo's chat template")
-  specials = ["<unk>", "<|im_start|>", "<|im_end|>"]
-  bpe = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+  transformers = optional_module("transformers", "chat", f"{what}'s chat template")
+  bpe = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=specials[0]))
   bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
   bpe.decoder = tokenizers.decoders.ByteLevel()
   trainer = tokenizers.trainers.BpeTrainer(
-    vocab_size=1024,
+    vocab_size=vocab_size,
     special_tokens=specials,
     initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
     show_progress=False,  # its bars print blank lines where the output is not a terminal
   )
   bpe.train_from_iterator(texts, trainer)
-  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>")
-  fast.chat_template = TEMPLATE
+  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token=specials[0])
+  fast.chat_template = template
   fast.save_pretrained(directory)
 
 
@@ -131,7 +133,11 @@ def build_sft_sets(cache_dir: str, log: Callable[[str], None] = print) -> dict[s
   if not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
     log("tokenizer: a byte-level BPE trained on the conversations ...")
     os.makedirs(root, exist_ok=True)
-    _tokenizer(tokenizer_dir, [json.dumps(row) for rows in sets.values() for row in rows])
+    texts = [json.dumps(row) for rows in sets.values() for row in rows]
+    specials = ["<unk>", "<|im_start|>", "<|im_end|>"]
+    chat_tokenizer(
+      tokenizer_dir, texts, specials=specials, template=TEMPLATE, vocab_size=1024, what="the fine-tuning demo"
+    )
   return converted_sets(root, sets, tokenizer_dir, "chat", log)
 
 
@@ -141,8 +147,10 @@ def converted_sets(
   tokenizer_dir: str,
   examples: ExampleFormat,
   log: Callable[[str], None],
+  images: ImageOptions | None = None,
 ) -> dict[str, str]:
-  """Each set's rows written as JSONL under `root` and converted there (once: a converted set is kept)."""
+  """Each set's rows written as JSONL under `root` and converted there (once: a converted set is kept); vision
+  examples with `images`."""
   paths = {}
   for name, rows in sets.items():
     paths[name] = os.path.join(root, name)
@@ -151,7 +159,8 @@ def converted_sets(
     source = os.path.join(root, f"{name}.jsonl")
     with open(source, "w") as f:
       f.writelines(json.dumps(row) + "\n" for row in rows)
-    options = ConvertOptions(tokenizer=TokenizerSpec.parse(f"hf:{tokenizer_dir}"), examples=examples, workers=1)
+    spec = TokenizerSpec.parse(f"hf:{tokenizer_dir}")
+    options = ConvertOptions(tokenizer=spec, examples=examples, workers=1, images=images)
     manifest = convert([source], paths[name], name, options)
     log(f"converted {name}: {manifest.stats['examples']} examples, {manifest.stats['trained_tokens']} trained tokens")
   return paths

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -27,11 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdata.config.pipeline_config import PipelineConfig
-from jaxdata.conversion.local_runner import convert
-from jaxdata.conversion.options import ConvertOptions, ImageOptions
-from jaxdata.conversion.tokenizers import TokenizerSpec
+from jaxdata.conversion.options import ImageOptions
 from jaxdata.demo import model
-from jaxdata.demo.sft import trained_checking_resume
+from jaxdata.demo.sft import chat_tokenizer, converted_sets, trained_checking_resume
 from jaxdata.errors import optional_module
 from jaxdata.sources.manifest import Manifest
 from jaxdata.vision.device import CLIP_MEAN, CLIP_STD, normalize_patches
@@ -39,7 +36,7 @@ from jaxdata.vision.policies import NativeResolution
 
 __all__ = ["VisionResult", "run_vision_demo", "vision_tokenizer"]
 
-TEMPLATE = (
+VISION_TEMPLATE = (
   "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}{% generation %}"
   "{% for c in m['content'] %}{{ c['text'] }}{% endfor %}<|im_end|>{% endgeneration %}{% else %}"
   "{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
@@ -51,7 +48,7 @@ SHAPES, COLOURS = (
   {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220)},
 )
 POLICY = NativeResolution(min_pixels=28 * 28, max_pixels=112 * 112)  # at most 16 image tokens, 64 patches
-SETS = {"captions": (0.5, 300), "questions": (0.5, 300)}  # token weight, examples
+VISION_SETS = {"captions": (0.5, 300), "questions": (0.5, 300)}  # token weight, examples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +82,7 @@ def vision_sets(root: str, seed: int = 0) -> dict[str, list[dict[str, Any]]]:
   """The two sets' records, their pictures written under `root` (PNG files the records name)."""
   rng = np.random.default_rng(seed)
   out: dict[str, list[dict[str, Any]]] = {"captions": [], "questions": []}
-  for name, (_, count) in SETS.items():
+  for name, (_, count) in VISION_SETS.items():
     for i in range(count):
       shape, colour = SHAPES[int(rng.integers(3))], list(COLOURS)[int(rng.integers(3))]
       path = f"{name}-{i}.png"
@@ -106,29 +103,15 @@ def vision_sets(root: str, seed: int = 0) -> dict[str, list[dict[str, Any]]]:
 
 
 def vision_tokenizer(directory: str, texts: list[str]) -> None:
-  """A byte-level BPE trained on `texts` with Qwen-VL's image tokens and `TEMPLATE`, saved as transformers saves one."""
-  tokenizers = optional_module("tokenizers", "chat", "the vision demo's tokenizer")
-  os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-  transformers = optional_module("transformers", "chat", "the vision demo's chat template")
-  bpe = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
-  bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-  bpe.decoder = tokenizers.decoders.ByteLevel()
-  trainer = tokenizers.trainers.BpeTrainer(
-    vocab_size=512,
-    special_tokens=SPECIALS,
-    initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
-    show_progress=False,
-  )
-  bpe.train_from_iterator(texts, trainer)
-  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>")
-  fast.chat_template = TEMPLATE
-  fast.save_pretrained(directory)
+  """A byte-level BPE trained on `texts` with Qwen-VL's image tokens and `VISION_TEMPLATE`, saved as transformers
+  saves one."""
+  chat_tokenizer(directory, texts, specials=SPECIALS, template=VISION_TEMPLATE, vocab_size=512, what="the vision demo")
 
 
 def build_vision_sets(cache_dir: str, log: Callable[[str], None] = print) -> dict[str, str]:
   """The converted sets under `cache_dir/vision` (built once)."""
   root = os.path.join(cache_dir, "vision")
-  paths = {name: os.path.join(root, name) for name in SETS}
+  paths = {name: os.path.join(root, name) for name in VISION_SETS}
   if all(os.path.isfile(os.path.join(p, "manifest.json")) for p in paths.values()):
     return paths
   os.makedirs(root, exist_ok=True)
@@ -136,15 +119,7 @@ def build_vision_sets(cache_dir: str, log: Callable[[str], None] = print) -> dic
   texts = [str(row) for rows in sets.values() for row in rows]
   log("tokenizer: a byte-level BPE with Qwen-VL's image tokens, trained on the texts ...")
   vision_tokenizer(os.path.join(root, "tokenizer"), texts)
-  spec = TokenizerSpec.parse(f"hf:{os.path.join(root, 'tokenizer')}")
-  for name, rows in sets.items():
-    source = os.path.join(root, f"{name}.jsonl")
-    with open(source, "w") as f:
-      f.writelines(json.dumps(row) + "\n" for row in rows)
-    options = ConvertOptions(tokenizer=spec, examples="vision", images=ImageOptions(policy=POLICY), workers=1)
-    manifest = convert([source], paths[name], name, options)
-    log(f"converted {name}: {manifest.num_records} examples, {manifest.num_tokens} tokens (image tokens included)")
-  return paths
+  return converted_sets(root, sets, os.path.join(root, "tokenizer"), "vision", log, ImageOptions(policy=POLICY))
 
 
 def vision_config(paths: dict[str, str]) -> PipelineConfig:
@@ -152,7 +127,7 @@ def vision_config(paths: dict[str, str]) -> PipelineConfig:
     {
       "seed": 11,
       "datasets": [{"name": n, "path": p} for n, p in paths.items()],
-      "mixture": {"weights": {n: w for n, (w, _) in SETS.items()}},
+      "mixture": {"weights": {n: w for n, (w, _) in VISION_SETS.items()}},
       "exhausted_policy": "repeat",
       "packing": {"seq_len": 128, "images": {"max_patches": 224, "max_images": 8}},
       "batch": {"global_batch_size": 8},

