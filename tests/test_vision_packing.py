@@ -279,3 +279,15 @@ def test_a_gemma3_image_goes_to_the_device_as_uint8_patches_of_2_41_mb():
   patches = int(policy.patches(np.array([896]), np.array([896]))[0])
   spec = next(f for f in image_features(ImagePacking(patches, 1, policy=policy)) if f.name == "patches")
   assert spec.numpy_dtype == np.uint8 and spec.nbytes(1, 2048) == 4096 * 588 == 2_408_448  # float32: 9.6 MB
+
+
+def test_each_steps_stats_count_its_images_and_patch_fill_as_the_batch_holds_them(vision_data, tmp_path):
+  stats = tmp_path / "stats.jsonl"
+  with Pipeline(vision_config(vision_data), prefetch=0, stats_path=str(stats)) as pipe:
+    batches = [{k: np.asarray(v) for k, v in b.items()} for b in pipe]
+  records = [json.loads(line) for line in stats.read_text().splitlines()]
+  assert len(records) == len(batches) >= 4
+  for record, batch in zip(records, batches):
+    assert record["images_per_source"] == {"vl": int(batch["num_images"].sum()), "txt": 0}
+    assert record["patch_fill"] == pytest.approx(float(np.mean(batch["patch_image_ids"] > 0)))
+  assert sum(r["dropped_documents"] for r in records) >= 5  # the examples over a budget, counted

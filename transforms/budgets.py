@@ -98,21 +98,22 @@ class BudgetFit(Fit):
     super().__init__(packing, first_fit_rows, windows)
     assert packing.images is not None  # a BudgetFit is made for packing.images only
     self.images = packing.images
-    empty = np.zeros((0, 2), np.int64)
-    self.amounts = [empty if a is None else np.asarray(a, np.int64) for a in amounts]
+    self.amounts = amounts
 
-  def example_amounts(self, pieces: Pieces) -> np.ndarray:
-    """[pieces, 2]: each piece's record's patches and images (0 for a dataset of text alone)."""
+  @staticmethod
+  def amounts_of(amounts: Sequence[np.ndarray | None], pieces: Pieces) -> np.ndarray:
+    """[pieces, 2]: each piece's record's patches and images from per-dataset `amounts` (0 for a dataset of
+    text alone, None)."""
     out = np.zeros((len(pieces), 2), np.int64)
-    for d, table in enumerate(self.amounts):
+    for d, table in enumerate(amounts):
       mine = np.flatnonzero(pieces.dataset == d)
-      if mine.size and table.size:
-        out[mine] = table[pieces.record[mine]]
+      if mine.size and table is not None and table.size:
+        out[mine] = np.asarray(table, np.int64)[pieces.record[mine]]
     return out
 
   def place(self, carry: Pieces, new: Pieces, rows: int, seq_len: int) -> Placement:
     pool = Pieces.concatenate([carry, new.take(np.argsort(-new.length, kind="stable"))])
-    amounts = self.example_amounts(pool)
+    amounts = self.amounts_of(self.amounts, pool)
     budgets = RowBudgets(seq_len, self.images.max_patches, self.images.max_images)
     best, cap = self.packing.mode == "best_fit", self.packing.max_segments_per_row or 0
     row_of = fit_budgets(pool.length, amounts[:, 0], amounts[:, 1], rows, budgets, best=best, max_segments=cap)

@@ -51,7 +51,16 @@ from jaxdata.transforms.strategies import (
   packing_strategy,
 )
 
-__all__ = ["DocumentSource", "Packer", "PackingStrategy", "StepPlan", "packing_strategy"]
+__all__ = ["DocumentSource", "Packer", "PackingStrategy", "StepImages", "StepPlan", "packing_strategy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepImages:
+  """A step's images per dataset and its patches, against the patch slots of its rows (packing.images)."""
+
+  per_dataset: np.ndarray
+  patches: int
+  patch_slots: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +77,7 @@ class StepPlan:
   truncated_tokens: int  # dropped by long_docs: truncate (and mode none)
   split_pieces: int  # pieces that are not a whole document
   dropped_documents: int = 0  # long_docs: drop: documents longer than a row, left out (counted, never silent)
+  images: StepImages | None = None  # packing.images: the step's images and patches
 
   @property
   def tokens(self) -> int:
@@ -96,6 +106,7 @@ class Packer:
   ) -> None:
     self.cfg = cfg
     self.source = source
+    self.image_amounts = image_amounts
     self.strategy: PackingStrategy = (
       BudgetFit(cfg.packing, image_amounts, cfg.window_datasets)
       if cfg.packing.images is not None and cfg.packing.mode != "none"
@@ -159,7 +170,17 @@ class Packer:
     self.carry = carry
     self.done = ended
     split = int(np.count_nonzero(placed.length < placed.doc_length - self.strategy.tail(placed.dataset)))
-    return StepPlan(step, rows, seq_len, placed, row, column, final, truncated, split, dropped)
+    images = self._images(placed, rows)
+    return StepPlan(step, rows, seq_len, placed, row, column, final, truncated, split, dropped, images)
+
+  def _images(self, placed: Pieces, rows: int) -> StepImages | None:
+    """With packing.images, the step's images per dataset and its patches (from the records' columns)."""
+    budgets = self.cfg.packing.images
+    if budgets is None:
+      return None
+    amounts = BudgetFit.amounts_of(self.image_amounts, placed)
+    per_dataset = np.bincount(placed.dataset, weights=amounts[:, 1], minlength=len(self.cfg.names)).astype(np.int64)
+    return StepImages(per_dataset, int(amounts[:, 0].sum()), rows * budgets.max_patches)
 
   def _warn_unseen(self, step: int, placed: Pieces) -> None:
     """The final partial step is dropped (batch.drop_remainder): its documents begun there are never seen

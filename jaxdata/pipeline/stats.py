@@ -104,6 +104,8 @@ class StatsRecorder:
       pieces_split=plan.split_pieces,
       truncated_tokens=plan.truncated_tokens,
       dropped_documents=plan.dropped_documents,
+      images_per_source=dict(zip(self.names, plan.images.per_dataset.tolist())) if plan.images else None,
+      patch_fill=plan.images.patches / max(plan.images.patch_slots, 1) if plan.images else None,
       final=plan.final,
       passes=dict(passes),
     )

@@ -59,6 +59,8 @@ class StepStats:
   time_s: dict[str, float] = dataclasses.field(default_factory=dict)
   trained_tokens_per_source: dict[str, int] | None = None  # datasets with trained-token masks only
   config_change: dict[str, Any] | None = None  # at the first step of a config a restore changed to (ConfigChange)
+  images_per_source: dict[str, int] | None = None  # packing.images only: the step's images per source
+  patch_fill: float | None = None  # packing.images only: the step's patches / its rows' patch slots
 
   def to_json(self) -> dict[str, Any]:
     """A copy as plain JSON-able data (its dicts and the lists inside `shards` copied: a loop that
@@ -85,7 +87,8 @@ class StepStats:
 
 
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(StepStats))
-_OPTIONAL = ("mixture_update", "trained_tokens_per_source", "config_change")  # left out of the record where None
+# left out of the record where None
+_OPTIONAL = ("mixture_update", "trained_tokens_per_source", "config_change", "images_per_source", "patch_fill")
 
 
 def trained_totals(records: Sequence[StepStats], names: Sequence[str]) -> dict[str, int]:
