@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxdata.transforms.budgets import RowBudgets, fit_budgets, over_budget
-from jaxdata.transforms.fit import first_fit
+from jaxdata.transforms.fit import best_fit, first_fit
 
 amounts = st.lists(st.tuples(st.integers(1, 40), st.integers(0, 30), st.integers(0, 3)), min_size=0, max_size=60)
 
@@ -21,6 +21,16 @@ def test_without_images_it_places_as_the_one_budget_first_fit(lengths, rows, seq
   none = np.zeros(len(lengths), np.int64)
   placed = fit_budgets(np.array(lengths, np.int64), none, none, rows, RowBudgets(seq_len, 0, 0))
   assert placed.tolist() == first_fit([length for length in lengths], rows, seq_len)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 40), max_size=60), st.integers(0, 9), st.integers(1, 50), st.integers(0, 4))
+def test_without_images_best_fit_and_a_segment_cap_place_as_the_one_budget_placers(lengths, rows, seq_len, cap):
+  none = np.zeros(len(lengths), np.int64)
+  budgets = RowBudgets(seq_len, 0, 0)
+  for best, reference in ((False, first_fit), (True, best_fit)):
+    placed = fit_budgets(np.array(lengths, np.int64), none, none, rows, budgets, best=best, max_segments=cap)
+    assert placed.tolist() == reference(list(lengths), rows, seq_len, max_segments=cap), (best, cap)
 
 
 def _reference(examples, rows: int, budgets: RowBudgets) -> list[int]:
