@@ -206,7 +206,7 @@ def test_state_at_every_step_restores_to_the_same_remaining_output_in_every_maki
   [
     (
       {"packing": {"images": {"max_patches": P, "max_images": K, "too_large": "error"}}},
-      "examples exceed a row's budgets",
+      "example.? over a row's budgets",
     ),
     (
       {"packing": {"images": {"max_patches": P, "max_images": K, "policy": {"policy": "fixed"}}}},
@@ -219,14 +219,23 @@ def test_state_at_every_step_restores_to_the_same_remaining_output_in_every_maki
     ({"packing": {"add_eos": True, "images": {"max_patches": P, "max_images": K}}}, "packing.add_eos"),
     ({"packing": {"images": {"max_patches": 0, "max_images": K}}}, "packing.images.max_patches"),
     (
+      {"packing": {"seq_len": 16, "images": {"max_patches": P, "max_images": K}}},
+      "datasets.vl: every example exceeds a row's budgets",
+    ),
+    (
+      {"packing": {"linear_warmup": {"start": 64, "steps": 4}, "images": {"max_patches": P, "max_images": K}}},
+      "packing.linear_warmup",
+    ),
+    (
       {"packing": {"images": {"max_patches": P, "max_images": K, "policy": {"policy": "huge"}}}},
       "packing.images.policy",
     ),
   ],
 )
 def test_bad_image_packing_is_named(vision_data, changes, message):
-  with pytest.raises(ConfigError, match=message):
-    Pipeline(vision_config(vision_data, **changes)).close()
+  with pytest.raises(ConfigError, match=message):  # at open, or at the first step planned
+    with Pipeline(vision_config(vision_data, **changes), prefetch=0) as pipe:
+      next(pipe)
 
 
 def _copy_with(data: dict, tmp_path, change) -> dict:
@@ -291,3 +300,12 @@ def test_each_steps_stats_count_its_images_and_patch_fill_as_the_batch_holds_the
     assert record["images_per_source"] == {"vl": int(batch["num_images"].sum()), "txt": 0}
     assert record["patch_fill"] == pytest.approx(float(np.mean(batch["patch_image_ids"] > 0)))
   assert sum(r["dropped_documents"] for r in records) >= 5  # the examples over a budget, counted
+
+
+def test_a_policy_may_be_named_with_its_defaults():
+  from jaxdata.config.image_packing import ImagePacking  # noqa: PLC0415
+
+  assert ImagePacking(8, 1, policy="native").policy == NativeResolution()
+  assert ImagePacking(8, 1, policy={"policy": "native", "max_pixels": 448 * 448}).policy == NativeResolution(
+    max_pixels=448 * 448
+  )

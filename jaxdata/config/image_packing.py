@@ -43,7 +43,7 @@ class ImagePacking:
   images a row, besides its `seq_len` tokens. `too_large`: an example over a budget on its own is left out
   and counted (`drop`), or the pipeline refuses to open, naming it (`error`). `policy`: the datasets'
   image policy (None: the one their manifests record, resolved when a pipeline opens them; given, it
-  must equal theirs)."""
+  must equal theirs; a name, `native` or `fixed`, is that policy with its defaults)."""
 
   max_patches: int
   max_images: int
@@ -54,6 +54,8 @@ class ImagePacking:
     check_int(self.max_patches, "packing.images.max_patches", 1, MAX_PATCHES_PER_ROW)
     check_int(self.max_images, "packing.images.max_images", 1, MAX_IMAGES_PER_ROW)
     check_choice(self.too_large, TOO_LONG_PAIRS, "packing.images.too_large")
+    if isinstance(self.policy, str):  # a policy's name with its defaults, as --image-policy takes it
+      object.__setattr__(self, "policy", {"policy": self.policy})
     if isinstance(self.policy, Mapping):
       try:
         object.__setattr__(self, "policy", image_policy(self.policy))

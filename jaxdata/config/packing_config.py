@@ -215,7 +215,8 @@ class PackingConfig:
       if getattr(self, field):
         raise ConfigError(f"packing.{field}: image-text examples carry their template's special tokens already")
     if phases or self.linear_warmup is not None:
-      raise ConfigError("packing.warmup: image-text rows pack at one seq_len (no warmup or linear_warmup)")
+      field = "warmup" if phases else "linear_warmup"
+      raise ConfigError(f"packing.{field}: image-text rows pack at one seq_len (no warmup or linear_warmup)")
 
   @property
   def bos(self) -> int:

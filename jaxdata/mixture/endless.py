@@ -47,6 +47,12 @@ def check_some_kept(
   extra = packing.special_tokens
   for i, weight in enumerate(weights):
     if weight > 0 and shortest[i] + extra > seq_len:
+      if packing.images is not None:  # over-budget examples are planned as one token longer than a row
+        raise ConfigError(
+          f"datasets.{names[i]}: every example exceeds a row's budgets at step {step} (rows hold {seq_len} "
+          f"tokens, {packing.images.max_patches} patches and {packing.images.max_images} images), so none of it "
+          "could reach a batch: raise packing.seq_len or packing.images' budgets, or weight 0 for it at this step"
+        )
       raise ConfigError(
         f"datasets.{names[i]}: every document is longer than the rows of step {step} "
         f"(the shortest has {shortest[i] + extra} tokens with BOS / EOS, rows hold {seq_len}), "

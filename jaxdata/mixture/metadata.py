@@ -117,11 +117,12 @@ def with_image_budgets(name: str, meta: DatasetMeta, dataset: SplitDataset, pack
   if first.size and images.too_large == "error":
     i = int(first[0])
     raise ConfigError(
-      f"dataset {name}: {first.size} examples exceed a row's budgets (the first: record {i}, {int(lengths[i])} tokens, "
+      f"dataset {name}: {_count(first.size, 'example')} over a row's budgets (the first: record {i} of the split, "
+      f"{int(lengths[i])} tokens, "
       f"{int(amounts[i, 0])} patches, {int(amounts[i, 1])} images; a row holds {packing.seq_len}, {images.max_patches}, "
       f"{images.max_images}); raise them, or set packing.images.too_large: drop (they are then left out and counted)"
     )
-  planned = np.where(over, packing.seq_len + 1, lengths) if first.size else meta.lengths
+  planned = np.where(over, packing.seq_len + 1, lengths) if first.size else meta.lengths  # "longer than a row"
   return dataclasses.replace(meta, lengths=planned, image_amounts=amounts)
 
 
@@ -160,3 +161,7 @@ def open_split(
   except BaseException:  # re-raised: nothing may stay open
     dataset.close()
     raise
+
+
+def _count(n: int, noun: str) -> str:
+  return f"{n} {noun}" + ("" if n == 1 else "s")
