@@ -80,8 +80,8 @@ def _placed(
 ) -> ImagesPlaced:
   """Every image of the step's pieces, ordered by row, then column, then its place in its example."""
   order = np.lexsort((column, host_row))
-  with_images = [int(i) for i in order if images[i]]
-  entries = [(i, j, entry) for i in with_images for j, entry in enumerate(images[i])]
+  with_images = order[np.fromiter(map(len, images), np.int64, len(images))[order] > 0].tolist()
+  entries = [(i, j, entry) for i in with_images for j, entry in enumerate(images[i])]  # per image
   piece = np.array([i for i, _, _ in entries], np.int64)
   sizes = np.array([[e[1], e[2], e[3]] for _, _, e in entries], np.int64).reshape(-1, 3)
   row = host_row[piece]

@@ -72,7 +72,7 @@ def open_parts(spec: PipelineSpec) -> Parts:
       if split == "eval" and not d.holdout:
         continue
       datasets.append(open_split(d, ReadOptions(num_threads=spec.read_threads), cache, cfg.seed, split))
-      _check_pairs(d.name, datasets[-1], cfg.packing.pairs is not None, cfg.packing.images is not None)
+      _check_packing_kind(d.name, datasets[-1], cfg.packing.pairs is not None, cfg.packing.images is not None)
     if split == "eval":
       cfg = eval_config(
         cfg,
@@ -148,7 +148,7 @@ def _pair_slots(cfg: PipelineConfig, datasets: list[SplitDataset]) -> list[np.nd
   return out
 
 
-def _check_pairs(name: str, dataset: SplitDataset, packs_pairs: bool, packs_images: bool) -> None:
+def _check_packing_kind(name: str, dataset: SplitDataset, packs_pairs: bool, packs_images: bool) -> None:
   """Pairs are packed with packing.pairs, and only pairs: as documents their two sides would train as one;
   image-text examples with packing.images."""
   if dataset.manifest.holds_pairs and not packs_pairs:
