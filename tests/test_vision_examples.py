@@ -227,3 +227,15 @@ def test_hostile_vision_records_are_refused_by_name(tmp_path, qwen_template, rec
     record = {**record, "image": _png(20, 30, 1) if record["image"] == "PNG" else _wide_png()}
   with pytest.raises(InputFormatError, match=f"^hostile.jsonl line 2[,:] .*{message}"):
     encoder.encode(record, "hostile.jsonl line 2")
+
+
+def test_image_tokens_the_tokenizer_does_not_keep_as_one_id_are_refused_naming_them(tmp_path, qwen_template):
+  """LLaVA's `<image>` with a tokenizer that has no such token: its run would be many ids, not one per image
+  token, so no image could be found in the ids again."""
+  tokenizer = _tokenizer(tmp_path / "qwen", QWEN_SPECIALS, qwen_template)
+  text = ExampleEncoder("chat", tokenizer, "messages", template=qwen_template)
+  encoder = VisionEncoder(text, FixedSize(28, 28, patch=14, pool=1), IMAGE_TOKENS["llava"])
+  with pytest.raises(
+    InputFormatError, match=r"x line 1, image 0: its 4 '<image>' tokens do not tokenize as 4 ids of one"
+  ):
+    encoder.encode({"image": _png(30, 30, 1), "text": "a caption"}, "x line 1")

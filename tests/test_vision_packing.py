@@ -217,6 +217,18 @@ def test_state_at_every_step_restores_to_the_same_remaining_output_in_every_maki
       "packing.mode: concat cuts examples",
     ),
     ({"packing": {"add_eos": True, "images": {"max_patches": P, "max_images": K}}}, "packing.add_eos"),
+    (
+      {"packing": {"long_docs": "truncate", "images": {"max_patches": P, "max_images": K}}},
+      "packing.long_docs: truncate would cut an example's images",
+    ),
+    (
+      {"packing": {"pairs": {}, "images": {"max_patches": P, "max_images": K}}},
+      "packing.images: image-text examples and preference pairs are packed apart",
+    ),
+    (
+      {"datasets": [{"name": "txt", "path": "TXT"}], "mixture": {"weights": {"txt": 1.0}}},
+      "packing.images: no dataset holds images, and packing.images.policy is not given",
+    ),
     ({"packing": {"images": {"max_patches": 0, "max_images": K}}}, "packing.images.max_patches"),
     (
       {"packing": {"seq_len": 16, "images": {"max_patches": P, "max_images": K}}},
@@ -233,6 +245,8 @@ def test_state_at_every_step_restores_to_the_same_remaining_output_in_every_maki
   ],
 )
 def test_bad_image_packing_is_named(vision_data, changes, message):
+  if "datasets" in changes:  # the text set alone
+    changes = {**changes, "datasets": [{"name": "txt", "path": vision_data["txt"]}]}
   with pytest.raises(ConfigError, match=message):  # at open, or at the first step planned
     with Pipeline(vision_config(vision_data, **changes), prefetch=0) as pipe:
       next(pipe)
