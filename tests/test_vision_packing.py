@@ -323,3 +323,19 @@ def test_a_policy_may_be_named_with_its_defaults():
   assert ImagePacking(8, 1, policy={"policy": "native", "max_pixels": 448 * 448}).policy == NativeResolution(
     max_pixels=448 * 448
   )
+
+
+def test_planning_never_decodes_an_image(vision_data, monkeypatch):
+  """The planner works from the num_images / num_patches columns alone: with every decoder call failing, a
+  whole pass still plans, and only making its batches decodes."""
+  import jaxdata.vision.decode as decode  # noqa: PLC0415 -- the module whose decoders are made to fail
+
+  def refuse(*args, **kwargs):
+    raise AssertionError("an image was decoded")
+
+  for name in ("decoded_patches", "decode_image", "image_size"):
+    monkeypatch.setattr(decode, name, refuse)
+  plans = list(StepPlanner(vision_config(vision_data)).plans())
+  assert len(plans) >= 4 and sum(int(p.images.per_dataset.sum()) for p in plans) >= 20
+  with Pipeline(vision_config(vision_data), prefetch=0) as pipe, pytest.raises(AssertionError, match="decoded"):
+    next(pipe)
